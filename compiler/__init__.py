@@ -1,0 +1,1 @@
+"""Lowering LLM decode kernels into PIM channel command streams."""

@@ -1,0 +1,288 @@
+"""Lower one decode kernel on one channel to a command stream (see ``docs/mapping.md``).
+
+Every kernel here is a matrix-vector product ``Y[h] = A @ X[h]`` for ``h`` in a group of
+``G`` input vectors that share the matrix ``A`` (``n_out x n_in``):
+
+=========  =====================  ===========================  =============================
+kernel     ``A``                  ``X[h]``                     ``G``
+=========  =====================  ===========================  =============================
+``gemv``   weights (d_out, d_in)  activation (d_in)            1
+``qk``     K cache (T, d_h)       query of head h (d_h)        1 (MHA) or GQA group size
+``sv``     V^T (d_h, T)           scores of head h (T)         1 (MHA) or GQA group size
+=========  =====================  ===========================  =============================
+
+Output ``o`` lives in bank ``o % banks`` (output group ``o // banks``); input element ``i`` is
+in input tile ``i // mac_elements``. Shapes that are not multiples of the bank count or the
+MAC width are zero-padded; shapes that do not fit the channel are refused.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from models.config import HardwareConfig
+from models.isa import COMMAND_DTYPE, Op
+
+__all__ = [
+    "GQA_MAPPINGS",
+    "KERNELS",
+    "CompileError",
+    "KernelProgram",
+    "compile_gemv",
+    "compile_kernel",
+    "compile_qk",
+    "compile_sv",
+]
+
+KERNELS = ("gemv", "qk", "sv")
+GQA_MAPPINGS = ("row-reuse", "head-serial")
+
+
+class CompileError(ValueError):
+    """A kernel shape or option cannot be lowered onto the channel."""
+
+
+@dataclass(frozen=True)
+class GemvPlan:
+    """Sizes and allocation of one lowered matrix-vector product."""
+
+    n_out: int
+    n_in: int
+    heads: int
+    groups: int  # output groups (n_out padded / banks)
+    tiles: int  # input tiles (n_in padded / mac_elements)
+    chunk_tiles: int  # input tiles per GBuf fill, per head
+    block_groups: int  # output groups per OBuf block
+    resident: bool  # the whole input stays in GBuf (loaded once)
+    rows: int  # DRAM rows per bank used by the matrix
+    gpr_out_base: int  # first GPR tile of the outputs
+    mapping: str
+
+
+@dataclass(frozen=True)
+class KernelProgram:
+    """A lowered kernel: the command stream and how operands map to banks and the GPR."""
+
+    kind: str
+    shape: dict
+    commands: np.ndarray
+    plan: GemvPlan
+    cfg: HardwareConfig
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Number of commands per opcode."""
+        op = self.commands["op"]
+        return {o.name: int(np.count_nonzero(op == o)) for o in Op}
+
+    def matrix_image(self, a: np.ndarray) -> np.ndarray:
+        """Bank memory holding ``A``: array ``(rows, banks, row_elements)`` of FP16."""
+        p, ch = self.plan, self.cfg.channel
+        a = _checked_array(a, (p.n_out, p.n_in), "matrix")
+        padded = np.zeros((p.groups * ch.banks, p.tiles * ch.mac_elements), dtype=np.float16)
+        padded[: p.n_out, : p.n_in] = a
+        # tiles_by_gk[g, k, b, :] = A[g*banks + b, k*E:(k+1)*E]
+        tiles = padded.reshape(p.groups, ch.banks, p.tiles, ch.mac_elements).transpose(0, 2, 1, 3)
+        image = np.zeros((p.rows * ch.columns_per_row, ch.banks, ch.mac_elements), dtype=np.float16)
+        g, k = self._visit_order()
+        image[np.arange(g.size)] = tiles[g, k]
+        return (
+            image.reshape(p.rows, ch.columns_per_row, ch.banks, ch.mac_elements)
+            .transpose(0, 2, 1, 3)
+            .reshape(p.rows, ch.banks, ch.row_elements)
+        )
+
+    def gpr_image(self, x: np.ndarray) -> np.ndarray:
+        """GPR tiles holding the inputs ``X`` (``(G, n_in)`` or ``(n_in,)``) as FP16."""
+        p, ch = self.plan, self.cfg.channel
+        x = _checked_array(np.atleast_2d(x), (p.heads, p.n_in), "input")
+        padded = np.zeros((p.heads, p.tiles * ch.mac_elements), dtype=np.float16)
+        padded[:, : p.n_in] = x
+        gpr = np.zeros((p.gpr_out_base + p.heads * p.groups, ch.mac_elements), dtype=np.float16)
+        gpr[: p.gpr_out_base] = padded.reshape(p.heads * p.tiles, ch.mac_elements)
+        return gpr
+
+    def read_outputs(self, gpr_out: np.ndarray) -> np.ndarray:
+        """``Y`` (``(G, n_out)``) from the output tiles RD_OUT wrote (``(tiles, banks)``)."""
+        p, ch = self.plan, self.cfg.channel
+        tiles = gpr_out[p.gpr_out_base : p.gpr_out_base + p.heads * p.groups]
+        y = tiles.reshape(p.heads, p.groups * ch.banks)
+        return y[:, : p.n_out]
+
+    def _visit_order(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(g, k)`` of the matrix tile at each consecutive column address."""
+        p = self.plan
+        g_list, k_list = [], []
+        for b0 in range(0, p.groups, p.block_groups):
+            gs = np.arange(b0, min(b0 + p.block_groups, p.groups))
+            for c0 in range(0, p.tiles, p.chunk_tiles):
+                ks = np.arange(c0, min(c0 + p.chunk_tiles, p.tiles))
+                g_list.append(np.repeat(gs, ks.size))
+                k_list.append(np.tile(ks, gs.size))
+        return np.concatenate(g_list), np.concatenate(k_list)
+
+
+def _checked_array(a: np.ndarray, shape: tuple[int, ...], what: str) -> np.ndarray:
+    a = np.asarray(a)
+    if a.shape != shape:
+        raise CompileError(f"{what} has shape {a.shape}, this kernel expects {shape}")
+    return a.astype(np.float16)
+
+
+def _positive(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value <= 0:
+        raise CompileError(f"{name} = {value!r}: must be a positive integer")
+    return int(value)
+
+
+def _plan(cfg: HardwareConfig, n_out: int, n_in: int, heads: int, mapping: str) -> GemvPlan:
+    ch = cfg.channel
+    half_g, half_o = ch.gbuf_entries // 2, ch.obuf_entries // 2
+    if mapping not in GQA_MAPPINGS:
+        raise CompileError(f"mapping {mapping!r} is unknown; allowed: {', '.join(GQA_MAPPINGS)}")
+    # head-serial runs one head at a time: each pass needs buffer room for one head only.
+    per_pass = heads if mapping == "row-reuse" else 1
+    if per_pass > min(half_g, half_o):
+        raise CompileError(
+            f"GQA group {heads} does not fit: row-reuse keeps one input tile and one output "
+            f"entry per head in a buffer half ({half_g} GBuf / {half_o} OBuf entries); "
+            f"use a group <= {min(half_g, half_o)} or --mapping head-serial"
+        )
+    groups = math.ceil(n_out / ch.banks)
+    tiles = math.ceil(n_in / ch.mac_elements)
+    resident = per_pass * tiles <= half_g
+    chunk = tiles if resident else half_g // per_pass
+    block = half_o // per_pass
+    columns = groups * tiles
+    rows = math.ceil(columns / ch.columns_per_row)
+    if rows > ch.rows_per_bank:
+        raise CompileError(
+            f"matrix {n_out}x{n_in} needs {rows} DRAM rows per bank; the channel has "
+            f"{ch.rows_per_bank} (preset {cfg.name})"
+        )
+    gpr_tiles = cfg.module.gpr_bytes // ch.column_bytes
+    gpr_out_base = heads * tiles
+    if gpr_out_base + heads * groups > gpr_tiles:
+        raise CompileError(
+            f"inputs ({heads}x{n_in}) and outputs ({heads}x{n_out}) need "
+            f"{gpr_out_base + heads * groups} GPR tiles of {ch.column_bytes} B; the GPR holds "
+            f"{gpr_tiles}"
+        )
+    return GemvPlan(
+        n_out=n_out,
+        n_in=n_in,
+        heads=heads,
+        groups=groups,
+        tiles=tiles,
+        chunk_tiles=chunk,
+        block_groups=block,
+        resident=resident,
+        rows=rows,
+        gpr_out_base=gpr_out_base,
+        mapping=mapping,
+    )
+
+
+def _lower(cfg: HardwareConfig, p: GemvPlan) -> np.ndarray:
+    """Emit the command stream for plan ``p`` (loop nest in ``docs/mapping.md``)."""
+    ch = cfg.channel
+    half_g, half_o, cols = ch.gbuf_entries // 2, ch.obuf_entries // 2, ch.columns_per_row
+    passes = [list(range(p.heads))] if p.mapping == "row-reuse" else [[h] for h in range(p.heads)]
+    per_pass = len(passes[0])
+    n_chunks = math.ceil(p.tiles / p.chunk_tiles)
+    n_blocks = math.ceil(p.groups / p.block_groups)
+    n_w = len(passes) * (per_pass * p.tiles * (1 if p.resident else n_blocks))
+    n_mac = p.heads * p.groups * p.tiles
+    n_r = p.heads * p.groups
+    cmds = np.zeros(n_w + n_mac + n_r, dtype=COMMAND_DTYPE)
+    i = 0
+    fill = 0  # GBuf fills so far: alternates the GBuf half
+    block_count = 0  # output blocks so far: alternates the OBuf half
+    for heads in passes:
+        if p.resident:
+            resident_half = (fill % 2) * half_g
+            fill += 1
+            for j, h in enumerate(heads):
+                for k in range(p.tiles):
+                    cmds[i] = (Op.WR_INP, resident_half + j * p.tiles + k, 0, 0, 0, h * p.tiles + k)
+                    i += 1
+        addr = 0  # column address of the next matrix tile (rows are reread per pass)
+        for b0 in range(0, p.groups, p.block_groups):
+            oh = (block_count % 2) * half_o
+            block_count += 1
+            g_hi = min(b0 + p.block_groups, p.groups)
+            for c in range(n_chunks):
+                k0, k1 = c * p.chunk_tiles, min((c + 1) * p.chunk_tiles, p.tiles)
+                gh = resident_half if p.resident else 0
+                if not p.resident:
+                    gh = (fill % 2) * half_g
+                    fill += 1
+                    for j, h in enumerate(heads):
+                        for k in range(k0, k1):
+                            cmds[i] = (
+                                Op.WR_INP,
+                                gh + j * p.chunk_tiles + (k - k0),
+                                0,
+                                0,
+                                0,
+                                h * p.tiles + k,
+                            )
+                            i += 1
+                for g in range(b0, g_hi):
+                    for j, h in enumerate(heads):
+                        out = oh + (g - b0) * per_pass + j
+                        for k in range(k0, k1):
+                            a = addr + (g - b0) * (k1 - k0) + (k - k0)
+                            slot = gh + j * (p.tiles if p.resident else p.chunk_tiles)
+                            slot += k if p.resident else k - k0
+                            cmds[i] = (Op.MAC, slot, a // cols, a % cols, out, 0)
+                            i += 1
+                        if c == n_chunks - 1:
+                            cmds[i] = (Op.RD_OUT, 0, 0, 0, out, p.gpr_out_base + h * p.groups + g)
+                            i += 1
+                addr += (g_hi - b0) * (k1 - k0)
+    assert i == cmds.shape[0], (i, cmds.shape)
+    return cmds
+
+
+def compile_gemv(cfg: HardwareConfig, d_out: int, d_in: int) -> KernelProgram:
+    """FC GEMV ``y = W x`` with ``W`` of shape ``(d_out, d_in)``."""
+    d_out, d_in = _positive("d_out", d_out), _positive("d_in", d_in)
+    plan = _plan(cfg, d_out, d_in, 1, "row-reuse")
+    return KernelProgram("gemv", {"d_out": d_out, "d_in": d_in}, _lower(cfg, plan), plan, cfg)
+
+
+def compile_qk(
+    cfg: HardwareConfig, tokens: int, d_h: int, gqa_group: int = 1, mapping: str = "row-reuse"
+) -> KernelProgram:
+    """Attention scores ``K q_h`` for the ``gqa_group`` query heads sharing one K cache."""
+    tokens, d_h = _positive("tokens", tokens), _positive("d_h", d_h)
+    gqa_group = _positive("gqa_group", gqa_group)
+    plan = _plan(cfg, tokens, d_h, gqa_group, mapping)
+    shape = {"tokens": tokens, "d_h": d_h, "gqa_group": gqa_group, "mapping": mapping}
+    return KernelProgram("qk", shape, _lower(cfg, plan), plan, cfg)
+
+
+def compile_sv(
+    cfg: HardwareConfig, tokens: int, d_h: int, gqa_group: int = 1, mapping: str = "row-reuse"
+) -> KernelProgram:
+    """Attention output ``V^T s_h`` for the ``gqa_group`` heads sharing one V cache."""
+    tokens, d_h = _positive("tokens", tokens), _positive("d_h", d_h)
+    gqa_group = _positive("gqa_group", gqa_group)
+    plan = _plan(cfg, d_h, tokens, gqa_group, mapping)
+    shape = {"tokens": tokens, "d_h": d_h, "gqa_group": gqa_group, "mapping": mapping}
+    return KernelProgram("sv", shape, _lower(cfg, plan), plan, cfg)
+
+
+def compile_kernel(cfg: HardwareConfig, kind: str, **shape: int | str) -> KernelProgram:
+    """Dispatch on ``kind`` (``gemv``, ``qk``, ``sv``)."""
+    if kind == "gemv":
+        return compile_gemv(cfg, **shape)
+    if kind == "qk":
+        return compile_qk(cfg, **shape)
+    if kind == "sv":
+        return compile_sv(cfg, **shape)
+    raise CompileError(f"kernel {kind!r} is unknown; allowed: {', '.join(KERNELS)}")

@@ -1,0 +1,1 @@
+"""Hardware in Python: presets, the command set, DRAM timing and the channel TLM."""

@@ -1,0 +1,280 @@
+"""Hardware configuration: frozen dataclasses loaded from preset files in ``configs/``.
+
+A preset is a TOML file with a top-level ``name`` and the sections ``[module]``,
+``[channel]``, ``[timing]`` and ``[dcs]``. Every key is required, typed and validated;
+errors name the file, the section, the key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CONFIG_DIR",
+    "ChannelGeometry",
+    "ConfigError",
+    "DcsParams",
+    "HardwareConfig",
+    "ModuleParams",
+    "Timing",
+    "available_presets",
+    "load_config",
+    "load_preset",
+]
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+class ConfigError(ValueError):
+    """A preset file or override is malformed or out of range."""
+
+
+@dataclass(frozen=True)
+class ModuleParams:
+    """Module-level resources (LoL-PIM Table 5)."""
+
+    channels: int
+    freq_ghz: float
+    gpr_bytes: int
+    dpa_command_buffer_bytes: int
+    dpa_address_map_bytes: int
+    host_link_gbps: float
+    internode_link_gbps: float
+    io_bytes_per_cycle: int
+
+
+@dataclass(frozen=True)
+class ChannelGeometry:
+    """One PIM channel: banks, DRAM rows, MAC width and buffer sizes."""
+
+    banks: int
+    rows_per_bank: int
+    row_bytes: int
+    element_bytes: int
+    mac_elements: int
+    gbuf_entries: int
+    obuf_entries: int
+
+    @property
+    def column_bytes(self) -> int:
+        """Bytes one MAC reads per bank (one column, one GBuf entry)."""
+        return self.mac_elements * self.element_bytes
+
+    @property
+    def row_elements(self) -> int:
+        """Elements per DRAM row per bank."""
+        return self.row_bytes // self.element_bytes
+
+    @property
+    def columns_per_row(self) -> int:
+        """MAC-sized columns per DRAM row."""
+        return self.row_bytes // self.column_bytes
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Timing parameters in channel clock cycles."""
+
+    tCCD: int
+    t_WR_INP: int
+    t_MAC: int
+    t_RD_OUT: int
+    tRCD_MAC: int
+    tRP: int
+    tRAS: int
+    tRRD: int
+    tFAW: int
+    tRTP: int
+    act_banks: int
+
+
+@dataclass(frozen=True)
+class DcsParams:
+    """Dynamic Command Scheduling controller sizes (PIMphony V-C)."""
+
+    queue_depth: int
+    id_bits: int
+    timestamp_bits: int
+
+
+@dataclass(frozen=True)
+class HardwareConfig:
+    """A complete hardware preset."""
+
+    name: str
+    module: ModuleParams
+    channel: ChannelGeometry
+    timing: Timing
+    dcs: DcsParams
+
+    def replace(self, **overrides: Any) -> HardwareConfig:
+        """Return a validated copy with dotted-key overrides, e.g. ``{"timing.t_MAC": 30}``."""
+        raw = _to_raw(self)
+        for key, value in overrides.items():
+            section, _, field = key.replace("__", ".").partition(".")
+            if not field:
+                raise ConfigError(f"override {key!r}: expected 'section.key'")
+            if section not in raw or not isinstance(raw[section], dict):
+                raise ConfigError(
+                    f"override {key!r}: unknown section {section!r}; "
+                    f"allowed: {', '.join(_SECTIONS)}"
+                )
+            raw[section][field] = value
+        return _from_raw(raw, source=f"{self.name} (with overrides)")
+
+
+_SECTIONS: dict[str, type] = {
+    "module": ModuleParams,
+    "channel": ChannelGeometry,
+    "timing": Timing,
+    "dcs": DcsParams,
+}
+
+
+def available_presets() -> list[str]:
+    """Names of the presets shipped in ``configs/``."""
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.toml") if p.stem.startswith("aim"))
+
+
+def load_preset(name: str = "aim-16ch") -> HardwareConfig:
+    """Load a shipped preset by name (``aim-16ch``, ``aim-32ch``) or a path to a TOML file."""
+    path = Path(name)
+    if path.suffix != ".toml":
+        path = CONFIG_DIR / f"{name}.toml"
+        if not path.is_file():
+            raise ConfigError(
+                f"unknown preset {name!r}; available: {', '.join(available_presets())} "
+                "(or give a path to a .toml file)"
+            )
+    return load_config(path)
+
+
+def load_config(path: str | Path) -> HardwareConfig:
+    """Load and validate a hardware preset file."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such preset file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return _from_raw(raw, source=str(path))
+
+
+def _to_raw(cfg: HardwareConfig) -> dict[str, Any]:
+    raw: dict[str, Any] = {"name": cfg.name}
+    for section in _SECTIONS:
+        raw[section] = dataclasses.asdict(getattr(cfg, section))
+    return raw
+
+
+def _from_raw(raw: dict[str, Any], source: str) -> HardwareConfig:
+    allowed_top = {"name", *_SECTIONS}
+    for key in raw:
+        if key not in allowed_top:
+            raise ConfigError(
+                f"{source}: unknown key {key!r} at top level; "
+                f"allowed: {', '.join(sorted(allowed_top))}"
+            )
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{source}: 'name' must be a non-empty string, got {name!r}")
+    sections = {}
+    for section, cls in _SECTIONS.items():
+        if section not in raw:
+            raise ConfigError(f"{source}: missing section [{section}]")
+        table = raw[section]
+        if not isinstance(table, dict):
+            raise ConfigError(f"{source}: [{section}] must be a table, got {type(table).__name__}")
+        sections[section] = _build_section(source, section, cls, table)
+    cfg = HardwareConfig(name=name, **sections)
+    _check_relations(cfg, source)
+    return cfg
+
+
+def _build_section(source: str, section: str, cls: type, table: dict[str, Any]) -> Any:
+    known = {f.name: f for f in fields(cls)}
+    for key in table:
+        if key not in known:
+            raise ConfigError(
+                f"{source}: [{section}] unknown key {key!r}; allowed: {', '.join(known)}"
+            )
+    values = {}
+    for key, f in known.items():
+        if key not in table:
+            raise ConfigError(f"{source}: [{section}] missing key {key!r}")
+        value = table[key]
+        where = f"{source}: [{section}] {key} = {value!r}"
+        if f.type == "int":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{where}: must be an integer, got {type(value).__name__}")
+            if value <= 0:
+                raise ConfigError(f"{where}: must be a positive integer")
+        elif f.type == "float":
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"{where}: must be a number, got {type(value).__name__}")
+            value = float(value)
+            if not math.isfinite(value) or value <= 0:
+                raise ConfigError(f"{where}: must be a positive finite number")
+        values[key] = value
+    return cls(**values)
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _check_relations(cfg: HardwareConfig, source: str) -> None:
+    ch, tm, dcs = cfg.channel, cfg.timing, cfg.dcs
+
+    def fail(section: str, key: str, value: Any, why: str) -> None:
+        raise ConfigError(f"{source}: [{section}] {key} = {value!r}: {why}")
+
+    for key in ("gbuf_entries", "obuf_entries", "banks"):
+        value = getattr(ch, key)
+        if not _is_pow2(value) or value < 2:
+            fail("channel", key, value, "must be a power of two >= 2 (buffer halves, index bits)")
+    if ch.row_bytes % ch.column_bytes:
+        fail(
+            "channel",
+            "row_bytes",
+            ch.row_bytes,
+            f"must be a multiple of mac_elements * element_bytes = {ch.column_bytes}",
+        )
+    if tm.act_banks > ch.banks or ch.banks % tm.act_banks:
+        fail("timing", "act_banks", tm.act_banks, f"must divide banks = {ch.banks}")
+    if tm.tRAS + tm.tRP < tm.tFAW:
+        fail(
+            "timing",
+            "tFAW",
+            tm.tFAW,
+            f"must be <= tRAS + tRP = {tm.tRAS + tm.tRP} (a row activation then never "
+            "overlaps the previous one's four-activate window)",
+        )
+    # In-flight touchers of one buffer entry are bounded by both queues plus the dispatch stage.
+    need_id = (2 * dcs.queue_depth + 2 - 1).bit_length()
+    if dcs.id_bits < need_id:
+        fail(
+            "dcs",
+            "id_bits",
+            dcs.id_bits,
+            f"must be >= {need_id} so IDs cannot alias with queue_depth = {dcs.queue_depth}",
+        )
+    max_exec = max(tm.t_WR_INP, tm.t_MAC, tm.t_RD_OUT, tm.tCCD)
+    scrub = ch.gbuf_entries + ch.obuf_entries
+    need_ts = (2 * (scrub + max_exec) + 1).bit_length() + 1
+    if dcs.timestamp_bits < need_ts:
+        fail(
+            "dcs",
+            "timestamp_bits",
+            dcs.timestamp_bits,
+            f"must be >= {need_ts}: half the timestamp range must exceed the S-Table scrub "
+            f"period ({scrub} cycles) plus the longest execution time ({max_exec})",
+        )
+    if dcs.queue_depth < 2:
+        fail("dcs", "queue_depth", dcs.queue_depth, "must be >= 2")

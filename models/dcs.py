@@ -1,0 +1,184 @@
+"""Dynamic Command Scheduling (PIMphony V-C): D-Table, S-Table, I/O and compute queues.
+
+Contract (``docs/scheduling.md`` states it with a worked example):
+
+- **Dispatch.** One command per cycle is accepted from the input stream in program order,
+  if the queue it goes to (I/O queue for WR_INP and RD_OUT, compute queue for MAC) had a free
+  entry at the start of the cycle. The D-Table hands it, for every GBuf/OBuf entry it touches,
+  the ID of the last earlier command that touched that entry (its dependency ID, DID). An
+  accepted command can reach its queue head and issue one cycle later at the earliest.
+- **Issue.** Each cycle at most one command issues (one command bus). A queue head may
+  issue when, for each entry it touches, the S-Table holds its DID (the predecessor has
+  issued) and the cycle is at or past that entry's expiration; issuing writes the
+  command's ID and its expiration (issue + execution time) into the S-Table. Expiration per
+  entry: WR_INP on GBuf t_WR_INP; MAC on GBuf tCCD (the tile is read at issue); MAC on OBuf
+  t_MAC; RD_OUT on OBuf t_RD_OUT. The is-MAC flag lets a MAC whose OBuf predecessor is a MAC
+  issue without waiting for the expiration (only tCCD after it). WR_INP/RD_OUT also wait one
+  tCCD on the data bus, MACs one tCCD on the MAC pipeline and for their row (``models.dram``).
+  When both heads can issue, the MAC goes first: I/O commands fill the cycles the MAC
+  pipeline cannot use (row switches, dependency waits), and the buffers give them slack.
+
+Here a dependency is the program-order predecessor on the same entry, and "the S-Table holds
+its DID" is "that predecessor has issued": exactly what the RTL's wrap-around tables compute.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from models.dram import INF, NEVER, TV_CCD, TV_MAC, TV_RD_OUT, TV_WR_INP, open_row
+
+__all__ = ["dcs_schedule", "entry_predecessors"]
+
+
+@njit(cache=True)
+def entry_predecessors(op, gbuf, out, n_gbuf, n_obuf):
+    """Per command, the index of the previous command touching its GBuf / OBuf entry (-1)."""
+    n = op.shape[0]
+    prev_g = np.full(n, -1, dtype=np.int64)
+    prev_o = np.full(n, -1, dtype=np.int64)
+    last_g = np.full(n_gbuf, -1, dtype=np.int64)
+    last_o = np.full(n_obuf, -1, dtype=np.int64)
+    for k in range(n):
+        if op[k] != 2:
+            prev_g[k] = last_g[gbuf[k]]
+            last_g[gbuf[k]] = k
+        if op[k] != 0:
+            prev_o[k] = last_o[out[k]]
+            last_o[out[k]] = k
+    return prev_g, prev_o
+
+
+@njit(cache=True)
+def _gbuf_expiry(d, op, issue, tv):
+    """Cycle from which GBuf predecessor ``d`` no longer blocks (INF if not issued)."""
+    if d < 0:
+        return NEVER
+    if issue[d] < 0:
+        return INF
+    if op[d] == 0:
+        return issue[d] + tv[TV_WR_INP]
+    return issue[d] + tv[TV_CCD]
+
+
+@njit(cache=True)
+def _obuf_expiry(d, op, issue, tv, is_mac):
+    """Cycle from which OBuf predecessor ``d`` no longer blocks (INF if not issued)."""
+    if d < 0:
+        return NEVER
+    if issue[d] < 0:
+        return INF
+    if op[d] == 1:
+        if is_mac:
+            return issue[d] + tv[TV_CCD]
+        return issue[d] + tv[TV_MAC]
+    return issue[d] + tv[TV_RD_OUT]
+
+
+@njit(cache=True)
+def dcs_schedule(op, gbuf, row, out, arrival, tv, depth, n_gbuf, n_obuf, sw_start, sw_end):
+    """Issue and acceptance cycle of every command under DCS.
+
+    Returns ``(issue, accept, n_switches)``; ``n_switches`` row switches are written to
+    ``sw_start``/``sw_end``. Raises if the stream cannot make progress.
+    """
+    n = op.shape[0]
+    prev_g, prev_o = entry_predecessors(op, gbuf, out, n_gbuf, n_obuf)
+    is_io = op != 1
+    n_io = 0
+    for k in range(n):
+        if is_io[k]:
+            n_io += 1
+    io_idx = np.empty(n_io, dtype=np.int64)
+    c_idx = np.empty(n - n_io, dtype=np.int64)
+    qpos = np.empty(n, dtype=np.int64)
+    i_io = 0
+    i_c = 0
+    for k in range(n):
+        if is_io[k]:
+            io_idx[i_io] = k
+            qpos[k] = i_io
+            i_io += 1
+        else:
+            c_idx[i_c] = k
+            qpos[k] = i_c
+            i_c += 1
+    n_c = n - n_io
+
+    issue = np.full(n, -1, dtype=np.int64)
+    accept = np.full(n, -1, dtype=np.int64)
+    n_acc = 0
+    a_prev = -1
+    io_h = 0
+    c_h = 0
+    c_prepared = -1
+    cur_row = -1
+    t_act_last = NEVER
+    t_last_mac = NEVER
+    row_ready = 0
+    last_io = NEVER
+    last_issue = NEVER
+    n_sw = 0
+    issued = 0
+    while issued < n:
+        # Dispatch candidate: the next command in program order.
+        ta = INF
+        if n_acc < n:
+            k = n_acc
+            ta = max(a_prev + 1, arrival[k])
+            p = qpos[k]
+            if p >= depth:
+                j = io_idx[p - depth] if is_io[k] else c_idx[p - depth]
+                ta = INF if issue[j] < 0 else max(ta, issue[j] + 1)
+        # I/O queue head.
+        ti = INF
+        if io_h < n_io and io_idx[io_h] < n_acc:
+            k = io_idx[io_h]
+            ti = max(accept[k] + 1, last_issue + 1, last_io + tv[TV_CCD])
+            if op[k] == 0:
+                ti = max(ti, _gbuf_expiry(prev_g[k], op, issue, tv))
+            else:
+                ti = max(ti, _obuf_expiry(prev_o[k], op, issue, tv, False))
+        # Compute queue head.
+        tc = INF
+        if c_h < n_c and c_idx[c_h] < n_acc:
+            k = c_idx[c_h]
+            head = accept[k] + 1
+            if c_h > 0:
+                head = max(head, issue[c_idx[c_h - 1]] + 1)
+            if c_prepared != c_h:
+                c_prepared = c_h
+                if row[k] != cur_row:
+                    start, t_act_last, row_ready = open_row(
+                        head, cur_row, t_act_last, t_last_mac, tv
+                    )
+                    sw_start[n_sw] = start
+                    sw_end[n_sw] = row_ready
+                    n_sw += 1
+                    cur_row = row[k]
+            tc = max(head, last_issue + 1, t_last_mac + tv[TV_CCD], row_ready)
+            tc = max(tc, _gbuf_expiry(prev_g[k], op, issue, tv))
+            tc = max(tc, _obuf_expiry(prev_o[k], op, issue, tv, True))
+        t = min(ta, ti, tc)
+        if t >= INF:
+            raise RuntimeError("DCS cannot make progress (malformed stream or queue deadlock)")
+        if ta == t:
+            accept[n_acc] = t
+            a_prev = t
+            n_acc += 1
+        if tc == t:
+            k = c_idx[c_h]
+            issue[k] = t
+            t_last_mac = t
+            last_issue = t
+            c_h += 1
+            issued += 1
+        elif ti == t:
+            k = io_idx[io_h]
+            issue[k] = t
+            last_io = t
+            last_issue = t
+            io_h += 1
+            issued += 1
+    return issue, accept, n_sw

@@ -1,0 +1,98 @@
+"""DRAM row timing for all-bank MACs, and the timing vector the scheduler kernels read.
+
+A MAC reads the same (row, column) in every bank, so the controller opens a row in all banks
+at once. An all-bank activation is ``banks / act_banks`` ACT commands spaced by tRRD, with at
+most four ACTs in any tFAW window; the first MAC may issue tRCD_MAC after the last ACT. A row
+switch precharges all banks first: the precharge waits tRAS after the last ACT and tRTP after
+the last MAC, and the first ACT follows tRP later. Row commands travel on the row-command
+path (GDDR6 issues row and column commands separately), so they do not take a column
+command-bus slot. The controller starts a row switch in the cycle the MAC that needs it
+reaches the head of its queue (``docs/scheduling.md``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from models.config import HardwareConfig, Timing
+
+__all__ = [
+    "INF",
+    "NEVER",
+    "TV_CCD",
+    "TV_MAC",
+    "TV_RAS",
+    "TV_RCD",
+    "TV_RD_OUT",
+    "TV_RP",
+    "TV_RTP",
+    "TV_SPAN",
+    "TV_WR_INP",
+    "activation_offsets",
+    "open_row",
+    "timing_vector",
+]
+
+INF = 1 << 62
+"""A cycle that never comes (an unresolved dependency)."""
+NEVER = -(1 << 40)
+"""A cycle long before the start (no previous event)."""
+
+# Indices into the int64 timing vector handed to the numba kernels.
+TV_CCD, TV_WR_INP, TV_MAC, TV_RD_OUT, TV_RCD, TV_RP, TV_RAS, TV_RTP, TV_SPAN = range(9)
+
+
+def activation_offsets(timing: Timing, banks: int) -> list[int]:
+    """Cycle offsets of the ACT commands of one all-bank activation (first ACT at 0)."""
+    groups = banks // timing.act_banks
+    acts: list[int] = []
+    for j in range(groups):
+        t = 0 if j == 0 else acts[j - 1] + timing.tRRD
+        if j >= 4:
+            t = max(t, acts[j - 4] + timing.tFAW)
+        acts.append(t)
+    return acts
+
+
+def timing_vector(cfg: HardwareConfig) -> np.ndarray:
+    """The int64 timing vector (``TV_*`` indices) for ``cfg``."""
+    tm = cfg.timing
+    tv = np.zeros(9, dtype=np.int64)
+    tv[TV_CCD] = tm.tCCD
+    tv[TV_WR_INP] = tm.t_WR_INP
+    tv[TV_MAC] = tm.t_MAC
+    tv[TV_RD_OUT] = tm.t_RD_OUT
+    tv[TV_RCD] = tm.tRCD_MAC
+    tv[TV_RP] = tm.tRP
+    tv[TV_RAS] = tm.tRAS
+    tv[TV_RTP] = tm.tRTP
+    tv[TV_SPAN] = activation_offsets(tm, cfg.channel.banks)[-1]
+    return tv
+
+
+@njit(cache=True)
+def exec_time(op: int, tv: np.ndarray) -> int:
+    """Execution time of an opcode: issue to completion."""
+    if op == 0:
+        return tv[TV_WR_INP]
+    if op == 1:
+        return tv[TV_MAC]
+    return tv[TV_RD_OUT]
+
+
+@njit(cache=True)
+def open_row(t_head: int, current_row: int, t_act_last: int, t_last_mac: int, tv: np.ndarray):
+    """Open a new row for a MAC that reached the queue head at ``t_head``.
+
+    Returns ``(start, t_act_last, ready)``: the cycle the precharge (or first ACT) issues,
+    the cycle of the last ACT, and the first cycle a MAC may use the row.
+    """
+    if current_row < 0:
+        start = t_head
+        first_act = t_head
+    else:
+        start = max(t_head, t_act_last + tv[TV_RAS], t_last_mac + tv[TV_RTP])
+        first_act = start + tv[TV_RP]
+    last_act = first_act + tv[TV_SPAN]
+    return start, last_act, last_act + tv[TV_RCD]

@@ -1,0 +1,252 @@
+"""The channel command set: opcodes, fields, widths, compact encoding and on-disk format.
+
+This module is the single definition of the command set. The compiler, the TLM, the RTL
+generators and the testbenches import it; nothing else declares an opcode or a field.
+
+A command stream is a numpy structured array of :data:`COMMAND_DTYPE`. Field meaning:
+
+========  ===========================================================================
+``op``    :class:`Op` (WR_INP, MAC, RD_OUT)
+``gbuf``  GBuf entry written by WR_INP or read by MAC
+``row``   DRAM row a MAC reads in all banks
+``col``   column (group of ``mac_elements``) a MAC reads in that row
+``out``   OBuf entry a MAC accumulates into or RD_OUT drains
+``gpr``   GPR tile (32 B) a WR_INP reads or a RD_OUT writes (functional mode only)
+========  ===========================================================================
+
+Fields a command does not use are zero. Files are ``.npz`` archives holding a JSON header
+(``magic``, ``format_version``, geometry) and the ``commands`` array; see
+``docs/command-format.md``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+import zipfile
+from enum import IntEnum
+from pathlib import Path
+
+import numpy as np
+
+from models.config import ChannelGeometry, HardwareConfig
+
+__all__ = [
+    "COMMAND_DTYPE",
+    "FIELDS",
+    "FORMAT_MAGIC",
+    "FORMAT_VERSION",
+    "IO_OPS",
+    "CommandFormatError",
+    "Op",
+    "StreamError",
+    "empty_stream",
+    "field_widths",
+    "load_stream",
+    "make_stream",
+    "save_stream",
+    "validate_stream",
+]
+
+
+class Op(IntEnum):
+    """Channel command opcodes."""
+
+    WR_INP = 0
+    MAC = 1
+    RD_OUT = 2
+
+
+IO_OPS = (Op.WR_INP, Op.RD_OUT)
+"""Opcodes that move data over the channel data bus (the I/O queue under DCS)."""
+
+FIELDS = ("op", "gbuf", "row", "col", "out", "gpr")
+COMMAND_DTYPE = np.dtype(
+    [("op", "u1"), ("gbuf", "u2"), ("row", "u4"), ("col", "u2"), ("out", "u2"), ("gpr", "u4")]
+)
+FORMAT_MAGIC = "pimphony-command-stream"
+FORMAT_VERSION = 1
+
+# Which fields each opcode uses (others must be zero).
+_USED = {
+    Op.WR_INP: ("gbuf", "gpr"),
+    Op.MAC: ("gbuf", "row", "col", "out"),
+    Op.RD_OUT: ("out", "gpr"),
+}
+
+
+class StreamError(ValueError):
+    """A command stream holds an illegal command for the given geometry."""
+
+
+class CommandFormatError(ValueError):
+    """A command-stream file is malformed, of another format or of another version."""
+
+
+def _bits(n: int) -> int:
+    """Bits to index ``n`` distinct values (at least 1)."""
+    return max(1, (n - 1).bit_length())
+
+
+def field_widths(geom: ChannelGeometry, gpr_bytes: int | None = None) -> dict[str, int]:
+    """Hardware field widths in bits for ``geom`` (used by the RTL payload layout)."""
+    widths = {
+        "op": _bits(len(Op)),
+        "gbuf": _bits(geom.gbuf_entries),
+        "row": _bits(geom.rows_per_bank),
+        "col": _bits(geom.columns_per_row),
+        "out": _bits(geom.obuf_entries),
+    }
+    if gpr_bytes is not None:
+        widths["gpr"] = _bits(gpr_bytes // geom.column_bytes)
+    return widths
+
+
+def empty_stream(n: int) -> np.ndarray:
+    """A zeroed stream of ``n`` commands."""
+    return np.zeros(n, dtype=COMMAND_DTYPE)
+
+
+def make_stream(commands: list[tuple]) -> np.ndarray:
+    """Build a stream from ``(op, **fields)``-style tuples: ``(Op.MAC, gbuf, row, col, out)``.
+
+    Tuples per opcode: ``(WR_INP, gbuf[, gpr])``, ``(MAC, gbuf, row, col, out)``,
+    ``(RD_OUT, out[, gpr])``.
+    """
+    s = empty_stream(len(commands))
+    for i, cmd in enumerate(commands):
+        op = Op(cmd[0])
+        s["op"][i] = op
+        names = _USED[op]
+        if len(cmd) - 1 > len(names) or (op == Op.MAC and len(cmd) != 5):
+            raise StreamError(f"command {i}: {op.name} takes fields {names}, got {cmd[1:]!r}")
+        for name, value in zip(names, cmd[1:], strict=False):
+            s[name][i] = value
+    return s
+
+
+def validate_stream(stream: np.ndarray, geom: ChannelGeometry) -> None:
+    """Raise :class:`StreamError` naming the first illegal command and field."""
+    if not isinstance(stream, np.ndarray) or stream.dtype != COMMAND_DTYPE or stream.ndim != 1:
+        raise StreamError(
+            f"a command stream must be a 1-D numpy array of dtype {COMMAND_DTYPE}, "
+            f"got {getattr(stream, 'dtype', type(stream))}"
+        )
+    op = stream["op"].astype(np.int64)
+    bad = np.flatnonzero((op < 0) | (op >= len(Op)))
+    if bad.size:
+        i = int(bad[0])
+        raise StreamError(
+            f"command {i}: op = {int(op[i])} is not an opcode; allowed: "
+            + ", ".join(f"{o.value} ({o.name})" for o in Op)
+        )
+    limits = {
+        "gbuf": geom.gbuf_entries,
+        "row": geom.rows_per_bank,
+        "col": geom.columns_per_row,
+        "out": geom.obuf_entries,
+    }
+    for o in Op:
+        mask = op == o
+        if not mask.any():
+            continue
+        for name, limit in limits.items():
+            values = stream[name]
+            if name in _USED[o]:
+                bad = np.flatnonzero(mask & (values >= limit))
+                why = f"must be < {limit}"
+            else:
+                bad = np.flatnonzero(mask & (values != 0))
+                why = f"is not used by {o.name} and must be 0"
+            if bad.size:
+                i = int(bad[0])
+                raise StreamError(f"command {i} ({o.name}): {name} = {int(values[i])} {why}")
+
+
+def _header(cfg: HardwareConfig | None, extra: dict | None) -> dict:
+    head: dict = {"magic": FORMAT_MAGIC, "format_version": FORMAT_VERSION}
+    if cfg is not None:
+        g = cfg.channel
+        head["geometry"] = {
+            "gbuf_entries": g.gbuf_entries,
+            "obuf_entries": g.obuf_entries,
+            "rows_per_bank": g.rows_per_bank,
+            "columns_per_row": g.columns_per_row,
+        }
+        head["preset"] = cfg.name
+    if extra:
+        head["meta"] = extra
+    return head
+
+
+def save_stream(
+    path: str | Path,
+    stream: np.ndarray,
+    cfg: HardwareConfig | None = None,
+    meta: dict | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write ``stream`` atomically to ``path`` (``.npz``); refuse to overwrite unless asked."""
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} exists; pass overwrite=True (CLI: --force) to replace it")
+    if cfg is not None:
+        validate_stream(stream, cfg.channel)
+    head = json.dumps(_header(cfg, meta)).encode()
+    buf = io.BytesIO()
+    np.savez(buf, header=np.frombuffer(head, dtype=np.uint8), commands=stream)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(buf.getvalue())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_stream(path: str | Path, cfg: HardwareConfig | None = None) -> tuple[np.ndarray, dict]:
+    """Read a stream file; return ``(commands, header)``. Validate against ``cfg`` if given."""
+    path = Path(path)
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise CommandFormatError(f"{path}: no such file") from None
+    except (zipfile.BadZipFile, ValueError, OSError) as exc:
+        raise CommandFormatError(f"{path}: not a pimphony command-stream file ({exc})") from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise CommandFormatError(f"{path}: not a pimphony command-stream file (plain .npy array)")
+    with archive:
+        missing = {"header", "commands"} - set(archive.files)
+        if missing:
+            raise CommandFormatError(f"{path}: missing member(s) {sorted(missing)}")
+        try:
+            head = json.loads(archive["header"].tobytes().decode())
+        except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
+            raise CommandFormatError(f"{path}: header is not JSON ({exc})") from None
+        if not isinstance(head, dict) or head.get("magic") != FORMAT_MAGIC:
+            raise CommandFormatError(f"{path}: wrong magic; not a pimphony command stream")
+        version = head.get("format_version")
+        if version != FORMAT_VERSION:
+            raise CommandFormatError(
+                f"{path}: format_version {version!r} is not supported (this pimphony reads "
+                f"version {FORMAT_VERSION})"
+            )
+        try:
+            commands = archive["commands"]
+        except ValueError as exc:
+            raise CommandFormatError(f"{path}: commands array unreadable ({exc})") from None
+    if commands.dtype != COMMAND_DTYPE:
+        raise CommandFormatError(
+            f"{path}: commands have dtype {commands.dtype}, expected {COMMAND_DTYPE}"
+        )
+    if cfg is not None:
+        try:
+            validate_stream(commands, cfg.channel)
+        except StreamError as exc:
+            raise CommandFormatError(f"{path}: {exc}") from None
+    return commands, head

@@ -1,0 +1,191 @@
+"""Ping-pong I/O-aware buffering (LoL-PIM section 6): two buffer halves, dual queues, hand-off.
+
+GBuf and OBuf are each split into a low and a high half. Contract (``docs/scheduling.md``):
+
+- **Phases.** The MACs, in program order, form compute phases: a new phase starts whenever a
+  MAC's (GBuf half, OBuf half) differs from the previous MAC's. Phase ``p`` runs in slot ``p``.
+- **Slots for I/O.** Each I/O command runs in one slot, next to one compute phase, on the
+  half that phase does not use. With ``c`` the phase of the last MAC before it in program
+  order (-1 if none): a WR_INP goes to slot ``c`` if phase ``c`` does not read its GBuf half,
+  else to ``c + 1``; a RD_OUT goes to slot ``c + 1``. Slot -1 is a prologue (inputs for the
+  first phase), slot P (after the last phase) an epilogue.
+- **Legality.** A WR_INP's slot must not use its GBuf half and must come before the phase of
+  the next MAC reading its entry; a RD_OUT's slot must not use its OBuf half and must come
+  before the next MAC writing its entry. Streams that break this are refused
+  (:class:`PingPongError`), since ping-pong has no per-entry dependency tracking.
+- **Dispatch.** Commands are accepted one per cycle in program order into the two queues,
+  which hold a whole phase (no back-pressure); a command issues one cycle after acceptance at
+  the earliest.
+- **Execution.** Within a slot the I/O queue and the compute queue each run in order with the
+  static scheduler's gaps (tCCD for the same opcode, the previous command's execution time on
+  an opcode change); one command issues per cycle, the MAC first on a tie (as under DCS).
+  A MAC's row switch starts when it reaches the head of the compute queue.
+- **Hand-off.** The next slot starts (the ping-pong bit flips) only once every command of the
+  current slot has completed (issue + execution time): both halves idle. The cycles the
+  earlier-finishing queue waits for that are the hand-off stall.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from models.dram import INF, NEVER, TV_CCD, exec_time, open_row
+
+__all__ = ["PingPongError", "pingpong_schedule", "pingpong_slots"]
+
+
+class PingPongError(ValueError):
+    """The stream cannot run under ping-pong buffering without breaking a dependency."""
+
+
+@njit(cache=True)
+def pingpong_slots(op, gbuf, out, n_gbuf, n_obuf):
+    """Slot (phase index, -1 for the prologue) of every command, and per-phase halves.
+
+    Returns ``(slot, phase_gh, phase_oh, n_phases, bad_cmd, bad_code)``; ``bad_cmd >= 0``
+    names the first command that breaks the legality rules (``bad_code`` says which).
+    """
+    n = op.shape[0]
+    half_g = n_gbuf // 2
+    half_o = n_obuf // 2
+    slot = np.empty(n, dtype=np.int64)
+    phase_gh = np.empty(n + 1, dtype=np.int64)
+    phase_oh = np.empty(n + 1, dtype=np.int64)
+    c = -1
+    for k in range(n):
+        if op[k] == 1:
+            gh = 1 if gbuf[k] >= half_g else 0
+            oh = 1 if out[k] >= half_o else 0
+            if c < 0 or gh != phase_gh[c] or oh != phase_oh[c]:
+                c += 1
+                phase_gh[c] = gh
+                phase_oh[c] = oh
+            slot[k] = c
+        elif op[k] == 0:
+            gh = 1 if gbuf[k] >= half_g else 0
+            slot[k] = c if (c < 0 or phase_gh[c] != gh) else c + 1
+        else:
+            slot[k] = c + 1
+    n_phases = c + 1
+    # Legality: scan backwards for the next MAC touching each entry.
+    next_g = np.full(n_gbuf, INF, dtype=np.int64)
+    next_o = np.full(n_obuf, INF, dtype=np.int64)
+    bad_cmd = -1
+    bad_code = 0
+    for k in range(n - 1, -1, -1):
+        s = slot[k]
+        if op[k] == 1:
+            next_g[gbuf[k]] = s
+            next_o[out[k]] = s
+        elif op[k] == 0:
+            gh = 1 if gbuf[k] >= half_g else 0
+            if s < n_phases and s >= 0 and phase_gh[s] == gh:
+                bad_cmd, bad_code = k, 1
+            elif next_g[gbuf[k]] <= s:
+                bad_cmd, bad_code = k, 2
+        else:
+            oh = 1 if out[k] >= half_o else 0
+            if s < n_phases and phase_oh[s] == oh:
+                bad_cmd, bad_code = k, 3
+            elif next_o[out[k]] <= s:
+                bad_cmd, bad_code = k, 4
+    return slot, phase_gh[:n_phases], phase_oh[:n_phases], n_phases, bad_cmd, bad_code
+
+
+@njit(cache=True)
+def pingpong_schedule(op, row, slot, n_phases, arrival, tv, sw_start, sw_end):
+    """Issue cycle of every command under ping-pong, given its slot.
+
+    Returns ``(issue, n_switches, handoff_stall)``.
+    """
+    n = op.shape[0]
+    # Dispatch: one command per cycle in program order, into queues that hold a whole phase.
+    accept = np.empty(n, dtype=np.int64)
+    a_prev = -1
+    for k in range(n):
+        a_prev = max(a_prev + 1, arrival[k])
+        accept[k] = a_prev
+    n_slots = n_phases + 2  # prologue, phases, epilogue
+    # Bucket commands by slot, keeping program order inside each bucket.
+    count = np.zeros(n_slots + 1, dtype=np.int64)
+    for k in range(n):
+        count[slot[k] + 2] += 1
+    start_of = np.cumsum(count)
+    fill = start_of.copy()
+    order = np.empty(n, dtype=np.int64)
+    for k in range(n):
+        order[fill[slot[k] + 1]] = k
+        fill[slot[k] + 1] += 1
+
+    issue = np.empty(n, dtype=np.int64)
+    barrier = 1
+    last_io = NEVER
+    last_io_op = -1
+    last_mac = NEVER
+    last_issue = NEVER
+    cur_row = -1
+    t_act_last = NEVER
+    row_ready = 0
+    n_sw = 0
+    handoff = 0
+    for s in range(n_slots):
+        lo = start_of[s]
+        hi = start_of[s + 1]
+        # Two cursors over the bucket: one for I/O commands, one for MACs.
+        pi = lo
+        pc = lo
+        while pi < hi and op[order[pi]] == 1:
+            pi += 1
+        while pc < hi and op[order[pc]] != 1:
+            pc += 1
+        prepared = -1
+        end_io = barrier
+        end_c = barrier
+        while pi < hi or pc < hi:
+            ti = INF
+            if pi < hi:
+                k = order[pi]
+                gap = tv[TV_CCD]
+                if last_io_op >= 0 and last_io_op != op[k] and last_io >= barrier:
+                    gap = exec_time(last_io_op, tv)
+                ti = max(barrier, accept[k] + 1, last_issue + 1, last_io + gap)
+            tc = INF
+            if pc < hi:
+                k = order[pc]
+                if prepared != pc:
+                    prepared = pc
+                    if row[k] != cur_row:
+                        head = max(last_mac + 1, accept[k] + 1)
+                        st, t_act_last, row_ready = open_row(
+                            head, cur_row, t_act_last, last_mac, tv
+                        )
+                        sw_start[n_sw] = st
+                        sw_end[n_sw] = row_ready
+                        n_sw += 1
+                        cur_row = row[k]
+                tc = max(barrier, accept[k] + 1, last_issue + 1, last_mac + tv[TV_CCD], row_ready)
+            if ti < tc:
+                k = order[pi]
+                issue[k] = ti
+                last_io = ti
+                last_io_op = op[k]
+                last_issue = ti
+                end_io = max(end_io, ti + exec_time(op[k], tv))
+                pi += 1
+                while pi < hi and op[order[pi]] == 1:
+                    pi += 1
+            else:
+                k = order[pc]
+                issue[k] = tc
+                last_mac = tc
+                last_issue = tc
+                end_c = max(end_c, tc + exec_time(1, tv))
+                pc += 1
+                while pc < hi and op[order[pc]] != 1:
+                    pc += 1
+        new_barrier = max(end_io, end_c)
+        if end_io > barrier and end_c > barrier:
+            handoff += new_barrier - min(end_io, end_c)
+        barrier = new_barrier
+    return issue, n_sw, handoff

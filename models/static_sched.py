@@ -1,0 +1,58 @@
+"""The static (baseline) scheduler: strictly in order, fixed time gaps.
+
+Command ``i`` issues at the earliest cycle that satisfies all of:
+
+- it has been accepted (one command per cycle from the input stream, into a FIFO of
+  ``queue_depth`` entries) and at least one cycle has passed since;
+- ``issue(i-1) + gap``, where ``gap`` is tCCD when ``op(i) == op(i-1)`` and the execution
+  time of command ``i-1`` (t_WR_INP, t_MAC or t_RD_OUT) otherwise;
+- for a MAC: its row is open (``models.dram.open_row``; the switch starts when the MAC reaches
+  the head of the queue, i.e. the cycle after ``issue(i-1)``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from models.dram import NEVER, TV_CCD, exec_time, open_row
+
+__all__ = ["static_schedule"]
+
+
+@njit(cache=True)
+def static_schedule(op, row, arrival, tv, depth, sw_start, sw_end):
+    """Issue cycle of every command; row switches written to ``sw_start``/``sw_end``.
+
+    Returns ``(issue, n_switches)``.
+    """
+    n = op.shape[0]
+    issue = np.empty(n, dtype=np.int64)
+    cur_row = -1
+    t_act_last = NEVER
+    t_last_mac = NEVER
+    row_ready = 0
+    n_sw = 0
+    a_prev = -1
+    for i in range(n):
+        a = max(a_prev + 1, arrival[i])
+        if i >= depth:
+            a = max(a, issue[i - depth] + 1)
+        a_prev = a
+        head = a + 1
+        t = head
+        if i > 0:
+            head = max(head, issue[i - 1] + 1)
+            gap = tv[TV_CCD] if op[i] == op[i - 1] else exec_time(op[i - 1], tv)
+            t = max(head, issue[i - 1] + gap)
+        if op[i] == 1:
+            if row[i] != cur_row:
+                start, t_act_last, row_ready = open_row(head, cur_row, t_act_last, t_last_mac, tv)
+                sw_start[n_sw] = start
+                sw_end[n_sw] = row_ready
+                n_sw += 1
+                cur_row = row[i]
+            t = max(t, row_ready)
+            t_last_mac = t
+        issue[i] = t
+    return issue, n_sw

@@ -1,0 +1,1 @@
+"""Amaranth descriptions of the PIM controller blocks."""

@@ -1,0 +1,1 @@
+"""Drivers: the ``pimphony`` command line, reports, benchmarks and simulation glue."""
