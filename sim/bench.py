@@ -1,0 +1,74 @@
+"""``make bench``: TLM speed of each scheduler on a stream of more than a million commands.
+
+Prints a table of commands per second per scheduler and the ratio to the 1 M commands/s
+target. JIT compilation is excluded (a small warm-up run comes first); each figure is the
+best of ``--repeat`` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from compiler.kernels import compile_gemv
+from models.channel import SCHEDULERS, run_channel
+from models.config import load_preset
+
+__all__ = ["TARGET_COMMANDS_PER_S", "bench_tlm", "main"]
+
+TARGET_COMMANDS_PER_S = 1_000_000
+
+
+def bench_tlm(d: int = 16384, repeat: int = 3, preset: str = "aim-16ch") -> list[dict]:
+    """Time every scheduler on an FC GEMV ``d x d`` stream; return one row per scheduler."""
+    cfg = load_preset(preset)
+    warm = compile_gemv(cfg, 256, 256).commands
+    for s in SCHEDULERS:
+        run_channel(warm, cfg, s)
+    t0 = time.perf_counter()
+    stream = compile_gemv(cfg, d, d).commands
+    compile_s = time.perf_counter() - t0
+    rows = []
+    for s in SCHEDULERS:
+        best = float("inf")
+        result = None
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            result = run_channel(stream, cfg, s)
+            best = min(best, time.perf_counter() - t0)
+        rows.append({
+            "scheduler": s,
+            "commands": int(stream.shape[0]),
+            "simulated_cycles": result.cycles,
+            "seconds": best,
+            "commands_per_s": stream.shape[0] / best,
+            "compile_seconds": compile_s,
+        })
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the TLM speed table."""
+    parser = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__)
+    parser.add_argument("--dim", type=int, default=16384, help="GEMV dimension (d x d)")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+    print(f"TLM speed: FC GEMV {args.dim}x{args.dim} on one aim-16ch channel "
+          f"(best of {args.repeat}, JIT warm)", flush=True)
+    rows = bench_tlm(args.dim, args.repeat)
+    print(f"stream: {rows[0]['commands']:,} commands, compiled in "
+          f"{rows[0]['compile_seconds']:.2f} s")
+    head = f"{'scheduler':<10}{'commands':>12}{'sim cycles':>13}{'seconds':>10}" \
+           f"{'cmds/s':>14}{'vs 1M/s':>9}"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r['scheduler']:<10}{r['commands']:>12,}{r['simulated_cycles']:>13,}"
+              f"{r['seconds']:>10.3f}{r['commands_per_s']:>14,.0f}"
+              f"{r['commands_per_s'] / TARGET_COMMANDS_PER_S:>8.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""The ``pimphony`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from compiler.kernels import GQA_MAPPINGS, KERNELS, CompileError, KernelProgram, compile_kernel
+from models.channel import SCHEDULERS, run_channel
+from models.config import ConfigError, HardwareConfig, available_presets, load_preset
+from models.isa import CommandFormatError, StreamError, load_stream, save_stream
+from models.pingpong import PingPongError
+from sim.report import describe_kernel, kernel_summary, plot_breakdowns, scheduler_table
+
+__all__ = ["DEMO_KERNELS", "main"]
+
+DEMO_KERNELS: tuple[tuple[str, dict], ...] = (
+    ("qk", {"tokens": 4096, "d_h": 128}),
+    ("sv", {"tokens": 4096, "d_h": 128}),
+    ("gemv", {"d_out": 4096, "d_in": 4096}),
+)
+DEMO_PLOT = Path("build/demo/breakdown.png")
+
+_USER_ERRORS = (
+    CompileError,
+    ConfigError,
+    StreamError,
+    CommandFormatError,
+    PingPongError,
+    FileExistsError,
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2 with usage; keep that
+        self.print_usage(sys.stderr)
+        self.exit(2, f"pimphony: error: {message}\n")
+
+
+def _kernel_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kernel", choices=KERNELS, help="kernel to lower onto one channel")
+    p.add_argument("--dout", type=int, help="GEMV output dimension d_out")
+    p.add_argument("--din", type=int, help="GEMV input dimension d_in")
+    p.add_argument("--tokens", type=int, help="attention context length T")
+    p.add_argument("--dh", type=int, help="attention head dimension d_h")
+    p.add_argument("--gqa-group", type=int, default=None, help="query heads sharing K/V (GQA)")
+    p.add_argument("--mapping", choices=GQA_MAPPINGS, default=None, help="GQA mapping")
+    p.add_argument("--preset", default="aim-16ch", help="hardware preset name or .toml path")
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="pimphony", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    demo = sub.add_parser("demo", help="QK^T, SV and FC GEMV under every scheduler")
+    demo.add_argument("--preset", default="aim-16ch")
+    demo.add_argument("--json", action="store_true", help="print one JSON object")
+    demo.add_argument("--plot", type=Path, default=DEMO_PLOT, help="breakdown plot (PNG)")
+
+    run = sub.add_parser("run", help="one kernel under one scheduler")
+    _kernel_args(run)
+    run.add_argument("--stream", type=Path, help="run a saved command stream instead")
+    run.add_argument("--sched", choices=SCHEDULERS, default="dcs")
+    run.add_argument("--json", action="store_true", help="print one JSON object")
+
+    comp = sub.add_parser("compile", help="write a kernel's command stream to a file")
+    _kernel_args(comp)
+    comp.add_argument("-o", "--output", type=Path, required=True, help="output .npz file")
+    comp.add_argument("--force", action="store_true", help="overwrite an existing file")
+
+    sub.add_parser("presets", help="list the hardware presets")
+    return parser
+
+
+def _shape_from_args(args: argparse.Namespace) -> tuple[str, dict]:
+    if args.kernel is None:
+        raise CompileError("--kernel is required (one of: " + ", ".join(KERNELS) + ")")
+    given = {k for k in ("dout", "din", "tokens", "dh", "gqa_group", "mapping")
+             if getattr(args, k) is not None}
+    if args.kernel == "gemv":
+        needed, allowed = {"dout", "din"}, {"dout", "din"}
+    else:
+        needed, allowed = {"tokens", "dh"}, {"tokens", "dh", "gqa_group", "mapping"}
+    flag = {k: "--" + k.replace("_", "-") for k in given | needed}
+    missing = needed - given
+    if missing:
+        raise CompileError(
+            f"--kernel {args.kernel} needs " + " and ".join(sorted(flag[k] for k in missing))
+        )
+    extra = given - allowed
+    if extra:
+        raise CompileError(
+            f"--kernel {args.kernel} does not take " + ", ".join(sorted(flag[k] for k in extra))
+        )
+    if args.kernel == "gemv":
+        return "gemv", {"d_out": args.dout, "d_in": args.din}
+    shape = {"tokens": args.tokens, "d_h": args.dh, "gqa_group": args.gqa_group or 1}
+    if args.mapping:
+        shape["mapping"] = args.mapping
+    return args.kernel, shape
+
+
+def _compile(args: argparse.Namespace, cfg: HardwareConfig) -> KernelProgram:
+    kind, shape = _shape_from_args(args)
+    return compile_kernel(cfg, kind, **shape)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    cfg = load_preset(args.preset)
+    runs, report = [], []
+    for kind, shape in DEMO_KERNELS:
+        prog = compile_kernel(cfg, kind, **shape)
+        results = [run_channel(prog.commands, cfg, s) for s in SCHEDULERS]
+        runs.append((prog, results))
+    if args.json:
+        for prog, results in runs:
+            base = results[0].cycles
+            report.append([kernel_summary(prog, r, base) for r in results])
+        print(json.dumps({"preset": cfg.name, "kernels": report}, indent=2))
+    else:
+        print(f"pimphony demo: one channel of {cfg.name} "
+              f"({cfg.channel.banks} banks, GBuf {cfg.channel.gbuf_entries} / "
+              f"OBuf {cfg.channel.obuf_entries} entries, 1 GHz cycles)\n")
+        for prog, results in runs:
+            print(describe_kernel(prog))
+            print(scheduler_table(results))
+            print()
+    labels = [describe_kernel(p).split(":")[0] for p, _ in runs]
+    path = plot_breakdowns(list(zip(labels, [r for _, r in runs], strict=True)), args.plot,
+                           f"Cycle breakdown per scheduler ({cfg.name}, one channel)")
+    if not args.json:
+        print(f"breakdown plot: {path}")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    cfg = load_preset(args.preset)
+    if args.stream is not None:
+        if args.kernel is not None:
+            raise CompileError("give either --stream or --kernel, not both")
+        stream, head = load_stream(args.stream, cfg)
+        meta = head.get("meta", {})
+        result = run_channel(stream, cfg, args.sched)
+        static = run_channel(stream, cfg, "static").cycles
+        summary = {"stream": str(args.stream), "meta": meta, "preset": cfg.name,
+                   **result.to_dict(), "speedup_vs_static": static / max(result.cycles, 1)}
+        if args.json:
+            print(json.dumps(summary, indent=2))
+        else:
+            print(f"{args.stream}: {stream.shape[0]} commands")
+            print(scheduler_table([run_channel(stream, cfg, "static"), result]
+                                  if args.sched != "static" else [result]))
+        return 0
+    prog = _compile(args, cfg)
+    result = run_channel(prog.commands, cfg, args.sched)
+    static = result if args.sched == "static" else run_channel(prog.commands, cfg, "static")
+    if args.json:
+        print(json.dumps(kernel_summary(prog, result, static.cycles), indent=2))
+    else:
+        print(describe_kernel(prog))
+        print(scheduler_table([static, result] if result is not static else [result]))
+    return 0
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    cfg = load_preset(args.preset)
+    prog = _compile(args, cfg)
+    meta = {"kernel": prog.kind, "shape": prog.shape}
+    path = save_stream(args.output, prog.commands, cfg, meta=meta, overwrite=args.force)
+    print(f"wrote {path}: {describe_kernel(prog)}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``pimphony`` command."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "demo":
+            return _cmd_demo(args)
+        if args.command == "run":
+            return _cmd_run(args)
+        if args.command == "compile":
+            return _cmd_compile(args)
+        if args.command == "presets":
+            for name in available_presets():
+                cfg = load_preset(name)
+                print(f"{name}: {cfg.module.channels} channels x {cfg.channel.banks} banks, "
+                      f"GBuf {cfg.channel.gbuf_entries}, OBuf {cfg.channel.obuf_entries}")
+            return 0
+    except _USER_ERRORS as exc:
+        print(f"pimphony: error: {exc}", file=sys.stderr)
+        return 2
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

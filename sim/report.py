@@ -1,0 +1,127 @@
+"""Text tables, JSON summaries and plots for channel runs."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from compiler.kernels import KernelProgram
+from models.channel import BREAKDOWN_KEYS, ScheduleResult
+
+__all__ = [
+    "describe_kernel",
+    "kernel_summary",
+    "plot_breakdowns",
+    "scheduler_table",
+    "write_atomic",
+]
+
+_BREAKDOWN_TITLES = {
+    "mac_busy": "MAC busy",
+    "io_transfer": "I/O xfer",
+    "dependency_stall": "dep stall",
+    "row_switch": "row switch",
+}
+
+
+def describe_kernel(prog: KernelProgram) -> str:
+    """One line naming the kernel, its shape and its command counts."""
+    s = prog.shape
+    if prog.kind == "gemv":
+        shape = f"FC GEMV {s['d_out']}x{s['d_in']}"
+    else:
+        name = "attention QK^T" if prog.kind == "qk" else "attention SV"
+        group = "MHA" if s["gqa_group"] == 1 else f"GQA group {s['gqa_group']}, {s['mapping']}"
+        shape = f"{name} T={s['tokens']} d_h={s['d_h']} ({group})"
+    counts = ", ".join(f"{k} {v}" for k, v in prog.counts.items())
+    return f"{shape}: {prog.commands.shape[0]} commands ({counts})"
+
+
+def scheduler_table(results: Sequence[ScheduleResult]) -> str:
+    """A table of cycles, utilisation, speedup vs static and the time breakdown."""
+    base = next((r.cycles for r in results if r.scheduler == "static"), results[0].cycles)
+    head = (
+        f"{'scheduler':<10}{'cycles':>10}{'MAC util':>10}{'speedup':>9}"
+        + "".join(f"{_BREAKDOWN_TITLES[k]:>12}" for k in BREAKDOWN_KEYS)
+    )
+    lines = [head, "-" * len(head)]
+    for r in results:
+        speedup = base / r.cycles if r.cycles else 0.0
+        cells = "".join(
+            f"{r.breakdown[k]:>7} {100 * r.breakdown[k] / max(r.cycles, 1):3.0f}%"
+            for k in BREAKDOWN_KEYS
+        )
+        lines.append(
+            f"{r.scheduler:<10}{r.cycles:>10}{100 * r.mac_utilization:>9.1f}%"
+            f"{speedup:>8.2f}x{cells}"
+        )
+    return "\n".join(lines)
+
+
+def kernel_summary(
+    prog: KernelProgram, result: ScheduleResult, static_cycles: int | None = None
+) -> dict:
+    """JSON-ready summary of one kernel run."""
+    summary = {
+        "kernel": prog.kind,
+        "shape": dict(prog.shape),
+        "preset": prog.cfg.name,
+        **result.to_dict(),
+    }
+    if static_cycles is not None and result.cycles:
+        summary["speedup_vs_static"] = static_cycles / result.cycles
+    return summary
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def plot_breakdowns(
+    runs: Sequence[tuple[str, Sequence[ScheduleResult]]], path: Path, title: str
+) -> Path:
+    """Stacked bars of the cycle breakdown, one group of bars per kernel; written to ``path``."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {
+        "mac_busy": "#2a9d8f",
+        "io_transfer": "#e9c46a",
+        "dependency_stall": "#e76f51",
+        "row_switch": "#264653",
+    }
+    fig, axes = plt.subplots(1, len(runs), figsize=(4.2 * len(runs), 4.2), squeeze=False)
+    for ax, (label, results) in zip(axes[0], runs, strict=True):
+        names = [r.scheduler for r in results]
+        bottom = [0.0] * len(results)
+        for key in BREAKDOWN_KEYS:
+            vals = [r.breakdown[key] / 1e3 for r in results]
+            ax.bar(names, vals, bottom=bottom, color=colors[key], label=_BREAKDOWN_TITLES[key])
+            bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+        for x, r in enumerate(results):
+            ax.text(x, bottom[x], f"{100 * r.mac_utilization:.0f}%", ha="center", va="bottom")
+        ax.set_title(label, fontsize=9)
+        ax.set_ylabel("kilocycles (label: MAC utilisation)")
+    axes[0][0].legend(loc="upper right", fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    write_atomic(path, buf.getvalue())
+    return path
