@@ -1,0 +1,118 @@
+"""Pieces shared by the scheduler RTL: stream payload layouts and the DRAM row timer.
+
+Every width and timing value is derived from a :class:`models.config.HardwareConfig`; nothing
+here declares an opcode or a timing constant of its own.
+"""
+
+from __future__ import annotations
+
+from amaranth import Module, Mux, Signal, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from models.config import HardwareConfig
+from models.dram import activation_offsets
+from models.isa import Op, field_widths
+
+__all__ = [
+    "CYCLE_BITS",
+    "SEQ_BITS",
+    "RowTimer",
+    "command_layout",
+    "issued_layout",
+    "saturating_down",
+]
+
+SEQ_BITS = 32
+"""Width of the program-order sequence number tagged on every accepted command."""
+CYCLE_BITS = 32
+"""Width of the cycle counter tagged on every issued command."""
+
+
+def command_layout(cfg: HardwareConfig) -> data.StructLayout:
+    """Layout of one channel command (fields of :data:`models.isa.COMMAND_DTYPE` in hardware)."""
+    w = field_widths(cfg.channel)
+    return data.StructLayout(
+        {name: unsigned(w[name]) for name in ("op", "gbuf", "row", "col", "out")}
+    )
+
+
+def issued_layout(cfg: HardwareConfig) -> data.StructLayout:
+    """Layout of an issued command: the command, its sequence number and its issue cycle."""
+    return data.StructLayout(
+        {"cmd": command_layout(cfg), "seq": unsigned(SEQ_BITS), "cycle": unsigned(CYCLE_BITS)}
+    )
+
+
+def saturating_down(m: Module, counter: Signal) -> None:
+    """Count ``counter`` down by one per cycle, stopping at zero (sync domain)."""
+    m.d.sync += counter.eq(Mux(counter == 0, 0, counter - 1))
+
+
+class RowTimer(wiring.Component):
+    """Open-row state and row-switch timing for all-bank MACs (``models.dram``).
+
+    A switch starts in the first cycle a MAC for another row is at the head of its queue
+    (``head_valid``); ``row_ok`` says the head MAC may use its row this cycle. All waits are
+    down-counters of cycles left, so nothing wraps.
+
+    Ports: ``head_valid`` (a MAC is at the queue head), ``head_row``, ``mac_issue`` (a MAC
+    issues this cycle), ``row_ok``, ``switching`` (a precharge/activate is in progress).
+    """
+
+    def __init__(self, cfg: HardwareConfig):
+        tm = cfg.timing
+        self._span = activation_offsets(tm, cfg.channel.banks)[-1]
+        self._t = tm
+        row_bits = field_widths(cfg.channel)["row"]
+        longest = tm.tRAS + tm.tRTP + tm.tRP + self._span + max(tm.tRCD_MAC, tm.tRAS)
+        self._wait_shape = unsigned(longest.bit_length())
+        super().__init__(
+            {
+                "head_valid": In(1),
+                "head_row": In(row_bits),
+                "mac_issue": In(1),
+                "row_ok": Out(1),
+                "switching": Out(1),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        tm, span = self._t, self._span
+        open_row = Signal.like(self.head_row)
+        row_open = Signal()
+        row_wait = Signal(self._wait_shape)  # cycles until the open row is usable
+        ras_wait = Signal(self._wait_shape)  # cycles until tRAS allows a precharge
+        rtp_wait = Signal(self._wait_shape)  # cycles until tRTP allows a precharge
+        pre_delay = Signal(self._wait_shape)
+        m.d.comb += pre_delay.eq(Mux(ras_wait > rtp_wait, ras_wait, rtp_wait))
+
+        start = Signal()
+        m.d.comb += [
+            start.eq(self.head_valid & (~row_open | (self.head_row != open_row))),
+            self.row_ok.eq(row_open & (self.head_row == open_row) & (row_wait == 0)),
+            self.switching.eq(row_wait != 0),
+        ]
+        with m.If(start):
+            # Cycles from now to the last ACT of the new activation.
+            to_last_act = Mux(row_open, pre_delay + tm.tRP + span, span)
+            m.d.sync += [
+                open_row.eq(self.head_row),
+                row_open.eq(1),
+                row_wait.eq(to_last_act + tm.tRCD_MAC - 1),
+                ras_wait.eq(to_last_act + tm.tRAS - 1),
+            ]
+        with m.Else():
+            saturating_down(m, row_wait)
+            saturating_down(m, ras_wait)
+        with m.If(self.mac_issue):
+            m.d.sync += rtp_wait.eq(tm.tRTP - 1)
+        with m.Else():
+            saturating_down(m, rtp_wait)
+        return m
+
+
+OP_MAC = int(Op.MAC)
+OP_WR_INP = int(Op.WR_INP)
+OP_RD_OUT = int(Op.RD_OUT)

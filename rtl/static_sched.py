@@ -1,0 +1,106 @@
+"""The static (baseline) channel scheduler in Amaranth: in order, fixed gaps.
+
+Cycle-exact twin of :func:`models.static_sched.static_schedule`; the rules are in
+``docs/scheduling.md``.
+"""
+
+from __future__ import annotations
+
+from amaranth import Module, Signal, unsigned
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from models.config import HardwareConfig
+from rtl.common import (
+    CYCLE_BITS,
+    OP_MAC,
+    SEQ_BITS,
+    RowTimer,
+    command_layout,
+    issued_layout,
+    saturating_down,
+)
+
+__all__ = ["StaticScheduler"]
+
+
+class StaticScheduler(wiring.Component):
+    """In-order scheduler with static gaps and all-bank row handling.
+
+    Ports: ``i`` takes commands (``rtl.common.command_layout``); ``o`` emits each issued
+    command with its sequence number and issue cycle (``rtl.common.issued_layout``). ``cycle``
+    is the free-running cycle counter (0 in the first cycle after reset).
+    """
+
+    def __init__(self, cfg: HardwareConfig):
+        self.cfg = cfg
+        super().__init__(
+            {
+                "i": In(stream.Signature(command_layout(cfg))),
+                "o": Out(stream.Signature(issued_layout(cfg))),
+                "cycle": Out(CYCLE_BITS),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, tm = self.cfg, self.cfg.timing
+        entry = data.StructLayout({"cmd": command_layout(cfg), "seq": unsigned(SEQ_BITS)})
+        m.submodules.queue = queue = fifo.SyncFIFO(width=entry.size, depth=cfg.dcs.queue_depth)
+        m.submodules.rows = rows = RowTimer(cfg)
+
+        m.d.sync += self.cycle.eq(self.cycle + 1)
+
+        # Dispatch: one command per cycle into the FIFO, tagged with its sequence number.
+        seq = Signal(SEQ_BITS)
+        pushed = data.View(entry, queue.w_data)
+        m.d.comb += [
+            pushed.cmd.eq(self.i.payload),
+            pushed.seq.eq(seq),
+            queue.w_en.eq(self.i.valid),
+            self.i.ready.eq(queue.w_rdy),
+        ]
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += seq.eq(seq + 1)
+
+        # Issue: the head waits tCCD after a command of its own opcode, else the previous
+        # command's execution time.
+        head = data.View(entry, queue.r_data)
+        last_op = Signal.like(head.cmd.op)
+        any_issued = Signal()
+        wait_bits = max(tm.t_WR_INP, tm.t_MAC, tm.t_RD_OUT, tm.tCCD).bit_length()
+        ccd_wait = Signal(wait_bits)
+        exec_wait = Signal(wait_bits)
+        is_mac = head.cmd.op == OP_MAC
+        gap_ok = (
+            ~any_issued
+            | ((head.cmd.op == last_op) & (ccd_wait == 0))
+            | ((head.cmd.op != last_op) & (exec_wait == 0))
+        )
+        ready = queue.r_rdy & gap_ok & (~is_mac | rows.row_ok)
+        issued = data.View(issued_layout(cfg), self.o.payload)
+        m.d.comb += [
+            rows.head_valid.eq(queue.r_rdy & is_mac),
+            rows.head_row.eq(head.cmd.row),
+            self.o.valid.eq(ready),
+            issued.cmd.eq(head.cmd),
+            issued.seq.eq(head.seq),
+            issued.cycle.eq(self.cycle),
+        ]
+        fire = self.o.valid & self.o.ready
+        m.d.comb += [queue.r_en.eq(fire), rows.mac_issue.eq(fire & is_mac)]
+        with m.If(fire):
+            exec_time = [tm.t_WR_INP, tm.t_MAC, tm.t_RD_OUT]
+            m.d.sync += [
+                last_op.eq(head.cmd.op),
+                any_issued.eq(1),
+                ccd_wait.eq(tm.tCCD - 1),
+            ]
+            with m.Switch(head.cmd.op):
+                for op, t in enumerate(exec_time):
+                    with m.Case(op):
+                        m.d.sync += exec_wait.eq(t - 1)
+        with m.Else():
+            saturating_down(m, ccd_wait)
+            saturating_down(m, exec_wait)
+        return m
