@@ -232,15 +232,25 @@ def _lower(cfg: HardwareConfig, p: GemvPlan) -> np.ndarray:
                             )
                             i += 1
                 for g in range(b0, g_hi):
-                    for j, h in enumerate(heads):
-                        out = oh + (g - b0) * per_pass + j
-                        for k in range(k0, k1):
-                            a = addr + (g - b0) * (k1 - k0) + (k - k0)
+                    first = addr + (g - b0) * (k1 - k0)  # column address of tile k0 of g
+                    # Split the group's tiles at DRAM-row boundaries: every head finishes a row
+                    # segment before the next row opens (row reuse across the GQA group).
+                    seg_lo = k0
+                    while seg_lo < k1:
+                        a_lo = first + (seg_lo - k0)
+                        seg_hi = min(k1, seg_lo + cols - a_lo % cols)
+                        for j in range(per_pass):
+                            out = oh + (g - b0) * per_pass + j
                             slot = gh + j * (p.tiles if p.resident else p.chunk_tiles)
-                            slot += k if p.resident else k - k0
-                            cmds[i] = (Op.MAC, slot, a // cols, a % cols, out, 0)
-                            i += 1
-                        if c == n_chunks - 1:
+                            for k in range(seg_lo, seg_hi):
+                                a = first + (k - k0)
+                                gb = slot + (k if p.resident else k - k0)
+                                cmds[i] = (Op.MAC, gb, a // cols, a % cols, out, 0)
+                                i += 1
+                        seg_lo = seg_hi
+                    if c == n_chunks - 1:
+                        for j, h in enumerate(heads):
+                            out = oh + (g - b0) * per_pass + j
                             cmds[i] = (Op.RD_OUT, 0, 0, 0, out, p.gpr_out_base + h * p.groups + g)
                             i += 1
                 addr += (g_hi - b0) * (k1 - k0)

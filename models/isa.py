@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import tempfile
 import zipfile
 from enum import IntEnum
 from pathlib import Path
@@ -32,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from models.config import ChannelGeometry, HardwareConfig
+from models.fileio import write_atomic
 
 __all__ = [
     "COMMAND_DTYPE",
@@ -127,8 +126,13 @@ def make_stream(commands: list[tuple]) -> np.ndarray:
     return s
 
 
-def validate_stream(stream: np.ndarray, geom: ChannelGeometry) -> None:
-    """Raise :class:`StreamError` naming the first illegal command and field."""
+def validate_stream(
+    stream: np.ndarray, geom: ChannelGeometry, gpr_tiles: int | None = None
+) -> None:
+    """Raise :class:`StreamError` naming the first illegal command and field.
+
+    ``gpr_tiles`` (the GPR size in 32 B tiles), if given, also bounds the ``gpr`` field.
+    """
     if not isinstance(stream, np.ndarray) or stream.dtype != COMMAND_DTYPE or stream.ndim != 1:
         raise StreamError(
             f"a command stream must be a 1-D numpy array of dtype {COMMAND_DTYPE}, "
@@ -147,6 +151,7 @@ def validate_stream(stream: np.ndarray, geom: ChannelGeometry) -> None:
         "row": geom.rows_per_bank,
         "col": geom.columns_per_row,
         "out": geom.obuf_entries,
+        "gpr": gpr_tiles if gpr_tiles is not None else np.iinfo(np.uint32).max + 1,
     }
     for o in Op:
         mask = op == o
@@ -193,20 +198,11 @@ def save_stream(
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} exists; pass overwrite=True (CLI: --force) to replace it")
     if cfg is not None:
-        validate_stream(stream, cfg.channel)
+        validate_stream(stream, cfg.channel, gpr_tiles=cfg.module.gpr_bytes // 32)
     head = json.dumps(_header(cfg, meta)).encode()
     buf = io.BytesIO()
     np.savez(buf, header=np.frombuffer(head, dtype=np.uint8), commands=stream)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(buf.getvalue())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomic(path, buf.getvalue(), overwrite=overwrite)
 
 
 def load_stream(path: str | Path, cfg: HardwareConfig | None = None) -> tuple[np.ndarray, dict]:
@@ -231,7 +227,7 @@ def load_stream(path: str | Path, cfg: HardwareConfig | None = None) -> tuple[np
         if not isinstance(head, dict) or head.get("magic") != FORMAT_MAGIC:
             raise CommandFormatError(f"{path}: wrong magic; not a pimphony command stream")
         version = head.get("format_version")
-        if version != FORMAT_VERSION:
+        if type(version) is not int or version != FORMAT_VERSION:
             raise CommandFormatError(
                 f"{path}: format_version {version!r} is not supported (this pimphony reads "
                 f"version {FORMAT_VERSION})"
@@ -246,7 +242,7 @@ def load_stream(path: str | Path, cfg: HardwareConfig | None = None) -> tuple[np
         )
     if cfg is not None:
         try:
-            validate_stream(commands, cfg.channel)
+            validate_stream(commands, cfg.channel, gpr_tiles=cfg.module.gpr_bytes // 32)
         except StreamError as exc:
             raise CommandFormatError(f"{path}: {exc}") from None
     return commands, head

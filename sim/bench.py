@@ -37,14 +37,16 @@ def bench_tlm(d: int = 16384, repeat: int = 3, preset: str = "aim-16ch") -> list
             t0 = time.perf_counter()
             result = run_channel(stream, cfg, s)
             best = min(best, time.perf_counter() - t0)
-        rows.append({
-            "scheduler": s,
-            "commands": int(stream.shape[0]),
-            "simulated_cycles": result.cycles,
-            "seconds": best,
-            "commands_per_s": stream.shape[0] / best,
-            "compile_seconds": compile_s,
-        })
+        rows.append(
+            {
+                "scheduler": s,
+                "commands": int(stream.shape[0]),
+                "simulated_cycles": result.cycles,
+                "seconds": best,
+                "commands_per_s": stream.shape[0] / best,
+                "compile_seconds": compile_s,
+            }
+        )
     return rows
 
 
@@ -54,19 +56,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dim", type=int, default=16384, help="GEMV dimension (d x d)")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
-    print(f"TLM speed: FC GEMV {args.dim}x{args.dim} on one aim-16ch channel "
-          f"(best of {args.repeat}, JIT warm)", flush=True)
+    print(
+        f"TLM speed: FC GEMV {args.dim}x{args.dim} on one aim-16ch channel "
+        f"(best of {args.repeat}, JIT warm)",
+        flush=True,
+    )
     rows = bench_tlm(args.dim, args.repeat)
-    print(f"stream: {rows[0]['commands']:,} commands, compiled in "
-          f"{rows[0]['compile_seconds']:.2f} s")
-    head = f"{'scheduler':<10}{'commands':>12}{'sim cycles':>13}{'seconds':>10}" \
-           f"{'cmds/s':>14}{'vs 1M/s':>9}"
+    print(
+        f"stream: {rows[0]['commands']:,} commands, compiled in {rows[0]['compile_seconds']:.2f} s"
+    )
+    head = (
+        f"{'scheduler':<10}{'commands':>12}{'sim cycles':>13}{'seconds':>10}"
+        f"{'cmds/s':>14}{'vs 1M/s':>9}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
-        print(f"{r['scheduler']:<10}{r['commands']:>12,}{r['simulated_cycles']:>13,}"
-              f"{r['seconds']:>10.3f}{r['commands_per_s']:>14,.0f}"
-              f"{r['commands_per_s'] / TARGET_COMMANDS_PER_S:>8.1f}x")
+        print(
+            f"{r['scheduler']:<10}{r['commands']:>12,}{r['simulated_cycles']:>13,}"
+            f"{r['seconds']:>10.3f}{r['commands_per_s']:>14,.0f}"
+            f"{r['commands_per_s'] / TARGET_COMMANDS_PER_S:>8.1f}x"
+        )
     return 0
 
 

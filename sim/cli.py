@@ -77,8 +77,11 @@ def _build_parser() -> argparse.ArgumentParser:
 def _shape_from_args(args: argparse.Namespace) -> tuple[str, dict]:
     if args.kernel is None:
         raise CompileError("--kernel is required (one of: " + ", ".join(KERNELS) + ")")
-    given = {k for k in ("dout", "din", "tokens", "dh", "gqa_group", "mapping")
-             if getattr(args, k) is not None}
+    given = {
+        k
+        for k in ("dout", "din", "tokens", "dh", "gqa_group", "mapping")
+        if getattr(args, k) is not None
+    }
     if args.kernel == "gemv":
         needed, allowed = {"dout", "din"}, {"dout", "din"}
     else:
@@ -96,7 +99,8 @@ def _shape_from_args(args: argparse.Namespace) -> tuple[str, dict]:
         )
     if args.kernel == "gemv":
         return "gemv", {"d_out": args.dout, "d_in": args.din}
-    shape = {"tokens": args.tokens, "d_h": args.dh, "gqa_group": args.gqa_group or 1}
+    group = 1 if args.gqa_group is None else args.gqa_group
+    shape = {"tokens": args.tokens, "d_h": args.dh, "gqa_group": group}
     if args.mapping:
         shape["mapping"] = args.mapping
     return args.kernel, shape
@@ -120,16 +124,21 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             report.append([kernel_summary(prog, r, base) for r in results])
         print(json.dumps({"preset": cfg.name, "kernels": report}, indent=2))
     else:
-        print(f"pimphony demo: one channel of {cfg.name} "
-              f"({cfg.channel.banks} banks, GBuf {cfg.channel.gbuf_entries} / "
-              f"OBuf {cfg.channel.obuf_entries} entries, 1 GHz cycles)\n")
+        print(
+            f"pimphony demo: one channel of {cfg.name} "
+            f"({cfg.channel.banks} banks, GBuf {cfg.channel.gbuf_entries} / "
+            f"OBuf {cfg.channel.obuf_entries} entries, 1 GHz cycles)\n"
+        )
         for prog, results in runs:
             print(describe_kernel(prog))
             print(scheduler_table(results))
             print()
     labels = [describe_kernel(p).split(":")[0] for p, _ in runs]
-    path = plot_breakdowns(list(zip(labels, [r for _, r in runs], strict=True)), args.plot,
-                           f"Cycle breakdown per scheduler ({cfg.name}, one channel)")
+    path = plot_breakdowns(
+        list(zip(labels, [r for _, r in runs], strict=True)),
+        args.plot,
+        f"Cycle breakdown per scheduler ({cfg.name}, one channel)",
+    )
     if not args.json:
         print(f"breakdown plot: {path}")
     return 0
@@ -144,14 +153,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
         meta = head.get("meta", {})
         result = run_channel(stream, cfg, args.sched)
         static = run_channel(stream, cfg, "static").cycles
-        summary = {"stream": str(args.stream), "meta": meta, "preset": cfg.name,
-                   **result.to_dict(), "speedup_vs_static": static / max(result.cycles, 1)}
+        summary = {
+            "stream": str(args.stream),
+            "meta": meta,
+            "preset": cfg.name,
+            **result.to_dict(),
+            "speedup_vs_static": static / max(result.cycles, 1),
+        }
         if args.json:
             print(json.dumps(summary, indent=2))
         else:
             print(f"{args.stream}: {stream.shape[0]} commands")
-            print(scheduler_table([run_channel(stream, cfg, "static"), result]
-                                  if args.sched != "static" else [result]))
+            print(
+                scheduler_table(
+                    [run_channel(stream, cfg, "static"), result]
+                    if args.sched != "static"
+                    else [result]
+                )
+            )
         return 0
     prog = _compile(args, cfg)
     result = run_channel(prog.commands, cfg, args.sched)
@@ -187,8 +206,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "presets":
             for name in available_presets():
                 cfg = load_preset(name)
-                print(f"{name}: {cfg.module.channels} channels x {cfg.channel.banks} banks, "
-                      f"GBuf {cfg.channel.gbuf_entries}, OBuf {cfg.channel.obuf_entries}")
+                print(
+                    f"{name}: {cfg.module.channels} channels x {cfg.channel.banks} banks, "
+                    f"GBuf {cfg.channel.gbuf_entries}, OBuf {cfg.channel.obuf_entries}"
+                )
             return 0
     except _USER_ERRORS as exc:
         print(f"pimphony: error: {exc}", file=sys.stderr)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from compiler.kernels import KernelProgram
 from models.channel import BREAKDOWN_KEYS, ScheduleResult
+from models.fileio import write_atomic
 
 __all__ = [
     "describe_kernel",
@@ -42,9 +41,8 @@ def describe_kernel(prog: KernelProgram) -> str:
 def scheduler_table(results: Sequence[ScheduleResult]) -> str:
     """A table of cycles, utilisation, speedup vs static and the time breakdown."""
     base = next((r.cycles for r in results if r.scheduler == "static"), results[0].cycles)
-    head = (
-        f"{'scheduler':<10}{'cycles':>10}{'MAC util':>10}{'speedup':>9}"
-        + "".join(f"{_BREAKDOWN_TITLES[k]:>12}" for k in BREAKDOWN_KEYS)
+    head = f"{'scheduler':<10}{'cycles':>10}{'MAC util':>10}{'speedup':>9}" + "".join(
+        f"{_BREAKDOWN_TITLES[k]:>12}" for k in BREAKDOWN_KEYS
     )
     lines = [head, "-" * len(head)]
     for r in results:
@@ -73,19 +71,6 @@ def kernel_summary(
     if static_cycles is not None and result.cycles:
         summary["speedup_vs_static"] = static_cycles / result.cycles
     return summary
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def plot_breakdowns(

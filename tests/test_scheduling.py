@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from models.channel import run_channel
 from models.config import load_preset
 from models.dram import activation_offsets
 from models.isa import Op, make_stream
-from models.pingpong import PingPongError
 
 W, M, R = Op.WR_INP, Op.MAC, Op.RD_OUT
 

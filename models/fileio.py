@@ -1,0 +1,33 @@
+"""Atomic file writes shared by everything that writes results or streams."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+__all__ = ["write_atomic"]
+
+
+def write_atomic(path: str | Path, data: bytes, overwrite: bool = True) -> Path:
+    """Write ``data`` to ``path`` through a temporary file and a rename.
+
+    The file gets the usual permissions (``0o666`` less the umask). With ``overwrite=False``
+    an existing file is left alone and :class:`FileExistsError` is raised.
+    """
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} exists; pass --force (overwrite=True) to replace it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -1,0 +1,57 @@
+"""Registry of the RTL blocks and Verilog generation (``make rtl``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from amaranth.back import verilog
+from amaranth.lib import wiring
+
+from models.config import HardwareConfig, load_preset
+from models.fileio import write_atomic
+from rtl.dcs import DcsScheduler
+from rtl.static_sched import StaticScheduler
+
+__all__ = ["BLOCKS", "RTL_DIR", "generate_verilog", "main", "write_verilog"]
+
+BLOCKS: dict[str, Callable[[HardwareConfig], wiring.Component]] = {
+    "static_sched": StaticScheduler,
+    "dcs": DcsScheduler,
+}
+"""Block name (also the Verilog module name) -> constructor taking a hardware config."""
+
+RTL_DIR = Path("build/rtl")
+
+
+def generate_verilog(block: str, cfg: HardwareConfig) -> str:
+    """Verilog text of ``block`` built for ``cfg``; the top module is named ``block``."""
+    if block not in BLOCKS:
+        raise ValueError(f"block {block!r} is unknown; allowed: {', '.join(BLOCKS)}")
+    return verilog.convert(BLOCKS[block](cfg), name=block, emit_src=False)
+
+
+def write_verilog(block: str, cfg: HardwareConfig, out_dir: Path = RTL_DIR) -> Path:
+    """Write ``block``'s Verilog to ``out_dir/block.v`` (atomically) and return the path."""
+    path = Path(out_dir) / f"{block}.v"
+    write_atomic(path, generate_verilog(block, cfg).encode())
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m rtl.blocks``: write the Verilog of every block."""
+    parser = argparse.ArgumentParser(prog="python -m rtl.blocks", description=__doc__)
+    parser.add_argument("--preset", default="aim-16ch")
+    parser.add_argument("--out", type=Path, default=RTL_DIR)
+    args = parser.parse_args(argv)
+    cfg = load_preset(args.preset)
+    for block in BLOCKS:
+        path = write_verilog(block, cfg, args.out)
+        print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
