@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup sim test test-all bench lint clean
+.PHONY: setup sim test test-all bench lint clean rtl wave area
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,23 @@ test-all: $(STAMP)  ## every test, including the slow ones
 
 bench: $(STAMP)  ## TLM speed of each scheduler (commands per second)
 	$(BIN)/python -m sim.bench
+
+rtl: $(STAMP)  ## Verilog of every RTL block into build/rtl/
+	$(BIN)/python -m rtl.blocks
+
+# make wave KERNEL=qk TOKENS=256 DH=128 SCHED=dcs  (or KERNEL=gemv DOUT=256 DIN=256)
+KERNEL ?= qk
+TOKENS ?= 256
+DH     ?= 128
+DOUT   ?= 256
+DIN    ?= 256
+SCHED  ?= dcs
+wave: $(STAMP)  ## VCD + GTKWave save file under build/waves/, then its summary
+	$(BIN)/python -m sim.waves --kernel $(KERNEL) --tokens $(TOKENS) --dh $(DH) \
+	    --dout $(DOUT) --din $(DIN) --sched $(SCHED)
+
+area: $(STAMP)  ## Yosys synth + stat of every block at the papers' parameters
+	$(BIN)/python -m sim.area
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
