@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from models.config import HardwareConfig
-from models.dcs import dcs_schedule
+from models.dcs import dcs_schedule, entry_predecessors
 from models.dram import timing_vector
 from models.isa import Op, validate_stream
 from models.pingpong import PingPongError, pingpong_schedule, pingpong_slots
 from models.static_sched import static_schedule
 
-__all__ = ["SCHEDULERS", "BREAKDOWN_KEYS", "ScheduleResult", "run_channel"]
+__all__ = ["BREAKDOWN_KEYS", "SCHEDULERS", "ScheduleResult", "check_schedule", "run_channel"]
 
 SCHEDULERS = ("static", "pingpong", "dcs")
 BREAKDOWN_KEYS = ("mac_busy", "io_transfer", "dependency_stall", "row_switch")
@@ -66,13 +66,13 @@ def run_channel(
     stream: np.ndarray,
     cfg: HardwareConfig,
     scheduler: str = "dcs",
-    arrival: np.ndarray | None = None,
+    valid_gaps: np.ndarray | None = None,
     validate: bool = True,
 ) -> ScheduleResult:
     """Schedule ``stream`` on one channel of ``cfg`` with ``scheduler``.
 
-    ``arrival`` optionally gives, per command, the first cycle the input stream offers it
-    (``valid`` gaps); by default every command is offered as early as the dispatcher takes it.
+    ``valid_gaps[k]`` idle cycles pass between accepting command ``k - 1`` (or cycle 0) and
+    the input stream offering command ``k``; by default every command is offered at once.
     """
     if scheduler not in SCHEDULERS:
         raise ValueError(f"scheduler {scheduler!r} is unknown; allowed: {', '.join(SCHEDULERS)}")
@@ -84,12 +84,12 @@ def run_channel(
     gbuf = stream["gbuf"].astype(np.int64)
     out = stream["out"].astype(np.int64)
     tv = timing_vector(cfg)
-    if arrival is None:
-        arrival = np.zeros(n, dtype=np.int64)
+    if valid_gaps is None:
+        valid_gaps = np.zeros(n, dtype=np.int64)
     else:
-        arrival = np.asarray(arrival, dtype=np.int64)
-        if arrival.shape != (n,):
-            raise ValueError(f"arrival has shape {arrival.shape}, expected ({n},)")
+        valid_gaps = np.asarray(valid_gaps, dtype=np.int64)
+        if valid_gaps.shape != (n,) or (valid_gaps < 0).any():
+            raise ValueError(f"valid_gaps must be {n} non-negative integers")
     n_mac = int(np.count_nonzero(op == Op.MAC))
     sw_start = np.empty(max(n_mac, 1), dtype=np.int64)
     sw_end = np.empty(max(n_mac, 1), dtype=np.int64)
@@ -100,14 +100,14 @@ def run_channel(
         issue = np.empty(0, dtype=np.int64)
         n_sw = 0
     elif scheduler == "static":
-        issue, n_sw = static_schedule(op, row, arrival, tv, depth, sw_start, sw_end)
+        issue, n_sw = static_schedule(op, row, valid_gaps, tv, depth, sw_start, sw_end)
     elif scheduler == "dcs":
         issue, _, n_sw = dcs_schedule(
             op,
             gbuf,
             row,
             out,
-            arrival,
+            valid_gaps,
             tv,
             depth,
             ch.gbuf_entries,
@@ -126,7 +126,7 @@ def run_channel(
                 f"{why}; allocate alternating buffer halves or use the dcs scheduler"
             )
         issue, n_sw, handoff = pingpong_schedule(
-            op, row, slot, n_phases, arrival, tv, sw_start, sw_end
+            op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end
         )
         extra["handoff_stall"] = int(handoff)
         extra["phases"] = int(n_phases)
@@ -178,3 +178,71 @@ def _breakdown(
     }
     result["dependency_stall"] = cycles - sum(result.values())
     return {k: result[k] for k in BREAKDOWN_KEYS}
+
+
+def check_schedule(
+    stream: np.ndarray, issue: np.ndarray, cfg: HardwareConfig, scheduler: str
+) -> list[str]:
+    """Rules an issue schedule breaks (empty if none), e.g. one recorded under back-pressure.
+
+    Checks every scheduler's invariants: each command issued once, at most one per cycle, the
+    data bus and MAC pipeline spacing; for ``static`` program order and the static gaps; for
+    ``dcs`` program order within each queue and every per-entry dependency of
+    ``docs/scheduling.md`` (expirations, is-MAC). Row timing is not checked here.
+    """
+    tm = cfg.timing
+    op = stream["op"].astype(np.int64)
+    issue = np.asarray(issue, dtype=np.int64)
+    problems: list[str] = []
+
+    def report(mask: np.ndarray, what: str) -> None:
+        bad = np.flatnonzero(mask)
+        if bad.size:
+            k = int(bad[0])
+            problems.append(
+                f"{what}: first at command #{k} (issued at {int(issue[k])}), {bad.size} in all"
+            )
+
+    report(issue < 0, "never issued")
+    if problems:
+        return problems
+    order = np.argsort(issue, kind="stable")
+    same_cycle = np.zeros(op.size, dtype=bool)
+    same_cycle[order[1:]] = np.diff(issue[order]) == 0
+    report(same_cycle, "two commands in one cycle")
+    is_mac = op == Op.MAC
+    for mask, name in ((is_mac, "MAC pipeline"), (~is_mac, "data bus")):
+        idx = np.flatnonzero(mask)
+        t = np.sort(issue[idx])
+        gap = np.zeros(idx.size, dtype=bool)
+        gap[1:] = np.diff(t) < tm.tCCD
+        report(np.isin(issue, t[gap]) & mask, f"{name} spacing below tCCD")
+    exec_by_op = np.array([tm.t_WR_INP, tm.t_MAC, tm.t_RD_OUT])
+    if scheduler == "static":
+        gap = np.where(op[1:] == op[:-1], tm.tCCD, exec_by_op[op[:-1]])
+        late = np.zeros(op.size, dtype=bool)
+        late[1:] = issue[1:] < issue[:-1] + gap
+        report(late, "static gap or program order broken")
+        return problems
+    if scheduler != "dcs":
+        raise ValueError(f"check_schedule supports static and dcs, not {scheduler!r}")
+    for mask, name in ((is_mac, "compute queue"), (~is_mac, "I/O queue")):
+        idx = np.flatnonzero(mask)
+        out_of_order = np.zeros(op.size, dtype=bool)
+        out_of_order[idx[1:]] = np.diff(issue[idx]) <= 0
+        report(out_of_order, f"{name} out of program order")
+    ch = cfg.channel
+    prev_g, prev_o = entry_predecessors(
+        op,
+        stream["gbuf"].astype(np.int64),
+        stream["out"].astype(np.int64),
+        ch.gbuf_entries,
+        ch.obuf_entries,
+    )
+    has_g = prev_g >= 0
+    g_exp = np.where(op[prev_g] == Op.WR_INP, tm.t_WR_INP, tm.tCCD)
+    report(has_g & (issue < issue[prev_g] + g_exp), "GBuf dependency broken")
+    has_o = prev_o >= 0
+    o_exp = np.where(op[prev_o] == Op.MAC, np.where(is_mac, tm.tCCD, tm.t_MAC), tm.t_RD_OUT)
+    report(has_o & (issue < issue[prev_o] + o_exp), "OBuf dependency broken")
+    return problems

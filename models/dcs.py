@@ -77,7 +77,7 @@ def _obuf_expiry(d, op, issue, tv, is_mac):
 
 
 @njit(cache=True)
-def dcs_schedule(op, gbuf, row, out, arrival, tv, depth, n_gbuf, n_obuf, sw_start, sw_end):
+def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_start, sw_end):
     """Issue and acceptance cycle of every command under DCS.
 
     Returns ``(issue, accept, n_switches)``; ``n_switches`` row switches are written to
@@ -126,7 +126,7 @@ def dcs_schedule(op, gbuf, row, out, arrival, tv, depth, n_gbuf, n_obuf, sw_star
         ta = INF
         if n_acc < n:
             k = n_acc
-            ta = max(a_prev + 1, arrival[k])
+            ta = a_prev + 1 + valid_gaps[k]
             p = qpos[k]
             if p >= depth:
                 j = io_idx[p - depth] if is_io[k] else c_idx[p - depth]

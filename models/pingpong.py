@@ -94,7 +94,7 @@ def pingpong_slots(op, gbuf, out, n_gbuf, n_obuf):
 
 
 @njit(cache=True)
-def pingpong_schedule(op, row, slot, n_phases, arrival, tv, sw_start, sw_end):
+def pingpong_schedule(op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end):
     """Issue cycle of every command under ping-pong, given its slot.
 
     Returns ``(issue, n_switches, handoff_stall)``.
@@ -104,7 +104,7 @@ def pingpong_schedule(op, row, slot, n_phases, arrival, tv, sw_start, sw_end):
     accept = np.empty(n, dtype=np.int64)
     a_prev = -1
     for k in range(n):
-        a_prev = max(a_prev + 1, arrival[k])
+        a_prev = a_prev + 1 + valid_gaps[k]
         accept[k] = a_prev
     n_slots = n_phases + 2  # prologue, phases, epilogue
     # Bucket commands by slot, keeping program order inside each bucket.

@@ -21,7 +21,7 @@ __all__ = ["static_schedule"]
 
 
 @njit(cache=True)
-def static_schedule(op, row, arrival, tv, depth, sw_start, sw_end):
+def static_schedule(op, row, valid_gaps, tv, depth, sw_start, sw_end):
     """Issue cycle of every command; row switches written to ``sw_start``/``sw_end``.
 
     Returns ``(issue, n_switches)``.
@@ -35,7 +35,7 @@ def static_schedule(op, row, arrival, tv, depth, sw_start, sw_end):
     n_sw = 0
     a_prev = -1
     for i in range(n):
-        a = max(a_prev + 1, arrival[i])
+        a = a_prev + 1 + valid_gaps[i]
         if i >= depth:
             a = max(a, issue[i - depth] + 1)
         a_prev = a
