@@ -15,7 +15,7 @@ from compiler.kernels import compile_gemv
 from models.channel import SCHEDULERS, run_channel
 from models.config import load_preset
 
-__all__ = ["TARGET_COMMANDS_PER_S", "bench_tlm", "main"]
+__all__ = ["TARGET_COMMANDS_PER_S", "bench_rtl", "bench_tlm", "main"]
 
 TARGET_COMMANDS_PER_S = 1_000_000
 
@@ -50,11 +50,47 @@ def bench_tlm(d: int = 16384, repeat: int = 3, preset: str = "aim-16ch") -> list
     return rows
 
 
+def bench_rtl(d: int = 2048, preset: str = "aim-16ch") -> list[dict]:
+    """Simulated cycles per second of RTL (Verilator + cocotb) and TLM on one GEMV stream."""
+    from sim.cosim import SCHEDULER_OF_BLOCK, RtlStream, run_rtl
+
+    cfg = load_preset(preset)
+    stream = compile_gemv(cfg, d, d).commands
+    warm = RtlStream("warm-up", compile_gemv(cfg, 16, 16).commands)
+    rows = []
+    for block, sched in SCHEDULER_OF_BLOCK.items():
+        run_rtl(block, cfg, [warm])  # build (cached)
+        t0 = time.perf_counter()
+        run_rtl(block, cfg, [warm])  # simulator start-up and a tiny stream
+        startup_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        run_rtl(block, cfg, [RtlStream("bench", stream)])
+        rtl_s = max(time.perf_counter() - t0 - startup_s, 1e-9)
+        t0 = time.perf_counter()
+        tlm = run_channel(stream, cfg, sched)
+        tlm_s = time.perf_counter() - t0
+        rows.append(
+            {
+                "block": block,
+                "scheduler": sched,
+                "commands": int(stream.shape[0]),
+                "simulated_cycles": tlm.cycles,
+                "rtl_seconds": rtl_s,
+                "rtl_cycles_per_s": tlm.cycles / rtl_s,
+                "tlm_seconds": tlm_s,
+                "tlm_cycles_per_s": tlm.cycles / tlm_s,
+            }
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the TLM speed table."""
     parser = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__)
     parser.add_argument("--dim", type=int, default=16384, help="GEMV dimension (d x d)")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--rtl-dim", type=int, default=2048, help="GEMV dimension for RTL speed")
+    parser.add_argument("--no-rtl", action="store_true", help="skip the RTL simulation speed")
     args = parser.parse_args(argv)
     print(
         f"TLM speed: FC GEMV {args.dim}x{args.dim} on one aim-16ch channel "
@@ -76,6 +112,27 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['scheduler']:<10}{r['commands']:>12,}{r['simulated_cycles']:>13,}"
             f"{r['seconds']:>10.3f}{r['commands_per_s']:>14,.0f}"
             f"{r['commands_per_s'] / TARGET_COMMANDS_PER_S:>8.1f}x"
+        )
+    if args.no_rtl:
+        return 0
+    print(
+        f"\nRTL simulation speed: FC GEMV {args.rtl_dim}x{args.rtl_dim}, the same stream in both "
+        "(Verilator + cocotb testbench; build and start-up excluded)",
+        flush=True,
+    )
+    rows = bench_rtl(args.rtl_dim)
+    head = (
+        f"{'block':<14}{'commands':>10}{'sim cycles':>12}{'RTL s':>9}{'RTL cyc/s':>12}"
+        f"{'TLM s':>9}{'TLM cyc/s':>14}{'TLM/RTL':>9}"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(
+            f"{r['block']:<14}{r['commands']:>10,}{r['simulated_cycles']:>12,}"
+            f"{r['rtl_seconds']:>9.2f}{r['rtl_cycles_per_s']:>12,.0f}"
+            f"{r['tlm_seconds']:>9.4f}{r['tlm_cycles_per_s']:>14,.0f}"
+            f"{r['tlm_cycles_per_s'] / r['rtl_cycles_per_s']:>8.0f}x"
         )
     return 0
 
