@@ -1,0 +1,99 @@
+"""Utilisation sweeps over kernel size (the shape of PIMphony Fig. 8) with a plot."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from pathlib import Path
+
+from compiler.kernels import compile_gemv, compile_qk
+from models.channel import BREAKDOWN_KEYS, SCHEDULERS, run_channel
+from models.config import HardwareConfig
+from models.fileio import write_atomic
+
+__all__ = ["DEFAULT_DIMS", "plot_sweep", "sweep", "sweep_table"]
+
+DEFAULT_DIMS = (64, 128, 256, 512, 1024, 2048, 4096)
+
+
+def sweep(
+    cfg: HardwareConfig,
+    kind: str = "gemv",
+    dims: Sequence[int] = DEFAULT_DIMS,
+    tokens: int = 4096,
+) -> list[dict]:
+    """One row per (dimension, scheduler): cycles, MAC utilisation and breakdown.
+
+    ``gemv`` sweeps square ``d x d`` weights; ``qk`` sweeps the head dimension ``d_h`` at
+    ``tokens`` tokens (the attention case of Fig. 8: small ``d`` means little reuse).
+    """
+    rows = []
+    for d in dims:
+        prog = compile_gemv(cfg, d, d) if kind == "gemv" else compile_qk(cfg, tokens, d)
+        for s in SCHEDULERS:
+            r = run_channel(prog.commands, cfg, s)
+            rows.append(
+                {
+                    "kernel": kind,
+                    "dim": d,
+                    "scheduler": s,
+                    "cycles": r.cycles,
+                    "mac_utilization": r.mac_utilization,
+                    "breakdown": r.breakdown,
+                }
+            )
+    return rows
+
+
+def sweep_table(rows: list[dict]) -> str:
+    """Text table: MAC utilisation per dimension (rows) and scheduler (columns)."""
+    dims = sorted({r["dim"] for r in rows})
+    util = {(r["dim"], r["scheduler"]): r["mac_utilization"] for r in rows}
+    head = f"{'dim':>6}" + "".join(f"{s:>11}" for s in SCHEDULERS) + f"{'dcs/static':>12}"
+    lines = [head, "-" * len(head)]
+    for d in dims:
+        cells = "".join(f"{100 * util[d, s]:>10.1f}%" for s in SCHEDULERS)
+        lines.append(f"{d:>6}{cells}{util[d, 'dcs'] / util[d, 'static']:>11.2f}x")
+    return "\n".join(lines)
+
+
+def plot_sweep(rows: list[dict], path: Path, title: str) -> Path:
+    """MAC utilisation vs dimension per scheduler, and the static breakdown; PNG to ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dims = sorted({r["dim"] for r in rows})
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4))
+    for s, style in zip(SCHEDULERS, ("o-", "s--", "^-"), strict=True):
+        ys = [
+            100 * r["mac_utilization"]
+            for d in dims
+            for r in rows
+            if r["dim"] == d and r["scheduler"] == s
+        ]
+        ax.plot(dims, ys, style, label=s)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("dimension d")
+    ax.set_ylabel("MAC utilisation (%)")
+    ax.set_ylim(0, 100)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title("MAC utilisation")
+    static = [next(r for r in rows if r["dim"] == d and r["scheduler"] == "static") for d in dims]
+    bottom = [0.0] * len(dims)
+    for key in BREAKDOWN_KEYS:
+        share = [100 * r["breakdown"][key] / r["cycles"] for r in static]
+        bx.bar([str(d) for d in dims], share, bottom=bottom, label=key.replace("_", " "))
+        bottom = [b + v for b, v in zip(bottom, share, strict=True)]
+    bx.set_xlabel("dimension d")
+    bx.set_ylabel("share of cycles (%)")
+    bx.set_title("static scheduler: where the cycles go")
+    bx.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.suptitle(title)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return write_atomic(path, buf.getvalue())
