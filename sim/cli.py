@@ -13,6 +13,7 @@ from models.config import ConfigError, HardwareConfig, available_presets, load_p
 from models.isa import CommandFormatError, StreamError, load_stream, save_stream
 from models.pingpong import PingPongError
 from sim.report import describe_kernel, kernel_summary, plot_breakdowns, scheduler_table
+from sim.waves import WaveformError, format_summary, summarize_vcd
 
 __all__ = ["DEMO_KERNELS", "main"]
 
@@ -30,6 +31,7 @@ _USER_ERRORS = (
     CommandFormatError,
     PingPongError,
     FileExistsError,
+    WaveformError,
 )
 
 
@@ -71,6 +73,13 @@ def _build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--force", action="store_true", help="overwrite an existing file")
 
     sub.add_parser("presets", help="list the hardware presets")
+
+    wave = sub.add_parser("wave", help="RTL waveforms (record them with `make wave`)")
+    wave_sub = wave.add_subparsers(dest="wave_command", required=True, parser_class=_Parser)
+    summary = wave_sub.add_parser("summary", help="cycles and MAC utilisation from a VCD")
+    summary.add_argument("vcd", type=Path, metavar="FILE.vcd", help="scheduler waveform")
+    summary.add_argument("--preset", default="aim-16ch", help="preset the RTL was built for")
+    summary.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
@@ -192,6 +201,17 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_wave(args: argparse.Namespace) -> int:
+    cfg = load_preset(args.preset)
+    summary = summarize_vcd(args.vcd, cfg)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"{args.vcd}: issue stream of the RTL (preset {cfg.name})")
+        print(format_summary(summary))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``pimphony`` command."""
     parser = _build_parser()
@@ -203,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_run(args)
         if args.command == "compile":
             return _cmd_compile(args)
+        if args.command == "wave":
+            return _cmd_wave(args)
         if args.command == "presets":
             for name in available_presets():
                 cfg = load_preset(name)

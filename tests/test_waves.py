@@ -1,0 +1,192 @@
+"""RTL waveforms: record a VCD under Verilator, summarise it, and compare with the TLM."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from vcdvcd import VCDVCD
+
+from compiler.kernels import compile_kernel
+from models.channel import run_channel
+from models.config import load_preset
+from models.isa import Op
+from rtl.common import command_layout, issued_layout
+from sim.cli import main as cli_main
+from sim.waves import WaveformError, record_waves, summarize_vcd
+
+ROOT = Path(__file__).resolve().parent.parent
+CFG = load_preset("aim-16ch")
+SHAPE = {"tokens": 64, "d_h": 64}
+
+
+@pytest.fixture(scope="module")
+def in_repo():
+    # Verilator builds are cached under build/sim/ relative to the working directory.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(ROOT)
+        yield
+
+
+@pytest.fixture(scope="module", params=["dcs", "static"])
+def recorded(request, in_repo):
+    """(scheduler, VCD path, .gtkw path, TLM result) for qk T=64 d_h=64."""
+    sched = request.param
+    vcd, gtkw = record_waves("qk", SHAPE, sched, CFG)
+    tlm = run_channel(compile_kernel(CFG, "qk", **SHAPE).commands, CFG, sched)
+    return sched, vcd, gtkw, tlm
+
+
+def cli(capsys, *argv: str) -> tuple[int, str, str]:
+    try:
+        rc = cli_main([str(a) for a in argv])
+    except SystemExit as exc:
+        rc = exc.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_summary_matches_tlm(recorded):
+    sched, vcd, _, tlm = recorded
+    assert vcd == Path("build/waves") / f"qk-T64-dh64-{sched}.vcd"
+    s = summarize_vcd(vcd, CFG)
+    assert s["cycles"] == tlm.cycles
+    assert s["mac_utilization"] == tlm.mac_utilization
+    assert s["counts"] == tlm.counts
+    assert s["commands"] == tlm.commands
+    issue = np.sort(tlm.issue)
+    assert (s["first_issue"], s["last_issue"]) == (int(issue[0]), int(issue[-1]))
+    assert s["longest_stall"] == int(np.max(np.diff(issue) - 1))
+    assert (s["runs"], s["notes"]) == (1, [])
+
+
+def test_gtkw_names_signals_in_the_vcd(recorded):
+    sched, vcd, gtkw, _ = recorded
+    assert gtkw == vcd.with_suffix(".gtkw") and gtkw.exists()
+    text = gtkw.read_text()
+    assert f'[dumpfile] "{vcd.resolve()}"' in text
+    refs = set(VCDVCD(str(vcd), only_sigs=True).references_to_ids)
+    traces = [
+        re.sub(r"^\+\{[^}]*\} ", "", line)
+        for line in text.splitlines()
+        if line and line[0] not in "[@-*"
+    ]
+    assert len(traces) > 20
+    for name in traces:
+        # GTKWave spells a variable whose name holds a '.' as scope.\var.
+        assert name.replace("\\", "") in refs, name
+    groups = set(re.findall(r"^@800200\n-(.*)$", text, re.M))
+    assert {"stream in", "issue", "queues", "rows"} <= groups
+    joined = "\n".join(traces)
+    for sig in ("i__valid", "o__payload", "queue.level", "rows.row_ok", "rows.switching"):
+        assert sig in joined, sig
+    if sched == "dcs":
+        assert "D/S-Table entry under access" in groups
+        for table in ("d_table_gbuf", "d_table_obuf", "s_table_gbuf", "s_table_obuf"):
+            assert f"+{{{table}.wr.en}}" in text and f"+{{{table}.rd0.addr}}" in text
+
+
+def test_cli_wave_summary_json(recorded, capsys):
+    sched, vcd, _, tlm = recorded
+    rc, out, err = cli(capsys, "wave", "summary", vcd, "--json")
+    assert rc == 0, err
+    s = json.loads(out)
+    assert (s["cycles"], s["mac_utilization"], s["counts"]) == (
+        tlm.cycles,
+        tlm.mac_utilization,
+        tlm.counts,
+    )
+    rc, out, err = cli(
+        capsys, "run", "--kernel", "qk", "--tokens", 64, "--dh", 64, "--sched", sched, "--json"
+    )
+    assert rc == 0, err
+    run = json.loads(out)
+    assert (s["cycles"], s["mac_utilization"]) == (run["cycles"], run["mac_utilization"])
+    rc, out, _ = cli(capsys, "wave", "summary", vcd)
+    assert rc == 0 and f"cycles           {tlm.cycles}" in out
+
+
+def test_reset_between_streams_summarises_the_last(in_repo):
+    from sim.cosim import RtlStream, run_rtl
+
+    a = compile_kernel(CFG, "qk", tokens=32, d_h=32).commands
+    b = compile_kernel(CFG, "gemv", d_out=32, d_in=64).commands
+    out = run_rtl("dcs", CFG, [RtlStream("a", a), RtlStream("b", b)], waves=True)
+    s = summarize_vcd(out["__waves__"], CFG)
+    tlm = run_channel(b, CFG, "dcs")
+    assert s["runs"] == 2 and "last" in s["notes"][0]
+    assert (s["cycles"], s["counts"]) == (tlm.cycles, tlm.counts)
+
+
+def _vcd(path: Path, steps: list[tuple[int, int, int]], width: int) -> Path:
+    """Synthetic VCD: after rising edge k the bench drives (valid, ready, payload) = steps[k]."""
+    lines = [
+        "$timescale 1ps $end",
+        "$scope module $rootio $end",
+        "$var wire 1 ! clk $end",
+        "$var wire 1 # o__valid $end",
+        "$var wire 1 $ o__ready $end",
+        f"$var wire {width} % o__payload [{width - 1}:0] $end",
+        "$upscope $end",
+        "$enddefinitions $end",
+    ]
+    for k, (valid, ready, word) in enumerate([*steps, (0, 0, 0)]):
+        lines += [f"#{2000 * k}", "1!", f"{valid}#", f"{ready}$", f"b{word:b} %"]
+        lines += [f"#{2000 * k + 1000}", "0!"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_summary_samples_just_before_the_rising_edge(tmp_path):
+    layout, cmd = issued_layout(CFG), command_layout(CFG)
+
+    def word(cycle: int, op: Op) -> int:
+        return (cycle << layout["cycle"].offset) | (op << (layout["cmd"].offset + cmd["op"].offset))
+
+    steps = [
+        (1, 1, word(0, Op.WR_INP)),
+        (1, 0, word(1, Op.MAC)),  # not taken: ready low
+        (1, 1, word(2, Op.MAC)),
+        (0, 1, word(3, Op.MAC)),  # not offered
+        (0, 1, word(4, Op.MAC)),
+        (1, 1, word(5, Op.RD_OUT)),
+    ]
+    s = summarize_vcd(_vcd(tmp_path / "w.vcd", steps, layout.size), CFG)
+    assert s["counts"] == {"WR_INP": 1, "MAC": 1, "RD_OUT": 1}
+    assert (s["first_issue"], s["last_issue"], s["longest_stall"]) == (0, 5, 2)
+    assert s["cycles"] == 5 + CFG.timing.t_RD_OUT
+    assert s["mac_utilization"] == CFG.timing.tCCD / s["cycles"]
+    with pytest.raises(WaveformError, match="bits"):
+        summarize_vcd(_vcd(tmp_path / "narrow.vcd", steps[:1], 10), CFG)
+
+
+def test_pingpong_has_no_rtl():
+    with pytest.raises(WaveformError, match="no RTL"):
+        record_waves("qk", SHAPE, "pingpong", CFG)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        None,
+        "hello, not a waveform\n",
+        b"\x89PNG\r\n\x1a\n\0\0",
+        "",
+        "$date today $end\n",
+        "$scope module top $end\n$var wire 1 ! a $end\n$upscope $end\n$enddefinitions $end\n",
+    ],
+    ids=["missing", "text", "binary", "empty", "no-vars", "no-clk"],
+)
+def test_bad_files_exit_2(tmp_path, capsys, content):
+    path = tmp_path / "bad.vcd"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    rc, out, err = cli(capsys, "wave", "summary", path, "--json")
+    assert rc == 2
+    assert out == ""
+    assert err.startswith("pimphony: error: ") and "Traceback" not in err
