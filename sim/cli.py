@@ -13,6 +13,7 @@ from models.config import ConfigError, HardwareConfig, available_presets, load_p
 from models.isa import CommandFormatError, StreamError, load_stream, save_stream
 from models.pingpong import PingPongError
 from sim.report import describe_kernel, kernel_summary, plot_breakdowns, scheduler_table
+from sim.sweep import DEFAULT_DIMS, plot_sweep, sweep, sweep_table
 from sim.waves import WaveformError, format_summary, summarize_vcd
 
 __all__ = ["DEMO_KERNELS", "main"]
@@ -59,7 +60,13 @@ def _build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="QK^T, SV and FC GEMV under every scheduler")
     demo.add_argument("--preset", default="aim-16ch")
     demo.add_argument("--json", action="store_true", help="print one JSON object")
-    demo.add_argument("--plot", type=Path, default=DEMO_PLOT, help="breakdown plot (PNG)")
+    demo.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        help=f"breakdown plot (PNG; default {DEMO_PLOT}, regenerated each run)",
+    )
+    demo.add_argument("--force", action="store_true", help="replace an existing --plot file")
 
     run = sub.add_parser("run", help="one kernel under one scheduler")
     _kernel_args(run)
@@ -71,6 +78,24 @@ def _build_parser() -> argparse.ArgumentParser:
     _kernel_args(comp)
     comp.add_argument("-o", "--output", type=Path, required=True, help="output .npz file")
     comp.add_argument("--force", action="store_true", help="overwrite an existing file")
+
+    sweep = sub.add_parser("sweep", help="MAC utilisation vs kernel size (PIMphony Fig. 8)")
+    sweep.add_argument(
+        "--kernel",
+        choices=("gemv", "qk"),
+        default="gemv",
+        help="gemv: square d x d weights; qk: head dimension d_h at --tokens",
+    )
+    sweep.add_argument(
+        "--dims", default=",".join(str(d) for d in DEFAULT_DIMS), help="comma-separated dimensions"
+    )
+    sweep.add_argument("--tokens", type=int, default=4096, help="tokens for --kernel qk")
+    sweep.add_argument("--preset", default="aim-16ch")
+    sweep.add_argument("--json", action="store_true", help="print one JSON object")
+    sweep.add_argument(
+        "--plot", type=Path, default=None, help="plot file (default build/sweep/<kernel>.png)"
+    )
+    sweep.add_argument("--force", action="store_true", help="replace an existing --plot file")
 
     sub.add_parser("presets", help="list the hardware presets")
 
@@ -120,6 +145,16 @@ def _compile(args: argparse.Namespace, cfg: HardwareConfig) -> KernelProgram:
     return compile_kernel(cfg, kind, **shape)
 
 
+def _plot_path(given: Path | None, default: Path, force: bool) -> Path:
+    """The plot file to write: the default (a build artefact) or a user's path, never
+    replacing an existing user file without ``--force``."""
+    if given is None:
+        return default
+    if given.exists() and not force:
+        raise FileExistsError(f"{given} exists; pass --force to replace it")
+    return given
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     cfg = load_preset(args.preset)
     runs, report = [], []
@@ -145,7 +180,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     labels = [describe_kernel(p).split(":")[0] for p, _ in runs]
     path = plot_breakdowns(
         list(zip(labels, [r for _, r in runs], strict=True)),
-        args.plot,
+        _plot_path(args.plot, DEMO_PLOT, args.force),
         f"Cycle breakdown per scheduler ({cfg.name}, one channel)",
     )
     if not args.json:
@@ -192,6 +227,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    cfg = load_preset(args.preset)
+    try:
+        dims = [int(d) for d in args.dims.split(",") if d.strip()]
+    except ValueError:
+        raise CompileError(f"--dims {args.dims!r}: expected comma-separated integers") from None
+    if not dims:
+        raise CompileError("--dims is empty")
+    rows = sweep(cfg, args.kernel, dims, tokens=args.tokens)
+    plot = _plot_path(args.plot, Path(f"build/sweep/{args.kernel}.png"), args.force)
+    what = "square GEMV d x d" if args.kernel == "gemv" else f"QK^T, T={args.tokens}, d = d_h"
+    plot_sweep(rows, plot, f"MAC utilisation vs dimension: {what} ({cfg.name}, one channel)")
+    if args.json:
+        print(json.dumps({"kernel": args.kernel, "preset": cfg.name, "rows": rows}, indent=2))
+    else:
+        print(f"MAC utilisation, {what}, one channel of {cfg.name}")
+        print(sweep_table(rows))
+        print(f"plot: {plot}")
+    return 0
+
+
 def _cmd_compile(args: argparse.Namespace) -> int:
     cfg = load_preset(args.preset)
     prog = _compile(args, cfg)
@@ -223,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_run(args)
         if args.command == "compile":
             return _cmd_compile(args)
+        if args.command == "sweep":
+            return _cmd_sweep(args)
         if args.command == "wave":
             return _cmd_wave(args)
         if args.command == "presets":
