@@ -15,13 +15,26 @@ from models.fileio import write_atomic
 from rtl.dcs import DcsScheduler
 from rtl.static_sched import StaticScheduler
 
-__all__ = ["BLOCKS", "RTL_DIR", "generate_verilog", "main", "write_verilog"]
+__all__ = [
+    "BLOCKS",
+    "BLOCK_OF_SCHEDULER",
+    "RTL_DIR",
+    "SCHEDULER_OF_BLOCK",
+    "generate_verilog",
+    "main",
+    "write_verilog",
+]
 
 BLOCKS: dict[str, Callable[[HardwareConfig], wiring.Component]] = {
     "static_sched": StaticScheduler,
     "dcs": DcsScheduler,
 }
 """Block name (also the Verilog module name) -> constructor taking a hardware config."""
+
+SCHEDULER_OF_BLOCK = {"static_sched": "static", "dcs": "dcs"}
+"""The TLM scheduler each scheduler block must match cycle for cycle."""
+BLOCK_OF_SCHEDULER = {sched: block for block, sched in SCHEDULER_OF_BLOCK.items()}
+"""The RTL block implementing each TLM scheduler (ping-pong has none yet)."""
 
 RTL_DIR = Path("build/rtl")
 

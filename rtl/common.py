@@ -7,7 +7,7 @@ here declares an opcode or a timing constant of its own.
 from __future__ import annotations
 
 from amaranth import Module, Mux, Signal, unsigned
-from amaranth.lib import data, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from models.config import HardwareConfig
@@ -21,6 +21,7 @@ __all__ = [
     "command_layout",
     "issued_layout",
     "saturating_down",
+    "scheduler_signature",
 ]
 
 SEQ_BITS = 32
@@ -41,6 +42,18 @@ def issued_layout(cfg: HardwareConfig) -> data.StructLayout:
     """Layout of an issued command: the command, its sequence number and its issue cycle."""
     return data.StructLayout(
         {"cmd": command_layout(cfg), "seq": unsigned(SEQ_BITS), "cycle": unsigned(CYCLE_BITS)}
+    )
+
+
+def scheduler_signature(cfg: HardwareConfig) -> wiring.Signature:
+    """Ports every scheduler block has: ``i`` (commands in), ``o`` (issued commands out,
+    tagged with sequence number and issue cycle) and ``cycle`` (free-running, 0 after reset)."""
+    return wiring.Signature(
+        {
+            "i": In(stream.Signature(command_layout(cfg))),
+            "o": Out(stream.Signature(issued_layout(cfg))),
+            "cycle": Out(CYCLE_BITS),
+        }
     )
 
 

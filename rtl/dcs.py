@@ -19,12 +19,10 @@ Cycle-exact twin of :func:`models.dcs.dcs_schedule`; the rules are in ``docs/sch
 from __future__ import annotations
 
 from amaranth import Module, Mux, Signal, unsigned
-from amaranth.lib import data, fifo, memory, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import data, fifo, memory, wiring
 
 from models.config import HardwareConfig
 from rtl.common import (
-    CYCLE_BITS,
     OP_MAC,
     OP_RD_OUT,
     OP_WR_INP,
@@ -33,6 +31,7 @@ from rtl.common import (
     command_layout,
     issued_layout,
     saturating_down,
+    scheduler_signature,
 )
 
 __all__ = ["DcsScheduler", "queue_entry_layout", "s_table_layout"]
@@ -81,13 +80,7 @@ class DcsScheduler(wiring.Component):
 
     def __init__(self, cfg: HardwareConfig):
         self.cfg = cfg
-        super().__init__(
-            {
-                "i": In(stream.Signature(command_layout(cfg))),
-                "o": Out(stream.Signature(issued_layout(cfg))),
-                "cycle": Out(CYCLE_BITS),
-            }
-        )
+        super().__init__(scheduler_signature(cfg))
 
     def elaborate(self, platform):
         m = Module()

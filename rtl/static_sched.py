@@ -7,18 +7,17 @@ Cycle-exact twin of :func:`models.static_sched.static_schedule`; the rules are i
 from __future__ import annotations
 
 from amaranth import Module, Signal, unsigned
-from amaranth.lib import data, fifo, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import data, fifo, wiring
 
 from models.config import HardwareConfig
 from rtl.common import (
-    CYCLE_BITS,
     OP_MAC,
     SEQ_BITS,
     RowTimer,
     command_layout,
     issued_layout,
     saturating_down,
+    scheduler_signature,
 )
 
 __all__ = ["StaticScheduler"]
@@ -34,13 +33,7 @@ class StaticScheduler(wiring.Component):
 
     def __init__(self, cfg: HardwareConfig):
         self.cfg = cfg
-        super().__init__(
-            {
-                "i": In(stream.Signature(command_layout(cfg))),
-                "o": Out(stream.Signature(issued_layout(cfg))),
-                "cycle": Out(CYCLE_BITS),
-            }
-        )
+        super().__init__(scheduler_signature(cfg))
 
     def elaborate(self, platform):
         m = Module()

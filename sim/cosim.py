@@ -22,7 +22,7 @@ from amaranth.lib import data
 from models.channel import run_channel
 from models.config import HardwareConfig
 from models.isa import FIELDS, Op
-from rtl.blocks import BLOCKS, generate_verilog
+from rtl.blocks import BLOCKS, SCHEDULER_OF_BLOCK, generate_verilog
 from rtl.common import command_layout, issued_layout
 
 __all__ = [
@@ -36,8 +36,6 @@ __all__ = [
 ]
 
 BUILD_ROOT = Path("build/sim")
-SCHEDULER_OF_BLOCK = {"static_sched": "static", "dcs": "dcs"}
-"""Which TLM scheduler each RTL block must match."""
 
 
 class CosimError(RuntimeError):
@@ -180,8 +178,11 @@ def run_rtl(
                 os.environ[k] = v
     failures = _failures(Path(xml_path))
     if failures or not result_path.exists():
-        log = (build_dir / "test.log").read_text()[-3000:] if (build_dir / "test.log").exists() \
+        log = (
+            (build_dir / "test.log").read_text()[-3000:]
+            if (build_dir / "test.log").exists()
             else ""
+        )
         raise CosimError(f"cocotb test failed: {'; '.join(failures) or 'no result'}\n{log}")
     raw = json.loads(result_path.read_text())
     out: dict[str, np.ndarray] = {

@@ -23,6 +23,7 @@ from compiler.kernels import KERNELS, CompileError, compile_kernel
 from models.config import ConfigError, HardwareConfig, load_preset
 from models.fileio import write_atomic
 from models.isa import Op
+from rtl.blocks import BLOCK_OF_SCHEDULER
 
 __all__ = [
     "BLOCK_OF_SCHEDULER",
@@ -36,8 +37,6 @@ __all__ = [
 ]
 
 WAVES_DIR = Path("build/waves")
-BLOCK_OF_SCHEDULER = {"static": "static_sched", "dcs": "dcs"}
-"""RTL block that implements each scheduler (ping-pong has no RTL yet)."""
 
 _RANGE = re.compile(r"\[(\d+):(\d+)\]$")
 # A Verilog identifier as Yosys writes it: plain, or escaped (backslash ... whitespace).

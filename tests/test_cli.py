@@ -7,7 +7,7 @@ import json
 import pytest
 
 from models.isa import load_stream
-from sim.cli import main
+from tests.helpers import run_cli
 
 
 @pytest.fixture(autouse=True)
@@ -16,14 +16,7 @@ def _in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
 
-def cli(capsys, *argv: str) -> tuple[int, str, str]:
-    """Run ``pimphony argv``; return (exit code, stdout, stderr). argparse errors exit."""
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as exc:
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
+cli = run_cli
 
 
 def cli_json(capsys, *argv: str) -> dict:

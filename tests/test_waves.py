@@ -15,8 +15,8 @@ from models.channel import run_channel
 from models.config import load_preset
 from models.isa import Op
 from rtl.common import command_layout, issued_layout
-from sim.cli import main as cli_main
 from sim.waves import WaveformError, record_waves, summarize_vcd
+from tests.helpers import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 CFG = load_preset("aim-16ch")
@@ -40,13 +40,7 @@ def recorded(request, in_repo):
     return sched, vcd, gtkw, tlm
 
 
-def cli(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        rc = cli_main([str(a) for a in argv])
-    except SystemExit as exc:
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
+cli = run_cli
 
 
 def test_summary_matches_tlm(recorded):
