@@ -194,35 +194,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if args.kernel is not None:
             raise CompileError("give either --stream or --kernel, not both")
         stream, head = load_stream(args.stream, cfg)
-        meta = head.get("meta", {})
-        result = run_channel(stream, cfg, args.sched)
-        static = run_channel(stream, cfg, "static").cycles
-        summary = {
-            "stream": str(args.stream),
-            "meta": meta,
-            "preset": cfg.name,
-            **result.to_dict(),
-            "speedup_vs_static": static / max(result.cycles, 1),
-        }
-        if args.json:
-            print(json.dumps(summary, indent=2))
-        else:
-            print(f"{args.stream}: {stream.shape[0]} commands")
-            print(
-                scheduler_table(
-                    [run_channel(stream, cfg, "static"), result]
-                    if args.sched != "static"
-                    else [result]
-                )
-            )
-        return 0
-    prog = _compile(args, cfg)
-    result = run_channel(prog.commands, cfg, args.sched)
-    static = result if args.sched == "static" else run_channel(prog.commands, cfg, "static")
-    if args.json:
-        print(json.dumps(kernel_summary(prog, result, static.cycles), indent=2))
+        title = f"{args.stream}: {stream.shape[0]} commands"
+        summary = {"stream": str(args.stream), "meta": head.get("meta", {}), "preset": cfg.name}
     else:
-        print(describe_kernel(prog))
+        prog = _compile(args, cfg)
+        stream, title = prog.commands, describe_kernel(prog)
+        summary = {"kernel": prog.kind, "shape": dict(prog.shape), "preset": cfg.name}
+    result = run_channel(stream, cfg, args.sched)
+    static = result if args.sched == "static" else run_channel(stream, cfg, "static")
+    if args.json:
+        summary.update(result.to_dict())
+        summary["speedup_vs_static"] = static.cycles / max(result.cycles, 1)
+        print(json.dumps(summary, indent=2))
+    else:
+        print(title)
         print(scheduler_table([static, result] if result is not static else [result]))
     return 0
 
