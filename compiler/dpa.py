@@ -1,0 +1,658 @@
+"""Encode attention kernels as DPA programs whose size does not depend on the token count.
+
+``encode_qk`` / ``encode_sv`` emit, once per shape (``d_h``, GQA group, mapping), a program
+that :func:`expand` unrolls for any ``T_cur <= max_tokens`` into exactly the stream
+``compile_qk`` / ``compile_sv`` (``compiler/kernels.py``) would produce for ``T_cur`` tokens,
+with every MAC row replaced by ``va2pa[row]``. The word format and the decoder are defined in
+:mod:`models.dpa` (hardware); this module is the compiler side. See ``docs/dpa.md``.
+
+How: the static loop nest of ``docs/mapping.md`` is re-emitted symbolically. The dimension
+that grows with ``T`` (output groups for QK^T, input tiles for SV) is ``ceil(T / u)`` (``u`` =
+banks or MAC width); every loop over it is split into "all parts but the last" (a
+``DYN_LOOP`` whose bound is a rule of ``T_cur``) and "the last part" (whose length is another
+rule); every field is an affine function of the loop indices whose coefficients may be
+multiplied by one rule value, i.e. a stack of ``DYN_MODI`` words. GBuf/OBuf halves alternate
+through modular wrap of the buffer fields. SV's resident-vs-streamed input choice is made at
+run time by two guarded sections (loops whose bound is a 0/1 rule).
+
+Run ``python -m compiler.dpa --d-h 128 --contexts 1024,4096,...`` for the size table and
+``build/dpa/instruction-size.png`` (static vs DPA bytes, PIMphony Fig. 10c).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import math
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from compiler.kernels import GQA_MAPPINGS, CompileError, compile_qk, compile_sv
+from models.config import ConfigError, HardwareConfig, load_preset
+from models.dpa import (
+    KERNEL_CODES,
+    NO_RULE,
+    WORD_BYTES,
+    Command,
+    DpaCapacityError,
+    DpaError,
+    DpaProgram,
+    DynLoop,
+    DynModi,
+    Header,
+    Rule,
+    Target,
+    TranslationError,
+    expand,
+)
+from models.fileio import write_atomic
+from models.isa import Op
+
+__all__ = [
+    "DEFAULT_PLOT",
+    "DpaCapacityError",
+    "DpaEncodeError",
+    "DpaProgram",
+    "SizeRow",
+    "TranslationError",
+    "encode_kernel",
+    "encode_qk",
+    "encode_sv",
+    "expand",
+    "format_size_report",
+    "instruction_size_report",
+    "main",
+    "plot_size_report",
+    "static_program_bytes",
+]
+
+DEFAULT_PLOT = Path("build/dpa/instruction-size.png")
+
+
+class DpaEncodeError(CompileError):
+    """A kernel shape cannot be expressed as a DPA program."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Affine expressions over loop indices and rule values
+# ---------------------------------------------------------------------------------------------
+
+_Key = tuple[int | None, int | None]  # (rule id, loop id); (None, None) = constant
+
+
+class _Expr:
+    """``sum coef * [rule] * [loop index]``: at most one rule and one index per term."""
+
+    __slots__ = ("terms",)
+
+    def __init__(self, terms: dict[_Key, int] | None = None) -> None:
+        self.terms = {k: v for k, v in (terms or {}).items() if v}
+
+    @staticmethod
+    def of(x: _Expr | int) -> _Expr:
+        return x if isinstance(x, _Expr) else _Expr({(None, None): int(x)})
+
+    def __add__(self, other: _Expr | int) -> _Expr:
+        t = dict(self.terms)
+        for k, v in _Expr.of(other).terms.items():
+            t[k] = t.get(k, 0) + v
+        return _Expr(t)
+
+    __radd__ = __add__
+
+    def __mul__(self, other: _Expr | int) -> _Expr:
+        if not isinstance(other, _Expr):
+            return _Expr({k: v * int(other) for k, v in self.terms.items()})
+        t: dict[_Key, int] = {}
+        for (r1, i1), a in self.terms.items():
+            for (r2, i2), b in other.terms.items():
+                if (r1 is not None and r2 is not None) or (i1 is not None and i2 is not None):
+                    raise DpaEncodeError(
+                        "not expressible in DPA: a field would need the product of two "
+                        "token-dependent values or of two loop indices"
+                    )
+                k = (r1 if r1 is not None else r2, i1 if i1 is not None else i2)
+                t[k] = t.get(k, 0) + a * b
+        return _Expr(t)
+
+    __rmul__ = __mul__
+
+    @property
+    def const(self) -> int:
+        return self.terms.get((None, None), 0)
+
+    def rule_only(self) -> int | None:
+        """The rule id if this is exactly one rule value (a loop bound)."""
+        if len(self.terms) == 1:
+            (((r, i), v),) = self.terms.items()
+            if r is not None and i is None and v == 1:
+                return r
+        return None
+
+
+_Val = _Expr | int
+
+
+class _Dim:
+    """A loop extent: a constant ``n``, or ``ceil(T_cur / unit)`` (token-dependent)."""
+
+    def __init__(self, b: _Builder, n: int | None = None, unit: int | None = None) -> None:
+        self.b, self.n, self.unit = b, n, unit
+
+    @property
+    def dynamic(self) -> bool:
+        return self.n is None
+
+    def count(self) -> _Val:
+        if self.n is not None:
+            return self.n
+        return self.b.rule(offset=self.unit - 1, divisor=self.unit)
+
+    def before_last(self, s: int) -> _Val:
+        """``ceil(N / s) - 1``: parts of ``s`` before the last one."""
+        if self.n is not None:
+            return (self.n - 1) // s
+        return self.b.rule(offset=-1, divisor=self.unit * s)
+
+    def parts(self, s: int) -> _Val:
+        """``ceil(N / s)``."""
+        if self.n is not None:
+            return math.ceil(self.n / s)
+        return self.b.rule(offset=-1, divisor=self.unit * s, add=1)
+
+    def last_len(self, s: int) -> _Val:
+        """Length of the last part: ``((N - 1) mod s) + 1``."""
+        if self.n is not None:
+            return (self.n - 1) % s + 1
+        return self.b.rule(offset=-1, divisor=self.unit, modulus=s, add=1)
+
+    def at_most(self, s: int) -> _Val:
+        """1 if ``N <= s`` else 0."""
+        if self.n is not None:
+            return int(self.n <= s)
+        return self.b.rule(
+            offset=self.unit - 1, divisor=self.unit * (s + 1), negate=True, add=1, clamp=1
+        )
+
+    def more_than(self, s: int) -> _Val:
+        """1 if ``N > s`` else 0."""
+        if self.n is not None:
+            return int(self.n > s)
+        return self.b.rule(offset=self.unit - 1, divisor=self.unit * (s + 1), clamp=1)
+
+
+class _Builder:
+    """Emits DPA instructions: rules, loops (with static simplification) and commands."""
+
+    def __init__(self, cfg: HardwareConfig) -> None:
+        self.cfg = cfg
+        self.rules: list[Rule] = []
+        self.body: list = []
+        self.stack: list[int] = []  # loop ids, outermost first
+        self.next_loop = 0
+
+    def rule(self, **params: int | bool) -> _Expr:
+        """The value of the rule with ``params`` (defined once, then shared)."""
+        for r in self.rules:
+            if Rule(rule_id=r.rule_id, **params) == r:
+                return _Expr({(r.rule_id, None): 1})
+        rid = len(self.rules)
+        if rid >= NO_RULE:
+            raise DpaEncodeError(f"more than {NO_RULE} loop-bound rules")
+        self.rules.append(Rule(rule_id=rid, **params))
+        return _Expr({(rid, None): 1})
+
+    def loop(self, count: _Val, fn: Callable[[_Expr], None]) -> None:
+        """Emit ``fn(index)`` repeated ``count`` times (inlined when the count is 0 or 1)."""
+        rule = None
+        if isinstance(count, _Expr):
+            if set(count.terms) <= {(None, None)}:
+                count = count.const
+            else:
+                rule = count.rule_only()
+                if rule is None:
+                    raise DpaEncodeError("a loop bound must be a constant or a single rule value")
+        if rule is None:
+            if count <= 0:
+                return
+            if count == 1:
+                fn(_Expr())
+                return
+        lid = self.next_loop
+        self.next_loop += 1
+        at = len(self.body)
+        self.body.append(None)
+        self.stack.append(lid)
+        fn(_Expr({(None, lid): 1}))
+        self.stack.pop()
+        le = len(self.body) - at - 1
+        if le == 0:
+            self.body.pop()
+            return
+        self.body[at] = (
+            DynLoop(le=le, rule=rule) if rule is not None else DynLoop(le=le, count=count)
+        )
+
+    def cmd(self, op: Op, **fields: _Val) -> None:
+        """Emit the ``DYN_MODI`` words and the plain command for affine ``fields``."""
+        ch = self.cfg.channel
+        cols = ch.columns_per_row
+        base = {"gbuf": 0, "addr": 0, "out": 0, "gpr": 0}
+        wrap = {"gbuf": ch.gbuf_entries, "out": ch.obuf_entries}
+        for name, value in fields.items():
+            e = _Expr.of(value)
+            for (rid, lid), coef in sorted(e.terms.items(), key=lambda kv: str(kv[0])):
+                if name in wrap:
+                    coef %= wrap[name]
+                if rid is None and lid is None:
+                    base[name] = coef
+                    continue
+                if coef == 0:
+                    continue
+                level = None if lid is None else len(self.stack) - 1 - self.stack.index(lid)
+                if name == "addr":
+                    target, coef = (
+                        (Target.ROW, coef // cols) if coef % cols == 0 else (Target.COL, coef)
+                    )
+                else:
+                    target = {"gbuf": Target.GBUF, "out": Target.OUT, "gpr": Target.GPR}[name]
+                self.body.append(DynModi(target=target, coef=coef, level=level, rule=rid))
+        if min(base.values()) < 0:
+            raise DpaEncodeError(f"negative base field in {op.name}: {base}")
+        self.body.append(
+            Command(
+                op,
+                gbuf=base["gbuf"],
+                row=base["addr"] // cols,
+                col=base["addr"] % cols,
+                out=base["out"],
+                gpr=base["gpr"],
+            )
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel encoders
+# ---------------------------------------------------------------------------------------------
+
+
+def _positive(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value <= 0:
+        raise DpaEncodeError(f"{name} = {value!r}: must be a positive integer")
+    return int(value)
+
+
+def _check_row_runs(kind: str, b: _Builder, ng: _Dim, nt: _Dim, p: int, bk: int, ck: int) -> None:
+    """Refuse GQA row-reuse shapes whose per-group MAC runs can cross a DRAM row.
+
+    With ``P > 1`` heads per pass the static compiler splits a group's run of tiles at row
+    boundaries and interleaves the heads per segment; the split points move with ``T``, which a
+    DPA loop cannot follow. The check enumerates every residue class of run starts.
+    """
+    c = b.cfg.channel.columns_per_row
+    bad = None
+    if not nt.dynamic:  # QK^T: the tile count is fixed, the number of groups grows with T
+        n = nt.n
+        if n <= ck:
+            chunks = [(0, n)]
+        else:
+            nc = math.ceil(n / ck)
+            chunks = [(i * ck, ck) for i in range(nc - 1)] + [((nc - 1) * ck, n - (nc - 1) * ck)]
+        bases = sorted({(i * bk * n) % c for i in range(c)})
+        for r in bases:
+            for nb in range(1, bk + 1):
+                for k0, lc in chunks:
+                    for gi in range(nb):
+                        s = (r + nb * k0 + gi * lc) % c
+                        if s + lc > c:
+                            bad = lc
+                            break
+    else:  # SV: the group count is fixed, the tile count m grows with T
+        n = ng.n
+        m = np.arange(1, ck + 1)[:, None]  # input resident in the GBuf: runs [g*m, (g+1)*m)
+        hit = ((np.arange(n)[None, :] * m) % c + m > c).any(axis=1)
+        if hit.any():
+            bad = int(m[np.argmax(hit), 0])
+        # Streamed input (m > ck): a run starts at b0*m + nb*ck*chunk + gi*len. Full chunks
+        # (len ck) can have any chunk index mod C for any m mod C (take m large); the last
+        # chunk (index (m-1)//ck, len ((m-1) mod ck)+1) repeats with period ck*C in m.
+        full_m = np.arange(c)[:, None, None]
+        chunk = np.arange(c)[None, :, None]
+        last_m = np.arange(ck + 1, ck + 1 + ck * c)[:, None]
+        c_last, last_len = (last_m - 1) // ck, (last_m - 1) % ck + 1
+        for b0 in range(0, n, bk):
+            nb = min(bk, n - b0)
+            gi = np.arange(nb)
+            if (((b0 * full_m + nb * ck * chunk + gi * ck) % c + ck) > c).any():
+                bad = ck
+            hit = (b0 * last_m + nb * ck * c_last + gi[None, :] * last_len) % c + last_len > c
+            if hit.any():
+                bad = int(np.broadcast_to(last_len, hit.shape)[hit][0])
+    if bad is not None:
+        raise DpaEncodeError(
+            f"{kind} with row-reuse GQA group {p}: at some token counts a group's {bad}-tile "
+            f"MAC run crosses a DRAM row boundary ({c} columns per row); the static compiler "
+            "then interleaves the heads per row segment at T-dependent split points, which a "
+            "DPA loop cannot express. Use gqa_group=1 or mapping='head-serial'"
+        )
+
+
+def encode_kernel(
+    cfg: HardwareConfig,
+    kind: str,
+    d_h: int,
+    gqa_group: int = 1,
+    max_tokens: int = 131072,
+    mapping: str = "row-reuse",
+) -> DpaProgram:
+    """DPA program of the ``qk`` or ``sv`` kernel for any ``1 <= T_cur <= max_tokens``."""
+    if kind not in ("qk", "sv"):
+        raise DpaEncodeError(f"kernel {kind!r}: DPA encoding exists for 'qk' and 'sv'")
+    d_h, g = _positive("d_h", d_h), _positive("gqa_group", gqa_group)
+    max_tokens = _positive("max_tokens", max_tokens)
+    if mapping not in GQA_MAPPINGS:
+        raise DpaEncodeError(f"mapping {mapping!r} is unknown; allowed: {', '.join(GQA_MAPPINGS)}")
+    if max_tokens >= 1 << 24:
+        raise DpaEncodeError(f"max_tokens = {max_tokens}: the header holds at most {(1 << 24) - 1}")
+    ch = cfg.channel
+    for name, value, limit in (
+        ("gbuf_entries", ch.gbuf_entries, 1 << 8),
+        ("obuf_entries", ch.obuf_entries, 1 << 8),
+        ("columns_per_row", ch.columns_per_row, 1 << 8),
+        ("rows_per_bank", ch.rows_per_bank, 1 << 16),
+        ("GPR tiles", cfg.module.gpr_bytes // ch.column_bytes, 1 << 20),
+    ):
+        if value > limit:
+            raise DpaEncodeError(f"{name} = {value} exceeds the DPA word field ({limit})")
+    # The static compiler at max_tokens checks rows per bank and the GPR (both grow with T).
+    compile_fn = compile_qk if kind == "qk" else compile_sv
+    plan = compile_fn(cfg, max_tokens, d_h, g, mapping).plan
+
+    half_g, half_o = ch.gbuf_entries // 2, ch.obuf_entries // 2
+    p = g if mapping == "row-reuse" else 1
+    passes = 1 if mapping == "row-reuse" else g
+    bk, ck = half_o // p, half_g // p
+    if plan.block_groups != bk or (not plan.resident and plan.chunk_tiles != ck):
+        raise DpaEncodeError(
+            "compiler/kernels.py's blocking changed (block/chunk sizes differ from "
+            "docs/mapping.md); update compiler/dpa.py"
+        )
+    b = _Builder(cfg)
+    if kind == "qk":
+        ng, nt = _Dim(b, unit=ch.banks), _Dim(b, n=math.ceil(d_h / ch.mac_elements))
+    else:
+        ng, nt = _Dim(b, n=math.ceil(d_h / ch.banks)), _Dim(b, unit=ch.mac_elements)
+    if p > 1:
+        _check_row_runs(kind, b, ng, nt, p, bk, ck)
+    _emit(b, ng, nt, g, p, passes, bk, ck, half_g, half_o, row_reuse=mapping == "row-reuse")
+    rules, body = _compact_rules(b.rules, b.body)
+    header = Header(kernel=KERNEL_CODES[kind], max_tokens=max_tokens)
+    shape = {"kind": kind, "d_h": d_h, "gqa_group": g, "mapping": mapping, "max_tokens": max_tokens}
+    try:
+        return DpaProgram.from_instructions([header, *rules, *body], cfg, shape)
+    except DpaError as exc:
+        raise DpaEncodeError(f"{kind} d_h={d_h} G={g}: {exc}") from None
+
+
+def _compact_rules(rules: list[Rule], body: list) -> tuple[list[Rule], list]:
+    """Drop rules no word uses (e.g. multiplied by a zero index) and renumber the rest."""
+    used = sorted(
+        {ins.rule for ins in body if isinstance(ins, DynLoop | DynModi) and ins.rule is not None}
+    )
+    new_id = {old: new for new, old in enumerate(used)}
+    kept = [replace(rules[old], rule_id=new_id[old]) for old in used]
+    out = [
+        replace(ins, rule=new_id[ins.rule])
+        if isinstance(ins, DynLoop | DynModi) and ins.rule is not None
+        else ins
+        for ins in body
+    ]
+    return kept, out
+
+
+def _emit(
+    b: _Builder,
+    ng: _Dim,
+    nt: _Dim,
+    g: int,
+    p: int,
+    passes: int,
+    bk: int,
+    ck: int,
+    half_g: int,
+    half_o: int,
+    row_reuse: bool,
+) -> None:
+    """The loop nest of ``compiler.kernels._lower`` with symbolic extents (docs/dpa.md)."""
+    n_t, n_g = nt.count(), ng.count()
+    n_blocks = ng.parts(bk)
+
+    def pass_body(pi: _Expr) -> None:
+        def head(j: _Expr) -> _Expr:
+            return j if row_reuse else pi
+
+        def regime(resident: bool) -> None:
+            n_chunks = 1 if resident else nt.parts(ck)
+            rh = half_g * pi  # resident input: one GBuf fill per pass
+            if resident:
+                b.loop(
+                    p,
+                    lambda j: b.loop(
+                        n_t,
+                        lambda k: b.cmd(Op.WR_INP, gbuf=rh + j * n_t + k, gpr=head(j) * n_t + k),
+                    ),
+                )
+
+            def block(bi: _Val, nb: _Val) -> None:
+                b0 = _Expr.of(bi) * bk
+                oh = half_o * (pi * n_blocks + bi)  # OBuf half alternates per block
+
+                def chunk(ci: _Val, lc: _Val, last: bool) -> None:
+                    k0 = _Expr.of(ci) * ck
+                    if resident:
+                        gh, stride = rh, n_t
+                    else:
+                        gh = half_g * (pi * n_blocks * n_chunks + _Expr.of(bi) * n_chunks + ci)
+                        stride = ck
+                        b.loop(
+                            p,
+                            lambda j: b.loop(
+                                lc,
+                                lambda k: b.cmd(
+                                    Op.WR_INP, gbuf=gh + j * ck + k, gpr=head(j) * n_t + k0 + k
+                                ),
+                            ),
+                        )
+                    base = b0 * n_t + _Expr.of(nb) * k0
+
+                    def group(gi: _Expr) -> None:
+                        b.loop(
+                            p,
+                            lambda j: b.loop(
+                                lc,
+                                lambda k: b.cmd(
+                                    Op.MAC,
+                                    gbuf=gh + j * stride + k,
+                                    addr=base + gi * lc + k,
+                                    out=oh + gi * p + j,
+                                ),
+                            ),
+                        )
+                        if last:
+                            b.loop(
+                                p,
+                                lambda j: b.cmd(
+                                    Op.RD_OUT,
+                                    out=oh + gi * p + j,
+                                    gpr=g * n_t + head(j) * n_g + b0 + gi,
+                                ),
+                            )
+
+                    b.loop(nb, group)
+
+                if resident:
+                    chunk(0, n_t, True)
+                else:
+                    b.loop(nt.before_last(ck), lambda ci: chunk(ci, ck, False))
+                    chunk(nt.before_last(ck), nt.last_len(ck), True)
+
+            b.loop(ng.before_last(bk), lambda bi: block(bi, bk))
+            block(ng.before_last(bk), ng.last_len(bk))
+
+        b.loop(nt.at_most(ck), lambda _: regime(True))
+        b.loop(nt.more_than(ck), lambda _: regime(False))
+
+    b.loop(passes, pass_body)
+
+
+def encode_qk(
+    cfg: HardwareConfig,
+    d_h: int,
+    gqa_group: int = 1,
+    max_tokens: int = 131072,
+    mapping: str = "row-reuse",
+) -> DpaProgram:
+    """DPA program of QK^T (``compile_qk``) for any ``1 <= T_cur <= max_tokens``."""
+    return encode_kernel(cfg, "qk", d_h, gqa_group, max_tokens, mapping)
+
+
+def encode_sv(
+    cfg: HardwareConfig,
+    d_h: int,
+    gqa_group: int = 1,
+    max_tokens: int = 131072,
+    mapping: str = "row-reuse",
+) -> DpaProgram:
+    """DPA program of SV (``compile_sv``) for any ``1 <= T_cur <= max_tokens``."""
+    return encode_kernel(cfg, "sv", d_h, gqa_group, max_tokens, mapping)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sizes (PIMphony Fig. 10c)
+# ---------------------------------------------------------------------------------------------
+
+
+def static_program_bytes(stream: np.ndarray) -> int:
+    """Bytes of an unrolled command stream at ``WORD_BYTES`` per command."""
+    return int(np.asarray(stream).shape[0]) * WORD_BYTES
+
+
+class SizeRow(NamedTuple):
+    """One row of :func:`instruction_size_report`."""
+
+    tokens: int
+    static_bytes: int
+    dpa_bytes: int
+
+
+def instruction_size_report(
+    cfg: HardwareConfig,
+    d_h: int,
+    contexts: Sequence[int],
+    gqa_group: int = 1,
+    kernels: Sequence[str] = ("qk", "sv"),
+) -> list[SizeRow]:
+    """Per context ``T``: bytes of the unrolled ``kernels`` streams vs their DPA programs.
+
+    Both cover one attention head group on one channel; the DPA programs are encoded once
+    with ``max_tokens = max(contexts)``.
+    """
+    contexts = [_positive("context", t) for t in contexts]
+    if not contexts:
+        raise DpaEncodeError("no contexts given")
+    top = max(contexts)
+    dpa = sum(encode_kernel(cfg, k, d_h, gqa_group, top).nbytes for k in kernels)
+    rows = []
+    for t in contexts:
+        static = 0
+        for k in kernels:
+            fn = compile_qk if k == "qk" else compile_sv
+            static += static_program_bytes(fn(cfg, t, d_h, gqa_group).commands)
+        rows.append(SizeRow(t, static, dpa))
+    return rows
+
+
+def format_size_report(rows: Sequence[SizeRow], capacity: int) -> str:
+    """The report as a text table (``capacity`` = command-buffer bytes)."""
+    head = (
+        f"{'T':>8}  {'static B':>11}  {'DPA B':>7}  {'static/DPA':>10}  static fits {capacity} B?"
+    )
+    lines = [head]
+    for r in rows:
+        fits = "yes" if r.static_bytes <= capacity else "no"
+        lines.append(
+            f"{r.tokens:>8}  {r.static_bytes:>11,}  {r.dpa_bytes:>7,}  "
+            f"{r.static_bytes / r.dpa_bytes:>9.0f}x  {fits}"
+        )
+    return "\n".join(lines)
+
+
+def plot_size_report(rows: Sequence[SizeRow], path: Path, title: str, capacity: int) -> Path:
+    """Log-log plot of static vs DPA program bytes over context, written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = [r.tokens for r in rows]
+    fig, ax = plt.subplots(figsize=(5.2, 3.8))
+    ax.plot(
+        t, [r.static_bytes / 1024 for r in rows], "o-", color="#e76f51", label="static (unrolled)"
+    )
+    ax.plot(t, [r.dpa_bytes / 1024 for r in rows], "s-", color="#2a9d8f", label="DPA-encoded")
+    ax.axhline(capacity / 1024, ls="--", color="#264653", lw=1, label="DPA command buffer")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("context length T (tokens per channel)")
+    ax.set_ylabel("instruction size (KB)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return write_atomic(path, buf.getvalue())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m compiler.dpa``: print the size table and write the plot."""
+    ap = argparse.ArgumentParser(
+        prog="python -m compiler.dpa",
+        description="Static vs DPA instruction size of QK^T + SV (PIMphony Fig. 10c)",
+    )
+    ap.add_argument("--preset", default="aim-16ch")
+    ap.add_argument("--d-h", type=int, default=128)
+    ap.add_argument("--gqa-group", type=int, default=1)
+    ap.add_argument(
+        "--contexts",
+        default=",".join(str(1024 << i) for i in range(8)),
+        help="comma-separated token counts (default 1024..131072)",
+    )
+    ap.add_argument("--out", type=Path, default=DEFAULT_PLOT, help="PNG path")
+    ap.add_argument("--no-plot", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        cfg = load_preset(args.preset)
+        contexts = [int(x) for x in args.contexts.split(",") if x.strip()]
+        rows = instruction_size_report(cfg, args.d_h, contexts, args.gqa_group)
+    except (ConfigError, CompileError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    cap = cfg.module.dpa_command_buffer_bytes
+    print(f"QK^T + SV, d_h {args.d_h}, GQA group {args.gqa_group}, {cfg.name}, {WORD_BYTES} B/word")
+    print(format_size_report(rows, cap))
+    if not args.no_plot:
+        title = f"QK$^T$+SV instruction size, d_h={args.d_h}, G={args.gqa_group} ({cfg.name})"
+        path = plot_size_report(rows, args.out, title, cap)
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
