@@ -45,13 +45,15 @@ from models.dpa import (
     DynLoop,
     DynModi,
     Header,
+    Kind,
     Rule,
     Target,
     TranslationError,
     expand,
+    field_limit,
 )
 from models.fileio import write_atomic
-from models.isa import Op
+from models.isa import Op, gpr_tiles
 
 __all__ = [
     "DEFAULT_PLOT",
@@ -357,16 +359,20 @@ def encode_kernel(
     max_tokens = _positive("max_tokens", max_tokens)
     if mapping not in GQA_MAPPINGS:
         raise DpaEncodeError(f"mapping {mapping!r} is unknown; allowed: {', '.join(GQA_MAPPINGS)}")
-    if max_tokens >= 1 << 24:
-        raise DpaEncodeError(f"max_tokens = {max_tokens}: the header holds at most {(1 << 24) - 1}")
+    token_limit = field_limit(Kind.HEADER, "max_tokens")
+    if max_tokens >= token_limit:
+        raise DpaEncodeError(
+            f"max_tokens = {max_tokens}: the header holds at most {token_limit - 1}"
+        )
     ch = cfg.channel
-    for name, value, limit in (
-        ("gbuf_entries", ch.gbuf_entries, 1 << 8),
-        ("obuf_entries", ch.obuf_entries, 1 << 8),
-        ("columns_per_row", ch.columns_per_row, 1 << 8),
-        ("rows_per_bank", ch.rows_per_bank, 1 << 16),
-        ("GPR tiles", cfg.module.gpr_bytes // ch.column_bytes, 1 << 20),
+    for name, value, field in (
+        ("gbuf_entries", ch.gbuf_entries, "gbuf"),
+        ("obuf_entries", ch.obuf_entries, "out"),
+        ("columns_per_row", ch.columns_per_row, "col"),
+        ("rows_per_bank", ch.rows_per_bank, "row"),
+        ("GPR tiles", gpr_tiles(cfg), "gpr"),
     ):
+        limit = field_limit(Kind.MAC, field)
         if value > limit:
             raise DpaEncodeError(f"{name} = {value} exceeds the DPA word field ({limit})")
     # The static compiler at max_tokens checks rows per bank and the GPR (both grow with T).

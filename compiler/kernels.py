@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from models.config import HardwareConfig
-from models.isa import COMMAND_DTYPE, Op
+from models.isa import COMMAND_DTYPE, Op, gpr_tiles
 
 __all__ = [
     "GQA_MAPPINGS",
@@ -163,13 +163,13 @@ def _plan(cfg: HardwareConfig, n_out: int, n_in: int, heads: int, mapping: str) 
             f"matrix {n_out}x{n_in} needs {rows} DRAM rows per bank; the channel has "
             f"{ch.rows_per_bank} (preset {cfg.name})"
         )
-    gpr_tiles = cfg.module.gpr_bytes // ch.column_bytes
+    gpr_size = gpr_tiles(cfg)
     gpr_out_base = heads * tiles
-    if gpr_out_base + heads * groups > gpr_tiles:
+    if gpr_out_base + heads * groups > gpr_size:
         raise CompileError(
             f"inputs ({heads}x{n_in}) and outputs ({heads}x{n_out}) need "
             f"{gpr_out_base + heads * groups} GPR tiles of {ch.column_bytes} B; the GPR holds "
-            f"{gpr_tiles}"
+            f"{gpr_size}"
         )
     return GemvPlan(
         n_out=n_out,

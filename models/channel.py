@@ -15,7 +15,7 @@ import numpy as np
 
 from models.config import HardwareConfig
 from models.dcs import dcs_schedule, entry_predecessors
-from models.dram import timing_vector
+from models.dram import execution_times, timing_vector
 from models.isa import Op, validate_stream
 from models.pingpong import PingPongError, pingpong_schedule, pingpong_slots
 from models.static_sched import static_schedule
@@ -130,7 +130,7 @@ def run_channel(
         )
         extra["handoff_stall"] = int(handoff)
         extra["phases"] = int(n_phases)
-    exec_by_op = np.array([cfg.timing.t_WR_INP, cfg.timing.t_MAC, cfg.timing.t_RD_OUT])
+    exec_by_op = execution_times(cfg.timing)
     completion = issue + exec_by_op[op] if n else issue.copy()
     cycles = int(completion.max()) if n else 0
     switches = np.stack([sw_start[:n_sw], sw_end[:n_sw]], axis=1)
@@ -217,7 +217,7 @@ def check_schedule(
         gap = np.zeros(idx.size, dtype=bool)
         gap[1:] = np.diff(t) < tm.tCCD
         report(np.isin(issue, t[gap]) & mask, f"{name} spacing below tCCD")
-    exec_by_op = np.array([tm.t_WR_INP, tm.t_MAC, tm.t_RD_OUT])
+    exec_by_op = execution_times(tm)
     if scheduler == "static":
         gap = np.where(op[1:] == op[:-1], tm.tCCD, exec_by_op[op[:-1]])
         late = np.zeros(op.size, dtype=bool)

@@ -28,6 +28,7 @@ import numpy as np
 from numba import njit
 
 from models.dram import INF, NEVER, TV_CCD, TV_MAC, TV_RD_OUT, TV_WR_INP, open_row
+from models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP
 
 __all__ = ["dcs_schedule", "entry_predecessors"]
 
@@ -41,10 +42,10 @@ def entry_predecessors(op, gbuf, out, n_gbuf, n_obuf):
     last_g = np.full(n_gbuf, -1, dtype=np.int64)
     last_o = np.full(n_obuf, -1, dtype=np.int64)
     for k in range(n):
-        if op[k] != 2:
+        if op[k] != OP_RD_OUT:
             prev_g[k] = last_g[gbuf[k]]
             last_g[gbuf[k]] = k
-        if op[k] != 0:
+        if op[k] != OP_WR_INP:
             prev_o[k] = last_o[out[k]]
             last_o[out[k]] = k
     return prev_g, prev_o
@@ -57,7 +58,7 @@ def _gbuf_expiry(d, op, issue, tv):
         return NEVER
     if issue[d] < 0:
         return INF
-    if op[d] == 0:
+    if op[d] == OP_WR_INP:
         return issue[d] + tv[TV_WR_INP]
     return issue[d] + tv[TV_CCD]
 
@@ -69,7 +70,7 @@ def _obuf_expiry(d, op, issue, tv, is_mac):
         return NEVER
     if issue[d] < 0:
         return INF
-    if op[d] == 1:
+    if op[d] == OP_MAC:
         if is_mac:
             return issue[d] + tv[TV_CCD]
         return issue[d] + tv[TV_MAC]
@@ -85,7 +86,7 @@ def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_s
     """
     n = op.shape[0]
     prev_g, prev_o = entry_predecessors(op, gbuf, out, n_gbuf, n_obuf)
-    is_io = op != 1
+    is_io = op != OP_MAC
     n_io = 0
     for k in range(n):
         if is_io[k]:
@@ -136,7 +137,7 @@ def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_s
         if io_h < n_io and io_idx[io_h] < n_acc:
             k = io_idx[io_h]
             ti = max(accept[k] + 1, last_issue + 1, last_io + tv[TV_CCD])
-            if op[k] == 0:
+            if op[k] == OP_WR_INP:
                 ti = max(ti, _gbuf_expiry(prev_g[k], op, issue, tv))
             else:
                 ti = max(ti, _obuf_expiry(prev_o[k], op, issue, tv, False))

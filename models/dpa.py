@@ -36,6 +36,7 @@ __all__ = [
     "NO_RULE",
     "TENSOR_OF",
     "WORD_BYTES",
+    "field_limit",
     "Command",
     "DecoderTiming",
     "Dispatcher",
@@ -216,6 +217,14 @@ _LAYOUTS: dict[Kind, tuple[tuple[str, int, bool], ...]] = {
     ),
     Kind.HEADER: (("version", 4, False), ("kernel", 2, False), ("max_tokens", 24, False)),
 }
+
+
+def field_limit(kind: Kind, name: str) -> int:
+    """Number of values the ``name`` field of a ``kind`` word can hold (``2 ** width``)."""
+    width = next((w for n, w, _ in _LAYOUTS[kind] if n == name), None)
+    if width is None:
+        raise KeyError(f"{kind.name} words have no field {name!r}")
+    return 1 << width
 
 
 def _fields_of(ins: Instruction) -> tuple[Kind, dict[str, int]]:

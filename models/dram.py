@@ -16,6 +16,7 @@ import numpy as np
 from numba import njit
 
 from models.config import HardwareConfig, Timing
+from models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP, Op
 
 __all__ = [
     "INF",
@@ -30,6 +31,7 @@ __all__ = [
     "TV_SPAN",
     "TV_WR_INP",
     "activation_offsets",
+    "execution_times",
     "open_row",
     "timing_vector",
 ]
@@ -55,6 +57,15 @@ def activation_offsets(timing: Timing, banks: int) -> list[int]:
     return acts
 
 
+def execution_times(timing: Timing) -> np.ndarray:
+    """Issue-to-completion time of each opcode, indexed by opcode value."""
+    times = np.zeros(len(Op), dtype=np.int64)
+    times[OP_WR_INP] = timing.t_WR_INP
+    times[OP_MAC] = timing.t_MAC
+    times[OP_RD_OUT] = timing.t_RD_OUT
+    return times
+
+
 def timing_vector(cfg: HardwareConfig) -> np.ndarray:
     """The int64 timing vector (``TV_*`` indices) for ``cfg``."""
     tm = cfg.timing
@@ -74,9 +85,9 @@ def timing_vector(cfg: HardwareConfig) -> np.ndarray:
 @njit(cache=True)
 def exec_time(op: int, tv: np.ndarray) -> int:
     """Execution time of an opcode: issue to completion."""
-    if op == 0:
+    if op == OP_WR_INP:
         return tv[TV_WR_INP]
-    if op == 1:
+    if op == OP_MAC:
         return tv[TV_MAC]
     return tv[TV_RD_OUT]
 

@@ -49,14 +49,13 @@ def execute(
     cmd = np.concatenate([w, m, m, r])
     order = np.lexsort((cmd, phase, times))
     pending: dict[int, np.ndarray] = {}
-    mem32 = memory
     for idx in order:
         k, c = int(kind[idx]), int(cmd[idx])
         if k == 0:
             gbuf[stream["gbuf"][c]] = gpr[stream["gpr"][c]].astype(np.float32)
         elif k == 1:
             col = int(stream["col"][c])
-            weights = mem32[stream["row"][c], :, col * e : (col + 1) * e].astype(np.float32)
+            weights = memory[stream["row"][c], :, col * e : (col + 1) * e].astype(np.float32)
             pending[c] = weights @ gbuf[stream["gbuf"][c]]
         elif k == 2:
             obuf[stream["out"][c]] += pending.pop(c)

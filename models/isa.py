@@ -38,11 +38,16 @@ __all__ = [
     "FORMAT_MAGIC",
     "FORMAT_VERSION",
     "IO_OPS",
+    "OPERAND_FIELDS",
+    "OP_MAC",
+    "OP_RD_OUT",
+    "OP_WR_INP",
     "CommandFormatError",
     "Op",
     "StreamError",
     "empty_stream",
     "field_widths",
+    "gpr_tiles",
     "load_stream",
     "make_stream",
     "save_stream",
@@ -58,6 +63,9 @@ class Op(IntEnum):
     RD_OUT = 2
 
 
+OP_WR_INP, OP_MAC, OP_RD_OUT = int(Op.WR_INP), int(Op.MAC), int(Op.RD_OUT)
+"""The opcodes as plain ints, for numba kernels and Amaranth comparisons."""
+
 IO_OPS = (Op.WR_INP, Op.RD_OUT)
 """Opcodes that move data over the channel data bus (the I/O queue under DCS)."""
 
@@ -68,12 +76,12 @@ COMMAND_DTYPE = np.dtype(
 FORMAT_MAGIC = "pimphony-command-stream"
 FORMAT_VERSION = 1
 
-# Which fields each opcode uses (others must be zero).
-_USED = {
+OPERAND_FIELDS = {
     Op.WR_INP: ("gbuf", "gpr"),
     Op.MAC: ("gbuf", "row", "col", "out"),
     Op.RD_OUT: ("out", "gpr"),
 }
+"""Fields each opcode uses; the others must be zero."""
 
 
 class StreamError(ValueError):
@@ -103,6 +111,11 @@ def field_widths(geom: ChannelGeometry, gpr_bytes: int | None = None) -> dict[st
     return widths
 
 
+def gpr_tiles(cfg: HardwareConfig) -> int:
+    """GPR size in 32 B tiles (the unit of the ``gpr`` field)."""
+    return cfg.module.gpr_bytes // cfg.channel.column_bytes
+
+
 def empty_stream(n: int) -> np.ndarray:
     """A zeroed stream of ``n`` commands."""
     return np.zeros(n, dtype=COMMAND_DTYPE)
@@ -118,7 +131,7 @@ def make_stream(commands: list[tuple]) -> np.ndarray:
     for i, cmd in enumerate(commands):
         op = Op(cmd[0])
         s["op"][i] = op
-        names = _USED[op]
+        names = OPERAND_FIELDS[op]
         if len(cmd) - 1 > len(names) or (op == Op.MAC and len(cmd) != 5):
             raise StreamError(f"command {i}: {op.name} takes fields {names}, got {cmd[1:]!r}")
         for name, value in zip(names, cmd[1:], strict=False):
@@ -159,7 +172,7 @@ def validate_stream(
             continue
         for name, limit in limits.items():
             values = stream[name]
-            if name in _USED[o]:
+            if name in OPERAND_FIELDS[o]:
                 bad = np.flatnonzero(mask & (values >= limit))
                 why = f"must be < {limit}"
             else:
@@ -198,7 +211,7 @@ def save_stream(
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} exists; pass overwrite=True (CLI: --force) to replace it")
     if cfg is not None:
-        validate_stream(stream, cfg.channel, gpr_tiles=cfg.module.gpr_bytes // 32)
+        validate_stream(stream, cfg.channel, gpr_tiles=gpr_tiles(cfg))
     head = json.dumps(_header(cfg, meta)).encode()
     buf = io.BytesIO()
     np.savez(buf, header=np.frombuffer(head, dtype=np.uint8), commands=stream)
@@ -242,7 +255,7 @@ def load_stream(path: str | Path, cfg: HardwareConfig | None = None) -> tuple[np
         )
     if cfg is not None:
         try:
-            validate_stream(commands, cfg.channel, gpr_tiles=cfg.module.gpr_bytes // 32)
+            validate_stream(commands, cfg.channel, gpr_tiles=gpr_tiles(cfg))
         except StreamError as exc:
             raise CommandFormatError(f"{path}: {exc}") from None
     return commands, head

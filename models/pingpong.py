@@ -31,6 +31,7 @@ import numpy as np
 from numba import njit
 
 from models.dram import INF, NEVER, TV_CCD, exec_time, open_row
+from models.isa import OP_MAC, OP_WR_INP
 
 __all__ = ["PingPongError", "pingpong_schedule", "pingpong_slots"]
 
@@ -54,7 +55,7 @@ def pingpong_slots(op, gbuf, out, n_gbuf, n_obuf):
     phase_oh = np.empty(n + 1, dtype=np.int64)
     c = -1
     for k in range(n):
-        if op[k] == 1:
+        if op[k] == OP_MAC:
             gh = 1 if gbuf[k] >= half_g else 0
             oh = 1 if out[k] >= half_o else 0
             if c < 0 or gh != phase_gh[c] or oh != phase_oh[c]:
@@ -62,7 +63,7 @@ def pingpong_slots(op, gbuf, out, n_gbuf, n_obuf):
                 phase_gh[c] = gh
                 phase_oh[c] = oh
             slot[k] = c
-        elif op[k] == 0:
+        elif op[k] == OP_WR_INP:
             gh = 1 if gbuf[k] >= half_g else 0
             slot[k] = c if (c < 0 or phase_gh[c] != gh) else c + 1
         else:
@@ -75,10 +76,10 @@ def pingpong_slots(op, gbuf, out, n_gbuf, n_obuf):
     bad_code = 0
     for k in range(n - 1, -1, -1):
         s = slot[k]
-        if op[k] == 1:
+        if op[k] == OP_MAC:
             next_g[gbuf[k]] = s
             next_o[out[k]] = s
-        elif op[k] == 0:
+        elif op[k] == OP_WR_INP:
             gh = 1 if gbuf[k] >= half_g else 0
             if s < n_phases and s >= 0 and phase_gh[s] == gh:
                 bad_cmd, bad_code = k, 1
@@ -135,9 +136,9 @@ def pingpong_schedule(op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end)
         # Two cursors over the bucket: one for I/O commands, one for MACs.
         pi = lo
         pc = lo
-        while pi < hi and op[order[pi]] == 1:
+        while pi < hi and op[order[pi]] == OP_MAC:
             pi += 1
-        while pc < hi and op[order[pc]] != 1:
+        while pc < hi and op[order[pc]] != OP_MAC:
             pc += 1
         prepared = -1
         end_io = barrier
@@ -173,16 +174,16 @@ def pingpong_schedule(op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end)
                 last_issue = ti
                 end_io = max(end_io, ti + exec_time(op[k], tv))
                 pi += 1
-                while pi < hi and op[order[pi]] == 1:
+                while pi < hi and op[order[pi]] == OP_MAC:
                     pi += 1
             else:
                 k = order[pc]
                 issue[k] = tc
                 last_mac = tc
                 last_issue = tc
-                end_c = max(end_c, tc + exec_time(1, tv))
+                end_c = max(end_c, tc + exec_time(OP_MAC, tv))
                 pc += 1
-                while pc < hi and op[order[pc]] != 1:
+                while pc < hi and op[order[pc]] != OP_MAC:
                     pc += 1
         new_barrier = max(end_io, end_c)
         if end_io > barrier and end_c > barrier:

@@ -16,6 +16,7 @@ import numpy as np
 from numba import njit
 
 from models.dram import NEVER, TV_CCD, exec_time, open_row
+from models.isa import OP_MAC
 
 __all__ = ["static_schedule"]
 
@@ -45,7 +46,7 @@ def static_schedule(op, row, valid_gaps, tv, depth, sw_start, sw_end):
             head = max(head, issue[i - 1] + 1)
             gap = tv[TV_CCD] if op[i] == op[i - 1] else exec_time(op[i - 1], tv)
             t = max(head, issue[i - 1] + gap)
-        if op[i] == 1:
+        if op[i] == OP_MAC:
             if row[i] != cur_row:
                 start, t_act_last, row_ready = open_row(head, cur_row, t_act_last, t_last_mac, tv)
                 sw_start[n_sw] = start

@@ -12,7 +12,7 @@ from amaranth.lib.wiring import In, Out
 
 from models.config import HardwareConfig
 from models.dram import activation_offsets
-from models.isa import Op, field_widths
+from models.isa import field_widths
 
 __all__ = [
     "CYCLE_BITS",
@@ -124,8 +124,3 @@ class RowTimer(wiring.Component):
         with m.Else():
             saturating_down(m, rtp_wait)
         return m
-
-
-OP_MAC = int(Op.MAC)
-OP_WR_INP = int(Op.WR_INP)
-OP_RD_OUT = int(Op.RD_OUT)

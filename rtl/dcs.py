@@ -22,10 +22,8 @@ from amaranth import Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, memory, wiring
 
 from models.config import HardwareConfig
+from models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP
 from rtl.common import (
-    OP_MAC,
-    OP_RD_OUT,
-    OP_WR_INP,
     SEQ_BITS,
     RowTimer,
     command_layout,

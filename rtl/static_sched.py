@@ -10,8 +10,9 @@ from amaranth import Module, Signal, unsigned
 from amaranth.lib import data, fifo, wiring
 
 from models.config import HardwareConfig
+from models.dram import execution_times
+from models.isa import OP_MAC
 from rtl.common import (
-    OP_MAC,
     SEQ_BITS,
     RowTimer,
     command_layout,
@@ -61,7 +62,7 @@ class StaticScheduler(wiring.Component):
         head = data.View(entry, queue.r_data)
         last_op = Signal.like(head.cmd.op)
         any_issued = Signal()
-        wait_bits = max(tm.t_WR_INP, tm.t_MAC, tm.t_RD_OUT, tm.tCCD).bit_length()
+        wait_bits = int(max(execution_times(tm).max(), tm.tCCD)).bit_length()
         ccd_wait = Signal(wait_bits)
         exec_wait = Signal(wait_bits)
         is_mac = head.cmd.op == OP_MAC
@@ -83,7 +84,7 @@ class StaticScheduler(wiring.Component):
         fire = self.o.valid & self.o.ready
         m.d.comb += [queue.r_en.eq(fire), rows.mac_issue.eq(fire & is_mac)]
         with m.If(fire):
-            exec_time = [tm.t_WR_INP, tm.t_MAC, tm.t_RD_OUT]
+            exec_time = execution_times(tm)
             m.d.sync += [
                 last_op.eq(head.cmd.op),
                 any_issued.eq(1),
@@ -92,7 +93,7 @@ class StaticScheduler(wiring.Component):
             with m.Switch(head.cmd.op):
                 for op, t in enumerate(exec_time):
                     with m.Case(op):
-                        m.d.sync += exec_wait.eq(t - 1)
+                        m.d.sync += exec_wait.eq(int(t) - 1)
         with m.Else():
             saturating_down(m, ccd_wait)
             saturating_down(m, exec_wait)

@@ -21,7 +21,7 @@ from amaranth.lib import data
 
 from models.channel import run_channel
 from models.config import HardwareConfig
-from models.isa import FIELDS, Op
+from models.isa import FIELDS, OPERAND_FIELDS, Op
 from rtl.blocks import BLOCKS, SCHEDULER_OF_BLOCK, generate_verilog
 from rtl.common import command_layout, issued_layout
 
@@ -207,8 +207,8 @@ def _failures(xml_path: Path) -> list[str]:
 def describe_command(stream: np.ndarray, k: int) -> str:
     """``MAC gbuf=3 row=0 col=17 out=2``-style text for command ``k``."""
     op = Op(int(stream["op"][k]))
-    used = {Op.WR_INP: ("gbuf",), Op.MAC: ("gbuf", "row", "col", "out"), Op.RD_OUT: ("out",)}
-    return op.name + " " + " ".join(f"{f}={int(stream[f][k])}" for f in used[op])
+    shown = [f for f in OPERAND_FIELDS[op] if f != "gpr"]  # gpr only matters functionally
+    return op.name + " " + " ".join(f"{f}={int(stream[f][k])}" for f in shown)
 
 
 def compare_with_tlm(

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from compiler.kernels import KERNELS, CompileError, compile_kernel
 from models.config import ConfigError, HardwareConfig, load_preset
+from models.dram import execution_times
 from models.fileio import write_atomic
 from models.isa import Op
 from rtl.blocks import BLOCK_OF_SCHEDULER
@@ -214,13 +215,9 @@ def summarize_vcd(path: str | Path, cfg: HardwareConfig) -> dict:
             f"{len(runs)} runs in the VCD (the DUT was reset between streams); "
             f"summarised the last one ({len(issued)} commands)"
         )
-    exec_time = {
-        Op.WR_INP: cfg.timing.t_WR_INP,
-        Op.MAC: cfg.timing.t_MAC,
-        Op.RD_OUT: cfg.timing.t_RD_OUT,
-    }
+    exec_time = execution_times(cfg.timing)
     counts = {o.name: sum(1 for _, op in issued if op == o) for o in Op}
-    cycles = max((c + exec_time[Op(op)] for c, op in issued), default=0)
+    cycles = max((c + int(exec_time[op]) for c, op in issued), default=0)
     util = counts["MAC"] * cfg.timing.tCCD / cycles if cycles else 0.0
     issue = [c for c, _ in issued]
     stall = max((b - a - 1 for a, b in zip(issue, issue[1:], strict=False)), default=0)
