@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from models.config import HardwareConfig
 
-__all__ = ["PARTITIONS", "ChannelJob", "PartitionError", "partition_attention"]
+__all__ = ["PARTITIONS", "ChannelJob", "PartitionError", "partition_attention", "split_evenly"]
 
 PARTITIONS = ("hfp", "tcp")
 
@@ -46,7 +46,7 @@ class ChannelJob:
         return {"tokens": self.tokens, "d_h": self.d_h, "gqa_group": self.gqa_group}
 
 
-def _split(n: int, parts: int, unit: int) -> list[int]:
+def split_evenly(n: int, parts: int, unit: int) -> list[int]:
     """Split ``n`` items into ``parts`` shares of whole ``unit``s, as evenly as possible.
 
     The leftover ``n % unit`` items join the first share with the fewest whole units, so a
@@ -88,7 +88,7 @@ def partition_attention(
         return jobs
     unit = cfg.channel.banks if kind == "qk" else 1
     for r, t in enumerate(context_lengths):
-        shares = _split(t, channels, unit)
+        shares = split_evenly(t, channels, unit)
         for h in range(kv_heads):
             for c, share in enumerate(shares):
                 if share:

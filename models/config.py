@@ -46,6 +46,8 @@ class ModuleParams:
     host_link_gbps: float
     internode_link_gbps: float
     io_bytes_per_cycle: int
+    epu_flops_per_cycle: int
+    modules_per_node: int
 
 
 @dataclass(frozen=True)

@@ -23,31 +23,76 @@ __all__ = ["KernelCache", "ModuleRun", "run_module"]
 
 @dataclass(frozen=True)
 class KernelStats:
-    """What the module model keeps of one channel kernel run."""
+    """What the module model keeps of one channel kernel run.
+
+    ``hub_instructions`` is the kernel's size as HUB instructions (``compiler.hub``);
+    ``dpa`` says whether it ran behind the DPA dispatcher's decoder (valid gaps from
+    ``models.dpa.decode_times``) rather than from a host-sent static stream.
+    """
 
     cycles: int
     macs: int
+    commands: int
+    hub_instructions: int
+    dpa: bool = False
 
 
 @dataclass
 class KernelCache:
-    """Channel kernel results keyed by (kind, shape, scheduler); one per hardware config."""
+    """Channel kernel results keyed by (kind, shape, DPA); one per hardware config and scheduler.
+
+    With ``dpa`` set, attention kernels (``qk``, ``sv``) are fed through the DPA decoder's
+    timing; shapes the DPA encoder refuses run as static streams and are listed in
+    ``dpa_refused``.
+    """
 
     cfg: HardwareConfig
     sched: str
     memoize: bool = True
+    dpa: bool = False
     simulated: int = 0
     _memo: dict = field(default_factory=dict)
+    _programs: dict = field(default_factory=dict)
+    dpa_refused: dict = field(default_factory=dict)
 
-    def run(self, job: ChannelJob) -> KernelStats:
-        """Cycles and MACs of ``job`` on one channel."""
-        key = (job.kind, job.tokens, job.d_h, job.gqa_group)
+    def program(self, kind: str, d_h: int, gqa_group: int):
+        """The DPA program of an attention kernel, or ``None`` if the encoder refuses it."""
+        from compiler.dpa import DpaEncodeError, encode_kernel
+
+        key = (kind, d_h, gqa_group)
+        if key not in self._programs:
+            try:
+                self._programs[key] = encode_kernel(self.cfg, kind, d_h, gqa_group)
+            except DpaEncodeError as exc:
+                self._programs[key] = None
+                self.dpa_refused[key] = str(exc)
+        return self._programs[key]
+
+    def run(self, job) -> KernelStats:
+        """Cycles and MACs of ``job`` (a ``ChannelJob`` or ``compiler.decode.GemvJob``)."""
+        from compiler.hub import run_count
+        from models.dpa import decode_times, gaps_from_times
+
+        key = (job.kind, tuple(sorted(job.shape.items())))
         if self.memoize and key in self._memo:
             return self._memo[key]
         prog = compile_kernel(self.cfg, job.kind, **job.shape)
-        result = run_channel(prog.commands, self.cfg, self.sched, validate=False)
+        gaps, via_dpa = None, False
+        if self.dpa and job.kind in ("qk", "sv"):
+            dpa_prog = self.program(job.kind, job.d_h, job.gqa_group)
+            if dpa_prog is not None:
+                n = prog.commands.shape[0]
+                gaps = gaps_from_times(decode_times(n, len(dpa_prog.rules)))
+                via_dpa = True
+        result = run_channel(prog.commands, self.cfg, self.sched, valid_gaps=gaps, validate=False)
         self.simulated += 1
-        stats = KernelStats(result.cycles, result.counts["MAC"])
+        stats = KernelStats(
+            result.cycles,
+            result.counts["MAC"],
+            int(prog.commands.shape[0]),
+            run_count(prog.commands),
+            via_dpa,
+        )
         if self.memoize:
             self._memo[key] = stats
         return stats
@@ -67,8 +112,11 @@ class ModuleRun:
     simulated_kernels: int
 
 
-def _active_banks(job: ChannelJob, banks: int) -> int:
-    # QK^T puts token t of a channel's share on bank t % banks; SV puts output d on bank d % banks.
+def _active_banks(job, banks: int) -> int:
+    # QK^T puts token t of a channel's share on bank t % banks; SV puts output d on bank
+    # d % banks; a GEMV puts output row o on bank o % banks.
+    if job.kind == "gemv":
+        return min(banks, job.d_out)
     return min(banks, job.tokens if job.kind == "qk" else job.d_h)
 
 

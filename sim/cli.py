@@ -7,11 +7,19 @@ import json
 import sys
 from pathlib import Path
 
+from compiler.decode import DecodeMappingError
+from compiler.dpa import DpaEncodeError
 from compiler.kernels import GQA_MAPPINGS, KERNELS, CompileError, KernelProgram, compile_kernel
+from compiler.llm import ModelSpecError
 from models.channel import SCHEDULERS, run_channel
 from models.config import ConfigError, HardwareConfig, available_presets, load_preset
+from models.dpa import DpaError
+from models.fileio import write_atomic
 from models.isa import CommandFormatError, StreamError, load_stream, save_stream
+from models.memory import WorkloadError
 from models.pingpong import PingPongError
+from models.system import DecodeError
+from sim import decode as decode_cli
 from sim.report import describe_kernel, kernel_summary, plot_breakdowns, scheduler_table
 from sim.sweep import DEFAULT_DIMS, plot_sweep, sweep, sweep_table
 from sim.waves import WaveformError, format_summary, summarize_vcd
@@ -33,6 +41,12 @@ _USER_ERRORS = (
     PingPongError,
     FileExistsError,
     WaveformError,
+    DecodeError,
+    DecodeMappingError,
+    DpaEncodeError,
+    DpaError,
+    ModelSpecError,
+    WorkloadError,
 )
 
 
@@ -76,8 +90,35 @@ def _build_parser() -> argparse.ArgumentParser:
 
     comp = sub.add_parser("compile", help="write a kernel's command stream to a file")
     _kernel_args(comp)
-    comp.add_argument("-o", "--output", type=Path, required=True, help="output .npz file")
+    comp.add_argument(
+        "--format",
+        choices=("static", "dpa"),
+        default="static",
+        help="static: unrolled stream (.npz); dpa: DPA program words (.bin, qk/sv only)",
+    )
+    comp.add_argument(
+        "--max-tokens", type=int, default=131072, help="largest T_cur a DPA program serves"
+    )
+    comp.add_argument("-o", "--output", type=Path, required=True, help="output file")
     comp.add_argument("--force", action="store_true", help="overwrite an existing file")
+
+    size = sub.add_parser(
+        "size-report", help="static vs DPA instruction size over context (PIMphony Fig. 10c)"
+    )
+    size.add_argument("--dh", type=int, default=128)
+    size.add_argument("--gqa-group", type=int, default=1)
+    size.add_argument(
+        "--contexts",
+        default=",".join(str(1024 << i) for i in range(8)),
+        help="comma-separated token counts",
+    )
+    size.add_argument("--preset", default="aim-16ch")
+    size.add_argument("--plot", type=Path, default=None, help="PNG (default build/dpa/...)")
+    size.add_argument("--force", action="store_true", help="replace an existing --plot file")
+    size.add_argument("--json", action="store_true", help="print one JSON object")
+
+    dec = sub.add_parser("decode", help="one LLM decode step on a multi-module PIM system")
+    decode_cli.add_arguments(dec)
 
     sweep = sub.add_parser("sweep", help="MAC utilisation vs kernel size (PIMphony Fig. 8)")
     sweep.add_argument(
@@ -235,10 +276,66 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _cmd_compile(args: argparse.Namespace) -> int:
     cfg = load_preset(args.preset)
+    if args.format == "dpa":
+        return _compile_dpa(args, cfg)
     prog = _compile(args, cfg)
     meta = {"kernel": prog.kind, "shape": prog.shape}
     path = save_stream(args.output, prog.commands, cfg, meta=meta, overwrite=args.force)
     print(f"wrote {path}: {describe_kernel(prog)}")
+    return 0
+
+
+def _compile_dpa(args: argparse.Namespace, cfg: HardwareConfig) -> int:
+    from compiler.dpa import encode_kernel
+
+    kind, shape = _shape_from_args(args)
+    if kind not in ("qk", "sv"):
+        raise CompileError(f"--format dpa encodes qk and sv kernels, not {kind!r}")
+    if args.output.exists() and not args.force:
+        raise FileExistsError(f"{args.output} exists; pass --force to replace it")
+    prog = encode_kernel(
+        cfg,
+        kind,
+        shape["d_h"],
+        shape["gqa_group"],
+        args.max_tokens,
+        shape.get("mapping", "row-reuse"),
+    )
+    write_atomic(args.output, prog.to_bytes())
+    static = compile_kernel(cfg, kind, **shape).commands.shape[0]
+    print(
+        f"wrote {args.output}: DPA program for {kind} d_h={shape['d_h']} "
+        f"G={shape['gqa_group']}, any T_cur <= {args.max_tokens}: {prog.nbytes} B "
+        f"({len(prog.instructions())} words); the static stream at T={shape['tokens']} has "
+        f"{static} commands"
+    )
+    return 0
+
+
+def _cmd_size_report(args: argparse.Namespace) -> int:
+    from compiler.dpa import (
+        DEFAULT_PLOT,
+        format_size_report,
+        instruction_size_report,
+        plot_size_report,
+    )
+
+    cfg = load_preset(args.preset)
+    try:
+        contexts = [int(x) for x in args.contexts.split(",") if x.strip()]
+    except ValueError:
+        raise CompileError(f"--contexts {args.contexts!r}: give comma-separated integers") from None
+    rows = instruction_size_report(cfg, args.dh, contexts, args.gqa_group)
+    plot = _plot_path(args.plot, Path(DEFAULT_PLOT), args.force)
+    cap = cfg.module.dpa_command_buffer_bytes
+    title = f"QK$^T$+SV instruction size, d_h={args.dh}, G={args.gqa_group} ({cfg.name})"
+    plot_size_report(rows, plot, title, cap)
+    if args.json:
+        print(json.dumps({"rows": [r._asdict() for r in rows], "plot": str(plot)}, indent=2))
+    else:
+        print(f"QK^T + SV, d_h {args.dh}, GQA group {args.gqa_group}, one channel of {cfg.name}")
+        print(format_size_report(rows, cap))
+        print(f"plot: {plot}")
     return 0
 
 
@@ -268,6 +365,10 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_sweep(args)
         if args.command == "wave":
             return _cmd_wave(args)
+        if args.command == "decode":
+            return decode_cli.run(args)
+        if args.command == "size-report":
+            return _cmd_size_report(args)
         if args.command == "presets":
             for name in available_presets():
                 cfg = load_preset(name)

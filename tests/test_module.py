@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from compiler.kernels import compile_kernel
-from compiler.partition import PartitionError, _split, partition_attention
+from compiler.partition import PartitionError, partition_attention, split_evenly
 from models.channel import run_channel
 from models.config import load_preset
 from models.module import KernelCache, run_module
@@ -17,10 +17,10 @@ def cfg():
 
 
 def test_split_is_even_in_whole_units():
-    assert _split(300, 16, 16) == [32, 32, 28] + [16] * 13
-    assert _split(255, 16, 16) == [16] * 15 + [15]
-    assert sum(_split(5000, 16, 16)) == 5000
-    assert _split(33, 16, 1) == [3] + [2] * 15
+    assert split_evenly(300, 16, 16) == [32, 32, 28] + [16] * 13
+    assert split_evenly(255, 16, 16) == [16] * 15 + [15]
+    assert sum(split_evenly(5000, 16, 16)) == 5000
+    assert split_evenly(33, 16, 1) == [3] + [2] * 15
 
 
 @pytest.mark.parametrize("t, full", [(255, False), (256, True), (257, True), (4096, True)])
