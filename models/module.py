@@ -42,14 +42,15 @@ class KernelCache:
     """Channel kernel results keyed by (kind, shape, DPA); one per hardware config and scheduler.
 
     With ``dpa`` set, attention kernels (``qk``, ``sv``) are fed through the DPA decoder's
-    timing; shapes the DPA encoder refuses run as static streams and are listed in
-    ``dpa_refused``.
+    timing, their programs encoded for ``dpa_max_tokens``; shapes the DPA encoder refuses
+    run as static streams and are listed in ``dpa_refused``.
     """
 
     cfg: HardwareConfig
     sched: str
     memoize: bool = True
     dpa: bool = False
+    dpa_max_tokens: int = 131072
     simulated: int = 0
     _memo: dict = field(default_factory=dict)
     _programs: dict = field(default_factory=dict)
@@ -57,13 +58,16 @@ class KernelCache:
 
     def program(self, kind: str, d_h: int, gqa_group: int):
         """The DPA program of an attention kernel, or ``None`` if the encoder refuses it."""
-        from compiler.dpa import DpaEncodeError, encode_kernel
+        from compiler.dpa import encode_kernel
+        from compiler.kernels import CompileError
 
         key = (kind, d_h, gqa_group)
         if key not in self._programs:
             try:
-                self._programs[key] = encode_kernel(self.cfg, kind, d_h, gqa_group)
-            except DpaEncodeError as exc:
+                self._programs[key] = encode_kernel(
+                    self.cfg, kind, d_h, gqa_group, self.dpa_max_tokens
+                )
+            except CompileError as exc:  # DpaEncodeError is a CompileError
                 self._programs[key] = None
                 self.dpa_refused[key] = str(exc)
         return self._programs[key]

@@ -431,6 +431,15 @@ def _admit(setup: DecodeSetup) -> dict[str, Any]:
     spec, cfg = setup.model, setup.hw
     geom = ChunkGeometry.from_config(cfg, setup.modules)
     kv = spec.kv_bytes_per_token
+    gib = geom.total_bytes / 2**30
+    where = (
+        f"{setup.modules} module(s) = {gib:g} GiB with {spec.name} weights "
+        f"{spec.weight_bytes / 2**30:.1f} GiB"
+    )
+    if spec.weight_bytes > geom.total_bytes:
+        if setup.check_capacity:
+            raise DecodeError(f"the weights alone do not fit: {where}; use more modules")
+        return {"policy": setup.memory, "fits": False, "capacity_utilization": None}
     if setup.memory == "static":
         alloc: Any = StaticAllocator(geom, kv, setup.reservation, spec.weight_bytes)
     else:
@@ -441,12 +450,9 @@ def _admit(setup: DecodeSetup) -> dict[str, Any]:
             alloc.admit(r, t)
     except (OutOfMemory, ValueError) as exc:
         if setup.check_capacity:
-            gib = geom.total_bytes / 2**30
             raise DecodeError(
-                f"{exc}. The batch of {len(setup.lengths)} request(s) does not fit {setup.modules}"
-                f" module(s) = {gib:g} GiB with {spec.name} weights "
-                f"{spec.weight_bytes / 2**30:.1f} GiB under {setup.memory} allocation; use more "
-                "modules, a smaller batch"
+                f"{exc}. The batch of {len(setup.lengths)} request(s) does not fit {where} "
+                f"under {setup.memory} allocation; use more modules, a smaller batch"
                 + (", or lazy (DPA) memory" if setup.memory == "static" else "")
             ) from None
         fits = False
@@ -460,7 +466,7 @@ def _admit(setup: DecodeSetup) -> dict[str, Any]:
         "kv_capacity_bytes": st.capacity_bytes,
         "kv_used_bytes": st.used_bytes,
         "kv_reserved_bytes": st.reserved_bytes,
-        "capacity_utilization": st.capacity_utilization,
+        "capacity_utilization": st.capacity_utilization if fits else None,
         "total_utilization": st.total_utilization,
         "va2pa_entries_per_module": entries,
     }
@@ -478,6 +484,12 @@ def fill_batch(
     if memory not in MEMORY_POLICIES:
         raise DecodeError(f"memory {memory!r} is unknown; allowed: {', '.join(MEMORY_POLICIES)}")
     geom = ChunkGeometry.from_config(hw, modules)
+    if model.weight_bytes > geom.total_bytes:
+        raise DecodeError(
+            f"not even one request fits: {model.name} weights "
+            f"{model.weight_bytes / 2**30:.1f} GiB exceed {modules} module(s) of {hw.name} = "
+            f"{geom.total_bytes / 2**30:g} GiB; use more modules"
+        )
     kv = model.kv_bytes_per_token
     if memory == "static":
         alloc: Any = StaticAllocator(
@@ -513,7 +525,7 @@ def _dpa_report(setup: DecodeSetup, cache: KernelCache, memory: dict[str, Any]) 
     cfg, spec = setup.hw, setup.model
     programs = [cache.program(k, spec.head_dim, spec.gqa_group) for k in ("qk", "sv")]
     program_bytes = sum(p.nbytes for p in programs if p is not None)
-    map_bytes = memory["va2pa_entries_per_module"] * va2pa_entry_bytes(cfg.channel)
+    map_bytes = memory.get("va2pa_entries_per_module", 0) * va2pa_entry_bytes(cfg.channel)
     config_bytes = len(setup.lengths) * CONFIG_ENTRY_BYTES
     for what, used, cap in (
         ("command buffer (DPA programs)", program_bytes, cfg.module.dpa_command_buffer_bytes),
@@ -546,7 +558,9 @@ def run_decode(
     cfg, spec = setup.hw, setup.model
     say = progress or (lambda _m: None)
     memory = _admit(setup)
-    cache = KernelCache(cfg, setup.sched, memoize, dpa=setup.memory == "lazy")
+    cache = KernelCache(
+        cfg, setup.sched, memoize, dpa=setup.memory == "lazy", dpa_max_tokens=max(setup.lengths)
+    )
     m = setup.micro_batches or min(setup.pp, len(setup.lengths))
     batches = micro_batches(setup.lengths, m)
     layers = stage_layers(spec.layers, setup.pp)

@@ -183,7 +183,11 @@ def format_report(r: dict[str, Any]) -> str:
         f"tokens/s {r['tokens_per_s']:,.1f}",
         f"MAC utilisation {100 * r['mac_utilization']:.1f}%   channel utilisation "
         f"{100 * r['channel_utilization']:.1f}%   capacity utilisation "
-        f"{100 * r['capacity_utilization']:.1f}%",
+        + (
+            f"{100 * r['capacity_utilization']:.1f}%"
+            if r["capacity_utilization"] is not None
+            else "n/a (does not fit; --ignore-capacity)"
+        ),
         f"attention {100 * r['attention_share']:.1f}%   FC {100 * r['fc_share']:.1f}%   "
         f"other {100 * r['other_share']:.1f}%   pipeline bubble "
         f"{100 * r['pipeline']['bubble_fraction']:.1f}%",

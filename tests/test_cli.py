@@ -222,3 +222,102 @@ def test_presets(capsys):
     assert "aim-32ch" in by_name
     assert "16 channels" in by_name["aim-16ch"]
     assert "32 channels" in by_name["aim-32ch"]
+
+
+# ---- decode, compile --format dpa, size-report ----------------------------------------------
+
+DECODE = (
+    "decode", "--model", "llm-7b", "--context", "32768", "--batch", "4", "--modules", "4",
+    "--tp", "2", "--pp", "2", "--partition", "tcp", "--sched", "dcs", "--memory", "lazy",
+)  # fmt: skip
+
+
+def test_decode_issue_example_json_report_and_plot(capsys, tmp_path):
+    r = cli_json(capsys, *DECODE, "--json")
+    for key in ("cycles", "tokens_per_s", "mac_utilization", "capacity_utilization"):
+        assert r[key] > 0
+    assert r["tokens_per_s"] == pytest.approx(4 / r["step_seconds"])
+    assert set(r["ops"]) >= {"qkv", "qk", "softmax", "sv", "proj", "ffn1", "ffn2"}
+    assert r["attention_share"] + r["fc_share"] + r["other_share"] == pytest.approx(1)
+    stem = "llm-7b-B4-T32768-tp2pp2-tcp-dcs-lazy"
+    saved = json.loads((tmp_path / "build/decode" / f"{stem}.json").read_text())
+    assert saved["cycles"] == r["cycles"]
+    png = (tmp_path / "build/decode" / f"{stem}.png").read_bytes()
+    assert png.startswith(b"\x89PNG")
+
+
+def test_decode_text_report_alternatives(capsys, tmp_path):
+    argv = [*DECODE[:-5], "hfp", "--sched", "static", "--memory", "static"]
+    rc, out, err = cli(capsys, *argv, "--report", tmp_path / "r.json", "--plot", tmp_path / "r.png")
+    assert rc == 0, err
+    assert "HFP, static scheduler, static memory" in out
+    assert "tokens/s" in out and "SV cross-channel reduction" in out
+    # A user's file is never replaced without --force.
+    rc, _, err = cli(capsys, *DECODE, "--report", tmp_path / "r.json")
+    assert rc == 2 and "r.json exists; pass --force" in err
+
+
+def test_decode_lengths_from_file_and_workload(capsys, tmp_path):
+    (tmp_path / "lens.txt").write_text("# per-request contexts\n1000\n20000\n300\n")
+    r = cli_json(capsys, "decode", "--contexts", tmp_path / "lens.txt", "--json")
+    assert r["batch"] == 3 and r["context_lengths"]["max"] == 20000
+    auto = cli_json(capsys, "decode", "--workload", "qmsum", "--batch", "auto", "--tp", "2",
+                    "--json")  # fmt: skip
+    static = cli_json(capsys, "decode", "--workload", "qmsum", "--batch", "auto", "--tp", "2",
+                      "--memory", "static", "--json")  # fmt: skip
+    assert auto["batch"] > 2 * static["batch"] > 0  # lazy allocation admits more requests
+    assert auto["capacity_utilization"] > static["capacity_utilization"]
+
+
+@pytest.mark.parametrize(
+    "args,pattern",
+    [
+        (("--modules", "3"), "--modules 3 must equal --tp x --pp = 2 x 2 = 4"),
+        (("--model", "gpt-9"), "unknown model"),
+        (("--tp", "3", "--modules", "6"), "tp = 3 does not divide"),
+        (("--batch", "many"), "--batch 'many': give a positive int or 'auto'"),
+        (("--batch", "64"), "does not fit 4 module"),
+        (("--context", "40000"), "exceeds llm-7b's context_window 32768"),
+        (("--workload", "nope"), "nope"),
+    ],
+)
+def test_decode_bad_arguments(capsys, args, pattern):
+    argv = list(DECODE)
+    for flag, value in zip(args[::2], args[1::2], strict=True):
+        if flag in argv:
+            i = argv.index(flag)
+            argv[i + 1] = value
+        elif flag == "--workload":
+            i = argv.index("--context")
+            argv[i : i + 2] = [flag, value]
+        else:
+            argv += [flag, value]
+    rc, _, err = cli(capsys, *argv)
+    assert rc == 2
+    assert pattern in err
+    assert "Traceback" not in err
+
+
+def test_compile_dpa_format(capsys, tmp_path):
+    out = tmp_path / "qk.bin"
+    rc, text, err = cli(capsys, "compile", *QK, "--format", "dpa", "-o", out)
+    assert rc == 0, err
+    from models.config import load_preset
+    from models.dpa import DpaProgram
+
+    prog = DpaProgram.from_bytes(out.read_bytes(), load_preset("aim-16ch"))
+    assert prog.kernel == "qk" and f"{prog.nbytes} B" in text
+    rc, _, err = cli(capsys, "compile", *QK, "--format", "dpa", "-o", out)
+    assert rc == 2 and "exists; pass --force" in err
+    rc, _, err = cli(capsys, "compile", "--kernel", "gemv", "--dout", "64", "--din", "64",
+                     "--format", "dpa", "-o", tmp_path / "g.bin")  # fmt: skip
+    assert rc == 2 and "--format dpa encodes qk and sv kernels" in err
+
+
+def test_size_report_static_grows_dpa_constant(capsys):
+    r = cli_json(capsys, "size-report", "--contexts", "1024,4096,16384", "--json")
+    rows = r["rows"]
+    assert [row["tokens"] for row in rows] == [1024, 4096, 16384]
+    assert rows[0]["static_bytes"] < rows[1]["static_bytes"] < rows[2]["static_bytes"]
+    assert rows[2]["static_bytes"] > 3.5 * rows[1]["static_bytes"]
+    assert len({row["dpa_bytes"] for row in rows}) == 1
