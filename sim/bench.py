@@ -84,6 +84,50 @@ def bench_rtl(d: int = 2048, preset: str = "aim-16ch") -> list[dict]:
     return rows
 
 
+#: Decode-step cases of ``make bench``: (label, model, context, batch, preset, tp, pp).
+DECODE_CASES = (
+    ("LLM-7B @ 32K, 1 module", "llm-7b", 32768, 1, "aim-32ch-32g", 1, 1),
+    ("LLM-72B @ 128K, 16 modules", "llama-3.1-70b", 131072, 4, "aim-32ch-32g", 8, 2),
+    ("LLM-7B @ 1M, 8 modules", "llama-3.1-8b", 1 << 20, 1, "aim-32ch-32g", 8, 1),
+)
+
+
+def bench_decode() -> list[dict]:
+    """Wall time of one full decode step (TCP, DCS, DPA) for each of :data:`DECODE_CASES`.
+
+    LLM-7B @ 1M is Llama-3.1-8B (PIMphony's LLM-7B-128K-GQA) with its window raised to
+    2^20 tokens, as in PIMphony Fig. 17's context scaling.
+    """
+    import dataclasses
+
+    from compiler.llm import load_model
+    from models.system import DecodeSetup, run_decode
+
+    rows = []
+    for label, model, context, batch, preset, tp, pp in DECODE_CASES:
+        spec = load_model(model)
+        if context > spec.context_window:
+            spec = dataclasses.replace(spec, context_window=context)
+        setup = DecodeSetup(spec, load_preset(preset), (context,) * batch, tp=tp, pp=pp)
+        started = time.perf_counter()
+        r = run_decode(setup)
+        wall = time.perf_counter() - started
+        commands = r["simulation"]["channel_commands"]
+        rows.append(
+            {
+                "case": label,
+                "modules": tp * pp,
+                "batch": batch,
+                "wall_seconds": wall,
+                "channel_commands": commands,
+                "commands_per_s": commands / wall,
+                "kernels_simulated": r["simulation"]["kernels_simulated"],
+                "tokens_per_s": r["tokens_per_s"],
+            }
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the TLM speed table."""
     parser = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__)
@@ -112,6 +156,23 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['scheduler']:<10}{r['commands']:>12,}{r['simulated_cycles']:>13,}"
             f"{r['seconds']:>10.3f}{r['commands_per_s']:>14,.0f}"
             f"{r['commands_per_s'] / TARGET_COMMANDS_PER_S:>8.1f}x"
+        )
+    print(
+        "\nDecode-step simulation: one step of the whole batch (TCP, DCS, DPA), JIT warm",
+        flush=True,
+    )
+    bench_decode()  # warm the numba kernels on every shape class
+    head = (
+        f"{'case':<28}{'batch':>6}{'wall s':>9}{'channel cmds':>16}{'cmds/s':>16}"
+        f"{'kernels':>9}{'tokens/s':>10}"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in bench_decode():
+        print(
+            f"{r['case']:<28}{r['batch']:>6}{r['wall_seconds']:>9.2f}"
+            f"{r['channel_commands']:>16,}{r['commands_per_s']:>16,.0f}"
+            f"{r['kernels_simulated']:>9}{r['tokens_per_s']:>10,.1f}"
         )
     if args.no_rtl:
         return 0

@@ -19,6 +19,7 @@ from models.isa import CommandFormatError, StreamError, load_stream, save_stream
 from models.memory import WorkloadError
 from models.pingpong import PingPongError
 from models.system import DecodeError
+from sim import ablation as ablation_cli
 from sim import decode as decode_cli
 from sim.report import describe_kernel, kernel_summary, plot_breakdowns, scheduler_table
 from sim.sweep import DEFAULT_DIMS, plot_sweep, sweep, sweep_table
@@ -119,6 +120,11 @@ def _build_parser() -> argparse.ArgumentParser:
 
     dec = sub.add_parser("decode", help="one LLM decode step on a multi-module PIM system")
     decode_cli.add_arguments(dec)
+
+    abl = sub.add_parser(
+        "ablation", help="throughput HFP -> +TCP -> +DCS -> +DPA (PIMphony Fig. 13 shape)"
+    )
+    ablation_cli.add_arguments(abl)
 
     sweep = sub.add_parser("sweep", help="MAC utilisation vs kernel size (PIMphony Fig. 8)")
     sweep.add_argument(
@@ -367,6 +373,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_wave(args)
         if args.command == "decode":
             return decode_cli.run(args)
+        if args.command == "ablation":
+            return ablation_cli.run(args)
         if args.command == "size-report":
             return _cmd_size_report(args)
         if args.command == "presets":
