@@ -19,6 +19,7 @@ from models.config import load_preset
 from models.fileio import write_atomic
 from models.memory import load_workload, sample_context_lengths
 from models.system import DecodeSetup, fill_batch, run_decode
+from sim.report import user_output
 
 __all__ = ["ABLATION_PLOT", "STEPS", "ablation", "add_arguments", "plot_ablation", "run"]
 
@@ -141,8 +142,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``pimphony ablation``."""
-    if args.plot is not None and args.plot.exists() and not args.force:
-        raise FileExistsError(f"{args.plot} exists; pass --force to replace it")
+    plot = user_output(args.plot, ABLATION_PLOT, args.force)
     progress = None if args.json else (lambda m: print(f"  {m}", flush=True))
     rows = ablation(
         args.model, args.workload, args.preset, args.modules, args.pool, args.seed, progress
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         f"{args.model}, {args.workload}, {args.modules} x {args.preset}: "
         "cumulative techniques (PIMphony Fig. 13 shape)"
     )
-    path = plot_ablation(rows, args.plot or ABLATION_PLOT, title)
+    path = plot_ablation(rows, plot, title)
     if args.json:
         print(json.dumps({"rows": rows, "plot": str(path)}, indent=2))
     else:

@@ -21,7 +21,13 @@ from models.pingpong import PingPongError
 from models.system import DecodeError
 from sim import ablation as ablation_cli
 from sim import decode as decode_cli
-from sim.report import describe_kernel, kernel_summary, plot_breakdowns, scheduler_table
+from sim.report import (
+    describe_kernel,
+    kernel_summary,
+    plot_breakdowns,
+    scheduler_table,
+    user_output,
+)
 from sim.sweep import DEFAULT_DIMS, plot_sweep, sweep, sweep_table
 from sim.waves import WaveformError, format_summary, summarize_vcd
 
@@ -192,16 +198,6 @@ def _compile(args: argparse.Namespace, cfg: HardwareConfig) -> KernelProgram:
     return compile_kernel(cfg, kind, **shape)
 
 
-def _plot_path(given: Path | None, default: Path, force: bool) -> Path:
-    """The plot file to write: the default (a build artefact) or a user's path, never
-    replacing an existing user file without ``--force``."""
-    if given is None:
-        return default
-    if given.exists() and not force:
-        raise FileExistsError(f"{given} exists; pass --force to replace it")
-    return given
-
-
 def _cmd_demo(args: argparse.Namespace) -> int:
     cfg = load_preset(args.preset)
     runs, report = [], []
@@ -227,7 +223,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     labels = [describe_kernel(p).split(":")[0] for p, _ in runs]
     path = plot_breakdowns(
         list(zip(labels, [r for _, r in runs], strict=True)),
-        _plot_path(args.plot, DEMO_PLOT, args.force),
+        user_output(args.plot, DEMO_PLOT, args.force),
         f"Cycle breakdown per scheduler ({cfg.name}, one channel)",
     )
     if not args.json:
@@ -268,7 +264,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if not dims:
         raise CompileError("--dims is empty")
     rows = sweep(cfg, args.kernel, dims, tokens=args.tokens)
-    plot = _plot_path(args.plot, Path(f"build/sweep/{args.kernel}.png"), args.force)
+    plot = user_output(args.plot, Path(f"build/sweep/{args.kernel}.png"), args.force)
     what = "square GEMV d x d" if args.kernel == "gemv" else f"QK^T, T={args.tokens}, d = d_h"
     plot_sweep(rows, plot, f"MAC utilisation vs dimension: {what} ({cfg.name}, one channel)")
     if args.json:
@@ -332,7 +328,7 @@ def _cmd_size_report(args: argparse.Namespace) -> int:
     except ValueError:
         raise CompileError(f"--contexts {args.contexts!r}: give comma-separated integers") from None
     rows = instruction_size_report(cfg, args.dh, contexts, args.gqa_group)
-    plot = _plot_path(args.plot, Path(DEFAULT_PLOT), args.force)
+    plot = user_output(args.plot, Path(DEFAULT_PLOT), args.force)
     cap = cfg.module.dpa_command_buffer_bytes
     title = f"QK$^T$+SV instruction size, d_h={args.dh}, G={args.gqa_group} ({cfg.name})"
     plot_size_report(rows, plot, title, cap)

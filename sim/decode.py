@@ -20,6 +20,7 @@ from models.config import load_preset
 from models.fileio import write_atomic
 from models.memory import load_workload, read_context_lengths, sample_context_lengths
 from models.system import MEMORY_POLICIES, OP_KEYS, DecodeError, DecodeSetup, fill_batch, run_decode
+from sim.report import user_output
 
 __all__ = [
     "DECODE_DIR",
@@ -272,22 +273,14 @@ def plot_report(r: dict[str, Any], path: Path) -> Path:
     return write_atomic(path, buf.getvalue())
 
 
-def _output(given: Path | None, default: Path, force: bool) -> Path:
-    if given is None:
-        return default
-    if given.exists() and not force:
-        raise FileExistsError(f"{given} exists; pass --force to replace it")
-    return given
-
-
 def run(args: argparse.Namespace) -> int:
     """Run ``pimphony decode``; user errors propagate as :class:`DecodeError` and friends."""
     setup = setup_from_args(args)
     progress = None if args.json else (lambda msg: print(f"  {msg}", flush=True))
     report = run_decode(setup, progress=progress)
     stem = report_stem(report)
-    json_path = _output(args.report, DECODE_DIR / f"{stem}.json", args.force)
-    png_path = _output(args.plot, DECODE_DIR / f"{stem}.png", args.force)
+    json_path = user_output(args.report, DECODE_DIR / f"{stem}.json", args.force)
+    png_path = user_output(args.plot, DECODE_DIR / f"{stem}.png", args.force)
     text = json.dumps(report, indent=2)
     write_atomic(json_path, (text + "\n").encode())
     plot_report(report, png_path)

@@ -14,6 +14,7 @@ __all__ = [
     "kernel_summary",
     "plot_breakdowns",
     "scheduler_table",
+    "user_output",
     "write_atomic",
 ]
 
@@ -23,6 +24,16 @@ _BREAKDOWN_TITLES = {
     "dependency_stall": "dep stall",
     "row_switch": "row switch",
 }
+
+
+def user_output(given: Path | None, default: Path, force: bool) -> Path:
+    """The file to write: ``default`` (a build artefact, regenerated each run) or the user's
+    ``given`` path, which is never replaced without ``force``."""
+    if given is None:
+        return default
+    if given.exists() and not force:
+        raise FileExistsError(f"{given} exists; pass --force to replace it")
+    return given
 
 
 def describe_kernel(prog: KernelProgram) -> str:
