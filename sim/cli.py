@@ -21,6 +21,7 @@ from models.pingpong import PingPongError
 from models.system import DecodeError
 from sim import ablation as ablation_cli
 from sim import decode as decode_cli
+from sim import dex as dex_cli
 from sim.report import (
     describe_kernel,
     kernel_summary,
@@ -131,6 +132,11 @@ def _build_parser() -> argparse.ArgumentParser:
         "ablation", help="throughput HFP -> +TCP -> +DCS -> +DPA (PIMphony Fig. 13 shape)"
     )
     ablation_cli.add_arguments(abl)
+
+    dex = sub.add_parser(
+        "dex", help="LibraPIM bank slicing: MAC utilisation and host-read bandwidth, with/without"
+    )
+    dex_cli.add_arguments(dex)
 
     sweep = sub.add_parser("sweep", help="MAC utilisation vs kernel size (PIMphony Fig. 8)")
     sweep.add_argument(
@@ -371,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
             return decode_cli.run(args)
         if args.command == "ablation":
             return ablation_cli.run(args)
+        if args.command == "dex":
+            return dex_cli.run(args)
         if args.command == "size-report":
             return _cmd_size_report(args)
         if args.command == "presets":

@@ -321,3 +321,11 @@ def test_size_report_static_grows_dpa_constant(capsys):
     assert rows[0]["static_bytes"] < rows[1]["static_bytes"] < rows[2]["static_bytes"]
     assert rows[2]["static_bytes"] > 3.5 * rows[1]["static_bytes"]
     assert len({row["dpa_bytes"] for row in rows}) == 1
+
+
+def test_dex_subcommand_keeps_pim_utilisation_with_slicing(capsys):
+    r = cli_json(capsys, "dex", "--json")
+    alone = r["pim_alone"]["mac_utilization"]
+    for row in r["rows"]:
+        assert row["dex"]["mac_utilization"] == pytest.approx(alone)
+        assert row["baseline"]["mac_utilization"] < 0.6 * alone

@@ -1,0 +1,351 @@
+"""Bank-slice (DEX) controller: RTL runs (cocotb + Verilator, or Amaranth's simulator) and the
+cycle-for-cycle comparison with the TLM (:func:`models.bank_slice.run_bank_slice`).
+
+``run_rtl_bank_slice(cfg, slicing, runs)`` generates the Verilog of
+:class:`rtl.bank_slice.BankSliceController` (top module ``bank_slice``), builds it once per
+configuration (cached in ``build/sim/``), runs ``sim/tb_bank_slice.py`` on every run in one
+simulator process and returns the RTL issue cycles of every PIM command and host read.
+``simulate_amaranth`` does the same in Amaranth's Python simulator (no build; small runs).
+``compare_with_tlm`` names the first operation whose cycles differ. ``record_waves`` writes a
+VCD of a small mixed workload (``make wave BLOCK=bank_slice``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from amaranth.back import verilog
+from amaranth.lib import data
+
+from models.bank_slice import (
+    SOURCE_HOST,
+    SOURCE_PIM,
+    SliceConfig,
+    empty_host_reads,
+    run_bank_slice,
+)
+from models.config import HardwareConfig, load_preset
+from models.isa import OPERAND_FIELDS, Op
+from rtl.bank_slice import BankSliceController, host_read_layout, slice_issued_layout
+from rtl.common import command_layout
+from sim.cosim import CosimError, _failures, verilator_env
+
+__all__ = [
+    "BLOCK",
+    "SliceRun",
+    "compare_with_tlm",
+    "describe_operation",
+    "generate_verilog",
+    "mixed_workload",
+    "record_waves",
+    "run_rtl_bank_slice",
+    "simulate_amaranth",
+]
+
+BLOCK = "bank_slice"
+"""Verilog top-module name of the controller."""
+BUILD_ROOT = Path("build/sim")
+WAVES_DIR = Path("build/waves")
+
+
+@dataclass(frozen=True)
+class SliceRun:
+    """One run: PIM commands (and input ``valid`` gaps), host reads, output ``ready`` pattern."""
+
+    name: str
+    pim: np.ndarray
+    host: np.ndarray
+    valid_gaps: tuple[int, ...] | None = None
+    ready_pattern: tuple[int, ...] | None = None
+
+
+def generate_verilog(cfg: HardwareConfig, slicing: SliceConfig | None = None) -> str:
+    """Verilog of the controller for ``cfg``/``slicing``; top module :data:`BLOCK`."""
+    return verilog.convert(BankSliceController(cfg, slicing), name=BLOCK, emit_src=False)
+
+
+def _pack(layout: data.StructLayout, arr: np.ndarray, names: Sequence[str]) -> list[int]:
+    words = np.zeros(arr.shape[0], dtype=object)
+    for name in names:
+        words = words + (arr[name].astype(object) << layout[name].offset)
+    return [int(w) for w in words]
+
+
+def _spec(layout: data.StructLayout, name: str) -> list[int]:
+    f = layout[name]
+    return [f.offset, (1 << f.shape.width) - 1]
+
+
+def run_rtl_bank_slice(
+    cfg: HardwareConfig,
+    slicing: SliceConfig | None,
+    runs: Sequence[SliceRun],
+    simulator: str = "verilator",
+    waves: bool = False,
+    build_root: Path = BUILD_ROOT,
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """RTL issue cycles ``{name: (pim_issue, host_issue)}`` of every run (program order).
+
+    One build per configuration (cached by a hash of the Verilog). With ``waves`` the
+    simulator also writes a waveform; its path is returned under the key ``"__waves__"``.
+    """
+    from cocotb_tools.runner import get_runner
+
+    slicing = slicing or SliceConfig()
+    text = generate_verilog(cfg, slicing)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    key = f"{BLOCK}-{simulator}-{'waves-' if waves else ''}{digest}"
+    build_dir = (Path(build_root) / key).resolve()
+    build_dir.mkdir(parents=True, exist_ok=True)
+    src = build_dir / f"{BLOCK}.v"
+    if not src.exists() or src.read_text() != text:
+        src.write_text(text)
+    out = slice_issued_layout(cfg)
+    job = {
+        "src_field": _spec(out, "src"),
+        "seq_field": _spec(out, "seq"),
+        "cycle_field": _spec(out, "cycle"),
+        "sources": {"pim": SOURCE_PIM, "host": SOURCE_HOST},
+        "runs": [
+            {
+                "name": r.name,
+                "pim": _pack(command_layout(cfg), r.pim, ("op", "gbuf", "row", "col", "out")),
+                "valid_gaps": list(r.valid_gaps) if r.valid_gaps else None,
+                "host": _pack(host_read_layout(cfg), r.host, ("bank", "row", "col")),
+                "arrival": [int(a) for a in r.host["arrival"]],
+                "ready_pattern": list(r.ready_pattern) if r.ready_pattern else None,
+                "max_cycles": 400 * (r.pim.shape[0] + r.host.shape[0])
+                + int(r.host["arrival"].max(initial=0))
+                + 10_000,
+            }
+            for r in runs
+        ],
+    }
+    job_path, result_path = build_dir / "job.json", build_dir / "result.json"
+    job_path.write_text(json.dumps(job))
+    result_path.unlink(missing_ok=True)
+    env_update = verilator_env() if simulator == "verilator" else {}
+    saved = {k: os.environ.get(k) for k in env_update}
+    os.environ.update(env_update)
+    try:
+        runner = get_runner(simulator)
+        runner.build(
+            sources=[src],
+            hdl_toplevel=BLOCK,
+            build_dir=build_dir,
+            waves=waves,
+            timescale=("1ns", "1ps"),
+            build_args=["-Wno-fatal"] if simulator == "verilator" else [],
+            log_file=build_dir / "build.log",
+        )
+        xml_path = runner.test(
+            test_module="sim.tb_bank_slice",
+            hdl_toplevel=BLOCK,
+            build_dir=build_dir,
+            test_dir=build_dir,
+            waves=waves,
+            timescale=("1ns", "1ps"),
+            extra_env={"PIMPHONY_JOB": str(job_path), "PIMPHONY_RESULT": str(result_path)},
+            log_file=build_dir / "test.log",
+        )
+    except Exception as exc:  # the runner raises bare exceptions on build failures
+        raise CosimError(
+            f"{simulator} run of {BLOCK} failed ({exc}); see {build_dir}/build.log and test.log"
+        ) from exc
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+    failures = _failures(Path(xml_path))
+    if failures or not result_path.exists():
+        log_file = build_dir / "test.log"
+        log = log_file.read_text()[-3000:] if log_file.exists() else ""
+        raise CosimError(f"cocotb test failed: {'; '.join(failures) or 'no result'}\n{log}")
+    raw = json.loads(result_path.read_text())
+    result: dict = {
+        name: (np.asarray(r["pim"], dtype=np.int64), np.asarray(r["host"], dtype=np.int64))
+        for name, r in raw.items()
+    }
+    if waves:
+        result["__waves__"] = build_dir / "dump.vcd"
+    return result
+
+
+def simulate_amaranth(
+    dut: BankSliceController,
+    pim: np.ndarray,
+    host: np.ndarray,
+    valid_gaps: Sequence[int] | None = None,
+    ready_pattern: Sequence[int] | None = None,
+    max_cycles: int = 1_000_000,
+    vcd_path: str | Path | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(pim_issue, host_issue)`` of ``dut`` in Amaranth's simulator (same driving rules as
+    ``sim/tb_bank_slice.py``: cycle 0 is the first clock cycle)."""
+    from amaranth.sim import Simulator
+
+    n_p, n_h = int(pim.shape[0]), int(host.shape[0])
+    p_rows = [{f: int(pim[f][k]) for f in ("op", "gbuf", "row", "col", "out")} for k in range(n_p)]
+    h_rows = [{f: int(host[f][k]) for f in ("bank", "row", "col")} for k in range(n_h)]
+    arrival = [int(a) for a in host["arrival"]]
+    gaps = list(valid_gaps) if valid_gaps is not None else [0] * n_p
+    issue = {
+        SOURCE_PIM: np.full(n_p, -1, dtype=np.int64),
+        SOURCE_HOST: np.full(n_h, -1, dtype=np.int64),
+    }
+
+    async def bench(ctx):
+        k, gap_left = 0, gaps[0] if n_p else 0
+        h, h_prev = 0, -1
+        got, cycle = 0, 0
+        while got < n_p + n_h:
+            offer_p = k < n_p and gap_left == 0
+            offer_h = h < n_h and cycle >= max(arrival[h], h_prev + 1)
+            ctx.set(dut.pim.valid, offer_p)
+            if offer_p:
+                ctx.set(dut.pim.payload, p_rows[k])
+            ctx.set(dut.host.valid, offer_h)
+            if offer_h:
+                ctx.set(dut.host.payload, h_rows[h])
+            ready = 1 if ready_pattern is None else ready_pattern[cycle % len(ready_pattern)]
+            ctx.set(dut.o.ready, ready)
+            _, _, p_rdy, h_rdy, valid, src, seq, at = await ctx.tick().sample(
+                dut.pim.ready,
+                dut.host.ready,
+                dut.o.valid,
+                dut.o.payload.src,
+                dut.o.payload.seq,
+                dut.o.payload.cycle,
+            )
+            if offer_p and p_rdy:
+                k += 1
+                gap_left = gaps[k] if k < n_p else 0
+            elif not offer_p and k < n_p:
+                gap_left -= 1
+            if offer_h and h_rdy:
+                h += 1
+                h_prev = cycle
+            if valid and ready:
+                done = issue[int(src)]
+                if done[seq] >= 0:
+                    raise AssertionError(f"source {src} operation {seq} issued twice")
+                done[seq] = at
+                got += 1
+            cycle += 1
+            if cycle > max_cycles:
+                raise AssertionError(
+                    f"only {got} of {n_p + n_h} operations issued in {max_cycles} cycles"
+                )
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    if vcd_path:
+        with sim.write_vcd(str(vcd_path)):
+            sim.run()
+    else:
+        sim.run()
+    return issue[SOURCE_PIM], issue[SOURCE_HOST]
+
+
+def describe_operation(pim: np.ndarray, host: np.ndarray, source: str, k: int) -> str:
+    """``PIM command #4 (MAC gbuf=0 row=0 col=1 out=0)`` or ``host read #2 (bank 3 ...)``."""
+    if source == "pim":
+        op = Op(int(pim["op"][k]))
+        shown = [f for f in OPERAND_FIELDS[op] if f != "gpr"]
+        fields = " ".join(f"{f}={int(pim[f][k])}" for f in shown)
+        return f"PIM command #{k} ({op.name} {fields})"
+    r = host[k]
+    return (
+        f"host read #{k} (bank={int(r['bank'])} row={int(r['row'])} col={int(r['col'])}, "
+        f"arrival {int(r['arrival'])})"
+    )
+
+
+def compare_with_tlm(
+    cfg: HardwareConfig,
+    slicing: SliceConfig | None,
+    run: SliceRun,
+    pim_issue: np.ndarray,
+    host_issue: np.ndarray,
+) -> str | None:
+    """``None`` if the RTL issued every operation in the TLM's cycle, else a message naming
+    the first differing operation (earliest in TLM issue order) and both cycles."""
+    slicing = slicing or SliceConfig()
+    gaps = None if run.valid_gaps is None else np.asarray(run.valid_gaps, dtype=np.int64)
+    tlm = run_bank_slice(run.pim, run.host, cfg, slicing, valid_gaps=gaps)
+    diffs = []
+    for source, want, got in (
+        ("pim", tlm.pim_issue, np.asarray(pim_issue)),
+        ("host", tlm.host_issue, np.asarray(host_issue)),
+    ):
+        for k in np.flatnonzero(want != got):
+            diffs.append((int(min(want[k], got[k] if got[k] >= 0 else want[k])), source, int(k)))
+    if not diffs:
+        return None
+    _, source, k = min(diffs)
+    want = (tlm.pim_issue if source == "pim" else tlm.host_issue)[k]
+    got = (pim_issue if source == "pim" else host_issue)[k]
+    mode = "DEX" if slicing.sliced else "baseline"
+    total = tlm.pim_issue.size + tlm.host_issue.size
+    return (
+        f"run {run.name!r} ({mode}): first differing operation is "
+        f"{describe_operation(run.pim, run.host, source, k)}: RTL issued at cycle {int(got)}, "
+        f"TLM at cycle {int(want)}; {len(diffs)} of {total} operations differ"
+    )
+
+
+def mixed_workload(
+    cfg: HardwareConfig, n_host: int = 64, rate: float = 0.1, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """A small compiler PIM stream (QK^T, T=64, d_h=64) and seeded random host reads."""
+    from compiler.kernels import compile_kernel
+
+    pim = compile_kernel(cfg, "qk", tokens=64, d_h=64).commands
+    rng = np.random.default_rng(seed)
+    host = empty_host_reads(n_host)
+    host["bank"] = rng.integers(0, cfg.channel.banks, n_host)
+    host["row"] = rng.integers(0, 3, n_host)
+    host["col"] = rng.integers(0, cfg.channel.columns_per_row, n_host)
+    host["arrival"] = np.cumsum(rng.geometric(rate, n_host)) - 1
+    return pim, host
+
+
+def record_waves(
+    cfg: HardwareConfig | None = None,
+    slicing: SliceConfig | None = None,
+    out: Path | None = None,
+    simulator: str = "verilator",
+) -> Path:
+    """Run :func:`mixed_workload` on the generated Verilog with waves on; return the VCD path.
+
+    The VCD is copied to ``out`` (default ``build/waves/bank_slice.vcd``) after the RTL has
+    been checked against the TLM.
+    """
+    cfg = cfg or load_preset("aim-16ch")
+    slicing = slicing or SliceConfig()
+    pim, host = mixed_workload(cfg)
+    run = SliceRun("waves", pim, host)
+    res = run_rtl_bank_slice(cfg, slicing, [run], simulator=simulator, waves=True)
+    msg = compare_with_tlm(cfg, slicing, run, *res[run.name])
+    if msg:
+        raise CosimError(msg)
+    out = Path(out) if out is not None else WAVES_DIR / f"{BLOCK}.vcd"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    src = Path(res["__waves__"])
+    if not src.exists():
+        raise CosimError(f"{simulator} wrote no waveform at {src}")
+    tmp = out.with_name(f".{out.name}.tmp")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, out)
+    return out
