@@ -30,6 +30,10 @@ from models.isa import Op, empty_stream
 
 __all__ = [
     "CONFIG_ENTRY_BYTES",
+    "CONFIG_FIELDS",
+    "KIND_BITS",
+    "KIND_LSB",
+    "WORD_BITS",
     "FORMAT_VERSION",
     "KERNEL_CODES",
     "NO_LEVEL",
@@ -57,6 +61,7 @@ __all__ = [
     "expand",
     "gaps_from_times",
     "va2pa_entry_bytes",
+    "word_fields",
 ]
 
 WORD_BYTES = 8
@@ -66,8 +71,14 @@ NO_LEVEL = 15
 """``DYN_MODI.level`` value meaning "not scaled by a loop index"."""
 NO_RULE = 31
 """``DYN_MODI.rule`` value meaning "not scaled by a rule value"."""
-CONFIG_ENTRY_BYTES = 8
+CONFIG_FIELDS = {"request": 2, "t_cur": 4, "layer": 1, "flags": 1}
+"""Bytes of each field of a configuration-buffer entry (one per request)."""
+CONFIG_ENTRY_BYTES = sum(CONFIG_FIELDS.values())
 """Configuration-buffer bytes per request: id (2), T_cur (4), layer (1), flags (1)."""
+WORD_BITS = 8 * WORD_BYTES
+KIND_BITS = 4
+KIND_LSB = WORD_BITS - KIND_BITS
+"""The kind occupies bits ``KIND_LSB + KIND_BITS - 1 .. KIND_LSB`` (63..60) of every word."""
 KERNEL_CODES = {"qk": 0, "sv": 1, "gemv": 2}
 TENSOR_OF = {"qk": "K", "sv": "V", "gemv": "W"}
 """Which VA2PA table (per request and layer) a kernel's virtual rows index."""
@@ -219,6 +230,15 @@ _LAYOUTS: dict[Kind, tuple[tuple[str, int, bool], ...]] = {
 }
 
 
+def word_fields(kind: Kind) -> dict[str, tuple[int, int, bool]]:
+    """Bit fields of a ``kind`` word: ``{name: (lsb, width, signed)}`` (for the RTL decoder)."""
+    out, shift = {}, KIND_LSB
+    for name, width, signed in _LAYOUTS[Kind(kind)]:
+        shift -= width
+        out[name] = (shift, width, signed)
+    return out
+
+
 def field_limit(kind: Kind, name: str) -> int:
     """Number of values the ``name`` field of a ``kind`` word can hold (``2 ** width``)."""
     width = next((w for n, w, _ in _LAYOUTS[kind] if n == name), None)
@@ -266,7 +286,7 @@ def _fields_of(ins: Instruction) -> tuple[Kind, dict[str, int]]:
 def encode_word(ins: Instruction) -> int:
     """Pack one instruction into its 64-bit word; :class:`DpaError` if a field overflows."""
     kind, vals = _fields_of(ins)
-    word, shift = int(kind) << 60, 60
+    word, shift = int(kind) << KIND_LSB, KIND_LSB
     for name, width, signed in _LAYOUTS[kind]:
         shift -= width
         v = int(vals[name])
@@ -281,10 +301,11 @@ def decode_word(word: int) -> Instruction:
     """Unpack one 64-bit word (inverse of :func:`encode_word`)."""
     word = int(word)
     try:
-        kind = Kind(word >> 60)
+        kind = Kind(word >> KIND_LSB)
     except ValueError:
-        raise DpaError(f"word {word:#018x}: kind {word >> 60} is not a DPA word kind") from None
-    vals, shift = {}, 60
+        kind_value = word >> KIND_LSB
+        raise DpaError(f"word {word:#018x}: kind {kind_value} is not a DPA word kind") from None
+    vals, shift = {}, KIND_LSB
     for name, width, signed in _LAYOUTS[kind]:
         shift -= width
         v = (word >> shift) & ((1 << width) - 1)
@@ -378,6 +399,11 @@ class DpaProgram:
     def rules(self) -> dict[int, Rule]:
         """Loop-bound rules by id."""
         return dict(self._parsed[1])
+
+    @property
+    def body_words(self) -> int:
+        """Words that are neither the header nor a rule (one pre-decode step each)."""
+        return int(self.words.shape[0]) - 1 - len(self._parsed[1])
 
     def instructions(self) -> list[Instruction]:
         """Decoded words, in order."""
@@ -653,32 +679,42 @@ def va2pa_entry_bytes(geom: ChannelGeometry) -> int:
 
 @dataclass(frozen=True)
 class DecoderTiming:
-    """Decoding-unit timing (``docs/dpa.md``, "Dispatcher timing").
+    """Decoding-unit timing (``docs/dpa.md``, "Dispatcher timing"); ``rtl/dpa.py`` matches it.
 
-    ``rate`` commands leave the decoder per cycle in steady state; ``latency`` cycles of
-    pipeline (fetch, modify, VA2PA lookup) precede the first; each ``RULE`` word costs
-    ``rule_cycles`` once at program start, after one cycle for the header.
+    One cycle for the header, then a pre-decode pass over the rest of the program: each
+    ``RULE`` word costs ``rule_cycles``, every other word ``word_cycles`` (it folds the
+    ``DYN_MODI`` terms into their command, drops zero-trip loops and builds the decoded
+    table). After ``latency`` pipeline cycles (walk, field modification, VA2PA lookup) the
+    decoded table is expanded at ``rate`` commands per cycle with zero-overhead loops.
     """
 
     rate: float = 1.0
     latency: int = 3
     rule_cycles: int = 1
+    word_cycles: int = 1
 
     def __post_init__(self) -> None:
         if not self.rate > 0:
             raise DpaError(f"decode rate {self.rate!r}: must be > 0 commands per cycle")
-        if self.latency < 0 or self.rule_cycles < 0:
-            raise DpaError("decoder latency and rule_cycles must be >= 0")
+        if self.latency < 0 or self.rule_cycles < 0 or self.word_cycles < 0:
+            raise DpaError("decoder latency, rule_cycles and word_cycles must be >= 0")
 
 
-def decode_times(n_commands: int, n_rules: int, timing: DecoderTiming | None = None) -> np.ndarray:
-    """Cycle at which each of ``n_commands`` decoded commands becomes available.
+def decode_times(
+    n_commands: int,
+    n_rules: int,
+    timing: DecoderTiming | None = None,
+    n_body_words: int = 0,
+) -> np.ndarray:
+    """Cycle, counted from the dispatch start, at which each decoded command is available.
 
-    ``t[k] = 1 + n_rules * rule_cycles + latency + floor(k / rate)``.
+    ``t[k] = 1 + n_rules * rule_cycles + n_body_words * word_cycles + latency +
+    floor(k / rate)``, where ``n_body_words`` counts the words that are neither the header
+    nor a rule (:attr:`DpaProgram.body_words`).
     """
     tm = timing or DecoderTiming()
     rate = Fraction(tm.rate).limit_denominator(1 << 16)
-    start = 1 + n_rules * tm.rule_cycles + tm.latency
+    start = 1 + n_rules * tm.rule_cycles + int(n_body_words) * tm.word_cycles + tm.latency
     k = np.arange(n_commands, dtype=np.int64)
     return start + (k * rate.denominator) // rate.numerator
 
@@ -947,12 +983,14 @@ class Dispatcher:
     ) -> np.ndarray:
         """Cycle (from the dispatch start) at which each command of :meth:`dispatch` is ready."""
         n = self.dispatch(request, program, layer).shape[0]
-        return decode_times(n, len(self._program(program).rules), self.timing)
+        prog = self._program(program)
+        return decode_times(n, len(prog.rules), self.timing, prog.body_words)
 
     def dispatch_with_gaps(
         self, request: int | None = None, program: str | None = None, layer: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(stream, valid_gaps)`` ready for :func:`models.channel.run_channel`."""
         stream = self.dispatch(request, program, layer)
-        times = decode_times(stream.shape[0], len(self._program(program).rules), self.timing)
+        prog = self._program(program)
+        times = decode_times(stream.shape[0], len(prog.rules), self.timing, prog.body_words)
         return stream, gaps_from_times(times)

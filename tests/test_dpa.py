@@ -286,9 +286,15 @@ def test_decode_timing_feeds_channel_gaps() -> None:
     d.set_tokens(0, 1024)
     d.map_rows(0, range(100, 108))
     stream, gaps = d.dispatch_with_gaps(0)
-    n_rules = len(d.programs["qk"].rules)
-    assert gaps[0] == 1 + n_rules + 3 and not gaps[1:].any()
-    assert np.array_equal(d.dispatch_times(0), decode_times(len(stream), n_rules))
+    prog = d.programs["qk"]
+    n_rules = len(prog.rules)
+    # 1 header + 1 per rule + 1 per other word (pre-decode pass) + 3 pipeline, then 1/cycle.
+    assert prog.body_words == len(prog.words) - 1 - n_rules
+    assert gaps[0] == len(prog.words) + 3 and not gaps[1:].any()
+    assert np.array_equal(
+        d.dispatch_times(0), decode_times(len(stream), n_rules, None, prog.body_words)
+    )
+    assert decode_times(2, 1, DecoderTiming(word_cycles=2), n_body_words=4).tolist() == [13, 14]
     base = run_channel(stream, CFG, "dcs").cycles
     fed = run_channel(stream, CFG, "dcs", valid_gaps=gaps).cycles
     assert base <= fed <= base + gaps[0]

@@ -1,0 +1,401 @@
+"""Co-simulation of the DPA dispatcher (``rtl/dpa.py``) against the TLM (``models/dpa.py``).
+
+A :class:`DpaRun` is one dispatch: the host writes that load a program and a VA2PA table and
+start it (:func:`rtl.dpa.host_writes`) plus an output ``ready`` pattern. Two back ends run it:
+
+- :func:`simulate` — Amaranth's Python simulator (small buffers, fast tests);
+- :func:`run_rtl_dpa` — the generated Verilog under cocotb + Verilator (``sim/tb_dpa.py``),
+  one build per configuration, cached in ``build/sim/``, every run in one simulator process.
+
+Both return a :class:`DpaResult` per run: the commands and their cycles counted from the
+cycle the host's ``START`` was accepted (the dispatcher's output cycles; for the pipeline the
+DCS issue cycles, in program order). :func:`compare_dispatch` and :func:`compare_pipeline`
+check them against :func:`models.dpa.expand` / :func:`models.dpa.decode_times` and
+:func:`models.channel.run_channel` and name the first differing command.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from amaranth.back import verilog
+from amaranth.lib import data
+from amaranth.sim import Simulator
+
+from models.channel import run_channel
+from models.config import HardwareConfig, load_preset
+from models.dpa import DecoderTiming, DpaProgram, decode_times, expand, gaps_from_times
+from models.isa import Op, empty_stream
+from rtl.common import command_layout, issued_layout
+from rtl.dpa import DpaDispatcher, DpaError, DpaPipeline, HostOp, host_writes, pack_host
+from sim.cosim import BUILD_ROOT, CosimError, _failures, describe_command, verilator_env
+
+__all__ = [
+    "BLOCKS",
+    "DpaResult",
+    "DpaRun",
+    "compare_dispatch",
+    "compare_pipeline",
+    "record_waves",
+    "run_rtl_dpa",
+    "simulate",
+    "tlm_dispatch",
+]
+
+BLOCKS = {"dpa": DpaDispatcher, "dpa_pipeline": DpaPipeline}
+"""Co-simulated blocks (Verilog module name -> constructor)."""
+_FIELDS = ("op", "gbuf", "row", "col", "out")
+DRAIN_QUIET_CYCLES = 400
+"""Pipeline runs end this many cycles after the DCS's last issue once the dispatcher is idle."""
+
+
+@dataclass(frozen=True)
+class DpaRun:
+    """One dispatch: host writes (the last one is ``START``) and the output ``ready`` pattern."""
+
+    name: str
+    writes: tuple[tuple[int, int, int], ...]
+    ready_pattern: tuple[int, ...] | None = None
+    max_cycles: int = 200_000
+
+
+@dataclass
+class DpaResult:
+    """RTL outcome of a run: commands (program order), their cycles from ``START``, errors."""
+
+    commands: np.ndarray
+    cycles: np.ndarray
+    error_code: int
+    error_row: int
+    done_cycle: int
+
+    @property
+    def error(self) -> DpaError:
+        """The dispatcher's error code."""
+        return DpaError(self.error_code)
+
+
+def make_run(
+    name: str,
+    program: DpaProgram,
+    t_cur: int,
+    table: np.ndarray | list[int],
+    ready_pattern: tuple[int, ...] | None = None,
+    **kw,
+) -> DpaRun:
+    """A :class:`DpaRun` loading ``program`` and ``table`` and dispatching for ``T_cur``."""
+    return DpaRun(name, tuple(host_writes(program, t_cur, table, **kw)), ready_pattern)
+
+
+def tlm_dispatch(
+    program: DpaProgram,
+    t_cur: int,
+    table: np.ndarray | list[int],
+    timing: DecoderTiming | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The TLM's expanded stream and :func:`decode_times` for one dispatch."""
+    stream = expand(program, t_cur, np.asarray(table, dtype=np.int64))
+    times = decode_times(stream.shape[0], len(program.rules), timing, program.body_words)
+    return stream, times
+
+
+def _first_difference(want: np.ndarray, got: np.ndarray) -> int | None:
+    n = min(want.shape[0], got.shape[0])
+    for f in _FIELDS:
+        d = np.flatnonzero(want[f][:n].astype(np.int64) != got[f][:n].astype(np.int64))
+        if d.size:
+            k = int(d[0])
+            for f2 in _FIELDS:  # the earliest command differing in any field
+                d2 = np.flatnonzero(want[f2][:k].astype(np.int64) != got[f2][:k].astype(np.int64))
+                if d2.size:
+                    k = min(k, int(d2[0]))
+            return k
+    return None if want.shape[0] == got.shape[0] else n
+
+
+def compare_dispatch(
+    name: str,
+    program: DpaProgram,
+    t_cur: int,
+    table: np.ndarray | list[int],
+    result: DpaResult,
+    timing: DecoderTiming | None = None,
+    check_cycles: bool = True,
+) -> str | None:
+    """``None`` if the RTL emitted the TLM's commands (at the predicted cycles), else a message
+    naming the first differing command."""
+    want, times = tlm_dispatch(program, t_cur, table, timing)
+    got = result.commands
+    if result.error_code:
+        return (
+            f"{name}: RTL stopped with error {result.error.name} (virtual row "
+            f"{result.error_row}) after {got.shape[0]} of {want.shape[0]} commands"
+        )
+    k = _first_difference(want, got)
+    if k is not None:
+        w = describe_command(want, k) if k < want.shape[0] else "nothing"
+        r = describe_command(got, k) if k < got.shape[0] else "nothing"
+        return (
+            f"{name}: first differing command #{k}: TLM {w}, RTL {r} "
+            f"(TLM {want.shape[0]} commands, RTL {got.shape[0]})"
+        )
+    if check_cycles:
+        d = np.flatnonzero(times != result.cycles)
+        if d.size:
+            k = int(d[0])
+            return (
+                f"{name}: command #{k} ({describe_command(want, k)}) at RTL cycle "
+                f"{int(result.cycles[k])}, TLM decode_times {int(times[k])}; "
+                f"{d.size} of {times.size} commands differ"
+            )
+    return None
+
+
+def compare_pipeline(
+    name: str,
+    cfg: HardwareConfig,
+    program: DpaProgram,
+    t_cur: int,
+    table: np.ndarray | list[int],
+    result: DpaResult,
+    timing: DecoderTiming | None = None,
+) -> str | None:
+    """``None`` if dispatcher -> DCS issued every command in the TLM pipeline's cycle
+    (``run_channel(expanded, cfg, "dcs", valid_gaps=gaps_from_times(decode_times(...)))``)."""
+    want, times = tlm_dispatch(program, t_cur, table, timing)
+    msg = compare_dispatch(name, program, t_cur, table, result, timing, check_cycles=False)
+    if msg:
+        return msg
+    tlm = run_channel(want, cfg, "dcs", valid_gaps=gaps_from_times(times)).issue
+    d = np.flatnonzero(tlm != result.cycles)
+    if d.size == 0:
+        return None
+    k = int(d[0])
+    return (
+        f"{name}: pipeline command #{k} ({describe_command(want, k)}) issued at RTL cycle "
+        f"{int(result.cycles[k])}, TLM cycle {int(tlm[k])}; {d.size} of {tlm.size} differ"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Amaranth simulator
+# ---------------------------------------------------------------------------------------------
+
+
+def simulate(dut, run: DpaRun, vcd_path: str | None = None) -> DpaResult:
+    """Run ``run`` on a :class:`DpaDispatcher` or :class:`DpaPipeline` in Amaranth's simulator."""
+    pipeline = isinstance(dut, DpaPipeline)
+    writes = list(run.writes)
+    ready = run.ready_pattern or (1,)
+    got: list[tuple[int, int, dict]] = []  # (order key, cycle, fields)
+    outcome: dict[str, int] = {}
+    o = dut.o.payload.cmd if pipeline else dut.o.payload
+
+    async def bench(ctx):
+        k, cycle, start, start_at, quiet = 0, 0, None, 0, 0
+        while True:
+            offering = k < len(writes)
+            ctx.set(dut.host.valid, int(offering))
+            if offering:
+                op, addr, value = writes[k]
+                ctx.set(dut.host.payload, {"op": op, "addr": addr, "data": value})
+            r = ready[cycle % len(ready)]
+            ctx.set(dut.o.ready, r)
+            sampled = await ctx.tick().sample(
+                dut.host.ready,
+                dut.o.valid,
+                *(getattr(o, f) for f in _FIELDS),
+                dut.busy,
+                dut.error_code,
+                dut.error_row,
+                *((dut.o.payload.seq, dut.o.payload.cycle, dut.cycle) if pipeline else ()),
+            )
+            h_ready, o_valid, *vals = sampled[2:]
+            busy, ecode, erow = vals[5:8]
+            if start is not None and o_valid and r:
+                fields = dict(zip(_FIELDS, vals[:5], strict=True))
+                if pipeline:
+                    got.append((vals[8], vals[9] - start_at, fields))
+                else:
+                    got.append((len(got), cycle - start, fields))
+            if start is not None and cycle > start and not busy and "done" not in outcome:
+                outcome.update(code=ecode, row=erow, done=cycle - start)
+            if "done" in outcome:
+                if not pipeline:
+                    return
+                quiet = 0 if o_valid else quiet + 1  # the DCS drains after the dispatcher
+                if quiet > DRAIN_QUIET_CYCLES:
+                    return
+            if offering and h_ready:
+                if writes[k][0] == HostOp.START:
+                    start, start_at = cycle, (vals[10] if pipeline else cycle)
+                k += 1
+            cycle += 1
+            if cycle > run.max_cycles:
+                raise AssertionError(f"{run.name}: not done after {run.max_cycles} cycles")
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    if vcd_path:
+        with sim.write_vcd(vcd_path):
+            sim.run()
+    else:
+        sim.run()
+    return _result(got, outcome)
+
+
+def _result(got: list[tuple[int, int, dict]], outcome: dict[str, int]) -> DpaResult:
+    got = sorted(got, key=lambda x: x[0])
+    stream = empty_stream(len(got))
+    for i, (_, _, fields) in enumerate(got):
+        for f, v in fields.items():
+            stream[f][i] = v
+    cycles = np.array([c for _, c, _ in got], dtype=np.int64)
+    return DpaResult(
+        stream,
+        cycles,
+        int(outcome.get("code", 0)),
+        int(outcome.get("row", 0)),
+        int(outcome.get("done", -1)),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# cocotb + Verilator
+# ---------------------------------------------------------------------------------------------
+
+
+def _offsets(layout: data.StructLayout, names) -> dict[str, list[int]]:
+    return {n: [layout[n].offset, (1 << layout[n].shape.width) - 1] for n in names}
+
+
+def _build_key(block: str, text: str, simulator: str, waves: bool) -> str:
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    return f"{block}-{simulator}-{'waves-' if waves else ''}{digest}"
+
+
+def run_rtl_dpa(
+    block: str,
+    cfg: HardwareConfig,
+    runs: list[DpaRun],
+    simulator: str = "verilator",
+    waves: bool = False,
+    build_root: Path = BUILD_ROOT,
+    **dispatcher_args,
+) -> dict[str, DpaResult]:
+    """Run every dispatch of ``runs`` on the generated Verilog of ``block`` (``dpa`` or
+    ``dpa_pipeline``) under cocotb; ``{run name: DpaResult}``.
+
+    With ``waves`` the simulator writes ``dump.vcd`` into the build directory; its path is
+    returned under the key ``"__waves__"``.
+    """
+    from cocotb_tools.runner import get_runner
+
+    if block not in BLOCKS:
+        raise CosimError(f"block {block!r} is unknown; allowed: {', '.join(BLOCKS)}")
+    dut = BLOCKS[block](cfg, **dispatcher_args)
+    text = verilog.convert(dut, name=block, emit_src=False)
+    build_dir = (Path(build_root) / _build_key(block, text, simulator, waves)).resolve()
+    build_dir.mkdir(parents=True, exist_ok=True)
+    src = build_dir / f"{block}.v"
+    if not src.exists() or src.read_text() != text:
+        src.write_text(text)
+    pipeline = block == "dpa_pipeline"
+    out_layout = issued_layout(cfg) if pipeline else command_layout(cfg)
+    cmd = command_layout(cfg)
+    cmd_off = out_layout["cmd"].offset if pipeline else 0
+    job = {
+        "pipeline": pipeline,
+        "cmd_fields": {n: [cmd_off + o, mk] for n, (o, mk) in _offsets(cmd, _FIELDS).items()},
+        "issued_fields": _offsets(out_layout, ("seq", "cycle")) if pipeline else {},
+        "runs": [
+            {
+                "name": r.name,
+                "writes": [pack_host(dut.host_layout, *w) for w in r.writes],
+                "start": [i for i, w in enumerate(r.writes) if w[0] == HostOp.START][-1],
+                "ready_pattern": list(r.ready_pattern) if r.ready_pattern else None,
+                "max_cycles": r.max_cycles,
+            }
+            for r in runs
+        ],
+    }
+    job_path, result_path = build_dir / "job.json", build_dir / "result.json"
+    job_path.write_text(json.dumps(job))
+    result_path.unlink(missing_ok=True)
+    env_update = verilator_env() if simulator == "verilator" else {}
+    saved = {k: os.environ.get(k) for k in env_update}
+    os.environ.update(env_update)
+    try:
+        runner = get_runner(simulator)
+        runner.build(
+            sources=[src],
+            hdl_toplevel=block,
+            build_dir=build_dir,
+            waves=waves,
+            timescale=("1ns", "1ps"),
+            build_args=["-Wno-fatal"] if simulator == "verilator" else [],
+            log_file=build_dir / "build.log",
+        )
+        xml_path = runner.test(
+            test_module="sim.tb_dpa",
+            hdl_toplevel=block,
+            build_dir=build_dir,
+            test_dir=build_dir,
+            waves=waves,
+            timescale=("1ns", "1ps"),
+            extra_env={"PIMPHONY_JOB": str(job_path), "PIMPHONY_RESULT": str(result_path)},
+            log_file=build_dir / "test.log",
+        )
+    except Exception as exc:  # the runner raises bare exceptions on build failures
+        raise CosimError(
+            f"{simulator} run of {block} failed ({exc}); see {build_dir}/build.log and test.log"
+        ) from exc
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    failures = _failures(Path(xml_path))
+    if failures or not result_path.exists():
+        log_file = build_dir / "test.log"
+        log = log_file.read_text()[-3000:] if log_file.exists() else ""
+        raise CosimError(f"cocotb test failed: {'; '.join(failures) or 'no result'}\n{log}")
+    raw = json.loads(result_path.read_text())
+    out: dict = {}
+    for name, r in raw.items():
+        got = [(key, cyc, dict(zip(_FIELDS, vals, strict=True))) for key, cyc, vals in r["got"]]
+        out[name] = _result(got, r)
+    if waves:
+        out["__waves__"] = build_dir / "dump.vcd"
+    return out
+
+
+def record_waves(
+    cfg: HardwareConfig | None = None,
+    kernel: str = "qk",
+    d_h: int = 64,
+    t_cur: int = 40,
+    simulator: str = "verilator",
+) -> Path:
+    """Dispatch a small compiler program on the ``dpa`` block with waves on; the VCD path.
+
+    For ``make wave BLOCK=dpa``: QK^T (or SV) at ``d_h``, GQA group 1, ``T_cur`` tokens, with a
+    shuffled VA2PA table; the dump holds the host writes, the pre-decode pass and the walk.
+    """
+    from compiler.dpa import encode_kernel
+
+    cfg = cfg or load_preset("aim-16ch")
+    prog = encode_kernel(cfg, kernel, d_h, 1, 4096)
+    stream = expand(prog, t_cur, None)
+    rows = int(stream["row"][stream["op"] == Op.MAC].max()) + 1
+    table = np.random.default_rng(7).permutation(cfg.channel.rows_per_bank)[:rows]
+    run = make_run(f"{kernel}-d{d_h}-T{t_cur}", prog, t_cur, table)
+    res = run_rtl_dpa("dpa", cfg, [run], simulator=simulator, waves=True)
+    return Path(res["__waves__"])
