@@ -27,7 +27,10 @@ class KernelStats:
 
     ``hub_instructions`` is the kernel's size as HUB instructions (``compiler.hub``);
     ``dpa`` says whether it ran behind the DPA dispatcher's decoder (valid gaps from
-    ``models.dpa.decode_times``) rather than from a host-sent static stream.
+    ``models.dpa.decode_times``) rather than from a host-sent static stream. The decoder's
+    start-up (program words before the first command, ``dpa_startup`` cycles) overlaps the
+    previous kernel on the channel, so ``cycles`` excludes it; the module model charges it
+    once per attention block.
     """
 
     cycles: int
@@ -35,6 +38,7 @@ class KernelStats:
     commands: int
     hub_instructions: int
     dpa: bool = False
+    dpa_startup: int = 0
 
 
 @dataclass
@@ -81,12 +85,15 @@ class KernelCache:
         if self.memoize and key in self._memo:
             return self._memo[key]
         prog = compile_kernel(self.cfg, job.kind, **job.shape)
-        gaps, via_dpa = None, False
+        gaps, via_dpa, startup = None, False, 0
         if self.dpa and job.kind in ("qk", "sv"):
             dpa_prog = self.program(job.kind, job.d_h, job.gqa_group)
             if dpa_prog is not None:
                 n = prog.commands.shape[0]
-                gaps = gaps_from_times(decode_times(n, len(dpa_prog.rules)))
+                gaps = gaps_from_times(
+                    decode_times(n, len(dpa_prog.rules), None, dpa_prog.body_words)
+                )
+                startup, gaps[0] = int(gaps[0]), 0
                 via_dpa = True
         result = run_channel(prog.commands, self.cfg, self.sched, valid_gaps=gaps, validate=False)
         self.simulated += 1
@@ -96,6 +103,7 @@ class KernelCache:
             int(prog.commands.shape[0]),
             run_count(prog.commands),
             via_dpa,
+            startup,
         )
         if self.memoize:
             self._memo[key] = stats

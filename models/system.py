@@ -390,6 +390,9 @@ def _layer(setup: DecodeSetup, lengths: tuple[int, ...], cache: KernelCache) -> 
     cycles["qk"] = round(peak * att.qk_busy / pim) if pim else 0
     cycles["sv"] = peak - cycles["qk"]
     cycles["softmax"] = att.cycles - peak
+    # DPA: the dispatcher decodes the first attention program's words before its first
+    # command; later programs are decoded while the previous kernel runs.
+    cycles["qk"] += max((run(j).dpa_startup for jobs in plan.qk for j in jobs[:1]), default=0)
     for kind, jobs in (("qk", plan.qk), ("sv", plan.sv)):
         for channel_jobs in jobs:
             for j in channel_jobs:

@@ -15,9 +15,11 @@ from compiler.decode import (
     micro_batches,
     stage_layers,
 )
+from compiler.dpa import encode_kernel
 from compiler.llm import ModelSpec, load_model
 from compiler.partition import ChannelJob
 from models.config import load_preset
+from models.dpa import decode_times
 from models.hub import (
     NORM_FLOPS_PER_ELEMENT,
     RESIDUAL_FLOPS_PER_ELEMENT,
@@ -168,6 +170,12 @@ def test_step_formulas(cfg):
     lazy = run_decode(DecodeSetup(TINY, cfg, lengths, tp=2, pp=1, memory="lazy"))
     assert lazy["ops"]["cmd_transfer"]["cycles"] == 0
     assert lazy["dpa"]["enabled"] and lazy["dpa"]["program_bytes"] > 0
+    # The dispatcher streams at one command per cycle, so DPA only adds the first QK^T
+    # program's start-up (header, rules, body words, pipeline) once per layer.
+    prog = encode_kernel(cfg, "qk", TINY.head_dim, TINY.gqa_group, max(lengths))
+    startup = int(decode_times(1, len(prog.rules), None, prog.body_words)[0])
+    assert startup == len(prog.instructions()) + 3
+    assert lazy["ops"]["qk"]["cycles"] == r["ops"]["qk"]["cycles"] + layers * startup
 
 
 def test_pipeline_period_and_bubbles(cfg):
