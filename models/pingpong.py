@@ -23,6 +23,12 @@ GBuf and OBuf are each split into a low and a high half. Contract (``docs/schedu
 - **Hand-off.** The next slot starts (the ping-pong bit flips) only once every command of the
   current slot has completed (issue + execution time): both halves idle. The cycles the
   earlier-finishing queue waits for that are the hand-off stall.
+- **No look-ahead.** Slots are decided online from earlier commands, but whether a slot has
+  received its last command is not: a controller (``rtl/pingpong.py``) hands the slot off as
+  soon as everything it has accepted for the slot has completed and a command of a later slot
+  is waiting. With input gaps (``valid_gaps``) a command of the slot could still arrive after
+  that; such runs are refused (:class:`PingPongError`) instead of assuming look-ahead. Without
+  gaps this never happens for the compiler's kernels.
 """
 
 from __future__ import annotations
@@ -94,12 +100,30 @@ def pingpong_slots(op, gbuf, out, n_gbuf, n_obuf):
     return slot, phase_gh[:n_phases], phase_oh[:n_phases], n_phases, bad_cmd, bad_code
 
 
-@njit(cache=True)
 def pingpong_schedule(op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end):
     """Issue cycle of every command under ping-pong, given its slot.
 
-    Returns ``(issue, n_switches, handoff_stall)``.
+    Returns ``(issue, n_switches, handoff_stall)``. Raises :class:`PingPongError` if a command
+    arrives after an online controller would already have handed its slot off (only possible
+    with ``valid_gaps``; see the module docstring).
     """
+    issue, n_sw, handoff, late, flip_at = _pingpong_kernel(
+        op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end
+    )
+    if late >= 0:
+        accepted = int(np.sum(valid_gaps[: late + 1]) + late)
+        raise PingPongError(
+            f"command {late} is offered at cycle {accepted}, after the controller handed its "
+            f"slot off at cycle {flip_at} (every earlier command of the slot had completed and "
+            f"a later slot's command was waiting); ping-pong needs a phase's commands to "
+            f"arrive without such input gaps -- use the dcs scheduler"
+        )
+    return issue, n_sw, handoff
+
+
+@njit(cache=True)
+def _pingpong_kernel(op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end):
+    """:func:`pingpong_schedule` plus the first late command (-1 if none) and its hand-off."""
     n = op.shape[0]
     # Dispatch: one command per cycle in program order, into queues that hold a whole phase.
     accept = np.empty(n, dtype=np.int64)
@@ -118,6 +142,16 @@ def pingpong_schedule(op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end)
     for k in range(n):
         order[fill[slot[k] + 1]] = k
         fill[slot[k] + 1] += 1
+
+    # First command (program order) of each slot or a later one: its acceptance lets an
+    # online controller know that a later slot is waiting.
+    first_after = np.full(n_slots + 1, n, dtype=np.int64)
+    for k in range(n - 1, -1, -1):
+        first_after[slot[k] + 1] = k
+    for s in range(n_slots - 1, -1, -1):
+        first_after[s] = min(first_after[s], first_after[s + 1])
+    late = -1
+    flip_at = -1
 
     issue = np.empty(n, dtype=np.int64)
     barrier = 1
@@ -189,4 +223,22 @@ def pingpong_schedule(op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end)
         if end_io > barrier and end_c > barrier:
             handoff += new_barrier - min(end_io, end_c)
         barrier = new_barrier
-    return issue, n_sw, handoff
+        # Online hand-off: the first cycle t after a later slot's command was accepted at
+        # which every command of this slot accepted by t has completed. A command of the
+        # slot accepted after t arrives too late.
+        later = first_after[s + 1]
+        if late < 0 and later < n and lo < hi:
+            t = accept[later] + 1
+            j = lo
+            done = NEVER
+            while True:
+                while j < hi and accept[order[j]] <= t:
+                    done = max(done, issue[order[j]] + exec_time(op[order[j]], tv))
+                    j += 1
+                if done <= t:
+                    break
+                t = done
+            if j < hi:
+                late = order[j]
+                flip_at = t
+    return issue, n_sw, handoff, late, flip_at

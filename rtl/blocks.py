@@ -13,6 +13,7 @@ from amaranth.lib import wiring
 from models.config import HardwareConfig, load_preset
 from models.fileio import write_atomic
 from rtl.dcs import DcsScheduler
+from rtl.pingpong import PingPongScheduler
 from rtl.static_sched import StaticScheduler
 
 __all__ = [
@@ -27,14 +28,15 @@ __all__ = [
 
 BLOCKS: dict[str, Callable[[HardwareConfig], wiring.Component]] = {
     "static_sched": StaticScheduler,
+    "pingpong": PingPongScheduler,
     "dcs": DcsScheduler,
 }
 """Block name (also the Verilog module name) -> constructor taking a hardware config."""
 
-SCHEDULER_OF_BLOCK = {"static_sched": "static", "dcs": "dcs"}
+SCHEDULER_OF_BLOCK = {"static_sched": "static", "pingpong": "pingpong", "dcs": "dcs"}
 """The TLM scheduler each scheduler block must match cycle for cycle."""
 BLOCK_OF_SCHEDULER = {sched: block for block, sched in SCHEDULER_OF_BLOCK.items()}
-"""The RTL block implementing each TLM scheduler (ping-pong has none yet)."""
+"""The RTL block implementing each TLM scheduler."""
 
 RTL_DIR = Path("build/rtl")
 

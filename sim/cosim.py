@@ -3,7 +3,10 @@
 ``run_rtl(block, cfg, streams)`` builds ``block`` for ``cfg`` (cached per configuration in
 ``build/sim/``), runs ``sim/tb_scheduler.py`` on every stream in one simulator process, and
 returns the RTL issue cycle of every command. ``compare_with_tlm`` turns a mismatch into a
-message naming the stream, the first differing command and both cycles.
+message naming the stream, the first differing command and both cycles. ``check_rules`` checks
+a schedule recorded under output back-pressure against the scheduler's rules
+(``models.channel.check_schedule`` for static and DCS, :func:`check_pingpong_schedule` here for
+ping-pong).
 """
 
 from __future__ import annotations
@@ -19,9 +22,12 @@ from pathlib import Path
 import numpy as np
 from amaranth.lib import data
 
-from models.channel import run_channel
+from models.channel import check_schedule, run_channel
 from models.config import HardwareConfig
+from models.dcs import entry_predecessors
+from models.dram import execution_times
 from models.isa import FIELDS, OPERAND_FIELDS, Op
+from models.pingpong import pingpong_slots
 from rtl.blocks import BLOCKS, SCHEDULER_OF_BLOCK, generate_verilog
 from rtl.common import command_layout, issued_layout
 
@@ -29,6 +35,8 @@ __all__ = [
     "SCHEDULER_OF_BLOCK",
     "CosimError",
     "RtlStream",
+    "check_pingpong_schedule",
+    "check_rules",
     "compare_with_tlm",
     "run_rtl",
     "simulators",
@@ -226,3 +234,103 @@ def compare_with_tlm(
         f"({describe_command(stream.commands, k)}): RTL issued at cycle {int(rtl_issue[k])}, "
         f"TLM at cycle {int(tlm[k])}; {diff.size} of {tlm.size} commands differ"
     )
+
+
+def check_pingpong_schedule(
+    stream: np.ndarray, issue: np.ndarray, cfg: HardwareConfig
+) -> list[str]:
+    """Ping-pong rules an issue schedule breaks (empty if none), e.g. under back-pressure.
+
+    Checks what :func:`models.channel.check_schedule` checks for every scheduler (each command
+    issued once, one per cycle, data-bus and MAC-pipeline spacing), then the ping-pong rules
+    of ``docs/scheduling.md``: no command issues before every command of an earlier slot has
+    completed (hand-off); inside a slot the I/O commands issue in program order with the static
+    gaps and the MACs in program order; and the per-entry dependencies the slots guarantee
+    (MAC after WR_INP of its GBuf entry, RD_OUT after the MAC writing its entry, and the
+    reverse hazards). Row timing is not checked.
+
+    Parameters
+    ----------
+    stream
+        The command stream (program order).
+    issue
+        Issue cycle of every command, by program order.
+    cfg
+        Hardware configuration (timing and buffer halves).
+
+    Returns
+    -------
+    list of str
+        One line per broken rule, naming the first offending command.
+    """
+    tm, ch = cfg.timing, cfg.channel
+    op = stream["op"].astype(np.int64)
+    gbuf = stream["gbuf"].astype(np.int64)
+    out = stream["out"].astype(np.int64)
+    issue = np.asarray(issue, dtype=np.int64)
+    problems: list[str] = []
+
+    def report(mask: np.ndarray, what: str) -> None:
+        bad = np.flatnonzero(mask)
+        if bad.size:
+            k = int(bad[0])
+            problems.append(
+                f"{what}: first at command #{k} ({describe_command(stream, k)}, issued at "
+                f"{int(issue[k])}), {bad.size} in all"
+            )
+
+    report(issue < 0, "never issued")
+    if problems or op.size == 0:
+        return problems
+    order = np.argsort(issue, kind="stable")
+    same_cycle = np.zeros(op.size, dtype=bool)
+    same_cycle[order[1:]] = np.diff(issue[order]) == 0
+    report(same_cycle, "two commands in one cycle")
+    is_mac = op == Op.MAC
+    for mask, name in ((is_mac, "MAC pipeline"), (~is_mac, "data bus")):
+        idx = np.flatnonzero(mask)
+        t = np.sort(issue[idx])
+        gap = np.zeros(idx.size, dtype=bool)
+        gap[1:] = np.diff(t) < tm.tCCD
+        report(np.isin(issue, t[gap]) & mask, f"{name} spacing below tCCD")
+    exec_by_op = execution_times(tm)
+    completion = issue + exec_by_op[op]
+    slot = pingpong_slots(op, gbuf, out, ch.gbuf_entries, ch.obuf_entries)[0] + 1
+    # Hand-off: the latest completion of every slot before each command's slot.
+    done = np.full(int(slot.max()) + 2, -1, dtype=np.int64)
+    np.maximum.at(done, slot + 1, completion)
+    report(issue < np.maximum.accumulate(done)[slot], "issued before the hand-off")
+    for mask, name in ((is_mac, "compute queue"), (~is_mac, "I/O queue")):
+        idx = np.flatnonzero(mask)
+        idx = idx[np.argsort(slot[idx], kind="stable")]  # per slot, in program order
+        a, b = idx[:-1], idx[1:]
+        same = slot[a] == slot[b]
+        need = np.where(op[a] == op[b], tm.tCCD, exec_by_op[op[a]])
+        late = np.zeros(op.size, dtype=bool)
+        late[b[same & (issue[b] < issue[a] + need)]] = True
+        report(late, f"{name} order or static gap broken inside a slot")
+    prev_g, prev_o = entry_predecessors(op, gbuf, out, ch.gbuf_entries, ch.obuf_entries)
+    pg = np.where(prev_g >= 0, prev_g, 0)
+    po = np.where(prev_o >= 0, prev_o, 0)
+    raw_g = (prev_g >= 0) & is_mac & (op[pg] == Op.WR_INP)
+    report(raw_g & (issue < issue[pg] + tm.t_WR_INP), "MAC before its GBuf tile was written")
+    war_g = (prev_g >= 0) & (op == Op.WR_INP) & (op[pg] == Op.MAC)
+    report(war_g & (issue < issue[pg] + tm.tCCD), "WR_INP overwrote a tile before its MAC")
+    raw_o = (prev_o >= 0) & (op == Op.RD_OUT) & (op[po] == Op.MAC)
+    report(raw_o & (issue < issue[po] + tm.t_MAC), "RD_OUT before its MAC result")
+    war_o = (prev_o >= 0) & is_mac & (op[po] == Op.RD_OUT)
+    report(war_o & (issue < issue[po] + tm.t_RD_OUT), "MAC into an entry still draining")
+    return problems
+
+
+def check_rules(
+    stream: np.ndarray, issue: np.ndarray, cfg: HardwareConfig, sched: str
+) -> list[str]:
+    """Rules of scheduler ``sched`` that ``issue`` breaks (empty if none).
+
+    Static and DCS use :func:`models.channel.check_schedule`; ping-pong uses
+    :func:`check_pingpong_schedule`.
+    """
+    if sched == "pingpong":
+        return check_pingpong_schedule(stream, issue, cfg)
+    return check_schedule(stream, issue, cfg, sched)

@@ -1,4 +1,9 @@
-"""Command streams for RTL-vs-TLM checks: compiler kernels and seeded random legal streams."""
+"""Command streams for RTL-vs-TLM checks: compiler kernels and seeded random legal streams.
+
+:func:`random_stream` mixes opcodes over both buffer halves freely (legal for the static and
+DCS schedulers); :func:`random_pingpong_stream` builds streams that ping-pong buffering
+accepts (``models.pingpong.pingpong_slots`` finds no illegal command).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,9 @@ import numpy as np
 from compiler.kernels import compile_kernel
 from models.config import HardwareConfig
 from models.isa import Op, empty_stream
+from models.pingpong import pingpong_slots
 
-__all__ = ["COSIM_KERNELS", "kernel_streams", "random_stream"]
+__all__ = ["COSIM_KERNELS", "kernel_streams", "random_pingpong_stream", "random_stream"]
 
 COSIM_KERNELS: tuple[tuple[str, str, dict], ...] = (
     ("qk-T256-dh64", "qk", {"tokens": 256, "d_h": 64}),
@@ -52,3 +58,88 @@ def random_stream(
     s["row"] = np.where(op == Op.MAC, rng.integers(0, min(rows, ch.rows_per_bank), n), 0)
     s["col"] = np.where(op == Op.MAC, rng.integers(0, ch.columns_per_row, n), 0)
     return s
+
+
+def random_pingpong_stream(
+    cfg: HardwareConfig,
+    n: int,
+    seed: int,
+    entries: int = 6,
+    rows: int = 3,
+    switch: float = 0.15,
+    row_switch: float = 0.2,
+) -> np.ndarray:
+    """A seeded random stream that the ping-pong scheduler accepts, ``n`` commands long.
+
+    MACs keep the (GBuf half, OBuf half) of the previous MAC and switch to other halves with
+    probability ``switch``, so compute phases hold a few MACs each; WR_INP mostly prefetches
+    into the GBuf half the current phase does not read and RD_OUT mostly drains the OBuf half
+    it does not write, with some of each on the busy half (deferred to the next slot). Every
+    command :func:`models.pingpong.pingpong_slots` finds illegal is dropped until none is
+    left, then the stream is cut to ``n`` commands (a prefix of a legal stream is legal).
+
+    Parameters
+    ----------
+    cfg
+        Hardware configuration (buffer halves and field ranges).
+    n
+        Number of commands.
+    seed
+        Seed of the random generator.
+    entries, rows
+        Entries used per buffer half and rows used (few: frequent row switches and reuse).
+    switch
+        Probability that a MAC starts a new compute phase on other buffer halves.
+    row_switch
+        Probability that a MAC reads another row than the previous MAC.
+
+    Returns
+    -------
+    numpy.ndarray
+        Command stream (:data:`models.isa.COMMAND_DTYPE`).
+    """
+    rng = np.random.default_rng(seed)
+    ch = cfg.channel
+    half_g, half_o = ch.gbuf_entries // 2, ch.obuf_entries // 2
+    e_g, e_o = min(entries, half_g), min(entries, half_o)
+    total = 2 * n + 16
+    s = empty_stream(total)
+    gh = oh = row = 0
+    n_rows = min(rows, ch.rows_per_bank)
+    for k in range(total):
+        kind = rng.choice(3, p=[0.3, 0.5, 0.2])
+        if kind == Op.MAC:
+            if rng.random() < switch:
+                gh, oh = [(a, b) for a in (0, 1) for b in (0, 1) if (a, b) != (gh, oh)][
+                    rng.integers(3)
+                ]
+            s[k]["op"] = Op.MAC
+            s[k]["gbuf"] = gh * half_g + rng.integers(e_g)
+            s[k]["out"] = oh * half_o + rng.integers(e_o)
+            if rng.random() < row_switch:
+                row = (row + 1 + rng.integers(max(n_rows - 1, 1))) % n_rows
+            s[k]["row"] = row
+            s[k]["col"] = rng.integers(ch.columns_per_row)
+        elif kind == Op.WR_INP:
+            half = gh if rng.random() < 0.15 else 1 - gh
+            s[k]["op"] = Op.WR_INP
+            s[k]["gbuf"] = half * half_g + rng.integers(e_g)
+        else:
+            half = oh if rng.random() < 0.3 else 1 - oh
+            s[k]["op"] = Op.RD_OUT
+            s[k]["out"] = half * half_o + rng.integers(e_o)
+    while True:
+        op = s["op"].astype(np.int64)
+        bad = pingpong_slots(
+            op,
+            s["gbuf"].astype(np.int64),
+            s["out"].astype(np.int64),
+            ch.gbuf_entries,
+            ch.obuf_entries,
+        )[4]
+        if bad < 0:
+            break
+        s = np.delete(s, bad)
+    if s.shape[0] < n:
+        raise ValueError(f"only {s.shape[0]} legal commands left of {total}; lower n")
+    return s[:n].copy()

@@ -46,7 +46,8 @@ _TABLE = re.compile(r"[ds]_table_\w+$")
 
 
 class WaveformError(ValueError):
-    """A VCD is missing, malformed or lacks the signals a summary needs; or no RTL exists."""
+    """A VCD is missing, malformed or lacks the signals a summary needs; or the scheduler is
+    unknown."""
 
 
 def wave_stem(kind: str, shape: dict, sched: str) -> str:
@@ -388,9 +389,26 @@ def _gtkw_groups(
     rows = local(
         *(f"rows.{n}" for n in ("row_ok", "switching", "row_open", "open_row", "head_row"))
     )
+    # Ping-pong block: the bit and hand-off, the slot at each queue head, the dispatcher's
+    # phase (rtl/pingpong.py).
+    pingpong = local("ping_pong", "cur", "cur_eff", "flip", "busy", "io_in_slot")
+    if pingpong:
+        pingpong += [(None, "dispatch: slot of the latest compute phase and its halves")]
+        pingpong += local("phase", "have_phase", "phase_gh", "phase_oh")
+        fifo_ports = ("level", "w_en", "w_rdy", "r_en", "r_rdy")
+        pingpong_queues = [
+            (f"{label} queue", local(f"head_slot_{tag}", *(f"{q}.{n}" for n in fifo_ports)))
+            for label, tag, q in (
+                ("compute", "mac", "mac_queue"),
+                ("I/O, ping-pong bit 0", "io0", "io_queue_0"),
+                ("I/O, ping-pong bit 1", "io1", "io_queue_1"),
+            )
+        ]
+        queues = [(name, items) for name, items in pingpong_queues if items]
     groups = [
         ("stream in", stream_in),
         ("issue", issue),
+        ("ping-pong bit and hand-off", pingpong),
         ("queues", queues),
         ("D/S-Table entry under access", tables),
         ("rows", rows),
@@ -491,7 +509,8 @@ def record_waves(
     kind, shape
         Kernel and its shape, as for :func:`compiler.kernels.compile_kernel`.
     sched
-        ``"dcs"`` or ``"static"``; ``"pingpong"`` has no RTL yet (:class:`WaveformError`).
+        ``"static"``, ``"pingpong"`` or ``"dcs"`` (the block of
+        :data:`rtl.blocks.BLOCK_OF_SCHEDULER`).
     cfg
         Hardware configuration to build the RTL for.
     out_dir
@@ -501,11 +520,6 @@ def record_waves(
     """
     from sim.cosim import RtlStream, run_rtl
 
-    if sched == "pingpong":
-        raise WaveformError(
-            "the ping-pong scheduler has no RTL block yet (only the TLM, models/pingpong.py); "
-            f"waveforms exist for: {', '.join(BLOCK_OF_SCHEDULER)}"
-        )
     if sched not in BLOCK_OF_SCHEDULER:
         raise WaveformError(
             f"scheduler {sched!r} is unknown; waveforms exist for: {', '.join(BLOCK_OF_SCHEDULER)}"

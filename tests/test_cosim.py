@@ -2,9 +2,9 @@
 
 One simulator process per (block, configuration) runs every stream; each test then checks one
 stream. Streams: compiler kernels (QK^T and SV at d_h 64 and 128, GQA row reuse, FC GEMVs),
-seeded random legal streams, the same with input ``valid`` gaps (still cycle-exact) and with
-output ``ready`` gaps (order and dependencies checked), and a small configuration whose IDs
-and timestamps wrap many times.
+seeded random legal streams (for ping-pong: streams with legal buffer halves), the same with
+input ``valid`` gaps (still cycle-exact) and with output ``ready`` gaps (order and
+dependencies checked), and a small configuration whose IDs and timestamps wrap many times.
 """
 
 from __future__ import annotations
@@ -12,22 +12,44 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.channel import check_schedule, run_channel
+from models.channel import run_channel
 from models.config import load_preset
-from sim.cosim import SCHEDULER_OF_BLOCK, RtlStream, compare_with_tlm, run_rtl, simulators
-from sim.streams import kernel_streams, random_stream
+from models.pingpong import PingPongError
+from sim.cosim import (
+    SCHEDULER_OF_BLOCK,
+    RtlStream,
+    check_rules,
+    compare_with_tlm,
+    run_rtl,
+    simulators,
+)
+from sim.streams import kernel_streams, random_pingpong_stream, random_stream
 
 RANDOM_SEEDS = (11, 12, 13)
 RANDOM_LEN = 600
 
 
-def _streams(cfg) -> list[RtlStream]:
+def _gaps(cfg, sched: str, s: np.ndarray, rng: np.random.Generator) -> tuple[int, ...]:
+    """Seeded input gaps of 0-2 cycles. Ping-pong refuses gaps after which a command would
+    arrive for a slot already handed off (no look-ahead); draw again until it accepts."""
+    for _ in range(50):
+        gaps = rng.integers(0, 3, s.shape[0])
+        try:
+            run_channel(s, cfg, sched, valid_gaps=gaps)
+        except PingPongError:
+            continue
+        return tuple(int(g) for g in gaps)
+    raise AssertionError(f"no accepted input gaps for {sched}")
+
+
+def _streams(cfg, sched: str) -> list[RtlStream]:
     streams = [RtlStream(name, s) for name, s in kernel_streams(cfg).items()]
+    make = random_pingpong_stream if sched == "pingpong" else random_stream
     for seed in RANDOM_SEEDS:
-        s = random_stream(cfg, RANDOM_LEN, seed)
+        s = make(cfg, RANDOM_LEN, seed)
         rng = np.random.default_rng(seed)
         streams.append(RtlStream(f"random-{seed}", s))
-        gaps = tuple(int(g) for g in rng.integers(0, 3, s.shape[0]))
+        gaps = _gaps(cfg, sched, s, rng)
         streams.append(RtlStream(f"random-{seed}-valid-gaps", s, valid_gaps=gaps))
         ready = tuple(int(r) for r in rng.integers(0, 2, 61))
         streams.append(RtlStream(f"random-{seed}-ready-gaps", s, ready_pattern=ready))
@@ -35,7 +57,10 @@ def _streams(cfg) -> list[RtlStream]:
 
 
 CFG = load_preset("aim-16ch")
-STREAMS = {s.name: s for s in _streams(CFG)}
+STREAMS = {
+    sched: {s.name: s for s in _streams(CFG, sched)} for sched in SCHEDULER_OF_BLOCK.values()
+}
+NAMES = list(STREAMS["dcs"])  # the same names for every scheduler
 WRAP_CFG = CFG.replace(**{"dcs.queue_depth": 4, "dcs.id_bits": 4, "dcs.timestamp_bits": 10})
 WRAP_STREAM = RtlStream("random-wrap", random_stream(WRAP_CFG, 2500, seed=21))
 
@@ -43,18 +68,18 @@ WRAP_STREAM = RtlStream("random-wrap", random_stream(WRAP_CFG, 2500, seed=21))
 @pytest.fixture(scope="module", params=sorted(SCHEDULER_OF_BLOCK))
 def block_run(request):
     block = request.param
-    return block, run_rtl(block, CFG, list(STREAMS.values()))
+    return block, run_rtl(block, CFG, list(STREAMS[SCHEDULER_OF_BLOCK[block]].values()))
 
 
-@pytest.mark.parametrize("name", list(STREAMS))
+@pytest.mark.parametrize("name", NAMES)
 def test_rtl_matches_tlm(block_run, name):
     block, results = block_run
-    stream = STREAMS[name]
-    rtl = results[name]
     sched = SCHEDULER_OF_BLOCK[block]
+    stream = STREAMS[sched][name]
+    rtl = results[name]
     if stream.ready_pattern is not None:
         # Output back-pressure: cycles differ from the TLM, the rules must still hold.
-        assert check_schedule(stream.commands, rtl, CFG, sched) == []
+        assert check_rules(stream.commands, rtl, CFG, sched) == []
         assert rtl.max() >= run_channel(stream.commands, CFG, sched).issue.max()
         return
     if stream.valid_gaps is not None:
@@ -81,7 +106,7 @@ def test_dcs_wraparound():
 @pytest.mark.skipif("icarus" not in simulators(), reason="Icarus Verilog not installed")
 @pytest.mark.parametrize("block", sorted(SCHEDULER_OF_BLOCK))
 def test_icarus_agrees(block):
-    stream = STREAMS["qk-T256-dh64"]
+    stream = STREAMS[SCHEDULER_OF_BLOCK[block]]["qk-T256-dh64"]
     rtl = run_rtl(block, CFG, [stream], simulator="icarus")[stream.name]
     msg = compare_with_tlm(block, CFG, stream, rtl)
     assert msg is None, msg

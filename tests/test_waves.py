@@ -31,7 +31,7 @@ def in_repo():
         yield
 
 
-@pytest.fixture(scope="module", params=["dcs", "static"])
+@pytest.fixture(scope="module", params=["dcs", "static", "pingpong"])
 def recorded(request, in_repo):
     """(scheduler, VCD path, .gtkw path, TLM result) for qk T=64 d_h=64."""
     sched = request.param
@@ -77,6 +77,15 @@ def test_gtkw_names_signals_in_the_vcd(recorded):
     joined = "\n".join(traces)
     for sig in ("i__valid", "o__payload", "queue.level", "rows.row_ok", "rows.switching"):
         assert sig in joined, sig
+    if sched == "pingpong":
+        assert {"ping-pong bit and hand-off", "compute queue"} <= groups
+        assert {"I/O, ping-pong bit 0 queue", "I/O, ping-pong bit 1 queue"} <= groups
+        for sig in ("ping_pong", "cur_eff", "flip", "busy", "phase_gh", "head_slot_io1"):
+            assert f"pingpong.{sig}" in joined, sig
+        for q in ("mac_queue", "io_queue_0", "io_queue_1"):
+            assert f"{q}.level" in joined, q
+    else:
+        assert "ping-pong bit and hand-off" not in groups
     if sched == "dcs":
         assert "D/S-Table entry under access" in groups
         for table in ("d_table_gbuf", "d_table_obuf", "s_table_gbuf", "s_table_obuf"):
@@ -157,9 +166,9 @@ def test_summary_samples_just_before_the_rising_edge(tmp_path):
         summarize_vcd(_vcd(tmp_path / "narrow.vcd", steps[:1], 10), CFG)
 
 
-def test_pingpong_has_no_rtl():
-    with pytest.raises(WaveformError, match="no RTL"):
-        record_waves("qk", SHAPE, "pingpong", CFG)
+def test_unknown_scheduler_has_no_waves():
+    with pytest.raises(WaveformError, match="unknown; waveforms exist for: .*pingpong"):
+        record_waves("qk", SHAPE, "nope", CFG)
 
 
 @pytest.mark.parametrize(
