@@ -30,15 +30,17 @@ rtl: $(STAMP)  ## Verilog of every RTL block into build/rtl/
 	$(BIN)/python -m rtl.blocks
 
 # make wave KERNEL=qk TOKENS=256 DH=128 SCHED=dcs  (or KERNEL=gemv DOUT=256 DIN=256)
+# make wave BLOCK=dpa | bank_slice | pingpong | dcs | static_sched
 KERNEL ?= qk
 TOKENS ?= 256
 DH     ?= 128
 DOUT   ?= 256
 DIN    ?= 256
 SCHED  ?= dcs
+BLOCK  ?=
 wave: $(STAMP)  ## VCD + GTKWave save file under build/waves/, then its summary
 	$(BIN)/python -m sim.waves --kernel $(KERNEL) --tokens $(TOKENS) --dh $(DH) \
-	    --dout $(DOUT) --din $(DIN) --sched $(SCHED)
+	    --dout $(DOUT) --din $(DIN) --sched $(SCHED) $(if $(BLOCK),--block $(BLOCK))
 
 area: $(STAMP)  ## Yosys synth + stat of every block at the papers' parameters
 	$(BIN)/python -m sim.area

@@ -12,7 +12,9 @@ from amaranth.lib import wiring
 
 from models.config import HardwareConfig, load_preset
 from models.fileio import write_atomic
+from rtl.bank_slice import BankSliceController
 from rtl.dcs import DcsScheduler
+from rtl.dpa import DpaDispatcher
 from rtl.pingpong import PingPongScheduler
 from rtl.static_sched import StaticScheduler
 
@@ -30,6 +32,8 @@ BLOCKS: dict[str, Callable[[HardwareConfig], wiring.Component]] = {
     "static_sched": StaticScheduler,
     "pingpong": PingPongScheduler,
     "dcs": DcsScheduler,
+    "dpa": DpaDispatcher,
+    "bank_slice": BankSliceController,
 }
 """Block name (also the Verilog module name) -> constructor taking a hardware config."""
 

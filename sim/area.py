@@ -26,7 +26,7 @@ from typing import Any
 
 from models.config import ConfigError, HardwareConfig, load_preset
 from models.fileio import write_atomic
-from rtl.blocks import BLOCKS, generate_verilog
+from rtl.blocks import BLOCKS
 
 __all__ = [
     "AREA_DIR",
@@ -36,6 +36,8 @@ __all__ = [
     "PIMPHONY_TABLE_BYTES",
     "BlockArea",
     "YosysError",
+    "DPA_AREA_ENTRIES",
+    "area_component",
     "area_report",
     "dcs_table_bits",
     "format_report",
@@ -46,6 +48,30 @@ __all__ = [
 ]
 
 AREA_DIR = Path("build/area")
+
+DPA_AREA_ENTRIES = 256
+"""Command-buffer words and VA2PA entries the DPA block is synthesised with: its two 96 KB
+buffers are SRAM macros, counted in bytes at the preset's size (``dpa_buffers``), not
+turned into flip-flops."""
+
+
+def area_component(block: str, cfg: HardwareConfig):
+    """The component ``make area`` synthesises for ``block``.
+
+    Differences from :data:`rtl.blocks.BLOCKS`: ping-pong gets queues of ``dcs.queue_depth``
+    entries (like DCS; the co-simulation build holds whole streams in 512-deep queues), and
+    the DPA dispatcher's command buffer and VA2PA table are :data:`DPA_AREA_ENTRIES` deep.
+    """
+    if block == "pingpong":
+        from rtl.pingpong import PingPongScheduler
+
+        return PingPongScheduler(cfg, depth=cfg.dcs.queue_depth)
+    if block == "dpa":
+        from rtl.dpa import DpaDispatcher
+
+        return DpaDispatcher(cfg, command_words=DPA_AREA_ENTRIES, map_entries=DPA_AREA_ENTRIES)
+    return BLOCKS[block](cfg)
+
 
 PIMPHONY_TABLE_BYTES = 576
 """PIMphony's D-Table + S-Table storage per channel controller, in bytes (the paper's figure)."""
@@ -239,7 +265,10 @@ def synthesise(block: str, cfg: HardwareConfig, out_dir: Path = AREA_DIR) -> Blo
         raise ValueError(f"block {block!r} is unknown; allowed: {', '.join(BLOCKS)}")
     out_dir = Path(out_dir)
     t0 = time.perf_counter()
-    write_atomic(out_dir / f"{block}.v", generate_verilog(block, cfg).encode())
+    from amaranth.back import verilog
+
+    text = verilog.convert(area_component(block, cfg), name=block, emit_src=False)
+    write_atomic(out_dir / f"{block}.v", text.encode())
     script = out_dir / f"{block}.ys"
     write_atomic(script, yosys_script(block, out_dir).encode())
     _run_yosys(script, out_dir / f"{block}.log")
@@ -327,6 +356,11 @@ def area_report(
     }
     if "dcs" in results:
         report["dcs_tables"] = _dcs_summary(cfg, results["dcs"])
+    if "dpa" in results:
+        from rtl.dpa import buffer_bytes
+
+        buffers = buffer_bytes(cfg)
+        report["dpa_buffers"] = {**buffers, "total": sum(buffers.values()), "paper_limit": 200_000}
     write_atomic(Path(out_dir) / "area.json", (json.dumps(report, indent=2) + "\n").encode())
     return report
 
@@ -396,6 +430,17 @@ def format_report(report: dict[str, Any]) -> str:
             "see docs/area.md",
             f"not in that figure: queues {sb['queues']:,} flip-flop bits "
             f"({_bytes(sb['queues'])}), row timer {sb['row timer']:,}, other {sb['other']:,}",
+        ]
+    dpa = report.get("dpa_buffers")
+    if dpa:
+        parts = ", ".join(
+            f"{k} {v:,} B" for k, v in dpa.items() if k not in ("total", "paper_limit")
+        )
+        out += [
+            "",
+            f"DPA dispatcher buffers at {report['preset']} (SRAM; logic above synthesised with "
+            f"{DPA_AREA_ENTRIES}-entry buffers): {parts}; total {dpa['total']:,} B "
+            f"(PIMphony/LoL-PIM: < 200 KB)",
         ]
     return "\n".join(out)
 

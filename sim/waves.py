@@ -24,7 +24,7 @@ from models.config import ConfigError, HardwareConfig, load_preset
 from models.dram import execution_times
 from models.fileio import write_atomic
 from models.isa import Op
-from rtl.blocks import BLOCK_OF_SCHEDULER
+from rtl.blocks import BLOCK_OF_SCHEDULER, SCHEDULER_OF_BLOCK
 
 __all__ = [
     "BLOCK_OF_SCHEDULER",
@@ -32,6 +32,7 @@ __all__ = [
     "WaveformError",
     "format_summary",
     "main",
+    "record_block_waves",
     "record_waves",
     "summarize_vcd",
     "wave_stem",
@@ -555,6 +556,51 @@ def record_waves(
     return vcd_path, gtkw_path
 
 
+def record_block_waves(
+    block: str, cfg: HardwareConfig, out_dir: str | Path = WAVES_DIR
+) -> tuple[Path, Path]:
+    """VCD and GTKWave save file of a non-scheduler block's built-in co-simulation run.
+
+    ``dpa``: a QK^T program dispatched through a shuffled VA2PA table
+    (``sim.cosim_dpa.record_waves``); ``bank_slice``: the mixed PIM + host-read run of
+    ``sim.cosim_bank_slice.record_waves``. Both runs are checked against the TLM first. The
+    save file groups the block's ports by stream (``host``, ``pim``, ``o``, ...).
+    """
+    if block == "dpa":
+        from sim.cosim_dpa import record_waves as record
+    elif block == "bank_slice":
+        from sim.cosim_bank_slice import record_waves as record
+    else:
+        raise WaveformError(
+            f"block {block!r} has no built-in waveform run; allowed: dpa, bank_slice"
+        )
+    src = Path(record(cfg))
+    out_dir = Path(out_dir)
+    vcd_path = write_atomic(out_dir / f"{block}.vcd", _gtkwave_safe(src.read_bytes()))
+    refs = _vcd_references(vcd_path)
+    from rtl.blocks import BLOCKS
+
+    component = BLOCKS[block](cfg)
+    component._MustUse__silence = True  # built only to read its port names
+    ports = set(component.signature.members)
+    top = [
+        r
+        for r in refs
+        if _base(r).startswith(f"{block}.")
+        and _base(r).count(".") == 1
+        and _base(r).split(".")[-1].split("__")[0] in ports
+    ]
+    groups: dict[str, list] = {}
+    for ref in sorted(top):
+        port = _base(ref).split(".")[-1].split("__")[0]
+        groups.setdefault(port, []).append((ref, None))
+    gtkw_path = out_dir / f"{block}.gtkw"
+    title = f"pimphony {block}: RTL ports, preset {cfg.name}"
+    text = _gtkw_text(vcd_path, gtkw_path, refs, list(groups.items()), title)
+    write_atomic(gtkw_path, text.encode())
+    return vcd_path, gtkw_path
+
+
 def _shape(args: argparse.Namespace) -> dict:
     if args.kernel == "gemv":
         need = {"d_out": args.dout, "d_in": args.din}
@@ -578,7 +624,12 @@ def main(argv: list[str] | None = None) -> int:
     from sim.cosim import CosimError
 
     p = argparse.ArgumentParser(prog="python -m sim.waves", description=__doc__.split("\n")[0])
-    p.add_argument("--kernel", choices=KERNELS, required=True)
+    p.add_argument(
+        "--block",
+        choices=("static_sched", "pingpong", "dcs", "dpa", "bank_slice"),
+        help="record a block instead: schedulers run --kernel; dpa and bank_slice their own run",
+    )
+    p.add_argument("--kernel", choices=KERNELS, default="qk")
     p.add_argument("--tokens", type=int, help="attention context length T (qk, sv)")
     p.add_argument("--dh", type=int, help="attention head dimension d_h (qk, sv)")
     p.add_argument("--dout", type=int, help="GEMV output dimension (gemv)")
@@ -587,6 +638,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--preset", default="aim-16ch")
     p.add_argument("--out-dir", type=Path, default=WAVES_DIR)
     args = p.parse_args(argv)
+    if args.block in ("dpa", "bank_slice"):
+        try:
+            vcd, gtkw = record_block_waves(args.block, load_preset(args.preset), args.out_dir)
+        except (ConfigError, WaveformError) as exc:
+            print(f"sim.waves: error: {exc}", file=sys.stderr)
+            return 2
+        except Exception as exc:  # a co-simulation mismatch or build failure
+            print(f"sim.waves: simulation failed: {exc}", file=sys.stderr)
+            return 1
+        print(f"VCD:       {vcd} ({vcd.stat().st_size:,} bytes), checked against the TLM")
+        print(f"GTKWave:   {gtkw}  (gtkwave {gtkw})")
+        return 0
+    if args.block is not None:
+        args.sched = SCHEDULER_OF_BLOCK[args.block]
     try:
         cfg = load_preset(args.preset)
         shape = _shape(args)
