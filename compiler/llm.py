@@ -21,6 +21,7 @@ from typing import Any
 
 from compiler.kernels import GQA_MAPPINGS, KernelProgram, compile_kernel
 from models.config import CONFIG_DIR, HardwareConfig
+from models.hub import SOFTMAX_FLOPS_PER_SCORE
 
 __all__ = [
     "FFN_KINDS",
@@ -47,8 +48,6 @@ FFN_KINDS = ("swiglu", "relu")
 HF_ACTIVATIONS = {"silu": "swiglu", "swish": "swiglu", "relu": "relu"}
 OP_NAMES = ("qkv", "qk", "softmax", "sv", "proj", "ffn1", "ffn2")
 OP_KINDS = ("gemv", "attention", "epu")
-#: EPU operations per attention score: running max, subtract, exp, accumulate, normalise.
-SOFTMAX_FLOPS_PER_SCORE = 5
 
 _INT_FIELDS = (
     "layers",

@@ -72,7 +72,6 @@ MEMORY_POLICIES = ("lazy", "static")
 #: Report keys of a layer's parts, in execution order.
 OP_KEYS = ("qkv", "qk", "softmax", "sv", "proj", "ffn1", "ffn2", "epu_other", "allreduce",
            "cmd_transfer")  # fmt: skip
-_FC = ("qkv", "proj", "ffn1", "ffn2")
 _ATTN = ("qk", "softmax", "sv")
 
 
@@ -430,23 +429,36 @@ def _layer(setup: DecodeSetup, lengths: tuple[int, ...], cache: KernelCache) -> 
 # ---------------------------------------------------------------------------- memory
 
 
+def _allocator(
+    model: ModelSpec, hw: HardwareConfig, modules: int, memory: str, max_context: int
+) -> Any:
+    """An empty KV allocator of ``memory`` policy over ``modules`` modules (weights placed),
+    or ``None`` when the weights alone exceed the modules."""
+    geom = ChunkGeometry.from_config(hw, modules)
+    if model.weight_bytes > geom.total_bytes:
+        return None
+    kv = model.kv_bytes_per_token
+    if memory == "static":
+        return StaticAllocator(geom, kv, max_context, model.weight_bytes)
+    return LazyAllocator(geom, kv, model.weight_bytes, model.context_window)
+
+
+def _where(model: ModelSpec, hw: HardwareConfig, modules: int) -> str:
+    total = ChunkGeometry.from_config(hw, modules).total_bytes
+    return (
+        f"{modules} module(s) = {total / 2**30:g} GiB of {hw.name} with {model.name} weights "
+        f"{model.weight_bytes / 2**30:.1f} GiB"
+    )
+
+
 def _admit(setup: DecodeSetup) -> dict[str, Any]:
     spec, cfg = setup.model, setup.hw
-    geom = ChunkGeometry.from_config(cfg, setup.modules)
-    kv = spec.kv_bytes_per_token
-    gib = geom.total_bytes / 2**30
-    where = (
-        f"{setup.modules} module(s) = {gib:g} GiB with {spec.name} weights "
-        f"{spec.weight_bytes / 2**30:.1f} GiB"
-    )
-    if spec.weight_bytes > geom.total_bytes:
+    alloc = _allocator(spec, cfg, setup.modules, setup.memory, setup.reservation)
+    where = _where(spec, cfg, setup.modules)
+    if alloc is None:
         if setup.check_capacity:
             raise DecodeError(f"the weights alone do not fit: {where}; use more modules")
         return {"policy": setup.memory, "fits": False, "capacity_utilization": None}
-    if setup.memory == "static":
-        alloc: Any = StaticAllocator(geom, kv, setup.reservation, spec.weight_bytes)
-    else:
-        alloc = LazyAllocator(geom, kv, spec.weight_bytes, spec.context_window)
     fits = True
     try:
         for r, t in enumerate(setup.lengths):
@@ -486,20 +498,10 @@ def fill_batch(
     """The longest prefix of ``candidates`` (context lengths, FCFS) that fits the memory."""
     if memory not in MEMORY_POLICIES:
         raise DecodeError(f"memory {memory!r} is unknown; allowed: {', '.join(MEMORY_POLICIES)}")
-    geom = ChunkGeometry.from_config(hw, modules)
-    if model.weight_bytes > geom.total_bytes:
-        raise DecodeError(
-            f"not even one request fits: {model.name} weights "
-            f"{model.weight_bytes / 2**30:.1f} GiB exceed {modules} module(s) of {hw.name} = "
-            f"{geom.total_bytes / 2**30:g} GiB; use more modules"
-        )
-    kv = model.kv_bytes_per_token
-    if memory == "static":
-        alloc: Any = StaticAllocator(
-            geom, kv, max_context or model.context_window, model.weight_bytes
-        )
-    else:
-        alloc = LazyAllocator(geom, kv, model.weight_bytes, model.context_window)
+    alloc = _allocator(model, hw, modules, memory, max_context or model.context_window)
+    where = _where(model, hw, modules)
+    if alloc is None:
+        raise DecodeError(f"not even one request fits: the weights alone exceed {where}")
     taken: list[int] = []
     for r, t in enumerate(candidates):
         try:
@@ -510,9 +512,7 @@ def fill_batch(
         taken.append(int(t))
     if not taken:
         raise DecodeError(
-            f"not even one request fits: {modules} module(s) of {hw.name} hold "
-            f"{geom.total_bytes / 2**30:g} GiB, {model.name} weights take "
-            f"{model.weight_bytes / 2**30:.1f} GiB ({memory} allocation); use more modules"
+            f"not even one request fits: {where} ({memory} allocation); use more modules"
         )
     if len(taken) == len(candidates):
         raise DecodeError(
@@ -583,7 +583,7 @@ def run_decode(
     link_time = np.zeros((len(batches), setup.pp), dtype=np.int64)
     op_cycles = dict.fromkeys(OP_KEYS, 0)
     op_macs = dict.fromkeys(OP_KEYS, 0)
-    hub_total = dict.fromkeys((*_FC, "qk", "sv"), 0)
+    hub_total = dict.fromkeys((*GEMV_OPS, "qk", "sv"), 0)
     busy = commands = 0
     sm_marg = red_marg = attn_cycles = red_busy = 0
     per_node = cfg.module.modules_per_node
@@ -630,7 +630,7 @@ def run_decode(
     all_macs = sum(op_macs.values())
     stage_busy = int(stage_time.sum())
     attn = sum(op_cycles[k] for k in _ATTN)
-    fc = sum(op_cycles[k] for k in _FC)
+    fc = sum(op_cycles[k] for k in GEMV_OPS)
     ops = {
         k: {
             "cycles": int(op_cycles[k]),
