@@ -22,7 +22,6 @@ Run ``python -m compiler.dpa --d-h 128 --contexts 1024,4096,...`` for the size t
 from __future__ import annotations
 
 import argparse
-import io
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -52,7 +51,7 @@ from models.dpa import (
     expand,
     field_limit,
 )
-from models.fileio import write_atomic
+from models.fileio import write_figure
 from models.isa import Op, gpr_tiles
 
 __all__ = [
@@ -620,10 +619,7 @@ def plot_size_report(rows: Sequence[SizeRow], path: Path, title: str, capacity: 
     ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return write_atomic(path, buf.getvalue())
+    return write_figure(fig, path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,12 +1,13 @@
-"""Atomic file writes shared by everything that writes results or streams."""
+"""Atomic file writes shared by everything that writes results, streams or plots."""
 
 from __future__ import annotations
 
+import io
 import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["write_atomic"]
+__all__ = ["write_atomic", "write_figure"]
 
 
 def write_atomic(path: str | Path, data: bytes, overwrite: bool = True) -> Path:
@@ -31,3 +32,15 @@ def write_atomic(path: str | Path, data: bytes, overwrite: bool = True) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_figure(fig, path: str | Path, overwrite: bool = True) -> Path:
+    """Save a matplotlib figure as PNG (110 dpi) atomically, then close it."""
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+    return write_atomic(path, buf.getvalue(), overwrite=overwrite)

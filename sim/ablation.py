@@ -9,14 +9,13 @@ reserves the model's window per request, DPA's lazy allocation only what each re
 from __future__ import annotations
 
 import argparse
-import io
 import json
 from pathlib import Path
 from typing import Any
 
 from compiler.llm import load_model
 from models.config import load_preset
-from models.fileio import write_atomic
+from models.fileio import write_figure
 from models.memory import load_workload, sample_context_lengths
 from models.system import DecodeSetup, fill_batch, run_decode
 from sim.report import user_output
@@ -121,10 +120,7 @@ def plot_ablation(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
     ax.set_ylim(0, max(r["speedup"] for r in rows) * 1.3)
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return write_atomic(path, buf.getvalue())
+    return write_figure(fig, path)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -8,7 +8,6 @@ admits requests first-come-first-served until the memory is full. See ``docs/dec
 from __future__ import annotations
 
 import argparse
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,10 @@ from typing import Any
 import numpy as np
 
 from compiler.llm import load_model
+from compiler.partition import PARTITIONS
+from models.channel import SCHEDULERS
 from models.config import load_preset
-from models.fileio import write_atomic
+from models.fileio import write_atomic, write_figure
 from models.memory import load_workload, read_context_lengths, sample_context_lengths
 from models.system import MEMORY_POLICIES, OP_KEYS, DecodeError, DecodeSetup, fill_batch, run_decode
 from sim.report import user_output
@@ -91,8 +92,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel modules per stage")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages")
     p.add_argument("--micro-batches", type=int, default=None, help="default min(pp, batch)")
-    p.add_argument("--partition", choices=("tcp", "hfp"), default="tcp")
-    p.add_argument("--sched", choices=("static", "pingpong", "dcs"), default="dcs")
+    p.add_argument("--partition", choices=PARTITIONS, default="tcp")
+    p.add_argument("--sched", choices=SCHEDULERS, default="dcs")
     p.add_argument("--memory", choices=MEMORY_POLICIES, default="lazy", help="lazy = DPA")
     p.add_argument("--max-context", type=int, help="static reservation (default: model window)")
     p.add_argument(
@@ -267,10 +268,7 @@ def plot_report(r: dict[str, Any], path: Path) -> Path:
         fontsize=10,
     )
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return write_atomic(path, buf.getvalue())
+    return write_figure(fig, path)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,7 +15,6 @@ bandwidth; the plot shows both against the offered host bandwidth.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import sys
 from collections.abc import Sequence
@@ -31,8 +30,9 @@ from models.bank_slice import (
     run_bank_slice,
 )
 from models.config import ConfigError, HardwareConfig, load_preset
-from models.fileio import write_atomic
+from models.fileio import write_figure
 from models.isa import Op
+from sim.report import user_output
 
 __all__ = [
     "DEFAULT_PLOT",
@@ -203,10 +203,7 @@ def plot_dex(result: dict, path: Path, force: bool = True) -> Path:
         a.legend(fontsize=8)
     fig.suptitle(f"DEX: {result['workload']['pim']} + host weight reads ({result['preset']})")
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return write_atomic(path, buf.getvalue(), overwrite=force)
+    return write_figure(fig, path, overwrite=force)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -253,9 +250,7 @@ def run(args: argparse.Namespace) -> int:
             kv_groups=args.kv_groups,
             host_queue_depth=args.host_queue,
         )
-        plot = DEFAULT_PLOT if args.plot is None else args.plot
-        if args.plot is not None and plot.exists() and not args.force:
-            raise FileExistsError(f"{plot} exists; pass --force to replace it")
+        plot = user_output(args.plot, DEFAULT_PLOT, args.force)
 
         show = not args.quiet and sys.stderr.isatty()
 

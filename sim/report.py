@@ -7,7 +7,7 @@ from pathlib import Path
 
 from compiler.kernels import KernelProgram
 from models.channel import BREAKDOWN_KEYS, ScheduleResult
-from models.fileio import write_atomic
+from models.fileio import write_atomic, write_figure
 
 __all__ = [
     "describe_kernel",
@@ -88,7 +88,6 @@ def plot_breakdowns(
     runs: Sequence[tuple[str, Sequence[ScheduleResult]]], path: Path, title: str
 ) -> Path:
     """Stacked bars of the cycle breakdown, one group of bars per kernel; written to ``path``."""
-    import io
 
     import matplotlib
 
@@ -116,8 +115,5 @@ def plot_breakdowns(
     axes[0][0].legend(loc="upper right", fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    write_atomic(path, buf.getvalue())
+    write_figure(fig, path)
     return path

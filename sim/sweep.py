@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from pathlib import Path
 
 from compiler.kernels import compile_gemv, compile_qk
 from models.channel import BREAKDOWN_KEYS, SCHEDULERS, run_channel
 from models.config import HardwareConfig
-from models.fileio import write_atomic
+from models.fileio import write_figure
 
 __all__ = ["DEFAULT_DIMS", "plot_sweep", "sweep", "sweep_table"]
 
@@ -93,7 +92,4 @@ def plot_sweep(rows: list[dict], path: Path, title: str) -> Path:
     bx.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.suptitle(title)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return write_atomic(path, buf.getvalue())
+    return write_figure(fig, path)
