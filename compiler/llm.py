@@ -22,6 +22,7 @@ from typing import Any
 from compiler.kernels import GQA_MAPPINGS, KernelProgram, compile_kernel
 from models.config import CONFIG_DIR, HardwareConfig
 from models.hub import SOFTMAX_FLOPS_PER_SCORE
+from models.memory import kv_bytes_per_token
 
 __all__ = [
     "FFN_KINDS",
@@ -29,7 +30,6 @@ __all__ = [
     "MODELS_DIR",
     "OP_KINDS",
     "OP_NAMES",
-    "SOFTMAX_FLOPS_PER_SCORE",
     "DecodeOp",
     "KernelCall",
     "ModelSpec",
@@ -137,7 +137,7 @@ class ModelSpec:
     @property
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes one token adds over all layers: ``2 L kv_heads d_h bytes``."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.element_bytes
+        return kv_bytes_per_token(self.layers, self.kv_heads, self.head_dim, self.element_bytes)
 
 
 def _validate(values: Mapping[str, Any], source: str) -> None:

@@ -405,6 +405,10 @@ class DpaProgram:
         """Words that are neither the header nor a rule (one pre-decode step each)."""
         return int(self.words.shape[0]) - 1 - len(self._parsed[1])
 
+    def decode_times(self, n_commands: int, timing: DecoderTiming | None = None) -> np.ndarray:
+        """:func:`decode_times` of ``n_commands`` expanded from this program."""
+        return decode_times(n_commands, len(self.rules), timing, self.body_words)
+
     def instructions(self) -> list[Instruction]:
         """Decoded words, in order."""
         return [decode_word(w) for w in self.words]
@@ -983,14 +987,12 @@ class Dispatcher:
     ) -> np.ndarray:
         """Cycle (from the dispatch start) at which each command of :meth:`dispatch` is ready."""
         n = self.dispatch(request, program, layer).shape[0]
-        prog = self._program(program)
-        return decode_times(n, len(prog.rules), self.timing, prog.body_words)
+        return self._program(program).decode_times(n, self.timing)
 
     def dispatch_with_gaps(
         self, request: int | None = None, program: str | None = None, layer: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(stream, valid_gaps)`` ready for :func:`models.channel.run_channel`."""
         stream = self.dispatch(request, program, layer)
-        prog = self._program(program)
-        times = decode_times(stream.shape[0], len(prog.rules), self.timing, prog.body_words)
+        times = self._program(program).decode_times(stream.shape[0], self.timing)
         return stream, gaps_from_times(times)

@@ -27,6 +27,7 @@ __all__ = [
     "HUB_DTYPE",
     "NORM_FLOPS_PER_ELEMENT",
     "OP_SIZE_BITS",
+    "RELU_FLOPS_PER_ELEMENT",
     "RESIDUAL_FLOPS_PER_ELEMENT",
     "SOFTMAX_FLOPS_PER_SCORE",
     "STRIDES",
@@ -55,6 +56,8 @@ SOFTMAX_FLOPS_PER_SCORE = 5
 NORM_FLOPS_PER_ELEMENT = 4
 #: SwiGLU per intermediate element: SiLU (~4: negate, exp, add, divide) and the gating multiply.
 SWIGLU_FLOPS_PER_ELEMENT = 5
+#: ReLU per intermediate element: one compare/select.
+RELU_FLOPS_PER_ELEMENT = 1
 #: Residual addition per hidden element.
 RESIDUAL_FLOPS_PER_ELEMENT = 1
 

@@ -56,6 +56,7 @@ __all__ = [
     "format_capacity_table",
     "kv_bytes_per_token",
     "load_workload",
+    "make_allocator",
     "paper_comparison",
     "read_context_lengths",
     "sample_context_lengths",
@@ -954,6 +955,23 @@ class CapacityResult:
         return float(np.mean(self.batch_sizes))
 
 
+def make_allocator(
+    policy: Policy,
+    geometry: ChunkGeometry,
+    kv_bytes_per_token: int,
+    *,
+    weight_bytes: int = 0,
+    max_context: int,
+) -> _Allocator:
+    """An empty allocator of ``policy``: ``static`` reserves ``max_context`` tokens per
+    request, ``lazy`` maps chunks as tokens arrive (refusing contexts past ``max_context``)."""
+    if policy == "static":
+        return StaticAllocator(geometry, kv_bytes_per_token, max_context, weight_bytes)
+    if policy == "lazy":
+        return LazyAllocator(geometry, kv_bytes_per_token, weight_bytes, max_context)
+    raise ValueError(f"policy must be 'static' or 'lazy', got {policy!r}")
+
+
 def capacity_utilization(
     workload: Workload | str,
     kv_bytes_per_token: int,
@@ -1004,12 +1022,9 @@ def capacity_utilization(
     wl = load_workload(workload) if isinstance(workload, str) else workload
     max_ctx = wl.context_window if max_context is None else max_context
     geometry = ChunkGeometry.for_capacity(capacity_bytes, preset, chunk_bytes)
-    if policy == "static":
-        alloc: _Allocator = StaticAllocator(geometry, kv_bytes_per_token, max_ctx, weight_bytes)
-    elif policy == "lazy":
-        alloc = LazyAllocator(geometry, kv_bytes_per_token, weight_bytes, max_ctx)
-    else:
-        raise ValueError(f"policy must be 'static' or 'lazy', got {policy!r}")
+    alloc = make_allocator(
+        policy, geometry, kv_bytes_per_token, weight_bytes=weight_bytes, max_context=max_ctx
+    )
     if lengths is None:
         lens = sample_context_lengths(wl, n_requests, seed)
     else:
@@ -1029,8 +1044,8 @@ def capacity_utilization(
         if i == len(lens):
             break  # stream exhausted: not a capacity-bound batch
         st = alloc.stats()
-        for live in alloc._live.values():
-            waste = len(live.chunks) * alloc.chunk_bytes - live.tokens * kv_bytes_per_token
+        for r in alloc.requests:
+            waste = alloc.request(r).waste_bytes
             if policy == "lazy" and not 0 <= waste < alloc.chunk_bytes:
                 raise AssertionError(f"a lazy request wastes {waste} B >= one chunk")
             max_waste = max(max_waste, waste)

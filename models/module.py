@@ -13,31 +13,37 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from compiler.kernels import compile_kernel
+from compiler.dpa import encode_kernel
+from compiler.hub import run_count
+from compiler.kernels import CompileError, compile_kernel
 from compiler.partition import ChannelJob
 from models.channel import run_channel
 from models.config import HardwareConfig
+from models.dpa import gaps_from_times
 
-__all__ = ["KernelCache", "ModuleRun", "run_module"]
+__all__ = ["KernelCache", "KernelStats", "ModuleRun", "job_key", "run_module"]
+
+
+def job_key(job) -> tuple:
+    """What makes two channel jobs the same kernel: kind and shape."""
+    return (job.kind, tuple(sorted(job.shape.items())))
 
 
 @dataclass(frozen=True)
 class KernelStats:
     """What the module model keeps of one channel kernel run.
 
-    ``hub_instructions`` is the kernel's size as HUB instructions (``compiler.hub``);
-    ``dpa`` says whether it ran behind the DPA dispatcher's decoder (valid gaps from
-    ``models.dpa.decode_times``) rather than from a host-sent static stream. The decoder's
-    start-up (program words before the first command, ``dpa_startup`` cycles) overlaps the
-    previous kernel on the channel, so ``cycles`` excludes it; the module model charges it
-    once per attention block.
+    ``hub_instructions`` is the kernel's size as HUB instructions (``compiler.hub``). A kernel
+    fed by the DPA dispatcher runs with the decoder's valid gaps (``DpaProgram.decode_times``)
+    except its start-up (program words before the first command, ``dpa_startup`` cycles,
+    0 for host-sent static streams), which overlaps the previous kernel on the channel; the
+    module model charges it once per attention block.
     """
 
     cycles: int
     macs: int
     commands: int
     hub_instructions: int
-    dpa: bool = False
     dpa_startup: int = 0
 
 
@@ -62,9 +68,6 @@ class KernelCache:
 
     def program(self, kind: str, d_h: int, gqa_group: int):
         """The DPA program of an attention kernel, or ``None`` if the encoder refuses it."""
-        from compiler.dpa import encode_kernel
-        from compiler.kernels import CompileError
-
         key = (kind, d_h, gqa_group)
         if key not in self._programs:
             try:
@@ -78,23 +81,17 @@ class KernelCache:
 
     def run(self, job) -> KernelStats:
         """Cycles and MACs of ``job`` (a ``ChannelJob`` or ``compiler.decode.GemvJob``)."""
-        from compiler.hub import run_count
-        from models.dpa import decode_times, gaps_from_times
-
-        key = (job.kind, tuple(sorted(job.shape.items())))
+        key = job_key(job)
         if self.memoize and key in self._memo:
             return self._memo[key]
         prog = compile_kernel(self.cfg, job.kind, **job.shape)
-        gaps, via_dpa, startup = None, False, 0
+        gaps, startup = None, 0
         if self.dpa and job.kind in ("qk", "sv"):
             dpa_prog = self.program(job.kind, job.d_h, job.gqa_group)
             if dpa_prog is not None:
                 n = prog.commands.shape[0]
-                gaps = gaps_from_times(
-                    decode_times(n, len(dpa_prog.rules), None, dpa_prog.body_words)
-                )
+                gaps = gaps_from_times(dpa_prog.decode_times(n))
                 startup, gaps[0] = int(gaps[0]), 0
-                via_dpa = True
         result = run_channel(prog.commands, self.cfg, self.sched, valid_gaps=gaps, validate=False)
         self.simulated += 1
         stats = KernelStats(
@@ -102,7 +99,6 @@ class KernelCache:
             result.counts["MAC"],
             int(prog.commands.shape[0]),
             run_count(prog.commands),
-            via_dpa,
             startup,
         )
         if self.memoize:

@@ -47,6 +47,7 @@ from models.config import HardwareConfig
 from models.dpa import CONFIG_ENTRY_BYTES, va2pa_entry_bytes
 from models.hub import (
     NORM_FLOPS_PER_ELEMENT,
+    RELU_FLOPS_PER_ELEMENT,
     RESIDUAL_FLOPS_PER_ELEMENT,
     SOFTMAX_FLOPS_PER_SCORE,
     SWIGLU_FLOPS_PER_ELEMENT,
@@ -54,8 +55,8 @@ from models.hub import (
     hub_instruction_bytes,
     link_cycles,
 )
-from models.memory import ChunkGeometry, LazyAllocator, OutOfMemory, StaticAllocator
-from models.module import KernelCache
+from models.memory import ChunkGeometry, OutOfMemory, make_allocator
+from models.module import KernelCache, job_key
 
 __all__ = [
     "MEMORY_POLICIES",
@@ -119,7 +120,6 @@ class DecodeSetup:
     check_capacity: bool = True
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "lengths", tuple(self.lengths))
         if not self.lengths:
             raise DecodeError("the batch is empty: give at least one context length")
         for i, t in enumerate(self.lengths):
@@ -197,6 +197,133 @@ def _channel_order(qk: dict[int, int], sv: dict[int, int]) -> list[tuple[str, in
     return seq
 
 
+@dataclass(frozen=True)
+class _AttentionTasks:
+    """One layer's attention work on one module, built once and scheduled as often as needed."""
+
+    qk_of: list[dict[int, int]]  # per channel: pair -> QK^T part cycles
+    sv_of: list[dict[int, int]]  # per channel: pair -> SV part cycles
+    order: list[list[tuple[str, int]]]  # per channel: its tasks in issue order
+    sv_parts: list[int]  # per pair: channels holding an SV part
+    softmax_cost: list[int]  # per pair: EPU cycles
+    reduction_cost: list[int]  # per pair: EPU cycles (0 with one SV part)
+
+
+def _attention_tasks(
+    plan: LayerPlan, cfg: HardwareConfig, run: Callable[[Any], Any]
+) -> _AttentionTasks:
+    channels = len(plan.qk)
+    pairs = sorted({(j.request, j.kv_head) for jobs in (*plan.qk, *plan.sv) for j in jobs})
+    index = {p: k for k, p in enumerate(pairs)}
+    qk_of: list[dict[int, int]] = [{} for _ in range(channels)]
+    sv_of: list[dict[int, int]] = [{} for _ in range(channels)]
+    for c in range(channels):
+        for j in plan.qk[c]:
+            qk_of[c][index[(j.request, j.kv_head)]] = run(j).cycles
+        for j in plan.sv[c]:
+            sv_of[c][index[(j.request, j.kv_head)]] = run(j).cycles
+    n = len(pairs)
+    sv_parts = [sum(p in d for d in sv_of) for p in range(n)]
+    g, d_h = plan.gqa_group, plan.head_dim
+    return _AttentionTasks(
+        qk_of=qk_of,
+        sv_of=sv_of,
+        order=[_channel_order(qk_of[c], sv_of[c]) for c in range(channels)],
+        sv_parts=sv_parts,
+        softmax_cost=[
+            epu_cycles(cfg, SOFTMAX_FLOPS_PER_SCORE * g * plan.lengths[pairs[p][0]])
+            for p in range(n)
+        ],
+        reduction_cost=[
+            epu_cycles(cfg, (sv_parts[p] - 1) * g * d_h) if sv_parts[p] > 1 else 0 for p in range(n)
+        ],
+    )
+
+
+def _makespan(tasks: _AttentionTasks, sm_cost: list[int], red_cost: list[int]) -> int:
+    """Event-driven end time of ``tasks`` with the given EPU costs per pair."""
+    qk_of, sv_of, order, sv_parts = tasks.qk_of, tasks.sv_of, tasks.order, tasks.sv_parts
+    channels, n = len(order), len(sv_parts)
+    qk_left = [sum(p in d for d in qk_of) for p in range(n)]
+    sv_left = list(sv_parts)
+    pos = [0] * channels
+    sm_done = [-1] * n
+    blocked: dict[int, list[int]] = {}
+    epu_ready: list[tuple[int, int, int]] = []  # (ready time, 0 softmax / 1 reduction, pair)
+    epu_busy_until = 0
+    events: list[tuple[int, int, int, int]] = []  # (time, kind, a, b); kinds below
+    CH_DONE, EPU_DONE = 0, 1  # noqa: N806
+    end = 0
+
+    def start_channel(c: int, t: int) -> None:
+        if pos[c] == len(order[c]):
+            return
+        kind, p = order[c][pos[c]]
+        if kind == "sv" and sm_done[p] < 0:
+            blocked.setdefault(p, []).append(c)
+            return
+        d = qk_of[c][p] if kind == "qk" else sv_of[c][p]
+        heapq.heappush(events, (t + d, CH_DONE, c, p * 2 + (kind == "sv")))
+        pos[c] += 1
+
+    def start_epu(t: int) -> None:
+        nonlocal epu_busy_until
+        if epu_busy_until > t or not epu_ready:
+            return
+        ready, kind, p = heapq.heappop(epu_ready)
+        begin = max(t, ready)
+        d = sm_cost[p] if kind == 0 else red_cost[p]
+        epu_busy_until = begin + d
+        heapq.heappush(events, (begin + d, EPU_DONE, kind, p))
+
+    for p in range(n):
+        if qk_left[p] == 0:
+            heapq.heappush(epu_ready, (0, 0, p))
+    for c in range(channels):
+        start_channel(c, 0)
+    start_epu(0)
+    while events:
+        t, kind, a, b = heapq.heappop(events)
+        end = max(end, t)
+        if kind == CH_DONE:
+            c, p, is_sv = a, b // 2, b % 2
+            if not is_sv:
+                qk_left[p] -= 1
+                if qk_left[p] == 0:
+                    heapq.heappush(epu_ready, (t, 0, p))
+            else:
+                sv_left[p] -= 1
+                if sv_left[p] == 0 and sv_parts[p] > 1:
+                    heapq.heappush(epu_ready, (t, 1, p))
+            start_channel(c, t)
+        elif a == 0:  # a softmax finished: its SV parts may start
+            sm_done[b] = t
+            for c in blocked.pop(b, []):
+                start_channel(c, t)
+        start_epu(t)
+    if blocked or any(pos[c] < len(order[c]) for c in range(channels)):
+        raise RuntimeError("attention schedule deadlocked (internal error)")
+    return int(end)
+
+
+def _schedule(tasks: _AttentionTasks, softmax: bool, reduction: bool) -> AttentionSchedule:
+    zero = [0] * len(tasks.sv_parts)
+    sm = tasks.softmax_cost if softmax else zero
+    red = tasks.reduction_cost if reduction else zero
+    busy = np.array(
+        [sum(q.values()) + sum(v.values()) for q, v in zip(tasks.qk_of, tasks.sv_of, strict=True)],
+        dtype=np.int64,
+    )
+    return AttentionSchedule(
+        cycles=_makespan(tasks, sm, red),
+        channel_busy=busy,
+        qk_busy=int(sum(sum(d.values()) for d in tasks.qk_of)),
+        sv_busy=int(sum(sum(d.values()) for d in tasks.sv_of)),
+        softmax_busy=int(sum(sm)),
+        reduction_busy=int(sum(red)),
+    )
+
+
 def attention_schedule(
     plan: LayerPlan,
     cfg: HardwareConfig,
@@ -212,101 +339,7 @@ def attention_schedule(
     before reduction, then pair order). ``run(job)`` gives kernel stats; ``softmax`` /
     ``reduction`` off give that EPU work zero duration (for marginal costs).
     """
-    channels = len(plan.qk)
-    pairs = sorted({(j.request, j.kv_head) for jobs in (*plan.qk, *plan.sv) for j in jobs})
-    index = {p: k for k, p in enumerate(pairs)}
-    qk_of: list[dict[int, int]] = [{} for _ in range(channels)]
-    sv_of: list[dict[int, int]] = [{} for _ in range(channels)]
-    for c in range(channels):
-        for j in plan.qk[c]:
-            qk_of[c][index[(j.request, j.kv_head)]] = run(j).cycles
-        for j in plan.sv[c]:
-            sv_of[c][index[(j.request, j.kv_head)]] = run(j).cycles
-    n = len(pairs)
-    qk_left = [sum(p in d for d in qk_of) for p in range(n)]
-    sv_parts = [sum(p in d for d in sv_of) for p in range(n)]
-    sv_left = list(sv_parts)
-    g, d_h = plan.gqa_group, plan.head_dim
-    sm_cost = [
-        epu_cycles(cfg, SOFTMAX_FLOPS_PER_SCORE * g * plan.lengths[pairs[p][0]]) if softmax else 0
-        for p in range(n)
-    ]
-    red_cost = [epu_cycles(cfg, (sv_parts[p] - 1) * g * d_h) if reduction else 0 for p in range(n)]
-    order = [_channel_order(qk_of[c], sv_of[c]) for c in range(channels)]
-    pos = [0] * channels
-    sm_done = [-1] * n
-    blocked: dict[int, list[int]] = {}
-    epu_ready: list[tuple[int, int, int]] = []  # (ready time, 0 softmax / 1 reduction, pair)
-    epu_busy_until = 0
-    events: list[tuple[int, int, int, int]] = []  # (time, kind, a, b); kinds below
-    CH_DONE, EPU_DONE = 0, 1  # noqa: N806
-    end = 0
-
-    def start_channel(c: int, t: int) -> None:
-        while pos[c] < len(order[c]):
-            kind, p = order[c][pos[c]]
-            if kind == "sv" and sm_done[p] < 0:
-                blocked.setdefault(p, []).append(c)
-                return
-            d = qk_of[c][p] if kind == "qk" else sv_of[c][p]
-            heapq.heappush(events, (t + d, CH_DONE, c, p * 2 + (kind == "sv")))
-            pos[c] += 1
-            return
-
-    def epu_ready_task(t: int, kind: int, p: int) -> None:
-        heapq.heappush(epu_ready, (t, kind, p))
-
-    def start_epu(t: int) -> None:
-        nonlocal epu_busy_until
-        if epu_busy_until > t or not epu_ready:
-            return
-        ready, kind, p = heapq.heappop(epu_ready)
-        begin = max(t, ready)
-        d = sm_cost[p] if kind == 0 else red_cost[p]
-        epu_busy_until = begin + d
-        heapq.heappush(events, (begin + d, EPU_DONE, kind, p))
-
-    for p in range(n):
-        if qk_left[p] == 0:
-            epu_ready_task(0, 0, p)
-    for c in range(channels):
-        start_channel(c, 0)
-    start_epu(0)
-    while events:
-        t, kind, a, b = heapq.heappop(events)
-        end = max(end, t)
-        if kind == CH_DONE:
-            c, p, is_sv = a, b // 2, b % 2
-            if not is_sv:
-                qk_left[p] -= 1
-                if qk_left[p] == 0:
-                    epu_ready_task(t, 0, p)
-            else:
-                sv_left[p] -= 1
-                if sv_left[p] == 0 and sv_parts[p] > 1:
-                    epu_ready_task(t, 1, p)
-            start_channel(c, t)
-        else:
-            epu_kind, p = a, b
-            if epu_kind == 0:
-                sm_done[p] = t
-                for c in blocked.pop(p, []):
-                    start_channel(c, t)
-        start_epu(t)
-    if blocked or any(pos[c] < len(order[c]) for c in range(channels)):
-        raise RuntimeError("attention schedule deadlocked (internal error)")
-    busy = np.array(
-        [sum(qk_of[c].values()) + sum(sv_of[c].values()) for c in range(channels)],
-        dtype=np.int64,
-    )
-    return AttentionSchedule(
-        cycles=int(end),
-        channel_busy=busy,
-        qk_busy=int(sum(sum(d.values()) for d in qk_of)),
-        sv_busy=int(sum(sum(d.values()) for d in sv_of)),
-        softmax_busy=int(sum(sm_cost)),
-        reduction_busy=int(sum(red_cost[p] for p in range(n) if sv_parts[p] > 1)),
-    )
+    return _schedule(_attention_tasks(plan, cfg, run), softmax, reduction)
 
 
 # ---------------------------------------------------------------------------- one layer
@@ -331,6 +364,19 @@ class LayerTiming:
         return sum(self.cycles.values())
 
 
+def _once(run: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``run`` called at most once per job object of a layer plan (equal jobs on different
+    channels are different objects, so with memoisation off each is still simulated)."""
+    done: dict[int, tuple[Any, Any]] = {}
+
+    def once(job: Any) -> Any:
+        if id(job) not in done:
+            done[id(job)] = (job, run(job))  # keep the job alive so its id stays unique
+        return done[id(job)][1]
+
+    return once
+
+
 def _gemv_op(jobs: list[list[Any]], run: Callable[[Any], Any]) -> tuple[int, int, int, int, int]:
     """(cycles, MACs, busy channel-cycles, commands, HUB instructions) of one GEMV op."""
     per_channel = np.zeros(len(jobs), dtype=np.int64)
@@ -352,7 +398,7 @@ def _hub_count(jobs: list[list[Any]], run: Callable[[Any], Any]) -> int:
         for channel_jobs in jobs:
             if k < len(channel_jobs):
                 j = channel_jobs[k]
-                key = (j.kind, tuple(sorted(j.shape.items())))
+                key = job_key(j)
                 if key not in seen:
                     seen.add(key)
                     total += run(j).hub_instructions
@@ -372,7 +418,7 @@ def _allreduce_cycles(cfg: HardwareConfig, nbytes: int, tp: int) -> int:
 def _layer(setup: DecodeSetup, lengths: tuple[int, ...], cache: KernelCache) -> LayerTiming:
     spec, cfg = setup.model, setup.hw
     plan = layer_plan(spec, cfg, lengths, setup.tp, setup.partition)
-    run = cache.run
+    run = _once(cache.run)
     cycles: dict[str, int] = dict.fromkeys(OP_KEYS, 0)
     macs: dict[str, int] = dict.fromkeys(OP_KEYS, 0)
     hub: dict[str, int] = {}
@@ -382,7 +428,8 @@ def _layer(setup: DecodeSetup, lengths: tuple[int, ...], cache: KernelCache) -> 
         cycles[op], macs[op], hub[op] = c, m, h
         busy += b
         commands += n
-    att = attention_schedule(plan, cfg, run)
+    tasks = _attention_tasks(plan, cfg, run)
+    att = _schedule(tasks, softmax=True, reduction=True)
     # Attention time split: the busiest channel's QK/SV share, the rest is exposed EPU time.
     peak = int(att.channel_busy.max()) if att.channel_busy.size else 0
     pim = att.qk_busy + att.sv_busy
@@ -404,7 +451,9 @@ def _layer(setup: DecodeSetup, lengths: tuple[int, ...], cache: KernelCache) -> 
     per_request = (
         2 * NORM_FLOPS_PER_ELEMENT * spec.hidden
         + 2 * RESIDUAL_FLOPS_PER_ELEMENT * spec.hidden
-        + (SWIGLU_FLOPS_PER_ELEMENT if spec.ffn == "swiglu" else 1) * spec.intermediate // setup.tp
+        + (SWIGLU_FLOPS_PER_ELEMENT if spec.ffn == "swiglu" else RELU_FLOPS_PER_ELEMENT)
+        * spec.intermediate
+        // setup.tp
     )
     cycles["epu_other"] = epu_cycles(cfg, b * per_request)
     vector = b * spec.hidden * spec.element_bytes
@@ -412,8 +461,8 @@ def _layer(setup: DecodeSetup, lengths: tuple[int, ...], cache: KernelCache) -> 
     if setup.memory == "static":
         sent = (hub["qk"] + hub["sv"]) * hub_instruction_bytes(cfg)
         cycles["cmd_transfer"] = link_cycles(cfg, sent, "host")
-    no_red = attention_schedule(plan, cfg, run, reduction=False).cycles
-    no_sm = attention_schedule(plan, cfg, run, softmax=False).cycles
+    no_red = _makespan(tasks, tasks.softmax_cost, [0] * len(tasks.sv_parts))
+    no_sm = _makespan(tasks, [0] * len(tasks.sv_parts), tasks.reduction_cost)
     return LayerTiming(
         cycles=cycles,
         macs=macs,
@@ -437,10 +486,11 @@ def _allocator(
     geom = ChunkGeometry.from_config(hw, modules)
     if model.weight_bytes > geom.total_bytes:
         return None
-    kv = model.kv_bytes_per_token
-    if memory == "static":
-        return StaticAllocator(geom, kv, max_context, model.weight_bytes)
-    return LazyAllocator(geom, kv, model.weight_bytes, model.context_window)
+    # A static reservation is max_context; lazy growth is bounded by the model's window.
+    limit = max_context if memory == "static" else model.context_window
+    return make_allocator(
+        memory, geom, model.kv_bytes_per_token, weight_bytes=model.weight_bytes, max_context=limit
+    )
 
 
 def _where(model: ModelSpec, hw: HardwareConfig, modules: int) -> str:

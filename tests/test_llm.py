@@ -15,7 +15,6 @@ from compiler.kernels import CompileError, compile_gemv, compile_qk, compile_sv
 from compiler.llm import (
     MODELS_DIR,
     OP_NAMES,
-    SOFTMAX_FLOPS_PER_SCORE,
     DecodeOp,
     KernelCall,
     ModelSpec,
@@ -27,6 +26,7 @@ from compiler.llm import (
     to_kernel,
 )
 from models.config import load_preset
+from models.hub import SOFTMAX_FLOPS_PER_SCORE
 
 # name: (layers, heads, kv_heads, hidden, intermediate, head_dim, context_window)
 EXPECTED = {
