@@ -26,7 +26,7 @@ from functools import cached_property
 import numpy as np
 
 from models.config import ChannelGeometry, HardwareConfig
-from models.isa import Op, empty_stream
+from models.isa import FIELDS, OPERAND_FIELDS, Op, empty_stream, field_widths
 
 __all__ = [
     "CONFIG_ENTRY_BYTES",
@@ -250,8 +250,7 @@ def field_limit(kind: Kind, name: str) -> int:
 def _fields_of(ins: Instruction) -> tuple[Kind, dict[str, int]]:
     if isinstance(ins, Command):
         kind = Kind(int(ins.op))
-        vals = {"gbuf": ins.gbuf, "row": ins.row, "col": ins.col, "out": ins.out, "gpr": ins.gpr}
-        return kind, vals
+        return kind, {f: getattr(ins, f) for f in FIELDS[1:]}
     if isinstance(ins, DynLoop):
         if (ins.count is None) == (ins.rule is None):
             raise DpaError(f"{ins}: give exactly one of count and rule")
@@ -453,8 +452,7 @@ class DpaProgram:
 def _format(ins: Instruction) -> str:
     if isinstance(ins, Command):
         op = Op(ins.op)
-        used = {"WR_INP": ("gbuf", "gpr"), "MAC": ("gbuf", "row", "col", "out")}
-        names = used.get(op.name, ("out", "gpr"))
+        names = OPERAND_FIELDS[op]
         return f"{op.name:<8} " + " ".join(f"{n}={getattr(ins, n)}" for n in names)
     if isinstance(ins, DynLoop):
         bound = f"R{ins.rule}" if ins.rule is not None else str(ins.count)
@@ -678,7 +676,7 @@ def _translate(
 
 def va2pa_entry_bytes(geom: ChannelGeometry) -> int:
     """Bytes per VA2PA entry: one physical row number, rounded up to whole bytes."""
-    return math.ceil(max(1, (geom.rows_per_bank - 1).bit_length()) / 8)
+    return math.ceil(field_widths(geom)["row"] / 8)
 
 
 @dataclass(frozen=True)
