@@ -28,20 +28,19 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from models.channel import static_gap_violations
 from models.config import HardwareConfig
 from models.dram import (
     NEVER,
     TV_CCD,
-    TV_RAS,
-    TV_RCD,
-    TV_RP,
-    TV_RTP,
-    exec_time,
+    TV_SPAN,
     execution_times,
     open_row,
+    precharge_done,
     timing_vector,
 )
 from models.isa import OP_MAC, Op, StreamError, validate_stream
+from models.static_sched import static_gap
 
 __all__ = [
     "HOST_READ_DTYPE",
@@ -263,7 +262,9 @@ def _slice_kernel(p_op, p_row, p_gaps, h_bank, h_row, h_arr, tv, depth, hq, n_ba
     """
     n_p = p_op.shape[0]
     n_h = h_bank.shape[0]
-    tccd, trcd, trp, tras, trtp = tv[TV_CCD], tv[TV_RCD], tv[TV_RP], tv[TV_RAS], tv[TV_RTP]
+    tccd = tv[TV_CCD]
+    tv_bank = tv.copy()  # a host activation opens a row in one bank: one ACT, no span
+    tv_bank[TV_SPAN] = 0
     p_acc = np.full(n_p, -1, dtype=np.int64)
     p_issue = np.full(n_p, -1, dtype=np.int64)
     h_issue = np.full(n_h, -1, dtype=np.int64)
@@ -316,8 +317,7 @@ def _slice_kernel(p_op, p_row, p_gaps, h_bank, h_row, h_arr, tv, depth, hq, n_ba
             k = n_pi
             ok = True
             if last_op >= 0:
-                gap = tccd if p_op[k] == last_op else exec_time(last_op, tv)
-                ok = t >= last_pim + gap
+                ok = t >= last_pim + static_gap(last_op, p_op[k], tv)
             if ok:
                 if p_op[k] == OP_MAC:
                     ok = pim_may and pim_row == p_row[k] and t >= pim_ready
@@ -346,20 +346,16 @@ def _slice_kernel(p_op, p_row, p_gaps, h_bank, h_row, h_arr, tv, depth, hq, n_ba
                     continue
                 seen[b] = t
                 if brow[b] != h_row[j]:
-                    if brow[b] >= 0:
-                        act = max(t, bact[b] + tras, brd[b] + trtp) + trp
-                    else:
-                        act = max(t, avail)
-                    bact[b] = act
-                    bready[b] = act + trcd
+                    t_req = t if brow[b] >= 0 else max(t, avail)
+                    _, bact[b], bready[b] = open_row(t_req, brow[b], bact[b], brd[b], tv_bank)
                     brow[b] = h_row[j]
-                    host_act_max = max(host_act_max, act)
+                    host_act_max = max(host_act_max, bact[b])
                     n_host_sw += 1
                     acted = True
         # Baseline hand-over: precharge everything the other side has open.
         if sw_host:
             if pim_row >= 0:
-                avail = max(t, pim_act + tras, last_mac + trtp) + trp
+                avail = precharge_done(t, pim_act, last_mac, tv)
             pim_row = -1
             owner = 1
             n_mode_sw += 1
@@ -371,7 +367,7 @@ def _slice_kernel(p_op, p_row, p_gaps, h_bank, h_row, h_arr, tv, depth, hq, n_ba
                     any_open = True
                 brow[b] = -1
             if any_open:
-                avail = max(t, host_act_max + tras, host_rd_max + trtp) + trp
+                avail = precharge_done(t, host_act_max, host_rd_max, tv)
             owner = 0
             n_mode_sw += 1
             acted = True
@@ -419,9 +415,9 @@ def _slice_kernel(p_op, p_row, p_gaps, h_bank, h_row, h_arr, tv, depth, hq, n_ba
         if head_ok:
             k = n_pi
             if last_op >= 0:
-                gap = tccd if p_op[k] == last_op else exec_time(last_op, tv)
-                if last_pim + gap > t:
-                    nxt = min(nxt, last_pim + gap)
+                t_gap = last_pim + static_gap(last_op, p_op[k], tv)
+                if t_gap > t:
+                    nxt = min(nxt, t_gap)
             if pim_ready > t:
                 nxt = min(nxt, pim_ready)
         if last_xfer + tccd > t:
@@ -569,12 +565,8 @@ def check_bank_slice(
     if xfer.size > 1 and (np.diff(xfer) < tm.tCCD).any():
         k = int(np.flatnonzero(np.diff(xfer) < tm.tCCD)[0])
         problems.append(f"data bus spacing below tCCD at cycle {int(xfer[k + 1])}")
-    exec_by_op = execution_times(tm)
-    if op.size > 1:
-        gap = np.where(op[1:] == op[:-1], tm.tCCD, exec_by_op[op[:-1]])
-        late = np.zeros(op.size, dtype=bool)
-        late[1:] = pim_issue[1:] < pim_issue[:-1] + gap
-        report(late, pim_issue, "static gap or program order broken", "PIM command")
+    late = static_gap_violations(op, pim_issue, tm)
+    report(late, pim_issue, "static gap or program order broken", "PIM command")
     if valid_gaps is not None and op.size:
         earliest = np.cumsum(np.asarray(valid_gaps, dtype=np.int64) + 1)
         report(pim_issue < earliest, pim_issue, "issued before it was offered", "PIM command")

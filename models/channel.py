@@ -13,14 +13,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from models.config import HardwareConfig
+from models.config import HardwareConfig, Timing
 from models.dcs import dcs_schedule, entry_predecessors
 from models.dram import execution_times, timing_vector
-from models.isa import Op, validate_stream
+from models.isa import Op, describe_command, validate_stream
 from models.pingpong import PingPongError, pingpong_schedule, pingpong_slots
 from models.static_sched import static_schedule
 
-__all__ = ["BREAKDOWN_KEYS", "SCHEDULERS", "ScheduleResult", "check_schedule", "run_channel"]
+__all__ = [
+    "BREAKDOWN_KEYS",
+    "SCHEDULERS",
+    "ScheduleResult",
+    "check_schedule",
+    "run_channel",
+    "static_gap_violations",
+]
 
 SCHEDULERS = ("static", "pingpong", "dcs")
 BREAKDOWN_KEYS = ("mac_busy", "io_transfer", "dependency_stall", "row_switch")
@@ -180,15 +187,38 @@ def _breakdown(
     return {k: result[k] for k in BREAKDOWN_KEYS}
 
 
+def static_gap_violations(op: np.ndarray, issue: np.ndarray, timing: Timing) -> np.ndarray:
+    """Mask of the commands issued too soon after their predecessor in program order.
+
+    The static gap (``models.static_sched.static_gap``): tCCD after a command of the same
+    opcode, else the predecessor's execution time. ``op`` and ``issue`` are int64 arrays.
+    """
+    late = np.zeros(op.size, dtype=bool)
+    if op.size > 1:
+        gap = np.where(op[1:] == op[:-1], timing.tCCD, execution_times(timing)[op[:-1]])
+        late[1:] = issue[1:] < issue[:-1] + gap
+    return late
+
+
 def check_schedule(
     stream: np.ndarray, issue: np.ndarray, cfg: HardwareConfig, scheduler: str
 ) -> list[str]:
     """Rules an issue schedule breaks (empty if none), e.g. one recorded under back-pressure.
 
     Checks every scheduler's invariants: each command issued once, at most one per cycle, the
-    data bus and MAC pipeline spacing; for ``static`` program order and the static gaps; for
-    ``dcs`` program order within each queue and every per-entry dependency of
-    ``docs/scheduling.md`` (expirations, is-MAC). Row timing is not checked here.
+    data bus and MAC pipeline spacing. Then, per ``scheduler`` (rules of
+    ``docs/scheduling.md``):
+
+    - ``static``: program order and the static gaps;
+    - ``pingpong``: no command issues before every command of an earlier slot has completed
+      (hand-off); inside a slot the I/O commands issue in program order with the static gaps
+      and the MACs in program order; and the per-entry dependencies the slots guarantee (MAC
+      after the WR_INP of its GBuf entry, RD_OUT after the MAC writing its entry, and the
+      reverse hazards);
+    - ``dcs``: program order within each queue and every per-entry dependency (expirations,
+      is-MAC).
+
+    Row timing is not checked here. Each returned line names the first offending command.
     """
     tm = cfg.timing
     op = stream["op"].astype(np.int64)
@@ -200,11 +230,14 @@ def check_schedule(
         if bad.size:
             k = int(bad[0])
             problems.append(
-                f"{what}: first at command #{k} (issued at {int(issue[k])}), {bad.size} in all"
+                f"{what}: first at command #{k} ({describe_command(stream, k)}, issued at "
+                f"{int(issue[k])}), {bad.size} in all"
             )
 
+    if scheduler not in SCHEDULERS:
+        raise ValueError(f"scheduler {scheduler!r} is unknown; allowed: {', '.join(SCHEDULERS)}")
     report(issue < 0, "never issued")
-    if problems:
+    if problems or op.size == 0:
         return problems
     order = np.argsort(issue, kind="stable")
     same_cycle = np.zeros(op.size, dtype=bool)
@@ -217,15 +250,12 @@ def check_schedule(
         gap = np.zeros(idx.size, dtype=bool)
         gap[1:] = np.diff(t) < tm.tCCD
         report(np.isin(issue, t[gap]) & mask, f"{name} spacing below tCCD")
-    exec_by_op = execution_times(tm)
     if scheduler == "static":
-        gap = np.where(op[1:] == op[:-1], tm.tCCD, exec_by_op[op[:-1]])
-        late = np.zeros(op.size, dtype=bool)
-        late[1:] = issue[1:] < issue[:-1] + gap
-        report(late, "static gap or program order broken")
+        report(static_gap_violations(op, issue, tm), "static gap or program order broken")
         return problems
-    if scheduler != "dcs":
-        raise ValueError(f"check_schedule supports static and dcs, not {scheduler!r}")
+    if scheduler == "pingpong":
+        _check_pingpong(stream, issue, cfg, report)
+        return problems
     for mask, name in ((is_mac, "compute queue"), (~is_mac, "I/O queue")):
         idx = np.flatnonzero(mask)
         out_of_order = np.zeros(op.size, dtype=bool)
@@ -246,3 +276,37 @@ def check_schedule(
     o_exp = np.where(op[prev_o] == Op.MAC, np.where(is_mac, tm.tCCD, tm.t_MAC), tm.t_RD_OUT)
     report(has_o & (issue < issue[prev_o] + o_exp), "OBuf dependency broken")
     return problems
+
+
+def _check_pingpong(stream: np.ndarray, issue: np.ndarray, cfg: HardwareConfig, report) -> None:
+    """The ping-pong rules of :func:`check_schedule`, reported through ``report``."""
+    tm, ch = cfg.timing, cfg.channel
+    op = stream["op"].astype(np.int64)
+    gbuf = stream["gbuf"].astype(np.int64)
+    out = stream["out"].astype(np.int64)
+    is_mac = op == Op.MAC
+    exec_by_op = execution_times(tm)
+    completion = issue + exec_by_op[op]
+    slot = pingpong_slots(op, gbuf, out, ch.gbuf_entries, ch.obuf_entries)[0] + 1
+    # Hand-off: the latest completion of every slot before each command's slot.
+    done = np.full(int(slot.max()) + 2, -1, dtype=np.int64)
+    np.maximum.at(done, slot + 1, completion)
+    report(issue < np.maximum.accumulate(done)[slot], "issued before the hand-off")
+    for mask, name in ((is_mac, "compute queue"), (~is_mac, "I/O queue")):
+        idx = np.flatnonzero(mask)
+        idx = idx[np.argsort(slot[idx], kind="stable")]  # per slot, in program order
+        same = slot[idx[:-1]] == slot[idx[1:]]
+        late = np.zeros(op.size, dtype=bool)
+        late[idx[1:][same & static_gap_violations(op[idx], issue[idx], tm)[1:]]] = True
+        report(late, f"{name} order or static gap broken inside a slot")
+    prev_g, prev_o = entry_predecessors(op, gbuf, out, ch.gbuf_entries, ch.obuf_entries)
+    pg = np.where(prev_g >= 0, prev_g, 0)
+    po = np.where(prev_o >= 0, prev_o, 0)
+    raw_g = (prev_g >= 0) & is_mac & (op[pg] == Op.WR_INP)
+    report(raw_g & (issue < issue[pg] + tm.t_WR_INP), "MAC before its GBuf tile was written")
+    war_g = (prev_g >= 0) & (op == Op.WR_INP) & (op[pg] == Op.MAC)
+    report(war_g & (issue < issue[pg] + tm.tCCD), "WR_INP overwrote a tile before its MAC")
+    raw_o = (prev_o >= 0) & (op == Op.RD_OUT) & (op[po] == Op.MAC)
+    report(raw_o & (issue < issue[po] + tm.t_MAC), "RD_OUT before its MAC result")
+    war_o = (prev_o >= 0) & is_mac & (op[po] == Op.RD_OUT)
+    report(war_o & (issue < issue[po] + tm.t_RD_OUT), "MAC into an entry still draining")

@@ -32,7 +32,9 @@ __all__ = [
     "TV_WR_INP",
     "activation_offsets",
     "execution_times",
+    "exec_time",
     "open_row",
+    "precharge_done",
     "timing_vector",
 ]
 
@@ -93,17 +95,28 @@ def exec_time(op: int, tv: np.ndarray) -> int:
 
 
 @njit(cache=True)
+def precharge_done(t: int, t_act_last: int, t_last_rd: int, tv: np.ndarray) -> int:
+    """First cycle an ACT may follow a precharge requested at ``t``.
+
+    The precharge waits tRAS after the last ACT (``t_act_last``) and tRTP after the last
+    read of the open row (``t_last_rd``: a MAC or a host read); the ACT follows tRP later.
+    """
+    return max(t, t_act_last + tv[TV_RAS], t_last_rd + tv[TV_RTP]) + tv[TV_RP]
+
+
+@njit(cache=True)
 def open_row(t_head: int, current_row: int, t_act_last: int, t_last_mac: int, tv: np.ndarray):
     """Open a new row for a MAC that reached the queue head at ``t_head``.
 
     Returns ``(start, t_act_last, ready)``: the cycle the precharge (or first ACT) issues,
-    the cycle of the last ACT, and the first cycle a MAC may use the row.
+    the cycle of the last ACT, and the first cycle a MAC may use the row. With ``tv[TV_SPAN]``
+    set to 0 it opens a row in one bank (one ACT).
     """
     if current_row < 0:
-        start = t_head
         first_act = t_head
+        start = t_head
     else:
-        start = max(t_head, t_act_last + tv[TV_RAS], t_last_mac + tv[TV_RTP])
-        first_act = start + tv[TV_RP]
+        first_act = precharge_done(t_head, t_act_last, t_last_mac, tv)
+        start = first_act - tv[TV_RP]
     last_act = first_act + tv[TV_SPAN]
     return start, last_act, last_act + tv[TV_RCD]

@@ -45,6 +45,7 @@ __all__ = [
     "CommandFormatError",
     "Op",
     "StreamError",
+    "describe_command",
     "empty_stream",
     "field_widths",
     "gpr_tiles",
@@ -90,6 +91,13 @@ class StreamError(ValueError):
 
 class CommandFormatError(ValueError):
     """A command-stream file is malformed, of another format or of another version."""
+
+
+def describe_command(stream: np.ndarray, k: int) -> str:
+    """``MAC gbuf=3 row=0 col=17 out=2``-style text for command ``k`` of ``stream``."""
+    op = Op(int(stream["op"][k]))
+    shown = [f for f in OPERAND_FIELDS[op] if f != "gpr"]  # gpr only matters functionally
+    return op.name + " " + " ".join(f"{f}={int(stream[f][k])}" for f in shown)
 
 
 def _bits(n: int) -> int:

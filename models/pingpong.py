@@ -38,6 +38,7 @@ from numba import njit
 
 from models.dram import INF, NEVER, TV_CCD, exec_time, open_row
 from models.isa import OP_MAC, OP_WR_INP
+from models.static_sched import static_gap
 
 __all__ = ["PingPongError", "pingpong_schedule", "pingpong_slots"]
 
@@ -182,8 +183,8 @@ def _pingpong_kernel(op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end):
             if pi < hi:
                 k = order[pi]
                 gap = tv[TV_CCD]
-                if last_io_op >= 0 and last_io_op != op[k] and last_io >= barrier:
-                    gap = exec_time(last_io_op, tv)
+                if last_io_op >= 0 and last_io >= barrier:
+                    gap = static_gap(last_io_op, op[k], tv)
                 ti = max(barrier, accept[k] + 1, last_issue + 1, last_io + gap)
             tc = INF
             if pc < hi:

@@ -18,7 +18,17 @@ from numba import njit
 from models.dram import NEVER, TV_CCD, exec_time, open_row
 from models.isa import OP_MAC
 
-__all__ = ["static_schedule"]
+__all__ = ["static_gap", "static_schedule"]
+
+
+@njit(cache=True)
+def static_gap(prev_op: int, op: int, tv: np.ndarray) -> int:
+    """Cycles from issuing ``prev_op`` to issuing the next command ``op`` in program order.
+
+    tCCD when the opcodes match, else the execution time of ``prev_op``. The numpy form for
+    checking a schedule is ``models.channel.static_gap_violations``.
+    """
+    return tv[TV_CCD] if op == prev_op else exec_time(prev_op, tv)
 
 
 @njit(cache=True)
@@ -44,8 +54,7 @@ def static_schedule(op, row, valid_gaps, tv, depth, sw_start, sw_end):
         t = head
         if i > 0:
             head = max(head, issue[i - 1] + 1)
-            gap = tv[TV_CCD] if op[i] == op[i - 1] else exec_time(op[i - 1], tv)
-            t = max(head, issue[i - 1] + gap)
+            t = max(head, issue[i - 1] + static_gap(op[i - 1], op[i], tv))
         if op[i] == OP_MAC:
             if row[i] != cur_row:
                 start, t_act_last, row_ready = open_row(head, cur_row, t_act_last, t_last_mac, tv)
