@@ -21,6 +21,7 @@ from rtl.static_sched import StaticScheduler
 __all__ = [
     "BLOCKS",
     "BLOCK_OF_SCHEDULER",
+    "COSIM_ARGS",
     "RTL_DIR",
     "SCHEDULER_OF_BLOCK",
     "generate_verilog",
@@ -35,7 +36,17 @@ BLOCKS: dict[str, Callable[[HardwareConfig], wiring.Component]] = {
     "dpa": DpaDispatcher,
     "bank_slice": BankSliceController,
 }
-"""Block name (also the Verilog module name) -> constructor taking a hardware config."""
+"""Block name (also the Verilog module name) -> constructor taking a hardware config (and
+optional keyword arguments, see :data:`COSIM_ARGS`). Built with the config alone, every block
+has its hardware sizes (``make rtl``, ``make area``)."""
+
+COSIM_ARGS: dict[str, dict] = {"pingpong": {"depth": 512}}
+"""Constructor arguments the cycle-exact co-simulation builds use on top of the config.
+
+``pingpong``: 512-entry queues. The TLM never back-pressures the input, so to match it cycle
+for cycle the queues must hold every command accepted and not yet issued; the largest
+co-simulated stream, a 256 x 1024 GEMV, keeps 504 MACs waiting. The hardware default is
+``dcs.queue_depth`` (64 at the presets), with which long streams stall the input."""
 
 SCHEDULER_OF_BLOCK = {"static_sched": "static", "pingpong": "pingpong", "dcs": "dcs"}
 """The TLM scheduler each scheduler block must match cycle for cycle."""
@@ -45,11 +56,14 @@ BLOCK_OF_SCHEDULER = {sched: block for block, sched in SCHEDULER_OF_BLOCK.items(
 RTL_DIR = Path("build/rtl")
 
 
-def generate_verilog(block: str, cfg: HardwareConfig) -> str:
-    """Verilog text of ``block`` built for ``cfg``; the top module is named ``block``."""
+def generate_verilog(block: str, cfg: HardwareConfig, **kwargs) -> str:
+    """Verilog text of ``block`` built for ``cfg``; the top module is named ``block``.
+
+    ``kwargs`` go to the block's constructor (e.g. ``**COSIM_ARGS.get(block, {})``).
+    """
     if block not in BLOCKS:
         raise ValueError(f"block {block!r} is unknown; allowed: {', '.join(BLOCKS)}")
-    return verilog.convert(BLOCKS[block](cfg), name=block, emit_src=False)
+    return verilog.convert(BLOCKS[block](cfg, **kwargs), name=block, emit_src=False)
 
 
 def write_verilog(block: str, cfg: HardwareConfig, out_dir: Path = RTL_DIR) -> Path:

@@ -24,11 +24,12 @@ Cycle-exact twin of :func:`models.pingpong.pingpong_schedule`; the rules are in
   first; an offered command is held until the output stream takes it. Rows: ``RowTimer``
   with the compute-queue head (which may belong to a later slot).
 
-The TLM's queues never fill; ``depth`` must hold every accepted command not yet issued, or
-the input stalls and the timing departs from the TLM (the parity split keeps it deadlock
-free). A command arriving for a slot already handed off (the TLM refuses such runs) is made
-safe, not exact: a late MAC opens a new phase after the running slot, a late I/O joins the
-running slot (which holds no MAC then) and ends the phase.
+The TLM's queues never fill; ``depth`` (default ``dcs.queue_depth``, as DCS) must hold every
+accepted command not yet issued, or the input stalls and the timing departs from the TLM (the
+parity split keeps it deadlock free). The co-simulation builds it with 512-entry queues
+(``rtl.blocks.COSIM_ARGS``). A command arriving for a slot already handed off (the TLM refuses
+such runs) is made safe, not exact: a late MAC opens a new phase after the running slot, a
+late I/O joins the running slot (which holds no MAC then) and ends the phase.
 """
 
 from __future__ import annotations
@@ -48,12 +49,7 @@ from rtl.common import (
     scheduler_signature,
 )
 
-__all__ = ["PINGPONG_QUEUE_DEPTH", "PingPongScheduler", "pingpong_entry_layout", "slot_bits"]
-
-PINGPONG_QUEUE_DEPTH = 512
-"""Default entries per queue (compute and each I/O parity). The TLM never back-pressures the
-input, so the queues must hold every command accepted and not yet issued; 512 covers the
-co-simulation streams (the largest, a 256x1024 GEMV, keeps 504 MACs waiting)."""
+__all__ = ["PingPongScheduler", "pingpong_entry_layout", "slot_bits"]
 
 
 def slot_bits(depth: int) -> int:
@@ -62,7 +58,7 @@ def slot_bits(depth: int) -> int:
     return (3 * depth + 2).bit_length() + 1
 
 
-def pingpong_entry_layout(cfg: HardwareConfig, depth: int = PINGPONG_QUEUE_DEPTH):
+def pingpong_entry_layout(cfg: HardwareConfig, depth: int):
     """A queued command: the command, its sequence number and its slot."""
     return data.StructLayout(
         {"cmd": command_layout(cfg), "seq": unsigned(SEQ_BITS), "slot": unsigned(slot_bits(depth))}
@@ -81,12 +77,14 @@ class PingPongScheduler(wiring.Component):
     cfg
         Hardware configuration: buffer halves, field widths and timing.
     depth
-        Entries of the compute queue and of each of the two I/O queues.
+        Entries of the compute queue and of each of the two I/O queues; ``None`` (the default)
+        takes ``cfg.dcs.queue_depth``, the DCS queue depth. Cycle-exact comparison with the TLM
+        needs queues that never fill: the co-simulation uses ``rtl.blocks.COSIM_ARGS``.
     """
 
-    def __init__(self, cfg: HardwareConfig, depth: int = PINGPONG_QUEUE_DEPTH):
+    def __init__(self, cfg: HardwareConfig, depth: int | None = None):
         self.cfg = cfg
-        self.depth = depth
+        self.depth = cfg.dcs.queue_depth if depth is None else depth
         super().__init__(scheduler_signature(cfg))
 
     def elaborate(self, platform):

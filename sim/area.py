@@ -58,14 +58,9 @@ turned into flip-flops."""
 def area_component(block: str, cfg: HardwareConfig):
     """The component ``make area`` synthesises for ``block``.
 
-    Differences from :data:`rtl.blocks.BLOCKS`: ping-pong gets queues of ``dcs.queue_depth``
-    entries (like DCS; the co-simulation build holds whole streams in 512-deep queues), and
-    the DPA dispatcher's command buffer and VA2PA table are :data:`DPA_AREA_ENTRIES` deep.
+    The block of :data:`rtl.blocks.BLOCKS` at its hardware sizes, except that the DPA
+    dispatcher's command buffer and VA2PA table are :data:`DPA_AREA_ENTRIES` deep.
     """
-    if block == "pingpong":
-        from rtl.pingpong import PingPongScheduler
-
-        return PingPongScheduler(cfg, depth=cfg.dcs.queue_depth)
     if block == "dpa":
         from rtl.dpa import DpaDispatcher
 

@@ -6,23 +6,18 @@ cycle-for-cycle comparison with the TLM (:func:`models.bank_slice.run_bank_slice
 configuration (cached in ``build/sim/``), runs ``sim/tb_bank_slice.py`` on every run in one
 simulator process and returns the RTL issue cycles of every PIM command and host read.
 ``simulate_amaranth`` does the same in Amaranth's Python simulator (no build; small runs).
-``compare_with_tlm`` names the first operation whose cycles differ. ``record_waves`` writes a
-VCD of a small mixed workload (``make wave BLOCK=bank_slice``).
+``compare_with_tlm`` names the first operation whose cycles differ. ``record_waves`` records a
+checked VCD of a small mixed workload (``make wave BLOCK=bank_slice`` copies it out).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from amaranth.back import verilog
-from amaranth.lib import data
 
 from models.bank_slice import (
     SOURCE_HOST,
@@ -32,10 +27,16 @@ from models.bank_slice import (
     run_bank_slice,
 )
 from models.config import HardwareConfig, load_preset
-from models.isa import OPERAND_FIELDS, Op
 from rtl.bank_slice import BankSliceController, host_read_layout, slice_issued_layout
 from rtl.common import command_layout
-from sim.cosim import CosimError, _failures, verilator_env
+from sim.cosim import (
+    BUILD_ROOT,
+    CosimError,
+    describe_command,
+    field_spec,
+    pack_fields,
+    run_cocotb,
+)
 
 __all__ = [
     "BLOCK",
@@ -51,8 +52,6 @@ __all__ = [
 
 BLOCK = "bank_slice"
 """Verilog top-module name of the controller."""
-BUILD_ROOT = Path("build/sim")
-WAVES_DIR = Path("build/waves")
 
 
 @dataclass(frozen=True)
@@ -71,18 +70,6 @@ def generate_verilog(cfg: HardwareConfig, slicing: SliceConfig | None = None) ->
     return verilog.convert(BankSliceController(cfg, slicing), name=BLOCK, emit_src=False)
 
 
-def _pack(layout: data.StructLayout, arr: np.ndarray, names: Sequence[str]) -> list[int]:
-    words = np.zeros(arr.shape[0], dtype=object)
-    for name in names:
-        words = words + (arr[name].astype(object) << layout[name].offset)
-    return [int(w) for w in words]
-
-
-def _spec(layout: data.StructLayout, name: str) -> list[int]:
-    f = layout[name]
-    return [f.offset, (1 << f.shape.width) - 1]
-
-
 def run_rtl_bank_slice(
     cfg: HardwareConfig,
     slicing: SliceConfig | None,
@@ -94,31 +81,21 @@ def run_rtl_bank_slice(
     """RTL issue cycles ``{name: (pim_issue, host_issue)}`` of every run (program order).
 
     One build per configuration (cached by a hash of the Verilog). With ``waves`` the
-    simulator also writes a waveform; its path is returned under the key ``"__waves__"``.
+    simulator also writes a waveform into the build directory; its path is returned under
+    the key ``"__waves__"``.
     """
-    from cocotb_tools.runner import get_runner
-
-    slicing = slicing or SliceConfig()
-    text = generate_verilog(cfg, slicing)
-    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-    key = f"{BLOCK}-{simulator}-{'waves-' if waves else ''}{digest}"
-    build_dir = (Path(build_root) / key).resolve()
-    build_dir.mkdir(parents=True, exist_ok=True)
-    src = build_dir / f"{BLOCK}.v"
-    if not src.exists() or src.read_text() != text:
-        src.write_text(text)
     out = slice_issued_layout(cfg)
     job = {
-        "src_field": _spec(out, "src"),
-        "seq_field": _spec(out, "seq"),
-        "cycle_field": _spec(out, "cycle"),
+        "src_field": field_spec(out, "src"),
+        "seq_field": field_spec(out, "seq"),
+        "cycle_field": field_spec(out, "cycle"),
         "sources": {"pim": SOURCE_PIM, "host": SOURCE_HOST},
         "runs": [
             {
                 "name": r.name,
-                "pim": _pack(command_layout(cfg), r.pim, ("op", "gbuf", "row", "col", "out")),
+                "pim": pack_fields(command_layout(cfg), r.pim),
                 "valid_gaps": list(r.valid_gaps) if r.valid_gaps else None,
-                "host": _pack(host_read_layout(cfg), r.host, ("bank", "row", "col")),
+                "host": pack_fields(host_read_layout(cfg), r.host),
                 "arrival": [int(a) for a in r.host["arrival"]],
                 "ready_pattern": list(r.ready_pattern) if r.ready_pattern else None,
                 "max_cycles": 400 * (r.pim.shape[0] + r.host.shape[0])
@@ -128,56 +105,22 @@ def run_rtl_bank_slice(
             for r in runs
         ],
     }
-    job_path, result_path = build_dir / "job.json", build_dir / "result.json"
-    job_path.write_text(json.dumps(job))
-    result_path.unlink(missing_ok=True)
-    env_update = verilator_env() if simulator == "verilator" else {}
-    saved = {k: os.environ.get(k) for k in env_update}
-    os.environ.update(env_update)
-    try:
-        runner = get_runner(simulator)
-        runner.build(
-            sources=[src],
-            hdl_toplevel=BLOCK,
-            build_dir=build_dir,
-            waves=waves,
-            timescale=("1ns", "1ps"),
-            build_args=["-Wno-fatal"] if simulator == "verilator" else [],
-            log_file=build_dir / "build.log",
-        )
-        xml_path = runner.test(
-            test_module="sim.tb_bank_slice",
-            hdl_toplevel=BLOCK,
-            build_dir=build_dir,
-            test_dir=build_dir,
-            waves=waves,
-            timescale=("1ns", "1ps"),
-            extra_env={"PIMPHONY_JOB": str(job_path), "PIMPHONY_RESULT": str(result_path)},
-            log_file=build_dir / "test.log",
-        )
-    except Exception as exc:  # the runner raises bare exceptions on build failures
-        raise CosimError(
-            f"{simulator} run of {BLOCK} failed ({exc}); see {build_dir}/build.log and test.log"
-        ) from exc
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-    failures = _failures(Path(xml_path))
-    if failures or not result_path.exists():
-        log_file = build_dir / "test.log"
-        log = log_file.read_text()[-3000:] if log_file.exists() else ""
-        raise CosimError(f"cocotb test failed: {'; '.join(failures) or 'no result'}\n{log}")
-    raw = json.loads(result_path.read_text())
+    text = generate_verilog(cfg, slicing or SliceConfig())
+    run = run_cocotb(
+        BLOCK,
+        text,
+        "sim.tb_bank_slice",
+        job,
+        simulator=simulator,
+        waves=waves,
+        build_root=build_root,
+    )
     result: dict = {
         name: (np.asarray(r["pim"], dtype=np.int64), np.asarray(r["host"], dtype=np.int64))
-        for name, r in raw.items()
+        for name, r in run.result.items()
     }
-    if waves:
-        result["__waves__"] = build_dir / "dump.vcd"
+    if run.waves is not None:
+        result["__waves__"] = run.waves
     return result
 
 
@@ -261,10 +204,7 @@ def simulate_amaranth(
 def describe_operation(pim: np.ndarray, host: np.ndarray, source: str, k: int) -> str:
     """``PIM command #4 (MAC gbuf=0 row=0 col=1 out=0)`` or ``host read #2 (bank 3 ...)``."""
     if source == "pim":
-        op = Op(int(pim["op"][k]))
-        shown = [f for f in OPERAND_FIELDS[op] if f != "gpr"]
-        fields = " ".join(f"{f}={int(pim[f][k])}" for f in shown)
-        return f"PIM command #{k} ({op.name} {fields})"
+        return f"PIM command #{k} ({describe_command(pim, k)})"
     r = host[k]
     return (
         f"host read #{k} (bank={int(r['bank'])} row={int(r['row'])} col={int(r['col'])}, "
@@ -324,14 +264,11 @@ def mixed_workload(
 def record_waves(
     cfg: HardwareConfig | None = None,
     slicing: SliceConfig | None = None,
-    out: Path | None = None,
     simulator: str = "verilator",
 ) -> Path:
-    """Run :func:`mixed_workload` on the generated Verilog with waves on; return the VCD path.
-
-    The VCD is copied to ``out`` (default ``build/waves/bank_slice.vcd``) after the RTL has
-    been checked against the TLM.
-    """
+    """Run :func:`mixed_workload` on the generated Verilog with waves on, check it against the
+    TLM (:class:`~sim.cosim.CosimError` if it differs) and return the path of the waveform in
+    the build directory (``sim.waves.record_block_waves`` copies it to ``build/waves/``)."""
     cfg = cfg or load_preset("aim-16ch")
     slicing = slicing or SliceConfig()
     pim, host = mixed_workload(cfg)
@@ -340,12 +277,4 @@ def record_waves(
     msg = compare_with_tlm(cfg, slicing, run, *res[run.name])
     if msg:
         raise CosimError(msg)
-    out = Path(out) if out is not None else WAVES_DIR / f"{BLOCK}.vcd"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    src = Path(res["__waves__"])
-    if not src.exists():
-        raise CosimError(f"{simulator} wrote no waveform at {src}")
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, out)
-    return out
+    return Path(res["__waves__"])

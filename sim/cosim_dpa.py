@@ -16,15 +16,11 @@ check them against :func:`models.dpa.expand` / :func:`models.dpa.decode_times` a
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from amaranth.back import verilog
-from amaranth.lib import data
 from amaranth.sim import Simulator
 
 from models.channel import run_channel
@@ -33,7 +29,7 @@ from models.dpa import DecoderTiming, DpaProgram, decode_times, expand, gaps_fro
 from models.isa import Op, empty_stream
 from rtl.common import command_layout, issued_layout
 from rtl.dpa import DpaDispatcher, DpaError, DpaPipeline, HostOp, host_writes, pack_host
-from sim.cosim import BUILD_ROOT, CosimError, _failures, describe_command, verilator_env
+from sim.cosim import BUILD_ROOT, CosimError, describe_command, field_spec, run_cocotb
 
 __all__ = [
     "BLOCKS",
@@ -130,6 +126,13 @@ def compare_dispatch(
     """``None`` if the RTL emitted the TLM's commands (at the predicted cycles), else a message
     naming the first differing command."""
     want, times = tlm_dispatch(program, t_cur, table, timing)
+    return _compare_dispatched(name, want, times, result, check_cycles)
+
+
+def _compare_dispatched(
+    name: str, want: np.ndarray, times: np.ndarray, result: DpaResult, check_cycles: bool
+) -> str | None:
+    """:func:`compare_dispatch` given the TLM's stream ``want`` and its ``times``."""
     got = result.commands
     if result.error_code:
         return (
@@ -168,7 +171,7 @@ def compare_pipeline(
     """``None`` if dispatcher -> DCS issued every command in the TLM pipeline's cycle
     (``run_channel(expanded, cfg, "dcs", valid_gaps=gaps_from_times(decode_times(...)))``)."""
     want, times = tlm_dispatch(program, t_cur, table, timing)
-    msg = compare_dispatch(name, program, t_cur, table, result, timing, check_cycles=False)
+    msg = _compare_dispatched(name, want, times, result, check_cycles=False)
     if msg:
         return msg
     tlm = run_channel(want, cfg, "dcs", valid_gaps=gaps_from_times(times)).issue
@@ -271,15 +274,6 @@ def _result(got: list[tuple[int, int, dict]], outcome: dict[str, int]) -> DpaRes
 # ---------------------------------------------------------------------------------------------
 
 
-def _offsets(layout: data.StructLayout, names) -> dict[str, list[int]]:
-    return {n: [layout[n].offset, (1 << layout[n].shape.width) - 1] for n in names}
-
-
-def _build_key(block: str, text: str, simulator: str, waves: bool) -> str:
-    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-    return f"{block}-{simulator}-{'waves-' if waves else ''}{digest}"
-
-
 def run_rtl_dpa(
     block: str,
     cfg: HardwareConfig,
@@ -292,28 +286,23 @@ def run_rtl_dpa(
     """Run every dispatch of ``runs`` on the generated Verilog of ``block`` (``dpa`` or
     ``dpa_pipeline``) under cocotb; ``{run name: DpaResult}``.
 
-    With ``waves`` the simulator writes ``dump.vcd`` into the build directory; its path is
+    With ``waves`` the simulator also writes a waveform into the build directory; its path is
     returned under the key ``"__waves__"``.
     """
-    from cocotb_tools.runner import get_runner
-
     if block not in BLOCKS:
         raise CosimError(f"block {block!r} is unknown; allowed: {', '.join(BLOCKS)}")
     dut = BLOCKS[block](cfg, **dispatcher_args)
     text = verilog.convert(dut, name=block, emit_src=False)
-    build_dir = (Path(build_root) / _build_key(block, text, simulator, waves)).resolve()
-    build_dir.mkdir(parents=True, exist_ok=True)
-    src = build_dir / f"{block}.v"
-    if not src.exists() or src.read_text() != text:
-        src.write_text(text)
     pipeline = block == "dpa_pipeline"
     out_layout = issued_layout(cfg) if pipeline else command_layout(cfg)
-    cmd = command_layout(cfg)
     cmd_off = out_layout["cmd"].offset if pipeline else 0
     job = {
         "pipeline": pipeline,
-        "cmd_fields": {n: [cmd_off + o, mk] for n, (o, mk) in _offsets(cmd, _FIELDS).items()},
-        "issued_fields": _offsets(out_layout, ("seq", "cycle")) if pipeline else {},
+        "drain_quiet_cycles": DRAIN_QUIET_CYCLES,
+        "cmd_fields": {n: field_spec(command_layout(cfg), n, cmd_off) for n in _FIELDS},
+        "issued_fields": {n: field_spec(out_layout, n) for n in ("seq", "cycle")}
+        if pipeline
+        else {},
         "runs": [
             {
                 "name": r.name,
@@ -325,55 +314,15 @@ def run_rtl_dpa(
             for r in runs
         ],
     }
-    job_path, result_path = build_dir / "job.json", build_dir / "result.json"
-    job_path.write_text(json.dumps(job))
-    result_path.unlink(missing_ok=True)
-    env_update = verilator_env() if simulator == "verilator" else {}
-    saved = {k: os.environ.get(k) for k in env_update}
-    os.environ.update(env_update)
-    try:
-        runner = get_runner(simulator)
-        runner.build(
-            sources=[src],
-            hdl_toplevel=block,
-            build_dir=build_dir,
-            waves=waves,
-            timescale=("1ns", "1ps"),
-            build_args=["-Wno-fatal"] if simulator == "verilator" else [],
-            log_file=build_dir / "build.log",
-        )
-        xml_path = runner.test(
-            test_module="sim.tb_dpa",
-            hdl_toplevel=block,
-            build_dir=build_dir,
-            test_dir=build_dir,
-            waves=waves,
-            timescale=("1ns", "1ps"),
-            extra_env={"PIMPHONY_JOB": str(job_path), "PIMPHONY_RESULT": str(result_path)},
-            log_file=build_dir / "test.log",
-        )
-    except Exception as exc:  # the runner raises bare exceptions on build failures
-        raise CosimError(
-            f"{simulator} run of {block} failed ({exc}); see {build_dir}/build.log and test.log"
-        ) from exc
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    failures = _failures(Path(xml_path))
-    if failures or not result_path.exists():
-        log_file = build_dir / "test.log"
-        log = log_file.read_text()[-3000:] if log_file.exists() else ""
-        raise CosimError(f"cocotb test failed: {'; '.join(failures) or 'no result'}\n{log}")
-    raw = json.loads(result_path.read_text())
+    run = run_cocotb(
+        block, text, "sim.tb_dpa", job, simulator=simulator, waves=waves, build_root=build_root
+    )
     out: dict = {}
-    for name, r in raw.items():
+    for name, r in run.result.items():
         got = [(key, cyc, dict(zip(_FIELDS, vals, strict=True))) for key, cyc, vals in r["got"]]
         out[name] = _result(got, r)
-    if waves:
-        out["__waves__"] = build_dir / "dump.vcd"
+    if run.waves is not None:
+        out["__waves__"] = run.waves
     return out
 
 
@@ -384,10 +333,13 @@ def record_waves(
     t_cur: int = 40,
     simulator: str = "verilator",
 ) -> Path:
-    """Dispatch a small compiler program on the ``dpa`` block with waves on; the VCD path.
+    """Dispatch a small compiler program on the ``dpa`` block with waves on; the path of the
+    waveform in the build directory (``sim.waves.record_block_waves`` copies it out).
 
     For ``make wave BLOCK=dpa``: QK^T (or SV) at ``d_h``, GQA group 1, ``T_cur`` tokens, with a
     shuffled VA2PA table; the dump holds the host writes, the pre-decode pass and the walk.
+    The run is checked against the TLM (:func:`compare_dispatch`, cycles included) first;
+    :class:`~sim.cosim.CosimError` if it differs.
     """
     from compiler.dpa import encode_kernel
 
@@ -398,4 +350,7 @@ def record_waves(
     table = np.random.default_rng(7).permutation(cfg.channel.rows_per_bank)[:rows]
     run = make_run(f"{kernel}-d{d_h}-T{t_cur}", prog, t_cur, table)
     res = run_rtl_dpa("dpa", cfg, [run], simulator=simulator, waves=True)
+    msg = compare_dispatch(run.name, prog, t_cur, table, res[run.name])
+    if msg:
+        raise CosimError(msg)
     return Path(res["__waves__"])

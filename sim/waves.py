@@ -15,7 +15,6 @@ import argparse
 import bisect
 import re
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -530,14 +529,8 @@ def record_waves(
     prog = compile_kernel(cfg, kind, **shape)
     stem = wave_stem(kind, prog.shape, sched)
     say(f"building {block} under Verilator (cached in build/sim/; first build ~10-20 s) ...")
-    started = time.time()
     out = run_rtl(block, cfg, [RtlStream(stem, prog.commands)], waves=True)
-    src = Path(out["__waves__"])
-    if not src.exists() or src.stat().st_mtime < started - 2:
-        found = sorted(src.parent.glob("*.vcd"), key=lambda p: p.stat().st_mtime)
-        if not found or found[-1].stat().st_mtime < started - 2:
-            raise WaveformError(f"the simulator wrote no VCD in {src.parent}")
-        src = found[-1]
+    src = Path(out["__waves__"])  # written in this run (checked by sim.cosim.run_cocotb)
     say(f"simulated {prog.commands.shape[0]} commands; copying {src}")
     out_dir = Path(out_dir)
     vcd_path = write_atomic(out_dir / f"{stem}.vcd", _gtkwave_safe(src.read_bytes()))
@@ -546,9 +539,9 @@ def record_waves(
     if verilog_src.exists():
         verilog_text = verilog_src.read_text()
     else:
-        from rtl.blocks import generate_verilog
+        from rtl.blocks import COSIM_ARGS, generate_verilog
 
-        verilog_text = generate_verilog(block, cfg)
+        verilog_text = generate_verilog(block, cfg, **COSIM_ARGS.get(block, {}))
     refs = _vcd_references(vcd_path)
     groups = _gtkw_groups(list(refs), block, cfg, verilog_text)
     title = f"pimphony {stem}: {block} RTL, preset {cfg.name}"
@@ -563,8 +556,10 @@ def record_block_waves(
 
     ``dpa``: a QK^T program dispatched through a shuffled VA2PA table
     (``sim.cosim_dpa.record_waves``); ``bank_slice``: the mixed PIM + host-read run of
-    ``sim.cosim_bank_slice.record_waves``. Both runs are checked against the TLM first. The
-    save file groups the block's ports by stream (``host``, ``pim``, ``o``, ...).
+    ``sim.cosim_bank_slice.record_waves``. Both runs are checked against the TLM first; the
+    VCD they leave in the build directory is copied to ``out_dir/<block>.vcd`` here, once
+    (atomically, with ``:`` in variable names made GTKWave-safe). The save file groups the
+    block's ports by stream (``host``, ``pim``, ``o``, ...).
     """
     if block == "dpa":
         from sim.cosim_dpa import record_waves as record

@@ -12,13 +12,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.channel import run_channel
+from models.channel import check_schedule, run_channel
 from models.config import load_preset
 from models.pingpong import PingPongError
 from sim.cosim import (
     SCHEDULER_OF_BLOCK,
     RtlStream,
-    check_rules,
     compare_with_tlm,
     run_rtl,
     simulators,
@@ -79,7 +78,7 @@ def test_rtl_matches_tlm(block_run, name):
     rtl = results[name]
     if stream.ready_pattern is not None:
         # Output back-pressure: cycles differ from the TLM, the rules must still hold.
-        assert check_rules(stream.commands, rtl, CFG, sched) == []
+        assert check_schedule(stream.commands, rtl, CFG, sched) == []
         assert rtl.max() >= run_channel(stream.commands, CFG, sched).issue.max()
         return
     if stream.valid_gaps is not None:

@@ -6,24 +6,29 @@ Verilog with longer streams.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 
 from compiler.kernels import compile_qk, compile_sv
-from models.channel import run_channel
+from models.channel import check_schedule, run_channel
 from models.config import load_preset
 from models.pingpong import PingPongError
+from rtl.blocks import COSIM_ARGS
 from rtl.dcs import DcsScheduler
 from rtl.pingpong import PingPongScheduler, slot_bits
 from rtl.static_sched import StaticScheduler
 from sim.amaranth_sim import simulate_scheduler
-from sim.cosim import RtlStream, check_pingpong_schedule, check_rules, compare_with_tlm
+from sim.cosim import RtlStream, compare_with_tlm
 from sim.streams import random_pingpong_stream, random_stream
 from tests.test_scheduling import EXAMPLE, EXPECTED
 
+# Ping-pong at the co-simulation depth: cycle-exact runs need queues that never fill.
+CosimPingPong = partial(PingPongScheduler, **COSIM_ARGS["pingpong"])
 BLOCKS = {
     "static": ("static_sched", StaticScheduler),
-    "pingpong": ("pingpong", PingPongScheduler),
+    "pingpong": ("pingpong", CosimPingPong),
     "dcs": ("dcs", DcsScheduler),
 }
 SCHEDS = list(BLOCKS)
@@ -81,7 +86,7 @@ def test_pingpong_random_cycle_exact(cfg, seed):
     stream = random_pingpong_stream(cfg, 300, seed)
     tlm = run_channel(stream, cfg, "pingpong")
     assert tlm.extra["phases"] > 10  # many hand-offs
-    rtl = simulate_scheduler(PingPongScheduler(cfg), stream)
+    rtl = simulate_scheduler(CosimPingPong(cfg), stream)
     assert compare_with_tlm("pingpong", cfg, RtlStream("random", stream), rtl) is None
 
 
@@ -93,7 +98,7 @@ def test_pingpong_slot_wrap_and_full_queues_stay_safe(cfg):
     stream = random_pingpong_stream(cfg, 300, seed=5, switch=0.6)
     assert run_channel(stream, cfg, "pingpong").extra["phases"] > 3 * 2 ** slot_bits(depth)
     rtl = simulate_scheduler(PingPongScheduler(cfg, depth=depth), stream)
-    problems = check_pingpong_schedule(stream, rtl, cfg)
+    problems = check_schedule(stream, rtl, cfg, "pingpong")
     # Stalled input may split a phase (a command arriving after its slot was handed off runs
     # in a later slot), so only the dependency and bus rules must hold here.
     assert [p for p in problems if "hand-off" not in p and "inside a slot" not in p] == []
@@ -121,7 +126,7 @@ def test_ready_backpressure_keeps_rules(cfg, sched):
     stream = _random(cfg, sched, 200, seed=5)
     ready = np.random.default_rng(5).integers(0, 2, 97).tolist()
     rtl = simulate_scheduler(BLOCKS[sched][1](cfg), stream, ready_pattern=ready)
-    assert check_rules(stream, rtl, cfg, sched) == []
+    assert check_schedule(stream, rtl, cfg, sched) == []
     assert rtl.max() > run_channel(stream, cfg, sched).issue.max()  # it did slow down
 
 
@@ -141,7 +146,7 @@ def test_broken_pingpong_timing_is_reported(cfg):
     # Ping-pong built with t_MAC one cycle longer: the phase completes a cycle later, so the
     # hand-off to the epilogue and its first drain slip by one cycle.
     stream = compile_qk(cfg, 64, 64).commands
-    broken = PingPongScheduler(cfg.replace(**{"timing.t_MAC": cfg.timing.t_MAC + 1}))
+    broken = CosimPingPong(cfg.replace(**{"timing.t_MAC": cfg.timing.t_MAC + 1}))
     rtl = simulate_scheduler(broken, stream)
     msg = compare_with_tlm("pingpong", cfg, RtlStream("qk-T64-dh64", stream), rtl)
     assert msg is not None
