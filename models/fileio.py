@@ -1,4 +1,4 @@
-"""Atomic file writes shared by everything that writes results, streams or plots."""
+"""Where outputs go and how they are written: the build folder, atomic writes, plots."""
 
 from __future__ import annotations
 
@@ -7,7 +7,11 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["write_atomic", "write_figure"]
+__all__ = ["BUILD_DIR", "pyplot", "write_atomic", "write_figure"]
+
+#: Root of every default output (reports, plots, Verilog, co-simulation builds, waves),
+#: relative to the working directory so that a run leaves its files where it was started.
+BUILD_DIR = Path("build")
 
 
 def write_atomic(path: str | Path, data: bytes, overwrite: bool = True) -> Path:
@@ -32,6 +36,16 @@ def write_atomic(path: str | Path, data: bytes, overwrite: bool = True) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def pyplot():
+    """``matplotlib.pyplot`` on the non-interactive Agg back end, imported on first use."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def write_figure(fig, path: str | Path, overwrite: bool = True) -> Path:
