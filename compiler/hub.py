@@ -15,14 +15,21 @@ as one channel's; under HFP with unequal context lengths the channels diverge.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 
 import numpy as np
 
 from models.hub import HUB_DTYPE, OP_SIZE_BITS, STRIDES, HubError
 from models.isa import COMMAND_DTYPE, FIELDS
 
-__all__ = ["encode_kernels", "encode_runs", "encode_streams", "run_count"]
+__all__ = [
+    "encode_kernels",
+    "encode_runs",
+    "encode_streams",
+    "instruction_count",
+    "multicast_groups",
+    "run_count",
+]
 
 _MAX_RUN = (1 << OP_SIZE_BITS) - 1
 
@@ -80,16 +87,32 @@ def encode_kernels(
     The ``j``-th kernels of all channels are grouped by key; each group's stream is encoded
     once and multicast to the group's channels.
     """
-    parts = []
+    parts = [encode_runs(streams[key], _mask(chans)) for key, chans in multicast_groups(kernels)]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=HUB_DTYPE)
+
+
+def multicast_groups(
+    kernels: Sequence[Sequence[Hashable]],
+) -> Iterator[tuple[Hashable, list[int]]]:
+    """``(key, channels)`` per multicast group, in program order.
+
+    Position ``j`` of every channel's kernel list is one step; within a step the channels
+    whose ``j``-th kernel has the same key share one copy of its instructions.
+    """
     depth = max((len(k) for k in kernels), default=0)
     for j in range(depth):
         groups: dict[Hashable, list[int]] = {}
         for c, keys in enumerate(kernels):
             if j < len(keys):
                 groups.setdefault(keys[j], []).append(c)
-        for key, chans in groups.items():
-            parts.append(encode_runs(streams[key], _mask(chans)))
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=HUB_DTYPE)
+        yield from groups.items()
+
+
+def instruction_count(
+    kernels: Sequence[Sequence[Hashable]], count_of: Callable[[Hashable], int]
+) -> int:
+    """HUB instructions :func:`encode_kernels` makes, from each key's :func:`run_count`."""
+    return sum(count_of(key) for key, _ in multicast_groups(kernels))
 
 
 def encode_streams(streams: Sequence[np.ndarray]) -> np.ndarray:

@@ -16,6 +16,7 @@ import json
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,10 @@ from models.memory import kv_bytes_per_token
 
 __all__ = [
     "FFN_KINDS",
+    "GEMV_OPS",
     "HF_ACTIVATIONS",
     "MODELS_DIR",
+    "LayerOp",
     "OP_KINDS",
     "OP_NAMES",
     "DecodeOp",
@@ -36,6 +39,7 @@ __all__ = [
     "ModelSpecError",
     "available_models",
     "decode_layer_ops",
+    "gemv_shapes",
     "load_model",
     "spec_from_hf_config",
     "to_kernel",
@@ -46,7 +50,23 @@ FFN_KINDS = ("swiglu", "relu")
 #: HuggingFace ``hidden_act`` values and the FFN they mean ("silu"/"swish" are the same SiLU,
 #: used gated in Llama/Qwen-style MLPs).
 HF_ACTIVATIONS = {"silu": "swiglu", "swish": "swiglu", "relu": "relu"}
-OP_NAMES = ("qkv", "qk", "softmax", "sv", "proj", "ffn1", "ffn2")
+
+
+class LayerOp(StrEnum):
+    """The operators of one decoder layer, in execution order (the one op vocabulary)."""
+
+    QKV = "qkv"
+    QK = "qk"
+    SOFTMAX = "softmax"
+    SV = "sv"
+    PROJ = "proj"
+    FFN1 = "ffn1"
+    FFN2 = "ffn2"
+
+
+OP_NAMES = tuple(LayerOp)
+#: The weight GEMVs of a layer, in execution order.
+GEMV_OPS = (LayerOp.QKV, LayerOp.PROJ, LayerOp.FFN1, LayerOp.FFN2)
 OP_KINDS = ("gemv", "attention", "epu")
 
 _INT_FIELDS = (
@@ -394,7 +414,8 @@ def decode_layer_ops(
         shape = {"d_out": d_out, "d_in": d_in}
         return DecodeOp(name, "gemv", shape, batch, None, 2 * batch * d_out * d_in)
 
-    ops = [gemv("qkv", spec.qkv_dim, spec.hidden)]
+    shapes = gemv_shapes(spec)
+    ops = [gemv(LayerOp.QKV, *shapes[LayerOp.QKV])]
     for r, t in enumerate(lengths):
         attn = {"tokens": t, "d_h": d_h, "gqa_group": g}
         macs = spec.kv_heads * g * t * d_h  # = heads * T * d_h
@@ -410,10 +431,18 @@ def decode_layer_ops(
             )
         )
         ops.append(DecodeOp("sv", "attention", dict(attn), spec.kv_heads, r, 2 * macs))
-    ops.append(gemv("proj", spec.hidden, spec.heads * d_h))
-    ops.append(gemv("ffn1", spec.ffn1_dim, spec.hidden))
-    ops.append(gemv("ffn2", spec.hidden, spec.intermediate))
+    ops.extend(gemv(op, *shapes[op]) for op in GEMV_OPS[1:])
     return ops
+
+
+def gemv_shapes(spec: ModelSpec) -> dict[LayerOp, tuple[int, int]]:
+    """``(d_out, d_in)`` of each weight GEMV of one layer (whole, before any TP split)."""
+    return {
+        LayerOp.QKV: (spec.qkv_dim, spec.hidden),
+        LayerOp.PROJ: (spec.hidden, spec.heads * spec.head_dim),
+        LayerOp.FFN1: (spec.ffn1_dim, spec.hidden),
+        LayerOp.FFN2: (spec.hidden, spec.intermediate),
+    }
 
 
 @dataclass(frozen=True)

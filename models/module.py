@@ -1,164 +1,181 @@
-"""A PIM module: its channels run their kernel jobs; cycles, channel and bank activation.
+"""One PIM module's attention timing, from numbers: the task graph and its EPU.
 
-Each channel runs its jobs one after another (no overlap between kernels); the module takes
-as long as its slowest channel. Identical jobs (same kernel, shape, scheduler and hardware)
-are simulated once and reused (``memoize``); the result is exactly what simulating every
-job gives, which ``tests/test_module.py`` checks with memoisation off.
+Per (request, KV head) pair of one layer: QK^T parts on channels -> softmax on the EPU ->
+SV parts on channels -> (more than one SV part) cross-channel reduction on the EPU. Channels
+run their parts in software-pipelined order (:func:`channel_order`: QK^T of the next pair
+before SV of this one); the EPU serves ready tasks in order of readiness (ties: softmax
+before reduction, then pair order), so EPU work overlaps channel work. The contract is
+``docs/decode.md``; the channel part cycles come from the channel TLM.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from compiler.dpa import encode_kernel
-from compiler.hub import run_count
-from compiler.kernels import CompileError, compile_kernel
-from compiler.partition import ChannelJob
-from models.channel import run_channel
 from models.config import HardwareConfig
-from models.dpa import gaps_from_times
+from models.hub import SOFTMAX_FLOPS_PER_SCORE, epu_cycles
 
-__all__ = ["KernelCache", "KernelStats", "ModuleRun", "job_key", "run_module"]
-
-
-def job_key(job) -> tuple:
-    """What makes two channel jobs the same kernel: kind and shape."""
-    return (job.kind, tuple(sorted(job.shape.items())))
-
-
-@dataclass(frozen=True)
-class KernelStats:
-    """What the module model keeps of one channel kernel run.
-
-    ``hub_instructions`` is the kernel's size as HUB instructions (``compiler.hub``). A kernel
-    fed by the DPA dispatcher runs with the decoder's valid gaps (``DpaProgram.decode_times``)
-    except its start-up (program words before the first command, ``dpa_startup`` cycles,
-    0 for host-sent static streams), which overlaps the previous kernel on the channel; the
-    module model charges it once per attention block.
-    """
-
-    cycles: int
-    macs: int
-    commands: int
-    hub_instructions: int
-    dpa_startup: int = 0
-
-
-@dataclass
-class KernelCache:
-    """Channel kernel results keyed by (kind, shape, DPA); one per hardware config and scheduler.
-
-    With ``dpa`` set, attention kernels (``qk``, ``sv``) are fed through the DPA decoder's
-    timing, their programs encoded for ``dpa_max_tokens``; shapes the DPA encoder refuses
-    run as static streams and are listed in ``dpa_refused``.
-    """
-
-    cfg: HardwareConfig
-    sched: str
-    memoize: bool = True
-    dpa: bool = False
-    dpa_max_tokens: int = 131072
-    simulated: int = 0
-    _memo: dict = field(default_factory=dict)
-    _programs: dict = field(default_factory=dict)
-    dpa_refused: dict = field(default_factory=dict)
-
-    def program(self, kind: str, d_h: int, gqa_group: int):
-        """The DPA program of an attention kernel, or ``None`` if the encoder refuses it."""
-        key = (kind, d_h, gqa_group)
-        if key not in self._programs:
-            try:
-                self._programs[key] = encode_kernel(
-                    self.cfg, kind, d_h, gqa_group, self.dpa_max_tokens
-                )
-            except CompileError as exc:  # DpaEncodeError is a CompileError
-                self._programs[key] = None
-                self.dpa_refused[key] = str(exc)
-        return self._programs[key]
-
-    def run(self, job) -> KernelStats:
-        """Cycles and MACs of ``job`` (a ``ChannelJob`` or ``compiler.decode.GemvJob``)."""
-        key = job_key(job)
-        if self.memoize and key in self._memo:
-            return self._memo[key]
-        prog = compile_kernel(self.cfg, job.kind, **job.shape)
-        gaps, startup = None, 0
-        if self.dpa and job.kind in ("qk", "sv"):
-            dpa_prog = self.program(job.kind, job.d_h, job.gqa_group)
-            if dpa_prog is not None:
-                n = prog.commands.shape[0]
-                gaps = gaps_from_times(dpa_prog.decode_times(n))
-                startup, gaps[0] = int(gaps[0]), 0
-        result = run_channel(prog.commands, self.cfg, self.sched, valid_gaps=gaps, validate=False)
-        self.simulated += 1
-        stats = KernelStats(
-            result.cycles,
-            result.counts["MAC"],
-            int(prog.commands.shape[0]),
-            run_count(prog.commands),
-            startup,
-        )
-        if self.memoize:
-            self._memo[key] = stats
-        return stats
+__all__ = [
+    "AttentionSchedule",
+    "AttentionTasks",
+    "attention_tasks",
+    "channel_order",
+    "makespan",
+    "schedule",
+]
 
 
 @dataclass(frozen=True)
-class ModuleRun:
-    """Per-channel and module-level results of running one set of jobs."""
+class AttentionSchedule:
+    """Result of :func:`attention_schedule` for one layer on one module."""
 
-    channel_cycles: np.ndarray
     cycles: int
-    mac_utilization: float
-    channel_utilization: float
-    active_channels: int
-    active_bank_fraction: float
-    jobs: int
-    simulated_kernels: int
+    channel_busy: np.ndarray
+    qk_busy: int
+    sv_busy: int
+    softmax_busy: int
+    reduction_busy: int
 
 
-def _active_banks(job, banks: int) -> int:
-    # QK^T puts token t of a channel's share on bank t % banks; SV puts output d on bank
-    # d % banks; a GEMV puts output row o on bank o % banks.
-    if job.kind == "gemv":
-        return min(banks, job.d_out)
-    return min(banks, job.tokens if job.kind == "qk" else job.d_h)
+def channel_order(qk: dict[int, int], sv: dict[int, int]) -> list[tuple[str, int]]:
+    """A channel's tasks: QK^T of its next pair before SV of its current one."""
+    mine = sorted(set(qk) | set(sv))
+    seq: list[tuple[str, int]] = []
+    for k, p in enumerate(mine):
+        if k == 0 and p in qk:
+            seq.append(("qk", p))
+        if k + 1 < len(mine) and mine[k + 1] in qk:
+            seq.append(("qk", mine[k + 1]))
+        if p in sv:
+            seq.append(("sv", p))
+    return seq
 
 
-def run_module(
+@dataclass(frozen=True)
+class AttentionTasks:
+    """One layer's attention work on one module, built once and scheduled as often as needed."""
+
+    qk_of: list[dict[int, int]]  # per channel: pair -> QK^T part cycles
+    sv_of: list[dict[int, int]]  # per channel: pair -> SV part cycles
+    order: list[list[tuple[str, int]]]  # per channel: its tasks in issue order
+    sv_parts: list[int]  # per pair: channels holding an SV part
+    softmax_cost: list[int]  # per pair: EPU cycles
+    reduction_cost: list[int]  # per pair: EPU cycles (0 with one SV part)
+
+
+def attention_tasks(
     cfg: HardwareConfig,
-    jobs: Sequence[Sequence[ChannelJob]],
-    sched: str,
-    cache: KernelCache | None = None,
-    memoize: bool = True,
-) -> ModuleRun:
-    """Run every channel's job list; the module finishes with its slowest channel."""
-    if len(jobs) != cfg.module.channels:
-        raise ValueError(f"{len(jobs)} job lists for a module of {cfg.module.channels} channels")
-    cache = cache or KernelCache(cfg, sched, memoize)
-    banks = cfg.channel.banks
-    cycles = np.zeros(len(jobs), dtype=np.int64)
-    macs = 0
-    active = np.zeros(len(jobs), dtype=np.int64)
-    before = cache.simulated
-    for c, channel_jobs in enumerate(jobs):
-        for job in channel_jobs:
-            stats = cache.run(job)
-            cycles[c] += stats.cycles
-            macs += stats.macs
-            active[c] = max(active[c], _active_banks(job, banks))
-    total = int(cycles.max()) if len(jobs) else 0
-    n_ch = len(jobs)
-    return ModuleRun(
-        channel_cycles=cycles,
-        cycles=total,
-        mac_utilization=macs * cfg.timing.tCCD / (total * n_ch) if total else 0.0,
-        channel_utilization=float(cycles.sum() / (total * n_ch)) if total else 0.0,
-        active_channels=int(np.count_nonzero(cycles)),
-        active_bank_fraction=float(active.sum() / (banks * n_ch)),
-        jobs=sum(len(j) for j in jobs),
-        simulated_kernels=cache.simulated - before,
+    qk_of: list[dict[int, int]],
+    sv_of: list[dict[int, int]],
+    pair_tokens: Sequence[int],
+    gqa_group: int,
+    head_dim: int,
+) -> AttentionTasks:
+    """One layer's attention tasks from per-channel part cycles (``qk_of[c][pair]``, ...).
+
+    ``pair_tokens[p]`` is the context length of pair ``p``; the EPU costs follow from it:
+    softmax over ``gqa_group * tokens`` scores, and (with more than one SV part) the
+    cross-channel reduction of ``parts - 1`` partial outputs of ``gqa_group * head_dim``.
+    """
+    n = len(pair_tokens)
+    sv_parts = [sum(p in d for d in sv_of) for p in range(n)]
+    g = gqa_group
+    return AttentionTasks(
+        qk_of=qk_of,
+        sv_of=sv_of,
+        order=[channel_order(q, s) for q, s in zip(qk_of, sv_of, strict=True)],
+        sv_parts=sv_parts,
+        softmax_cost=[epu_cycles(cfg, SOFTMAX_FLOPS_PER_SCORE * g * t) for t in pair_tokens],
+        reduction_cost=[
+            epu_cycles(cfg, (sv_parts[p] - 1) * g * head_dim) if sv_parts[p] > 1 else 0
+            for p in range(n)
+        ],
+    )
+
+
+def makespan(tasks: AttentionTasks, sm_cost: list[int], red_cost: list[int]) -> int:
+    """Event-driven end time of ``tasks`` with the given EPU costs per pair."""
+    qk_of, sv_of, order, sv_parts = tasks.qk_of, tasks.sv_of, tasks.order, tasks.sv_parts
+    channels, n = len(order), len(sv_parts)
+    qk_left = [sum(p in d for d in qk_of) for p in range(n)]
+    sv_left = list(sv_parts)
+    pos = [0] * channels
+    sm_done = [-1] * n
+    blocked: dict[int, list[int]] = {}
+    epu_ready: list[tuple[int, int, int]] = []  # (ready time, 0 softmax / 1 reduction, pair)
+    epu_busy_until = 0
+    events: list[tuple[int, int, int, int]] = []  # (time, kind, a, b); kinds below
+    CH_DONE, EPU_DONE = 0, 1  # noqa: N806
+    end = 0
+
+    def start_channel(c: int, t: int) -> None:
+        if pos[c] == len(order[c]):
+            return
+        kind, p = order[c][pos[c]]
+        if kind == "sv" and sm_done[p] < 0:
+            blocked.setdefault(p, []).append(c)
+            return
+        d = qk_of[c][p] if kind == "qk" else sv_of[c][p]
+        heapq.heappush(events, (t + d, CH_DONE, c, p * 2 + (kind == "sv")))
+        pos[c] += 1
+
+    def start_epu(t: int) -> None:
+        nonlocal epu_busy_until
+        if epu_busy_until > t or not epu_ready:
+            return
+        ready, kind, p = heapq.heappop(epu_ready)
+        begin = max(t, ready)
+        d = sm_cost[p] if kind == 0 else red_cost[p]
+        epu_busy_until = begin + d
+        heapq.heappush(events, (begin + d, EPU_DONE, kind, p))
+
+    for p in range(n):
+        if qk_left[p] == 0:
+            heapq.heappush(epu_ready, (0, 0, p))
+    for c in range(channels):
+        start_channel(c, 0)
+    start_epu(0)
+    while events:
+        t, kind, a, b = heapq.heappop(events)
+        end = max(end, t)
+        if kind == CH_DONE:
+            c, p, is_sv = a, b // 2, b % 2
+            if not is_sv:
+                qk_left[p] -= 1
+                if qk_left[p] == 0:
+                    heapq.heappush(epu_ready, (t, 0, p))
+            else:
+                sv_left[p] -= 1
+                if sv_left[p] == 0 and sv_parts[p] > 1:
+                    heapq.heappush(epu_ready, (t, 1, p))
+            start_channel(c, t)
+        elif a == 0:  # a softmax finished: its SV parts may start
+            sm_done[b] = t
+            for c in blocked.pop(b, []):
+                start_channel(c, t)
+        start_epu(t)
+    if blocked or any(pos[c] < len(order[c]) for c in range(channels)):
+        raise RuntimeError("attention schedule deadlocked (internal error)")
+    return int(end)
+
+
+def schedule(tasks: AttentionTasks, softmax: bool, reduction: bool) -> AttentionSchedule:
+    zero = [0] * len(tasks.sv_parts)
+    sm = tasks.softmax_cost if softmax else zero
+    red = tasks.reduction_cost if reduction else zero
+    busy = np.array(
+        [sum(q.values()) + sum(v.values()) for q, v in zip(tasks.qk_of, tasks.sv_of, strict=True)],
+        dtype=np.int64,
+    )
+    return AttentionSchedule(
+        cycles=makespan(tasks, sm, red),
+        channel_busy=busy,
+        qk_busy=int(sum(sum(d.values()) for d in tasks.qk_of)),
+        sv_busy=int(sum(sum(d.values()) for d in tasks.sv_of)),
+        softmax_busy=int(sum(sm)),
+        reduction_busy=int(sum(red)),
     )

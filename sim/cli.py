@@ -7,10 +7,10 @@ import json
 import sys
 from pathlib import Path
 
-from compiler.decode import DecodeMappingError
 from compiler.dpa import DpaEncodeError
 from compiler.kernels import GQA_MAPPINGS, KERNELS, CompileError, KernelProgram, compile_kernel
 from compiler.llm import ModelSpecError
+from compiler.plan import DecodeMappingError
 from models.channel import SCHEDULERS, run_channel
 from models.config import ConfigError, HardwareConfig, available_presets, load_preset
 from models.dpa import DpaError
@@ -18,10 +18,11 @@ from models.fileio import write_atomic
 from models.isa import CommandFormatError, StreamError, load_stream, save_stream
 from models.memory import WorkloadError
 from models.pingpong import PingPongError
-from models.system import DecodeError
-from sim import ablation as ablation_cli
-from sim import decode as decode_cli
-from sim import dex as dex_cli
+from sim.decode_step import command as decode_cli
+from sim.decode_step.setup import DecodeError
+from sim.experiments import ablation as ablation_cli
+from sim.experiments import dex as dex_cli
+from sim.experiments.sweep import DEFAULT_DIMS, plot_sweep, sweep, sweep_table
 from sim.report import (
     describe_kernel,
     kernel_summary,
@@ -29,7 +30,6 @@ from sim.report import (
     scheduler_table,
     user_output,
 )
-from sim.sweep import DEFAULT_DIMS, plot_sweep, sweep, sweep_table
 from sim.waves import WaveformError, format_summary, summarize_vcd
 
 __all__ = ["DEMO_KERNELS", "main"]

@@ -1,8 +1,8 @@
-"""PIMphony Fig. 13 shape: each technique raises LLM-7B-32K throughput (sim/ablation.py)."""
+"""PIMphony Fig. 13 shape: each technique raises LLM-7B-32K throughput (experiments/ablation)."""
 
 from __future__ import annotations
 
-from sim.ablation import STEPS, ablation, format_ablation
+from sim.experiments.ablation import STEPS, ablation, format_ablation
 
 
 def test_each_step_improves_throughput():

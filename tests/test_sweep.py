@@ -6,7 +6,7 @@ import pytest
 
 from models.config import load_preset
 from sim.cli import main
-from sim.sweep import sweep, sweep_table
+from sim.experiments.sweep import sweep, sweep_table
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,18 @@
-"""The decode step on a multi-module system (models/system.py, compiler/decode.py)."""
+"""The decode step on a multi-module system (sim/decode_step/, models/module.py, models/system.py,
+compiler/plan.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import pytest
 
-from compiler.decode import (
+from compiler.dpa import encode_kernel
+from compiler.llm import ModelSpec, load_model
+from compiler.plan import (
+    ChannelJob,
     DecodeMappingError,
     LayerPlan,
     Parallelism,
@@ -15,9 +20,6 @@ from compiler.decode import (
     micro_batches,
     stage_layers,
 )
-from compiler.dpa import encode_kernel
-from compiler.llm import ModelSpec, load_model
-from compiler.partition import ChannelJob
 from models.config import load_preset
 from models.dpa import decode_times
 from models.hub import (
@@ -28,7 +30,9 @@ from models.hub import (
     hub_instruction_bytes,
     link_cycles,
 )
-from models.system import DecodeError, DecodeSetup, attention_schedule, fill_batch, run_decode
+from sim.decode_step.admission import fill_batch
+from sim.decode_step.setup import DecodeError, DecodeSetup
+from sim.decode_step.step import attention_schedule, run_decode
 
 TINY = ModelSpec(
     name="tiny",
@@ -139,8 +143,8 @@ def test_memoisation_is_exact(cfg, partition, sched, memory):
     )
     fast = run_decode(setup)
     slow = run_decode(setup, memoize=False)
-    sim_fast, sim_slow = fast.pop("simulation"), slow.pop("simulation")
-    assert fast == slow
+    sim_fast, sim_slow = fast.simulation, slow.simulation
+    assert dataclasses.replace(fast, simulation={}) == dataclasses.replace(slow, simulation={})
     assert sim_fast["channel_commands"] == sim_slow["channel_commands"]
     assert sim_fast["kernels_simulated"] < sim_slow["kernels_simulated"]
 
@@ -152,43 +156,43 @@ def test_step_formulas(cfg):
     layers, b = TINY.layers, len(lengths)
     vector = b * TINY.hidden * 2
     # Two all-reduces per layer, each up to the host and back at 64 B/cycle.
-    assert r["ops"]["allreduce"]["cycles"] == layers * 2 * 2 * math.ceil(vector / 64)
+    assert r.ops["allreduce"]["cycles"] == layers * 2 * 2 * math.ceil(vector / 64)
     flops = b * (
         2 * NORM_FLOPS_PER_ELEMENT * TINY.hidden
         + 2 * RESIDUAL_FLOPS_PER_ELEMENT * TINY.hidden
         + SWIGLU_FLOPS_PER_ELEMENT * TINY.intermediate // 2
     )
-    assert r["ops"]["epu_other"]["cycles"] == layers * epu_cycles(cfg, flops)
+    assert r.ops["epu_other"]["cycles"] == layers * epu_cycles(cfg, flops)
     # Static memory: the attention instructions go over the host link every step.
-    sent = (r["hub"]["instructions"]["qk"] + r["hub"]["instructions"]["sv"]) // 2  # per module
+    sent = (r.hub["instructions"]["qk"] + r.hub["instructions"]["sv"]) // 2  # per module
     per_layer = sent // layers * hub_instruction_bytes(cfg)
-    assert r["ops"]["cmd_transfer"]["cycles"] == layers * link_cycles(cfg, per_layer)
+    assert r.ops["cmd_transfer"]["cycles"] == layers * link_cycles(cfg, per_layer)
     # One stage, one micro-batch: the step is the stage plus the host hop of the output.
-    stage = sum(op["cycles"] for op in r["ops"].values())
-    assert r["cycles"] == stage + 2 * link_cycles(cfg, vector)
-    assert r["tokens_per_s"] == pytest.approx(b / (r["cycles"] * 1e-9))
+    stage = sum(op["cycles"] for op in r.ops.values())
+    assert r.cycles == stage + 2 * link_cycles(cfg, vector)
+    assert r.tokens_per_s == pytest.approx(b / (r.cycles * 1e-9))
     lazy = run_decode(DecodeSetup(TINY, cfg, lengths, tp=2, pp=1, memory="lazy"))
-    assert lazy["ops"]["cmd_transfer"]["cycles"] == 0
-    assert lazy["dpa"]["enabled"] and lazy["dpa"]["program_bytes"] > 0
+    assert lazy.ops["cmd_transfer"]["cycles"] == 0
+    assert lazy.dpa["enabled"] and lazy.dpa["program_bytes"] > 0
     # The dispatcher streams at one command per cycle, so DPA only adds the first QK^T
     # program's start-up (header, rules, body words, pipeline) once per layer.
     prog = encode_kernel(cfg, "qk", TINY.head_dim, TINY.gqa_group, max(lengths))
     startup = int(decode_times(1, len(prog.rules), None, prog.body_words)[0])
     assert startup == len(prog.instructions()) + 3
-    assert lazy["ops"]["qk"]["cycles"] == r["ops"]["qk"]["cycles"] + layers * startup
+    assert lazy.ops["qk"]["cycles"] == r.ops["qk"]["cycles"] + layers * startup
 
 
 def test_pipeline_period_and_bubbles(cfg):
     # pp 3 with one request: one micro-batch, two of three stages always idle.
     one = run_decode(DecodeSetup(TINY, cfg, (500,), pp=3))
-    assert one["micro_batches"] == 1
-    assert one["cycles"] == one["pipeline"]["round_trip_cycles"]
-    assert one["pipeline"]["bubble_fraction"] > 0.6
+    assert one.micro_batches == 1
+    assert one.cycles == one.pipeline["round_trip_cycles"]
+    assert one.pipeline["bubble_fraction"] > 0.6
     three = run_decode(DecodeSetup(TINY, cfg, (500, 500, 500), pp=3))
-    assert three["micro_batches"] == 3
-    assert three["pipeline"]["bubble_fraction"] < one["pipeline"]["bubble_fraction"]
-    p = three["pipeline"]
-    assert three["cycles"] == max(p["busiest_stage_cycles"], p["round_trip_cycles"])
+    assert three.micro_batches == 3
+    assert three.pipeline["bubble_fraction"] < one.pipeline["bubble_fraction"]
+    p = three.pipeline
+    assert three.cycles == max(p["busiest_stage_cycles"], p["round_trip_cycles"])
 
 
 def test_tcp_keeps_channels_busy_where_hfp_idles():
@@ -196,18 +200,18 @@ def test_tcp_keeps_channels_busy_where_hfp_idles():
     kw = {"tp": 4, "check_capacity": False}
     tcp = run_decode(DecodeSetup(spec, hw, (32768, 4096), partition="tcp", **kw))
     hfp = run_decode(DecodeSetup(spec, hw, (32768, 4096), partition="hfp", **kw))
-    assert tcp["channel_utilization"] > 0.95
-    assert hfp["channel_utilization"] < 0.75
-    assert hfp["ops"]["qk"]["mac_utilization"] < 0.7 * tcp["ops"]["qk"]["mac_utilization"]
-    assert tcp["tokens_per_s"] > 1.3 * hfp["tokens_per_s"]
+    assert tcp.channel_utilization > 0.95
+    assert hfp.channel_utilization < 0.75
+    assert hfp.ops["qk"]["mac_utilization"] < 0.7 * tcp.ops["qk"]["mac_utilization"]
+    assert tcp.tokens_per_s > 1.3 * hfp.tokens_per_s
 
 
 def test_sv_reduction_is_a_small_share_of_attention():
     # PIMphony IV-C: < 0.2% of attention time for LLM-7B at 16K tokens.
     spec, hw = load_model("llm-7b"), load_preset("aim-16ch")
     r = run_decode(DecodeSetup(spec, hw, (16384,), check_capacity=False))
-    assert r["epu"]["sv_reduction_busy_cycles"] > 0
-    assert 0 < r["epu"]["sv_reduction_share_of_attention"] < 0.002
+    assert r.epu["sv_reduction_busy_cycles"] > 0
+    assert 0 < r.epu["sv_reduction_share_of_attention"] < 0.002
 
 
 def test_capacity_errors_and_fill(cfg):

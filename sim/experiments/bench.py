@@ -101,7 +101,8 @@ def bench_decode() -> list[dict]:
     import dataclasses
 
     from compiler.llm import load_model
-    from models.system import DecodeSetup, run_decode
+    from sim.decode_step.setup import DecodeSetup
+    from sim.decode_step.step import run_decode
 
     rows = []
     for label, model, context, batch, preset, tp, pp in DECODE_CASES:
@@ -112,7 +113,7 @@ def bench_decode() -> list[dict]:
         started = time.perf_counter()
         r = run_decode(setup)
         wall = time.perf_counter() - started
-        commands = r["simulation"]["channel_commands"]
+        commands = r.simulation["channel_commands"]
         rows.append(
             {
                 "case": label,
@@ -121,8 +122,8 @@ def bench_decode() -> list[dict]:
                 "wall_seconds": wall,
                 "channel_commands": commands,
                 "commands_per_s": commands / wall,
-                "kernels_simulated": r["simulation"]["kernels_simulated"],
-                "tokens_per_s": r["tokens_per_s"],
+                "kernels_simulated": r.simulation["kernels_simulated"],
+                "tokens_per_s": r.tokens_per_s,
             }
         )
     return rows

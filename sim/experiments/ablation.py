@@ -17,7 +17,9 @@ from compiler.llm import load_model
 from models.config import load_preset
 from models.fileio import write_figure
 from models.memory import load_workload, sample_context_lengths
-from models.system import DecodeSetup, fill_batch, run_decode
+from sim.decode_step.admission import fill_batch
+from sim.decode_step.setup import DecodeSetup
+from sim.decode_step.step import run_decode
 from sim.report import user_output
 
 __all__ = ["ABLATION_PLOT", "STEPS", "ablation", "add_arguments", "plot_ablation", "run"]
@@ -60,20 +62,20 @@ def ablation(
             setup = DecodeSetup(
                 spec, hw, batch, tp=tp, pp=pp, partition=partition, sched=sched, memory=memory
             )
-            r = run_decode(setup)
+            step = run_decode(setup)
             tried.append(
                 {
                     "tp": tp,
                     "pp": pp,
-                    "tokens_per_s": r["tokens_per_s"],
-                    "mac_utilization": r["mac_utilization"],
-                    "bubble_fraction": r["pipeline"]["bubble_fraction"],
-                    "capacity_utilization": r["capacity_utilization"],
+                    "tokens_per_s": step.tokens_per_s,
+                    "mac_utilization": step.mac_utilization,
+                    "bubble_fraction": step.pipeline["bubble_fraction"],
+                    "capacity_utilization": step.capacity_utilization,
                 }
             )
             if progress:
                 progress(
-                    f"{label}: TP {tp} x PP {pp}, batch {len(batch)}: {r['tokens_per_s']:,.0f}"
+                    f"{label}: TP {tp} x PP {pp}, batch {len(batch)}: {step.tokens_per_s:,.0f}"
                 )
         best = max(tried, key=lambda t: t["tokens_per_s"])
         rows.append({"step": label, "batch": len(batch), **best, "splits": tried})

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from compiler.kernels import compile_kernel
-from compiler.partition import PartitionError, partition_attention, split_evenly
+from compiler.plan import PartitionError, partition_attention, split_evenly
 from models.channel import run_channel
 from models.config import load_preset
-from models.module import KernelCache, run_module
+from sim.decode_step.kernels import KernelCache, run_module
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,138 @@
+"""Admission of a batch into PIM memory: KV allocation, batch filling, DPA buffer sizes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from compiler.llm import ModelSpec
+from models.config import HardwareConfig
+from models.dpa import CONFIG_ENTRY_BYTES, va2pa_entry_bytes
+from models.memory import ChunkGeometry, OutOfMemory, make_allocator
+from sim.decode_step.kernels import KernelCache
+from sim.decode_step.setup import MEMORY_POLICIES, DecodeError, DecodeSetup
+
+__all__ = ["admit", "dpa_buffers", "fill_batch"]
+
+
+def _allocator(
+    model: ModelSpec, hw: HardwareConfig, modules: int, memory: str, max_context: int
+) -> Any:
+    """An empty KV allocator of ``memory`` policy over ``modules`` modules (weights placed),
+    or ``None`` when the weights alone exceed the modules."""
+    geom = ChunkGeometry.from_config(hw, modules)
+    if model.weight_bytes > geom.total_bytes:
+        return None
+    # A static reservation is max_context; lazy growth is bounded by the model's window.
+    limit = max_context if memory == "static" else model.context_window
+    return make_allocator(
+        memory, geom, model.kv_bytes_per_token, weight_bytes=model.weight_bytes, max_context=limit
+    )
+
+
+def _where(model: ModelSpec, hw: HardwareConfig, modules: int) -> str:
+    total = ChunkGeometry.from_config(hw, modules).total_bytes
+    return (
+        f"{modules} module(s) = {total / 2**30:g} GiB of {hw.name} with {model.name} weights "
+        f"{model.weight_bytes / 2**30:.1f} GiB"
+    )
+
+
+def admit(setup: DecodeSetup) -> dict[str, Any]:
+    """Allocate the batch's KV caches; the memory part of the report."""
+    spec, cfg = setup.model, setup.hw
+    alloc = _allocator(spec, cfg, setup.modules, setup.memory, setup.reservation)
+    where = _where(spec, cfg, setup.modules)
+    if alloc is None:
+        if setup.check_capacity:
+            raise DecodeError(f"the weights alone do not fit: {where}; use more modules")
+        return {"policy": setup.memory, "fits": False, "capacity_utilization": None}
+    fits = True
+    try:
+        for r, t in enumerate(setup.lengths):
+            alloc.admit(r, t)
+    except (OutOfMemory, ValueError) as exc:
+        if setup.check_capacity:
+            raise DecodeError(
+                f"{exc}. The batch of {len(setup.lengths)} request(s) does not fit {where} "
+                f"under {setup.memory} allocation; use more modules, a smaller batch"
+                + (", or lazy (DPA) memory" if setup.memory == "static" else "")
+            ) from None
+        fits = False
+    st = alloc.stats()
+    entries = sum(math.ceil(len(alloc.va2pa(r)) / setup.modules) for r in alloc.requests)
+    return {
+        "policy": setup.memory,
+        "fits": fits,
+        "total_bytes": st.total_bytes,
+        "weight_bytes": st.weight_bytes,
+        "kv_capacity_bytes": st.capacity_bytes,
+        "kv_used_bytes": st.used_bytes,
+        "kv_reserved_bytes": st.reserved_bytes,
+        "capacity_utilization": st.capacity_utilization if fits else None,
+        "total_utilization": st.total_utilization,
+        "va2pa_entries_per_module": entries,
+    }
+
+
+def fill_batch(
+    model: ModelSpec,
+    hw: HardwareConfig,
+    modules: int,
+    memory: str,
+    candidates: Sequence[int],
+    max_context: int | None = None,
+) -> tuple[int, ...]:
+    """The longest prefix of ``candidates`` (context lengths, FCFS) that fits the memory."""
+    if memory not in MEMORY_POLICIES:
+        raise DecodeError(f"memory {memory!r} is unknown; allowed: {', '.join(MEMORY_POLICIES)}")
+    alloc = _allocator(model, hw, modules, memory, max_context or model.context_window)
+    where = _where(model, hw, modules)
+    if alloc is None:
+        raise DecodeError(f"not even one request fits: the weights alone exceed {where}")
+    taken: list[int] = []
+    for r, t in enumerate(candidates):
+        try:
+            if not alloc.admit(r, int(t), raise_on_oom=False):
+                break
+        except (OutOfMemory, ValueError) as exc:
+            raise DecodeError(f"request {r} (context {t}): {exc}") from None
+        taken.append(int(t))
+    if not taken:
+        raise DecodeError(
+            f"not even one request fits: {where} ({memory} allocation); use more modules"
+        )
+    if len(taken) == len(candidates):
+        raise DecodeError(
+            f"all {len(taken)} candidate requests fit: the batch is not capacity-bound; "
+            "give more requests (or a fixed --batch)"
+        )
+    return tuple(taken)
+
+
+def dpa_buffers(setup: DecodeSetup, cache: KernelCache, memory: dict[str, Any]) -> dict[str, Any]:
+    """DPA program and VA2PA bytes per module, checked against the dispatcher's buffers."""
+    if setup.memory != "lazy":
+        return {"enabled": False}
+    cfg, spec = setup.hw, setup.model
+    programs = [cache.program(k, spec.head_dim, spec.gqa_group) for k in ("qk", "sv")]
+    program_bytes = sum(p.nbytes for p in programs if p is not None)
+    map_bytes = memory.get("va2pa_entries_per_module", 0) * va2pa_entry_bytes(cfg.channel)
+    config_bytes = len(setup.lengths) * CONFIG_ENTRY_BYTES
+    for what, used, cap in (
+        ("command buffer (DPA programs)", program_bytes, cfg.module.dpa_command_buffer_bytes),
+        ("VA2PA table", map_bytes, cfg.module.dpa_address_map_bytes),
+    ):
+        if used > cap and setup.check_capacity:
+            raise DecodeError(
+                f"the DPA dispatcher's {what} needs {used:,} B per module but holds {cap:,} B "
+                f"({cfg.name}); use more modules or a smaller batch"
+            )
+    return {
+        "enabled": True,
+        "program_bytes": program_bytes,
+        "va2pa_bytes_per_module": map_bytes,
+        "config_bytes": config_bytes,
+        "refused": {f"{k[0]} d_h={k[1]} G={k[2]}": v for k, v in cache.dpa_refused.items()},
+    }

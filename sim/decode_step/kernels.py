@@ -1,0 +1,164 @@
+"""Channel kernels of the decode step, run through the channel TLM; a module's job lists.
+
+Each channel runs its jobs one after another (no overlap between kernels); the module takes
+as long as its slowest channel. Identical jobs (same kernel, shape, scheduler and hardware)
+are simulated once and reused (``memoize``); the result is exactly what simulating every
+job gives, which ``tests/test_module.py`` checks with memoisation off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from compiler.dpa import encode_kernel
+from compiler.hub import run_count
+from compiler.kernels import CompileError, compile_kernel
+from compiler.plan import ChannelJob
+from models.channel import run_channel
+from models.config import HardwareConfig
+from models.dpa import gaps_from_times
+
+__all__ = ["KernelCache", "KernelStats", "ModuleRun", "job_key", "run_module"]
+
+
+def job_key(job) -> tuple:
+    """What makes two channel jobs the same kernel: kind and shape."""
+    return (job.kind, tuple(sorted(job.shape.items())))
+
+
+@dataclass(frozen=True)
+class KernelStats:
+    """What the module model keeps of one channel kernel run.
+
+    ``hub_instructions`` is the kernel's size as HUB instructions (``compiler.hub``). A kernel
+    fed by the DPA dispatcher runs with the decoder's valid gaps (``DpaProgram.decode_times``)
+    except its start-up (program words before the first command, ``dpa_startup`` cycles,
+    0 for host-sent static streams), which overlaps the previous kernel on the channel; the
+    module model charges it once per attention block.
+    """
+
+    cycles: int
+    macs: int
+    commands: int
+    hub_instructions: int
+    dpa_startup: int = 0
+
+
+@dataclass
+class KernelCache:
+    """Channel kernel results keyed by (kind, shape, DPA); one per hardware config and scheduler.
+
+    With ``dpa`` set, attention kernels (``qk``, ``sv``) are fed through the DPA decoder's
+    timing, their programs encoded for ``dpa_max_tokens``; shapes the DPA encoder refuses
+    run as static streams and are listed in ``dpa_refused``.
+    """
+
+    cfg: HardwareConfig
+    sched: str
+    memoize: bool = True
+    dpa: bool = False
+    dpa_max_tokens: int = 131072
+    simulated: int = 0
+    _memo: dict = field(default_factory=dict)
+    _programs: dict = field(default_factory=dict)
+    dpa_refused: dict = field(default_factory=dict)
+
+    def program(self, kind: str, d_h: int, gqa_group: int):
+        """The DPA program of an attention kernel, or ``None`` if the encoder refuses it."""
+        key = (kind, d_h, gqa_group)
+        if key not in self._programs:
+            try:
+                self._programs[key] = encode_kernel(
+                    self.cfg, kind, d_h, gqa_group, self.dpa_max_tokens
+                )
+            except CompileError as exc:  # DpaEncodeError is a CompileError
+                self._programs[key] = None
+                self.dpa_refused[key] = str(exc)
+        return self._programs[key]
+
+    def run(self, job) -> KernelStats:
+        """Cycles and MACs of ``job`` (a ``ChannelJob`` or ``compiler.plan.GemvJob``)."""
+        key = job_key(job)
+        if self.memoize and key in self._memo:
+            return self._memo[key]
+        prog = compile_kernel(self.cfg, job.kind, **job.shape)
+        gaps, startup = None, 0
+        if self.dpa and job.kind in ("qk", "sv"):
+            dpa_prog = self.program(job.kind, job.d_h, job.gqa_group)
+            if dpa_prog is not None:
+                n = prog.commands.shape[0]
+                gaps = gaps_from_times(dpa_prog.decode_times(n))
+                startup, gaps[0] = int(gaps[0]), 0
+        result = run_channel(prog.commands, self.cfg, self.sched, valid_gaps=gaps, validate=False)
+        self.simulated += 1
+        stats = KernelStats(
+            result.cycles,
+            result.counts["MAC"],
+            int(prog.commands.shape[0]),
+            run_count(prog.commands),
+            startup,
+        )
+        if self.memoize:
+            self._memo[key] = stats
+        return stats
+
+
+@dataclass(frozen=True)
+class ModuleRun:
+    """Per-channel and module-level results of running one set of jobs."""
+
+    channel_cycles: np.ndarray
+    cycles: int
+    mac_utilization: float
+    channel_utilization: float
+    active_channels: int
+    active_bank_fraction: float
+    jobs: int
+    simulated_kernels: int
+
+
+def _active_banks(job, banks: int) -> int:
+    # QK^T puts token t of a channel's share on bank t % banks; SV puts output d on bank
+    # d % banks; a GEMV puts output row o on bank o % banks.
+    if job.kind == "gemv":
+        return min(banks, job.d_out)
+    return min(banks, job.tokens if job.kind == "qk" else job.d_h)
+
+
+def run_module(
+    cfg: HardwareConfig,
+    jobs: Sequence[Sequence[ChannelJob]],
+    sched: str,
+    cache: KernelCache | None = None,
+    memoize: bool = True,
+) -> ModuleRun:
+    """Run every channel's job list; the module finishes with its slowest channel."""
+    if len(jobs) != cfg.module.channels:
+        raise ValueError(f"{len(jobs)} job lists for a module of {cfg.module.channels} channels")
+    cache = cache or KernelCache(cfg, sched, memoize)
+    banks = cfg.channel.banks
+    cycles = np.zeros(len(jobs), dtype=np.int64)
+    macs = 0
+    active = np.zeros(len(jobs), dtype=np.int64)
+    before = cache.simulated
+    for c, channel_jobs in enumerate(jobs):
+        for job in channel_jobs:
+            stats = cache.run(job)
+            cycles[c] += stats.cycles
+            macs += stats.macs
+            active[c] = max(active[c], _active_banks(job, banks))
+    total = int(cycles.max()) if len(jobs) else 0
+    n_ch = len(jobs)
+    return ModuleRun(
+        channel_cycles=cycles,
+        cycles=total,
+        mac_utilization=macs * cfg.timing.tCCD / (total * n_ch) if total else 0.0,
+        channel_utilization=float(cycles.sum() / (total * n_ch)) if total else 0.0,
+        active_channels=int(np.count_nonzero(cycles)),
+        active_bank_fraction=float(active.sum() / (banks * n_ch)),
+        jobs=sum(len(j) for j in jobs),
+        simulated_kernels=cache.simulated - before,
+    )

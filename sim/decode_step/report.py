@@ -1,0 +1,191 @@
+"""The decode-step report: one frozen record, its text form, its plot and its file stem."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from compiler.llm import LayerOp
+from models.fileio import pyplot, write_figure
+
+__all__ = ["OP_KEYS", "OP_TITLES", "DecodeReport", "format_report", "plot_report", "report_stem"]
+
+#: Report keys of a layer's parts, in execution order.
+OP_KEYS = (*LayerOp, "epu_other", "allreduce", "cmd_transfer")
+
+
+@dataclass(frozen=True)
+class DecodeReport:
+    """What one decode step measured; :meth:`to_dict` is the JSON report (``docs/decode.md``).
+
+    Headline numbers are fields; the per-op breakdown (``ops``), EPU, pipeline, HUB, memory,
+    DPA and simulation details are JSON-ready dicts.
+    """
+
+    model: str
+    preset: str
+    batch: int
+    context_lengths: dict[str, Any]
+    modules: int
+    tp: int
+    pp: int
+    micro_batches: int
+    partition: str
+    sched: str
+    memory: str
+    cycles: int
+    step_seconds: float
+    tokens_per_s: float
+    mac_utilization: float
+    channel_utilization: float
+    capacity_utilization: float | None
+    attention_share: float
+    fc_share: float
+    other_share: float
+    ops: dict[str, dict[str, Any]]
+    epu: dict[str, Any]
+    pipeline: dict[str, Any]
+    hub: dict[str, Any]
+    memory_detail: dict[str, Any]
+    dpa: dict[str, Any]
+    simulation: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as one JSON-ready dict, keys in field order."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+OP_TITLES = {
+    "qkv": "QKV",
+    "qk": "QK^T",
+    "softmax": "softmax/EPU",
+    "sv": "SV",
+    "proj": "projection",
+    "ffn1": "FFN1",
+    "ffn2": "FFN2",
+    "epu_other": "norm/act (EPU)",
+    "allreduce": "TP all-reduce",
+    "cmd_transfer": "host cmd transfer",
+}
+_OP_COLORS = {
+    "qkv": "#8ecae6",
+    "qk": "#2a9d8f",
+    "softmax": "#e9c46a",
+    "sv": "#52b788",
+    "proj": "#219ebc",
+    "ffn1": "#023047",
+    "ffn2": "#3a5a80",
+    "epu_other": "#f4a261",
+    "allreduce": "#e76f51",
+    "cmd_transfer": "#9d0208",
+}
+
+
+def report_stem(report: DecodeReport) -> str:
+    """File stem naming a report's configuration."""
+    report = report.to_dict()
+    return (
+        f"{report['model']}-B{report['batch']}-T{report['context_lengths']['max']}-"
+        f"tp{report['tp']}pp{report['pp']}-{report['partition']}-{report['sched']}-"
+        f"{report['memory']}"
+    )
+
+
+def format_report(report: DecodeReport) -> str:
+    """The report as text: headline numbers and the per-op breakdown."""
+    r = report.to_dict()
+    ctx = r["context_lengths"]
+    lines = [
+        f"{r['model']} decode step on {r['modules']} x {r['preset']} (TP {r['tp']} x PP "
+        f"{r['pp']}, {r['micro_batches']} micro-batch(es)), {r['partition'].upper()}, "
+        f"{r['sched']} scheduler, {r['memory']} memory",
+        f"batch {r['batch']}, context min/mean/max {ctx['min']}/{ctx['mean']:.0f}/{ctx['max']}",
+        f"cycles {r['cycles']:,}  ({1e3 * r['step_seconds']:.3f} ms)   "
+        f"tokens/s {r['tokens_per_s']:,.1f}",
+        f"MAC utilisation {100 * r['mac_utilization']:.1f}%   channel utilisation "
+        f"{100 * r['channel_utilization']:.1f}%   capacity utilisation "
+        + (
+            f"{100 * r['capacity_utilization']:.1f}%"
+            if r["capacity_utilization"] is not None
+            else "n/a (does not fit; --ignore-capacity)"
+        ),
+        f"attention {100 * r['attention_share']:.1f}%   FC {100 * r['fc_share']:.1f}%   "
+        f"other {100 * r['other_share']:.1f}%   pipeline bubble "
+        f"{100 * r['pipeline']['bubble_fraction']:.1f}%",
+        "",
+        f"{'op':<18}{'cycles':>14}{'share':>8}{'MAC util':>10}",
+    ]
+    for k in OP_KEYS:
+        op = r["ops"][k]
+        if op["cycles"]:
+            lines.append(
+                f"{OP_TITLES[k]:<18}{op['cycles']:>14,}{100 * op['share']:>7.1f}%"
+                f"{100 * op['mac_utilization']:>9.1f}%"
+            )
+    e = r["epu"]
+    lines += [
+        "",
+        f"SV cross-channel reduction: {e['sv_reduction_busy_cycles']:,} EPU cycles, "
+        f"{e['sv_reduction_marginal_cycles']:,} on the critical path = "
+        f"{100 * e['sv_reduction_share_of_attention']:.3f}% of attention time",
+    ]
+    hub = r["hub"]
+    lines.append(
+        f"HUB instructions per step: {sum(hub['instructions'].values()):,} "
+        f"({hub['total_bytes'] / 2**20:.1f} MiB at {hub['instruction_bytes']} B)"
+    )
+    if r["dpa"]["enabled"]:
+        d = r["dpa"]
+        lines.append(
+            f"DPA: programs {d['program_bytes']:,} B, VA2PA {d['va2pa_bytes_per_module']:,} B "
+            "per module"
+            + (f"; static fallback for {', '.join(d['refused'])}" if d["refused"] else "")
+        )
+    sim = r["simulation"]
+    lines.append(
+        f"simulated {sim['kernels_simulated']} distinct kernels standing for "
+        f"{sim['channel_commands']:,} channel commands in {sim['wall_seconds']:.2f} s"
+    )
+    return "\n".join(lines)
+
+
+def plot_report(report: DecodeReport, path: Path) -> Path:
+    """PNG: per-op share of stage time (stacked bar) and per-op MAC utilisation."""
+    r = report.to_dict()
+    plt = pyplot()
+    keys = [k for k in OP_KEYS if r["ops"][k]["cycles"]]
+    fig, (left, right) = plt.subplots(
+        1, 2, figsize=(9.5, 4.0), gridspec_kw={"width_ratios": [1, 2.2]}
+    )
+    bottom = 0.0
+    for k in keys:
+        share = 100 * r["ops"][k]["share"]
+        left.bar(["decode step"], [share], bottom=bottom, color=_OP_COLORS[k], label=OP_TITLES[k])
+        if share > 4:
+            left.text(0, bottom + share / 2, f"{share:.0f}%", ha="center", va="center", fontsize=8)
+        bottom += share
+    left.set_ylabel("share of stage time (%)")
+    left.set_ylim(0, 100)
+    left.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    util_keys = [k for k in keys if r["ops"][k]["mac_utilization"] > 0]
+    xs = np.arange(len(util_keys))
+    right.bar(
+        xs,
+        [100 * r["ops"][k]["mac_utilization"] for k in util_keys],
+        color=[_OP_COLORS[k] for k in util_keys],
+    )
+    right.set_xticks(xs, [OP_TITLES[k] for k in util_keys], fontsize=8)
+    right.set_ylabel("MAC utilisation (%)")
+    right.axhline(100 * r["mac_utilization"], ls="--", color="k", lw=1, label="whole step")
+    right.legend(fontsize=8)
+    fig.suptitle(
+        f"{r['model']} B={r['batch']} TP{r['tp']}xPP{r['pp']} {r['partition'].upper()} "
+        f"{r['sched']} {r['memory']}: {r['tokens_per_s']:,.0f} tokens/s",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    return write_figure(fig, path)

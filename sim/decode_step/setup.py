@@ -1,0 +1,117 @@
+"""What one decode step depends on: the model, the hardware, the batch and every choice."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+from compiler.llm import ModelSpec
+from compiler.plan import PARTITIONS, DecodeMappingError, Parallelism
+from models.channel import SCHEDULERS
+from models.config import HardwareConfig
+
+__all__ = ["MEMORY_POLICIES", "DecodeError", "DecodeSetup", "MemoryPolicy"]
+
+
+class MemoryPolicy(StrEnum):
+    """How KV memory is managed (PIMphony VI): ``lazy`` is DPA, ``static`` reserves up front."""
+
+    LAZY = "lazy"
+    STATIC = "static"
+
+
+MEMORY_POLICIES = tuple(MemoryPolicy)
+
+
+class DecodeError(ValueError):
+    """A decode-step set-up is invalid or does not fit the system."""
+
+
+@dataclass(frozen=True)
+class DecodeSetup:
+    """Everything one decode step depends on; validated on construction.
+
+    Parameters
+    ----------
+    model, hw : ModelSpec, HardwareConfig
+        The LLM and the module preset.
+    lengths : tuple of int
+        Context length of each request of the batch (tokens its new query attends to).
+    tp, pp : int
+        Tensor- and pipeline-parallel degrees; the system has ``tp * pp`` modules.
+    partition : {"tcp", "hfp"}
+        Attention partitioning inside a module.
+    sched : {"static", "pingpong", "dcs"}
+        Channel command scheduler.
+    memory : {"lazy", "static"}
+        ``lazy``: DPA (virtual addresses, 1 MB chunks, on-module dispatcher); ``static``:
+        maximum-context reservation and host-sent unrolled attention streams.
+    micro_batches : int, optional
+        Pipeline micro-batches (default ``min(pp, batch)``).
+    max_context : int, optional
+        Tokens a static reservation holds (default the model's ``context_window``).
+    check_capacity : bool
+        Refuse batches that do not fit (default); off only for timing studies.
+    """
+
+    model: ModelSpec
+    hw: HardwareConfig
+    lengths: tuple[int, ...]
+    tp: int = 1
+    pp: int = 1
+    partition: str = "tcp"
+    sched: str = "dcs"
+    memory: str = "lazy"
+    micro_batches: int | None = None
+    max_context: int | None = None
+    check_capacity: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.lengths:
+            raise DecodeError("the batch is empty: give at least one context length")
+        for i, t in enumerate(self.lengths):
+            if isinstance(t, bool) or not isinstance(t, int | np.integer) or t <= 0:
+                raise DecodeError(f"context length of request {i} = {t!r}: must be a positive int")
+        object.__setattr__(self, "lengths", tuple(int(t) for t in self.lengths))
+        try:
+            Parallelism(self.tp, self.pp).check(self.model)
+        except DecodeMappingError as exc:
+            raise DecodeError(str(exc)) from None
+        for name, value, allowed in (
+            ("partition", self.partition, PARTITIONS),
+            ("sched", self.sched, SCHEDULERS),
+            ("memory", self.memory, MEMORY_POLICIES),
+        ):
+            if value not in allowed:
+                raise DecodeError(f"{name} {value!r} is unknown; allowed: {', '.join(allowed)}")
+        if self.micro_batches is not None and (
+            isinstance(self.micro_batches, bool)
+            or not isinstance(self.micro_batches, int)
+            or self.micro_batches < 1
+        ):
+            raise DecodeError(f"micro_batches = {self.micro_batches!r}: must be a positive int")
+        longest = max(self.lengths)
+        window = self.model.context_window
+        if longest > window:
+            raise DecodeError(
+                f"context length {longest} exceeds {self.model.name}'s context_window {window}"
+            )
+        if self.max_context is not None and not self.max_context > 0:
+            raise DecodeError(f"max_context = {self.max_context!r}: must be positive")
+        if self.memory == "static" and longest > self.reservation:
+            raise DecodeError(
+                f"context length {longest} exceeds the static reservation max_context = "
+                f"{self.reservation}"
+            )
+
+    @property
+    def modules(self) -> int:
+        """Modules in the system (``tp * pp``)."""
+        return self.tp * self.pp
+
+    @property
+    def reservation(self) -> int:
+        """Tokens reserved per request under static allocation."""
+        return self.max_context or self.model.context_window

@@ -1,0 +1,341 @@
+"""One decode step of a batch on a multi-module PIM system (TP x PP), with its breakdown.
+
+The timing contract is ``docs/decode.md``. In short, for one micro-batch on one TP module,
+one layer takes, in sequence:
+
+``qkv`` GEMV -> attention -> ``proj`` GEMV -> all-reduce -> ``ffn1`` -> EPU norms and
+activation -> ``ffn2`` -> all-reduce (+ static-memory command transfer)
+
+Each GEMV lasts as long as its slowest channel; attention is the task graph of
+:mod:`models.module`; links, all-reduces and the pipeline period come from
+:mod:`models.system`. Every layer of a stage and every TP module of a stage are identical, so
+one layer of one module is simulated per micro-batch, and identical channel kernels are
+simulated once (``memoize``); with ``memoize=False`` every layer, module and kernel is
+simulated and ``tests/test_system.py`` checks that the report is the same.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from compiler.hub import instruction_count
+from compiler.llm import GEMV_OPS, LayerOp
+from compiler.plan import LayerPlan, layer_plan, micro_batches, stage_layers
+from models.config import HardwareConfig
+from models.hub import (
+    NORM_FLOPS_PER_ELEMENT,
+    RELU_FLOPS_PER_ELEMENT,
+    RESIDUAL_FLOPS_PER_ELEMENT,
+    SWIGLU_FLOPS_PER_ELEMENT,
+    epu_cycles,
+    hub_instruction_bytes,
+    link_cycles,
+)
+from models.module import AttentionSchedule, AttentionTasks, attention_tasks, makespan, schedule
+from models.system import allreduce_cycles, pipeline_period, stage_hop_cycles
+from sim.decode_step.admission import admit, dpa_buffers
+from sim.decode_step.kernels import KernelCache, job_key
+from sim.decode_step.report import OP_KEYS, DecodeReport
+from sim.decode_step.setup import DecodeSetup, MemoryPolicy
+
+__all__ = ["LayerTiming", "attention_schedule", "layer_timing", "run_decode"]
+
+_ATTN = (LayerOp.QK, LayerOp.SOFTMAX, LayerOp.SV)
+
+
+def plan_tasks(plan: LayerPlan, cfg: HardwareConfig, run: Callable[[Any], Any]) -> AttentionTasks:
+    """The attention task graph of ``plan``, its part cycles from ``run(job)``."""
+    channels = len(plan.qk)
+    pairs = sorted({(j.request, j.kv_head) for jobs in (*plan.qk, *plan.sv) for j in jobs})
+    index = {p: k for k, p in enumerate(pairs)}
+    qk_of: list[dict[int, int]] = [{} for _ in range(channels)]
+    sv_of: list[dict[int, int]] = [{} for _ in range(channels)]
+    for c in range(channels):
+        for j in plan.qk[c]:
+            qk_of[c][index[(j.request, j.kv_head)]] = run(j).cycles
+        for j in plan.sv[c]:
+            sv_of[c][index[(j.request, j.kv_head)]] = run(j).cycles
+    pair_tokens = [plan.lengths[r] for r, _ in pairs]
+    return attention_tasks(cfg, qk_of, sv_of, pair_tokens, plan.gqa_group, plan.head_dim)
+
+
+def attention_schedule(
+    plan: LayerPlan,
+    cfg: HardwareConfig,
+    run: Callable[[Any], Any],
+    softmax: bool = True,
+    reduction: bool = True,
+) -> AttentionSchedule:
+    """Event-driven makespan of one layer's attention on one module (:mod:`models.module`).
+
+    ``run(job)`` gives kernel stats; ``softmax`` / ``reduction`` off give that EPU work zero
+    duration (for marginal costs).
+    """
+    return schedule(plan_tasks(plan, cfg, run), softmax, reduction)
+
+
+@dataclass(frozen=True)
+class LayerTiming:
+    """One layer of one micro-batch on one TP module."""
+
+    cycles: dict[str, int]
+    macs: dict[str, int]
+    channel_busy: int
+    commands: int
+    hub_instructions: dict[str, int]
+    attention: AttentionSchedule
+    softmax_marginal: int
+    reduction_marginal: int
+
+    @property
+    def total(self) -> int:
+        """Cycles of the whole layer."""
+        return sum(self.cycles.values())
+
+
+def _once(run: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``run`` called at most once per job object of a layer plan (equal jobs on different
+    channels are different objects, so with memoisation off each is still simulated)."""
+    done: dict[int, tuple[Any, Any]] = {}
+
+    def once(job: Any) -> Any:
+        if id(job) not in done:
+            done[id(job)] = (job, run(job))  # keep the job alive so its id stays unique
+        return done[id(job)][1]
+
+    return once
+
+
+def _gemv_op(jobs: list[list[Any]], run: Callable[[Any], Any]) -> tuple[int, int, int, int, int]:
+    """(cycles, MACs, busy channel-cycles, commands, HUB instructions) of one GEMV op."""
+    per_channel = np.zeros(len(jobs), dtype=np.int64)
+    macs = commands = 0
+    for c, channel_jobs in enumerate(jobs):
+        for j in channel_jobs:
+            st = run(j)
+            per_channel[c] += st.cycles
+            macs += st.macs
+            commands += st.commands
+    return int(per_channel.max()), macs, int(per_channel.sum()), commands, _hub_count(jobs, run)
+
+
+def _hub_count(jobs: list[list[Any]], run: Callable[[Any], Any]) -> int:
+    """HUB instructions of per-channel job lists (:func:`compiler.hub.instruction_count`)."""
+    keys = [[job_key(j) for j in channel_jobs] for channel_jobs in jobs]
+    first: dict[tuple, Any] = {}
+    for channel_jobs, channel_keys in zip(jobs, keys, strict=True):
+        for j, key in zip(channel_jobs, channel_keys, strict=True):
+            first.setdefault(key, j)
+    return instruction_count(keys, lambda key: run(first[key]).hub_instructions)
+
+
+def layer_timing(setup: DecodeSetup, lengths: tuple[int, ...], cache: KernelCache) -> LayerTiming:
+    """One layer of micro-batch ``lengths`` on one TP module."""
+    spec, cfg = setup.model, setup.hw
+    plan = layer_plan(spec, cfg, lengths, setup.tp, setup.partition)
+    run = _once(cache.run)
+    cycles: dict[str, int] = dict.fromkeys(OP_KEYS, 0)
+    macs: dict[str, int] = dict.fromkeys(OP_KEYS, 0)
+    hub: dict[str, int] = {}
+    busy = commands = 0
+    for op in GEMV_OPS:
+        c, m, b, n, h = _gemv_op(plan.gemv[op], run)
+        cycles[op], macs[op], hub[op] = c, m, h
+        busy += b
+        commands += n
+    tasks = plan_tasks(plan, cfg, run)
+    att = schedule(tasks, softmax=True, reduction=True)
+    # Attention time split: the busiest channel's QK/SV share, the rest is exposed EPU time.
+    peak = int(att.channel_busy.max()) if att.channel_busy.size else 0
+    pim = att.qk_busy + att.sv_busy
+    cycles["qk"] = round(peak * att.qk_busy / pim) if pim else 0
+    cycles["sv"] = peak - cycles["qk"]
+    cycles["softmax"] = att.cycles - peak
+    # DPA: the dispatcher decodes the first attention program's words before its first
+    # command; later programs are decoded while the previous kernel runs.
+    cycles["qk"] += max((run(j).dpa_startup for jobs in plan.qk for j in jobs[:1]), default=0)
+    for kind, jobs in (("qk", plan.qk), ("sv", plan.sv)):
+        for channel_jobs in jobs:
+            for j in channel_jobs:
+                st = run(j)
+                macs[kind] += st.macs
+                commands += st.commands
+        hub[kind] = _hub_count(jobs, run)
+    busy += int(att.channel_busy.sum())
+    b = len(lengths)
+    per_request = (
+        2 * NORM_FLOPS_PER_ELEMENT * spec.hidden
+        + 2 * RESIDUAL_FLOPS_PER_ELEMENT * spec.hidden
+        + (SWIGLU_FLOPS_PER_ELEMENT if spec.ffn == "swiglu" else RELU_FLOPS_PER_ELEMENT)
+        * spec.intermediate
+        // setup.tp
+    )
+    cycles["epu_other"] = epu_cycles(cfg, b * per_request)
+    vector = b * spec.hidden * spec.element_bytes
+    cycles["allreduce"] = 2 * allreduce_cycles(cfg, vector, setup.tp)
+    if setup.memory == MemoryPolicy.STATIC:
+        sent = (hub["qk"] + hub["sv"]) * hub_instruction_bytes(cfg)
+        cycles["cmd_transfer"] = link_cycles(cfg, sent, "host")
+    no_red = makespan(tasks, tasks.softmax_cost, [0] * len(tasks.sv_parts))
+    no_sm = makespan(tasks, [0] * len(tasks.sv_parts), tasks.reduction_cost)
+    return LayerTiming(
+        cycles=cycles,
+        macs=macs,
+        channel_busy=busy,
+        commands=commands,
+        hub_instructions=hub,
+        attention=att,
+        softmax_marginal=att.cycles - no_sm,
+        reduction_marginal=att.cycles - no_red,
+    )
+
+
+def run_decode(
+    setup: DecodeSetup,
+    memoize: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> DecodeReport:
+    """Simulate one decode step of ``setup``."""
+    started = time.perf_counter()
+    cfg, spec = setup.hw, setup.model
+    say = progress or (lambda _m: None)
+    memory = admit(setup)
+    cache = KernelCache(
+        cfg,
+        setup.sched,
+        memoize,
+        dpa=setup.memory == MemoryPolicy.LAZY,
+        dpa_max_tokens=max(setup.lengths),
+    )
+    m = setup.micro_batches or min(setup.pp, len(setup.lengths))
+    batches = micro_batches(setup.lengths, m)
+    layers = stage_layers(spec.layers, setup.pp)
+    n_ch = cfg.module.channels
+    layer_memo: dict[tuple[int, ...], LayerTiming] = {}
+
+    def layer_of(lengths: tuple[int, ...]) -> LayerTiming:
+        if memoize and lengths in layer_memo:
+            return layer_memo[lengths]
+        timing = layer_timing(setup, lengths, cache)
+        if memoize:
+            layer_memo[lengths] = timing
+        return timing
+
+    vector_bytes = [len(mb) * spec.hidden * spec.element_bytes for mb in batches]
+    stage_time = np.zeros((len(batches), setup.pp), dtype=np.int64)
+    link_time = np.zeros((len(batches), setup.pp), dtype=np.int64)
+    op_cycles = dict.fromkeys(OP_KEYS, 0)
+    op_macs = dict.fromkeys(OP_KEYS, 0)
+    hub_total = dict.fromkeys((*GEMV_OPS, "qk", "sv"), 0)
+    busy = commands = 0
+    sm_marg = red_marg = attn_cycles = red_busy = 0
+    for i, mb in enumerate(batches):
+        say(f"micro-batch {i + 1}/{len(batches)}: {len(mb)} request(s)")
+        for s, n_layers in enumerate(layers):
+            # Every layer of a stage and every TP module of it is identical: with memoisation
+            # one layer of one module stands for all; without, each is simulated on its own.
+            if memoize:
+                modules, weight = [[(layer_of(mb), n_layers)]], setup.tp
+            else:
+                modules = [[(layer_of(mb), 1) for _ in range(n_layers)] for _ in range(setup.tp)]
+                weight = 1
+            totals = [sum(lt.total * n for lt, n in mod) for mod in modules]
+            slowest = modules[int(np.argmax(totals))]
+            for lt, n in slowest:
+                for k in OP_KEYS:
+                    op_cycles[k] += n * lt.cycles[k]
+                sm_marg += n * lt.softmax_marginal
+                red_marg += n * lt.reduction_marginal
+                attn_cycles += n * lt.attention.cycles
+                red_busy += n * lt.attention.reduction_busy
+            for mod in modules:
+                for lt, n in mod:
+                    for k in OP_KEYS:
+                        op_macs[k] += weight * n * lt.macs[k]
+                    for k in hub_total:
+                        hub_total[k] += weight * n * lt.hub_instructions[k]
+                    busy += weight * n * lt.channel_busy
+                    commands += weight * n * lt.commands
+            stage_cycles = max(totals)
+            stage_time[i, s] = stage_cycles
+            link_time[i, s] = stage_hop_cycles(cfg, vector_bytes[i], s, setup.pp, setup.tp)
+    pipe = pipeline_period(stage_time, link_time)
+    busiest_stage, round_trip, period = pipe.busiest_stage, pipe.round_trip, pipe.cycles
+    seconds = period / (cfg.module.freq_ghz * 1e9)
+    total_channels = n_ch * setup.modules
+    all_macs = sum(op_macs.values())
+    stage_busy = int(stage_time.sum())
+    attn = sum(op_cycles[k] for k in _ATTN)
+    fc = sum(op_cycles[k] for k in GEMV_OPS)
+    ops = {
+        k: {
+            "cycles": int(op_cycles[k]),
+            "share": op_cycles[k] / stage_busy if stage_busy else 0.0,
+            "mac_utilization": (
+                op_macs[k] * cfg.timing.tCCD / (op_cycles[k] * n_ch * setup.tp)
+                if op_cycles[k] and op_macs[k]
+                else 0.0
+            ),
+        }
+        for k in OP_KEYS
+    }
+    hub_bytes = hub_instruction_bytes(cfg)
+    return DecodeReport(
+        model=spec.name,
+        preset=cfg.name,
+        batch=len(setup.lengths),
+        context_lengths={
+            "min": min(setup.lengths),
+            "mean": float(np.mean(setup.lengths)),
+            "max": max(setup.lengths),
+        },
+        modules=setup.modules,
+        tp=setup.tp,
+        pp=setup.pp,
+        micro_batches=len(batches),
+        partition=setup.partition,
+        sched=setup.sched,
+        memory=setup.memory,
+        cycles=period,
+        step_seconds=seconds,
+        tokens_per_s=len(setup.lengths) / seconds,
+        mac_utilization=all_macs * cfg.timing.tCCD / (period * total_channels),
+        channel_utilization=busy / (period * total_channels),
+        capacity_utilization=memory["capacity_utilization"],
+        attention_share=attn / stage_busy if stage_busy else 0.0,
+        fc_share=fc / stage_busy if stage_busy else 0.0,
+        other_share=(stage_busy - attn - fc) / stage_busy if stage_busy else 0.0,
+        ops=ops,
+        epu={
+            "softmax_marginal_cycles": int(sm_marg),
+            "sv_reduction_busy_cycles": int(red_busy),
+            "sv_reduction_marginal_cycles": int(red_marg),
+            "sv_reduction_share_of_attention": red_marg / attn_cycles if attn_cycles else 0.0,
+        },
+        pipeline={
+            "stage_layers": layers,
+            "stage_busy_cycles": [int(x) for x in stage_time.sum(axis=0)],
+            "busiest_stage_cycles": busiest_stage,
+            "round_trip_cycles": round_trip,
+            "link_cycles": int(link_time.sum()),
+            "bubble_fraction": 1 - stage_busy / (setup.pp * period) if period else 0.0,
+        },
+        hub={
+            "instructions": {k: int(v) for k, v in hub_total.items()},
+            "instruction_bytes": hub_bytes,
+            "total_bytes": int(sum(hub_total.values()) * hub_bytes),
+        },
+        memory_detail=memory,
+        dpa=dpa_buffers(setup, cache, memory),
+        simulation={
+            "channel_commands": int(commands),
+            "kernels_simulated": cache.simulated,
+            "memoize": memoize,
+            "wall_seconds": time.perf_counter() - started,
+        },
+    )

@@ -1,0 +1,1 @@
+"""Experiments that reproduce the papers' figures and tables, each a ``pimphony`` command."""
