@@ -19,7 +19,9 @@ MAC width are zero-padded; shapes that do not fit the channel are refused.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 
@@ -30,6 +32,7 @@ __all__ = [
     "GQA_MAPPINGS",
     "KERNELS",
     "CompileError",
+    "Kernel",
     "KernelProgram",
     "compile_gemv",
     "compile_kernel",
@@ -37,7 +40,6 @@ __all__ = [
     "compile_sv",
 ]
 
-KERNELS = ("gemv", "qk", "sv")
 GQA_MAPPINGS = ("row-reuse", "head-serial")
 
 
@@ -287,12 +289,24 @@ def compile_sv(
     return KernelProgram("sv", shape, _lower(cfg, plan), plan, cfg)
 
 
+class Kernel(StrEnum):
+    """The one-channel kernels the compiler lowers."""
+
+    GEMV = "gemv"
+    QK = "qk"
+    SV = "sv"
+
+
+#: Each kernel's compiler (``compile(cfg, **shape)``).
+KERNELS: dict[Kernel, Callable[..., KernelProgram]] = {
+    Kernel.GEMV: compile_gemv,
+    Kernel.QK: compile_qk,
+    Kernel.SV: compile_sv,
+}
+
+
 def compile_kernel(cfg: HardwareConfig, kind: str, **shape: int | str) -> KernelProgram:
-    """Dispatch on ``kind`` (``gemv``, ``qk``, ``sv``)."""
-    if kind == "gemv":
-        return compile_gemv(cfg, **shape)
-    if kind == "qk":
-        return compile_qk(cfg, **shape)
-    if kind == "sv":
-        return compile_sv(cfg, **shape)
-    raise CompileError(f"kernel {kind!r} is unknown; allowed: {', '.join(KERNELS)}")
+    """Lower kernel ``kind`` (a :class:`Kernel` name) of ``shape`` onto one channel."""
+    if not isinstance(kind, str) or kind not in KERNELS:
+        raise CompileError(f"kernel {kind!r} is unknown; allowed: {', '.join(KERNELS)}")
+    return KERNELS[Kernel(kind)](cfg, **shape)

@@ -9,7 +9,9 @@ waiting for execution latencies, buffer hand-offs or the dispatcher). The four a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import numpy as np
 
@@ -24,12 +26,13 @@ __all__ = [
     "BREAKDOWN_KEYS",
     "SCHEDULERS",
     "ScheduleResult",
+    "Scheduler",
+    "SchedulerSpec",
     "check_schedule",
     "run_channel",
     "static_gap_violations",
 ]
 
-SCHEDULERS = ("static", "pingpong", "dcs")
 BREAKDOWN_KEYS = ("mac_busy", "io_transfer", "dependency_stall", "row_switch")
 
 _PINGPONG_WHY = {
@@ -81,7 +84,7 @@ def run_channel(
     ``valid_gaps[k]`` idle cycles pass between accepting command ``k - 1`` (or cycle 0) and
     the input stream offering command ``k``; by default every command is offered at once.
     """
-    if scheduler not in SCHEDULERS:
+    if not isinstance(scheduler, str) or scheduler not in SCHEDULERS:
         raise ValueError(f"scheduler {scheduler!r} is unknown; allowed: {', '.join(SCHEDULERS)}")
     if validate:
         validate_stream(stream, cfg.channel)
@@ -101,42 +104,12 @@ def run_channel(
     sw_start = np.empty(max(n_mac, 1), dtype=np.int64)
     sw_end = np.empty(max(n_mac, 1), dtype=np.int64)
     extra: dict[str, int] = {}
-    depth = cfg.dcs.queue_depth
-    ch = cfg.channel
     if n == 0:
-        issue = np.empty(0, dtype=np.int64)
-        n_sw = 0
-    elif scheduler == "static":
-        issue, n_sw = static_schedule(op, row, valid_gaps, tv, depth, sw_start, sw_end)
-    elif scheduler == "dcs":
-        issue, _, n_sw = dcs_schedule(
-            op,
-            gbuf,
-            row,
-            out,
-            valid_gaps,
-            tv,
-            depth,
-            ch.gbuf_entries,
-            ch.obuf_entries,
-            sw_start,
-            sw_end,
-        )
+        issue, n_sw = np.empty(0, dtype=np.int64), 0
     else:
-        slot, _, _, n_phases, bad, code = pingpong_slots(
-            op, gbuf, out, ch.gbuf_entries, ch.obuf_entries
+        issue, n_sw = SCHEDULERS[Scheduler(scheduler)].schedule(
+            op, gbuf, row, out, valid_gaps, tv, cfg, sw_start, sw_end, extra
         )
-        if bad >= 0:
-            why = _PINGPONG_WHY[int(code)].format(gbuf=int(gbuf[bad]), out=int(out[bad]))
-            raise PingPongError(
-                f"stream is not ping-pong compatible at command {bad} ({Op(op[bad]).name}): "
-                f"{why}; allocate alternating buffer halves or use the dcs scheduler"
-            )
-        issue, n_sw, handoff = pingpong_schedule(
-            op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end
-        )
-        extra["handoff_stall"] = int(handoff)
-        extra["phases"] = int(n_phases)
     exec_by_op = execution_times(cfg.timing)
     completion = issue + exec_by_op[op] if n else issue.copy()
     cycles = int(completion.max()) if n else 0
@@ -156,6 +129,48 @@ def run_channel(
         breakdown=breakdown,
         extra=extra,
     )
+
+
+def _schedule_static(op, gbuf, row, out, gaps, tv, cfg, sw_start, sw_end, extra):
+    """In program order with the static gaps (:mod:`models.static_sched`)."""
+    return static_schedule(op, row, gaps, tv, cfg.dcs.queue_depth, sw_start, sw_end)
+
+
+def _schedule_dcs(op, gbuf, row, out, gaps, tv, cfg, sw_start, sw_end, extra):
+    """Dynamic command scheduling over per-entry dependencies (:mod:`models.dcs`)."""
+    ch = cfg.channel
+    issue, _, n_sw = dcs_schedule(
+        op,
+        gbuf,
+        row,
+        out,
+        gaps,
+        tv,
+        cfg.dcs.queue_depth,
+        ch.gbuf_entries,
+        ch.obuf_entries,
+        sw_start,
+        sw_end,
+    )
+    return issue, n_sw
+
+
+def _schedule_pingpong(op, gbuf, row, out, gaps, tv, cfg, sw_start, sw_end, extra):
+    """LoL-PIM ping-pong buffer halves with hand-offs (:mod:`models.pingpong`)."""
+    ch = cfg.channel
+    slot, _, _, n_phases, bad, code = pingpong_slots(
+        op, gbuf, out, ch.gbuf_entries, ch.obuf_entries
+    )
+    if bad >= 0:
+        why = _PINGPONG_WHY[int(code)].format(gbuf=int(gbuf[bad]), out=int(out[bad]))
+        raise PingPongError(
+            f"stream is not ping-pong compatible at command {bad} ({Op(op[bad]).name}): "
+            f"{why}; allocate alternating buffer halves or use the dcs scheduler"
+        )
+    issue, n_sw, handoff = pingpong_schedule(op, row, slot, n_phases, gaps, tv, sw_start, sw_end)
+    extra["handoff_stall"] = int(handoff)
+    extra["phases"] = int(n_phases)
+    return issue, n_sw
 
 
 def _coverage(starts: np.ndarray, ends: np.ndarray, cycles: int) -> np.ndarray:
@@ -234,7 +249,7 @@ def check_schedule(
                 f"{int(issue[k])}), {bad.size} in all"
             )
 
-    if scheduler not in SCHEDULERS:
+    if not isinstance(scheduler, str) or scheduler not in SCHEDULERS:
         raise ValueError(f"scheduler {scheduler!r} is unknown; allowed: {', '.join(SCHEDULERS)}")
     report(issue < 0, "never issued")
     if problems or op.size == 0:
@@ -250,18 +265,26 @@ def check_schedule(
         gap = np.zeros(idx.size, dtype=bool)
         gap[1:] = np.diff(t) < tm.tCCD
         report(np.isin(issue, t[gap]) & mask, f"{name} spacing below tCCD")
-    if scheduler == "static":
-        report(static_gap_violations(op, issue, tm), "static gap or program order broken")
-        return problems
-    if scheduler == "pingpong":
-        _check_pingpong(stream, issue, cfg, report)
-        return problems
+    SCHEDULERS[Scheduler(scheduler)].check(stream, issue, cfg, report)
+    return problems
+
+
+def _check_static(stream: np.ndarray, issue: np.ndarray, cfg: HardwareConfig, report) -> None:
+    """The static rules of :func:`check_schedule`: program order and the static gaps."""
+    op = stream["op"].astype(np.int64)
+    report(static_gap_violations(op, issue, cfg.timing), "static gap or program order broken")
+
+
+def _check_dcs(stream: np.ndarray, issue: np.ndarray, cfg: HardwareConfig, report) -> None:
+    """The DCS rules of :func:`check_schedule`: queue order and per-entry dependencies."""
+    tm, ch = cfg.timing, cfg.channel
+    op = stream["op"].astype(np.int64)
+    is_mac = op == Op.MAC
     for mask, name in ((is_mac, "compute queue"), (~is_mac, "I/O queue")):
         idx = np.flatnonzero(mask)
         out_of_order = np.zeros(op.size, dtype=bool)
         out_of_order[idx[1:]] = np.diff(issue[idx]) <= 0
         report(out_of_order, f"{name} out of program order")
-    ch = cfg.channel
     prev_g, prev_o = entry_predecessors(
         op,
         stream["gbuf"].astype(np.int64),
@@ -275,7 +298,6 @@ def check_schedule(
     has_o = prev_o >= 0
     o_exp = np.where(op[prev_o] == Op.MAC, np.where(is_mac, tm.tCCD, tm.t_MAC), tm.t_RD_OUT)
     report(has_o & (issue < issue[prev_o] + o_exp), "OBuf dependency broken")
-    return problems
 
 
 def _check_pingpong(stream: np.ndarray, issue: np.ndarray, cfg: HardwareConfig, report) -> None:
@@ -310,3 +332,27 @@ def _check_pingpong(stream: np.ndarray, issue: np.ndarray, cfg: HardwareConfig, 
     report(raw_o & (issue < issue[po] + tm.t_MAC), "RD_OUT before its MAC result")
     war_o = (prev_o >= 0) & is_mac & (op[po] == Op.RD_OUT)
     report(war_o & (issue < issue[po] + tm.t_RD_OUT), "MAC into an entry still draining")
+
+
+class Scheduler(StrEnum):
+    """The channel command schedulers (``docs/scheduling.md``)."""
+
+    STATIC = "static"
+    PINGPONG = "pingpong"
+    DCS = "dcs"
+
+
+@dataclass(frozen=True)
+class SchedulerSpec:
+    """How one scheduler schedules a stream, and the extra rules its schedules obey."""
+
+    schedule: Callable[..., tuple[np.ndarray, int]]
+    check: Callable[..., None]
+
+
+#: The schedulers, in the order reports list them (the baseline first).
+SCHEDULERS: dict[Scheduler, SchedulerSpec] = {
+    Scheduler.STATIC: SchedulerSpec(_schedule_static, _check_static),
+    Scheduler.PINGPONG: SchedulerSpec(_schedule_pingpong, _check_pingpong),
+    Scheduler.DCS: SchedulerSpec(_schedule_dcs, _check_dcs),
+}
