@@ -1,13 +1,15 @@
-"""``make bench``: TLM speed of each scheduler on a stream of more than a million commands.
+"""``pimphony bench`` (``make bench``): CLI start-up, and TLM speed of each scheduler on a
+stream of more than a million commands.
 
-Prints a table of commands per second per scheduler and the ratio to the 1 M commands/s
-target. JIT compilation is excluded (a small warm-up run comes first); each figure is the
-best of ``--repeat`` runs.
+Prints the start-up time of light commands (target < 0.3 s), then a table of commands per
+second per scheduler and the ratio to the 1 M commands/s target. JIT compilation is excluded
+(a small warm-up run comes first); each figure is the best of ``--repeat`` runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
 
@@ -15,7 +17,16 @@ from compiler.kernels import compile_gemv
 from models.channel import SCHEDULERS, run_channel
 from models.config import load_preset
 
-__all__ = ["TARGET_COMMANDS_PER_S", "bench_rtl", "bench_tlm", "main"]
+__all__ = [
+    "STARTUP_COMMANDS",
+    "TARGET_COMMANDS_PER_S",
+    "add_arguments",
+    "bench_decode",
+    "bench_rtl",
+    "bench_startup",
+    "bench_tlm",
+    "run",
+]
 
 TARGET_COMMANDS_PER_S = 1_000_000
 
@@ -129,14 +140,57 @@ def bench_decode() -> list[dict]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Print the TLM speed table."""
-    parser = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__)
+#: Commands whose start-up is measured, and the target (the "One layered house" issue).
+STARTUP_COMMANDS = (
+    ("pimphony --help", ("--help",)),
+    ("pimphony run (small)", ("run", "--kernel", "gemv", "--dout", "64", "--din", "64")),
+    ("pimphony presets", ("presets",)),
+)
+STARTUP_TARGET_S = 0.3
+#: Packages the light commands must not import.
+HEAVY_PACKAGES = ("amaranth", "cocotb", "matplotlib", "vcdvcd")
+
+
+def bench_startup(repeat: int = 5) -> list[dict]:
+    """Wall time of each of :data:`STARTUP_COMMANDS` in a fresh interpreter (best of
+    ``repeat``), and which heavy packages it imported (``python -X importtime``)."""
+    rows = []
+    for label, argv in STARTUP_COMMANDS:
+        cmd = [sys.executable, "-X", "importtime", "-m", "sim.cli", *argv]
+        best = float("inf")
+        heavy: set[str] = set()
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            best = min(best, time.perf_counter() - t0)
+            for line in proc.stderr.splitlines():
+                name = line.rsplit("|", 1)[-1].strip()
+                if name.split(".")[0] in HEAVY_PACKAGES:
+                    heavy.add(name.split(".")[0])
+        rows.append({"command": label, "seconds": best, "heavy_imports": sorted(heavy)})
+    return rows
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``pimphony bench``."""
     parser.add_argument("--dim", type=int, default=16384, help="GEMV dimension (d x d)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--rtl-dim", type=int, default=2048, help="GEMV dimension for RTL speed")
     parser.add_argument("--no-rtl", action="store_true", help="skip the RTL simulation speed")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the start-up, TLM, decode-step and RTL speed tables."""
+    print("CLI start-up: fresh interpreter, best of 5 (python -X importtime)", flush=True)
+    head = f"{'command':<24}{'seconds':>9}{'vs ' + str(STARTUP_TARGET_S) + ' s':>10}  heavy imports"
+    print(head)
+    print("-" * len(head))
+    for r in bench_startup():
+        print(
+            f"{r['command']:<24}{r['seconds']:>9.3f}{r['seconds'] / STARTUP_TARGET_S:>9.2f}x"
+            f"  {', '.join(r['heavy_imports']) or 'none'}"
+        )
+    print(flush=True)
     print(
         f"TLM speed: FC GEMV {args.dim}x{args.dim} on one aim-16ch channel "
         f"(best of {args.repeat}, JIT warm)",
@@ -197,7 +251,3 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['tlm_cycles_per_s'] / r['rtl_cycles_per_s']:>8.0f}x"
         )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
