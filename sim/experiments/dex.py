@@ -8,8 +8,7 @@ baseline (one row buffer per bank: PIM and host own the banks in turn) and DEX (
 partitions with their own rows). The table gives MAC utilisation and delivered host-read
 bandwidth; the plot shows both against the offered host bandwidth.
 
-``python -m sim.dex`` (or ``pimphony dex`` once wired into the CLI; see
-:func:`add_arguments` and :func:`run`).
+``pimphony dex`` runs it (:func:`add_arguments`, :func:`run`).
 """
 
 from __future__ import annotations
@@ -42,7 +41,6 @@ __all__ = [
     "dex_table",
     "experiment",
     "host_stream",
-    "main",
     "plot_dex",
     "run",
 ]
@@ -207,7 +205,7 @@ def plot_dex(result: dict, path: Path, force: bool = True) -> Path:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``pimphony dex`` / ``python -m sim.dex``."""
+    """Options of ``pimphony dex``."""
     parser.add_argument("--preset", default="aim-16ch", help="hardware preset name or .toml")
     parser.add_argument(
         "--rates",
@@ -290,14 +288,3 @@ def run(args: argparse.Namespace) -> int:
         print("lat = mean host read latency (cycles); PIM cyc = cycles to the last PIM completion")
         print(f"plot: {path}")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m sim.dex``."""
-    parser = argparse.ArgumentParser(prog="python -m sim.dex", description=__doc__.split("\n")[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
