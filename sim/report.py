@@ -7,7 +7,7 @@ from pathlib import Path
 
 from compiler.kernels import KernelProgram
 from models.channel import BREAKDOWN_KEYS, ScheduleResult
-from models.fileio import write_atomic, write_figure
+from models.fileio import pyplot, write_atomic, write_figure
 
 __all__ = [
     "describe_kernel",
@@ -89,10 +89,7 @@ def plot_breakdowns(
 ) -> Path:
     """Stacked bars of the cycle breakdown, one group of bars per kernel; written to ``path``."""
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     colors = {
         "mac_busy": "#2a9d8f",

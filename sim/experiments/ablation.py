@@ -15,7 +15,7 @@ from typing import Any
 
 from compiler.llm import load_model
 from models.config import load_preset
-from models.fileio import write_figure
+from models.fileio import BUILD_DIR, pyplot, write_figure
 from models.memory import load_workload, sample_context_lengths
 from sim.decode_step.admission import fill_batch
 from sim.decode_step.setup import DecodeSetup
@@ -24,7 +24,7 @@ from sim.report import user_output
 
 __all__ = ["ABLATION_PLOT", "STEPS", "ablation", "add_arguments", "plot_ablation", "run"]
 
-ABLATION_PLOT = Path("build/ablation/fig13.png")
+ABLATION_PLOT = BUILD_DIR / "ablation" / "fig13.png"
 #: (label, partition, scheduler, memory) of each cumulative step.
 STEPS = (
     ("HFP (baseline)", "hfp", "static", "static"),
@@ -99,10 +99,7 @@ def format_ablation(rows: list[dict[str, Any]]) -> str:
 
 def plot_ablation(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
     """Bar chart of normalised throughput per step (label: best TP x PP and batch)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6.0, 3.8))
     colors = ["#adb5bd", "#8ecae6", "#2a9d8f", "#e76f51"]

@@ -29,7 +29,7 @@ from models.bank_slice import (
     run_bank_slice,
 )
 from models.config import ConfigError, HardwareConfig, load_preset
-from models.fileio import write_figure
+from models.fileio import BUILD_DIR, pyplot, write_figure
 from models.isa import Op
 from sim.report import user_output
 
@@ -47,7 +47,7 @@ __all__ = [
 
 DEFAULT_RATES = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
 """Offered host read requests per cycle (x 32 B = offered bytes per cycle)."""
-DEFAULT_PLOT = Path("build/dex/dex.png")
+DEFAULT_PLOT = BUILD_DIR / "dex" / "dex.png"
 PATTERNS = ("stream", "random")
 
 
@@ -170,10 +170,7 @@ def dex_table(result: dict) -> str:
 
 def plot_dex(result: dict, path: Path, force: bool = True) -> Path:
     """MAC utilisation and delivered host bandwidth vs offered bandwidth; PNG to ``path``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     f = result["freq_ghz"]
     x = [r["offered_bytes_per_cycle"] * f for r in result["rows"]]

@@ -8,7 +8,7 @@ from pathlib import Path
 from compiler.kernels import compile_gemv, compile_qk
 from models.channel import BREAKDOWN_KEYS, SCHEDULERS, run_channel
 from models.config import HardwareConfig
-from models.fileio import write_figure
+from models.fileio import pyplot, write_figure
 
 __all__ = ["DEFAULT_DIMS", "plot_sweep", "sweep", "sweep_table"]
 
@@ -58,10 +58,7 @@ def sweep_table(rows: list[dict]) -> str:
 
 def plot_sweep(rows: list[dict], path: Path, title: str) -> Path:
     """MAC utilisation vs dimension per scheduler, and the static breakdown; PNG to ``path``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     dims = sorted({r["dim"] for r in rows})
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4))
