@@ -33,14 +33,13 @@ import numpy as np
 
 from compiler.kernels import GQA_MAPPINGS, CompileError, compile_qk, compile_sv
 from models.config import ConfigError, HardwareConfig, load_preset
-from models.dpa import (
+from models.dpa.format import (
     KERNEL_CODES,
     NO_RULE,
     WORD_BYTES,
     Command,
     DpaCapacityError,
     DpaError,
-    DpaProgram,
     DynLoop,
     DynModi,
     Header,
@@ -48,9 +47,9 @@ from models.dpa import (
     Rule,
     Target,
     TranslationError,
-    expand,
     field_limit,
 )
+from models.dpa.program import DpaProgram, expand
 from models.fileio import write_figure
 from models.isa import Op, gpr_tiles
 

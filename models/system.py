@@ -44,7 +44,8 @@ from compiler.llm import ModelSpec
 from compiler.partition import PARTITIONS
 from models.channel import SCHEDULERS
 from models.config import HardwareConfig
-from models.dpa import CONFIG_ENTRY_BYTES, va2pa_entry_bytes
+from models.dpa.dispatcher import va2pa_entry_bytes
+from models.dpa.format import CONFIG_ENTRY_BYTES
 from models.hub import (
     NORM_FLOPS_PER_ELEMENT,
     RELU_FLOPS_PER_ELEMENT,

@@ -13,7 +13,7 @@ from compiler.kernels import GQA_MAPPINGS, KERNELS, CompileError, KernelProgram,
 from compiler.llm import ModelSpecError
 from models.channel import SCHEDULERS, run_channel
 from models.config import ConfigError, HardwareConfig, available_presets, load_preset
-from models.dpa import DpaError
+from models.dpa.format import DpaError
 from models.fileio import write_atomic
 from models.isa import CommandFormatError, StreamError, load_stream, save_stream
 from models.memory import WorkloadError

@@ -10,7 +10,6 @@ from compiler.dpa import (
     encode_kernel,
     encode_qk,
     encode_sv,
-    expand,
     instruction_size_report,
     main,
     static_program_bytes,
@@ -18,14 +17,18 @@ from compiler.dpa import (
 from compiler.kernels import compile_qk, compile_sv
 from models.channel import run_channel
 from models.config import load_preset
-from models.dpa import (
-    WORD_BYTES,
-    Command,
+from models.dpa.dispatcher import (
     DecoderTiming,
     Dispatcher,
+    decode_times,
+    gaps_from_times,
+    va2pa_entry_bytes,
+)
+from models.dpa.format import (
+    WORD_BYTES,
+    Command,
     DpaCapacityError,
     DpaError,
-    DpaProgram,
     DynLoop,
     DynModi,
     Header,
@@ -33,12 +36,10 @@ from models.dpa import (
     Rule,
     Target,
     TranslationError,
-    decode_times,
     decode_word,
     encode_word,
-    gaps_from_times,
-    va2pa_entry_bytes,
 )
+from models.dpa.program import DpaProgram, expand
 from models.isa import Op, validate_stream
 
 CFG = load_preset("aim-16ch")

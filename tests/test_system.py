@@ -19,7 +19,7 @@ from compiler.dpa import encode_kernel
 from compiler.llm import ModelSpec, load_model
 from compiler.partition import ChannelJob
 from models.config import load_preset
-from models.dpa import decode_times
+from models.dpa.dispatcher import decode_times
 from models.hub import (
     NORM_FLOPS_PER_ELEMENT,
     RESIDUAL_FLOPS_PER_ELEMENT,
