@@ -10,9 +10,6 @@ from compiler.dpa import (
     encode_kernel,
     encode_qk,
     encode_sv,
-    instruction_size_report,
-    main,
-    static_program_bytes,
 )
 from compiler.kernels import compile_qk, compile_sv
 from models.channel import run_channel
@@ -41,6 +38,7 @@ from models.dpa.format import (
 )
 from models.dpa.program import DpaProgram, expand
 from models.isa import Op, validate_stream
+from sim.experiments.size_report import instruction_size_report, main, static_program_bytes
 
 CFG = load_preset("aim-16ch")
 MAX_T = 8192
@@ -316,7 +314,7 @@ def test_size_report_and_cli(tmp_path, capsys) -> None:
     assert 1.95 < static[-1] / static[-2] < 2.05 and 7.8 < static[-1] / static[0] < 8.2
     assert len({r.dpa_bytes for r in rows}) == 1 and rows[0].dpa_bytes < static[0] / 10
     out = tmp_path / "size.png"
-    assert main(["--d-h", "64", "--contexts", "1024,4096", "--out", str(out)]) == 0
+    assert main(["--dh", "64", "--contexts", "1024,4096", "--plot", str(out)]) == 0
     text = capsys.readouterr().out
     assert "4096" in text and "DPA" in text and out.read_bytes()[:4] == b"\x89PNG"
     assert main(["--contexts", "0"]) == 2
