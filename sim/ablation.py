@@ -16,9 +16,9 @@ from typing import Any
 from compiler.llm import load_model
 from models.config import load_preset
 from models.fileio import write_figure
-from models.memory import load_workload, sample_context_lengths
 from models.system import DecodeSetup, fill_batch, run_decode
 from sim.report import user_output
+from sim.workloads import load_workload, sample_context_lengths
 
 __all__ = ["ABLATION_PLOT", "STEPS", "ablation", "add_arguments", "plot_ablation", "run"]
 

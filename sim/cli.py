@@ -16,13 +16,12 @@ from models.config import ConfigError, HardwareConfig, available_presets, load_p
 from models.dpa.format import DpaError
 from models.fileio import write_atomic
 from models.isa import CommandFormatError, StreamError, load_stream, save_stream
-from models.memory import WorkloadError
 from models.pingpong import PingPongError
 from models.system import DecodeError
 from sim import ablation as ablation_cli
 from sim import decode as decode_cli
 from sim import dex as dex_cli
-from sim.experiments import size_report
+from sim.experiments import capacity, size_report
 from sim.report import (
     describe_kernel,
     kernel_summary,
@@ -32,6 +31,7 @@ from sim.report import (
 )
 from sim.sweep import DEFAULT_DIMS, plot_sweep, sweep, sweep_table
 from sim.waves import WaveformError, format_summary, summarize_vcd
+from sim.workloads import WorkloadError
 
 __all__ = ["DEMO_KERNELS", "main"]
 
@@ -115,6 +115,11 @@ def _build_parser() -> argparse.ArgumentParser:
         "size-report", help="static vs DPA instruction size over context (PIMphony Fig. 10c)"
     )
     size_report.add_arguments(size)
+
+    cap = sub.add_parser(
+        "capacity", help="KV capacity utilisation, static vs lazy allocation (PIMphony Fig. 19)"
+    )
+    capacity.add_arguments(cap)
 
     dec = sub.add_parser("decode", help="one LLM decode step on a multi-module PIM system")
     decode_cli.add_arguments(dec)
@@ -345,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
             return dex_cli.run(args)
         if args.command == "size-report":
             return size_report.run(args)
+        if args.command == "capacity":
+            return capacity.run(args)
         if args.command == "presets":
             for name in available_presets():
                 cfg = load_preset(name)

@@ -19,9 +19,9 @@ from compiler.partition import PARTITIONS
 from models.channel import SCHEDULERS
 from models.config import load_preset
 from models.fileio import write_atomic, write_figure
-from models.memory import load_workload, read_context_lengths, sample_context_lengths
 from models.system import MEMORY_POLICIES, OP_KEYS, DecodeError, DecodeSetup, fill_batch, run_decode
 from sim.report import user_output
+from sim.workloads import load_workload, read_context_lengths, sample_context_lengths
 
 __all__ = [
     "DECODE_DIR",
