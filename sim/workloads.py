@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
@@ -19,7 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from models.config import CONFIG_DIR, ConfigError
+from models.config import CONFIG_DIR, ConfigError, load_toml_table, typed_fields
 
 __all__ = [
     "WORKLOAD_DIR",
@@ -100,60 +99,15 @@ def load_workload(name: str | Path) -> Workload:
                 f"unknown workload {str(name)!r}; available: {', '.join(available_workloads())} "
                 "(or give a path to a .toml file)"
             )
-    try:
-        raw = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise WorkloadError(f"{path}: no such workload file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise WorkloadError(f"{path}: not valid TOML: {exc}") from None
+    raw = load_toml_table(path, WorkloadError, "workload")
     return _workload_from_raw(raw, source=str(path))
 
 
-def _check_type(where: str, value: Any, kind: type) -> Any:
-    if kind is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise WorkloadError(f"{where}: must be an integer, got {type(value).__name__}")
-        if value <= 0:
-            raise WorkloadError(f"{where}: must be a positive integer")
-    elif kind is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise WorkloadError(f"{where}: must be a number, got {type(value).__name__}")
-        value = float(value)
-        if not math.isfinite(value) or value < 0:
-            raise WorkloadError(f"{where}: must be a finite number >= 0")
-    elif kind is str:
-        if not isinstance(value, str) or not value:
-            raise WorkloadError(f"{where}: must be a non-empty string")
-    elif kind is list:
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise WorkloadError(f"{where}: must be a list of non-empty strings")
-    elif kind is dict and not isinstance(value, dict):
-        raise WorkloadError(f"{where}: must be a table, got {type(value).__name__}")
-    return value
-
-
 def _workload_from_raw(raw: dict[str, Any], source: str) -> Workload:
-    for key in raw:
-        if key not in _WORKLOAD_TOP:
-            raise WorkloadError(
-                f"{source}: unknown key {key!r} at top level; allowed: {', '.join(_WORKLOAD_TOP)}"
-            )
-    values: dict[str, Any] = {}
-    for key, kind in _WORKLOAD_TOP.items():
-        if key not in raw:
-            what = f"section [{key}]" if kind is dict else f"key {key!r}"
-            raise WorkloadError(f"{source}: missing {what}")
-        values[key] = _check_type(f"{source}: {key} = {raw[key]!r}", raw[key], kind)
+    head = f"{source}: "
+    values = typed_fields(raw, _WORKLOAD_TOP, WorkloadError, head, note=" at top level")
     ctx = values.pop("context")
-    for key in ctx:
-        if key not in _CONTEXT_KEYS:
-            raise WorkloadError(
-                f"{source}: [context] unknown key {key!r}; allowed: {', '.join(_CONTEXT_KEYS)}"
-            )
-    for key, kind in _CONTEXT_KEYS.items():
-        if key not in ctx:
-            raise WorkloadError(f"{source}: [context] missing key {key!r}")
-        values[key] = _check_type(f"{source}: [context] {key} = {ctx[key]!r}", ctx[key], kind)
+    values |= typed_fields(ctx, _CONTEXT_KEYS, WorkloadError, f"{head}[context] ", zero_ok=True)
     values["models"] = tuple(values["models"])
     wl = Workload(**values)
     stem = Path(source).stem
