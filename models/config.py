@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ __all__ = [
     "Timing",
     "available_presets",
     "check_value",
+    "find_toml",
     "load_config",
     "load_preset",
     "load_toml_table",
@@ -151,15 +152,7 @@ def available_presets() -> list[str]:
 
 def load_preset(name: str = "aim-16ch") -> HardwareConfig:
     """Load a shipped preset by name (``aim-16ch``, ``aim-32ch``) or a path to a TOML file."""
-    path = Path(name)
-    if path.suffix != ".toml":
-        path = CONFIG_DIR / f"{name}.toml"
-        if not path.is_file():
-            raise ConfigError(
-                f"unknown preset {name!r}; available: {', '.join(available_presets())} "
-                "(or give a path to a .toml file)"
-            )
-    return load_config(path)
+    return load_config(find_toml(name, CONFIG_DIR, ConfigError, "preset", available_presets))
 
 
 def load_config(path: str | Path) -> HardwareConfig:
@@ -172,6 +165,26 @@ def load_config(path: str | Path) -> HardwareConfig:
 # Strict TOML loading, shared by presets, model specs (compiler.llm) and workloads
 # (sim.workloads): unknown or missing keys and wrong types are errors naming file and field.
 # ---------------------------------------------------------------------------------------------
+
+
+def find_toml(
+    name: str | Path,
+    folder: Path,
+    error: type[Exception],
+    what: str,
+    available: Callable[[], list[str]],
+) -> Path:
+    """``name`` if it is a ``.toml`` path, else ``folder / f"{name}.toml"``; ``error``
+    ``"unknown {what} 'name'; available: ..."`` if no such file is shipped."""
+    path = Path(name)
+    if path.suffix != ".toml":
+        path = folder / f"{name}.toml"
+        if not path.is_file():
+            raise error(
+                f"unknown {what} {name!r}; available: {', '.join(available())} "
+                "(or give a path to a .toml file)"
+            )
+    return path
 
 
 def load_toml_table(path: str | Path, error: type[Exception], what: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from models.config import CONFIG_DIR, ConfigError, load_toml_table, typed_fields
+from models.config import CONFIG_DIR, ConfigError, find_toml, load_toml_table, typed_fields
 
 __all__ = [
     "WORKLOAD_DIR",
@@ -91,14 +91,7 @@ def available_workloads() -> list[str]:
 
 def load_workload(name: str | Path) -> Workload:
     """Load and validate a workload by name (``qmsum``, ...) or a path to a TOML file."""
-    path = Path(name)
-    if path.suffix != ".toml":
-        path = WORKLOAD_DIR / f"{name}.toml"
-        if not path.is_file():
-            raise WorkloadError(
-                f"unknown workload {str(name)!r}; available: {', '.join(available_workloads())} "
-                "(or give a path to a .toml file)"
-            )
+    path = find_toml(str(name), WORKLOAD_DIR, WorkloadError, "workload", available_workloads)
     raw = load_toml_table(path, WorkloadError, "workload")
     return _workload_from_raw(raw, source=str(path))
 
