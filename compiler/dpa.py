@@ -1,10 +1,11 @@
 """Encode attention kernels as DPA programs whose size does not depend on the token count.
 
 ``encode_qk`` / ``encode_sv`` emit, once per shape (``d_h``, GQA group, mapping), a program
-that :func:`expand` unrolls for any ``T_cur <= max_tokens`` into exactly the stream
-``compile_qk`` / ``compile_sv`` (``compiler/kernels.py``) would produce for ``T_cur`` tokens,
-with every MAC row replaced by ``va2pa[row]``. The word format and the decoder are defined in
-:mod:`models.dpa` (hardware); this module is the compiler side. See ``docs/dpa.md``.
+that :func:`models.dpa.program.expand` unrolls for any ``T_cur <= max_tokens`` into exactly
+the stream ``compile_qk`` / ``compile_sv`` (``compiler/kernels.py``) would produce for
+``T_cur`` tokens, with every MAC row replaced by ``va2pa[row]``. The word format
+(:mod:`models.dpa.format`) and the expansion (:mod:`models.dpa.program`) are hardware; this
+module is the compiler side, the encoder only. See ``docs/dpa.md``.
 
 How: the static loop nest of ``docs/mapping.md`` is re-emitted symbolically. The dimension
 that grows with ``T`` (output groups for QK^T, input tiles for SV) is ``ceil(T / u)`` (``u`` =
@@ -15,64 +16,42 @@ multiplied by one rule value, i.e. a stack of ``DYN_MODI`` words. GBuf/OBuf halv
 through modular wrap of the buffer fields. SV's resident-vs-streamed input choice is made at
 run time by two guarded sections (loops whose bound is a 0/1 rule).
 
-Run ``python -m compiler.dpa --d-h 128 --contexts 1024,4096,...`` for the size table and
-``build/dpa/instruction-size.png`` (static vs DPA bytes, PIMphony Fig. 10c).
+The static vs DPA size table (PIMphony Fig. 10c) is :mod:`sim.experiments.size_report`.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 
 from compiler.kernels import GQA_MAPPINGS, CompileError, compile_qk, compile_sv
-from models.config import ConfigError, HardwareConfig, load_preset
-from models.dpa import (
+from models.config import HardwareConfig
+from models.dpa.format import (
     KERNEL_CODES,
     NO_RULE,
-    WORD_BYTES,
     Command,
-    DpaCapacityError,
     DpaError,
-    DpaProgram,
     DynLoop,
     DynModi,
     Header,
     Kind,
     Rule,
     Target,
-    TranslationError,
-    expand,
     field_limit,
 )
-from models.fileio import write_figure
+from models.dpa.program import DpaProgram
 from models.isa import Op, gpr_tiles
 
 __all__ = [
-    "DEFAULT_PLOT",
-    "DpaCapacityError",
     "DpaEncodeError",
-    "DpaProgram",
-    "SizeRow",
-    "TranslationError",
     "encode_kernel",
     "encode_qk",
     "encode_sv",
-    "expand",
-    "format_size_report",
-    "instruction_size_report",
-    "main",
-    "plot_size_report",
-    "static_program_bytes",
+    "positive",
 ]
-
-DEFAULT_PLOT = Path("build/dpa/instruction-size.png")
 
 
 class DpaEncodeError(CompileError):
@@ -282,7 +261,8 @@ class _Builder:
 # ---------------------------------------------------------------------------------------------
 
 
-def _positive(name: str, value: int) -> int:
+def positive(name: str, value: int) -> int:
+    """``value`` as an ``int``; :class:`DpaEncodeError` naming ``name`` unless it is > 0."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value <= 0:
         raise DpaEncodeError(f"{name} = {value!r}: must be a positive integer")
     return int(value)
@@ -354,8 +334,8 @@ def encode_kernel(
     """DPA program of the ``qk`` or ``sv`` kernel for any ``1 <= T_cur <= max_tokens``."""
     if kind not in ("qk", "sv"):
         raise DpaEncodeError(f"kernel {kind!r}: DPA encoding exists for 'qk' and 'sv'")
-    d_h, g = _positive("d_h", d_h), _positive("gqa_group", gqa_group)
-    max_tokens = _positive("max_tokens", max_tokens)
+    d_h, g = positive("d_h", d_h), positive("gqa_group", gqa_group)
+    max_tokens = positive("max_tokens", max_tokens)
     if mapping not in GQA_MAPPINGS:
         raise DpaEncodeError(f"mapping {mapping!r} is unknown; allowed: {', '.join(GQA_MAPPINGS)}")
     token_limit = field_limit(Kind.HEADER, "max_tokens")
@@ -535,126 +515,3 @@ def encode_sv(
 ) -> DpaProgram:
     """DPA program of SV (``compile_sv``) for any ``1 <= T_cur <= max_tokens``."""
     return encode_kernel(cfg, "sv", d_h, gqa_group, max_tokens, mapping)
-
-
-# ---------------------------------------------------------------------------------------------
-# Sizes (PIMphony Fig. 10c)
-# ---------------------------------------------------------------------------------------------
-
-
-def static_program_bytes(stream: np.ndarray) -> int:
-    """Bytes of an unrolled command stream at ``WORD_BYTES`` per command."""
-    return int(np.asarray(stream).shape[0]) * WORD_BYTES
-
-
-class SizeRow(NamedTuple):
-    """One row of :func:`instruction_size_report`."""
-
-    tokens: int
-    static_bytes: int
-    dpa_bytes: int
-
-
-def instruction_size_report(
-    cfg: HardwareConfig,
-    d_h: int,
-    contexts: Sequence[int],
-    gqa_group: int = 1,
-    kernels: Sequence[str] = ("qk", "sv"),
-) -> list[SizeRow]:
-    """Per context ``T``: bytes of the unrolled ``kernels`` streams vs their DPA programs.
-
-    Both cover one attention head group on one channel; the DPA programs are encoded once
-    with ``max_tokens = max(contexts)``.
-    """
-    contexts = [_positive("context", t) for t in contexts]
-    if not contexts:
-        raise DpaEncodeError("no contexts given")
-    top = max(contexts)
-    dpa = sum(encode_kernel(cfg, k, d_h, gqa_group, top).nbytes for k in kernels)
-    rows = []
-    for t in contexts:
-        static = 0
-        for k in kernels:
-            fn = compile_qk if k == "qk" else compile_sv
-            static += static_program_bytes(fn(cfg, t, d_h, gqa_group).commands)
-        rows.append(SizeRow(t, static, dpa))
-    return rows
-
-
-def format_size_report(rows: Sequence[SizeRow], capacity: int) -> str:
-    """The report as a text table (``capacity`` = command-buffer bytes)."""
-    head = (
-        f"{'T':>8}  {'static B':>11}  {'DPA B':>7}  {'static/DPA':>10}  static fits {capacity} B?"
-    )
-    lines = [head]
-    for r in rows:
-        fits = "yes" if r.static_bytes <= capacity else "no"
-        lines.append(
-            f"{r.tokens:>8}  {r.static_bytes:>11,}  {r.dpa_bytes:>7,}  "
-            f"{r.static_bytes / r.dpa_bytes:>9.0f}x  {fits}"
-        )
-    return "\n".join(lines)
-
-
-def plot_size_report(rows: Sequence[SizeRow], path: Path, title: str, capacity: int) -> Path:
-    """Log-log plot of static vs DPA program bytes over context, written atomically."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    t = [r.tokens for r in rows]
-    fig, ax = plt.subplots(figsize=(5.2, 3.8))
-    ax.plot(
-        t, [r.static_bytes / 1024 for r in rows], "o-", color="#e76f51", label="static (unrolled)"
-    )
-    ax.plot(t, [r.dpa_bytes / 1024 for r in rows], "s-", color="#2a9d8f", label="DPA-encoded")
-    ax.axhline(capacity / 1024, ls="--", color="#264653", lw=1, label="DPA command buffer")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("context length T (tokens per channel)")
-    ax.set_ylabel("instruction size (KB)")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8)
-    ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    return write_figure(fig, path)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m compiler.dpa``: print the size table and write the plot."""
-    ap = argparse.ArgumentParser(
-        prog="python -m compiler.dpa",
-        description="Static vs DPA instruction size of QK^T + SV (PIMphony Fig. 10c)",
-    )
-    ap.add_argument("--preset", default="aim-16ch")
-    ap.add_argument("--d-h", type=int, default=128)
-    ap.add_argument("--gqa-group", type=int, default=1)
-    ap.add_argument(
-        "--contexts",
-        default=",".join(str(1024 << i) for i in range(8)),
-        help="comma-separated token counts (default 1024..131072)",
-    )
-    ap.add_argument("--out", type=Path, default=DEFAULT_PLOT, help="PNG path")
-    ap.add_argument("--no-plot", action="store_true")
-    args = ap.parse_args(argv)
-    try:
-        cfg = load_preset(args.preset)
-        contexts = [int(x) for x in args.contexts.split(",") if x.strip()]
-        rows = instruction_size_report(cfg, args.d_h, contexts, args.gqa_group)
-    except (ConfigError, CompileError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    cap = cfg.module.dpa_command_buffer_bytes
-    print(f"QK^T + SV, d_h {args.d_h}, GQA group {args.gqa_group}, {cfg.name}, {WORD_BYTES} B/word")
-    print(format_size_report(rows, cap))
-    if not args.no_plot:
-        title = f"QK$^T$+SV instruction size, d_h={args.d_h}, G={args.gqa_group} ({cfg.name})"
-        path = plot_size_report(rows, args.out, title, cap)
-        print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

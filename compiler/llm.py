@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -21,7 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from compiler.kernels import GQA_MAPPINGS, KernelProgram, compile_kernel
-from models.config import CONFIG_DIR, HardwareConfig
+from models.config import (
+    CONFIG_DIR,
+    HardwareConfig,
+    load_toml_table,
+    reject_unknown_keys,
+    require_key,
+)
 from models.hub import SOFTMAX_FLOPS_PER_SCORE
 from models.memory import kv_bytes_per_token
 
@@ -222,20 +227,12 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
 
 
 def _load_toml(path: Path) -> ModelSpec:
-    try:
-        raw = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ModelSpecError(f"{path}: no such model file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ModelSpecError(f"{path}: not valid TOML: {exc}") from None
-    source = str(path)
-    for key in raw:
-        if key not in _FIELDS:
-            raise ModelSpecError(f"{source}: unknown key {key!r}; allowed: {', '.join(_FIELDS)}")
+    raw = load_toml_table(path, ModelSpecError, "model")
+    head = f"{path}: "
+    reject_unknown_keys(raw, _FIELDS, ModelSpecError, head)
     for key in _FIELDS:
-        if key not in raw:
-            raise ModelSpecError(f"{source}: missing key {key!r}; required: {', '.join(_FIELDS)}")
-    _validate(raw, source)
+        require_key(raw, key, ModelSpecError, head, note=f"; required: {', '.join(_FIELDS)}")
+    _validate(raw, str(path))
     return ModelSpec(**raw)
 
 

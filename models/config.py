@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import tomllib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,14 @@ __all__ = [
     "ModuleParams",
     "Timing",
     "available_presets",
+    "check_value",
+    "find_toml",
     "load_config",
     "load_preset",
+    "load_toml_table",
+    "reject_unknown_keys",
+    "require_key",
+    "typed_fields",
 ]
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -145,27 +152,141 @@ def available_presets() -> list[str]:
 
 def load_preset(name: str = "aim-16ch") -> HardwareConfig:
     """Load a shipped preset by name (``aim-16ch``, ``aim-32ch``) or a path to a TOML file."""
-    path = Path(name)
-    if path.suffix != ".toml":
-        path = CONFIG_DIR / f"{name}.toml"
-        if not path.is_file():
-            raise ConfigError(
-                f"unknown preset {name!r}; available: {', '.join(available_presets())} "
-                "(or give a path to a .toml file)"
-            )
-    return load_config(path)
+    return load_config(find_toml(name, CONFIG_DIR, ConfigError, "preset", available_presets))
 
 
 def load_config(path: str | Path) -> HardwareConfig:
     """Load and validate a hardware preset file."""
+    raw = load_toml_table(path, ConfigError, "preset")
+    return _from_raw(raw, source=str(path))
+
+
+# ---------------------------------------------------------------------------------------------
+# Strict TOML loading, shared by presets, model specs (compiler.llm) and workloads
+# (sim.workloads): unknown or missing keys and wrong types are errors naming file and field.
+# ---------------------------------------------------------------------------------------------
+
+
+def find_toml(
+    name: str | Path,
+    folder: Path,
+    error: type[Exception],
+    what: str,
+    available: Callable[[], list[str]],
+) -> Path:
+    """``name`` if it is a ``.toml`` path, else ``folder / f"{name}.toml"``; ``error``
+    ``"unknown {what} 'name'; available: ..."`` if no such file is shipped."""
+    path = Path(name)
+    if path.suffix != ".toml":
+        path = folder / f"{name}.toml"
+        if not path.is_file():
+            raise error(
+                f"unknown {what} {name!r}; available: {', '.join(available())} "
+                "(or give a path to a .toml file)"
+            )
+    return path
+
+
+def load_toml_table(path: str | Path, error: type[Exception], what: str) -> dict[str, Any]:
+    """The top-level table of TOML file ``path``.
+
+    Raises ``error`` with ``"{path}: no such {what} file"`` if it does not exist and
+    ``"{path}: not valid TOML: ..."`` if it does not parse.
+    """
     path = Path(path)
     try:
-        raw = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no such preset file") from None
+        raise error(f"{path}: no such {what} file") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    return _from_raw(raw, source=str(path))
+        raise error(f"{path}: not valid TOML: {exc}") from None
+
+
+def reject_unknown_keys(
+    table: Mapping[str, Any],
+    allowed: Sequence[str],
+    error: type[Exception],
+    head: str,
+    note: str = "",
+) -> None:
+    """Raise ``error`` ``"{head}unknown key 'k'{note}; allowed: ..."`` for the first key of
+    ``table`` not in ``allowed`` (listed in the order given)."""
+    for key in table:
+        if key not in allowed:
+            raise error(f"{head}unknown key {key!r}{note}; allowed: {', '.join(allowed)}")
+
+
+def require_key(
+    table: Mapping[str, Any],
+    key: str,
+    error: type[Exception],
+    head: str,
+    *,
+    section: bool = False,
+    note: str = "",
+) -> Any:
+    """``table[key]``; if absent, ``error`` ``"{head}missing key 'k'{note}"`` (or
+    ``"{head}missing section [k]"`` with ``section``)."""
+    if key not in table:
+        what = f"section [{key}]" if section else f"key {key!r}{note}"
+        raise error(f"{head}missing {what}")
+    return table[key]
+
+
+def check_value(
+    where: str, value: Any, kind: type | None, error: type[Exception], zero_ok: bool = False
+) -> Any:
+    """``value`` checked against ``kind`` (``error`` ``"{where}: must be ..."`` if not).
+
+    ``int``: a positive integer. ``float``: a finite number, > 0 (>= 0 with ``zero_ok``),
+    returned as ``float``. ``str``: a non-empty string. ``list``: a list of non-empty
+    strings. ``dict``: a table. ``None``: anything.
+    """
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise error(f"{where}: must be an integer, got {type(value).__name__}")
+        if value <= 0:
+            raise error(f"{where}: must be a positive integer")
+    elif kind is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise error(f"{where}: must be a number, got {type(value).__name__}")
+        value = float(value)
+        if zero_ok and (not math.isfinite(value) or value < 0):
+            raise error(f"{where}: must be a finite number >= 0")
+        if not zero_ok and (not math.isfinite(value) or value <= 0):
+            raise error(f"{where}: must be a positive finite number")
+    elif kind is str:
+        if not isinstance(value, str) or not value:
+            raise error(f"{where}: must be a non-empty string")
+    elif kind is list:
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise error(f"{where}: must be a list of non-empty strings")
+    elif kind is dict and not isinstance(value, dict):
+        raise error(f"{where}: must be a table, got {type(value).__name__}")
+    return value
+
+
+def typed_fields(
+    table: Mapping[str, Any],
+    kinds: Mapping[str, type | None],
+    error: type[Exception],
+    head: str,
+    *,
+    note: str = "",
+    zero_ok: bool = False,
+) -> dict[str, Any]:
+    """The values of ``kinds``' keys in ``table``, each checked by :func:`check_value`.
+
+    Unknown keys are refused first (:func:`reject_unknown_keys` with ``note``); then, key by
+    key in ``kinds`` order, a missing key (a missing section for ``dict`` kinds) or a wrong
+    value raises ``error`` naming ``"{head}{key} = {value!r}"``.
+    """
+    reject_unknown_keys(table, list(kinds), error, head, note)
+    values = {}
+    for key, kind in kinds.items():
+        value = require_key(table, key, error, head, section=kind is dict)
+        values[key] = check_value(f"{head}{key} = {value!r}", value, kind, error, zero_ok)
+    return values
 
 
 def _to_raw(cfg: HardwareConfig) -> dict[str, Any]:
@@ -176,21 +297,14 @@ def _to_raw(cfg: HardwareConfig) -> dict[str, Any]:
 
 
 def _from_raw(raw: dict[str, Any], source: str) -> HardwareConfig:
-    allowed_top = {"name", *_SECTIONS}
-    for key in raw:
-        if key not in allowed_top:
-            raise ConfigError(
-                f"{source}: unknown key {key!r} at top level; "
-                f"allowed: {', '.join(sorted(allowed_top))}"
-            )
+    allowed_top = sorted({"name", *_SECTIONS})
+    reject_unknown_keys(raw, allowed_top, ConfigError, f"{source}: ", " at top level")
     name = raw.get("name")
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{source}: 'name' must be a non-empty string, got {name!r}")
     sections = {}
     for section, cls in _SECTIONS.items():
-        if section not in raw:
-            raise ConfigError(f"{source}: missing section [{section}]")
-        table = raw[section]
+        table = require_key(raw, section, ConfigError, f"{source}: ", section=True)
         if not isinstance(table, dict):
             raise ConfigError(f"{source}: [{section}] must be a table, got {type(table).__name__}")
         sections[section] = _build_section(source, section, cls, table)
@@ -199,32 +313,12 @@ def _from_raw(raw: dict[str, Any], source: str) -> HardwareConfig:
     return cfg
 
 
+_KINDS = {"int": int, "float": float}
+
+
 def _build_section(source: str, section: str, cls: type, table: dict[str, Any]) -> Any:
-    known = {f.name: f for f in fields(cls)}
-    for key in table:
-        if key not in known:
-            raise ConfigError(
-                f"{source}: [{section}] unknown key {key!r}; allowed: {', '.join(known)}"
-            )
-    values = {}
-    for key, f in known.items():
-        if key not in table:
-            raise ConfigError(f"{source}: [{section}] missing key {key!r}")
-        value = table[key]
-        where = f"{source}: [{section}] {key} = {value!r}"
-        if f.type == "int":
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"{where}: must be an integer, got {type(value).__name__}")
-            if value <= 0:
-                raise ConfigError(f"{where}: must be a positive integer")
-        elif f.type == "float":
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ConfigError(f"{where}: must be a number, got {type(value).__name__}")
-            value = float(value)
-            if not math.isfinite(value) or value <= 0:
-                raise ConfigError(f"{where}: must be a positive finite number")
-        values[key] = value
-    return cls(**values)
+    kinds = {f.name: _KINDS.get(f.type) for f in fields(cls)}
+    return cls(**typed_fields(table, kinds, ConfigError, f"{source}: [{section}] "))
 
 
 def _is_pow2(n: int) -> bool:

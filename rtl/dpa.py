@@ -32,7 +32,8 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from models.config import HardwareConfig
-from models.dpa import (
+from models.dpa.dispatcher import va2pa_entry_bytes
+from models.dpa.format import (
     CONFIG_FIELDS,
     FORMAT_VERSION,
     KIND_BITS,
@@ -41,12 +42,11 @@ from models.dpa import (
     NO_RULE,
     WORD_BITS,
     WORD_BYTES,
-    DpaProgram,
     Kind,
     Target,
-    va2pa_entry_bytes,
     word_fields,
 )
+from models.dpa.program import DpaProgram
 from models.isa import OP_MAC, field_widths
 from rtl.common import CYCLE_BITS, command_layout, issued_layout
 from rtl.dcs import DcsScheduler

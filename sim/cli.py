@@ -13,14 +13,14 @@ from compiler.llm import ModelSpecError
 from compiler.plan import DecodeMappingError
 from models.channel import SCHEDULERS, run_channel
 from models.config import ConfigError, HardwareConfig, available_presets, load_preset
-from models.dpa import DpaError
+from models.dpa.format import DpaError
 from models.fileio import write_atomic
 from models.isa import CommandFormatError, StreamError, load_stream, save_stream
-from models.memory import WorkloadError
 from models.pingpong import PingPongError
 from sim.decode_step import command as decode_cli
 from sim.decode_step.setup import DecodeError
 from sim.experiments import ablation as ablation_cli
+from sim.experiments import capacity, size_report
 from sim.experiments import dex as dex_cli
 from sim.experiments.sweep import DEFAULT_DIMS, plot_sweep, sweep, sweep_table
 from sim.report import (
@@ -31,6 +31,7 @@ from sim.report import (
     user_output,
 )
 from sim.waves import WaveformError, format_summary, summarize_vcd
+from sim.workloads import WorkloadError
 
 __all__ = ["DEMO_KERNELS", "main"]
 
@@ -113,17 +114,12 @@ def _build_parser() -> argparse.ArgumentParser:
     size = sub.add_parser(
         "size-report", help="static vs DPA instruction size over context (PIMphony Fig. 10c)"
     )
-    size.add_argument("--dh", type=int, default=128)
-    size.add_argument("--gqa-group", type=int, default=1)
-    size.add_argument(
-        "--contexts",
-        default=",".join(str(1024 << i) for i in range(8)),
-        help="comma-separated token counts",
+    size_report.add_arguments(size)
+
+    cap = sub.add_parser(
+        "capacity", help="KV capacity utilisation, static vs lazy allocation (PIMphony Fig. 19)"
     )
-    size.add_argument("--preset", default="aim-16ch")
-    size.add_argument("--plot", type=Path, default=None, help="PNG (default build/dpa/...)")
-    size.add_argument("--force", action="store_true", help="replace an existing --plot file")
-    size.add_argument("--json", action="store_true", help="print one JSON object")
+    capacity.add_arguments(cap)
 
     dec = sub.add_parser("decode", help="one LLM decode step on a multi-module PIM system")
     decode_cli.add_arguments(dec)
@@ -320,33 +316,6 @@ def _compile_dpa(args: argparse.Namespace, cfg: HardwareConfig) -> int:
     return 0
 
 
-def _cmd_size_report(args: argparse.Namespace) -> int:
-    from compiler.dpa import (
-        DEFAULT_PLOT,
-        format_size_report,
-        instruction_size_report,
-        plot_size_report,
-    )
-
-    cfg = load_preset(args.preset)
-    try:
-        contexts = [int(x) for x in args.contexts.split(",") if x.strip()]
-    except ValueError:
-        raise CompileError(f"--contexts {args.contexts!r}: give comma-separated integers") from None
-    rows = instruction_size_report(cfg, args.dh, contexts, args.gqa_group)
-    plot = user_output(args.plot, Path(DEFAULT_PLOT), args.force)
-    cap = cfg.module.dpa_command_buffer_bytes
-    title = f"QK$^T$+SV instruction size, d_h={args.dh}, G={args.gqa_group} ({cfg.name})"
-    plot_size_report(rows, plot, title, cap)
-    if args.json:
-        print(json.dumps({"rows": [r._asdict() for r in rows], "plot": str(plot)}, indent=2))
-    else:
-        print(f"QK^T + SV, d_h {args.dh}, GQA group {args.gqa_group}, one channel of {cfg.name}")
-        print(format_size_report(rows, cap))
-        print(f"plot: {plot}")
-    return 0
-
-
 def _cmd_wave(args: argparse.Namespace) -> int:
     cfg = load_preset(args.preset)
     summary = summarize_vcd(args.vcd, cfg)
@@ -380,7 +349,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "dex":
             return dex_cli.run(args)
         if args.command == "size-report":
-            return _cmd_size_report(args)
+            return size_report.run(args)
+        if args.command == "capacity":
+            return capacity.run(args)
         if args.command == "presets":
             for name in available_presets():
                 cfg = load_preset(name)

@@ -23,9 +23,9 @@ import numpy as np
 from amaranth.back import verilog
 from amaranth.sim import Simulator
 
-from models.channel import run_channel
 from models.config import HardwareConfig, load_preset
-from models.dpa import DecoderTiming, DpaProgram, decode_times, expand, gaps_from_times
+from models.dpa.dispatcher import DecoderTiming, decode_times, run_pipeline
+from models.dpa.program import DpaProgram, expand
 from models.isa import Op, empty_stream
 from rtl.common import command_layout, issued_layout
 from rtl.dpa import DpaDispatcher, DpaError, DpaPipeline, HostOp, host_writes, pack_host
@@ -169,12 +169,12 @@ def compare_pipeline(
     timing: DecoderTiming | None = None,
 ) -> str | None:
     """``None`` if dispatcher -> DCS issued every command in the TLM pipeline's cycle
-    (``run_channel(expanded, cfg, "dcs", valid_gaps=gaps_from_times(decode_times(...)))``)."""
-    want, times = tlm_dispatch(program, t_cur, table, timing)
+    (:func:`models.dpa.dispatcher.run_pipeline`, the twin of :class:`rtl.dpa.DpaPipeline`)."""
+    want, times, schedule = run_pipeline(cfg, program, t_cur, table, timing)
     msg = _compare_dispatched(name, want, times, result, check_cycles=False)
     if msg:
         return msg
-    tlm = run_channel(want, cfg, "dcs", valid_gaps=gaps_from_times(times)).issue
+    tlm = schedule.issue
     d = np.flatnonzero(tlm != result.cycles)
     if d.size == 0:
         return None

@@ -303,7 +303,7 @@ def test_compile_dpa_format(capsys, tmp_path):
     rc, text, err = cli(capsys, "compile", *QK, "--format", "dpa", "-o", out)
     assert rc == 0, err
     from models.config import load_preset
-    from models.dpa import DpaProgram
+    from models.dpa.program import DpaProgram
 
     prog = DpaProgram.from_bytes(out.read_bytes(), load_preset("aim-16ch"))
     assert prog.kernel == "qk" and f"{prog.nbytes} B" in text

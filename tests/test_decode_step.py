@@ -21,7 +21,7 @@ from compiler.plan import (
     stage_layers,
 )
 from models.config import load_preset
-from models.dpa import decode_times
+from models.dpa.dispatcher import decode_times
 from models.hub import (
     NORM_FLOPS_PER_ELEMENT,
     RESIDUAL_FLOPS_PER_ELEMENT,

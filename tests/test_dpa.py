@@ -10,22 +10,22 @@ from compiler.dpa import (
     encode_kernel,
     encode_qk,
     encode_sv,
-    expand,
-    instruction_size_report,
-    main,
-    static_program_bytes,
 )
 from compiler.kernels import compile_qk, compile_sv
 from models.channel import run_channel
 from models.config import load_preset
-from models.dpa import (
-    WORD_BYTES,
-    Command,
+from models.dpa.dispatcher import (
     DecoderTiming,
     Dispatcher,
+    decode_times,
+    gaps_from_times,
+    va2pa_entry_bytes,
+)
+from models.dpa.format import (
+    WORD_BYTES,
+    Command,
     DpaCapacityError,
     DpaError,
-    DpaProgram,
     DynLoop,
     DynModi,
     Header,
@@ -33,13 +33,12 @@ from models.dpa import (
     Rule,
     Target,
     TranslationError,
-    decode_times,
     decode_word,
     encode_word,
-    gaps_from_times,
-    va2pa_entry_bytes,
 )
+from models.dpa.program import DpaProgram, expand
 from models.isa import Op, validate_stream
+from sim.experiments.size_report import instruction_size_report, main, static_program_bytes
 
 CFG = load_preset("aim-16ch")
 MAX_T = 8192
@@ -315,7 +314,7 @@ def test_size_report_and_cli(tmp_path, capsys) -> None:
     assert 1.95 < static[-1] / static[-2] < 2.05 and 7.8 < static[-1] / static[0] < 8.2
     assert len({r.dpa_bytes for r in rows}) == 1 and rows[0].dpa_bytes < static[0] / 10
     out = tmp_path / "size.png"
-    assert main(["--d-h", "64", "--contexts", "1024,4096", "--out", str(out)]) == 0
+    assert main(["--dh", "64", "--contexts", "1024,4096", "--plot", str(out)]) == 0
     text = capsys.readouterr().out
     assert "4096" in text and "DPA" in text and out.read_bytes()[:4] == b"\x89PNG"
     assert main(["--contexts", "0"]) == 2

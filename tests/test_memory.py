@@ -11,19 +11,23 @@ from models.config import ConfigError, load_preset
 from models.memory import (
     CHUNK_BYTES,
     GIB,
-    PAPER_SETUPS,
-    WORKLOAD_DIR,
     ChunkGeometry,
     LazyAllocator,
     OutOfMemory,
     StaticAllocator,
-    WorkloadError,
-    available_workloads,
+    kv_bytes_per_token,
+)
+from sim.experiments.capacity import (
+    PAPER_SETUPS,
     capacity_utilization,
     format_capacity_table,
-    kv_bytes_per_token,
-    load_workload,
     paper_comparison,
+)
+from sim.workloads import (
+    WORKLOAD_DIR,
+    WorkloadError,
+    available_workloads,
+    load_workload,
     read_context_lengths,
     sample_context_lengths,
 )

@@ -15,10 +15,9 @@ from amaranth.hdl import Fragment
 
 from compiler.dpa import encode_kernel
 from models.config import load_preset
-from models.dpa import (
+from models.dpa.dispatcher import Dispatcher
+from models.dpa.format import (
     Command,
-    Dispatcher,
-    DpaProgram,
     DynLoop,
     DynModi,
     Header,
@@ -26,9 +25,9 @@ from models.dpa import (
     Rule,
     Target,
     TranslationError,
-    expand,
     word_fields,
 )
+from models.dpa.program import DpaProgram, expand
 from models.isa import Op, field_widths
 from rtl.dpa import DpaDispatcher, DpaError, DpaPipeline, HostOp, buffer_bytes, host_writes
 from sim.cosim_dpa import (

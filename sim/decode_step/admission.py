@@ -8,7 +8,8 @@ from typing import Any
 
 from compiler.llm import ModelSpec
 from models.config import HardwareConfig
-from models.dpa import CONFIG_ENTRY_BYTES, va2pa_entry_bytes
+from models.dpa.dispatcher import va2pa_entry_bytes
+from models.dpa.format import CONFIG_ENTRY_BYTES
 from models.memory import ChunkGeometry, OutOfMemory, make_allocator
 from sim.decode_step.kernels import KernelCache
 from sim.decode_step.setup import MEMORY_POLICIES, DecodeError, DecodeSetup

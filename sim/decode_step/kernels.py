@@ -19,7 +19,7 @@ from compiler.kernels import CompileError, compile_kernel
 from compiler.plan import ChannelJob
 from models.channel import run_channel
 from models.config import HardwareConfig
-from models.dpa import gaps_from_times
+from models.dpa.dispatcher import gaps_from_times
 
 __all__ = ["KernelCache", "KernelStats", "ModuleRun", "job_key", "run_module"]
 

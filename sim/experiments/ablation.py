@@ -16,11 +16,11 @@ from typing import Any
 from compiler.llm import load_model
 from models.config import load_preset
 from models.fileio import BUILD_DIR, pyplot, write_figure
-from models.memory import load_workload, sample_context_lengths
 from sim.decode_step.admission import fill_batch
 from sim.decode_step.setup import DecodeSetup
 from sim.decode_step.step import run_decode
 from sim.report import user_output
+from sim.workloads import load_workload, sample_context_lengths
 
 __all__ = ["ABLATION_PLOT", "STEPS", "ablation", "add_arguments", "plot_ablation", "run"]
 

@@ -75,7 +75,7 @@ CASES: tuple[GoldenCase, ...] = (
 )
 
 
-_LEGACY = {"capacity": "models.memory", "rtl": "rtl.blocks", "area": "sim.area"}
+_LEGACY = {"rtl": "rtl.blocks", "area": "sim.area"}
 
 
 def _pimphony(argv: tuple[str, ...]) -> list[str]:
