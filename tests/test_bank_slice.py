@@ -30,7 +30,7 @@ from models.config import load_preset
 from models.isa import Op, make_stream
 from rtl.bank_slice import BankSliceController
 from sim import dex
-from sim.cosim_bank_slice import (
+from sim.verify.bank_slice import (
     SliceRun,
     compare_with_tlm,
     mixed_workload,

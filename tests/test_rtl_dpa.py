@@ -31,7 +31,7 @@ from models.dpa import (
 )
 from models.isa import Op, field_widths
 from rtl.dpa import DpaDispatcher, DpaError, DpaPipeline, HostOp, buffer_bytes, host_writes
-from sim.cosim_dpa import (
+from sim.verify.dpa import (
     DpaRun,
     compare_dispatch,
     compare_pipeline,

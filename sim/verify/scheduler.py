@@ -1,17 +1,48 @@
-"""Run a scheduler component in Amaranth's Python simulator and record issue cycles.
+"""RTL-vs-TLM checks of the scheduler blocks (static_sched, pingpong, dcs).
 
-Fast enough for streams of a few thousand commands; the cocotb/Verilator flow in
-``sim/cosim.py`` runs the generated Verilog for longer ones.
+Two back ends run a scheduler block on command streams and return the RTL issue cycle of every
+command: :func:`simulate_scheduler` drives a component in Amaranth's Python simulator (fast
+enough for a few thousand commands); :func:`run_rtl` builds the generated Verilog for ``cfg``
+(:func:`sim.verify.runner.run_cocotb`, cached per configuration in ``build/sim/``) and runs
+``sim/verify/tb_scheduler.py`` on every stream in one simulator process. ``compare_with_tlm``
+turns a mismatch into a message naming the stream, the first differing command and both
+cycles. A schedule recorded under output back-pressure is checked against the scheduler's rules
+with ``models.channel.check_schedule``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
-from amaranth.sim import Simulator
 
-__all__ = ["simulate_scheduler"]
+from models.channel import run_channel
+from models.config import HardwareConfig
+from models.isa import HW_FIELDS, describe_command
+from rtl.blocks import BLOCKS, SCHEDULER_OF_BLOCK, generate_verilog
+from rtl.common import command_layout, issued_layout
+from sim.verify.runner import (
+    BUILD_ROOT,
+    CosimError,
+    field_spec,
+    pack_fields,
+    run_amaranth,
+    run_cocotb,
+)
+
+__all__ = ["RtlStream", "compare_with_tlm", "run_rtl", "simulate_scheduler"]
+
+
+@dataclass(frozen=True)
+class RtlStream:
+    """One stream to run: commands, input ``valid`` gaps and output ``ready`` pattern."""
+
+    name: str
+    commands: np.ndarray
+    valid_gaps: tuple[int, ...] | None = None
+    ready_pattern: tuple[int, ...] | None = None
 
 
 def simulate_scheduler(
@@ -29,8 +60,7 @@ def simulate_scheduler(
     """
     n = int(stream.shape[0])
     issue = np.full(n, -1, dtype=np.int64)
-    fields = ("op", "gbuf", "row", "col", "out")
-    rows = [{f: int(stream[f][k]) for f in fields} for k in range(n)]
+    rows = [{f: int(stream[f][k]) for f in HW_FIELDS} for k in range(n)]
 
     async def producer(ctx):
         for k in range(n):
@@ -59,13 +89,70 @@ def simulate_scheduler(
             if cycle > max_cycles:
                 raise AssertionError(f"only {got} of {n} commands issued in {max_cycles} cycles")
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-9)
-    sim.add_testbench(producer, background=True)
-    sim.add_testbench(consumer)
-    if vcd_path:
-        with sim.write_vcd(vcd_path):
-            sim.run()
-    else:
-        sim.run()
+    run_amaranth(dut, consumer, background=producer, vcd_path=vcd_path)
     return issue
+
+
+def run_rtl(
+    block: str,
+    cfg: HardwareConfig,
+    streams: list[RtlStream],
+    simulator: str = "verilator",
+    waves: bool = False,
+    build_root: Path = BUILD_ROOT,
+) -> dict[str, np.ndarray]:
+    """RTL issue cycles (by program order) of every stream; ``{name: issue}``.
+
+    With ``waves`` the simulator also writes a waveform into the build directory; its path
+    (:attr:`CocotbRun.waves`) is returned under the key ``"__waves__"``.
+    """
+    if block not in SCHEDULER_OF_BLOCK:
+        raise CosimError(
+            f"block {block!r} is not a scheduler block; allowed: {', '.join(SCHEDULER_OF_BLOCK)}"
+        )
+    out_layout = issued_layout(cfg)
+    job = {
+        "seq_field": field_spec(out_layout, "seq"),
+        "cycle_field": field_spec(out_layout, "cycle"),
+        "streams": [
+            {
+                "name": s.name,
+                "payloads": pack_fields(command_layout(cfg), s.commands),
+                "valid_gaps": list(s.valid_gaps) if s.valid_gaps else None,
+                "ready_pattern": list(s.ready_pattern) if s.ready_pattern else None,
+                "max_cycles": 200 * int(s.commands.shape[0]) + 10_000,
+            }
+            for s in streams
+        ],
+    }
+    text = generate_verilog(block, cfg, **BLOCKS[block].cosim_args)
+    run = run_cocotb(
+        block,
+        text,
+        "sim.verify.tb_scheduler",
+        job,
+        simulator=simulator,
+        waves=waves,
+        build_root=build_root,
+    )
+    out: dict = {name: np.asarray(r["issue"], dtype=np.int64) for name, r in run.result.items()}
+    if run.waves is not None:
+        out["__waves__"] = run.waves
+    return out
+
+
+def compare_with_tlm(
+    block: str, cfg: HardwareConfig, stream: RtlStream, rtl_issue: np.ndarray
+) -> str | None:
+    """``None`` if the RTL issued every command in the TLM's cycle, else a readable message."""
+    sched = SCHEDULER_OF_BLOCK[block]
+    tlm = run_channel(stream.commands, cfg, sched).issue
+    diff = np.flatnonzero(tlm != rtl_issue)
+    if diff.size == 0:
+        return None
+    k = int(diff[0])
+    return (
+        f"stream {stream.name!r}, block {block} vs TLM {sched}: first differing command #{k} "
+        f"({describe_command(stream.commands, k)}): RTL issued at cycle {int(rtl_issue[k])}, "
+        f"TLM at cycle {int(tlm[k])}; {diff.size} of {tlm.size} commands differ"
+    )
