@@ -75,7 +75,7 @@ CASES: tuple[GoldenCase, ...] = (
 )
 
 
-_LEGACY = {"capacity": "models.memory", "rtl": "rtl.blocks", "area": "sim.area"}
+_LEGACY = {"capacity": "models.memory"}
 
 
 def _pimphony(argv: tuple[str, ...]) -> list[str]:
