@@ -72,7 +72,7 @@ BLOCKS: dict[Block, BlockSpec] = {
             area_args={"command_words": DPA_AREA_ENTRIES, "map_entries": DPA_AREA_ENTRIES},
         ),
         BlockSpec(Block.BANK_SLICE, BankSliceController, "models.bank_slice.run_bank_slice"),
-        BlockSpec(Block.DPA_PIPELINE, DpaPipeline, "models.dpa.expand + dcs run_channel"),
+        BlockSpec(Block.DPA_PIPELINE, DpaPipeline, "models.dpa.expand, then dcs"),
     )
 }
 """Every block, in :class:`Block` order (:data:`EMITTED` are the ones written and synthesised)."""
