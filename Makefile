@@ -27,7 +27,7 @@ bench: $(STAMP)  ## TLM speed of each scheduler (commands per second)
 	$(BIN)/python -m sim.bench
 
 rtl: $(STAMP)  ## Verilog of every RTL block into build/rtl/
-	$(BIN)/python -m rtl.blocks
+	$(BIN)/pimphony rtl
 
 # make wave KERNEL=qk TOKENS=256 DH=128 SCHED=dcs  (or KERNEL=gemv DOUT=256 DIN=256)
 # make wave BLOCK=dpa | bank_slice | pingpong | dcs | static_sched
@@ -39,11 +39,11 @@ DIN    ?= 256
 SCHED  ?= dcs
 BLOCK  ?=
 wave: $(STAMP)  ## VCD + GTKWave save file under build/waves/, then its summary
-	$(BIN)/python -m sim.waves --kernel $(KERNEL) --tokens $(TOKENS) --dh $(DH) \
+	$(BIN)/pimphony wave record --kernel $(KERNEL) --tokens $(TOKENS) --dh $(DH) \
 	    --dout $(DOUT) --din $(DIN) --sched $(SCHED) $(if $(BLOCK),--block $(BLOCK))
 
 area: $(STAMP)  ## Yosys synth + stat of every block at the papers' parameters
-	$(BIN)/python -m sim.area
+	$(BIN)/pimphony area
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

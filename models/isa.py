@@ -37,6 +37,7 @@ __all__ = [
     "FIELDS",
     "FORMAT_MAGIC",
     "FORMAT_VERSION",
+    "HW_FIELDS",
     "IO_OPS",
     "OPERAND_FIELDS",
     "OP_MAC",
@@ -71,6 +72,9 @@ IO_OPS = (Op.WR_INP, Op.RD_OUT)
 """Opcodes that move data over the channel data bus (the I/O queue under DCS)."""
 
 FIELDS = ("op", "gbuf", "row", "col", "out", "gpr")
+HW_FIELDS = tuple(f for f in FIELDS if f != "gpr")
+"""The fields the RTL command layout carries (:data:`FIELDS` less ``gpr``, which only matters
+functionally), in layout order."""
 COMMAND_DTYPE = np.dtype(
     [("op", "u1"), ("gbuf", "u2"), ("row", "u4"), ("col", "u2"), ("out", "u2"), ("gpr", "u4")]
 )

@@ -12,7 +12,7 @@ from amaranth.lib.wiring import In, Out
 
 from models.config import HardwareConfig
 from models.dram import activation_offsets
-from models.isa import field_widths
+from models.isa import HW_FIELDS, field_widths
 
 __all__ = [
     "CYCLE_BITS",
@@ -33,9 +33,7 @@ CYCLE_BITS = 32
 def command_layout(cfg: HardwareConfig) -> data.StructLayout:
     """Layout of one channel command (fields of :data:`models.isa.COMMAND_DTYPE` in hardware)."""
     w = field_widths(cfg.channel)
-    return data.StructLayout(
-        {name: unsigned(w[name]) for name in ("op", "gbuf", "row", "col", "out")}
-    )
+    return data.StructLayout({name: unsigned(w[name]) for name in HW_FIELDS})
 
 
 def issued_layout(cfg: HardwareConfig) -> data.StructLayout:

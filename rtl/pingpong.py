@@ -27,9 +27,9 @@ Cycle-exact twin of :func:`models.pingpong.pingpong_schedule`; the rules are in
 The TLM's queues never fill; ``depth`` (default ``dcs.queue_depth``, as DCS) must hold every
 accepted command not yet issued, or the input stalls and the timing departs from the TLM (the
 parity split keeps it deadlock free). The co-simulation builds it with 512-entry queues
-(``rtl.blocks.COSIM_ARGS``). A command arriving for a slot already handed off (the TLM refuses
-such runs) is made safe, not exact: a late MAC opens a new phase after the running slot, a
-late I/O joins the running slot (which holds no MAC then) and ends the phase.
+(``cosim_args`` of ``rtl.blocks.BLOCKS``). A command arriving for a slot already handed off
+(the TLM refuses such runs) is made safe, not exact: a late MAC opens a new phase after the
+running slot, a late I/O joins the running slot (which holds no MAC then) and ends the phase.
 """
 
 from __future__ import annotations
@@ -79,7 +79,8 @@ class PingPongScheduler(wiring.Component):
     depth
         Entries of the compute queue and of each of the two I/O queues; ``None`` (the default)
         takes ``cfg.dcs.queue_depth``, the DCS queue depth. Cycle-exact comparison with the TLM
-        needs queues that never fill: the co-simulation uses ``rtl.blocks.COSIM_ARGS``.
+        needs queues that never fill: the co-simulation uses the ``cosim_args`` of
+        ``rtl.blocks.BLOCKS``.
     """
 
     def __init__(self, cfg: HardwareConfig, depth: int | None = None):

@@ -19,6 +19,7 @@ from models.isa import CommandFormatError, StreamError, load_stream, save_stream
 from models.pingpong import PingPongError
 from sim.decode_step import command as decode_cli
 from sim.decode_step.setup import DecodeError
+from sim.eda.vcd import WaveformError, format_summary, summarize_vcd
 from sim.experiments import ablation as ablation_cli
 from sim.experiments import capacity, size_report
 from sim.experiments import dex as dex_cli
@@ -30,7 +31,6 @@ from sim.report import (
     scheduler_table,
     user_output,
 )
-from sim.waves import WaveformError, format_summary, summarize_vcd
 from sim.workloads import WorkloadError
 
 __all__ = ["DEMO_KERNELS", "main"]
@@ -154,12 +154,26 @@ def _build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("presets", help="list the hardware presets")
 
+    from sim.eda import area as area_cli
+    from sim.eda import verilog as verilog_cli
+    from sim.eda import waves as waves_cli
+
+    rtl = sub.add_parser("rtl", help="write the Verilog of every RTL block (build/rtl/)")
+    verilog_cli.add_arguments(rtl)
+
+    area = sub.add_parser("area", help="Yosys synthesis of every RTL block: cells, flip-flops")
+    area_cli.add_arguments(area)
+
     wave = sub.add_parser("wave", help="RTL waveforms (record them with `make wave`)")
     wave_sub = wave.add_subparsers(dest="wave_command", required=True, parser_class=_Parser)
     summary = wave_sub.add_parser("summary", help="cycles and MAC utilisation from a VCD")
     summary.add_argument("vcd", type=Path, metavar="FILE.vcd", help="scheduler waveform")
     summary.add_argument("--preset", default="aim-16ch", help="preset the RTL was built for")
     summary.add_argument("--json", action="store_true", help="print one JSON object")
+    record = wave_sub.add_parser(
+        "record", help="VCD + GTKWave save file of a kernel on an RTL block (build/waves/)"
+    )
+    waves_cli.add_arguments(record)
     return parser
 
 
@@ -340,8 +354,20 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_compile(args)
         if args.command == "sweep":
             return _cmd_sweep(args)
+        if args.command == "wave" and args.wave_command == "record":
+            from sim.eda import waves as waves_cli
+
+            return waves_cli.run(args)
         if args.command == "wave":
             return _cmd_wave(args)
+        if args.command == "rtl":
+            from sim.eda import verilog as verilog_cli
+
+            return verilog_cli.run(args)
+        if args.command == "area":
+            from sim.eda import area as area_cli
+
+            return area_cli.run(args)
         if args.command == "decode":
             return decode_cli.run(args)
         if args.command == "ablation":

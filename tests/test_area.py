@@ -1,4 +1,5 @@
-"""``sim.area``: Yosys synthesis puts the DCS tables in flip-flops, sized as the formula says."""
+"""``sim.eda.area``: Yosys synthesis puts the DCS tables in flip-flops, sized as the formula
+says."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import pytest
 
 from models.config import load_preset
-from sim.area import (
+from sim.eda.area import (
     DCS_PARTS,
     PIMPHONY_ENTRIES,
     PIMPHONY_ENTRY_BITS,
@@ -16,8 +17,8 @@ from sim.area import (
     dcs_table_bits,
     format_report,
     is_flip_flop,
-    main,
 )
+from tests.helpers import run_cli
 
 SMALL = {
     "channel.gbuf_entries": 8,
@@ -157,10 +158,8 @@ def test_text_report(report):
 
 
 def test_unknown_block_is_a_clear_error(capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(["--blocks", "nope"])
-    assert exc.value.code == 2
-    err = capsys.readouterr().err
+    rc, _, err = run_cli(capsys, "area", "--blocks", "nope")
+    assert rc == 2
     assert "unknown block(s) 'nope'" in err and "dcs" in err
     with pytest.raises(ValueError, match="unknown block"):
         area_report(load_preset("aim-16ch"), ["nope"])

@@ -29,7 +29,8 @@ from models.channel import run_channel
 from models.config import load_preset
 from models.isa import Op, make_stream
 from rtl.bank_slice import BankSliceController
-from sim.cosim_bank_slice import (
+from sim.experiments import dex
+from sim.verify.bank_slice import (
     SliceRun,
     compare_with_tlm,
     mixed_workload,
@@ -37,7 +38,6 @@ from sim.cosim_bank_slice import (
     run_rtl_bank_slice,
     simulate_amaranth,
 )
-from sim.experiments import dex
 
 CFG = load_preset("aim-16ch")
 DEX = SliceConfig(sliced=True)

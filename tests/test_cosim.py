@@ -15,14 +15,10 @@ import pytest
 from models.channel import check_schedule, run_channel
 from models.config import load_preset
 from models.pingpong import PingPongError
-from sim.cosim import (
-    SCHEDULER_OF_BLOCK,
-    RtlStream,
-    compare_with_tlm,
-    run_rtl,
-    simulators,
-)
-from sim.streams import kernel_streams, random_pingpong_stream, random_stream
+from rtl.blocks import SCHEDULER_OF_BLOCK
+from sim.verify.runner import simulators
+from sim.verify.scheduler import RtlStream, compare_with_tlm, run_rtl
+from sim.verify.streams import kernel_streams, random_pingpong_stream, random_stream
 
 RANDOM_SEEDS = (11, 12, 13)
 RANDOM_LEN = 600

@@ -19,7 +19,7 @@ from models.hub import (
     sequence,
 )
 from models.isa import Op, field_widths, make_stream
-from sim.streams import random_stream
+from sim.verify.streams import random_stream
 
 
 @pytest.fixture(scope="module")

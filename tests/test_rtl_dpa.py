@@ -30,7 +30,7 @@ from models.dpa.format import (
 from models.dpa.program import DpaProgram, expand
 from models.isa import Op, field_widths
 from rtl.dpa import DpaDispatcher, DpaError, DpaPipeline, HostOp, buffer_bytes, host_writes
-from sim.cosim_dpa import (
+from sim.verify.dpa import (
     DpaRun,
     compare_dispatch,
     compare_pipeline,

@@ -6,8 +6,6 @@ Verilog with longer streams.
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 import pytest
 
@@ -15,23 +13,21 @@ from compiler.kernels import compile_qk, compile_sv
 from models.channel import check_schedule, run_channel
 from models.config import load_preset
 from models.pingpong import PingPongError
-from rtl.blocks import COSIM_ARGS
+from rtl.blocks import BLOCK_OF_SCHEDULER, BLOCKS
 from rtl.dcs import DcsScheduler
 from rtl.pingpong import PingPongScheduler, slot_bits
-from rtl.static_sched import StaticScheduler
-from sim.amaranth_sim import simulate_scheduler
-from sim.cosim import RtlStream, compare_with_tlm
-from sim.streams import random_pingpong_stream, random_stream
+from sim.verify.scheduler import RtlStream, compare_with_tlm, simulate_scheduler
+from sim.verify.streams import random_pingpong_stream, random_stream
 from tests.test_scheduling import EXAMPLE, EXPECTED
 
-# Ping-pong at the co-simulation depth: cycle-exact runs need queues that never fill.
-CosimPingPong = partial(PingPongScheduler, **COSIM_ARGS["pingpong"])
-BLOCKS = {
-    "static": ("static_sched", StaticScheduler),
-    "pingpong": ("pingpong", CosimPingPong),
-    "dcs": ("dcs", DcsScheduler),
-}
-SCHEDS = list(BLOCKS)
+SCHEDS = list(BLOCK_OF_SCHEDULER)
+
+
+def _dut(sched: str, cfg):
+    """The block of ``sched`` at its co-simulation sizes (cycle-exact runs need ping-pong
+    queues that never fill)."""
+    spec = BLOCKS[BLOCK_OF_SCHEDULER[sched]]
+    return spec.build(cfg, **spec.cosim_args)
 
 
 def _random(cfg, sched: str, n: int, seed: int) -> np.ndarray:
@@ -56,7 +52,7 @@ def small_cfg():
 
 @pytest.mark.parametrize("sched", SCHEDS)
 def test_worked_example_cycle_exact(cfg, sched):
-    rtl = simulate_scheduler(BLOCKS[sched][1](cfg), EXAMPLE)
+    rtl = simulate_scheduler(_dut(sched, cfg), EXAMPLE)
     assert rtl.tolist() == EXPECTED[sched][0]
 
 
@@ -68,8 +64,10 @@ def test_worked_example_cycle_exact(cfg, sched):
 )
 def test_kernel_cycle_exact(cfg, sched, make):
     stream = make(cfg).commands
-    rtl = simulate_scheduler(BLOCKS[sched][1](cfg), stream)
-    assert compare_with_tlm(BLOCKS[sched][0], cfg, RtlStream("kernel", stream), rtl) is None
+    rtl = simulate_scheduler(_dut(sched, cfg), stream)
+    assert (
+        compare_with_tlm(BLOCK_OF_SCHEDULER[sched], cfg, RtlStream("kernel", stream), rtl) is None
+    )
 
 
 @pytest.mark.parametrize("sched", ["static", "dcs"])
@@ -77,8 +75,11 @@ def test_random_stream_with_wraparound(small_cfg, sched):
     stream = random_stream(small_cfg, 400, seed=7)
     tlm = run_channel(stream, small_cfg, sched)
     assert tlm.cycles > 2**small_cfg.dcs.timestamp_bits  # timestamps wrap
-    rtl = simulate_scheduler(BLOCKS[sched][1](small_cfg), stream)
-    assert compare_with_tlm(BLOCKS[sched][0], small_cfg, RtlStream("random", stream), rtl) is None
+    rtl = simulate_scheduler(_dut(sched, small_cfg), stream)
+    assert (
+        compare_with_tlm(BLOCK_OF_SCHEDULER[sched], small_cfg, RtlStream("random", stream), rtl)
+        is None
+    )
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -86,7 +87,7 @@ def test_pingpong_random_cycle_exact(cfg, seed):
     stream = random_pingpong_stream(cfg, 300, seed)
     tlm = run_channel(stream, cfg, "pingpong")
     assert tlm.extra["phases"] > 10  # many hand-offs
-    rtl = simulate_scheduler(CosimPingPong(cfg), stream)
+    rtl = simulate_scheduler(_dut("pingpong", cfg), stream)
     assert compare_with_tlm("pingpong", cfg, RtlStream("random", stream), rtl) is None
 
 
@@ -108,7 +109,7 @@ def test_pingpong_slot_wrap_and_full_queues_stay_safe(cfg):
 def test_valid_gaps_cycle_exact(cfg, sched):
     stream = _random(cfg, sched, 200, seed=3)
     gaps = np.random.default_rng(3).integers(0, 4, stream.shape[0])
-    rtl = simulate_scheduler(BLOCKS[sched][1](cfg), stream, valid_gaps=gaps.tolist())
+    rtl = simulate_scheduler(_dut(sched, cfg), stream, valid_gaps=gaps.tolist())
     assert rtl.tolist() == run_channel(stream, cfg, sched, valid_gaps=gaps).issue.tolist()
 
 
@@ -125,7 +126,7 @@ def test_pingpong_refuses_gaps_that_need_look_ahead(cfg):
 def test_ready_backpressure_keeps_rules(cfg, sched):
     stream = _random(cfg, sched, 200, seed=5)
     ready = np.random.default_rng(5).integers(0, 2, 97).tolist()
-    rtl = simulate_scheduler(BLOCKS[sched][1](cfg), stream, ready_pattern=ready)
+    rtl = simulate_scheduler(_dut(sched, cfg), stream, ready_pattern=ready)
     assert check_schedule(stream, rtl, cfg, sched) == []
     assert rtl.max() > run_channel(stream, cfg, sched).issue.max()  # it did slow down
 
@@ -146,7 +147,7 @@ def test_broken_pingpong_timing_is_reported(cfg):
     # Ping-pong built with t_MAC one cycle longer: the phase completes a cycle later, so the
     # hand-off to the epilogue and its first drain slip by one cycle.
     stream = compile_qk(cfg, 64, 64).commands
-    broken = CosimPingPong(cfg.replace(**{"timing.t_MAC": cfg.timing.t_MAC + 1}))
+    broken = _dut("pingpong", cfg.replace(**{"timing.t_MAC": cfg.timing.t_MAC + 1}))
     rtl = simulate_scheduler(broken, stream)
     msg = compare_with_tlm("pingpong", cfg, RtlStream("qk-T64-dh64", stream), rtl)
     assert msg is not None

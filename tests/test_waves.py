@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +17,8 @@ from models.channel import run_channel
 from models.config import load_preset
 from models.isa import Op
 from rtl.common import command_layout, issued_layout
-from sim.waves import WaveformError, record_waves, summarize_vcd
+from sim.eda.vcd import WaveformError, summarize_vcd
+from sim.eda.waves import record_waves
 from tests.helpers import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -113,7 +116,7 @@ def test_cli_wave_summary_json(recorded, capsys):
 
 
 def test_reset_between_streams_summarises_the_last(in_repo):
-    from sim.cosim import RtlStream, run_rtl
+    from sim.verify.scheduler import RtlStream, run_rtl
 
     a = compile_kernel(CFG, "qk", tokens=32, d_h=32).commands
     b = compile_kernel(CFG, "gemv", d_out=32, d_in=64).commands
@@ -193,3 +196,17 @@ def test_bad_files_exit_2(tmp_path, capsys, content):
     assert rc == 2
     assert out == ""
     assert err.startswith("pimphony: error: ") and "Traceback" not in err
+
+
+def test_cli_and_vcd_reader_load_no_amaranth():
+    """``pimphony wave summary`` and the light commands import no Amaranth, cocotb or RTL."""
+    code = (
+        "import sys; import sim.eda.vcd; from sim.cli import _build_parser; _build_parser(); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('amaranth', 'cocotb') "
+        "or m.startswith('rtl.')))"
+    )
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"

@@ -63,7 +63,8 @@ def bench_tlm(d: int = 16384, repeat: int = 3, preset: str = "aim-16ch") -> list
 
 def bench_rtl(d: int = 2048, preset: str = "aim-16ch") -> list[dict]:
     """Simulated cycles per second of RTL (Verilator + cocotb) and TLM on one GEMV stream."""
-    from sim.cosim import SCHEDULER_OF_BLOCK, RtlStream, run_rtl
+    from rtl.blocks import SCHEDULER_OF_BLOCK
+    from sim.verify.scheduler import RtlStream, run_rtl
 
     cfg = load_preset(preset)
     stream = compile_gemv(cfg, d, d).commands

@@ -75,7 +75,7 @@ CASES: tuple[GoldenCase, ...] = (
 )
 
 
-_LEGACY = {"rtl": "rtl.blocks", "area": "sim.area"}
+_LEGACY: dict[str, str] = {}
 
 
 def _pimphony(argv: tuple[str, ...]) -> list[str]:

@@ -1,4 +1,5 @@
-"""cocotb testbench for the scheduler blocks (run by ``sim/cosim.py``, never imported by tests).
+"""cocotb testbench for the scheduler blocks (run by ``sim/verify/scheduler.py``, never imported
+by tests).
 
 Reads a job file (JSON, path in ``PIMPHONY_JOB``): a list of streams, each with the packed
 command payloads, the idle cycles before offering each command and the output-ready pattern.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from cocotb.triggers import FallingEdge, RisingEdge
 
-from sim.tb_common import GappedSource, field, job_test, reset
+from sim.verify.tb_common import GappedSource, field, job_test, reset
 
 
 async def _run_stream(dut, job: dict, spec: dict) -> dict:

@@ -4,7 +4,8 @@ A :class:`DpaRun` is one dispatch: the host writes that load a program and a VA2
 start it (:func:`rtl.dpa.host_writes`) plus an output ``ready`` pattern. Two back ends run it:
 
 - :func:`simulate` — Amaranth's Python simulator (small buffers, fast tests);
-- :func:`run_rtl_dpa` — the generated Verilog under cocotb + Verilator (``sim/tb_dpa.py``),
+- :func:`run_rtl_dpa` — the generated Verilog under cocotb + Verilator
+  (``sim/verify/tb_dpa.py``),
   one build per configuration, cached in ``build/sim/``, every run in one simulator process.
 
 Both return a :class:`DpaResult` per run: the commands and their cycles counted from the
@@ -20,19 +21,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from amaranth.back import verilog
-from amaranth.sim import Simulator
 
 from models.config import HardwareConfig, load_preset
 from models.dpa.dispatcher import DecoderTiming, decode_times, run_pipeline
 from models.dpa.program import DpaProgram, expand
-from models.isa import Op, empty_stream
+from models.isa import HW_FIELDS, Op, describe_command, empty_stream
+from rtl import Block
+from rtl.blocks import BLOCKS, component_verilog
 from rtl.common import command_layout, issued_layout
-from rtl.dpa import DpaDispatcher, DpaError, DpaPipeline, HostOp, host_writes, pack_host
-from sim.cosim import BUILD_ROOT, CosimError, describe_command, field_spec, run_cocotb
+from rtl.dpa import DpaError, DpaPipeline, HostOp, host_writes, pack_host
+from sim.verify.runner import BUILD_ROOT, CosimError, field_spec, run_amaranth, run_cocotb
 
 __all__ = [
-    "BLOCKS",
+    "DPA_BLOCKS",
     "DpaResult",
     "DpaRun",
     "compare_dispatch",
@@ -43,9 +44,8 @@ __all__ = [
     "tlm_dispatch",
 ]
 
-BLOCKS = {"dpa": DpaDispatcher, "dpa_pipeline": DpaPipeline}
-"""Co-simulated blocks (Verilog module name -> constructor)."""
-_FIELDS = ("op", "gbuf", "row", "col", "out")
+DPA_BLOCKS = (Block.DPA, Block.DPA_PIPELINE)
+"""The blocks :func:`run_rtl_dpa` co-simulates (rows of :data:`rtl.blocks.BLOCKS`)."""
 DRAIN_QUIET_CYCLES = 400
 """Pipeline runs end this many cycles after the DCS's last issue once the dispatcher is idle."""
 
@@ -102,11 +102,11 @@ def tlm_dispatch(
 
 def _first_difference(want: np.ndarray, got: np.ndarray) -> int | None:
     n = min(want.shape[0], got.shape[0])
-    for f in _FIELDS:
+    for f in HW_FIELDS:
         d = np.flatnonzero(want[f][:n].astype(np.int64) != got[f][:n].astype(np.int64))
         if d.size:
             k = int(d[0])
-            for f2 in _FIELDS:  # the earliest command differing in any field
+            for f2 in HW_FIELDS:  # the earliest command differing in any field
                 d2 = np.flatnonzero(want[f2][:k].astype(np.int64) != got[f2][:k].astype(np.int64))
                 if d2.size:
                     k = min(k, int(d2[0]))
@@ -212,7 +212,7 @@ def simulate(dut, run: DpaRun, vcd_path: str | None = None) -> DpaResult:
             sampled = await ctx.tick().sample(
                 dut.host.ready,
                 dut.o.valid,
-                *(getattr(o, f) for f in _FIELDS),
+                *(getattr(o, f) for f in HW_FIELDS),
                 dut.busy,
                 dut.error_code,
                 dut.error_row,
@@ -221,7 +221,7 @@ def simulate(dut, run: DpaRun, vcd_path: str | None = None) -> DpaResult:
             h_ready, o_valid, *vals = sampled[2:]
             busy, ecode, erow = vals[5:8]
             if start is not None and o_valid and r:
-                fields = dict(zip(_FIELDS, vals[:5], strict=True))
+                fields = dict(zip(HW_FIELDS, vals[:5], strict=True))
                 if pipeline:
                     got.append((vals[8], vals[9] - start_at, fields))
                 else:
@@ -242,14 +242,7 @@ def simulate(dut, run: DpaRun, vcd_path: str | None = None) -> DpaResult:
             if cycle > run.max_cycles:
                 raise AssertionError(f"{run.name}: not done after {run.max_cycles} cycles")
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-9)
-    sim.add_testbench(bench)
-    if vcd_path:
-        with sim.write_vcd(vcd_path):
-            sim.run()
-    else:
-        sim.run()
+    run_amaranth(dut, bench, vcd_path=vcd_path)
     return _result(got, outcome)
 
 
@@ -289,17 +282,17 @@ def run_rtl_dpa(
     With ``waves`` the simulator also writes a waveform into the build directory; its path is
     returned under the key ``"__waves__"``.
     """
-    if block not in BLOCKS:
-        raise CosimError(f"block {block!r} is unknown; allowed: {', '.join(BLOCKS)}")
-    dut = BLOCKS[block](cfg, **dispatcher_args)
-    text = verilog.convert(dut, name=block, emit_src=False)
-    pipeline = block == "dpa_pipeline"
+    if block not in DPA_BLOCKS:
+        raise CosimError(f"block {block!r} is unknown; allowed: {', '.join(DPA_BLOCKS)}")
+    dut = BLOCKS[block].build(cfg, **dispatcher_args)
+    text = component_verilog(dut, block)
+    pipeline = block == Block.DPA_PIPELINE
     out_layout = issued_layout(cfg) if pipeline else command_layout(cfg)
     cmd_off = out_layout["cmd"].offset if pipeline else 0
     job = {
         "pipeline": pipeline,
         "drain_quiet_cycles": DRAIN_QUIET_CYCLES,
-        "cmd_fields": {n: field_spec(command_layout(cfg), n, cmd_off) for n in _FIELDS},
+        "cmd_fields": {n: field_spec(command_layout(cfg), n, cmd_off) for n in HW_FIELDS},
         "issued_fields": {n: field_spec(out_layout, n) for n in ("seq", "cycle")}
         if pipeline
         else {},
@@ -315,11 +308,17 @@ def run_rtl_dpa(
         ],
     }
     run = run_cocotb(
-        block, text, "sim.tb_dpa", job, simulator=simulator, waves=waves, build_root=build_root
+        block,
+        text,
+        "sim.verify.tb_dpa",
+        job,
+        simulator=simulator,
+        waves=waves,
+        build_root=build_root,
     )
     out: dict = {}
     for name, r in run.result.items():
-        got = [(key, cyc, dict(zip(_FIELDS, vals, strict=True))) for key, cyc, vals in r["got"]]
+        got = [(key, cyc, dict(zip(HW_FIELDS, vals, strict=True))) for key, cyc, vals in r["got"]]
         out[name] = _result(got, r)
     if run.waves is not None:
         out["__waves__"] = run.waves
@@ -334,12 +333,12 @@ def record_waves(
     simulator: str = "verilator",
 ) -> Path:
     """Dispatch a small compiler program on the ``dpa`` block with waves on; the path of the
-    waveform in the build directory (``sim.waves.record_block_waves`` copies it out).
+    waveform in the build directory (``sim.eda.waves.record_block_waves`` copies it out).
 
     For ``make wave BLOCK=dpa``: QK^T (or SV) at ``d_h``, GQA group 1, ``T_cur`` tokens, with a
     shuffled VA2PA table; the dump holds the host writes, the pre-decode pass and the walk.
     The run is checked against the TLM (:func:`compare_dispatch`, cycles included) first;
-    :class:`~sim.cosim.CosimError` if it differs.
+    :class:`~sim.verify.runner.CosimError` if it differs.
     """
     from compiler.dpa import encode_kernel
 
@@ -349,7 +348,7 @@ def record_waves(
     rows = int(stream["row"][stream["op"] == Op.MAC].max()) + 1
     table = np.random.default_rng(7).permutation(cfg.channel.rows_per_bank)[:rows]
     run = make_run(f"{kernel}-d{d_h}-T{t_cur}", prog, t_cur, table)
-    res = run_rtl_dpa("dpa", cfg, [run], simulator=simulator, waves=True)
+    res = run_rtl_dpa(Block.DPA, cfg, [run], simulator=simulator, waves=True)
     msg = compare_dispatch(run.name, prog, t_cur, table, res[run.name])
     if msg:
         raise CosimError(msg)

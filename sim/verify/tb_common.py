@@ -1,5 +1,5 @@
-"""Shared pieces of the cocotb testbenches (``sim/tb_*.py``; run by the co-simulation
-runner :func:`sim.cosim.run_cocotb`, never imported by tests).
+"""Shared pieces of the cocotb testbenches (``sim/verify/tb_*.py``; run by the
+co-simulation runner :func:`sim.verify.runner.run_cocotb`, never imported by tests).
 
 A testbench module defines ``run_one(dut, job, spec) -> dict`` for one entry of its job file
 and exposes it with ``run_job = job_test("streams", run_one, __name__)``: cocotb discovers the
@@ -24,7 +24,7 @@ RunOne = Callable[[object, dict, dict], Awaitable[dict]]
 
 
 def field(word: int, spec: Sequence[int]) -> int:
-    """Field ``spec = [offset, mask]`` (:func:`sim.cosim.field_spec`) of ``word``."""
+    """Field ``spec = [offset, mask]`` (:func:`sim.verify.runner.field_spec`) of ``word``."""
     off, mask = spec
     return (word >> off) & mask
 

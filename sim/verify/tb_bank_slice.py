@@ -1,4 +1,4 @@
-"""cocotb testbench for the bank-slice controller (run by ``sim/cosim_bank_slice.py``).
+"""cocotb testbench for the bank-slice controller (run by ``sim/verify/bank_slice.py``).
 
 Reads a job file (JSON, path in ``PIMPHONY_JOB``): a list of runs, each with the packed PIM
 command payloads and the idle cycles before offering each, the packed host read payloads
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from cocotb.triggers import FallingEdge, RisingEdge
 
-from sim.tb_common import GappedSource, field, job_test, reset
+from sim.verify.tb_common import GappedSource, field, job_test, reset
 
 
 async def _run(dut, job: dict, spec: dict) -> dict:

@@ -1,11 +1,11 @@
-"""Co-simulation: run the generated Verilog under cocotb (Verilator) and compare with the TLM.
+"""The runners of every co-simulation: cocotb on the generated Verilog, or Amaranth's simulator.
 
-``run_rtl(block, cfg, streams)`` builds ``block`` for ``cfg`` (cached per configuration in
-``build/sim/``), runs ``sim/tb_scheduler.py`` on every stream in one simulator process, and
-returns the RTL issue cycle of every command. ``compare_with_tlm`` turns a mismatch into a
-message naming the stream, the first differing command and both cycles. A schedule recorded
-under output back-pressure is checked against the scheduler's rules with
-``models.channel.check_schedule``.
+:func:`run_amaranth` runs Python testbenches on a component in Amaranth's simulator;
+:func:`run_cocotb` builds a Verilog text (cached per text in ``build/sim/``), runs a cocotb
+testbench module of ``sim.verify`` on it with a job file and returns the testbench's results;
+:func:`field_spec` and :func:`pack_fields` move fields in and out of the packed words the
+testbenches drive and read. The block-specific harnesses are ``sim.verify.scheduler``,
+``sim.verify.dpa`` and ``sim.verify.bank_slice``.
 """
 
 from __future__ import annotations
@@ -24,44 +24,26 @@ from pathlib import Path
 import numpy as np
 from amaranth.lib import data
 
-from models.channel import run_channel
-from models.config import HardwareConfig
-from models.isa import describe_command
-from rtl.blocks import BLOCKS, COSIM_ARGS, SCHEDULER_OF_BLOCK, generate_verilog
-from rtl.common import command_layout, issued_layout
+from models.fileio import BUILD_DIR
 
 __all__ = [
     "BUILD_ROOT",
-    "SCHEDULER_OF_BLOCK",
     "CocotbRun",
     "CosimError",
-    "RtlStream",
-    "compare_with_tlm",
-    "describe_command",
     "field_spec",
     "pack_fields",
+    "run_amaranth",
     "run_cocotb",
-    "run_rtl",
     "simulators",
     "verilator_env",
 ]
 
-BUILD_ROOT = Path("build/sim")
+BUILD_ROOT = BUILD_DIR / "sim"
 """Cached simulator builds: one directory per top module, simulator, waves flag and Verilog."""
 
 
 class CosimError(RuntimeError):
     """The simulator could not be built or run, or the RTL disagrees with the TLM."""
-
-
-@dataclass(frozen=True)
-class RtlStream:
-    """One stream to run: commands, input ``valid`` gaps and output ``ready`` pattern."""
-
-    name: str
-    commands: np.ndarray
-    valid_gaps: tuple[int, ...] | None = None
-    ready_pattern: tuple[int, ...] | None = None
 
 
 def verilator_env() -> dict[str, str]:
@@ -93,6 +75,23 @@ def _simulator_env(simulator: str) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def run_amaranth(dut, testbench, *, background=None, vcd_path: str | Path | None = None) -> None:
+    """Run ``testbench`` (after the ``background`` testbench, if any) on ``dut`` in Amaranth's
+    simulator with a 1 ns clock; with ``vcd_path`` also write a VCD there."""
+    from amaranth.sim import Simulator
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    if background is not None:
+        sim.add_testbench(background, background=True)
+    sim.add_testbench(testbench)
+    if vcd_path:
+        with sim.write_vcd(str(vcd_path)):
+            sim.run()
+    else:
+        sim.run()
 
 
 def simulators() -> list[str]:
@@ -219,66 +218,3 @@ def _failures(xml_path: Path) -> list[str]:
         for bad in list(case.iter("failure")) + list(case.iter("error")):
             msgs.append(f"{case.get('name')}: {bad.get('message')}")
     return msgs
-
-
-def run_rtl(
-    block: str,
-    cfg: HardwareConfig,
-    streams: list[RtlStream],
-    simulator: str = "verilator",
-    waves: bool = False,
-    build_root: Path = BUILD_ROOT,
-) -> dict[str, np.ndarray]:
-    """RTL issue cycles (by program order) of every stream; ``{name: issue}``.
-
-    With ``waves`` the simulator also writes a waveform into the build directory; its path
-    (:attr:`CocotbRun.waves`) is returned under the key ``"__waves__"``.
-    """
-    if block not in BLOCKS:
-        raise CosimError(f"block {block!r} is unknown; allowed: {', '.join(BLOCKS)}")
-    out_layout = issued_layout(cfg)
-    job = {
-        "seq_field": field_spec(out_layout, "seq"),
-        "cycle_field": field_spec(out_layout, "cycle"),
-        "streams": [
-            {
-                "name": s.name,
-                "payloads": pack_fields(command_layout(cfg), s.commands),
-                "valid_gaps": list(s.valid_gaps) if s.valid_gaps else None,
-                "ready_pattern": list(s.ready_pattern) if s.ready_pattern else None,
-                "max_cycles": 200 * int(s.commands.shape[0]) + 10_000,
-            }
-            for s in streams
-        ],
-    }
-    text = generate_verilog(block, cfg, **COSIM_ARGS.get(block, {}))
-    run = run_cocotb(
-        block,
-        text,
-        "sim.tb_scheduler",
-        job,
-        simulator=simulator,
-        waves=waves,
-        build_root=build_root,
-    )
-    out: dict = {name: np.asarray(r["issue"], dtype=np.int64) for name, r in run.result.items()}
-    if run.waves is not None:
-        out["__waves__"] = run.waves
-    return out
-
-
-def compare_with_tlm(
-    block: str, cfg: HardwareConfig, stream: RtlStream, rtl_issue: np.ndarray
-) -> str | None:
-    """``None`` if the RTL issued every command in the TLM's cycle, else a readable message."""
-    sched = SCHEDULER_OF_BLOCK[block]
-    tlm = run_channel(stream.commands, cfg, sched).issue
-    diff = np.flatnonzero(tlm != rtl_issue)
-    if diff.size == 0:
-        return None
-    k = int(diff[0])
-    return (
-        f"stream {stream.name!r}, block {block} vs TLM {sched}: first differing command #{k} "
-        f"({describe_command(stream.commands, k)}): RTL issued at cycle {int(rtl_issue[k])}, "
-        f"TLM at cycle {int(tlm[k])}; {diff.size} of {tlm.size} commands differ"
-    )

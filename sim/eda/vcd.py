@@ -1,0 +1,227 @@
+"""Reading a recorded VCD back: the TLM's headline numbers from a scheduler waveform.
+
+``summarize_vcd`` computes ``cycles``, ``mac_utilization`` and per-opcode counts from the output
+stream alone, so a waveform can be checked against ``pimphony run`` (``pimphony wave
+summary``). Importing this module loads no Amaranth, cocotb or RTL module.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from pathlib import Path
+
+from models.config import HardwareConfig
+from models.dram import execution_times
+from models.isa import Op
+
+__all__ = [
+    "WaveformError",
+    "find_signal",
+    "format_summary",
+    "signal_base",
+    "signal_width",
+    "summarize_vcd",
+    "vcd_references",
+]
+
+_RANGE = re.compile(r"\[(\d+):(\d+)\]$")
+
+
+class WaveformError(ValueError):
+    """A VCD is missing, malformed or lacks the signals a summary needs; or the scheduler is
+    unknown."""
+
+
+# ---- VCD access ---------------------------------------------------------------------------
+
+
+def signal_base(ref: str) -> str:
+    """Reference without its ``[msb:lsb]`` suffix."""
+    return _RANGE.sub("", ref)
+
+
+def signal_width(ref: str) -> int:
+    """Bits of a reference: from its ``[msb:lsb]`` suffix, 1 without one."""
+    m = _RANGE.search(ref)
+    return abs(int(m.group(1)) - int(m.group(2))) + 1 if m else 1
+
+
+def vcd_references(path: Path) -> dict[str, str]:
+    """Signal references of the VCD at ``path`` (header only), each with its GTKWave name.
+
+    References are vcdvcd's (``scope.name[msb:lsb]``). GTKWave escapes a variable name that
+    contains its hierarchy delimiter: Verilator's ``o__payload.cmd.op`` in scope ``dcs`` is
+    ``dcs.\\o__payload.cmd.op[1:0]`` there. Raises :class:`WaveformError` if unusable.
+    """
+    from vcdvcd import VCDVCD
+
+    if not path.exists():
+        raise WaveformError(f"{path}: no such file")
+    if not path.is_file():
+        raise WaveformError(f"{path}: not a file")
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if not head.lstrip().startswith(b"$") or b"\0" in head:
+        raise WaveformError(f"{path}: not a VCD file (no $-keyword header)")
+    try:
+        vcd = VCDVCD(str(path), only_sigs=True, store_scopes=True)
+    except Exception as exc:  # vcdvcd raises bare exceptions on malformed input
+        raise WaveformError(f"{path}: not a readable VCD file ({exc})") from None
+    names = {ref: ref for ref in vcd.references_to_ids}
+    for scope in vcd.scopes.values():
+        for var, ref in scope.subElements.items():
+            if isinstance(ref, str) and "." in signal_base(var):
+                names[ref] = f"{scope.name}.\\{var}"
+    if not names:
+        raise WaveformError(f"{path}: not a VCD file (no $var declarations)")
+    return names
+
+
+def find_signal(refs: list[str], name: str, required: bool = True, path: Path | None = None) -> str:
+    """The shallowest reference whose last component is ``name`` (any scope, any range)."""
+    hits = [r for r in refs if signal_base(r) == name or signal_base(r).endswith("." + name)]
+    if not hits:
+        if required:
+            raise WaveformError(
+                f"{path}: no signal named {name!r} in the VCD; is this a pimphony scheduler "
+                f"waveform (ports clk, o__valid, o__ready, o__payload)?"
+            )
+        return ""
+    return min(hits, key=lambda r: (signal_base(r).count("."), r))
+
+
+def _before(tv: tuple[list[int], list[str]], t: int) -> str:
+    """Value of a signal just before time ``t`` (``x`` if it had none yet)."""
+    times, values = tv
+    k = bisect.bisect_left(times, t) - 1
+    return values[k] if k >= 0 else "x"
+
+
+def _as_int(value: str) -> int | None:
+    try:
+        return int(value, 2)
+    except ValueError:  # x or z bits
+        return None
+
+
+# ---- summary ------------------------------------------------------------------------------
+
+
+def summarize_vcd(path: str | Path, cfg: HardwareConfig) -> dict:
+    """Cycles, MAC utilisation and issue statistics from a scheduler VCD.
+
+    Samples ``o__valid``, ``o__ready`` and ``o__payload`` just before every rising edge of
+    ``clk``; an edge where both handshake signals are 1 (and ``rst`` is 0) is one issued
+    command, its issue cycle is the payload's ``cycle`` field. ``cycles`` is the latest issue
+    plus execution time (``cfg.timing``), as in :func:`models.channel.run_channel`. If the
+    DUT was reset between streams (``rst`` high, or the cycle field going backwards), only
+    the last run is summarised and ``notes`` says so.
+
+    Parameters
+    ----------
+    path
+        VCD written by :func:`record_waves` or ``sim.verify.scheduler.run_rtl(..., waves=True)``.
+    cfg
+        The hardware configuration the RTL was built for (payload layout and timing).
+
+    Returns
+    -------
+    dict
+        ``cycles``, ``mac_utilization``, ``commands``, ``counts`` (per opcode name),
+        ``first_issue``, ``last_issue``, ``longest_stall``, ``runs``, ``notes``, ``signals``.
+    """
+    from vcdvcd import VCDVCD
+
+    from rtl.common import command_layout, issued_layout
+
+    path = Path(path)
+    refs = list(vcd_references(path))
+    names = {
+        n: find_signal(refs, n, path=path) for n in ("clk", "o__valid", "o__ready", "o__payload")
+    }
+    rst = find_signal(refs, "rst", required=False)
+    if rst:
+        names["rst"] = rst
+    layout, cmd = issued_layout(cfg), command_layout(cfg)
+    width = signal_width(names["o__payload"])
+    if width != layout.size:
+        raise WaveformError(
+            f"{path}: o__payload is {width} bits, preset {cfg.name} issues {layout.size}-bit "
+            f"payloads; was the waveform recorded with another --preset?"
+        )
+    op_off = layout["cmd"].offset + cmd["op"].offset
+    op_mask = (1 << cmd["op"].shape.width) - 1
+    cyc_off = layout["cycle"].offset
+    cyc_mask = (1 << layout["cycle"].shape.width) - 1
+    try:
+        vcd = VCDVCD(str(path), signals=sorted(set(names.values())))
+    except Exception as exc:
+        raise WaveformError(f"{path}: not a readable VCD file ({exc})") from None
+    tvs = {}
+    for key, ref in names.items():
+        tv = vcd[ref].tv
+        tvs[key] = ([t for t, _ in tv], [v for _, v in tv])
+    clk_t, clk_v = tvs["clk"]
+    rises = [clk_t[k] for k in range(1, len(clk_t)) if clk_v[k] == "1" and clk_v[k - 1] == "0"]
+
+    runs: list[list[tuple[int, int]]] = [[]]  # per run: (issue cycle, op)
+    for t in rises:
+        if "rst" in tvs and _before(tvs["rst"], t) != "0":
+            if runs[-1]:
+                runs.append([])
+            continue
+        if _before(tvs["o__valid"], t) != "1" or _before(tvs["o__ready"], t) != "1":
+            continue
+        word = _as_int(_before(tvs["o__payload"], t))
+        if word is None:
+            raise WaveformError(f"{path}: o__payload has x/z bits at an issue (time {t})")
+        cycle, op = (word >> cyc_off) & cyc_mask, (word >> op_off) & op_mask
+        if op >= len(Op):
+            raise WaveformError(f"{path}: issued opcode {op} at time {t} is not an opcode")
+        if runs[-1] and cycle <= runs[-1][-1][0]:
+            runs.append([])
+        runs[-1].append((cycle, op))
+    runs = [r for r in runs if r] or [[]]
+    issued = runs[-1]
+    notes = [] if issued else ["no command was issued (no o__valid & o__ready at a clock edge)"]
+    if len(runs) > 1:
+        notes.append(
+            f"{len(runs)} runs in the VCD (the DUT was reset between streams); "
+            f"summarised the last one ({len(issued)} commands)"
+        )
+    exec_time = execution_times(cfg.timing)
+    counts = {o.name: sum(1 for _, op in issued if op == o) for o in Op}
+    cycles = max((c + int(exec_time[op]) for c, op in issued), default=0)
+    util = counts["MAC"] * cfg.timing.tCCD / cycles if cycles else 0.0
+    issue = [c for c, _ in issued]
+    stall = max((b - a - 1 for a, b in zip(issue, issue[1:], strict=False)), default=0)
+    return {
+        "vcd": str(path),
+        "preset": cfg.name,
+        "cycles": int(cycles),
+        "commands": len(issued),
+        "counts": counts,
+        "mac_utilization": min(util, 1.0),
+        "first_issue": issue[0] if issue else None,
+        "last_issue": issue[-1] if issue else None,
+        "longest_stall": int(stall),
+        "runs": len(runs) if issued else 0,
+        "notes": notes,
+        "signals": names,
+    }
+
+
+def format_summary(summary: dict) -> str:
+    """Human-readable lines for a :func:`summarize_vcd` result."""
+    counts = ", ".join(f"{k} {v}" for k, v in summary["counts"].items())
+    lines = [
+        f"  cycles           {summary['cycles']}",
+        f"  MAC utilization  {100 * summary['mac_utilization']:.1f}%",
+        f"  issued           {summary['commands']} ({counts})",
+        f"  first issue      cycle {summary['first_issue']}",
+        f"  last issue       cycle {summary['last_issue']}",
+        f"  longest stall    {summary['longest_stall']} cycles (between first and last issue)",
+    ]
+    lines += [f"  note: {n}" for n in summary["notes"]]
+    return "\n".join(lines)

@@ -1,0 +1,8 @@
+"""RTL-vs-TLM verification: every RTL block run (cocotb + Verilator, or Amaranth's simulator)
+against its TLM twin.
+
+``runner`` is the cocotb runner; ``scheduler``, ``dpa`` and ``bank_slice`` are the harnesses of
+the blocks of the same name (``models/X.py`` <-> ``rtl/X.py`` <-> ``sim/verify/X.py``; the
+three scheduler blocks share ``scheduler``); ``tb_*`` are the cocotb testbenches they run and
+``streams`` the test streams.
+"""
