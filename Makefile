@@ -24,7 +24,7 @@ test-all: $(STAMP)  ## every test, including the slow ones
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)  ## TLM speed of each scheduler (commands per second)
-	$(BIN)/python -m sim.bench
+	$(BIN)/pimphony bench
 
 rtl: $(STAMP)  ## Verilog of every RTL block into build/rtl/
 	$(BIN)/pimphony rtl

@@ -38,7 +38,8 @@ from models.dpa.format import (
 )
 from models.dpa.program import DpaProgram, expand
 from models.isa import Op, validate_stream
-from sim.experiments.size_report import instruction_size_report, main, static_program_bytes
+from sim.experiments.size_report import instruction_size_report, static_program_bytes
+from tests.helpers import run_cli
 
 CFG = load_preset("aim-16ch")
 MAX_T = 8192
@@ -314,7 +315,9 @@ def test_size_report_and_cli(tmp_path, capsys) -> None:
     assert 1.95 < static[-1] / static[-2] < 2.05 and 7.8 < static[-1] / static[0] < 8.2
     assert len({r.dpa_bytes for r in rows}) == 1 and rows[0].dpa_bytes < static[0] / 10
     out = tmp_path / "size.png"
-    assert main(["--dh", "64", "--contexts", "1024,4096", "--plot", str(out)]) == 0
-    text = capsys.readouterr().out
+    rc, text, _ = run_cli(
+        capsys, "size-report", "--dh", "64", "--contexts", "1024,4096", "--plot", out
+    )
+    assert rc == 0
     assert "4096" in text and "DPA" in text and out.read_bytes()[:4] == b"\x89PNG"
-    assert main(["--contexts", "0"]) == 2
+    assert run_cli(capsys, "size-report", "--contexts", "0")[0] == 2

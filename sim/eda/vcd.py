@@ -7,15 +7,19 @@ summary``). Importing this module loads no Amaranth, cocotb or RTL module.
 
 from __future__ import annotations
 
+import argparse
 import bisect
+import json
 import re
 from pathlib import Path
 
-from models.config import HardwareConfig
+from models.config import HardwareConfig, load_preset
 from models.dram import execution_times
 from models.isa import Op
 
 __all__ = [
+    "add_arguments",
+    "run",
     "WaveformError",
     "find_signal",
     "format_summary",
@@ -225,3 +229,22 @@ def format_summary(summary: dict) -> str:
     ]
     lines += [f"  note: {n}" for n in summary["notes"]]
     return "\n".join(lines)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``pimphony wave summary``."""
+    p.add_argument("vcd", type=Path, metavar="FILE.vcd", help="scheduler waveform")
+    p.add_argument("--preset", default="aim-16ch", help="preset the RTL was built for")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``pimphony wave summary``: cycles and MAC utilisation read back from a VCD."""
+    cfg = load_preset(args.preset)
+    summary = summarize_vcd(args.vcd, cfg)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"{args.vcd}: issue stream of the RTL (preset {cfg.name})")
+        print(format_summary(summary))
+    return 0

@@ -39,7 +39,6 @@ __all__ = [
     "add_arguments",
     "capacity_utilization",
     "format_capacity_table",
-    "main",
     "paper_comparison",
     "run",
 ]
@@ -318,16 +317,3 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_capacity_table(rows))
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m sim.experiments.capacity``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m sim.experiments.capacity", description=__doc__.split("\n")[0]
-    )
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -33,7 +32,6 @@ __all__ = [
     "add_arguments",
     "format_size_report",
     "instruction_size_report",
-    "main",
     "plot_size_report",
     "run",
     "static_program_bytes",
@@ -153,20 +151,3 @@ def run(args: argparse.Namespace) -> int:
         print(format_size_report(rows, cap))
         print(f"plot: {plot}")
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m sim.experiments.size_report``: 0 on success, 2 on a user error."""
-    parser = argparse.ArgumentParser(
-        prog="python -m sim.experiments.size_report", description=__doc__.split("\n")[0]
-    )
-    add_arguments(parser)
-    try:
-        return run(parser.parse_args(argv))
-    except (ValueError, FileExistsError) as exc:  # ConfigError, CompileError, DpaError
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from compiler.kernels import compile_gemv, compile_qk
+from compiler.kernels import CompileError, compile_gemv, compile_qk
 from models.channel import BREAKDOWN_KEYS, SCHEDULERS, run_channel
-from models.config import HardwareConfig
-from models.fileio import pyplot, write_figure
+from models.config import HardwareConfig, load_preset
+from models.fileio import BUILD_DIR, pyplot, write_figure
+from sim.report import user_output
 
-__all__ = ["DEFAULT_DIMS", "plot_sweep", "sweep", "sweep_table"]
+__all__ = [
+    "DEFAULT_DIMS",
+    "add_arguments",
+    "plot_sweep",
+    "run",
+    "sweep",
+    "sweep_table",
+]
 
 DEFAULT_DIMS = (64, 128, 256, 512, 1024, 2048, 4096)
 
@@ -90,3 +100,45 @@ def plot_sweep(rows: list[dict], path: Path, title: str) -> Path:
     fig.suptitle(title)
     fig.tight_layout()
     return write_figure(fig, path)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``pimphony sweep``."""
+    p.add_argument(
+        "--kernel",
+        choices=("gemv", "qk"),
+        default="gemv",
+        help="gemv: square d x d weights; qk: head dimension d_h at --tokens",
+    )
+    p.add_argument(
+        "--dims", default=",".join(str(d) for d in DEFAULT_DIMS), help="comma-separated dimensions"
+    )
+    p.add_argument("--tokens", type=int, default=4096, help="tokens for --kernel qk")
+    p.add_argument("--preset", default="aim-16ch")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--plot", type=Path, default=None, help="plot file (default build/sweep/<kernel>.png)"
+    )
+    p.add_argument("--force", action="store_true", help="replace an existing --plot file")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``pimphony sweep``: the table (or JSON) and the plot."""
+    cfg = load_preset(args.preset)
+    try:
+        dims = [int(d) for d in args.dims.split(",") if d.strip()]
+    except ValueError:
+        raise CompileError(f"--dims {args.dims!r}: expected comma-separated integers") from None
+    if not dims:
+        raise CompileError("--dims is empty")
+    rows = sweep(cfg, args.kernel, dims, tokens=args.tokens)
+    plot = user_output(args.plot, BUILD_DIR / "sweep" / f"{args.kernel}.png", args.force)
+    what = "square GEMV d x d" if args.kernel == "gemv" else f"QK^T, T={args.tokens}, d = d_h"
+    plot_sweep(rows, plot, f"MAC utilisation vs dimension: {what} ({cfg.name}, one channel)")
+    if args.json:
+        print(json.dumps({"kernel": args.kernel, "preset": cfg.name, "rows": rows}, indent=2))
+    else:
+        print(f"MAC utilisation, {what}, one channel of {cfg.name}")
+        print(sweep_table(rows))
+        print(f"plot: {plot}")
+    return 0

@@ -1,0 +1,238 @@
+"""The one-channel commands: ``pimphony demo``, ``run``, ``compile`` and ``presets``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from compiler.kernels import GQA_MAPPINGS, KERNELS, CompileError, KernelProgram, compile_kernel
+from models.channel import SCHEDULERS, run_channel
+from models.config import HardwareConfig, available_presets, load_preset
+from models.fileio import BUILD_DIR, write_atomic
+from models.isa import load_stream, save_stream
+from sim.report import (
+    describe_kernel,
+    kernel_summary,
+    plot_breakdowns,
+    scheduler_table,
+    user_output,
+)
+
+__all__ = [
+    "DEMO_KERNELS",
+    "DEMO_PLOT",
+    "add_compile_arguments",
+    "add_demo_arguments",
+    "add_presets_arguments",
+    "add_run_arguments",
+    "run_compile",
+    "run_demo",
+    "run_presets",
+    "run_run",
+]
+
+DEMO_KERNELS: tuple[tuple[str, dict], ...] = (
+    ("qk", {"tokens": 4096, "d_h": 128}),
+    ("sv", {"tokens": 4096, "d_h": 128}),
+    ("gemv", {"d_out": 4096, "d_in": 4096}),
+)
+DEMO_PLOT = BUILD_DIR / "demo" / "breakdown.png"
+
+
+def _kernel_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kernel", choices=KERNELS, help="kernel to lower onto one channel")
+    p.add_argument("--dout", type=int, help="GEMV output dimension d_out")
+    p.add_argument("--din", type=int, help="GEMV input dimension d_in")
+    p.add_argument("--tokens", type=int, help="attention context length T")
+    p.add_argument("--dh", type=int, help="attention head dimension d_h")
+    p.add_argument("--gqa-group", type=int, default=None, help="query heads sharing K/V (GQA)")
+    p.add_argument("--mapping", choices=GQA_MAPPINGS, default=None, help="GQA mapping")
+    p.add_argument("--preset", default="aim-16ch", help="hardware preset name or .toml path")
+
+
+def add_demo_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``pimphony demo``."""
+    p.add_argument("--preset", default="aim-16ch")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        help=f"breakdown plot (PNG; default {DEMO_PLOT}, regenerated each run)",
+    )
+    p.add_argument("--force", action="store_true", help="replace an existing --plot file")
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``pimphony run``."""
+    _kernel_args(p)
+    p.add_argument("--stream", type=Path, help="run a saved command stream instead")
+    p.add_argument("--sched", choices=SCHEDULERS, default="dcs")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def add_compile_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``pimphony compile``."""
+    _kernel_args(p)
+    p.add_argument(
+        "--format",
+        choices=("static", "dpa"),
+        default="static",
+        help="static: unrolled stream (.npz); dpa: DPA program words (.bin, qk/sv only)",
+    )
+    p.add_argument(
+        "--max-tokens", type=int, default=131072, help="largest T_cur a DPA program serves"
+    )
+    p.add_argument("-o", "--output", type=Path, required=True, help="output file")
+    p.add_argument("--force", action="store_true", help="overwrite an existing file")
+
+
+def add_presets_arguments(p: argparse.ArgumentParser) -> None:
+    """``pimphony presets`` takes no options."""
+
+
+def _shape_from_args(args: argparse.Namespace) -> tuple[str, dict]:
+    if args.kernel is None:
+        raise CompileError("--kernel is required (one of: " + ", ".join(KERNELS) + ")")
+    given = {
+        k
+        for k in ("dout", "din", "tokens", "dh", "gqa_group", "mapping")
+        if getattr(args, k) is not None
+    }
+    if args.kernel == "gemv":
+        needed, allowed = {"dout", "din"}, {"dout", "din"}
+    else:
+        needed, allowed = {"tokens", "dh"}, {"tokens", "dh", "gqa_group", "mapping"}
+    flag = {k: "--" + k.replace("_", "-") for k in given | needed}
+    missing = needed - given
+    if missing:
+        raise CompileError(
+            f"--kernel {args.kernel} needs " + " and ".join(sorted(flag[k] for k in missing))
+        )
+    extra = given - allowed
+    if extra:
+        raise CompileError(
+            f"--kernel {args.kernel} does not take " + ", ".join(sorted(flag[k] for k in extra))
+        )
+    if args.kernel == "gemv":
+        return "gemv", {"d_out": args.dout, "d_in": args.din}
+    group = 1 if args.gqa_group is None else args.gqa_group
+    shape = {"tokens": args.tokens, "d_h": args.dh, "gqa_group": group}
+    if args.mapping:
+        shape["mapping"] = args.mapping
+    return args.kernel, shape
+
+
+def _compile(args: argparse.Namespace, cfg: HardwareConfig) -> KernelProgram:
+    kind, shape = _shape_from_args(args)
+    return compile_kernel(cfg, kind, **shape)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """``pimphony demo``: QK^T, SV and FC GEMV under every scheduler."""
+    cfg = load_preset(args.preset)
+    runs, report = [], []
+    for kind, shape in DEMO_KERNELS:
+        prog = compile_kernel(cfg, kind, **shape)
+        results = [run_channel(prog.commands, cfg, s) for s in SCHEDULERS]
+        runs.append((prog, results))
+    if args.json:
+        for prog, results in runs:
+            base = results[0].cycles
+            report.append([kernel_summary(prog, r, base) for r in results])
+        print(json.dumps({"preset": cfg.name, "kernels": report}, indent=2))
+    else:
+        print(
+            f"pimphony demo: one channel of {cfg.name} "
+            f"({cfg.channel.banks} banks, GBuf {cfg.channel.gbuf_entries} / "
+            f"OBuf {cfg.channel.obuf_entries} entries, 1 GHz cycles)\n"
+        )
+        for prog, results in runs:
+            print(describe_kernel(prog))
+            print(scheduler_table(results))
+            print()
+    labels = [describe_kernel(p).split(":")[0] for p, _ in runs]
+    path = plot_breakdowns(
+        list(zip(labels, [r for _, r in runs], strict=True)),
+        user_output(args.plot, DEMO_PLOT, args.force),
+        f"Cycle breakdown per scheduler ({cfg.name}, one channel)",
+    )
+    if not args.json:
+        print(f"breakdown plot: {path}")
+    return 0
+
+
+def run_run(args: argparse.Namespace) -> int:
+    """``pimphony run``: one kernel or saved stream under one scheduler."""
+    cfg = load_preset(args.preset)
+    if args.stream is not None:
+        if args.kernel is not None:
+            raise CompileError("give either --stream or --kernel, not both")
+        stream, head = load_stream(args.stream, cfg)
+        title = f"{args.stream}: {stream.shape[0]} commands"
+        summary = {"stream": str(args.stream), "meta": head.get("meta", {}), "preset": cfg.name}
+    else:
+        prog = _compile(args, cfg)
+        stream, title = prog.commands, describe_kernel(prog)
+        summary = {"kernel": prog.kind, "shape": dict(prog.shape), "preset": cfg.name}
+    result = run_channel(stream, cfg, args.sched)
+    static = result if args.sched == "static" else run_channel(stream, cfg, "static")
+    if args.json:
+        summary.update(result.to_dict())
+        summary["speedup_vs_static"] = static.cycles / max(result.cycles, 1)
+        print(json.dumps(summary, indent=2))
+    else:
+        print(title)
+        print(scheduler_table([static, result] if result is not static else [result]))
+    return 0
+
+
+def run_compile(args: argparse.Namespace) -> int:
+    """``pimphony compile``: write a kernel's stream (or DPA program) to a file."""
+    cfg = load_preset(args.preset)
+    if args.format == "dpa":
+        return _compile_dpa(args, cfg)
+    prog = _compile(args, cfg)
+    meta = {"kernel": prog.kind, "shape": prog.shape}
+    path = save_stream(args.output, prog.commands, cfg, meta=meta, overwrite=args.force)
+    print(f"wrote {path}: {describe_kernel(prog)}")
+    return 0
+
+
+def _compile_dpa(args: argparse.Namespace, cfg: HardwareConfig) -> int:
+    from compiler.dpa import encode_kernel
+
+    kind, shape = _shape_from_args(args)
+    if kind not in ("qk", "sv"):
+        raise CompileError(f"--format dpa encodes qk and sv kernels, not {kind!r}")
+    if args.output.exists() and not args.force:
+        raise FileExistsError(f"{args.output} exists; pass --force to replace it")
+    prog = encode_kernel(
+        cfg,
+        kind,
+        shape["d_h"],
+        shape["gqa_group"],
+        args.max_tokens,
+        shape.get("mapping", "row-reuse"),
+    )
+    write_atomic(args.output, prog.to_bytes())
+    static = compile_kernel(cfg, kind, **shape).commands.shape[0]
+    print(
+        f"wrote {args.output}: DPA program for {kind} d_h={shape['d_h']} "
+        f"G={shape['gqa_group']}, any T_cur <= {args.max_tokens}: {prog.nbytes} B "
+        f"({len(prog.instructions())} words); the static stream at T={shape['tokens']} has "
+        f"{static} commands"
+    )
+    return 0
+
+
+def run_presets(args: argparse.Namespace) -> int:
+    """``pimphony presets``: one line per shipped hardware preset."""
+    for name in available_presets():
+        cfg = load_preset(name)
+        print(
+            f"{name}: {cfg.module.channels} channels x {cfg.channel.banks} banks, "
+            f"GBuf {cfg.channel.gbuf_entries}, OBuf {cfg.channel.obuf_entries}"
+        )
+    return 0
