@@ -16,20 +16,23 @@ split evenly over the modules by tensor parallelism, so pooling the counts is ex
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any
 
 import numpy as np
 
 from models.config import ConfigError, HardwareConfig, load_preset
 
 __all__ = [
+    "ALLOCATORS",
+    "MEMORY_POLICIES",
+    "MemoryPolicy",
     "CHUNK_BYTES",
     "GIB",
     "ChunkGeometry",
     "LazyAllocator",
     "MemoryStats",
     "OutOfMemory",
-    "Policy",
     "RequestInfo",
     "StaticAllocator",
     "kv_bytes_per_token",
@@ -39,8 +42,6 @@ __all__ = [
 CHUNK_BYTES = 1 << 20
 """Default allocation chunk: 1 MB (PIMphony VI-C), taken as 1 MiB."""
 GIB = 1 << 30
-
-Policy = Literal["static", "lazy"]
 
 
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, element_bytes: int = 2) -> int:
@@ -598,7 +599,7 @@ class LazyAllocator(_Allocator):
 
 
 def make_allocator(
-    policy: Policy,
+    policy: MemoryPolicy | str,
     geometry: ChunkGeometry,
     kv_bytes_per_token: int,
     *,
@@ -607,8 +608,23 @@ def make_allocator(
 ) -> _Allocator:
     """An empty allocator of ``policy``: ``static`` reserves ``max_context`` tokens per
     request, ``lazy`` maps chunks as tokens arrive (refusing contexts past ``max_context``)."""
-    if policy == "static":
-        return StaticAllocator(geometry, kv_bytes_per_token, max_context, weight_bytes)
-    if policy == "lazy":
-        return LazyAllocator(geometry, kv_bytes_per_token, weight_bytes, max_context)
-    raise ValueError(f"policy must be 'static' or 'lazy', got {policy!r}")
+    if not isinstance(policy, str) or policy not in ALLOCATORS:
+        raise ValueError(f"policy must be 'static' or 'lazy', got {policy!r}")
+    return ALLOCATORS[MemoryPolicy(policy)](
+        geometry, kv_bytes_per_token, weight_bytes=weight_bytes, max_context=max_context
+    )
+
+
+class MemoryPolicy(StrEnum):
+    """How KV memory is managed (PIMphony VI): ``lazy`` is DPA, ``static`` reserves up front."""
+
+    LAZY = "lazy"
+    STATIC = "static"
+
+
+MEMORY_POLICIES = tuple(MemoryPolicy)
+#: The allocator of each policy.
+ALLOCATORS: dict[MemoryPolicy, type[_Allocator]] = {
+    MemoryPolicy.LAZY: LazyAllocator,
+    MemoryPolicy.STATIC: StaticAllocator,
+}

@@ -10,9 +10,9 @@ from compiler.llm import ModelSpec
 from models.config import HardwareConfig
 from models.dpa.dispatcher import va2pa_entry_bytes
 from models.dpa.format import CONFIG_ENTRY_BYTES
-from models.memory import ChunkGeometry, OutOfMemory, make_allocator
+from models.memory import MEMORY_POLICIES, ChunkGeometry, OutOfMemory, make_allocator
 from sim.decode_step.kernels import KernelCache
-from sim.decode_step.setup import MEMORY_POLICIES, DecodeError, DecodeSetup
+from sim.decode_step.setup import DecodeError, DecodeSetup
 
 __all__ = ["admit", "dpa_buffers", "fill_batch"]
 

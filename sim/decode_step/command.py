@@ -16,9 +16,10 @@ from compiler.plan import PARTITIONS
 from models.channel import SCHEDULERS
 from models.config import load_preset
 from models.fileio import BUILD_DIR, write_atomic
+from models.memory import MEMORY_POLICIES
 from sim.decode_step.admission import fill_batch
 from sim.decode_step.report import format_report, plot_report, report_stem
-from sim.decode_step.setup import MEMORY_POLICIES, DecodeError, DecodeSetup
+from sim.decode_step.setup import DecodeError, DecodeSetup
 from sim.decode_step.step import run_decode
 from sim.report import user_output
 from sim.workloads import load_workload, read_context_lengths, sample_context_lengths

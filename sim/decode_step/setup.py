@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 import numpy as np
 
@@ -11,18 +10,9 @@ from compiler.llm import ModelSpec
 from compiler.plan import PARTITIONS, DecodeMappingError, Parallelism
 from models.channel import SCHEDULERS
 from models.config import HardwareConfig
+from models.memory import MEMORY_POLICIES
 
-__all__ = ["MEMORY_POLICIES", "DecodeError", "DecodeSetup", "MemoryPolicy"]
-
-
-class MemoryPolicy(StrEnum):
-    """How KV memory is managed (PIMphony VI): ``lazy`` is DPA, ``static`` reserves up front."""
-
-    LAZY = "lazy"
-    STATIC = "static"
-
-
-MEMORY_POLICIES = tuple(MemoryPolicy)
+__all__ = ["DecodeError", "DecodeSetup"]
 
 
 class DecodeError(ValueError):

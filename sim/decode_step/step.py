@@ -36,12 +36,13 @@ from models.hub import (
     hub_instruction_bytes,
     link_cycles,
 )
+from models.memory import MemoryPolicy
 from models.module import AttentionSchedule, AttentionTasks, attention_tasks, makespan, schedule
 from models.system import allreduce_cycles, pipeline_period, stage_hop_cycles
 from sim.decode_step.admission import admit, dpa_buffers
 from sim.decode_step.kernels import KernelCache, job_key
 from sim.decode_step.report import OP_KEYS, DecodeReport
-from sim.decode_step.setup import DecodeSetup, MemoryPolicy
+from sim.decode_step.setup import DecodeSetup
 
 __all__ = ["LayerTiming", "attention_schedule", "layer_timing", "run_decode"]
 

@@ -26,7 +26,7 @@ from models.memory import (
     CHUNK_BYTES,
     GIB,
     ChunkGeometry,
-    Policy,
+    MemoryPolicy,
     kv_bytes_per_token,
     make_allocator,
 )
@@ -95,7 +95,7 @@ def capacity_utilization(
     max_context: int | None = None,
     n_requests: int = 512,
     seed: int = 0,
-    policy: Policy = "lazy",
+    policy: MemoryPolicy | str = "lazy",
     *,
     weight_bytes: int = 0,
     chunk_bytes: int = CHUNK_BYTES,
