@@ -84,7 +84,7 @@ _INT_FIELDS = (
     "context_window",
     "element_bytes",
 )
-_FIELDS = ("name", *_INT_FIELDS[:6], "ffn", *_INT_FIELDS[6:])
+_FIELDS = ("name", *_INT_FIELDS[:6], "ffn", *_INT_FIELDS[6:], "vocab_size", "tied_embeddings")
 
 
 class ModelSpecError(ValueError):
@@ -110,6 +110,11 @@ class ModelSpec:
         Maximum context length in tokens.
     element_bytes : int
         Bytes per weight / KV element (2 for FP16/BF16).
+    vocab_size : int
+        Tokens of the embedding table and the LM head (0: not counted, for bare test specs;
+        every shipped preset gives its model's).
+    tied_embeddings : bool
+        The LM head shares the embedding table (one copy in memory instead of two).
     """
 
     name: str
@@ -122,6 +127,8 @@ class ModelSpec:
     ffn: str
     context_window: int
     element_bytes: int
+    vocab_size: int = 0
+    tied_embeddings: bool = False
 
     def __post_init__(self) -> None:
         _validate(dataclasses.asdict(self), f"ModelSpec {self.name!r}")
@@ -160,6 +167,18 @@ class ModelSpec:
         return self.layers * self.layer_weight_elements * self.element_bytes
 
     @property
+    def embedding_bytes(self) -> int:
+        """Bytes of the token embedding table and the LM head (one table if tied)."""
+        tables = 1 if self.tied_embeddings else 2
+        return tables * self.vocab_size * self.hidden * self.element_bytes
+
+    @property
+    def resident_weight_bytes(self) -> int:
+        """Bytes of every weight the PIM memory holds: decoder-layer GEMVs, embeddings and LM
+        head (norm gains and biases, < 0.01% of the total, are not counted)."""
+        return self.weight_bytes + self.embedding_bytes
+
+    @property
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes one token adds over all layers: ``2 L kv_heads d_h bytes``."""
         return kv_bytes_per_token(self.layers, self.kv_heads, self.head_dim, self.element_bytes)
@@ -180,6 +199,14 @@ def _validate(values: Mapping[str, Any], source: str) -> None:
     ffn = values["ffn"]
     if ffn not in FFN_KINDS:
         raise ModelSpecError(f"{source}: ffn = {ffn!r}: allowed: {', '.join(FFN_KINDS)}")
+    vocab = values.get("vocab_size", 0)
+    if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 0:
+        raise ModelSpecError(
+            f"{source}: vocab_size = {vocab!r}: must be a non-negative integer (0: not counted)"
+        )
+    tied = values.get("tied_embeddings", False)
+    if not isinstance(tied, bool):
+        raise ModelSpecError(f"{source}: tied_embeddings = {tied!r}: must be true or false")
     heads, kv_heads = values["heads"], values["kv_heads"]
     if heads % kv_heads:
         raise ModelSpecError(
@@ -317,6 +344,11 @@ def spec_from_hf_config(
         raise ModelSpecError(
             f"{source}: num_key_value_heads = {kv_heads}: must divide num_attention_heads = {heads}"
         )
+    vocab_size = get_int("vocab_size")
+    # Absent means untied, as in the Llama and Qwen2 config classes.
+    tied = config.get("tie_word_embeddings", False)
+    if not isinstance(tied, bool):
+        raise ModelSpecError(f"{source}: tie_word_embeddings = {tied!r}: must be true or false")
     values = {
         "name": name,
         "layers": layers,
@@ -328,6 +360,8 @@ def spec_from_hf_config(
         "ffn": HF_ACTIVATIONS[act],
         "context_window": context_window,
         "element_bytes": 2,
+        "vocab_size": vocab_size,
+        "tied_embeddings": tied,
     }
     _validate(values, source)
     return ModelSpec(**values)

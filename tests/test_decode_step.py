@@ -222,7 +222,7 @@ def test_capacity_errors_and_fill(cfg):
     static = fill_batch(spec, hw, 4, "static", [4096] * 100)
     lazy = fill_batch(spec, hw, 4, "lazy", [4096] * 100)
     # Static reserves the 32K window per request; lazy only the 4K used (1 MB chunks).
-    kv_gib = 4 * 32 - spec.weight_bytes / 2**30
+    kv_gib = 4 * 32 - spec.resident_weight_bytes / 2**30
     assert len(static) == int(kv_gib * 2**30 // (32768 * spec.kv_bytes_per_token))
     assert len(lazy) == int(kv_gib * 2**30 // (4096 * spec.kv_bytes_per_token))
     with pytest.raises(DecodeError, match="not even one request fits"):

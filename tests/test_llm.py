@@ -28,14 +28,14 @@ from compiler.llm import (
 from models.config import load_preset
 from models.hub import SOFTMAX_FLOPS_PER_SCORE
 
-# name: (layers, heads, kv_heads, hidden, intermediate, head_dim, context_window)
+# name: (layers, heads, kv_heads, hidden, intermediate, head_dim, context_window, vocab_size)
 EXPECTED = {
-    "llm-1.8b": (24, 16, 16, 2048, 5504, 64, 32768),
-    "llm-7b": (32, 32, 32, 4096, 11008, 128, 32768),
-    "llm-14b": (40, 40, 40, 5120, 13696, 128, 32768),
-    "llm-72b": (80, 64, 64, 8192, 24576, 128, 32768),
-    "llama-3.1-8b": (32, 32, 8, 4096, 14336, 128, 131072),
-    "llama-3.1-70b": (80, 64, 8, 8192, 28672, 128, 131072),
+    "llm-1.8b": (24, 16, 16, 2048, 5504, 64, 32768, 151936),
+    "llm-7b": (32, 32, 32, 4096, 11008, 128, 32768, 151936),
+    "llm-14b": (40, 40, 40, 5120, 13696, 128, 32768, 152064),
+    "llm-72b": (80, 64, 64, 8192, 24576, 128, 32768, 152064),
+    "llama-3.1-8b": (32, 32, 8, 4096, 14336, 128, 131072, 128256),
+    "llama-3.1-70b": (80, 64, 8, 8192, 28672, 128, 131072, 128256),
 }
 
 LLAMA_8B_HF = {
@@ -97,8 +97,8 @@ def test_available_models_lists_exactly_the_shipped_presets():
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_shipped_model_numbers(name):
     spec = load_model(name)
-    layers, heads, kv, hidden, inter, hd, cw = EXPECTED[name]
-    assert spec == ModelSpec(name, layers, heads, kv, hidden, inter, hd, "swiglu", cw, 2)
+    layers, heads, kv, hidden, inter, hd, cw, vocab = EXPECTED[name]
+    assert spec == ModelSpec(name, layers, heads, kv, hidden, inter, hd, "swiglu", cw, 2, vocab)
     assert load_model(MODELS_DIR / f"{name}.toml") == spec
     assert load_model(str(MODELS_DIR / f"{name}.toml")) == spec
     assert load_model(Path(name)) == spec
@@ -117,6 +117,14 @@ def test_derived_properties_by_hand():
     assert l7.weight_bytes == 12_952_010_752
     assert l8.weight_bytes == 2 * 32 * (4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336)
     assert l8.weight_bytes == 13_958_643_712
+    # Resident weights add the embedding table and the (untied) LM head: public parameter
+    # counts Qwen1.5-7B 7.72e9, Llama-3.1-8B 8.03e9, Llama-3.1-70B 70.6e9.
+    assert l7.embedding_bytes == 2 * 151936 * 4096 * 2
+    assert l7.resident_weight_bytes == 15_441_330_176  # 7.72e9 parameters
+    assert l8.resident_weight_bytes == 16_059_990_016  # 8.03e9
+    assert round(l70.resident_weight_bytes / 2e9, 1) == 70.6
+    tied = dataclasses.replace(l8, tied_embeddings=True)
+    assert tied.resident_weight_bytes == l8.weight_bytes + 128256 * 4096 * 2
 
 
 def test_relu_ffn_has_one_up_projection():
@@ -228,6 +236,7 @@ def test_hf_defaults_kv_heads_and_head_dim():
         "max_position_embeddings": 32768,
         "num_attention_heads": 32,
         "num_hidden_layers": 32,
+        "vocab_size": 151936,
     }
     spec = spec_from_hf_config(qwen, name="llm-7b")
     assert spec == load_model("llm-7b")  # kv_heads = heads, head_dim = 4096 // 32
@@ -435,3 +444,21 @@ def test_to_kernel_refuses_epu_and_bad_mapping():
         to_kernel(ops["softmax"][0])
     with pytest.raises(ValueError, match="mapping 'zigzag' is unknown"):
         to_kernel(ops["qk"][0], mapping="zigzag")
+
+
+def test_embedding_fields_are_validated(tmp_path):
+    with pytest.raises(ModelSpecError, match=r"missing key 'vocab_size'"):
+        load_model(write_toml(tmp_path, drop_key(BASE_TOML, "vocab_size")))
+    bad = set_key(BASE_TOML, "tied_embeddings", "1")
+    with pytest.raises(ModelSpecError, match=r"tied_embeddings = 1: must be true or false"):
+        load_model(write_toml(tmp_path, bad))
+    bad = set_key(BASE_TOML, "vocab_size", "-5")
+    with pytest.raises(ModelSpecError, match=r"vocab_size = -5: must be a non-negative integer"):
+        load_model(write_toml(tmp_path, bad))
+    no_vocab = {k: v for k, v in LLAMA_8B_HF.items() if k != "vocab_size"}
+    with pytest.raises(ModelSpecError, match=r"missing key 'vocab_size' \(required\)"):
+        spec_from_hf_config(no_vocab, name="x")
+    with pytest.raises(ModelSpecError, match=r"tie_word_embeddings = 'yes': must be true or"):
+        spec_from_hf_config({**LLAMA_8B_HF, "tie_word_embeddings": "yes"}, name="x")
+    tied = spec_from_hf_config({**LLAMA_8B_HF, "tie_word_embeddings": True}, name="x")
+    assert tied.embedding_bytes == 128256 * 4096 * 2

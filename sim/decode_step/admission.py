@@ -23,12 +23,16 @@ def _allocator(
     """An empty KV allocator of ``memory`` policy over ``modules`` modules (weights placed),
     or ``None`` when the weights alone exceed the modules."""
     geom = ChunkGeometry.from_config(hw, modules)
-    if model.weight_bytes > geom.total_bytes:
+    if model.resident_weight_bytes > geom.total_bytes:
         return None
     # A static reservation is max_context; lazy growth is bounded by the model's window.
     limit = max_context if memory == "static" else model.context_window
     return make_allocator(
-        memory, geom, model.kv_bytes_per_token, weight_bytes=model.weight_bytes, max_context=limit
+        memory,
+        geom,
+        model.kv_bytes_per_token,
+        weight_bytes=model.resident_weight_bytes,
+        max_context=limit,
     )
 
 
@@ -36,7 +40,7 @@ def _where(model: ModelSpec, hw: HardwareConfig, modules: int) -> str:
     total = ChunkGeometry.from_config(hw, modules).total_bytes
     return (
         f"{modules} module(s) = {total / 2**30:g} GiB of {hw.name} with {model.name} weights "
-        f"{model.weight_bytes / 2**30:.1f} GiB"
+        f"{model.resident_weight_bytes / 2**30:.1f} GiB"
     )
 
 

@@ -21,13 +21,13 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from compiler.llm import ModelSpec, load_model
 from models.config import HardwareConfig
 from models.memory import (
     CHUNK_BYTES,
     GIB,
     ChunkGeometry,
     MemoryPolicy,
-    kv_bytes_per_token,
     make_allocator,
 )
 from sim.workloads import Workload, load_workload, sample_context_lengths
@@ -196,33 +196,42 @@ def capacity_utilization(
 class CapacitySetup:
     """A PIMphony evaluation set-up (Table I, VIII-A) for the capacity experiment.
 
-    ``weight_bytes`` is the public parameter count x 2 B (FP16), embeddings and LM head
-    included; it is approximate and only sets how much memory is left for KV.
+    The model's KV bytes per token and resident weights (decoder layers, embeddings and LM
+    head) come from its spec in ``configs/models/`` (:func:`compiler.llm.load_model`), the
+    same numbers ``pimphony decode`` admits batches with.
     """
 
     label: str
-    kv_bytes_per_token: int
-    weight_bytes: int
+    model: str
     capacity_bytes: int
     workloads: tuple[str, ...]
+
+    @property
+    def spec(self) -> ModelSpec:
+        """The model's specification."""
+        return load_model(self.model)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes one token adds (all layers)."""
+        return self.spec.kv_bytes_per_token
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of the weights resident in PIM memory."""
+        return self.spec.resident_weight_bytes
 
 
 _LONGBENCH = ("qmsum", "musique")
 _LVEVAL = ("multifieldqa", "loogle-sd")
+#: PIMphony VIII-A: LongBench on the 32K MHA models, LV-Eval on the 128K GQA models; 7B-class
+#: models on 128 GB, 72B-class on 512 GB.
 PAPER_SETUPS: tuple[CapacitySetup, ...] = (
-    # LLM-7B-32K (Qwen1.5-7B: 32 layers, 32 KV heads, d_h 128; 7.72e9 params), 128 GB
-    CapacitySetup("LLM-7B-32K, 128 GiB", kv_bytes_per_token(32, 32, 128), 15_440_000_000,
-                  128 * GIB, _LONGBENCH),
-    # LLM-72B-32K (Qwen1.5-72B: 80 layers, 64 KV heads, d_h 128; 72.3e9 params), 512 GB
-    CapacitySetup("LLM-72B-32K, 512 GiB", kv_bytes_per_token(80, 64, 128), 144_600_000_000,
-                  512 * GIB, _LONGBENCH),
-    # LLM-7B-128K-GQA (Llama-3.1-8B: 32 layers, 8 KV heads, d_h 128; 8.03e9 params), 128 GB
-    CapacitySetup("LLM-7B-128K-GQA, 128 GiB", kv_bytes_per_token(32, 8, 128), 16_060_000_000,
-                  128 * GIB, _LVEVAL),
-    # LLM-72B-128K-GQA (Llama-3.1-70B: 80 layers, 8 KV heads, d_h 128; 70.6e9 params), 512 GB
-    CapacitySetup("LLM-72B-128K-GQA, 512 GiB", kv_bytes_per_token(80, 8, 128), 141_100_000_000,
-                  512 * GIB, _LVEVAL),
-)  # fmt: skip
+    CapacitySetup("LLM-7B-32K, 128 GiB", "llm-7b", 128 * GIB, _LONGBENCH),
+    CapacitySetup("LLM-72B-32K, 512 GiB", "llm-72b", 512 * GIB, _LONGBENCH),
+    CapacitySetup("LLM-7B-128K-GQA, 128 GiB", "llama-3.1-8b", 128 * GIB, _LVEVAL),
+    CapacitySetup("LLM-72B-128K-GQA, 512 GiB", "llama-3.1-70b", 512 * GIB, _LVEVAL),
+)
 
 
 def paper_comparison(
