@@ -31,7 +31,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class AttentionSchedule:
-    """Result of :func:`attention_schedule` for one layer on one module."""
+    """Result of :func:`schedule` for one layer on one module."""
 
     cycles: int
     channel_busy: np.ndarray

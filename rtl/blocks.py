@@ -68,11 +68,11 @@ BLOCKS: dict[Block, BlockSpec] = {
         BlockSpec(
             Block.DPA,
             DpaDispatcher,
-            "models.dpa.expand",
+            "models.dpa.dispatcher.Dispatcher",
             area_args={"command_words": DPA_AREA_ENTRIES, "map_entries": DPA_AREA_ENTRIES},
         ),
         BlockSpec(Block.BANK_SLICE, BankSliceController, "models.bank_slice.run_bank_slice"),
-        BlockSpec(Block.DPA_PIPELINE, DpaPipeline, "models.dpa.expand, then dcs"),
+        BlockSpec(Block.DPA_PIPELINE, DpaPipeline, "models.dpa.dispatcher.run_pipeline"),
     )
 }
 """Every block, in :class:`Block` order (:data:`EMITTED` are the ones written and synthesised)."""

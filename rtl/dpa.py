@@ -1,8 +1,9 @@
 """The on-module DPA dispatcher in Amaranth (LoL-PIM 5.3, PIMphony VI-C).
 
-Cycle-exact twin of :class:`models.dpa.Dispatcher` with :class:`models.dpa.DecoderTiming`
-(``docs/dpa.md``, "The RTL dispatcher"). Every word field comes from
-:func:`models.dpa.word_fields`, every command field width from :func:`models.isa.field_widths`.
+Cycle-exact twin of :class:`models.dpa.dispatcher.Dispatcher` with
+:class:`models.dpa.dispatcher.DecoderTiming` (``docs/dpa.md``, "The RTL dispatcher"). Every
+word field comes from :func:`models.dpa.format.word_fields`, every command field width from
+:func:`models.isa.field_widths`.
 
 - **Buffers** (``lib.memory.Memory``): the command buffer (64-bit DPA words,
   ``module.dpa_command_buffer_bytes``), the VA2PA table (a physical row and a valid bit per

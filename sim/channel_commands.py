@@ -11,6 +11,7 @@ from models.channel import SCHEDULERS, run_channel
 from models.config import HardwareConfig, available_presets, load_preset
 from models.fileio import BUILD_DIR, write_atomic
 from models.isa import load_stream, save_stream
+from sim.cli import choice_names
 from sim.report import (
     describe_kernel,
     kernel_summary,
@@ -41,7 +42,9 @@ DEMO_PLOT = BUILD_DIR / "demo" / "breakdown.png"
 
 
 def _kernel_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--kernel", choices=KERNELS, help="kernel to lower onto one channel")
+    p.add_argument(
+        "--kernel", choices=choice_names(KERNELS), help="kernel to lower onto one channel"
+    )
     p.add_argument("--dout", type=int, help="GEMV output dimension d_out")
     p.add_argument("--din", type=int, help="GEMV input dimension d_in")
     p.add_argument("--tokens", type=int, help="attention context length T")
@@ -68,7 +71,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``pimphony run``."""
     _kernel_args(p)
     p.add_argument("--stream", type=Path, help="run a saved command stream instead")
-    p.add_argument("--sched", choices=SCHEDULERS, default="dcs")
+    p.add_argument("--sched", choices=choice_names(SCHEDULERS), default="dcs")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 

@@ -11,10 +11,18 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["COMMANDS", "DESCRIPTION", "USER_ERRORS", "Command", "build_parser", "main"]
+__all__ = [
+    "COMMANDS",
+    "DESCRIPTION",
+    "USER_ERRORS",
+    "Command",
+    "build_parser",
+    "choice_names",
+    "main",
+]
 
 DESCRIPTION = (
     "DRAM processing-in-memory for long-context LLM inference: channel and system models, "
@@ -113,6 +121,11 @@ USER_ERRORS: tuple[tuple[str, str], ...] = (
     ("sim.eda.vcd", "WaveformError"),
     ("sim.workloads", "WorkloadError"),
 )
+
+
+def choice_names(registry: Iterable[str]) -> list[str]:
+    """A registry's keys as plain strings, for ``choices=`` (argparse shows their repr)."""
+    return [str(key) for key in registry]
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

@@ -329,3 +329,19 @@ def test_dex_subcommand_keeps_pim_utilisation_with_slicing(capsys):
     for row in r["rows"]:
         assert row["dex"]["mac_utilization"] == pytest.approx(alone)
         assert row["baseline"]["mac_utilization"] < 0.6 * alone
+
+
+@pytest.mark.parametrize(
+    "argv,allowed",
+    [
+        (["run", "--kernel", "gemv", "--sched", "foo"], "'static', 'pingpong', 'dcs'"),
+        (["run", "--kernel", "xx"], "'gemv', 'qk', 'sv'"),
+        (["decode", "--partition", "foo"], "'hfp', 'tcp'"),
+        (["decode", "--memory", "foo"], "'lazy', 'static'"),
+        (["sweep", "--kernel", "sv"], "'gemv', 'qk'"),
+    ],
+)
+def test_bad_choice_names_the_allowed_values(capsys, argv, allowed):
+    rc, _, err = run_cli(capsys, *argv)
+    assert rc == 2
+    assert f"invalid choice: '{argv[-1]}' (choose from {allowed})" in err

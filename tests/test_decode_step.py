@@ -31,6 +31,7 @@ from models.hub import (
     link_cycles,
 )
 from sim.decode_step.admission import fill_batch
+from sim.decode_step.report import OP_KEYS, OP_STYLE
 from sim.decode_step.setup import DecodeError, DecodeSetup
 from sim.decode_step.step import attention_schedule, run_decode
 
@@ -247,3 +248,7 @@ def test_bad_setups(cfg, kwargs, pattern):
     base = {"lengths": (200,)}
     with pytest.raises(DecodeError, match=pattern):
         DecodeSetup(TINY, cfg, **{**base, **kwargs})
+
+
+def test_every_report_key_has_a_label_and_colour():
+    assert tuple(OP_STYLE) == OP_KEYS

@@ -1,4 +1,4 @@
-"""The RTL DPA dispatcher (rtl/dpa.py) against the TLM (models/dpa.py), docs/dpa.md.
+"""The RTL DPA dispatcher (rtl/dpa.py) against the TLM (models/dpa/dispatcher.py), docs/dpa.md.
 
 Fast tests run the dispatcher with small buffers in Amaranth's simulator on hand-written and
 compiler programs. The co-simulation tests run the generated Verilog (preset buffer sizes)

@@ -10,7 +10,7 @@ from compiler.llm import ModelSpec
 from models.config import HardwareConfig
 from models.dpa.dispatcher import va2pa_entry_bytes
 from models.dpa.format import CONFIG_ENTRY_BYTES
-from models.memory import MEMORY_POLICIES, ChunkGeometry, OutOfMemory, make_allocator
+from models.memory import MEMORY_POLICIES, ChunkGeometry, MemoryPolicy, OutOfMemory, make_allocator
 from sim.decode_step.kernels import KernelCache
 from sim.decode_step.setup import DecodeError, DecodeSetup
 
@@ -26,7 +26,7 @@ def _allocator(
     if model.resident_weight_bytes > geom.total_bytes:
         return None
     # A static reservation is max_context; lazy growth is bounded by the model's window.
-    limit = max_context if memory == "static" else model.context_window
+    limit = max_context if memory == MemoryPolicy.STATIC else model.context_window
     return make_allocator(
         memory,
         geom,
@@ -62,7 +62,7 @@ def admit(setup: DecodeSetup) -> dict[str, Any]:
             raise DecodeError(
                 f"{exc}. The batch of {len(setup.lengths)} request(s) does not fit {where} "
                 f"under {setup.memory} allocation; use more modules, a smaller batch"
-                + (", or lazy (DPA) memory" if setup.memory == "static" else "")
+                + (", or lazy (DPA) memory" if setup.memory == MemoryPolicy.STATIC else "")
             ) from None
         fits = False
     st = alloc.stats()
@@ -118,7 +118,7 @@ def fill_batch(
 
 def dpa_buffers(setup: DecodeSetup, cache: KernelCache, memory: dict[str, Any]) -> dict[str, Any]:
     """DPA program and VA2PA bytes per module, checked against the dispatcher's buffers."""
-    if setup.memory != "lazy":
+    if setup.memory != MemoryPolicy.LAZY:
         return {"enabled": False}
     cfg, spec = setup.hw, setup.model
     programs = [cache.program(k, spec.head_dim, spec.gqa_group) for k in ("qk", "sv")]

@@ -17,6 +17,7 @@ from models.channel import SCHEDULERS
 from models.config import load_preset
 from models.fileio import BUILD_DIR, write_atomic
 from models.memory import MEMORY_POLICIES
+from sim.cli import choice_names
 from sim.decode_step.admission import fill_batch
 from sim.decode_step.report import format_report, plot_report, report_stem
 from sim.decode_step.setup import DecodeError, DecodeSetup
@@ -65,9 +66,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel modules per stage")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages")
     p.add_argument("--micro-batches", type=int, default=None, help="default min(pp, batch)")
-    p.add_argument("--partition", choices=PARTITIONS, default="tcp")
-    p.add_argument("--sched", choices=SCHEDULERS, default="dcs")
-    p.add_argument("--memory", choices=MEMORY_POLICIES, default="lazy", help="lazy = DPA")
+    p.add_argument("--partition", choices=choice_names(PARTITIONS), default="tcp")
+    p.add_argument("--sched", choices=choice_names(SCHEDULERS), default="dcs")
+    p.add_argument(
+        "--memory", choices=choice_names(MEMORY_POLICIES), default="lazy", help="lazy = DPA"
+    )
     p.add_argument("--max-context", type=int, help="static reservation (default: model window)")
     p.add_argument(
         "--preset",

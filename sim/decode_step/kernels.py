@@ -3,7 +3,7 @@
 Each channel runs its jobs one after another (no overlap between kernels); the module takes
 as long as its slowest channel. Identical jobs (same kernel, shape, scheduler and hardware)
 are simulated once and reused (``memoize``); the result is exactly what simulating every
-job gives, which ``tests/test_module.py`` checks with memoisation off.
+job gives, which ``tests/test_plan.py`` checks with memoisation off.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import numpy as np
 from compiler.llm import LayerOp
 from models.fileio import pyplot, write_figure
 
-__all__ = ["OP_KEYS", "OP_TITLES", "DecodeReport", "format_report", "plot_report", "report_stem"]
+__all__ = ["OP_KEYS", "OP_STYLE", "DecodeReport", "format_report", "plot_report", "report_stem"]
 
 #: Report keys of a layer's parts, in execution order.
 OP_KEYS = (*LayerOp, "epu_other", "allreduce", "cmd_transfer")
@@ -59,29 +59,18 @@ class DecodeReport:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
-OP_TITLES = {
-    "qkv": "QKV",
-    "qk": "QK^T",
-    "softmax": "softmax/EPU",
-    "sv": "SV",
-    "proj": "projection",
-    "ffn1": "FFN1",
-    "ffn2": "FFN2",
-    "epu_other": "norm/act (EPU)",
-    "allreduce": "TP all-reduce",
-    "cmd_transfer": "host cmd transfer",
-}
-_OP_COLORS = {
-    "qkv": "#8ecae6",
-    "qk": "#2a9d8f",
-    "softmax": "#e9c46a",
-    "sv": "#52b788",
-    "proj": "#219ebc",
-    "ffn1": "#023047",
-    "ffn2": "#3a5a80",
-    "epu_other": "#f4a261",
-    "allreduce": "#e76f51",
-    "cmd_transfer": "#9d0208",
+#: Each report key's label and plot colour, in :data:`OP_KEYS` order.
+OP_STYLE: dict[str, tuple[str, str]] = {
+    "qkv": ("QKV", "#8ecae6"),
+    "qk": ("QK^T", "#2a9d8f"),
+    "softmax": ("softmax/EPU", "#e9c46a"),
+    "sv": ("SV", "#52b788"),
+    "proj": ("projection", "#219ebc"),
+    "ffn1": ("FFN1", "#023047"),
+    "ffn2": ("FFN2", "#3a5a80"),
+    "epu_other": ("norm/act (EPU)", "#f4a261"),
+    "allreduce": ("TP all-reduce", "#e76f51"),
+    "cmd_transfer": ("host cmd transfer", "#9d0208"),
 }
 
 
@@ -123,7 +112,7 @@ def format_report(report: DecodeReport) -> str:
         op = r["ops"][k]
         if op["cycles"]:
             lines.append(
-                f"{OP_TITLES[k]:<18}{op['cycles']:>14,}{100 * op['share']:>7.1f}%"
+                f"{OP_STYLE[k][0]:<18}{op['cycles']:>14,}{100 * op['share']:>7.1f}%"
                 f"{100 * op['mac_utilization']:>9.1f}%"
             )
     e = r["epu"]
@@ -164,7 +153,9 @@ def plot_report(report: DecodeReport, path: Path) -> Path:
     bottom = 0.0
     for k in keys:
         share = 100 * r["ops"][k]["share"]
-        left.bar(["decode step"], [share], bottom=bottom, color=_OP_COLORS[k], label=OP_TITLES[k])
+        left.bar(
+            ["decode step"], [share], bottom=bottom, color=OP_STYLE[k][1], label=OP_STYLE[k][0]
+        )
         if share > 4:
             left.text(0, bottom + share / 2, f"{share:.0f}%", ha="center", va="center", fontsize=8)
         bottom += share
@@ -176,9 +167,9 @@ def plot_report(report: DecodeReport, path: Path) -> Path:
     right.bar(
         xs,
         [100 * r["ops"][k]["mac_utilization"] for k in util_keys],
-        color=[_OP_COLORS[k] for k in util_keys],
+        color=[OP_STYLE[k][1] for k in util_keys],
     )
-    right.set_xticks(xs, [OP_TITLES[k] for k in util_keys], fontsize=8)
+    right.set_xticks(xs, [OP_STYLE[k][0] for k in util_keys], fontsize=8)
     right.set_ylabel("MAC utilisation (%)")
     right.axhline(100 * r["mac_utilization"], ls="--", color="k", lw=1, label="whole step")
     right.legend(fontsize=8)

@@ -10,7 +10,7 @@ from compiler.llm import ModelSpec
 from compiler.plan import PARTITIONS, DecodeMappingError, Parallelism
 from models.channel import SCHEDULERS
 from models.config import HardwareConfig
-from models.memory import MEMORY_POLICIES
+from models.memory import MEMORY_POLICIES, MemoryPolicy
 
 __all__ = ["DecodeError", "DecodeSetup"]
 
@@ -90,7 +90,7 @@ class DecodeSetup:
             )
         if self.max_context is not None and not self.max_context > 0:
             raise DecodeError(f"max_context = {self.max_context!r}: must be positive")
-        if self.memory == "static" and longest > self.reservation:
+        if self.memory == MemoryPolicy.STATIC and longest > self.reservation:
             raise DecodeError(
                 f"context length {longest} exceeds the static reservation max_context = "
                 f"{self.reservation}"

@@ -11,7 +11,7 @@ Each GEMV lasts as long as its slowest channel; attention is the task graph of
 :mod:`models.system`. Every layer of a stage and every TP module of a stage are identical, so
 one layer of one module is simulated per micro-batch, and identical channel kernels are
 simulated once (``memoize``); with ``memoize=False`` every layer, module and kernel is
-simulated and ``tests/test_system.py`` checks that the report is the same.
+simulated and ``tests/test_decode_step.py`` checks that the report is the same.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from sim.decode_step.kernels import KernelCache, job_key
 from sim.decode_step.report import OP_KEYS, DecodeReport
 from sim.decode_step.setup import DecodeSetup
 
-__all__ = ["LayerTiming", "attention_schedule", "layer_timing", "run_decode"]
+__all__ = ["LayerTiming", "attention_schedule", "layer_timing", "plan_tasks", "run_decode"]
 
 _ATTN = (LayerOp.QK, LayerOp.SOFTMAX, LayerOp.SV)
 

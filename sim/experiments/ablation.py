@@ -22,7 +22,15 @@ from sim.decode_step.step import run_decode
 from sim.report import user_output
 from sim.workloads import load_workload, sample_context_lengths
 
-__all__ = ["ABLATION_PLOT", "STEPS", "ablation", "add_arguments", "plot_ablation", "run"]
+__all__ = [
+    "ABLATION_PLOT",
+    "STEPS",
+    "ablation",
+    "add_arguments",
+    "format_ablation",
+    "plot_ablation",
+    "run",
+]
 
 ABLATION_PLOT = BUILD_DIR / "ablation" / "fig13.png"
 #: (label, partition, scheduler, memory) of each cumulative step.

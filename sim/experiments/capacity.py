@@ -7,8 +7,7 @@ reports capacity utilisation and batch size; :func:`paper_comparison` runs it fo
 set-up of :data:`PAPER_SETUPS` and :func:`format_capacity_table` prints the table of
 ``docs/memory.md``.
 
-``pimphony capacity`` or ``python -m sim.experiments.capacity`` (see :func:`add_arguments`
-and :func:`run`).
+``pimphony capacity`` runs it (:func:`add_arguments`, :func:`run`).
 """
 
 from __future__ import annotations
@@ -162,7 +161,7 @@ def capacity_utilization(
         st = alloc.stats()
         for r in alloc.requests:
             waste = alloc.request(r).waste_bytes
-            if policy == "lazy" and not 0 <= waste < alloc.chunk_bytes:
+            if policy == MemoryPolicy.LAZY and not 0 <= waste < alloc.chunk_bytes:
                 raise AssertionError(f"a lazy request wastes {waste} B >= one chunk")
             max_waste = max(max_waste, waste)
         sizes.append(st.requests)
@@ -251,7 +250,7 @@ def paper_comparison(
                     policy=p,
                     weight_bytes=setup.weight_bytes,
                 )
-                for p in ("static", "lazy")
+                for p in (MemoryPolicy.STATIC, MemoryPolicy.LAZY)
             ]
             rows.append((setup, both[0], both[1]))
     return rows
@@ -293,7 +292,7 @@ def _result_dict(r: CapacityResult) -> dict:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``pimphony capacity`` / ``python -m sim.experiments.capacity``."""
+    """Options of ``pimphony capacity``."""
     parser.add_argument(
         "--requests", type=int, default=1024, help="context lengths drawn per workload"
     )

@@ -5,8 +5,7 @@ head group on one channel (``compiler.kernels``, ``WORD_BYTES`` per command) aga
 DPA programs (``compiler.dpa``, encoded once for the largest ``T``). Prints the table and
 writes a log-log plot (default ``build/dpa/instruction-size.png``).
 
-``pimphony size-report`` or ``python -m sim.experiments.size_report`` (see
-:func:`add_arguments` and :func:`run`).
+``pimphony size-report`` runs it (:func:`add_arguments`, :func:`run`).
 """
 
 from __future__ import annotations
@@ -117,7 +116,7 @@ def plot_size_report(rows: Sequence[SizeRow], path: Path, title: str, capacity: 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``pimphony size-report`` / ``python -m sim.experiments.size_report``."""
+    """Options of ``pimphony size-report``."""
     parser.add_argument("--dh", type=int, default=128)
     parser.add_argument("--gqa-group", type=int, default=1)
     parser.add_argument(

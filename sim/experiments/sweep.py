@@ -7,10 +7,11 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from compiler.kernels import CompileError, compile_gemv, compile_qk
+from compiler.kernels import CompileError, Kernel, compile_gemv, compile_qk
 from models.channel import BREAKDOWN_KEYS, SCHEDULERS, run_channel
 from models.config import HardwareConfig, load_preset
 from models.fileio import BUILD_DIR, pyplot, write_figure
+from sim.cli import choice_names
 from sim.report import user_output
 
 __all__ = [
@@ -106,7 +107,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``pimphony sweep``."""
     p.add_argument(
         "--kernel",
-        choices=("gemv", "qk"),
+        choices=choice_names((Kernel.GEMV, Kernel.QK)),
         default="gemv",
         help="gemv: square d x d weights; qk: head dimension d_h at --tokens",
     )

@@ -1,18 +1,20 @@
-"""Co-simulation of the DPA dispatcher (``rtl/dpa.py``) against the TLM (``models/dpa.py``).
+"""Co-simulation of the DPA dispatcher (``rtl/dpa.py``) against the TLM
+(``models/dpa/dispatcher.py``).
 
 A :class:`DpaRun` is one dispatch: the host writes that load a program and a VA2PA table and
 start it (:func:`rtl.dpa.host_writes`) plus an output ``ready`` pattern. Two back ends run it:
 
 - :func:`simulate` — Amaranth's Python simulator (small buffers, fast tests);
 - :func:`run_rtl_dpa` — the generated Verilog under cocotb + Verilator
-  (``sim/verify/tb_dpa.py``),
-  one build per configuration, cached in ``build/sim/``, every run in one simulator process.
+  (``sim/verify/tb_dpa.py``), one build per configuration, cached in ``build/sim/``, every
+  run in one simulator process.
 
 Both return a :class:`DpaResult` per run: the commands and their cycles counted from the
 cycle the host's ``START`` was accepted (the dispatcher's output cycles; for the pipeline the
 DCS issue cycles, in program order). :func:`compare_dispatch` and :func:`compare_pipeline`
-check them against :func:`models.dpa.expand` / :func:`models.dpa.decode_times` and
-:func:`models.channel.run_channel` and name the first differing command.
+check them against :func:`models.dpa.program.expand` /
+:func:`models.dpa.dispatcher.decode_times` and :func:`models.channel.run_channel` (through
+:func:`models.dpa.dispatcher.run_pipeline`) and name the first differing command.
 """
 
 from __future__ import annotations

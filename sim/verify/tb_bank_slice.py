@@ -15,6 +15,8 @@ from cocotb.triggers import FallingEdge, RisingEdge
 
 from sim.verify.tb_common import GappedSource, field, job_test, reset
 
+__all__ = ["run_job"]
+
 
 async def _run(dut, job: dict, spec: dict) -> dict:
     host, arrival = spec["host"], spec["arrival"]

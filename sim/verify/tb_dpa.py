@@ -17,6 +17,8 @@ from cocotb.triggers import FallingEdge, RisingEdge
 from models.isa import HW_FIELDS
 from sim.verify.tb_common import GappedSource, field, job_test, reset
 
+__all__ = ["run_job"]
+
 
 async def _run(dut, job: dict, spec: dict) -> dict:
     pipeline = job["pipeline"]

@@ -14,6 +14,8 @@ from cocotb.triggers import FallingEdge, RisingEdge
 
 from sim.verify.tb_common import GappedSource, field, job_test, reset
 
+__all__ = ["run_job"]
+
 
 async def _run_stream(dut, job: dict, spec: dict) -> dict:
     n = len(spec["payloads"])
