@@ -1,4 +1,4 @@
-"""The one-channel commands: ``pimphony demo``, ``run``, ``compile`` and ``presets``."""
+"""The one-channel commands: ``pimphony demo``, ``run`` and ``compile``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from compiler.kernels import GQA_MAPPINGS, KERNELS, CompileError, KernelProgram, compile_kernel
 from models.channel import SCHEDULERS, run_channel
-from models.config import HardwareConfig, available_presets, load_preset
+from models.config import HardwareConfig, load_preset
 from models.fileio import BUILD_DIR, write_atomic
 from models.isa import load_stream, save_stream
 from sim.cli import choice_names
@@ -25,11 +25,9 @@ __all__ = [
     "DEMO_PLOT",
     "add_compile_arguments",
     "add_demo_arguments",
-    "add_presets_arguments",
     "add_run_arguments",
     "run_compile",
     "run_demo",
-    "run_presets",
     "run_run",
 ]
 
@@ -89,10 +87,6 @@ def add_compile_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("-o", "--output", type=Path, required=True, help="output file")
     p.add_argument("--force", action="store_true", help="overwrite an existing file")
-
-
-def add_presets_arguments(p: argparse.ArgumentParser) -> None:
-    """``pimphony presets`` takes no options."""
 
 
 def _shape_from_args(args: argparse.Namespace) -> tuple[str, dict]:
@@ -227,15 +221,4 @@ def _compile_dpa(args: argparse.Namespace, cfg: HardwareConfig) -> int:
         f"({len(prog.instructions())} words); the static stream at T={shape['tokens']} has "
         f"{static} commands"
     )
-    return 0
-
-
-def run_presets(args: argparse.Namespace) -> int:
-    """``pimphony presets``: one line per shipped hardware preset."""
-    for name in available_presets():
-        cfg = load_preset(name)
-        print(
-            f"{name}: {cfg.module.channels} channels x {cfg.channel.banks} banks, "
-            f"GBuf {cfg.channel.gbuf_entries}, OBuf {cfg.channel.obuf_entries}"
-        )
     return 0

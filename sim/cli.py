@@ -58,7 +58,7 @@ COMMANDS: tuple[Command, ...] = (
     _channel("demo", "QK^T, SV and FC GEMV under every scheduler"),
     _channel("run", "one kernel under one scheduler"),
     _channel("compile", "write a kernel's command stream to a file"),
-    _channel("presets", "list the hardware presets"),
+    Command("presets", "list the hardware presets", "sim.presets"),
     Command("sweep", "MAC utilisation vs kernel size (PIMphony Fig. 8)", "sim.experiments.sweep"),
     Command(
         "size-report",

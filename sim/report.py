@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from compiler.kernels import KernelProgram
 from models.channel import BREAKDOWN_KEYS, ScheduleResult
 from models.fileio import pyplot, write_atomic, write_figure
 
+T = TypeVar("T")
+
 __all__ = [
+    "parse_list",
     "describe_kernel",
     "kernel_summary",
     "plot_breakdowns",
@@ -24,6 +28,20 @@ _BREAKDOWN_TITLES = {
     "dependency_stall": "dep stall",
     "row_switch": "row switch",
 }
+
+
+def parse_list(
+    flag: str, text: str, convert: Callable[[str], T], error: type[Exception]
+) -> list[T]:
+    """Comma-separated ``text`` of option ``flag`` as a non-empty list; ``error`` otherwise."""
+    kind = "integers" if convert is int else "numbers"
+    try:
+        values = [convert(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise error(f"{flag} {text!r}: expected comma-separated {kind}") from None
+    if not values:
+        raise error(f"{flag} is empty")
+    return values
 
 
 def user_output(given: Path | None, default: Path, force: bool) -> Path:

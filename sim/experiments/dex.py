@@ -31,7 +31,7 @@ from models.bank_slice import (
 from models.config import ConfigError, HardwareConfig, load_preset
 from models.fileio import BUILD_DIR, pyplot, write_figure
 from models.isa import Op
-from sim.report import user_output
+from sim.report import parse_list, user_output
 
 __all__ = [
     "DEFAULT_PLOT",
@@ -234,12 +234,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the experiment for parsed ``args``; 0 on success, 2 on a user error."""
     try:
         cfg = load_preset(args.preset)
-        try:
-            rates = [float(r) for r in args.rates.split(",") if r.strip()]
-        except ValueError:
-            raise SliceError(f"--rates {args.rates!r}: expected comma-separated numbers") from None
-        if not rates:
-            raise SliceError("--rates is empty")
+        rates = parse_list("--rates", args.rates, float, SliceError)
         slicing = SliceConfig(
             subarray_groups=args.subarray_groups,
             kv_groups=args.kv_groups,

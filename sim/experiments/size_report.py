@@ -23,7 +23,7 @@ from compiler.kernels import CompileError, compile_qk, compile_sv
 from models.config import HardwareConfig, load_preset
 from models.dpa.format import WORD_BYTES
 from models.fileio import BUILD_DIR, pyplot, write_figure
-from sim.report import user_output
+from sim.report import parse_list, user_output
 
 __all__ = [
     "DEFAULT_PLOT",
@@ -134,10 +134,7 @@ def run(args: argparse.Namespace) -> int:
     """Print the size table and write the plot; user errors propagate (``CompileError``,
     ``ConfigError``, ``FileExistsError``)."""
     cfg = load_preset(args.preset)
-    try:
-        contexts = [int(x) for x in args.contexts.split(",") if x.strip()]
-    except ValueError:
-        raise CompileError(f"--contexts {args.contexts!r}: give comma-separated integers") from None
+    contexts = parse_list("--contexts", args.contexts, int, CompileError)
     rows = instruction_size_report(cfg, args.dh, contexts, args.gqa_group)
     plot = user_output(args.plot, DEFAULT_PLOT, args.force)
     cap = cfg.module.dpa_command_buffer_bytes

@@ -12,7 +12,7 @@ from models.channel import BREAKDOWN_KEYS, SCHEDULERS, run_channel
 from models.config import HardwareConfig, load_preset
 from models.fileio import BUILD_DIR, pyplot, write_figure
 from sim.cli import choice_names
-from sim.report import user_output
+from sim.report import parse_list, user_output
 
 __all__ = [
     "DEFAULT_DIMS",
@@ -126,12 +126,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """``pimphony sweep``: the table (or JSON) and the plot."""
     cfg = load_preset(args.preset)
-    try:
-        dims = [int(d) for d in args.dims.split(",") if d.strip()]
-    except ValueError:
-        raise CompileError(f"--dims {args.dims!r}: expected comma-separated integers") from None
-    if not dims:
-        raise CompileError("--dims is empty")
+    dims = parse_list("--dims", args.dims, int, CompileError)
     rows = sweep(cfg, args.kernel, dims, tokens=args.tokens)
     plot = user_output(args.plot, BUILD_DIR / "sweep" / f"{args.kernel}.png", args.force)
     what = "square GEMV d x d" if args.kernel == "gemv" else f"QK^T, T={args.tokens}, d = d_h"
