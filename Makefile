@@ -23,7 +23,7 @@ test: $(STAMP)  ## the test suite CI runs (slow cases excluded)
 test-all: $(STAMP)  ## every test, including the slow ones
 	$(BIN)/python -m pytest -q
 
-bench: $(STAMP)  ## TLM speed of each scheduler (commands per second)
+bench: $(STAMP)  ## CLI start-up, TLM speed per scheduler, decode-step and RTL simulation speed
 	$(BIN)/pimphony bench
 
 rtl: $(STAMP)  ## Verilog of every RTL block into build/rtl/
