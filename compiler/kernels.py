@@ -26,6 +26,7 @@ from enum import StrEnum
 import numpy as np
 
 from models.config import HardwareConfig
+from models.errors import PimphonyError
 from models.isa import COMMAND_DTYPE, Op, gpr_tiles
 
 __all__ = [
@@ -43,7 +44,7 @@ __all__ = [
 GQA_MAPPINGS = ("row-reuse", "head-serial")
 
 
-class CompileError(ValueError):
+class CompileError(PimphonyError, ValueError):
     """A kernel shape or option cannot be lowered onto the channel."""
 
 

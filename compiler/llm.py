@@ -27,6 +27,7 @@ from models.config import (
     reject_unknown_keys,
     require_key,
 )
+from models.errors import PimphonyError
 from models.hub import SOFTMAX_FLOPS_PER_SCORE
 from models.memory import kv_bytes_per_token
 
@@ -87,7 +88,7 @@ _INT_FIELDS = (
 _FIELDS = ("name", *_INT_FIELDS[:6], "ffn", *_INT_FIELDS[6:], "vocab_size", "tied_embeddings")
 
 
-class ModelSpecError(ValueError):
+class ModelSpecError(PimphonyError, ValueError):
     """A model file or specification is malformed, inconsistent or out of range."""
 
 

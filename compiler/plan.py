@@ -33,6 +33,7 @@ from enum import StrEnum
 
 from compiler.llm import GEMV_OPS, LayerOp, ModelSpec, gemv_shapes
 from models.config import HardwareConfig
+from models.errors import PimphonyError
 
 __all__ = [
     "GEMV_OPS",
@@ -62,7 +63,7 @@ TP_SPLIT: dict[LayerOp, str] = {
 }
 
 
-class DecodeMappingError(ValueError):
+class DecodeMappingError(PimphonyError, ValueError):
     """A model, batch or parallelism choice cannot be mapped onto the system."""
 
 
@@ -130,7 +131,7 @@ class LayerPlan:
     lengths: tuple[int, ...]
 
 
-class PartitionError(ValueError):
+class PartitionError(PimphonyError, ValueError):
     """Attention work cannot be partitioned as asked."""
 
 

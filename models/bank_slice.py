@@ -39,6 +39,7 @@ from models.dram import (
     precharge_done,
     timing_vector,
 )
+from models.errors import PimphonyError
 from models.isa import OP_MAC, Op, StreamError, validate_stream
 from models.static_sched import static_gap
 
@@ -65,7 +66,7 @@ SOURCE_PIM, SOURCE_HOST = 0, 1
 _MAX_CYCLES = 1 << 40
 
 
-class SliceError(ValueError):
+class SliceError(PimphonyError, ValueError):
     """A slicing configuration or a host read stream is invalid."""
 
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from models.errors import PimphonyError
+
 __all__ = [
     "CONFIG_DIR",
     "ChannelGeometry",
@@ -37,7 +39,7 @@ __all__ = [
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 
-class ConfigError(ValueError):
+class ConfigError(PimphonyError, ValueError):
     """A preset file or override is malformed or out of range."""
 
 

@@ -21,6 +21,7 @@ import math
 import numpy as np
 
 from models.config import HardwareConfig
+from models.errors import PimphonyError
 from models.isa import COMMAND_DTYPE, FIELDS, OP_MAC, OP_RD_OUT, OP_WR_INP, field_widths
 
 __all__ = [
@@ -66,7 +67,7 @@ HUB_DTYPE = np.dtype([("ch_mask", "u8"), ("op_size", "u4"), *COMMAND_DTYPE.descr
 (``gpr`` is the instruction's ``gpr_addr``, in 32 B tiles)."""
 
 
-class HubError(ValueError):
+class HubError(PimphonyError, ValueError):
     """An instruction program is malformed for the module it targets."""
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from models.config import ChannelGeometry, HardwareConfig
+from models.errors import PimphonyError
 from models.fileio import write_atomic
 
 __all__ = [
@@ -89,11 +90,11 @@ OPERAND_FIELDS = {
 """Fields each opcode uses; the others must be zero."""
 
 
-class StreamError(ValueError):
+class StreamError(PimphonyError, ValueError):
     """A command stream holds an illegal command for the given geometry."""
 
 
-class CommandFormatError(ValueError):
+class CommandFormatError(PimphonyError, ValueError):
     """A command-stream file is malformed, of another format or of another version."""
 
 

@@ -37,13 +37,14 @@ import numpy as np
 from numba import njit
 
 from models.dram import INF, NEVER, TV_CCD, exec_time, open_row
+from models.errors import PimphonyError
 from models.isa import OP_MAC, OP_WR_INP
 from models.static_sched import static_gap
 
 __all__ = ["PingPongError", "pingpong_schedule", "pingpong_slots"]
 
 
-class PingPongError(ValueError):
+class PingPongError(PimphonyError, ValueError):
     """The stream cannot run under ping-pong buffering without breaking a dependency."""
 
 

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import tempfile
+import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+
+from models.errors import PimphonyError
 
 __all__ = [
     "COMMANDS",
     "DESCRIPTION",
-    "USER_ERRORS",
     "Command",
     "build_parser",
     "choice_names",
@@ -104,40 +108,20 @@ COMMANDS: tuple[Command, ...] = (
     ),
 )
 
-#: Errors that mean bad input, not a bug: (module, class). Only modules a command has loaded
-#: can have raised one, so only those are imported to catch it.
-USER_ERRORS: tuple[tuple[str, str], ...] = (
-    ("builtins", "FileExistsError"),
-    ("compiler.kernels", "CompileError"),
-    ("compiler.dpa", "DpaEncodeError"),
-    ("compiler.llm", "ModelSpecError"),
-    ("compiler.plan", "DecodeMappingError"),
-    ("models.config", "ConfigError"),
-    ("models.isa", "StreamError"),
-    ("models.isa", "CommandFormatError"),
-    ("models.pingpong", "PingPongError"),
-    ("models.dpa.format", "DpaError"),
-    ("sim.decode_step.setup", "DecodeError"),
-    ("sim.eda.vcd", "WaveformError"),
-    ("sim.workloads", "WorkloadError"),
-)
-
 
 def choice_names(registry: Iterable[str]) -> list[str]:
     """A registry's keys as plain strings, for ``choices=`` (argparse shows their repr)."""
     return [str(key) for key in registry]
 
 
-def _user_errors() -> tuple[type[BaseException], ...]:
-    return tuple(
-        getattr(sys.modules[module], name) for module, name in USER_ERRORS if module in sys.modules
-    )
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse exits 2 with usage; keep that
         self.print_usage(sys.stderr)
-        self.exit(2, f"pimphony: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Option help with its default value."""
 
 
 def _first_word(argv: Sequence[str]) -> int | None:
@@ -151,8 +135,10 @@ def _add_commands(
     k = _first_word(argv)
     chosen = argv[k] if k is not None else None
     for cmd in commands:
-        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
-        p.set_defaults(_command=cmd)
+        p = sub.add_parser(
+            cmd.name, help=cmd.help, description=cmd.help, formatter_class=_HelpFormatter
+        )
+        p.set_defaults(_command=cmd, _prog=p.prog)
         if cmd.subcommands:
             nested = p.add_subparsers(
                 dest=f"{cmd.name}_command", required=True, parser_class=_Parser
@@ -164,23 +150,55 @@ def _add_commands(
 
 def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     """The ``pimphony`` parser, with the options of the command ``argv`` names."""
-    parser = _Parser(prog="pimphony", description=DESCRIPTION)
+    parser = _Parser(prog="pimphony", description=DESCRIPTION, formatter_class=_HelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_commands(sub, COMMANDS, argv)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``pimphony`` command."""
+    """Entry point of the ``pimphony`` command.
+
+    Exit status: 0 done, 2 bad input (one line on stderr naming what is wrong), 1 an internal
+    error (a bug: one line, and the traceback in a file; ``PIMPHONY_DEBUG=1`` re-raises).
+    """
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv).parse_args(argv)
     try:
         return args._command.function("run")(args)
-    except Exception as exc:
-        if not isinstance(exc, _user_errors()):
-            raise
-        print(f"pimphony: error: {exc}", file=sys.stderr)
+    except BrokenPipeError:  # the reader left (``pimphony demo | head -1``): not an error
+        _silence_stdout()
+        return 0
+    except (PimphonyError, OSError) as exc:  # OSError: files the user named (unreadable, ...)
+        print(f"{args._prog}: error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        if os.environ.get("PIMPHONY_DEBUG"):
+            raise
+        where = _write_traceback()
+        print(
+            f"{args._prog}: internal error: {type(exc).__name__}: {exc} (a bug; please report "
+            f"it with the traceback in {where})",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (e.g. captured in tests)
+        pass
+
+
+def _write_traceback() -> str:
+    """Write the current exception's traceback to a new temporary file; its path."""
+    fd, path = tempfile.mkstemp(prefix="pimphony-traceback-", suffix=".txt")
+    with os.fdopen(fd, "w") as f:
+        traceback.print_exc(file=f)
+    return path
 
 
 if __name__ == "__main__":

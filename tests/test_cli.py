@@ -345,3 +345,54 @@ def test_bad_choice_names_the_allowed_values(capsys, argv, allowed):
     rc, _, err = run_cli(capsys, *argv)
     assert rc == 2
     assert f"invalid choice: '{argv[-1]}' (choose from {allowed})" in err
+
+
+def test_errors_name_the_command_and_exit_2(capsys):
+    rc, out, err = run_cli(capsys, "run", "--kernel", "gemv", "--dout", "0", "--din", "64")
+    assert (rc, out) == (2, "")
+    assert err.startswith("pimphony run: error: ") and err.count("\n") == 1
+
+
+def test_every_deliberate_error_is_a_pimphony_error():
+    from compiler.plan import PartitionError
+    from models.bank_slice import SliceError
+    from models.errors import PimphonyError
+    from models.hub import HubError
+    from sim.eda.area import YosysError
+    from sim.verify.runner import CosimError
+
+    for cls in (PartitionError, SliceError, HubError, YosysError, CosimError):
+        assert issubclass(cls, PimphonyError), cls
+
+
+def test_internal_errors_say_where_the_traceback_is(capsys, monkeypatch, tmp_path):
+    import sim.presets
+
+    def broken(args):
+        raise KeyError("boom")
+
+    monkeypatch.setattr(sim.presets, "run", broken)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    monkeypatch.delenv("PIMPHONY_DEBUG", raising=False)
+    rc, out, err = run_cli(capsys, "presets")
+    assert rc == 1 and "Traceback" not in err
+    assert "pimphony presets: internal error: KeyError: 'boom'" in err
+    (trace,) = tmp_path.glob("pimphony-traceback-*.txt")
+    assert "KeyError: 'boom'" in trace.read_text() and str(trace) in err
+
+
+def test_a_closed_pipe_is_not_an_error(capsys, monkeypatch):
+    # ``pimphony demo | head -1``: the reader closes the pipe while the command still writes.
+    import sim.presets
+
+    def writes_into_a_closed_pipe(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sim.presets, "run", writes_into_a_closed_pipe)
+    rc, _, err = run_cli(capsys, "presets")
+    assert (rc, err) == (0, "")
+
+
+def test_help_shows_defaults(capsys):
+    rc, out, _ = run_cli(capsys, "decode", "--help")
+    assert rc == 0 and "(default: aim-32ch-32g)" in out

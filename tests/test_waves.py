@@ -193,4 +193,4 @@ def test_bad_files_exit_2(tmp_path, capsys, content):
     rc, out, err = cli(capsys, "wave", "summary", path, "--json")
     assert rc == 2
     assert out == ""
-    assert err.startswith("pimphony: error: ") and "Traceback" not in err
+    assert err.startswith("pimphony wave summary: error: ") and "Traceback" not in err

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
+from models.errors import PimphonyError
 from models.isa import FIELDS, Op
 
 __all__ = [
@@ -93,7 +94,7 @@ class Target(IntEnum):
     GPR = 4
 
 
-class DpaError(ValueError):
+class DpaError(PimphonyError, ValueError):
     """A DPA program, dispatch or table operation is invalid."""
 
 

@@ -10,12 +10,13 @@ from compiler.llm import ModelSpec
 from compiler.plan import PARTITIONS, DecodeMappingError, Parallelism
 from models.channel import SCHEDULERS
 from models.config import HardwareConfig
+from models.errors import PimphonyError
 from models.memory import MEMORY_POLICIES, MemoryPolicy
 
 __all__ = ["DecodeError", "DecodeSetup"]
 
 
-class DecodeError(ValueError):
+class DecodeError(PimphonyError, ValueError):
     """A decode-step set-up is invalid or does not fit the system."""
 
 

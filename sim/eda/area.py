@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from models.config import ConfigError, HardwareConfig, load_preset
+from models.errors import PimphonyError
 from models.fileio import BUILD_DIR, write_atomic
 from rtl import EMITTED
 
@@ -85,7 +86,7 @@ _LATCH_RE = re.compile(r"dlatch", re.IGNORECASE)
 _INDEX_RE = re.compile(r"\[(\d+)\]$")
 
 
-class YosysError(RuntimeError):
+class YosysError(PimphonyError, RuntimeError):
     """Yosys returned a non-zero exit code."""
 
 

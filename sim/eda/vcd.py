@@ -15,6 +15,7 @@ from pathlib import Path
 
 from models.config import HardwareConfig, load_preset
 from models.dram import execution_times
+from models.errors import PimphonyError
 from models.isa import Op
 
 __all__ = [
@@ -32,7 +33,7 @@ __all__ = [
 _RANGE = re.compile(r"\[(\d+):(\d+)\]$")
 
 
-class WaveformError(ValueError):
+class WaveformError(PimphonyError, ValueError):
     """A VCD is missing, malformed or lacks the signals a summary needs; or the scheduler is
     unknown."""
 

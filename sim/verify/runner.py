@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from amaranth.lib import data
 
+from models.errors import PimphonyError
 from models.fileio import BUILD_DIR
 
 __all__ = [
@@ -42,7 +43,7 @@ BUILD_ROOT = BUILD_DIR / "sim"
 """Cached simulator builds: one directory per top module, simulator, waves flag and Verilog."""
 
 
-class CosimError(RuntimeError):
+class CosimError(PimphonyError, RuntimeError):
     """The simulator could not be built or run, or the RTL disagrees with the TLM."""
 
 

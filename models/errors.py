@@ -1,0 +1,11 @@
+"""The one base of every error pimphony raises on purpose (``docs/errors.md``)."""
+
+from __future__ import annotations
+
+__all__ = ["PimphonyError"]
+
+
+class PimphonyError(Exception):
+    """Bad input or a request the hardware cannot serve, said in one line: what, which field
+    or value, what is allowed. The command line prints it as ``pimphony <command>: error:
+    <message>`` and exits with status 2; anything else that escapes is a bug."""
