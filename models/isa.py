@@ -234,12 +234,24 @@ def save_stream(
 def load_stream(path: str | Path, cfg: HardwareConfig | None = None) -> tuple[np.ndarray, dict]:
     """Read a stream file; return ``(commands, header)``. Validate against ``cfg`` if given."""
     path = Path(path)
+    what = "not a pimphony command-stream file (the .npz `pimphony compile` writes)"
     try:
         archive = np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise CommandFormatError(f"{path}: no such file") from None
-    except (zipfile.BadZipFile, ValueError, OSError) as exc:
-        raise CommandFormatError(f"{path}: not a pimphony command-stream file ({exc})") from None
+    except IsADirectoryError:
+        raise CommandFormatError(f"{path}: is a directory, not a stream file") from None
+    except EOFError:
+        raise CommandFormatError(f"{path}: empty file; {what}") from None
+    except ValueError as exc:
+        if "pickle" in str(exc):  # numpy's reading of bytes that are no .npy/.npz
+            raise CommandFormatError(
+                f"{path}: {what}; it is neither .npz nor .npy (a DPA program written by "
+                "`compile --format dpa` is not a command stream)"
+            ) from None
+        raise CommandFormatError(f"{path}: {what} ({exc})") from None
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise CommandFormatError(f"{path}: {what} ({exc})") from None
     if not isinstance(archive, np.lib.npyio.NpzFile):
         raise CommandFormatError(f"{path}: not a pimphony command-stream file (plain .npy array)")
     with archive:
@@ -250,6 +262,8 @@ def load_stream(path: str | Path, cfg: HardwareConfig | None = None) -> tuple[np
             head = json.loads(archive["header"].tobytes().decode())
         except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
             raise CommandFormatError(f"{path}: header is not JSON ({exc})") from None
+        except (zipfile.BadZipFile, EOFError, OSError) as exc:  # a damaged member
+            raise CommandFormatError(f"{path}: damaged file, header unreadable ({exc})") from None
         if not isinstance(head, dict) or head.get("magic") != FORMAT_MAGIC:
             raise CommandFormatError(f"{path}: wrong magic; not a pimphony command stream")
         version = head.get("format_version")
@@ -260,8 +274,8 @@ def load_stream(path: str | Path, cfg: HardwareConfig | None = None) -> tuple[np
             )
         try:
             commands = archive["commands"]
-        except ValueError as exc:
-            raise CommandFormatError(f"{path}: commands array unreadable ({exc})") from None
+        except (ValueError, zipfile.BadZipFile, EOFError, OSError) as exc:
+            raise CommandFormatError(f"{path}: damaged file, commands unreadable ({exc})") from None
     if commands.dtype != COMMAND_DTYPE:
         raise CommandFormatError(
             f"{path}: commands have dtype {commands.dtype}, expected {COMMAND_DTYPE}"
