@@ -19,6 +19,7 @@ from models.errors import PimphonyError
 
 __all__ = [
     "CONFIG_DIR",
+    "FIELD_RANGES",
     "ChannelGeometry",
     "ConfigError",
     "DcsParams",
@@ -317,10 +318,60 @@ def _from_raw(raw: dict[str, Any], source: str) -> HardwareConfig:
 
 _KINDS = {"int": int, "float": float}
 
+_CYCLES = (1, 10_000, "cycles")  # 10 us at 1 GHz: far beyond any DRAM or PIM latency
+#: The physical range of every preset field: (lowest, highest, unit). Values outside it are
+#: refused; within it, cycle counts of streams of up to 2^32 commands fit the TLM's int64
+#: times. The ranges are wide (any GDDR6/HBM-class PIM fits); docs/errors.md lists them.
+FIELD_RANGES: dict[str, dict[str, tuple[float, float, str]]] = {
+    "module": {
+        "channels": (1, 1024, "channels"),
+        "freq_ghz": (0.05, 10.0, "GHz"),
+        "gpr_bytes": (32, 1 << 30, "bytes"),
+        "dpa_command_buffer_bytes": (8, 1 << 30, "bytes"),
+        "dpa_address_map_bytes": (8, 1 << 30, "bytes"),
+        "host_link_gbps": (0.001, 100_000.0, "GB/s"),
+        "internode_link_gbps": (0.001, 100_000.0, "GB/s"),
+        "io_bytes_per_cycle": (1, 4096, "bytes per cycle"),
+        "epu_flops_per_cycle": (1, 1 << 20, "flop per cycle"),
+        "modules_per_node": (1, 1024, "modules"),
+    },
+    "channel": {
+        "banks": (1, 256, "banks"),  # power of two >= 2: checked with the relations
+        "rows_per_bank": (1, 1 << 24, "rows"),
+        "row_bytes": (32, 1 << 16, "bytes"),
+        "element_bytes": (1, 8, "bytes"),
+        "mac_elements": (1, 1024, "elements"),
+        "gbuf_entries": (1, 1 << 16, "entries"),
+        "obuf_entries": (1, 1 << 16, "entries"),
+    },
+    "timing": {
+        **{
+            key: _CYCLES
+            for key in (
+                "tCCD", "t_WR_INP", "t_MAC", "t_RD_OUT", "tRCD_MAC", "tRP", "tRAS", "tRRD",
+                "tFAW", "tRTP",
+            )
+        },
+        "act_banks": (1, 256, "banks"),
+    },
+    "dcs": {
+        "queue_depth": (2, 1 << 16, "entries"),
+        "id_bits": (1, 32, "bits"),
+        "timestamp_bits": (1, 62, "bits"),
+    },
+}  # fmt: skip
+
 
 def _build_section(source: str, section: str, cls: type, table: dict[str, Any]) -> Any:
     kinds = {f.name: _KINDS.get(f.type) for f in fields(cls)}
-    return cls(**typed_fields(table, kinds, ConfigError, f"{source}: [{section}] "))
+    values = typed_fields(table, kinds, ConfigError, f"{source}: [{section}] ")
+    for key, (lo, hi, unit) in FIELD_RANGES[section].items():
+        if not lo <= values[key] <= hi:
+            raise ConfigError(
+                f"{source}: [{section}] {key} = {values[key]!r}: outside the physical range "
+                f"{lo:,} to {hi:,} {unit}"
+            )
+    return cls(**values)
 
 
 def _is_pow2(n: int) -> bool:

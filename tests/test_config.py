@@ -11,12 +11,14 @@ import pytest
 
 from models.config import (
     CONFIG_DIR,
+    FIELD_RANGES,
     ConfigError,
     HardwareConfig,
     available_presets,
     load_config,
     load_preset,
 )
+from tests.helpers import run_cli
 
 PRESET_16 = CONFIG_DIR / "aim-16ch.toml"
 BASE_TEXT = PRESET_16.read_text()
@@ -386,3 +388,34 @@ def test_unknown_preset_name():
     assert "unknown preset 'aim-99ch'" in msg
     assert "aim-16ch" in msg
     assert "aim-32ch" in msg
+
+
+RANGED = [(s, k) for s, keys in FIELD_RANGES.items() for k in keys]
+
+
+@pytest.mark.parametrize("section,key", RANGED, ids=[f"{s}.{k}" for s, k in RANGED])
+def test_every_field_has_a_physical_range(section, key):
+    cfg = load_preset("aim-16ch")
+    assert set(FIELD_RANGES) == {"module", "channel", "timing", "dcs"}
+    lo, hi, unit = FIELD_RANGES[section][key]
+    assert lo <= getattr(getattr(cfg, section), key) <= hi  # the shipped value is inside
+    kind = type(getattr(getattr(cfg, section), key))
+    above = hi * 2 if kind is int else hi * 1.5
+    with pytest.raises(ConfigError, match=rf"\[{section}\] {key} = .*outside the physical range"):
+        cfg.replace(**{f"{section}.{key}": kind(above)})
+    if lo > (1 if kind is int else 0):
+        below = lo - 1 if kind is int else lo / 2
+        with pytest.raises(ConfigError, match=rf"\[{section}\] {key} = .*{unit}"):
+            cfg.replace(**{f"{section}.{key}": kind(below)})
+
+
+def test_absurd_timing_is_refused_by_the_cli(tmp_path, capsys):
+    # Issue example: tRP = 2^63 - 1 used to give 2,384 cycles at 85.9% (a wrap-around).
+    text = (CONFIG_DIR / "aim-16ch.toml").read_text().replace("tRP = 16", f"tRP = {2**63 - 1}")
+    preset = tmp_path / "bad.toml"
+    preset.write_text(text)
+    rc, out, err = run_cli(
+        capsys, "run", "--kernel", "qk", "--tokens", "4096", "--dh", "128", "--preset", preset
+    )
+    assert (rc, out) == (2, "")
+    assert "[timing] tRP = 9223372036854775807: outside the physical range 1 to 10,000" in err
