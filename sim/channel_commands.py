@@ -143,7 +143,7 @@ def run_demo(args: argparse.Namespace) -> int:
         print(
             f"pimphony demo: one channel of {cfg.name} "
             f"({cfg.channel.banks} banks, GBuf {cfg.channel.gbuf_entries} / "
-            f"OBuf {cfg.channel.obuf_entries} entries, 1 GHz cycles)\n"
+            f"OBuf {cfg.channel.obuf_entries} entries, cycles at {cfg.module.freq_ghz:g} GHz)\n"
         )
         for prog, results in runs:
             print(describe_kernel(prog))

@@ -14,11 +14,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print each preset's channels, banks and buffer sizes."""
+    """Print each preset's channels, banks, capacity, clock and buffer sizes."""
     for name in available_presets():
         cfg = load_preset(name)
+        ch = cfg.channel
+        module_bytes = cfg.module.channels * ch.banks * ch.rows_per_bank * ch.row_bytes
         print(
-            f"{name}: {cfg.module.channels} channels x {cfg.channel.banks} banks, "
-            f"GBuf {cfg.channel.gbuf_entries}, OBuf {cfg.channel.obuf_entries}"
+            f"{name}: {cfg.module.channels} channels x {ch.banks} banks, "
+            f"{module_bytes / 2**30:g} GiB per module, {cfg.module.freq_ghz:g} GHz, "
+            f"GBuf {ch.gbuf_entries}, OBuf {ch.obuf_entries}"
         )
     return 0

@@ -123,7 +123,7 @@ def plot_ablation(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
             fontsize=8,
         )
     ax.set_xticks(list(xs), [r["step"] for r in rows])
-    ax.set_ylabel("normalised throughput (tokens/s)")
+    ax.set_ylabel("throughput relative to the first step (x)")
     ax.set_ylim(0, max(r["speedup"] for r in rows) * 1.3)
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
