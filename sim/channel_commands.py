@@ -203,6 +203,11 @@ def _compile_dpa(args: argparse.Namespace, cfg: HardwareConfig) -> int:
     kind, shape = _shape_from_args(args)
     if kind not in ("qk", "sv"):
         raise CompileError(f"--format dpa encodes qk and sv kernels, not {kind!r}")
+    if shape["tokens"] > args.max_tokens:
+        raise CompileError(
+            f"--tokens {shape['tokens']} exceeds --max-tokens {args.max_tokens}, the largest "
+            "T_cur the DPA program serves; raise --max-tokens"
+        )
     if args.output.exists() and not args.force:
         raise FileExistsError(f"{args.output} exists; pass --force to replace it")
     prog = encode_kernel(

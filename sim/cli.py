@@ -23,6 +23,8 @@ __all__ = [
     "COMMANDS",
     "DESCRIPTION",
     "Command",
+    "SEED",
+    "bounded_int",
     "build_parser",
     "choice_names",
     "main",
@@ -112,6 +114,26 @@ COMMANDS: tuple[Command, ...] = (
 def choice_names(registry: Iterable[str]) -> list[str]:
     """A registry's keys as plain strings, for ``choices=`` (argparse shows their repr)."""
     return [str(key) for key in registry]
+
+
+def bounded_int(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer from ``lo`` to ``hi``, else a message saying so."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{value} is outside {lo:,} to {hi:,}")
+        return value
+
+    parse.__name__ = f"integer {lo:,} to {hi:,}"
+    return parse
+
+
+#: Seeds of numpy's random generators: non-negative 32-bit integers.
+SEED = bounded_int(0, 2**32 - 1)
 
 
 class _Parser(argparse.ArgumentParser):

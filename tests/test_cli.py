@@ -396,3 +396,42 @@ def test_a_closed_pipe_is_not_an_error(capsys, monkeypatch):
 def test_help_shows_defaults(capsys):
     rc, out, _ = run_cli(capsys, "decode", "--help")
     assert rc == 0 and "(default: aim-32ch-32g)" in out
+
+
+@pytest.mark.parametrize(
+    "argv,says",
+    [
+        (["decode", "--workload", "qmsum", "--seed", "-1"], "--seed: -1 is outside 0 to"),
+        (["ablation", "--pool", "-1"], "--pool: -1 is outside 1 to 100,000"),
+        (["ablation", "--pool", "0"], "--pool: 0 is outside 1 to 100,000"),
+        (["decode", "--batch", "1000000000000"], "must be from 1 to 4096 requests"),
+        (["decode", "--tp", "0"], "--tp: 0 is outside 1 to 1,024"),
+        (["capacity", "--requests", "0"], "--requests: 0 is outside 1 to 100,000"),
+        (["dex", "--seed", "x"], "--seed: 'x' is not an integer"),
+    ],
+)
+def test_numeric_options_are_bounded(capsys, argv, says):
+    rc, out, err = run_cli(capsys, *argv)
+    assert (rc, out) == (2, "")
+    assert says in err and "Traceback" not in err
+
+
+def test_dpa_program_must_serve_the_tokens_asked_for(capsys, tmp_path):
+    out = tmp_path / "p.bin"
+    rc, _, err = run_cli(
+        capsys, "compile", "--kernel", "qk", "--tokens", "4096", "--dh", "128",
+        "--format", "dpa", "--max-tokens", "1024", "-o", out,
+    )  # fmt: skip
+    assert rc == 2 and "--tokens 4096 exceeds --max-tokens 1024" in err
+    assert not out.exists()
+
+
+def test_contexts_file_cut_by_batch_is_said(capsys, tmp_path):
+    lengths = tmp_path / "four.txt"
+    lengths.write_text("100\n200\n300\n400\n")
+    rc, out, err = run_cli(
+        capsys, "decode", "--model", "llm-1.8b", "--contexts", lengths, "--batch", "2",
+        "--json", "--report", tmp_path / "r.json", "--plot", tmp_path / "r.png",
+    )  # fmt: skip
+    assert rc == 0 and json.loads(out)["batch"] == 2
+    assert "takes the first 2 of the 4 context lengths" in err

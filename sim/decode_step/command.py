@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from compiler.llm import load_model
@@ -17,7 +18,7 @@ from models.channel import SCHEDULERS
 from models.config import load_preset
 from models.fileio import BUILD_DIR, write_atomic
 from models.memory import MEMORY_POLICIES
-from sim.cli import choice_names
+from sim.cli import SEED, bounded_int, choice_names
 from sim.decode_step.admission import fill_batch
 from sim.decode_step.report import format_report, plot_report, report_stem
 from sim.decode_step.setup import DecodeError, DecodeSetup
@@ -37,6 +38,9 @@ DECODE_DIR = BUILD_DIR / "decode"
 #: PIMphony Table IV's 32 GB module (32 channels), so that multi-request 32K batches fit.
 DECODE_PRESET = "aim-32ch-32g"
 _AUTO_POOL = 4096  # candidate requests drawn for --batch auto
+#: The largest batch one decode step takes (the --batch auto pool): larger ones run for
+#: minutes and exceed any PIM system's memory at useful context lengths.
+MAX_BATCH = _AUTO_POOL
 
 
 def _batch(value: str) -> int | str:
@@ -48,8 +52,10 @@ def _batch(value: str) -> int | str:
         raise argparse.ArgumentTypeError(
             f"--batch {value!r}: give a positive int or 'auto'"
         ) from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"--batch {n}: must be >= 1 (or 'auto')")
+    if not 1 <= n <= MAX_BATCH:
+        raise argparse.ArgumentTypeError(
+            f"--batch {n}: must be from 1 to {MAX_BATCH} requests (or 'auto')"
+        )
     return n
 
 
@@ -60,12 +66,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--context", type=int, help="context length of every request")
     src.add_argument("--contexts", type=Path, help="file of per-request context lengths")
     src.add_argument("--workload", help="draw lengths from a workload (e.g. qmsum)")
-    p.add_argument("--seed", type=int, default=0, help="seed for --workload sampling")
+    p.add_argument("--seed", type=SEED, default=0, help="seed for --workload sampling")
     p.add_argument("--batch", type=_batch, default=None, help="requests, or 'auto' (fill memory)")
     p.add_argument("--modules", type=int, help="modules (must equal tp * pp; default tp * pp)")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel modules per stage")
-    p.add_argument("--pp", type=int, default=1, help="pipeline stages")
-    p.add_argument("--micro-batches", type=int, default=None, help="default min(pp, batch)")
+    p.add_argument(
+        "--tp", type=bounded_int(1, 1024), default=1, help="tensor-parallel modules per stage"
+    )
+    p.add_argument("--pp", type=bounded_int(1, 1024), default=1, help="pipeline stages")
+    p.add_argument(
+        "--micro-batches",
+        type=bounded_int(1, MAX_BATCH),
+        default=None,
+        help="default min(pp, batch)",
+    )
     p.add_argument("--partition", choices=choice_names(PARTITIONS), default="tcp")
     p.add_argument("--sched", choices=choice_names(SCHEDULERS), default="dcs")
     p.add_argument(
@@ -97,6 +110,12 @@ def _lengths(args: argparse.Namespace, window: int) -> tuple[list[int], bool]:
             if args.batch > len(lengths):
                 raise DecodeError(
                     f"--batch {args.batch}: {args.contexts} has only {len(lengths)} lengths"
+                )
+            if args.batch < len(lengths):
+                print(
+                    f"pimphony decode: note: --batch {args.batch} takes the first "
+                    f"{args.batch} of the {len(lengths)} context lengths in {args.contexts}",
+                    file=sys.stderr,
                 )
             lengths = lengths[: args.batch]
         return lengths, auto

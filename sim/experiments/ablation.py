@@ -16,6 +16,7 @@ from typing import Any
 from compiler.llm import load_model
 from models.config import load_preset
 from models.fileio import BUILD_DIR, pyplot, write_figure
+from sim.cli import SEED, bounded_int
 from sim.decode_step.admission import fill_batch
 from sim.decode_step.setup import DecodeSetup
 from sim.decode_step.step import run_decode
@@ -135,9 +136,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="llm-7b")
     p.add_argument("--workload", default="qmsum")
     p.add_argument("--preset", default="aim-32ch", help="default: CENT-sized 16 GB modules")
-    p.add_argument("--modules", type=int, default=8, help="default 8 x 16 GB = 128 GB")
-    p.add_argument("--pool", type=int, default=2048, help="candidate requests drawn")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--modules", type=bounded_int(1, 1024), default=8, help="default 8 x 16 GB = 128 GB"
+    )
+    p.add_argument(
+        "--pool", type=bounded_int(1, 100_000), default=2048, help="candidate requests drawn"
+    )
+    p.add_argument("--seed", type=SEED, default=0, help="seed of the context-length draws")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", type=Path, default=None, help=f"PNG (default {ABLATION_PLOT})")
     p.add_argument("--force", action="store_true", help="replace an existing --plot file")

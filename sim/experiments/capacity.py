@@ -29,6 +29,7 @@ from models.memory import (
     MemoryPolicy,
     make_allocator,
 )
+from sim.cli import SEED, bounded_int
 from sim.workloads import Workload, load_workload, sample_context_lengths
 
 __all__ = [
@@ -294,9 +295,12 @@ def _result_dict(r: CapacityResult) -> dict:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``pimphony capacity``."""
     parser.add_argument(
-        "--requests", type=int, default=1024, help="context lengths drawn per workload"
+        "--requests",
+        type=bounded_int(1, 100_000),
+        default=1024,
+        help="context lengths drawn per workload",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the context-length draws")
+    parser.add_argument("--seed", type=SEED, default=0, help="seed of the context-length draws")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 

@@ -31,6 +31,7 @@ from models.bank_slice import (
 from models.config import ConfigError, HardwareConfig, load_preset
 from models.fileio import BUILD_DIR, pyplot, write_figure
 from models.isa import Op
+from sim.cli import SEED
 from sim.report import parse_list, user_output
 
 __all__ = [
@@ -212,7 +213,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens", type=int, default=4096, help="attention context length T")
     parser.add_argument("--dh", type=int, default=128, help="attention head dimension d_h")
     parser.add_argument("--pattern", choices=PATTERNS, default="stream", help="host addresses")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the host arrivals")
+    parser.add_argument("--seed", type=SEED, default=0, help="seed of the host arrivals")
     parser.add_argument(
         "--kv-groups", type=int, default=4, help="subarray groups of the KV partition"
     )
