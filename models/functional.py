@@ -13,9 +13,54 @@ import numpy as np
 
 from models.channel import ScheduleResult
 from models.config import HardwareConfig
-from models.isa import Op
+from models.isa import Op, StreamError, describe_command
 
-__all__ = ["execute"]
+__all__ = ["check_dataflow", "execute"]
+
+
+def check_dataflow(stream: np.ndarray) -> None:
+    """Raise :class:`~models.isa.StreamError` at the first command whose data means nothing.
+
+    In program order: a stream has commands; a MAC reads a GBuf entry some earlier WR_INP
+    wrote; a RD_OUT reads an OBuf entry a MAC accumulated into since it was last read; every
+    accumulated entry is read out by a later RD_OUT (else the result is lost).
+    """
+    n = int(stream.shape[0])
+    if n == 0:
+        raise StreamError("the stream has no commands")
+    op = stream["op"].astype(np.int64)
+    idx = np.arange(n)
+    problems: list[tuple[int, str]] = []
+    writes = op == Op.WR_INP
+    gbuf = stream["gbuf"].astype(np.int64)
+    first_write = np.full(int(gbuf.max()) + 1, n, dtype=np.int64)
+    np.minimum.at(first_write, gbuf[writes], idx[writes])
+    bad = np.flatnonzero((op == Op.MAC) & (idx < first_write[gbuf]))
+    if bad.size:
+        problems.append((int(bad[0]), "reads a GBuf entry no earlier WR_INP wrote"))
+    touch = np.flatnonzero((op == Op.MAC) | (op == Op.RD_OUT))
+    if touch.size:
+        out = stream["out"].astype(np.int64)[touch]
+        order = touch[np.lexsort((touch, out))]  # per OBuf entry, in program order
+        entry = stream["out"].astype(np.int64)[order]
+        is_mac = op[order] == Op.MAC
+        same = np.zeros(order.size, dtype=bool)
+        same[1:] = entry[1:] == entry[:-1]
+        prev_mac = np.zeros(order.size, dtype=bool)
+        prev_mac[1:] = is_mac[:-1]
+        empty_read = ~is_mac & ~(same & prev_mac)
+        if empty_read.any():
+            k = int(order[np.flatnonzero(empty_read)].min())
+            problems.append((k, "reads an OBuf entry no MAC accumulated into since its last read"))
+        last = np.ones(order.size, dtype=bool)
+        last[:-1] = entry[1:] != entry[:-1]
+        lost = is_mac & last
+        if lost.any():
+            k = int(order[np.flatnonzero(lost)].min())
+            problems.append((k, "accumulates into an OBuf entry no later RD_OUT reads"))
+    if problems:
+        k, why = min(problems)
+        raise StreamError(f"command {k} ({describe_command(stream, k)}) {why}")
 
 
 def execute(

@@ -10,7 +10,8 @@ from compiler.kernels import GQA_MAPPINGS, KERNELS, CompileError, KernelProgram,
 from models.channel import SCHEDULERS, run_channel
 from models.config import HardwareConfig, load_preset
 from models.fileio import BUILD_DIR, write_atomic
-from models.isa import load_stream, save_stream
+from models.functional import check_dataflow
+from models.isa import StreamError, load_stream, save_stream
 from sim.cli import choice_names
 from sim.report import (
     describe_kernel,
@@ -69,6 +70,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``pimphony run``."""
     _kernel_args(p)
     p.add_argument("--stream", type=Path, help="run a saved command stream instead")
+    p.add_argument(
+        "--no-check",
+        action="store_true",
+        help="run a --stream even if its data flow means nothing (a MAC on a GBuf entry never "
+        "written, a RD_OUT of an entry never accumulated, results never read, no commands)",
+    )
     p.add_argument("--sched", choices=choice_names(SCHEDULERS), default="dcs")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -167,6 +174,11 @@ def run_run(args: argparse.Namespace) -> int:
         if args.kernel is not None:
             raise CompileError("give either --stream or --kernel, not both")
         stream, head = load_stream(args.stream, cfg)
+        if not args.no_check:
+            try:
+                check_dataflow(stream)
+            except StreamError as exc:
+                raise StreamError(f"{args.stream}: {exc} (--no-check runs it anyway)") from None
         title = f"{args.stream}: {stream.shape[0]} commands"
         summary = {"stream": str(args.stream), "meta": head.get("meta", {}), "preset": cfg.name}
     else:
