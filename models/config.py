@@ -8,6 +8,8 @@ errors name the file, the section, the key, the value and what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
@@ -123,6 +125,15 @@ class HardwareConfig:
     channel: ChannelGeometry
     timing: Timing
     dcs: DcsParams
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every value of the preset, as the TOML file holds it."""
+        return _to_raw(self)
+
+    def sha256(self) -> str:
+        """Hash of every value (not of the file's text): equal hashes, equal hardware."""
+        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
 
     def replace(self, **overrides: Any) -> HardwareConfig:
         """Return a validated copy with dotted-key overrides, e.g. ``{"timing.t_MAC": 30}``."""

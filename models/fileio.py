@@ -7,7 +7,17 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["BUILD_DIR", "pyplot", "write_atomic", "write_figure"]
+from models.errors import PimphonyError
+
+__all__ = [
+    "BUILD_DIR",
+    "FIGURE_FORMATS",
+    "OutputError",
+    "figure_format",
+    "pyplot",
+    "write_atomic",
+    "write_figure",
+]
 
 #: Root of every default output (reports, plots, Verilog, co-simulation builds, waves),
 #: relative to the working directory so that a run leaves its files where it was started.
@@ -48,13 +58,33 @@ def pyplot():
     return plt
 
 
+#: Figure formats by file extension.
+FIGURE_FORMATS = ("png", "pdf", "svg")
+
+
+class OutputError(PimphonyError, ValueError):
+    """An output file cannot be written as asked (e.g. an unknown figure extension)."""
+
+
+def figure_format(path: str | Path) -> str:
+    """The figure format ``path``'s extension names; :class:`OutputError` if none we write."""
+    fmt = Path(path).suffix.lstrip(".").lower()
+    if fmt not in FIGURE_FORMATS:
+        raise OutputError(
+            f"{path}: a plot is written as {', '.join('.' + f for f in FIGURE_FORMATS)}; "
+            f"got {Path(path).suffix or 'no extension'!r}"
+        )
+    return fmt
+
+
 def write_figure(fig, path: str | Path, overwrite: bool = True) -> Path:
-    """Save a matplotlib figure as PNG (110 dpi) atomically, then close it."""
+    """Save a matplotlib figure atomically in the format its extension names (PNG at 110 dpi,
+    PDF, SVG), then close it."""
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
     try:
-        fig.savefig(buf, format="png", dpi=110)
+        fig.savefig(buf, format=figure_format(path), dpi=110)
     finally:
         plt.close(fig)
     return write_atomic(path, buf.getvalue(), overwrite=overwrite)

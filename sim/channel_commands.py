@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 from pathlib import Path
 
@@ -13,12 +14,13 @@ from models.fileio import BUILD_DIR, write_atomic
 from models.functional import check_dataflow
 from models.isa import StreamError, load_stream, save_stream
 from sim.cli import choice_names
+from sim.provenance import provenance
 from sim.report import (
     describe_kernel,
     kernel_summary,
     plot_breakdowns,
     scheduler_table,
-    user_output,
+    user_plot,
 )
 
 __all__ = [
@@ -136,6 +138,7 @@ def _compile(args: argparse.Namespace, cfg: HardwareConfig) -> KernelProgram:
 def run_demo(args: argparse.Namespace) -> int:
     """``pimphony demo``: QK^T, SV and FC GEMV under every scheduler."""
     cfg = load_preset(args.preset)
+    plot = user_plot(args.plot, DEMO_PLOT, args.force)
     runs, report = [], []
     for kind, shape in DEMO_KERNELS:
         prog = compile_kernel(cfg, kind, **shape)
@@ -145,7 +148,8 @@ def run_demo(args: argparse.Namespace) -> int:
         for prog, results in runs:
             base = results[0].cycles
             report.append([kernel_summary(prog, r, base) for r in results])
-        print(json.dumps({"preset": cfg.name, "kernels": report}, indent=2))
+        out = {"preset": cfg.name, "kernels": report, "provenance": provenance(args, cfg)}
+        print(json.dumps(out, indent=2))
     else:
         print(
             f"pimphony demo: one channel of {cfg.name} "
@@ -159,7 +163,7 @@ def run_demo(args: argparse.Namespace) -> int:
     labels = [describe_kernel(p).split(":")[0] for p, _ in runs]
     path = plot_breakdowns(
         list(zip(labels, [r for _, r in runs], strict=True)),
-        user_output(args.plot, DEMO_PLOT, args.force),
+        plot,
         f"Cycle breakdown per scheduler ({cfg.name}, one channel)",
     )
     if not args.json:
@@ -190,6 +194,9 @@ def run_run(args: argparse.Namespace) -> int:
     if args.json:
         summary.update(result.to_dict())
         summary["speedup_vs_static"] = static.cycles / max(result.cycles, 1)
+        summary["provenance"] = provenance(
+            args, cfg, stream_sha256=hashlib.sha256(stream.tobytes()).hexdigest()
+        )
         print(json.dumps(summary, indent=2))
     else:
         print(title)

@@ -8,11 +8,12 @@ from typing import TypeVar
 
 from compiler.kernels import KernelProgram
 from models.channel import BREAKDOWN_KEYS, ScheduleResult
-from models.fileio import pyplot, write_atomic, write_figure
+from models.fileio import figure_format, pyplot, write_atomic, write_figure
 
 T = TypeVar("T")
 
 __all__ = [
+    "user_plot",
     "parse_list",
     "describe_kernel",
     "kernel_summary",
@@ -52,6 +53,14 @@ def user_output(given: Path | None, default: Path, force: bool) -> Path:
     if given.exists() and not force:
         raise FileExistsError(f"{given} exists; pass --force to replace it")
     return given
+
+
+def user_plot(given: Path | None, default: Path, force: bool) -> Path:
+    """:func:`user_output` for a plot, whose extension must name a format we write (checked
+    before any work is done)."""
+    path = user_output(given, default, force)
+    figure_format(path)
+    return path
 
 
 def describe_kernel(prog: KernelProgram) -> str:

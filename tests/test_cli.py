@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from models.config import CONFIG_DIR
 from models.isa import load_stream
 from tests.helpers import run_cli
 
@@ -239,7 +241,7 @@ def test_decode_issue_example_json_report_and_plot(capsys, tmp_path):
     assert r["tokens_per_s"] == pytest.approx(4 / r["step_seconds"])
     assert set(r["ops"]) >= {"qkv", "qk", "softmax", "sv", "proj", "ffn1", "ffn2"}
     assert r["attention_share"] + r["fc_share"] + r["other_share"] == pytest.approx(1)
-    stem = "llm-7b-B4-T32768-tp2pp2-tcp-dcs-lazy"
+    stem = "llm-7b-B4-T32768-tp2pp2-tcp-dcs-lazy-" + r["provenance"]["inputs_sha256"][:8]
     saved = json.loads((tmp_path / "build/decode" / f"{stem}.json").read_text())
     assert saved["cycles"] == r["cycles"]
     png = (tmp_path / "build/decode" / f"{stem}.png").read_bytes()
@@ -435,3 +437,71 @@ def test_contexts_file_cut_by_batch_is_said(capsys, tmp_path):
     )  # fmt: skip
     assert rc == 0 and json.loads(out)["batch"] == 2
     assert "takes the first 2 of the 4 context lengths" in err
+
+
+def _decode(capsys, tmp_path, *extra):
+    return run_cli(capsys, "decode", "--model", "llm-1.8b", *extra)
+
+
+def test_different_inputs_never_share_a_report_name(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    names = []
+    for lengths in ("100\n200\n", "100\n201\n"):
+        (tmp_path / "lens.txt").write_text(lengths)
+        rc, out, _ = _decode(capsys, tmp_path, "--contexts", "lens.txt")
+        assert rc == 0
+        names.append(out.split("report: ")[1].split()[0])
+    assert names[0] != names[1] and all(Path(n).exists() for n in names)
+
+
+def test_report_and_plot_must_differ(capsys, tmp_path):
+    same = tmp_path / "x.png"
+    rc, _, err = _decode(capsys, tmp_path, "--context", "64", "--report", same, "--plot", same)
+    assert rc == 2 and "--report and --plot both name" in err and not same.exists()
+
+
+def test_reports_record_what_produced_them(capsys, tmp_path):
+    # A custom preset that calls itself aim-16ch but has another tRP is told apart by hash.
+    text = (CONFIG_DIR / "aim-16ch.toml").read_text().replace("tRP = 16", "tRP = 20")
+    custom = tmp_path / "custom.toml"
+    custom.write_text(text)
+    runs = {}
+    for preset in ("aim-16ch", custom):
+        rc, out, _ = run_cli(
+            capsys, "run", "--kernel", "qk", "--tokens", "512", "--dh", "64", "--json",
+            "--preset", preset,
+        )  # fmt: skip
+        assert rc == 0
+        runs[str(preset)] = json.loads(out)["provenance"]
+    shipped, mine = runs["aim-16ch"], runs[str(custom)]
+    assert shipped["preset"]["name"] == mine["preset"]["name"] == "aim-16ch"
+    assert shipped["preset"]["sha256"] != mine["preset"]["sha256"]
+    assert mine["preset"]["values"]["timing"]["tRP"] == 20
+    assert mine["options"]["preset"] == str(custom) and mine["tool"] == "pimphony"
+    rc, out, _ = _decode(
+        capsys, tmp_path, "--contexts", _lengths(tmp_path), "--json",
+        "--report", tmp_path / "r.json", "--plot", tmp_path / "r.png",
+    )  # fmt: skip
+    block = json.loads(out)["provenance"]
+    assert block["context_lengths"] == [100, 300] and block["model"]["name"] == "llm-1.8b"
+    assert json.loads((tmp_path / "r.json").read_text())["provenance"] == block
+
+
+def _lengths(tmp_path):
+    path = tmp_path / "two.txt"
+    path.write_text("100\n300\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    "suffix,magic", [(".pdf", b"%PDF"), (".svg", b"<?xml"), (".png", b"\x89PNG")]
+)
+def test_plots_honour_the_extension(capsys, tmp_path, suffix, magic):
+    plot = tmp_path / f"d{suffix}"
+    rc, _, _ = run_cli(capsys, "sweep", "--dims", "64,128", "--plot", plot)
+    assert rc == 0 and plot.read_bytes().startswith(magic)
+
+
+def test_unknown_plot_extension_is_refused_before_any_work(capsys, tmp_path):
+    rc, out, err = run_cli(capsys, "demo", "--plot", tmp_path / "d.jpg")
+    assert (rc, out) == (2, "") and "a plot is written as .png, .pdf, .svg; got '.jpg'" in err

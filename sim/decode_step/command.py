@@ -8,6 +8,7 @@ admits requests first-come-first-served until the memory is full. See ``docs/dec
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -20,10 +21,11 @@ from models.fileio import BUILD_DIR, write_atomic
 from models.memory import MEMORY_POLICIES
 from sim.cli import SEED, bounded_int, choice_names
 from sim.decode_step.admission import fill_batch
-from sim.decode_step.report import format_report, plot_report, report_stem
+from sim.decode_step.report import format_report, plot_report, report_stem, setup_digest
 from sim.decode_step.setup import DecodeError, DecodeSetup
 from sim.decode_step.step import run_decode
-from sim.report import user_output
+from sim.provenance import provenance
+from sim.report import user_output, user_plot
 from sim.workloads import load_workload, read_context_lengths, sample_context_lengths
 
 __all__ = [
@@ -162,11 +164,24 @@ def setup_from_args(args: argparse.Namespace) -> DecodeSetup:
 def run(args: argparse.Namespace) -> int:
     """Run ``pimphony decode``; user errors propagate as :class:`DecodeError` and friends."""
     setup = setup_from_args(args)
-    progress = None if args.json else (lambda msg: print(f"  {msg}", flush=True))
-    report = run_decode(setup, progress=progress)
-    stem = report_stem(report)
+    stem = report_stem(setup)
     json_path = user_output(args.report, DECODE_DIR / f"{stem}.json", args.force)
-    png_path = user_output(args.plot, DECODE_DIR / f"{stem}.png", args.force)
+    png_path = user_plot(args.plot, DECODE_DIR / f"{stem}.png", args.force)
+    if json_path.resolve() == png_path.resolve():
+        raise DecodeError(f"--report and --plot both name {json_path}; give two files")
+    progress = None if args.json else (lambda msg: print(f"  {msg}", flush=True))
+    report = dataclasses.replace(
+        run_decode(setup, progress=progress),
+        provenance=provenance(
+            args,
+            setup.hw,
+            model=dataclasses.asdict(setup.model),
+            workload=args.workload,
+            seed=args.seed if args.workload else None,
+            context_lengths=list(setup.lengths),
+            inputs_sha256=setup_digest(setup),
+        ),
+    )
     text = json.dumps(report.to_dict(), indent=2)
     write_atomic(json_path, (text + "\n").encode())
     plot_report(report, png_path)

@@ -11,8 +11,18 @@ import numpy as np
 
 from compiler.llm import LayerOp
 from models.fileio import pyplot, write_figure
+from sim.decode_step.setup import DecodeSetup
+from sim.provenance import inputs_digest
 
-__all__ = ["OP_KEYS", "OP_STYLE", "DecodeReport", "format_report", "plot_report", "report_stem"]
+__all__ = [
+    "OP_KEYS",
+    "OP_STYLE",
+    "DecodeReport",
+    "format_report",
+    "plot_report",
+    "report_stem",
+    "setup_digest",
+]
 
 #: Report keys of a layer's parts, in execution order.
 OP_KEYS = (*LayerOp, "epu_other", "allreduce", "cmd_transfer")
@@ -23,7 +33,8 @@ class DecodeReport:
     """What one decode step measured; :meth:`to_dict` is the JSON report (``docs/decode.md``).
 
     Headline numbers are fields; the per-op breakdown (``ops``), EPU, pipeline, HUB, memory,
-    DPA and simulation details are JSON-ready dicts.
+    DPA and simulation details are JSON-ready dicts; ``provenance`` says what produced it
+    (:func:`sim.provenance.provenance`).
     """
 
     model: str
@@ -53,6 +64,7 @@ class DecodeReport:
     memory_detail: dict[str, Any]
     dpa: dict[str, Any]
     simulation: dict[str, Any]
+    provenance: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The report as one JSON-ready dict, keys in field order."""
@@ -74,14 +86,23 @@ OP_STYLE: dict[str, tuple[str, str]] = {
 }
 
 
-def report_stem(report: DecodeReport) -> str:
-    """File stem naming a report's configuration."""
-    report = report.to_dict()
+def report_stem(setup: DecodeSetup) -> str:
+    """File stem naming a step's configuration, ending in a short hash of every input (the
+    hardware values, the model, each context length and every choice), so that different
+    inputs never share a report name."""
+    m = setup.model
     return (
-        f"{report['model']}-B{report['batch']}-T{report['context_lengths']['max']}-"
-        f"tp{report['tp']}pp{report['pp']}-{report['partition']}-{report['sched']}-"
-        f"{report['memory']}"
+        f"{m.name}-B{len(setup.lengths)}-T{max(setup.lengths)}-tp{setup.tp}pp{setup.pp}-"
+        f"{setup.partition}-{setup.sched}-{setup.memory}-{setup_digest(setup)[:8]}"
     )
+
+
+def setup_digest(setup: DecodeSetup) -> str:
+    """SHA-256 of everything a decode step depends on."""
+    inputs = {f.name: getattr(setup, f.name) for f in dataclasses.fields(setup) if f.name != "hw"}
+    inputs["model"] = dataclasses.asdict(setup.model)
+    inputs["hw"] = setup.hw.sha256()
+    return inputs_digest(inputs)
 
 
 def format_report(report: DecodeReport) -> str:

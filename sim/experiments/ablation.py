@@ -20,7 +20,7 @@ from sim.cli import SEED, bounded_int
 from sim.decode_step.admission import fill_batch
 from sim.decode_step.setup import DecodeSetup
 from sim.decode_step.step import run_decode
-from sim.report import user_output
+from sim.report import user_plot
 from sim.workloads import load_workload, sample_context_lengths
 
 __all__ = [
@@ -150,7 +150,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``pimphony ablation``."""
-    plot = user_output(args.plot, ABLATION_PLOT, args.force)
+    plot = user_plot(args.plot, ABLATION_PLOT, args.force)
     progress = None if args.json else (lambda m: print(f"  {m}", flush=True))
     rows = ablation(
         args.model, args.workload, args.preset, args.modules, args.pool, args.seed, progress

@@ -32,7 +32,7 @@ from models.config import ConfigError, HardwareConfig, load_preset
 from models.fileio import BUILD_DIR, pyplot, write_figure
 from models.isa import Op
 from sim.cli import SEED
-from sim.report import parse_list, user_output
+from sim.report import parse_list, user_plot
 
 __all__ = [
     "DEFAULT_PLOT",
@@ -241,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
             kv_groups=args.kv_groups,
             host_queue_depth=args.host_queue,
         )
-        plot = user_output(args.plot, DEFAULT_PLOT, args.force)
+        plot = user_plot(args.plot, DEFAULT_PLOT, args.force)
 
         show = not args.quiet and sys.stderr.isatty()
 

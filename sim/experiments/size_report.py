@@ -23,7 +23,7 @@ from compiler.kernels import CompileError, compile_qk, compile_sv
 from models.config import HardwareConfig, load_preset
 from models.dpa.format import WORD_BYTES
 from models.fileio import BUILD_DIR, pyplot, write_figure
-from sim.report import parse_list, user_output
+from sim.report import parse_list, user_plot
 
 __all__ = [
     "DEFAULT_PLOT",
@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_preset(args.preset)
     contexts = parse_list("--contexts", args.contexts, int, CompileError)
     rows = instruction_size_report(cfg, args.dh, contexts, args.gqa_group)
-    plot = user_output(args.plot, DEFAULT_PLOT, args.force)
+    plot = user_plot(args.plot, DEFAULT_PLOT, args.force)
     cap = cfg.module.dpa_command_buffer_bytes
     title = f"QK$^T$+SV instruction size, d_h={args.dh}, G={args.gqa_group} ({cfg.name})"
     plot_size_report(rows, plot, title, cap)

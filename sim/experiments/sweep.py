@@ -12,7 +12,8 @@ from models.channel import BREAKDOWN_KEYS, SCHEDULERS, run_channel
 from models.config import HardwareConfig, load_preset
 from models.fileio import BUILD_DIR, pyplot, write_figure
 from sim.cli import choice_names
-from sim.report import parse_list, user_output
+from sim.provenance import provenance
+from sim.report import parse_list, user_plot
 
 __all__ = [
     "DEFAULT_DIMS",
@@ -128,11 +129,12 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_preset(args.preset)
     dims = parse_list("--dims", args.dims, int, CompileError)
     rows = sweep(cfg, args.kernel, dims, tokens=args.tokens)
-    plot = user_output(args.plot, BUILD_DIR / "sweep" / f"{args.kernel}.png", args.force)
+    plot = user_plot(args.plot, BUILD_DIR / "sweep" / f"{args.kernel}.png", args.force)
     what = "square GEMV d x d" if args.kernel == "gemv" else f"QK^T, T={args.tokens}, d = d_h"
     plot_sweep(rows, plot, f"MAC utilisation vs dimension: {what} ({cfg.name}, one channel)")
     if args.json:
-        print(json.dumps({"kernel": args.kernel, "preset": cfg.name, "rows": rows}, indent=2))
+        out = {"kernel": args.kernel, "preset": cfg.name, "rows": rows}
+        print(json.dumps({**out, "provenance": provenance(args, cfg)}, indent=2))
     else:
         print(f"MAC utilisation, {what}, one channel of {cfg.name}")
         print(sweep_table(rows))

@@ -24,6 +24,7 @@ __all__ = ["CASES", "GOLDEN_DIR", "GoldenCase", "capture", "main"]
 GOLDEN_DIR = Path(__file__).resolve().parent
 ROOT = GOLDEN_DIR.parents[1]
 _WALL = re.compile(r'("wall_seconds"|"seconds"): [0-9.e+-]+')
+_BUILD = re.compile(r'("version"|"commit"): ("[^"]*"|null)')  # which build produced it
 _WALL_TEXT = re.compile(r"\b(in) [0-9]+\.[0-9]+ s$", re.MULTILINE)
 
 _DECODE = "decode --model llm-7b"
@@ -103,6 +104,7 @@ def capture(case: GoldenCase) -> str:
                 for p in sorted(rtl.glob("*.v"))
             )
     out = _WALL_TEXT.sub(r"\1 <wall> s", out.replace(tmp, "<tmp>"))
+    out = _BUILD.sub(r'\1: "<build>"', out)
     return _WALL.sub(r"\1: null", out)
 
 
