@@ -40,9 +40,11 @@ DECODE_DIR = BUILD_DIR / "decode"
 #: PIMphony Table IV's 32 GB module (32 channels), so that multi-request 32K batches fit.
 DECODE_PRESET = "aim-32ch-32g"
 _AUTO_POOL = 4096  # candidate requests drawn for --batch auto
-#: The largest batch one decode step takes (the --batch auto pool): larger ones run for
-#: minutes and exceed any PIM system's memory at useful context lengths.
-MAX_BATCH = _AUTO_POOL
+#: The largest --batch: larger ones exceed any modelled PIM system's memory at useful context
+#: lengths (so they only run with --ignore-capacity) and take minutes to simulate (1,024
+#: requests of 1K tokens: about 30 s). --batch auto admits what the memory holds from a pool
+#: of 4,096 candidates.
+MAX_BATCH = 1024
 
 
 def _batch(value: str) -> int | str:
