@@ -13,6 +13,7 @@ __all__ = [
     "BUILD_DIR",
     "FIGURE_FORMATS",
     "OutputError",
+    "check_writable",
     "figure_format",
     "pyplot",
     "write_atomic",
@@ -24,15 +25,24 @@ __all__ = [
 BUILD_DIR = Path("build")
 
 
+def check_writable(path: str | Path, overwrite: bool) -> Path:
+    """``path`` if a file may be written there: not a directory, and (unless ``overwrite``)
+    not an existing file (:class:`FileExistsError`)."""
+    path = Path(path)
+    if path.is_dir():
+        raise OutputError(f"{path} is a directory; name a file to write")
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} exists; pass --force (overwrite=True) to replace it")
+    return path
+
+
 def write_atomic(path: str | Path, data: bytes, overwrite: bool = True) -> Path:
     """Write ``data`` to ``path`` through a temporary file and a rename.
 
     The file gets the usual permissions (``0o666`` less the umask). With ``overwrite=False``
     an existing file is left alone and :class:`FileExistsError` is raised.
     """
-    path = Path(path)
-    if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} exists; pass --force (overwrite=True) to replace it")
+    path = check_writable(path, overwrite)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

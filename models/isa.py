@@ -31,7 +31,7 @@ import numpy as np
 
 from models.config import ChannelGeometry, HardwareConfig
 from models.errors import PimphonyError
-from models.fileio import write_atomic
+from models.fileio import check_writable, write_atomic
 
 __all__ = [
     "COMMAND_DTYPE",
@@ -220,9 +220,7 @@ def save_stream(
     overwrite: bool = False,
 ) -> Path:
     """Write ``stream`` atomically to ``path`` (``.npz``); refuse to overwrite unless asked."""
-    path = Path(path)
-    if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} exists; pass overwrite=True (CLI: --force) to replace it")
+    path = check_writable(path, overwrite)
     if cfg is not None:
         validate_stream(stream, cfg.channel, gpr_tiles=gpr_tiles(cfg))
     head = json.dumps(_header(cfg, meta)).encode()

@@ -505,3 +505,10 @@ def test_plots_honour_the_extension(capsys, tmp_path, suffix, magic):
 def test_unknown_plot_extension_is_refused_before_any_work(capsys, tmp_path):
     rc, out, err = run_cli(capsys, "demo", "--plot", tmp_path / "d.jpg")
     assert (rc, out) == (2, "") and "a plot is written as .png, .pdf, .svg; got '.jpg'" in err
+
+
+def test_output_onto_a_directory_is_a_clear_error(capsys, tmp_path):
+    rc, _, err = run_cli(
+        capsys, "compile", "--kernel", "qk", "--tokens", "256", "--dh", "64", "-o", tmp_path
+    )
+    assert rc == 2 and f"{tmp_path} is a directory; name a file to write" in err
