@@ -252,3 +252,10 @@ def test_bad_setups(cfg, kwargs, pattern):
 
 def test_every_report_key_has_a_label_and_colour():
     assert tuple(OP_STYLE) == OP_KEYS
+
+
+def test_unmappable_kernel_names_the_kernel_and_a_remedy():
+    spec, hw = load_model("llama-3.1-70b"), load_preset("aim-32ch-32g")
+    setup = DecodeSetup(spec, hw, (131072,), tp=8, partition="hfp", check_capacity=False)
+    with pytest.raises(DecodeError, match=r"qk kernel \(tokens=131072.*GPR.*--partition tcp"):
+        run_decode(setup)

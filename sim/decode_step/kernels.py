@@ -84,7 +84,11 @@ class KernelCache:
         key = job_key(job)
         if self.memoize and key in self._memo:
             return self._memo[key]
-        prog = compile_kernel(self.cfg, job.kind, **job.shape)
+        try:
+            prog = compile_kernel(self.cfg, job.kind, **job.shape)
+        except CompileError as exc:
+            shape = ", ".join(f"{k}={v}" for k, v in job.shape.items())
+            raise CompileError(f"{job.kind} kernel ({shape}) on one channel: {exc}") from None
         gaps, startup = None, 0
         if self.dpa and job.kind in ("qk", "sv"):
             dpa_prog = self.program(job.kind, job.d_h, job.gqa_group)

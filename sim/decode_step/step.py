@@ -24,8 +24,9 @@ from typing import Any
 import numpy as np
 
 from compiler.hub import instruction_count
+from compiler.kernels import CompileError
 from compiler.llm import GEMV_OPS, LayerOp
-from compiler.plan import LayerPlan, layer_plan, micro_batches, stage_layers
+from compiler.plan import LayerPlan, Partition, layer_plan, micro_batches, stage_layers
 from models.config import HardwareConfig
 from models.hub import (
     NORM_FLOPS_PER_ELEMENT,
@@ -42,7 +43,7 @@ from models.system import allreduce_cycles, pipeline_period, stage_hop_cycles
 from sim.decode_step.admission import admit, dpa_buffers
 from sim.decode_step.kernels import KernelCache, job_key
 from sim.decode_step.report import OP_KEYS, DecodeReport
-from sim.decode_step.setup import DecodeSetup
+from sim.decode_step.setup import DecodeError, DecodeSetup
 
 __all__ = ["LayerTiming", "attention_schedule", "layer_timing", "plan_tasks", "run_decode"]
 
@@ -196,7 +197,7 @@ def layer_timing(setup: DecodeSetup, lengths: tuple[int, ...], cache: KernelCach
     )
 
 
-def run_decode(
+def _run_decode(
     setup: DecodeSetup,
     memoize: bool = True,
     progress: Callable[[str], None] | None = None,
@@ -340,3 +341,26 @@ def run_decode(
             "wall_seconds": time.perf_counter() - started,
         },
     )
+
+
+def run_decode(
+    setup: DecodeSetup,
+    memoize: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> DecodeReport:
+    """Simulate one decode step of ``setup``; a kernel that cannot be mapped is a
+    :class:`DecodeError` that says which choice would help."""
+    try:
+        return _run_decode(setup, memoize, progress)
+    except CompileError as exc:
+        if setup.partition == Partition.HFP:
+            hint = (
+                "HFP keeps a whole context of one KV head on one channel; --partition tcp "
+                "splits it over the module's channels"
+            )
+        else:
+            hint = (
+                "use more --tp (fewer KV heads per module), shorter contexts, or a preset "
+                "with a larger module (gpr_bytes, rows_per_bank)"
+            )
+        raise DecodeError(f"{exc}. {hint}") from None
