@@ -512,3 +512,20 @@ def test_output_onto_a_directory_is_a_clear_error(capsys, tmp_path):
         capsys, "compile", "--kernel", "qk", "--tokens", "256", "--dh", "64", "-o", tmp_path
     )
     assert rc == 2 and f"{tmp_path} is a directory; name a file to write" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["size-report", "--contexts", "1024,2048", "--json"],
+        ["capacity", "--requests", "64", "--json"],
+        ["dex", "--rates", "0.1", "--tokens", "512", "--dh", "64", "--json", "--quiet"],
+    ],
+    ids=["size-report", "capacity", "dex"],
+)
+def test_experiment_json_carries_provenance(capsys, argv):
+    rc, out, err = run_cli(capsys, *argv)
+    assert rc == 0, err
+    block = json.loads(out)["provenance"]
+    assert block["tool"] == "pimphony" and block["command"] == f"pimphony {argv[0]}"
+    assert "options" in block

@@ -28,6 +28,7 @@ from models.config import ConfigError, HardwareConfig, load_preset
 from models.errors import PimphonyError
 from models.fileio import BUILD_DIR, write_atomic
 from rtl import EMITTED
+from sim.provenance import provenance
 
 __all__ = [
     "AREA_DIR",
@@ -325,8 +326,10 @@ def area_report(
     blocks: Sequence[str] | None = None,
     out_dir: Path = AREA_DIR,
     progress: bool = True,
+    origin: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Synthesise ``blocks`` (default: all) and return the report written to ``area.json``."""
+    """Synthesise ``blocks`` (default: all) and return the report written to ``area.json``
+    (with ``origin``, the provenance block, if given, as its last key)."""
     blocks = list(EMITTED) if blocks is None else list(blocks)
     unknown = [b for b in blocks if b not in EMITTED]
     if unknown:
@@ -352,6 +355,8 @@ def area_report(
 
         buffers = buffer_bytes(cfg)
         report["dpa_buffers"] = {**buffers, "total": sum(buffers.values()), "paper_limit": 200_000}
+    if origin is not None:
+        report["provenance"] = origin
     write_atomic(Path(out_dir) / "area.json", (json.dumps(report, indent=2) + "\n").encode())
     return report
 
@@ -473,7 +478,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _usage_error(str(exc))
     try:
-        report = area_report(cfg, blocks, args.out)
+        report = area_report(cfg, blocks, args.out, origin=provenance(args, cfg))
     except YosysError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -9,6 +9,7 @@ reserves the model's window per request, DPA's lazy allocation only what each re
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from sim.cli import SEED, bounded_int
 from sim.decode_step.admission import fill_batch
 from sim.decode_step.setup import DecodeSetup
 from sim.decode_step.step import run_decode
+from sim.provenance import provenance
 from sim.report import user_plot
 from sim.workloads import load_workload, sample_context_lengths
 
@@ -161,7 +163,14 @@ def run(args: argparse.Namespace) -> int:
     )
     path = plot_ablation(rows, plot, title)
     if args.json:
-        print(json.dumps({"rows": rows, "plot": str(path)}, indent=2))
+        block = provenance(
+            args,
+            load_preset(args.preset),
+            model=dataclasses.asdict(load_model(args.model)),
+            workload=args.workload,
+            seed=args.seed,
+        )
+        print(json.dumps({"rows": rows, "plot": str(path), "provenance": block}, indent=2))
     else:
         print(format_ablation(rows))
         print(f"plot: {path}")

@@ -13,6 +13,7 @@ set-up of :data:`PAPER_SETUPS` and :func:`format_capacity_table` prints the tabl
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Iterable, Sequence
@@ -30,6 +31,7 @@ from models.memory import (
     make_allocator,
 )
 from sim.cli import SEED, bounded_int
+from sim.provenance import provenance
 from sim.workloads import Workload, load_workload, sample_context_lengths
 
 __all__ = [
@@ -325,6 +327,13 @@ def run(args: argparse.Namespace) -> int:
                 for setup, s, z in rows
             ],
         }
+        out["provenance"] = provenance(
+            args,
+            setups=[
+                {"label": s.label, "model": dataclasses.asdict(s.spec), "bytes": s.capacity_bytes}
+                for s in PAPER_SETUPS
+            ],
+        )
         print(json.dumps(out, indent=2))
     else:
         print(format_capacity_table(rows))

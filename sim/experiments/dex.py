@@ -32,6 +32,7 @@ from models.config import ConfigError, HardwareConfig, load_preset
 from models.fileio import BUILD_DIR, pyplot, write_figure
 from models.isa import Op
 from sim.cli import SEED
+from sim.provenance import provenance
 from sim.report import parse_list, user_plot
 
 __all__ = [
@@ -266,6 +267,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"pimphony dex: error: {exc}", file=sys.stderr)
         return 2
     result["plot"] = str(path)
+    result["provenance"] = provenance(args, cfg)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -23,6 +23,7 @@ from compiler.kernels import CompileError, compile_qk, compile_sv
 from models.config import HardwareConfig, load_preset
 from models.dpa.format import WORD_BYTES
 from models.fileio import BUILD_DIR, pyplot, write_figure
+from sim.provenance import provenance
 from sim.report import parse_list, user_plot
 
 __all__ = [
@@ -141,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
     title = f"QK$^T$+SV instruction size, d_h={args.dh}, G={args.gqa_group} ({cfg.name})"
     plot_size_report(rows, plot, title, cap)
     if args.json:
-        print(json.dumps({"rows": [r._asdict() for r in rows], "plot": str(plot)}, indent=2))
+        out = {"rows": [r._asdict() for r in rows], "plot": str(plot)}
+        print(json.dumps({**out, "provenance": provenance(args, cfg)}, indent=2))
     else:
         print(f"QK^T + SV, d_h {args.dh}, GQA group {args.gqa_group}, one channel of {cfg.name}")
         print(format_size_report(rows, cap))
