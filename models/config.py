@@ -126,6 +126,12 @@ class HardwareConfig:
     timing: Timing
     dcs: DcsParams
 
+    @property
+    def module_bytes(self) -> int:
+        """DRAM capacity of one module: channels x banks x rows x row bytes."""
+        ch = self.channel
+        return self.module.channels * ch.banks * ch.rows_per_bank * ch.row_bytes
+
     def to_dict(self) -> dict[str, Any]:
         """Every value of the preset, as the TOML file holds it."""
         return _to_raw(self)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from models.config import ConfigError, HardwareConfig, load_preset
+from models.errors import PimphonyError
 
 __all__ = [
     "ALLOCATORS",
@@ -168,7 +169,7 @@ class ChunkGeometry:
 # --------------------------------------------------------------------------- allocators
 
 
-class OutOfMemory(MemoryError):  # noqa: N818 (name fixed by the API)
+class OutOfMemory(PimphonyError, MemoryError):  # noqa: N818 (name fixed by the API)
     """An admission or growth does not fit; nothing was allocated.
 
     Attributes

@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except (PimphonyError, OSError) as exc:  # OSError: files the user named (unreadable, ...)
         print(f"{args._prog}: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_status if isinstance(exc, PimphonyError) else 2
     except Exception as exc:
         if os.environ.get("PIMPHONY_DEBUG"):
             raise

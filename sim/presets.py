@@ -18,10 +18,9 @@ def run(args: argparse.Namespace) -> int:
     for name in available_presets():
         cfg = load_preset(name)
         ch = cfg.channel
-        module_bytes = cfg.module.channels * ch.banks * ch.rows_per_bank * ch.row_bytes
         print(
             f"{name}: {cfg.module.channels} channels x {ch.banks} banks, "
-            f"{module_bytes / 2**30:g} GiB per module, {cfg.module.freq_ghz:g} GHz, "
+            f"{cfg.module_bytes / 2**30:g} GiB per module, {cfg.module.freq_ghz:g} GHz, "
             f"GBuf {ch.gbuf_entries}, OBuf {ch.obuf_entries}"
         )
     return 0

@@ -9,7 +9,6 @@ mode) on compiler PIM streams mixed with seeded random host reads, with input ``
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
@@ -38,6 +37,7 @@ from sim.verify.bank_slice import (
     run_rtl_bank_slice,
     simulate_amaranth,
 )
+from tests.helpers import run_cli
 
 CFG = load_preset("aim-16ch")
 DEX = SliceConfig(sliced=True)
@@ -291,17 +291,19 @@ def test_record_waves():
 # ---- the experiment driver -----------------------------------------------------------------
 
 
-def _dex_args(tmp_path, *extra: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    dex.add_arguments(parser)
-    return parser.parse_args(
-        ["--tokens", "512", "--rates", "0.05,0.5", "--plot", str(tmp_path / "d.png"), *extra]
+def _dex(capsys, tmp_path, *extra: str) -> tuple[int, str, str]:
+    """``pimphony dex`` on a short workload: (exit status, stdout, stderr)."""
+    return run_cli(
+        capsys,
+        "dex",
+        *["--tokens", "512", "--rates", "0.05,0.5", "--plot", str(tmp_path / "d.png"), *extra],
     )
 
 
 def test_dex_experiment(tmp_path, capsys):
-    assert dex.run(_dex_args(tmp_path, "--json")) == 0
-    result = json.loads(capsys.readouterr().out)
+    rc, out, _ = _dex(capsys, tmp_path, "--json")
+    assert rc == 0
+    result = json.loads(out)
     assert (tmp_path / "d.png").stat().st_size > 1000
     assert [r["rate"] for r in result["rows"]] == [0.05, 0.5]
     for row in result["rows"]:
@@ -310,17 +312,21 @@ def test_dex_experiment(tmp_path, capsys):
         )
         assert row["baseline"]["mac_utilization"] < row["dex"]["mac_utilization"]
     # An existing plot is not replaced without --force.
-    assert dex.run(_dex_args(tmp_path)) == 2
-    assert "exists; pass --force" in capsys.readouterr().err
-    assert dex.run(_dex_args(tmp_path, "--force")) == 0
-    out = capsys.readouterr().out
+    rc, _, err = _dex(capsys, tmp_path)
+    assert rc == 2
+    assert "exists; pass --force" in err
+    rc, out, _ = _dex(capsys, tmp_path, "--force")
+    assert rc == 0
     assert "baseline (no slicing)" in out and "DEX (bank slicing)" in out
 
 
 def test_dex_bad_arguments(tmp_path, capsys):
-    assert dex.run(_dex_args(tmp_path, "--rates", "0.1,abc")) == 2
-    assert "--rates '0.1,abc'" in capsys.readouterr().err
-    assert dex.run(_dex_args(tmp_path, "--rates", "1.5")) == 2
-    assert "rate = 1.5: must be in (0, 1]" in capsys.readouterr().err
-    assert dex.run(_dex_args(tmp_path, "--kv-groups", "9")) == 2
-    assert "kv_groups = 9" in capsys.readouterr().err
+    rc, _, err = _dex(capsys, tmp_path, "--rates", "0.1,abc")
+    assert rc == 2
+    assert "--rates '0.1,abc'" in err
+    rc, _, err = _dex(capsys, tmp_path, "--rates", "1.5")
+    assert rc == 2
+    assert "rate = 1.5: must be in (0, 1]" in err
+    rc, _, err = _dex(capsys, tmp_path, "--kv-groups", "9")
+    assert rc == 2
+    assert "kv_groups = 9" in err

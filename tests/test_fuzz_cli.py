@@ -85,19 +85,6 @@ def _preset_case(tmp_path: Path, capsys, changes: dict) -> None:
 presets = st.dictionaries(st.sampled_from(FIELDS), values, min_size=1, max_size=3)
 
 
-@QUICK
-@given(changes=presets)
-def test_generated_presets(tmp_path_factory, capsys, changes):
-    _preset_case(tmp_path_factory.mktemp("preset"), capsys, changes)
-
-
-@pytest.mark.slow
-@LONG
-@given(changes=presets)
-def test_generated_presets_long(tmp_path_factory, capsys, changes):
-    _preset_case(tmp_path_factory.mktemp("preset"), capsys, changes)
-
-
 def _stream_bytes() -> bytes:
     path = Path(__file__).parent / ".fuzz-stream.npz"
     cfg = load_preset("aim-16ch")
@@ -134,19 +121,6 @@ def _stream_case(tmp_path: Path, capsys, how: tuple) -> None:
     assert path.read_bytes() == data
 
 
-@QUICK
-@given(how=damage)
-def test_damaged_stream_files(tmp_path_factory, capsys, how):
-    _stream_case(tmp_path_factory.mktemp("stream"), capsys, how)
-
-
-@pytest.mark.slow
-@LONG
-@given(how=damage)
-def test_damaged_stream_files_long(tmp_path_factory, capsys, how):
-    _stream_case(tmp_path_factory.mktemp("stream"), capsys, how)
-
-
 lines = st.lists(
     st.one_of(
         st.integers(-5, 40000).map(str),
@@ -165,12 +139,6 @@ def _contexts_case(tmp_path: Path, capsys, text_lines: list[str]) -> None:
         "--report", tmp_path / "r.json", "--plot", tmp_path / "r.png",
     )  # fmt: skip
     _check(rc, out, err)
-
-
-@QUICK
-@given(text_lines=lines)
-def test_generated_context_files(tmp_path_factory, capsys, text_lines):
-    _contexts_case(tmp_path_factory.mktemp("ctx"), capsys, text_lines)
 
 
 OPTIONS = {
@@ -200,14 +168,29 @@ def _argv_case(tmp_path: Path, capsys, argv: list[str]) -> None:
     _check(rc, out, err)
 
 
-@QUICK
-@given(argv=argvs)
-def test_generated_option_vectors(tmp_path_factory, capsys, argv):
-    _argv_case(tmp_path_factory.mktemp("argv"), capsys, argv)
+def _quick_and_long(name: str, strategy, case):
+    """A bounded test for ``make test`` and a long ``slow`` one, both running ``case``."""
+
+    def make(budget):
+        @budget
+        @given(value=strategy)
+        def test(tmp_path_factory, capsys, value):
+            case(tmp_path_factory.mktemp(name), capsys, value)
+
+        return test
+
+    return make(QUICK), pytest.mark.slow(make(LONG))
 
 
-@pytest.mark.slow
-@LONG
-@given(argv=argvs)
-def test_generated_option_vectors_long(tmp_path_factory, capsys, argv):
-    _argv_case(tmp_path_factory.mktemp("argv"), capsys, argv)
+test_generated_presets, test_generated_presets_long = _quick_and_long(
+    "preset", presets, _preset_case
+)
+test_damaged_stream_files, test_damaged_stream_files_long = _quick_and_long(
+    "stream", damage, _stream_case
+)
+test_generated_context_files, test_generated_context_files_long = _quick_and_long(
+    "ctx", lines, _contexts_case
+)
+test_generated_option_vectors, test_generated_option_vectors_long = _quick_and_long(
+    "argv", argvs, _argv_case
+)

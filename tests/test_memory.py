@@ -468,3 +468,9 @@ def test_paper_comparison_reproduces_fig19():
     assert 0.31 < static < 0.40 and 0.72 < lazy < 0.84
     table = format_capacity_table(rows)
     assert "| PIMphony Fig. 19 |" in table and "qmsum" in table
+
+
+def test_module_bytes_is_the_chunk_geometry_capacity():
+    for name in ("aim-16ch", "aim-32ch", "aim-32ch-32g"):
+        cfg = load_preset(name)
+        assert ChunkGeometry.from_config(cfg, 1).total_bytes == cfg.module_bytes

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from models.config import ConfigError, HardwareConfig, load_preset
+from models.config import HardwareConfig, load_preset
 from models.errors import PimphonyError
 from models.fileio import BUILD_DIR, write_atomic
 from rtl import EMITTED
@@ -88,6 +88,8 @@ _INDEX_RE = re.compile(r"\[(\d+)\]$")
 
 
 class YosysError(PimphonyError, RuntimeError):
+    exit_status = 1  # Yosys failed, not the input
+
     """Yosys returned a non-zero exit code."""
 
 
@@ -443,10 +445,16 @@ def format_report(report: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _usage_error(message: str) -> int:
-    """Print ``message`` as a ``pimphony area`` error; exit status 2."""
-    print(f"pimphony area: error: {message}", file=sys.stderr)
-    return 2
+def _block_list(text: str) -> list[str]:
+    """``--blocks``: comma-separated names from :data:`rtl.EMITTED`."""
+    blocks = [b.strip() for b in text.split(",") if b.strip()]
+    unknown = [b for b in blocks if b not in EMITTED]
+    if unknown or not blocks:
+        what = (
+            f"unknown block(s) {', '.join(map(repr, unknown))}" if unknown else "--blocks is empty"
+        )
+        raise argparse.ArgumentTypeError(f"{what}; allowed: {', '.join(EMITTED)}")
+    return blocks
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -454,6 +462,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="aim-16ch", help="hardware preset (default aim-16ch)")
     parser.add_argument(
         "--blocks",
+        type=_block_list,
         default=",".join(EMITTED),
         help=f"comma-separated blocks to synthesise (default: {','.join(EMITTED)})",
     )
@@ -464,24 +473,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Synthesise the blocks, print the table (or ``area.json``) and write ``area.json``.
 
-    Exit status 0 on success, 1 if Yosys failed, 2 for bad arguments.
+    Exit status 0 on success, 1 if Yosys failed (:class:`YosysError`), 2 for bad arguments.
     """
-    blocks = [b.strip() for b in args.blocks.split(",") if b.strip()]
-    unknown = [b for b in blocks if b not in EMITTED]
-    if unknown or not blocks:
-        what = (
-            f"unknown block(s) {', '.join(map(repr, unknown))}" if unknown else "--blocks is empty"
-        )
-        return _usage_error(f"{what}; allowed: {', '.join(EMITTED)}")
-    try:
-        cfg = load_preset(args.preset)
-    except ConfigError as exc:
-        return _usage_error(str(exc))
-    try:
-        report = area_report(cfg, blocks, args.out, origin=provenance(args, cfg))
-    except YosysError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    cfg = load_preset(args.preset)
+    report = area_report(cfg, args.blocks, args.out, origin=provenance(args, cfg))
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     if not args.json:
         print(f"\nwrote {Path(args.out) / 'area.json'}")

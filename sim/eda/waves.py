@@ -13,13 +13,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import re
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from compiler.kernels import KERNELS, CompileError, compile_kernel
 from models.channel import SCHEDULERS, run_channel
-from models.config import ConfigError, HardwareConfig, load_preset
+from models.config import HardwareConfig, load_preset
 from models.fileio import BUILD_DIR, write_atomic
 from rtl import EMITTED, Block
 from sim.cli import choice_names
@@ -44,7 +43,6 @@ __all__ = [
 ]
 
 WAVES_DIR = BUILD_DIR / "waves"
-_PROG = "pimphony wave record"
 OWN_RUN = (Block.DPA, Block.BANK_SLICE)
 """Blocks recorded on their own checked run (``sim.verify.<block>.record_waves``), not on a
 kernel."""
@@ -441,40 +439,25 @@ def run(args: argparse.Namespace) -> int:
     simulation failed, 2 for bad arguments.
     """
     from rtl.blocks import SCHEDULER_OF_BLOCK
-    from sim.verify.runner import CosimError
 
+    cfg = load_preset(args.preset)
     if args.block in OWN_RUN:
-        try:
-            vcd, gtkw = record_block_waves(args.block, load_preset(args.preset), args.out_dir)
-        except (ConfigError, WaveformError) as exc:
-            print(f"{_PROG}: error: {exc}", file=sys.stderr)
-            return 2
-        except Exception as exc:  # a co-simulation mismatch or build failure
-            print(f"{_PROG}: simulation failed: {exc}", file=sys.stderr)
-            return 1
+        vcd, gtkw = record_block_waves(args.block, cfg, args.out_dir)
         print(f"VCD:       {vcd} ({vcd.stat().st_size:,} bytes), checked against the TLM")
         print(f"GTKWave:   {gtkw}  (gtkwave {gtkw})")
         return 0
     if args.block is not None:
         args.sched = SCHEDULER_OF_BLOCK[args.block]
-    try:
-        cfg = load_preset(args.preset)
-        shape = _shape(args)
-        vcd, gtkw = record_waves(
-            args.kernel,
-            shape,
-            args.sched,
-            cfg,
-            args.out_dir,
-            log=lambda msg: print(msg, flush=True),
-        )
-        summary = summarize_vcd(vcd, cfg)
-    except (CompileError, ConfigError, WaveformError) as exc:
-        print(f"{_PROG}: error: {exc}", file=sys.stderr)
-        return 2
-    except CosimError as exc:
-        print(f"{_PROG}: simulation failed: {exc}", file=sys.stderr)
-        return 1
+    shape = _shape(args)
+    vcd, gtkw = record_waves(
+        args.kernel,
+        shape,
+        args.sched,
+        cfg,
+        args.out_dir,
+        log=lambda msg: print(msg, flush=True),
+    )
+    summary = summarize_vcd(vcd, cfg)
     print(f"VCD:       {vcd} ({vcd.stat().st_size:,} bytes)")
     print(f"GTKWave:   {gtkw}  (gtkwave {gtkw})")
     print("summary of the VCD:")

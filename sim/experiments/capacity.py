@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
@@ -23,6 +23,7 @@ import numpy as np
 
 from compiler.llm import ModelSpec, load_model
 from models.config import HardwareConfig
+from models.errors import PimphonyError
 from models.memory import (
     CHUNK_BYTES,
     GIB,
@@ -35,6 +36,7 @@ from sim.provenance import provenance
 from sim.workloads import Workload, load_workload, sample_context_lengths
 
 __all__ = [
+    "CapacityError",
     "PAPER_SETUPS",
     "CapacityResult",
     "CapacitySetup",
@@ -44,6 +46,10 @@ __all__ = [
     "paper_comparison",
     "run",
 ]
+
+
+class CapacityError(PimphonyError, ValueError):
+    """The experiment cannot measure capacity-bound batches as asked."""
 
 
 @dataclass(frozen=True)
@@ -173,7 +179,7 @@ def capacity_utilization(
         res_u.append(st.reserved_utilization)
         alloc.release_all()
     if not sizes:
-        raise ValueError(
+        raise CapacityError(
             f"all {len(lens)} requests fit in one batch ({policy}, {wl.name}); memory never "
             "filled up, so utilisation is not capacity-bound: use more requests"
         )
@@ -208,9 +214,9 @@ class CapacitySetup:
     capacity_bytes: int
     workloads: tuple[str, ...]
 
-    @property
+    @functools.cached_property
     def spec(self) -> ModelSpec:
-        """The model's specification."""
+        """The model's specification (loaded once)."""
         return load_model(self.model)
 
     @property
@@ -307,12 +313,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the Fig. 19 table (or its rows as JSON); 0 on success, 2 on a user error."""
-    try:
-        rows = paper_comparison(n_requests=args.requests, seed=args.seed)
-    except (ValueError, MemoryError) as exc:  # e.g. too few requests to fill the memory
-        print(f"pimphony capacity: error: {exc}", file=sys.stderr)
-        return 2
+    """Print the Fig. 19 table (or its rows as JSON)."""
+    rows = paper_comparison(n_requests=args.requests, seed=args.seed)
     if args.json:
         out = {
             "requests": args.requests,

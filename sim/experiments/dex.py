@@ -21,14 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
-from compiler.kernels import CompileError, compile_kernel
+from compiler.kernels import compile_kernel
 from models.bank_slice import (
     SliceConfig,
     SliceError,
     empty_host_reads,
     run_bank_slice,
 )
-from models.config import ConfigError, HardwareConfig, load_preset
+from models.config import HardwareConfig, load_preset
 from models.fileio import BUILD_DIR, pyplot, write_figure
 from models.isa import Op
 from sim.cli import SEED
@@ -233,39 +233,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the experiment for parsed ``args``; 0 on success, 2 on a user error."""
-    try:
-        cfg = load_preset(args.preset)
-        rates = parse_list("--rates", args.rates, float, SliceError)
-        slicing = SliceConfig(
-            subarray_groups=args.subarray_groups,
-            kv_groups=args.kv_groups,
-            host_queue_depth=args.host_queue,
-        )
-        plot = user_plot(args.plot, DEFAULT_PLOT, args.force)
+    """Run the experiment for parsed ``args`` (user errors propagate to the CLI)."""
+    cfg = load_preset(args.preset)
+    rates = parse_list("--rates", args.rates, float, SliceError)
+    slicing = SliceConfig(
+        subarray_groups=args.subarray_groups,
+        kv_groups=args.kv_groups,
+        host_queue_depth=args.host_queue,
+    )
+    plot = user_plot(args.plot, DEFAULT_PLOT, args.force)
 
-        show = not args.quiet and sys.stderr.isatty()
+    show = not args.quiet and sys.stderr.isatty()
 
-        def progress(done: int, total: int, text: str) -> None:
-            if show:
-                print(f"\r[{done}/{total}] {text:<40}", end="", file=sys.stderr, flush=True)
-                if done == total:
-                    print(file=sys.stderr)
+    def progress(done: int, total: int, text: str) -> None:
+        if show:
+            print(f"\r[{done}/{total}] {text:<40}", end="", file=sys.stderr, flush=True)
+            if done == total:
+                print(file=sys.stderr)
 
-        result = experiment(
-            cfg,
-            rates,
-            tokens=args.tokens,
-            d_h=args.dh,
-            pattern=args.pattern,
-            seed=args.seed,
-            slicing=slicing,
-            progress=progress,
-        )
-        path = plot_dex(result, plot, force=True)
-    except (SliceError, ConfigError, CompileError, FileExistsError) as exc:
-        print(f"pimphony dex: error: {exc}", file=sys.stderr)
-        return 2
+    result = experiment(
+        cfg,
+        rates,
+        tokens=args.tokens,
+        d_h=args.dh,
+        pattern=args.pattern,
+        seed=args.seed,
+        slicing=slicing,
+        progress=progress,
+    )
+    path = plot_dex(result, plot, force=True)
     result["plot"] = str(path)
     result["provenance"] = provenance(args, cfg)
     if args.json:
