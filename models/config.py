@@ -7,6 +7,7 @@ errors name the file, the section, the key, the value and what is allowed.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -135,6 +136,11 @@ class HardwareConfig:
     def to_dict(self) -> dict[str, Any]:
         """Every value of the preset, as the TOML file holds it."""
         return _to_raw(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], source: str = "a dictionary") -> HardwareConfig:
+        """A validated preset from :meth:`to_dict`'s form (as a provenance block records it)."""
+        return _from_raw(copy.deepcopy(raw), source)
 
     def sha256(self) -> str:
         """Hash of every value (not of the file's text): equal hashes, equal hardware."""

@@ -17,7 +17,7 @@ from typing import Any
 
 from models.config import HardwareConfig
 
-__all__ = ["inputs_digest", "provenance"]
+__all__ = ["inputs_digest", "preset_record", "provenance", "tool_record"]
 
 _ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,6 +61,17 @@ def inputs_digest(inputs: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def tool_record() -> dict[str, Any]:
+    """The tool, its version and the git commit of the source tree (``None`` outside git)."""
+    return {"tool": "pimphony", "version": _version(), "commit": _commit()}
+
+
+def preset_record(cfg: HardwareConfig) -> dict[str, Any]:
+    """A preset as provenance records it: name, hash and every value
+    (``HardwareConfig.from_dict(record["values"])`` rebuilds it)."""
+    return {"name": cfg.name, "sha256": cfg.sha256(), "values": cfg.to_dict()}
+
+
 def provenance(
     args: argparse.Namespace, cfg: HardwareConfig | None = None, **inputs: Any
 ) -> dict[str, Any]:
@@ -68,13 +79,11 @@ def provenance(
     the fully resolved hardware preset with its hash, and any further ``inputs`` (model,
     workload, seed, context lengths, ...)."""
     block: dict[str, Any] = {
-        "tool": "pimphony",
-        "version": _version(),
-        "commit": _commit(),
+        **tool_record(),
         "command": getattr(args, "_prog", "pimphony"),
         "options": _options(args),
     }
     if cfg is not None:
-        block["preset"] = {"name": cfg.name, "sha256": cfg.sha256(), "values": cfg.to_dict()}
+        block["preset"] = preset_record(cfg)
     block.update(inputs)
     return block

@@ -15,7 +15,7 @@ from models.channel import run_channel
 from models.config import load_preset
 from models.isa import Op
 from rtl.common import command_layout, issued_layout
-from sim.eda.vcd import WaveformError, summarize_vcd
+from sim.eda.vcd import WaveformError, read_stamp, stamp_vcd, summarize_vcd
 from sim.eda.waves import record_waves
 from tests.helpers import run_cli
 
@@ -194,3 +194,82 @@ def test_bad_files_exit_2(tmp_path, capsys, content):
     assert rc == 2
     assert out == ""
     assert err.startswith("pimphony wave summary: error: ") and "Traceback" not in err
+
+
+# ---- what produced a VCD: the stamp, and summaries refusing another preset ----------------
+
+
+def test_recorded_vcd_says_what_produced_it(recorded):
+    sched, vcd, _, _ = recorded
+    stamp = read_stamp(vcd)
+    assert (stamp["tool"], stamp["kernel"], stamp["sched"]) == ("pimphony", "qk", sched)
+    assert stamp["preset"]["values"] == CFG.to_dict()
+    assert stamp["preset"]["sha256"] == CFG.sha256()
+    assert VCDVCD(str(vcd), only_sigs=True).references_to_ids  # still a readable VCD
+
+
+def test_summary_refuses_a_preset_other_than_the_recorded_one(recorded, capsys, tmp_path):
+    _, vcd, _, tlm = recorded
+    rc, _, err = cli(capsys, "wave", "summary", vcd, "--preset", "aim-32ch")
+    assert rc == 2
+    assert "recorded with preset aim-16ch" in err and "module.channels 16 vs 32" in err
+    # Same name, one value changed: still refused, naming the value.
+    text = (ROOT / "configs" / "aim-16ch.toml").read_text()
+    mine = tmp_path / "mine.toml"
+    mine.write_text(re.sub(r"(?m)^tRP = 16\b", "tRP = 20", text))
+    rc, _, err = cli(capsys, "wave", "summary", vcd, "--preset", mine)
+    assert rc == 2 and "timing.tRP 16 vs 20" in err
+    # The same values under another path are accepted.
+    same = tmp_path / "same.toml"
+    same.write_text(text)
+    rc, out, err = cli(capsys, "wave", "summary", vcd, "--preset", same, "--json")
+    assert rc == 0, err
+    assert json.loads(out)["cycles"] == tlm.cycles
+
+
+def _issued_steps(cfg) -> list[tuple[int, int, int]]:
+    layout, cmd = issued_layout(cfg), command_layout(cfg)
+    op_at = layout["cmd"].offset + cmd["op"].offset
+    return [(1, 1, (5 << layout["cycle"].offset) | (Op.RD_OUT << op_at))]
+
+
+def test_summary_retimes_with_the_recorded_preset(tmp_path, capsys):
+    slow = CFG.replace(**{"timing.t_RD_OUT": 40})
+    vcd = _vcd(tmp_path / "w.vcd", _issued_steps(slow), issued_layout(slow).size)
+    record = {"block": "dcs", "kernel": "qk", "preset": {"values": slow.to_dict()}}
+    vcd.write_bytes(stamp_vcd(vcd.read_bytes(), record))
+    rc, out, err = cli(capsys, "wave", "summary", vcd, "--json")
+    assert rc == 0, err
+    s = json.loads(out)
+    assert s["cycles"] == 5 + 40  # the recorded t_RD_OUT, not aim-16ch's 26
+    assert s["preset_sha256"] == slow.sha256() and "recorded in the VCD" in s["notes"][0]
+    # Unstamped: the default preset, and the note says it was assumed.
+    plain = _vcd(tmp_path / "p.vcd", _issued_steps(CFG), issued_layout(CFG).size)
+    rc, out, _ = cli(capsys, "wave", "summary", plain, "--json")
+    s = json.loads(out)
+    assert s["cycles"] == 5 + CFG.timing.t_RD_OUT and "records no preset" in s["notes"][0]
+
+
+def test_summary_of_a_non_scheduler_block_says_so(tmp_path, capsys):
+    vcd = _vcd(tmp_path / "dpa.vcd", _issued_steps(CFG), issued_layout(CFG).size)
+    vcd.write_bytes(stamp_vcd(vcd.read_bytes(), {"block": "dpa", "preset": {}}))
+    rc, _, err = cli(capsys, "wave", "summary", vcd)
+    assert rc == 2 and "waveform of the dpa block" in err and "gtkwave" in err
+    assert "another --preset" not in err
+    # Unstamped, recognised by its scope.
+    raw = _vcd(tmp_path / "b.vcd", _issued_steps(CFG), 34).read_text()
+    (tmp_path / "b.vcd").write_text(raw.replace("module $rootio", "module bank_slice"))
+    rc, _, err = cli(capsys, "wave", "summary", tmp_path / "b.vcd")
+    assert rc == 2 and "waveform of the bank_slice block" in err
+
+
+def test_stamp_round_trips_any_text(tmp_path):
+    record = {"preset": {"name": "odd $end name\n"}, "block": "dcs"}
+    raw = b"$timescale 1ps $end\n"
+    once = stamp_vcd(raw, record)
+    assert once.count(b"\n") == 2 and once.endswith(raw)
+    assert stamp_vcd(once, record) == once  # re-stamping replaces, not repeats
+    (tmp_path / "s.vcd").write_bytes(once)
+    assert read_stamp(tmp_path / "s.vcd") == record
+    (tmp_path / "u.vcd").write_bytes(raw)
+    assert read_stamp(tmp_path / "u.vcd") is None

@@ -2,7 +2,10 @@
 
 ``summarize_vcd`` computes ``cycles``, ``mac_utilization`` and per-opcode counts from the output
 stream alone, so a waveform can be checked against ``pimphony run`` (``pimphony wave
-summary``). Importing this module loads no Amaranth, cocotb or RTL module.
+summary``). A VCD that ``pimphony wave record`` wrote carries what produced it (block, kernel,
+shape, every preset value) in a ``$comment`` line of its header (:func:`stamp_vcd`,
+:func:`read_stamp`), so the summary re-times it with the preset it was recorded with.
+Importing this module loads no Amaranth, cocotb or RTL module.
 """
 
 from __future__ import annotations
@@ -13,24 +16,33 @@ import json
 import re
 from pathlib import Path
 
-from models.config import HardwareConfig, load_preset
+from models.config import ConfigError, HardwareConfig, load_preset
 from models.dram import execution_times
 from models.errors import PimphonyError
 from models.isa import Op
+from rtl import Block
 
 __all__ = [
+    "STAMP_TAG",
     "add_arguments",
     "run",
     "WaveformError",
     "find_signal",
     "format_summary",
+    "read_stamp",
     "signal_base",
     "signal_width",
+    "stamp_vcd",
     "summarize_vcd",
     "vcd_references",
 ]
 
+STAMP_TAG = "pimphony-provenance"
+"""First word of the ``$comment`` that records what produced a VCD (:func:`stamp_vcd`)."""
+
 _RANGE = re.compile(r"\[(\d+):(\d+)\]$")
+_SCHEDULER_BLOCKS = tuple(str(b) for b in (Block.STATIC_SCHED, Block.PINGPONG, Block.DCS))
+_OTHER_BLOCKS = tuple(str(b) for b in Block if str(b) not in _SCHEDULER_BLOCKS)
 
 
 class WaveformError(PimphonyError, ValueError):
@@ -110,6 +122,106 @@ def _as_int(value: str) -> int | None:
         return None
 
 
+# ---- provenance stamp ---------------------------------------------------------------------
+
+
+def stamp_vcd(raw: bytes, record: dict) -> bytes:
+    """``raw`` VCD with ``record`` (JSON, one line) as a ``$comment`` before its header.
+
+    VCD readers skip comments (GTKWave, vcdvcd); :func:`read_stamp` reads it back. An earlier
+    stamp is replaced, not repeated.
+    """
+    text = json.dumps(record, sort_keys=True, separators=(",", ":"))
+    text = text.replace("$", "\\u0024")  # a "$end" inside would end the comment early
+    line = f"$comment {STAMP_TAG} {text} $end\n".encode()
+    if raw.startswith(b"$comment " + STAMP_TAG.encode()):
+        raw = raw[raw.index(b"\n") + 1 :]
+    return line + raw
+
+
+def read_stamp(path: Path) -> dict | None:
+    """The record :func:`stamp_vcd` put in the VCD at ``path``, or ``None`` if it has none."""
+    prefix = f"$comment {STAMP_TAG} ".encode()
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(1 << 20)
+    except OSError as exc:
+        raise WaveformError(f"{path}: cannot read ({exc.strerror})") from None
+    if not first.startswith(prefix):
+        return None
+    body = first[len(prefix) :].rstrip().removesuffix(b"$end").strip()
+    try:
+        record = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise WaveformError(f"{path}: its {STAMP_TAG} comment is not valid JSON") from None
+    if not isinstance(record, dict):
+        raise WaveformError(f"{path}: its {STAMP_TAG} comment is not a JSON object")
+    return record
+
+
+def recorded_preset(path: Path, record: dict) -> HardwareConfig:
+    """The preset a stamped VCD was recorded with, rebuilt and validated from its values."""
+    preset = record.get("preset")
+    values = preset.get("values") if isinstance(preset, dict) else None
+    if not isinstance(values, dict):
+        raise WaveformError(f"{path}: its {STAMP_TAG} comment records no preset values")
+    try:
+        return HardwareConfig.from_dict(values, f"{path} (recorded preset)")
+    except ConfigError as exc:
+        raise WaveformError(str(exc)) from None
+
+
+def _differences(a: HardwareConfig, b: HardwareConfig) -> list[str]:
+    """``section.key a-value vs b-value`` for every value that differs (name included)."""
+    da, db = a.to_dict(), b.to_dict()
+    out = [f"name {da['name']!r} vs {db['name']!r}"] if da["name"] != db["name"] else []
+    for section, table in da.items():
+        if isinstance(table, dict):
+            out += [
+                f"{section}.{k} {v} vs {db[section][k]}"
+                for k, v in table.items()
+                if db[section].get(k) != v
+            ]
+    return out
+
+
+def summary_preset(
+    path: Path, preset: str | None, default: str = "aim-16ch"
+) -> tuple[HardwareConfig, list[str]]:
+    """The preset to re-time the VCD at ``path`` with, and notes on where it came from.
+
+    A stamped VCD brings its own preset; ``preset`` (a name or TOML path) must then have the
+    same values, else :class:`WaveformError` lists the values that differ. An unstamped VCD
+    is re-timed with ``preset`` (default ``default``) and the note says so. A stamped VCD of
+    a block that is not a scheduler (``dpa``, ``bank_slice``) is refused with what to do.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise WaveformError(f"{path}: {'not a file' if path.exists() else 'no such file'}")
+    record = read_stamp(path)
+    if record is None:
+        cfg = load_preset(preset or default)
+        how = "given by --preset" if preset else "the default; pass --preset if it was another"
+        return cfg, [f"the VCD records no preset; re-timed with preset {cfg.name} ({how})"]
+    block = record.get("block")
+    if record.get("kernel") is None:
+        raise WaveformError(
+            f"{path} is a waveform of the {block} block (pimphony wave record --block {block}); "
+            f"wave summary reads scheduler waveforms only (blocks {', '.join(_SCHEDULER_BLOCKS)}); "
+            f"open it in GTKWave instead: gtkwave {path.with_suffix('.gtkw')}"
+        )
+    cfg = recorded_preset(path, record)
+    if preset is not None:
+        given = load_preset(preset)
+        if given.sha256() != cfg.sha256():
+            diff = "; ".join(_differences(cfg, given)[:6])
+            raise WaveformError(
+                f"{path} was recorded with preset {cfg.name} (sha256 {cfg.sha256()[:12]}); "
+                f"--preset {preset} differs ({diff}); omit --preset to use the recorded values"
+            )
+    return cfg, [f"re-timed with the preset recorded in the VCD: {cfg.name} ({cfg.sha256()[:12]})"]
+
+
 # ---- summary ------------------------------------------------------------------------------
 
 
@@ -142,6 +254,13 @@ def summarize_vcd(path: str | Path, cfg: HardwareConfig) -> dict:
 
     path = Path(path)
     refs = list(vcd_references(path))
+    scopes = {part for r in refs for part in signal_base(r).split(".")[:-1]}
+    blocks = [b for b in _OTHER_BLOCKS if b in scopes]
+    if blocks and not scopes & set(_SCHEDULER_BLOCKS):
+        raise WaveformError(
+            f"{path} is a waveform of the {blocks[0]} block; wave summary reads scheduler "
+            f"waveforms only (blocks {', '.join(_SCHEDULER_BLOCKS)}); open it in GTKWave"
+        )
     names = {
         n: find_signal(refs, n, path=path) for n in ("clk", "o__valid", "o__ready", "o__payload")
     }
@@ -235,14 +354,21 @@ def format_summary(summary: dict) -> str:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``pimphony wave summary``."""
     p.add_argument("vcd", type=Path, metavar="FILE.vcd", help="scheduler waveform")
-    p.add_argument("--preset", default="aim-16ch", help="preset the RTL was built for")
+    p.add_argument(
+        "--preset",
+        help="preset the RTL was built for (default: the one recorded in the VCD, else aim-16ch);"
+        " refused if it differs from the recorded one",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
     """``pimphony wave summary``: cycles and MAC utilisation read back from a VCD."""
-    cfg = load_preset(args.preset)
+    cfg, notes = summary_preset(args.vcd, args.preset)
     summary = summarize_vcd(args.vcd, cfg)
+    summary["notes"] = notes + summary["notes"]
+    summary["preset_sha256"] = cfg.sha256()
+    summary["recorded"] = read_stamp(args.vcd)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:

@@ -28,9 +28,11 @@ from sim.eda.vcd import (
     format_summary,
     signal_base,
     signal_width,
+    stamp_vcd,
     summarize_vcd,
     vcd_references,
 )
+from sim.provenance import preset_record, tool_record
 
 __all__ = [
     "OWN_RUN",
@@ -297,6 +299,12 @@ def _gtkwave_safe(raw: bytes) -> bytes:
 # ---- recording ------------------------------------------------------------------------------
 
 
+def _stamp(block: str, cfg: HardwareConfig, **run: object) -> dict:
+    """What produced a recorded VCD (``sim.eda.vcd.stamp_vcd``): tool, block, the kernel run
+    (``kernel``, ``shape``, ``sched``; absent for a block's own run) and every preset value."""
+    return {**tool_record(), "block": str(block), **run, "preset": preset_record(cfg)}
+
+
 def record_waves(
     kind: str,
     shape: dict,
@@ -340,12 +348,14 @@ def record_waves(
     say = log or (lambda _msg: None)
     prog = compile_kernel(cfg, kind, **shape)
     stem = wave_stem(kind, prog.shape, sched)
-    say(f"building {block} under Verilator (cached in build/sim/; first build ~10-20 s) ...")
+    say(f"simulating {stem} on the {block} RTL under Verilator ...")
     out = run_rtl(block, cfg, [RtlStream(stem, prog.commands)], waves=True)
     src = Path(out["__waves__"])  # written in this run (checked by sim.verify.runner.run_cocotb)
     say(f"simulated {prog.commands.shape[0]} commands; copying {src}")
     out_dir = Path(out_dir)
-    vcd_path = write_atomic(out_dir / f"{stem}.vcd", _gtkwave_safe(src.read_bytes()))
+    record = _stamp(block, cfg, kernel=kind, shape=prog.shape, sched=sched)
+    raw = stamp_vcd(_gtkwave_safe(src.read_bytes()), record)
+    vcd_path = write_atomic(out_dir / f"{stem}.vcd", raw)
     gtkw_path = out_dir / f"{stem}.gtkw"
     verilog_src = src.parent / f"{block}.v"
     if verilog_src.exists():
@@ -377,7 +387,8 @@ def record_block_waves(
         )
     src = Path(importlib.import_module(f"sim.verify.{block}").record_waves(cfg))
     out_dir = Path(out_dir)
-    vcd_path = write_atomic(out_dir / f"{block}.vcd", _gtkwave_safe(src.read_bytes()))
+    raw = stamp_vcd(_gtkwave_safe(src.read_bytes()), _stamp(block, cfg))
+    vcd_path = write_atomic(out_dir / f"{block}.vcd", raw)
     refs = vcd_references(vcd_path)
     from rtl.blocks import BLOCKS
 

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Sequence
@@ -122,6 +123,10 @@ def pack_fields(
     return [int(w) for w in words]
 
 
+_BUILT = {"verilator": "Vtop", "icarus": "sim.vvp"}
+"""The file each simulator's build leaves in the build directory (present: no rebuild)."""
+
+
 def _config_key(top: str, verilog_text: str, simulator: str, waves: bool) -> str:
     """Build-directory name: top module, simulator, waves flag and a hash of the Verilog."""
     digest = hashlib.sha256(verilog_text.encode()).hexdigest()[:12]
@@ -178,6 +183,14 @@ def run_cocotb(
         "timescale": ("1ns", "1ps"),
     }
     started = time.time()
+    built = (build_dir / _BUILT[simulator]).exists()
+    if not built:
+        print(
+            f"building {top} with {simulator} (first run of this Verilog, typically 20-60 s; "
+            f"cached in {build_dir}) ...",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         with _simulator_env(simulator):
             runner = get_runner(simulator)
@@ -187,6 +200,9 @@ def run_cocotb(
                 log_file=build_dir / "build.log",
                 **common,
             )
+            if not built:
+                took = time.time() - started
+                print(f"built {top} in {took:.0f} s; simulating ...", file=sys.stderr, flush=True)
             xml_path = runner.test(
                 test_module=test_module,
                 test_dir=build_dir,
