@@ -8,6 +8,7 @@ examples; the ``slow`` variants run many more (``make test-all``).
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -141,6 +142,37 @@ def _contexts_case(tmp_path: Path, capsys, text_lines: list[str]) -> None:
     _check(rc, out, err)
 
 
+MODEL_TEXT = (CONFIG_DIR / "models" / "llm-1.8b.toml").read_text()
+MODEL_FIELDS = sorted(tomllib.loads(MODEL_TEXT))
+models = st.dictionaries(
+    st.sampled_from(MODEL_FIELDS),
+    st.one_of(values, st.sampled_from(["swiglu", "gelu", "relu", "", "llm-7b"])),
+    min_size=1,
+    max_size=3,
+)
+
+
+def _model_case(tmp_path: Path, capsys, changes: dict) -> None:
+    text = MODEL_TEXT
+    for key, value in changes.items():
+        text = re.sub(
+            rf"^{key}\s*=[^\n#]*", f"{key} = {_toml_value(value)} ", text, count=1, flags=re.M
+        )
+    model = tmp_path / "m.toml"
+    model.write_text(text)
+    before = model.read_bytes()
+    rc, out, err = run_cli(
+        capsys, "decode", "--model", model, "--context", "1024", "--json",
+        "--report", tmp_path / "r.json", "--plot", tmp_path / "r.png", "--force",
+    )  # fmt: skip
+    _check(rc, out, err)
+    assert model.read_bytes() == before
+    if rc == 0:  # an accepted model gives a finite, positive throughput
+        report = json.loads(out)
+        assert 0 < report["tokens_per_s"] < float("inf")
+        assert report["provenance"]["model"]["layers"] == tomllib.loads(text)["layers"]
+
+
 OPTIONS = {
     "run": ["--kernel", "--tokens", "--dh", "--dout", "--din", "--gqa-group", "--sched"],
     "compile": ["--kernel", "--tokens", "--dh", "--format", "--max-tokens", "--gqa-group"],
@@ -194,3 +226,4 @@ test_generated_context_files, test_generated_context_files_long = _quick_and_lon
 test_generated_option_vectors, test_generated_option_vectors_long = _quick_and_long(
     "argv", argvs, _argv_case
 )
+test_generated_models, test_generated_models_long = _quick_and_long("model", models, _model_case)

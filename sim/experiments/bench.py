@@ -62,6 +62,11 @@ def bench_tlm(d: int = 16384, repeat: int = 3, preset: str = "aim-16ch") -> list
     return rows
 
 
+RTL_CYCLES_PER_S_GUESS = 20_000
+"""Verilator + cocotb speed measured on this project's blocks (19-22K cycles/s), for the
+progress line's time estimate only."""
+
+
 def bench_rtl(d: int = 2048, preset: str = "aim-16ch") -> list[dict]:
     """Simulated cycles per second of RTL (Verilator + cocotb) and TLM on one GEMV stream."""
     from rtl.blocks import SCHEDULER_OF_BLOCK
@@ -72,16 +77,22 @@ def bench_rtl(d: int = 2048, preset: str = "aim-16ch") -> list[dict]:
     warm = RtlStream("warm-up", compile_gemv(cfg, 16, 16).commands)
     rows = []
     for block, sched in SCHEDULER_OF_BLOCK.items():
+        t0 = time.perf_counter()
+        tlm = run_channel(stream, cfg, sched)
+        tlm_s = time.perf_counter() - t0
         run_rtl(block, cfg, [warm])  # build (cached)
         t0 = time.perf_counter()
         run_rtl(block, cfg, [warm])  # simulator start-up and a tiny stream
         startup_s = time.perf_counter() - t0
+        guess = tlm.cycles / RTL_CYCLES_PER_S_GUESS + startup_s
+        print(
+            f"  {block}: {tlm.cycles:,} cycles on the RTL, about {guess:.0f} s ...",
+            file=sys.stderr,
+            flush=True,
+        )
         t0 = time.perf_counter()
         run_rtl(block, cfg, [RtlStream("bench", stream)])
         rtl_s = max(time.perf_counter() - t0 - startup_s, 1e-9)
-        t0 = time.perf_counter()
-        tlm = run_channel(stream, cfg, sched)
-        tlm_s = time.perf_counter() - t0
         rows.append(
             {
                 "block": block,

@@ -1,0 +1,144 @@
+"""Tally of generated bad inputs: how many became clear errors, tracebacks, hangs or wrong output.
+
+``python -m tests.fuzz_tally --examples 100`` draws that many cases from each strategy of
+``tests/test_fuzz_cli.py`` (presets, model files, damaged stream files, context files, option
+vectors), runs each through the command line in-process and prints one row per strategy:
+``ok`` (exit 0, sane output), ``error`` (exit 2 with one ``pimphony <cmd>: error:`` line that
+names a value or field), ``vague`` (exit 2, but the message names neither), ``traceback``
+(any other exit or a Python traceback), ``hang`` (over ``--timeout`` seconds) and ``wrong``
+(exit 0 but a check on the output or on the user's files failed). Vague, traceback, hang and
+wrong should all be 0; the messages of vague cases are printed so a person can judge them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import re
+import signal
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from hypothesis import HealthCheck, Phase, given, settings
+
+from tests import test_fuzz_cli as fuzz
+
+__all__ = ["STRATEGIES", "main", "tally"]
+
+STRATEGIES = {
+    "preset": (fuzz.presets, fuzz._preset_case),
+    "model": (fuzz.models, fuzz._model_case),
+    "stream": (fuzz.damage, fuzz._stream_case),
+    "contexts": (fuzz.lines, fuzz._contexts_case),
+    "options": (fuzz.argvs, fuzz._argv_case),
+}
+# A clear message names what was wrong: a value, a field or option, a file, or a bound.
+_SPECIFIC = re.compile(r"\d|'|\"|--|=|\.toml|\.npz|\.txt|:\s*\S+\s*\(|must|allowed|expected")
+
+
+class _Capsys:
+    """Stand-in for pytest's ``capsys``: what the last command printed."""
+
+    def __init__(self, out: io.StringIO, err: io.StringIO) -> None:
+        self.out, self.err, self.last = out, err, ("", "")
+
+    def readouterr(self) -> tuple[str, str]:
+        self.last = (self.out.getvalue(), self.err.getvalue())
+        self.out.seek(0), self.out.truncate(), self.err.seek(0), self.err.truncate()
+        return self.last
+
+
+class _HangError(Exception):
+    pass
+
+
+def _alarm(_signum, _frame):
+    raise _HangError
+
+
+def tally(
+    name: str, examples: int, timeout: int = 60
+) -> tuple[Counter, list[str], list[str]]:
+    """Outcome counts of ``examples`` generated cases of strategy ``name``, the vague
+    messages and every error message."""
+    strategy, case = STRATEGIES[name]
+    counts: Counter = Counter()
+    vague: list[str] = []
+    messages: list[str] = []
+
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(value=strategy)
+    def probe(value) -> None:
+        out, err = io.StringIO(), io.StringIO()
+        capsys = _Capsys(out, err)
+        signal.signal(signal.SIGALRM, _alarm)
+        signal.alarm(timeout)
+        try:
+            with (
+                tempfile.TemporaryDirectory() as tmp,
+                contextlib.redirect_stdout(out),
+                contextlib.redirect_stderr(err),
+            ):
+                case(Path(tmp), capsys, value)
+        except _HangError:
+            counts["hang"] += 1
+            return
+        except AssertionError as exc:
+            text = str(exc)
+            bad_exit = text.startswith("exit ") or "Traceback" in text or "internal" in text
+            counts["traceback" if bad_exit else "wrong"] += 1
+            return
+        finally:
+            signal.alarm(0)
+        stdout, stderr = capsys.last
+        if "error: " not in stderr:
+            counts["ok"] += 1
+            return
+        message = stderr.strip().splitlines()[-1].split("error: ", 1)[1]
+        messages.append(message)
+        if _SPECIFIC.search(message):
+            counts["error"] += 1
+        else:
+            counts["vague"] += 1
+            vague.append(message)
+
+    probe()
+    return counts, vague, messages
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.fuzz_tally", description=__doc__)
+    parser.add_argument("--examples", type=int, default=100, help="cases per strategy")
+    parser.add_argument("--timeout", type=int, default=60, help="seconds before a case hangs")
+    parser.add_argument("--only", choices=sorted(STRATEGIES), action="append")
+    parser.add_argument("--messages", type=Path, help="write every distinct error message here")
+    args = parser.parse_args(argv)
+    kinds = ("ok", "error", "vague", "traceback", "hang", "wrong")
+    print(f"{'strategy':<10}{'cases':>7}" + "".join(f"{k:>11}" for k in kinds))
+    total: Counter = Counter()
+    seen: set[str] = set()
+    for name in args.only or STRATEGIES:
+        counts, vague, messages = tally(name, args.examples, args.timeout)
+        seen.update(f"{name}: {m}" for m in messages)
+        total.update(counts)
+        n = sum(counts.values())
+        print(f"{name:<10}{n:>7}" + "".join(f"{counts[k]:>11}" for k in kinds), flush=True)
+        for message in sorted(set(vague))[:10]:
+            print(f"    vague: {message}")
+    n = sum(total.values())
+    print(f"{'all':<10}{n:>7}" + "".join(f"{total[k]:>11}" for k in kinds))
+    if args.messages:
+        args.messages.write_text("\n".join(sorted(seen)) + "\n")
+    return 0 if not (total["traceback"] or total["hang"] or total["wrong"]) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
