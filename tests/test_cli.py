@@ -404,8 +404,8 @@ def test_help_shows_defaults(capsys):
     "argv,says",
     [
         (["decode", "--workload", "qmsum", "--seed", "-1"], "--seed: -1 is outside 0 to"),
-        (["ablation", "--pool", "-1"], "--pool: -1 is outside 1 to 100,000"),
-        (["ablation", "--pool", "0"], "--pool: 0 is outside 1 to 100,000"),
+        (["ablation", "--requests", "-1"], "--requests: -1 is outside 1 to 100,000"),
+        (["ablation", "--requests", "0"], "--requests: 0 is outside 1 to 100,000"),
         (["decode", "--batch", "1000000000000"], "must be from 1 to 1024 requests"),
         (["decode", "--tp", "0"], "--tp: 0 is outside 1 to 1,024"),
         (["capacity", "--requests", "0"], "--requests: 0 is outside 1 to 100,000"),

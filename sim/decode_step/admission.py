@@ -14,7 +14,7 @@ from models.memory import MEMORY_POLICIES, ChunkGeometry, MemoryPolicy, OutOfMem
 from sim.decode_step.kernels import KernelCache
 from sim.decode_step.setup import DecodeError, DecodeSetup
 
-__all__ = ["admit", "dpa_buffers", "fill_batch"]
+__all__ = ["admit", "dpa_buffers", "fill_batch", "queue_batches"]
 
 
 def _allocator(
@@ -88,8 +88,13 @@ def fill_batch(
     memory: str,
     candidates: Sequence[int],
     max_context: int | None = None,
+    all_may_fit: bool = False,
 ) -> tuple[int, ...]:
-    """The longest prefix of ``candidates`` (context lengths, FCFS) that fits the memory."""
+    """The longest prefix of ``candidates`` (context lengths, FCFS) that fits the memory.
+
+    Unless ``all_may_fit``, every candidate fitting is an error: the batch would not be
+    capacity-bound, so more candidates are needed.
+    """
     if memory not in MEMORY_POLICIES:
         raise DecodeError(f"memory {memory!r} is unknown; allowed: {', '.join(MEMORY_POLICIES)}")
     alloc = _allocator(model, hw, modules, memory, max_context or model.context_window)
@@ -108,12 +113,35 @@ def fill_batch(
         raise DecodeError(
             f"not even one request fits: {where} ({memory} allocation); use more modules"
         )
-    if len(taken) == len(candidates):
+    if len(taken) == len(candidates) and not all_may_fit:
         raise DecodeError(
             f"all {len(taken)} candidate requests fit: the batch is not capacity-bound; "
             "give more requests (or a fixed --batch)"
         )
     return tuple(taken)
+
+
+def queue_batches(
+    model: ModelSpec,
+    hw: HardwareConfig,
+    modules: int,
+    memory: str,
+    queue: Sequence[int],
+    max_context: int | None = None,
+) -> list[tuple[int, ...]]:
+    """The whole ``queue`` (context lengths, FCFS) served as consecutive batches, each the
+    longest prefix of what is left that fits the memory (the last one takes the rest).
+
+    Two memory policies given the same queue serve the same requests, in the same order, in
+    batches of different sizes; no request is left out.
+    """
+    batches: list[tuple[int, ...]] = []
+    rest = [int(t) for t in queue]
+    while rest:
+        batch = fill_batch(model, hw, modules, memory, rest, max_context, all_may_fit=True)
+        batches.append(batch)
+        rest = rest[len(batch) :]
+    return batches
 
 
 def dpa_buffers(setup: DecodeSetup, cache: KernelCache, memory: dict[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from models.memory import MEMORY_POLICIES
 from sim.cli import SEED, bounded_int, choice_names
 from sim.decode_step.admission import fill_batch
 from sim.decode_step.report import format_report, plot_report, report_stem, setup_digest
-from sim.decode_step.setup import DecodeError, DecodeSetup
+from sim.decode_step.setup import MICRO_BATCHES_AUTO, DecodeError, DecodeSetup
 from sim.decode_step.step import run_decode
 from sim.provenance import provenance
 from sim.report import user_output, user_plot
@@ -32,6 +32,7 @@ __all__ = [
     "DECODE_DIR",
     "DECODE_PRESET",
     "add_arguments",
+    "micro_batches_arg",
     "run",
     "setup_from_args",
 ]
@@ -45,6 +46,15 @@ _AUTO_POOL = 4096  # candidate requests drawn for --batch auto
 #: requests of 1K tokens: about 30 s). --batch auto admits what the memory holds from a pool
 #: of 4,096 candidates.
 MAX_BATCH = 1024
+
+
+def micro_batches_arg(value: str) -> int | str:
+    if value == MICRO_BATCHES_AUTO:
+        return value
+    try:
+        return bounded_int(1, MAX_BATCH)(value)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (or 'auto')") from None
 
 
 def _batch(value: str) -> int | str:
@@ -79,9 +89,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pp", type=bounded_int(1, 1024), default=1, help="pipeline stages")
     p.add_argument(
         "--micro-batches",
-        type=bounded_int(1, MAX_BATCH),
+        type=micro_batches_arg,
         default=None,
-        help="default min(pp, batch)",
+        help="pipeline micro-batches, or 'auto' (try pp, 2pp, 4pp; keep the fastest);"
+        " default min(pp, batch)",
     )
     p.add_argument("--partition", choices=choice_names(PARTITIONS), default="tcp")
     p.add_argument("--sched", choices=choice_names(SCHEDULERS), default="dcs")

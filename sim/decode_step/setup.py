@@ -13,7 +13,18 @@ from models.config import HardwareConfig
 from models.errors import PimphonyError
 from models.memory import MEMORY_POLICIES, MemoryPolicy
 
-__all__ = ["DecodeError", "DecodeSetup"]
+__all__ = ["MICRO_BATCHES_AUTO", "DecodeError", "DecodeSetup", "micro_batch_candidates"]
+
+MICRO_BATCHES_AUTO = "auto"
+
+
+def micro_batch_candidates(pp: int, batch: int) -> list[int]:
+    """Micro-batch counts ``micro_batches="auto"`` tries: ``pp``, ``2 pp`` and ``4 pp``, each
+    at most ``batch`` (fewer than ``pp`` micro-batches leave stages idle, more cost extra
+    passes over the weights); only 1 without pipelining (``pp`` 1)."""
+    if pp == 1:
+        return [1]
+    return sorted({min(batch, pp * k) for k in (1, 2, 4)})
 
 
 class DecodeError(PimphonyError, ValueError):
@@ -39,8 +50,9 @@ class DecodeSetup:
     memory : {"lazy", "static"}
         ``lazy``: DPA (virtual addresses, 1 MB chunks, on-module dispatcher); ``static``:
         maximum-context reservation and host-sent unrolled attention streams.
-    micro_batches : int, optional
-        Pipeline micro-batches (default ``min(pp, batch)``).
+    micro_batches : int or "auto", optional
+        Pipeline micro-batches (default ``min(pp, batch)``); ``"auto"`` simulates the
+        candidates of :func:`micro_batch_candidates` and keeps the fastest.
     max_context : int, optional
         Tokens a static reservation holds (default the model's ``context_window``).
     check_capacity : bool
@@ -55,7 +67,7 @@ class DecodeSetup:
     partition: str = "tcp"
     sched: str = "dcs"
     memory: str = "lazy"
-    micro_batches: int | None = None
+    micro_batches: int | str | None = None
     max_context: int | None = None
     check_capacity: bool = True
 
@@ -77,12 +89,14 @@ class DecodeSetup:
         ):
             if value not in allowed:
                 raise DecodeError(f"{name} {value!r} is unknown; allowed: {', '.join(allowed)}")
-        if self.micro_batches is not None and (
+        if self.micro_batches not in (None, MICRO_BATCHES_AUTO) and (
             isinstance(self.micro_batches, bool)
             or not isinstance(self.micro_batches, int)
             or self.micro_batches < 1
         ):
-            raise DecodeError(f"micro_batches = {self.micro_batches!r}: must be a positive int")
+            raise DecodeError(
+                f"micro_batches = {self.micro_batches!r}: must be a positive int or 'auto'"
+            )
         longest = max(self.lengths)
         window = self.model.context_window
         if longest > window:

@@ -16,6 +16,7 @@ simulated and ``tests/test_decode_step.py`` checks that the report is the same.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,7 +44,12 @@ from models.system import allreduce_cycles, pipeline_period, stage_hop_cycles
 from sim.decode_step.admission import admit, dpa_buffers
 from sim.decode_step.kernels import KernelCache, job_key
 from sim.decode_step.report import OP_KEYS, DecodeReport
-from sim.decode_step.setup import DecodeError, DecodeSetup
+from sim.decode_step.setup import (
+    MICRO_BATCHES_AUTO,
+    DecodeError,
+    DecodeSetup,
+    micro_batch_candidates,
+)
 
 __all__ = ["LayerTiming", "attention_schedule", "layer_timing", "plan_tasks", "run_decode"]
 
@@ -349,7 +355,25 @@ def run_decode(
     progress: Callable[[str], None] | None = None,
 ) -> DecodeReport:
     """Simulate one decode step of ``setup``; a kernel that cannot be mapped is a
-    :class:`DecodeError` that says which choice would help."""
+    :class:`DecodeError` that says which choice would help.
+
+    With ``micro_batches="auto"`` every count of :func:`micro_batch_candidates` is simulated
+    and the fastest report returned (ties: fewer micro-batches); its ``pipeline`` holds
+    ``micro_batch_sweep``, the tokens/s of each count tried.
+    """
+    if setup.micro_batches == MICRO_BATCHES_AUTO:
+        reports = []
+        for m in micro_batch_candidates(setup.pp, len(setup.lengths)):
+            if progress:
+                progress(f"{m} micro-batch(es):")
+            reports.append(
+                run_decode(dataclasses.replace(setup, micro_batches=m), memoize, progress)
+            )
+        best = max(reports, key=lambda r: (r.tokens_per_s, -r.micro_batches))
+        sweep = [
+            {"micro_batches": r.micro_batches, "tokens_per_s": r.tokens_per_s} for r in reports
+        ]
+        return dataclasses.replace(best, pipeline={**best.pipeline, "micro_batch_sweep": sweep})
     try:
         return _run_decode(setup, memoize, progress)
     except CompileError as exc:

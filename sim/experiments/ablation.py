@@ -1,9 +1,13 @@
 """``pimphony ablation``: PIMphony Fig. 13 -- throughput from HFP+static to TCP, +DCS, +DPA.
 
-Each step adds one technique; for each, every (TP, PP) split of the modules is simulated and
-the best is kept, as in the paper ("using optimal TP/PP settings"). The batch is what the
-memory admits first-come-first-served from a workload's context lengths: static allocation
-reserves the model's window per request, DPA's lazy allocation only what each request uses.
+Each step adds one technique. Every step serves the same request population: ``requests``
+context lengths drawn from a workload, queued first-come-first-served, served as consecutive
+batches of whatever the step's memory policy admits (static allocation reserves the model's
+window per request, DPA's lazy allocation only what each request uses). A step's throughput
+is the population's decode tokens over the summed step times of its batches, so static and
+lazy are compared on the same requests, only batched differently. Each batch runs at the best
+of every (TP, PP) split ("using optimal TP/PP settings"); the row names the split most batches
+used. Pipeline micro-batches are ``auto`` (``sim.decode_step.setup``).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +23,9 @@ from compiler.llm import load_model
 from models.config import load_preset
 from models.fileio import BUILD_DIR, pyplot, write_figure
 from sim.cli import SEED, bounded_int
-from sim.decode_step.admission import fill_batch
-from sim.decode_step.setup import DecodeSetup
+from sim.decode_step.admission import queue_batches
+from sim.decode_step.command import micro_batches_arg
+from sim.decode_step.setup import MICRO_BATCHES_AUTO, DecodeSetup
 from sim.decode_step.step import run_decode
 from sim.provenance import provenance
 from sim.report import user_plot
@@ -58,38 +64,73 @@ def ablation(
     workload: str = "qmsum",
     preset: str = "aim-32ch",
     modules: int = 8,
-    pool: int = 2048,
+    requests: int = 128,
     seed: int = 0,
     progress: Any = None,
+    micro_batches: int | str = MICRO_BATCHES_AUTO,
 ) -> list[dict[str, Any]]:
-    """One row per step: its best (TP, PP), batch, tokens/s and every split tried."""
+    """One row per step: its batches, tokens/s over the whole queue, the split most batches
+    used and, per batch, every split tried."""
     spec, hw = load_model(model), load_preset(preset)
-    lengths = [int(t) for t in sample_context_lengths(load_workload(workload), pool, seed)]
+    queue = [int(t) for t in sample_context_lengths(load_workload(workload), requests, seed)]
+    splits = _splits(modules, spec.kv_heads, spec.layers)
     rows = []
     for label, partition, sched, memory in STEPS:
-        batch = fill_batch(spec, hw, modules, memory, lengths)
-        tried = []
-        for tp, pp in _splits(modules, spec.kv_heads, spec.layers):
+        batches = queue_batches(spec, hw, modules, memory, queue)
+
+        def step_of(batch: tuple[int, ...], tp: int, pp: int, p=partition, s=sched, m=memory):
             setup = DecodeSetup(
-                spec, hw, batch, tp=tp, pp=pp, partition=partition, sched=sched, memory=memory
-            )
-            step = run_decode(setup)
+                spec, hw, batch, tp=tp, pp=pp, partition=p, sched=s, memory=m,
+                micro_batches=micro_batches,
+            )  # fmt: skip
+            return run_decode(setup)
+
+        tried: list[dict[str, Any]] = []  # per batch, every split
+        steps = []
+        for k, batch in enumerate(batches, start=1):
+            reports = [step_of(batch, tp, pp) for tp, pp in splits]
             tried.append(
                 {
-                    "tp": tp,
-                    "pp": pp,
-                    "tokens_per_s": step.tokens_per_s,
-                    "mac_utilization": step.mac_utilization,
-                    "bubble_fraction": step.pipeline["bubble_fraction"],
-                    "capacity_utilization": step.capacity_utilization,
+                    "batch": len(batch),
+                    "splits": [
+                        {
+                            "tp": st.tp,
+                            "pp": st.pp,
+                            "micro_batches": st.micro_batches,
+                            "tokens_per_s": st.tokens_per_s,
+                            "mac_utilization": st.mac_utilization,
+                            "bubble_fraction": st.pipeline["bubble_fraction"],
+                        }
+                        for st in reports
+                    ],
                 }
             )
+            best = max(reports, key=lambda st: st.tokens_per_s)
+            steps.append(best)
             if progress:
                 progress(
-                    f"{label}: TP {tp} x PP {pp}, batch {len(batch)}: {step.tokens_per_s:,.0f}"
+                    f"{label}: batch {k}/{len(batches)} of {len(batch)} requests: best TP "
+                    f"{best.tp} x PP {best.pp}, {best.tokens_per_s:,.0f} tokens/s"
                 )
-        best = max(tried, key=lambda t: t["tokens_per_s"])
-        rows.append({"step": label, "batch": len(batch), **best, "splits": tried})
+        seconds = sum(st.step_seconds for st in steps)
+        splits_used = Counter((st.tp, st.pp) for st in steps)
+        (tp, pp), _ = splits_used.most_common(1)[0]
+        rows.append(
+            {
+                "step": label,
+                "tp": tp,
+                "pp": pp,
+                "splits_used": {f"{a}x{b}": n for (a, b), n in sorted(splits_used.items())},
+                "requests": len(queue),
+                "batches": len(batches),
+                "batch": len(queue) / len(batches),
+                "batch_sizes": [len(b) for b in batches],
+                "tokens_per_s": len(queue) / seconds,
+                "mac_utilization": sum(st.mac_utilization * st.step_seconds for st in steps)
+                / seconds,
+                "per_batch": tried,
+            }
+        )
     base = rows[0]["tokens_per_s"]
     for row in rows:
         row["speedup"] = row["tokens_per_s"] / base
@@ -98,13 +139,18 @@ def ablation(
 
 def format_ablation(rows: list[dict[str, Any]]) -> str:
     """The ablation as a text table."""
-    head = f"{'step':<16}{'TP x PP':>9}{'batch':>7}{'tokens/s':>11}{'speedup':>9}{'MAC util':>10}"
+    head = (
+        f"{'step':<16}{'TP x PP':>9}{'batches':>9}{'mean batch':>12}{'tokens/s':>11}"
+        f"{'speedup':>9}{'MAC util':>10}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
-            f"{r['step']:<16}{r['tp']:>4} x {r['pp']:<2}{r['batch']:>7}{r['tokens_per_s']:>11,.0f}"
-            f"{r['speedup']:>8.2f}x{100 * r['mac_utilization']:>9.1f}%"
+            f"{r['step']:<16}{r['tp']:>4} x {r['pp']:<2}{r['batches']:>9}{r['batch']:>12.1f}"
+            f"{r['tokens_per_s']:>11,.0f}{r['speedup']:>8.2f}x{100 * r['mac_utilization']:>9.1f}%"
         )
+    n = rows[0]["requests"] if rows else 0
+    lines.append(f"every step serves the same {n} requests; tokens/s = {n} / summed step time")
     return "\n".join(lines)
 
 
@@ -120,7 +166,7 @@ def plot_ablation(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
         ax.text(
             x,
             r["speedup"],
-            f"{r['speedup']:.2f}x\nTP{r['tp']}xPP{r['pp']}, B={r['batch']}",
+            f"{r['speedup']:.2f}x\nTP{r['tp']}xPP{r['pp']}, B={r['batch']:.1f}",
             ha="center",
             va="bottom",
             fontsize=8,
@@ -142,7 +188,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--modules", type=bounded_int(1, 1024), default=8, help="default 8 x 16 GB = 128 GB"
     )
     p.add_argument(
-        "--pool", type=bounded_int(1, 100_000), default=2048, help="candidate requests drawn"
+        "--requests",
+        type=bounded_int(1, 100_000),
+        default=128,
+        help="requests drawn from the workload; every step serves all of them",
+    )
+    p.add_argument(
+        "--micro-batches",
+        type=micro_batches_arg,
+        default=MICRO_BATCHES_AUTO,
+        help="pipeline micro-batches per decode step, or 'auto'",
     )
     p.add_argument("--seed", type=SEED, default=0, help="seed of the context-length draws")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -155,11 +210,18 @@ def run(args: argparse.Namespace) -> int:
     plot = user_plot(args.plot, ABLATION_PLOT, args.force)
     progress = None if args.json else (lambda m: print(f"  {m}", flush=True))
     rows = ablation(
-        args.model, args.workload, args.preset, args.modules, args.pool, args.seed, progress
+        args.model,
+        args.workload,
+        args.preset,
+        args.modules,
+        args.requests,
+        args.seed,
+        progress,
+        args.micro_batches,
     )
     title = (
         f"{args.model}, {args.workload}, {args.modules} x {args.preset}: "
-        "cumulative techniques (PIMphony Fig. 13 shape)"
+        f"{args.requests} requests, cumulative techniques (PIMphony Fig. 13 shape)"
     )
     path = plot_ablation(rows, plot, title)
     if args.json:

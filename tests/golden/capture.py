@@ -67,7 +67,7 @@ CASES: tuple[GoldenCase, ...] = (
         f"{_DECODE} --workload qmsum --batch auto --tp 4 --sched pingpong --json",
     ),
     _case("decode-text", f"{_DECODE} --context 8192 --batch 3 --tp 2"),
-    _case("ablation-json", "ablation --json"),
+    _case("ablation-json", "ablation --json --requests 32"),
     _case("dex-json", "dex --json --quiet"),
     _case("size-report-json", "size-report --json"),
     _case("capacity", "capacity"),
