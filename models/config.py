@@ -173,7 +173,7 @@ _SECTIONS: dict[str, type] = {
 
 def available_presets() -> list[str]:
     """Names of the presets shipped in ``configs/``."""
-    return sorted(p.stem for p in CONFIG_DIR.glob("*.toml") if p.stem.startswith("aim"))
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
 
 
 def load_preset(name: str = "aim-16ch") -> HardwareConfig:
