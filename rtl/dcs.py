@@ -162,7 +162,6 @@ class DcsScheduler(wiring.Component):
         mac_wait = Signal(wait_bits)  # MAC pipeline: tCCD between MACs
         io_is_w = io.cmd.op == OP_WR_INP
         io_ready = Signal()
-        mac_ready_no_row = Signal()
         mac_ready = Signal()
         m.d.comb += [
             io_ready.eq(
@@ -176,13 +175,13 @@ class DcsScheduler(wiring.Component):
             ),
             rows.head_valid.eq(c_q.r_rdy),
             rows.head_row.eq(mac.cmd.row),
-            mac_ready_no_row.eq(
+            mac_ready.eq(
                 c_q.r_rdy
                 & (mac_wait == 0)
+                & rows.row_ok
                 & resolved(mac_s_g, live_g, mac.cmd.gbuf, mac.did_g)
                 & resolved(mac_s_o, live_o, mac.cmd.out, mac.did_o, bypass=mac_s_o.is_mac)
             ),
-            mac_ready.eq(mac_ready_no_row & rows.row_ok),
         ]
 
         # ---- Mode switch (models.dram.mode_switch) -----------------------------------------
@@ -197,6 +196,12 @@ class DcsScheduler(wiring.Component):
             owned = Signal()  # a TMOD's command has not issued yet
             mac_go = mac_ready & ~mode & (mod_wait == 0)
             io_go = io_ready & mode & (mod_wait == 0)
+            mac_ready_no_row = (
+                c_q.r_rdy
+                & (mac_wait == 0)
+                & resolved(mac_s_g, live_g, mac.cmd.gbuf, mac.did_g)
+                & resolved(mac_s_o, live_o, mac.cmd.out, mac.did_o, bypass=mac_s_o.is_mac)
+            )
             mac_tmod = (mac_ready_no_row if tm.mod_overlaps_row else mac_ready) & mode
             tmod_mac = Signal()
             tmod_io = Signal()

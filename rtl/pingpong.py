@@ -213,14 +213,12 @@ class PingPongScheduler(wiring.Component):
         io_in_slot = Signal()  # an I/O of the running slot has issued
         gap_ok = (io.cmd.op == last_io_op) | ~(io_in_slot & ~flip) | (exec_wait == 0)
         io_ready = Signal()
-        mac_ready_no_row = Signal()
         mac_ready = Signal()
         m.d.comb += [
             io_ready.eq(io_rdy & (io.slot == cur_eff) & (io_wait == 0) & gap_ok),
             rows.head_valid.eq(c_q.r_rdy),
             rows.head_row.eq(mac.cmd.row),
-            mac_ready_no_row.eq(c_q.r_rdy & (mac.slot == cur_eff) & (mac_wait == 0)),
-            mac_ready.eq(mac_ready_no_row & rows.row_ok),
+            mac_ready.eq(c_q.r_rdy & (mac.slot == cur_eff) & (mac_wait == 0) & rows.row_ok),
         ]
 
         # ---- Mode switch (models.dram.mode_switch), as in rtl/dcs.py -------------------------
@@ -231,6 +229,7 @@ class PingPongScheduler(wiring.Component):
             owned = Signal()  # a TMOD's command has not issued yet
             mac_go = mac_ready & ~mode & (mod_wait == 0)
             io_go = io_ready & mode & (mod_wait == 0)
+            mac_ready_no_row = c_q.r_rdy & (mac.slot == cur_eff) & (mac_wait == 0)
             mac_tmod = (mac_ready_no_row if tm.mod_overlaps_row else mac_ready) & mode
             tmod_mac = Signal()
             tmod_io = Signal()

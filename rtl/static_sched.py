@@ -76,12 +76,12 @@ class StaticScheduler(wiring.Component):
         # Mode switch (models.dram.mode_switch): a head of the other class (MAC: compute,
         # WR_INP/RD_OUT: register) starts a TMOD in the cycle it is ready (without its row with
         # mod_overlaps_row); it issues t_MOD cycles later at the earliest.
-        mode_ok = 1
+        valid = ready
         if tm.t_MOD > 0:
             mode = Signal()  # 0: compute (after reset), 1: register
             mod_wait = Signal(tm.t_MOD.bit_length())
             head_cls = ~is_mac
-            mode_ok = (head_cls == mode) & (mod_wait == 0)
+            valid = ready & (head_cls == mode) & (mod_wait == 0)
             tmod = (head_cls != mode) & (ready_no_row if tm.mod_overlaps_row else ready)
             with m.If(tmod):
                 m.d.sync += [mode.eq(head_cls), mod_wait.eq(tm.t_MOD - 1)]
@@ -91,7 +91,7 @@ class StaticScheduler(wiring.Component):
         m.d.comb += [
             rows.head_valid.eq(queue.r_rdy & is_mac),
             rows.head_row.eq(head.cmd.row),
-            self.o.valid.eq(ready & mode_ok),
+            self.o.valid.eq(valid),
             issued.cmd.eq(head.cmd),
             issued.seq.eq(head.seq),
             issued.cycle.eq(self.cycle),
