@@ -29,6 +29,7 @@ __all__ = [
     "Scheduler",
     "SchedulerSpec",
     "check_schedule",
+    "mode_switch_count",
     "run_channel",
     "static_gap_violations",
 ]
@@ -110,6 +111,8 @@ def run_channel(
         issue, n_sw = SCHEDULERS[Scheduler(scheduler)].schedule(
             op, gbuf, row, out, valid_gaps, tv, cfg, sw_start, sw_end, extra
         )
+    if cfg.timing.t_MOD > 0:
+        extra["mode_switches"] = mode_switch_count(op, issue)
     exec_by_op = execution_times(cfg.timing)
     completion = issue + exec_by_op[op] if n else issue.copy()
     cycles = int(completion.max()) if n else 0
@@ -202,6 +205,15 @@ def _breakdown(
     return {k: result[k] for k in BREAKDOWN_KEYS}
 
 
+def mode_switch_count(op: np.ndarray, issue: np.ndarray) -> int:
+    """TMODs a schedule needs: class changes (MAC vs WR_INP/RD_OUT) in issue order, from
+    compute mode."""
+    if op.size == 0:
+        return 0
+    cls = (op[np.argsort(issue, kind="stable")] != Op.MAC).astype(np.int64)
+    return int(cls[0] + np.count_nonzero(np.diff(cls)))
+
+
 def static_gap_violations(op: np.ndarray, issue: np.ndarray, timing: Timing) -> np.ndarray:
     """Mask of the commands issued too soon after their predecessor in program order.
 
@@ -233,7 +245,10 @@ def check_schedule(
     - ``dcs``: program order within each queue and every per-entry dependency (expirations,
       is-MAC).
 
-    Row timing is not checked here. Each returned line names the first offending command.
+    With ``t_MOD > 0``, a command whose class differs from the previously issued one's (the
+    first: from compute mode) issues at least ``t_MOD + 1`` cycles after it (the TMOD takes a
+    cycle of the command bus). Row timing is not checked here. Each returned line names the
+    first offending command.
     """
     tm = cfg.timing
     op = stream["op"].astype(np.int64)
@@ -265,6 +280,14 @@ def check_schedule(
         gap = np.zeros(idx.size, dtype=bool)
         gap[1:] = np.diff(t) < tm.tCCD
         report(np.isin(issue, t[gap]) & mask, f"{name} spacing below tCCD")
+    if tm.t_MOD > 0:
+        cls = (op != Op.MAC).astype(np.int64)
+        c_ord, t_ord = cls[order], issue[order]
+        prev_cls = np.concatenate([[0], c_ord[:-1]])
+        prev_t = np.concatenate([[-1], t_ord[:-1]])
+        early = np.zeros(op.size, dtype=bool)
+        early[order] = (c_ord != prev_cls) & (t_ord < prev_t + 1 + tm.t_MOD)
+        report(early, "mode switch shorter than t_MOD")
     SCHEDULERS[Scheduler(scheduler)].check(stream, issue, cfg, report)
     return problems
 
@@ -296,7 +319,7 @@ def _check_dcs(stream: np.ndarray, issue: np.ndarray, cfg: HardwareConfig, repor
     g_exp = np.where(op[prev_g] == Op.WR_INP, tm.t_WR_INP, tm.tCCD)
     report(has_g & (issue < issue[prev_g] + g_exp), "GBuf dependency broken")
     has_o = prev_o >= 0
-    o_exp = np.where(op[prev_o] == Op.MAC, np.where(is_mac, tm.tCCD, tm.t_MAC), tm.t_RD_OUT)
+    o_exp = np.where(op[prev_o] == Op.MAC, np.where(is_mac, tm.tCCD, tm.t_MAC_result), tm.t_RD_OUT)
     report(has_o & (issue < issue[prev_o] + o_exp), "OBuf dependency broken")
 
 
@@ -329,7 +352,7 @@ def _check_pingpong(stream: np.ndarray, issue: np.ndarray, cfg: HardwareConfig, 
     war_g = (prev_g >= 0) & (op == Op.WR_INP) & (op[pg] == Op.MAC)
     report(war_g & (issue < issue[pg] + tm.tCCD), "WR_INP overwrote a tile before its MAC")
     raw_o = (prev_o >= 0) & (op == Op.RD_OUT) & (op[po] == Op.MAC)
-    report(raw_o & (issue < issue[po] + tm.t_MAC), "RD_OUT before its MAC result")
+    report(raw_o & (issue < issue[po] + tm.t_MAC_result), "RD_OUT before its MAC result")
     war_o = (prev_o >= 0) & is_mac & (op[po] == Op.RD_OUT)
     report(war_o & (issue < issue[po] + tm.t_RD_OUT), "MAC into an entry still draining")
 

@@ -93,7 +93,17 @@ class ChannelGeometry:
 
 @dataclass(frozen=True)
 class Timing:
-    """Timing parameters in channel clock cycles."""
+    """Timing parameters in channel clock cycles, and the row-activation conventions.
+
+    The last three fields are conventions (``docs/scheduling.md``, "Activation and mode
+    conventions") with defaults: a preset may omit them, and a preset at the defaults hashes
+    and prints as before they existed. ``mac_result_latency``: a RD_OUT (and any command
+    waiting on a MAC's completion) waits t_MAC after the MAC (True) or only tCCD, as in the
+    Ramulator 2 AiM simulator (False). ``t_MOD``: cycles of the mode switch (TMOD) between
+    the compute class (MAC) and the register class (WR_INP, RD_OUT); 0 = no mode switch.
+    ``mod_overlaps_row``: a MAC's mode switch may overlap its row switch (True) or is paid in
+    series with it, TMOD before the precharge/activate (False, Ramulator).
+    """
 
     tCCD: int
     t_WR_INP: int
@@ -106,6 +116,14 @@ class Timing:
     tFAW: int
     tRTP: int
     act_banks: int
+    mac_result_latency: bool = True
+    t_MOD: int = 0
+    mod_overlaps_row: bool = False
+
+    @property
+    def t_MAC_result(self) -> int:
+        """Issue-to-completion time of a MAC under the ``mac_result_latency`` convention."""
+        return self.t_MAC if self.mac_result_latency else self.tCCD
 
 
 @dataclass(frozen=True)
@@ -317,8 +335,14 @@ def typed_fields(
 
 def _to_raw(cfg: HardwareConfig) -> dict[str, Any]:
     raw: dict[str, Any] = {"name": cfg.name}
-    for section in _SECTIONS:
-        raw[section] = dataclasses.asdict(getattr(cfg, section))
+    for section, cls in _SECTIONS.items():
+        values = dataclasses.asdict(getattr(cfg, section))
+        # Conventions at their defaults are left out: a preset that does not use them keeps
+        # the values (and hash) it had before they existed.
+        for f in fields(cls):
+            if f.default is not dataclasses.MISSING and values[f.name] == f.default:
+                del values[f.name]
+        raw[section] = values
     return raw
 
 
@@ -339,7 +363,7 @@ def _from_raw(raw: dict[str, Any], source: str) -> HardwareConfig:
     return cfg
 
 
-_KINDS = {"int": int, "float": float}
+_KINDS = {"int": int, "float": float, "bool": bool}
 
 _CYCLES = (1, 10_000, "cycles")  # 10 us at 1 GHz: far beyond any DRAM or PIM latency
 #: The physical range of every preset field: (lowest, highest, unit). Values outside it are
@@ -376,6 +400,7 @@ FIELD_RANGES: dict[str, dict[str, tuple[float, float, str]]] = {
             )
         },
         "act_banks": (1, 256, "banks"),
+        "t_MOD": (0, 10_000, "cycles"),  # 0: no mode switch
     },
     "dcs": {
         "queue_depth": (2, 1 << 16, "entries"),
@@ -386,8 +411,33 @@ FIELD_RANGES: dict[str, dict[str, tuple[float, float, str]]] = {
 
 
 def _build_section(source: str, section: str, cls: type, table: dict[str, Any]) -> Any:
+    head = f"{source}: [{section}] "
     kinds = {f.name: _KINDS.get(f.type) for f in fields(cls)}
-    values = typed_fields(table, kinds, ConfigError, f"{source}: [{section}] ")
+    # Fields with a default (the timing conventions) may be omitted; a bool must be a bool
+    # and a count whose range starts at 0 may be 0.
+    special = {
+        f.name: f.default
+        for f in fields(cls)
+        if f.default is not dataclasses.MISSING
+        or kinds[f.name] is bool
+        or FIELD_RANGES[section].get(f.name, (1,))[0] == 0
+    }
+    reject_unknown_keys(table, list(kinds), ConfigError, head)
+    plain = {k: v for k, v in table.items() if k not in special}
+    values = typed_fields(
+        plain, {k: v for k, v in kinds.items() if k not in special}, ConfigError, head
+    )
+    for key, default in special.items():
+        value = table.get(key, default)
+        if value is dataclasses.MISSING:
+            require_key(table, key, ConfigError, head)
+        where = f"{head}{key} = {value!r}"
+        if kinds[key] is bool:
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where}: must be true or false, got {type(value).__name__}")
+        elif isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: must be an integer, got {type(value).__name__}")
+        values[key] = value
     for key, (lo, hi, unit) in FIELD_RANGES[section].items():
         if not lo <= values[key] <= hi:
             raise ConfigError(

@@ -17,6 +17,10 @@ Contract (``docs/scheduling.md`` states it with a worked example):
   tCCD on the data bus, MACs one tCCD on the MAC pipeline and for their row (``models.dram``).
   When both heads can issue, the MAC goes first: I/O commands fill the cycles the MAC
   pipeline cannot use (row switches, dependency waits), and the buffers give them slack.
+- **Mode switch.** With ``t_MOD > 0`` a head whose class (MAC: compute; WR_INP, RD_OUT:
+  register) differs from the channel's mode pays the mode switch
+  (``models.dram.mode_switch``); heads compete by the cycle the controller commits to them
+  (the TMOD's), and on a tie the head of the current mode goes first.
 
 Here a dependency is the program-order predecessor on the same entry, and "the S-Table holds
 its DID" is "that predecessor has issued": exactly what the RTL's wrap-around tables compute.
@@ -27,7 +31,17 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from models.dram import INF, NEVER, TV_CCD, TV_MAC, TV_RD_OUT, TV_WR_INP, open_row
+from models.dram import (
+    INF,
+    NEVER,
+    TV_CCD,
+    TV_MAC,
+    TV_MOD,
+    TV_RD_OUT,
+    TV_WR_INP,
+    mode_switch,
+    open_row,
+)
 from models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP
 
 __all__ = ["dcs_schedule", "entry_predecessors"]
@@ -122,6 +136,7 @@ def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_s
     last_issue = NEVER
     n_sw = 0
     issued = 0
+    mode = 0
     while issued < n:
         # Dispatch candidate: the next command in program order.
         ta = INF
@@ -141,8 +156,14 @@ def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_s
                 ti = max(ti, _gbuf_expiry(prev_g[k], op, issue, tv))
             else:
                 ti = max(ti, _obuf_expiry(prev_o[k], op, issue, tv, False))
+        # ``ti``/``tc``: the cycle the controller commits to a head (its TMOD's with a mode
+        # switch); ``xi``/``xc``: its issue cycle.
+        xi = ti
+        if ti < INF and tv[TV_MOD] > 0 and mode != 1:
+            xi = mode_switch(ti, ti, tv)[1]
         # Compute queue head.
         tc = INF
+        xc = INF
         if c_h < n_c and c_idx[c_h] < n_acc:
             k = c_idx[c_h]
             head = accept[k] + 1
@@ -158,9 +179,14 @@ def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_s
                     sw_end[n_sw] = row_ready
                     n_sw += 1
                     cur_row = row[k]
-            tc = max(head, last_issue + 1, t_last_mac + tv[TV_CCD], row_ready)
+            tc = max(head, last_issue + 1, t_last_mac + tv[TV_CCD])
             tc = max(tc, _gbuf_expiry(prev_g[k], op, issue, tv))
             tc = max(tc, _obuf_expiry(prev_o[k], op, issue, tv, True))
+            xc = max(tc, row_ready)
+            if tc < INF and tv[TV_MOD] > 0 and mode != 0:
+                tc, xc = mode_switch(xc, tc, tv)
+            else:
+                tc = xc
         t = min(ta, ti, tc)
         if t >= INF:
             raise RuntimeError("DCS cannot make progress (malformed stream or queue deadlock)")
@@ -168,18 +194,20 @@ def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_s
             accept[n_acc] = t
             a_prev = t
             n_acc += 1
-        if tc == t:
+        if tc == t and not (ti == t and tv[TV_MOD] > 0 and mode == 1):
             k = c_idx[c_h]
-            issue[k] = t
-            t_last_mac = t
-            last_issue = t
+            issue[k] = xc
+            t_last_mac = xc
+            last_issue = xc
+            mode = 0
             c_h += 1
             issued += 1
         elif ti == t:
             k = io_idx[io_h]
-            issue[k] = t
-            last_io = t
-            last_issue = t
+            issue[k] = xi
+            last_io = xi
+            last_issue = xi
+            mode = 1
             io_h += 1
             issued += 1
     return issue, accept, n_sw

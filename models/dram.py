@@ -8,6 +8,11 @@ the last MAC, and the first ACT follows tRP later. Row commands travel on the ro
 path (GDDR6 issues row and column commands separately), so they do not take a column
 command-bus slot. The controller starts a row switch in the cycle the MAC that needs it
 reaches the head of its queue (``docs/scheduling.md``).
+
+Two conventions of the Ramulator 2 AiM simulator are rules here too (``Timing`` fields):
+``mac_result_latency`` (off: a MAC completes tCCD after issue, so a RD_OUT waits tCCD, not
+t_MAC) and the mode switch ``t_MOD`` between the compute class (MAC) and the register class
+(WR_INP, RD_OUT), with ``mod_overlaps_row`` (:func:`mode_switch`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ __all__ = [
     "NEVER",
     "TV_CCD",
     "TV_MAC",
+    "TV_MOD",
+    "TV_MOD_OVERLAP",
     "TV_RAS",
     "TV_RCD",
     "TV_RD_OUT",
@@ -33,6 +40,8 @@ __all__ = [
     "activation_offsets",
     "execution_times",
     "exec_time",
+    "mode_class",
+    "mode_switch",
     "open_row",
     "precharge_done",
     "timing_vector",
@@ -45,6 +54,8 @@ NEVER = -(1 << 40)
 
 # Indices into the int64 timing vector handed to the numba kernels.
 TV_CCD, TV_WR_INP, TV_MAC, TV_RD_OUT, TV_RCD, TV_RP, TV_RAS, TV_RTP, TV_SPAN = range(9)
+TV_MOD, TV_MOD_OVERLAP = 9, 10
+_TV_LEN = 11
 
 
 def activation_offsets(timing: Timing, banks: int) -> list[int]:
@@ -63,7 +74,7 @@ def execution_times(timing: Timing) -> np.ndarray:
     """Issue-to-completion time of each opcode, indexed by opcode value."""
     times = np.zeros(len(Op), dtype=np.int64)
     times[OP_WR_INP] = timing.t_WR_INP
-    times[OP_MAC] = timing.t_MAC
+    times[OP_MAC] = timing.t_MAC_result
     times[OP_RD_OUT] = timing.t_RD_OUT
     return times
 
@@ -71,17 +82,41 @@ def execution_times(timing: Timing) -> np.ndarray:
 def timing_vector(cfg: HardwareConfig) -> np.ndarray:
     """The int64 timing vector (``TV_*`` indices) for ``cfg``."""
     tm = cfg.timing
-    tv = np.zeros(9, dtype=np.int64)
+    tv = np.zeros(_TV_LEN, dtype=np.int64)
     tv[TV_CCD] = tm.tCCD
     tv[TV_WR_INP] = tm.t_WR_INP
-    tv[TV_MAC] = tm.t_MAC
+    tv[TV_MAC] = tm.t_MAC_result
     tv[TV_RD_OUT] = tm.t_RD_OUT
     tv[TV_RCD] = tm.tRCD_MAC
     tv[TV_RP] = tm.tRP
     tv[TV_RAS] = tm.tRAS
     tv[TV_RTP] = tm.tRTP
     tv[TV_SPAN] = activation_offsets(tm, cfg.channel.banks)[-1]
+    tv[TV_MOD] = tm.t_MOD
+    tv[TV_MOD_OVERLAP] = 1 if tm.mod_overlaps_row else 0
     return tv
+
+
+@njit(cache=True)
+def mode_class(op: int) -> int:
+    """Mode a command needs: 0 compute (MAC), 1 register (WR_INP, RD_OUT). Channels start in
+    compute mode."""
+    return 0 if op == OP_MAC else 1
+
+
+@njit(cache=True)
+def mode_switch(t_ready: int, t_no_row: int, tv: np.ndarray):
+    """``(tmod, issue)`` for a command whose class differs from the channel's mode.
+
+    ``t_ready`` is the cycle it could issue under every other rule, ``t_no_row`` the same
+    without waiting for its row (equal for WR_INP/RD_OUT and for a MAC on an open row). The
+    TMOD issues at ``t_ready`` (in series with a row switch, as in Ramulator's AiM model,
+    where TMOD precedes PREA/ACT16 and blocks them for nMODCH), or at ``t_no_row`` if
+    ``mod_overlaps_row``; the command issues ``t_MOD`` after the TMOD at the earliest, and no
+    other command issues in between (``docs/scheduling.md``).
+    """
+    tmod = t_no_row if tv[TV_MOD_OVERLAP] != 0 else t_ready
+    return tmod, max(t_ready, tmod + tv[TV_MOD])
 
 
 @njit(cache=True)

@@ -2,9 +2,10 @@
 
 Effects happen when the hardware would make them: a WR_INP writes its GBuf entry at
 issue + t_WR_INP; a MAC reads its GBuf entry and row at issue and adds into its OBuf entry at
-issue + t_MAC (FP32 accumulation per bank); a RD_OUT reads and clears its OBuf entry at issue
-and writes the FP16 result to the GPR. Writes at a cycle land before reads at the same cycle.
-A schedule that breaks a dependency therefore produces a wrong number, not just wrong timing.
+issue + t_MAC (tCCD with ``mac_result_latency`` off; FP32 accumulation per bank); a RD_OUT
+reads and clears its OBuf entry at issue and writes the FP16 result to the GPR. Writes at a
+cycle land before reads at the same cycle. A schedule that breaks a dependency therefore
+produces a wrong number, not just wrong timing.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def execute(
     w = np.flatnonzero(op == Op.WR_INP)
     m = np.flatnonzero(op == Op.MAC)
     r = np.flatnonzero(op == Op.RD_OUT)
-    times = np.concatenate([issue[w] + tm.t_WR_INP, issue[m], issue[m] + tm.t_MAC, issue[r]])
+    times = np.concatenate([issue[w] + tm.t_WR_INP, issue[m], issue[m] + tm.t_MAC_result, issue[r]])
     phase = np.concatenate([np.zeros_like(w), np.ones_like(m), np.zeros_like(m), np.ones_like(r)])
     kind = np.concatenate(
         [np.full(w.size, 0), np.full(m.size, 1), np.full(m.size, 2), np.full(r.size, 3)]

@@ -19,7 +19,9 @@ GBuf and OBuf are each split into a low and a high half. Contract (``docs/schedu
 - **Execution.** Within a slot the I/O queue and the compute queue each run in order with the
   static scheduler's gaps (tCCD for the same opcode, the previous command's execution time on
   an opcode change); one command issues per cycle, the MAC first on a tie (as under DCS).
-  A MAC's row switch starts when it reaches the head of the compute queue.
+  A MAC's row switch starts when it reaches the head of the compute queue. With
+  ``t_MOD > 0`` a head whose class differs from the mode pays the mode switch
+  (``models.dram.mode_switch``), and on a tie the head of the current mode goes first.
 - **Hand-off.** The next slot starts (the ping-pong bit flips) only once every command of the
   current slot has completed (issue + execution time): both halves idle. The cycles the
   earlier-finishing queue waits for that are the hand-off stall.
@@ -36,7 +38,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from models.dram import INF, NEVER, TV_CCD, exec_time, open_row
+from models.dram import INF, NEVER, TV_CCD, TV_MOD, exec_time, mode_switch, open_row
 from models.errors import PimphonyError
 from models.isa import OP_MAC, OP_WR_INP
 from models.static_sched import static_gap
@@ -166,6 +168,7 @@ def _pingpong_kernel(op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end):
     row_ready = 0
     n_sw = 0
     handoff = 0
+    mode = 0
     for s in range(n_slots):
         lo = start_of[s]
         hi = start_of[s + 1]
@@ -187,7 +190,13 @@ def _pingpong_kernel(op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end):
                 if last_io_op >= 0 and last_io >= barrier:
                     gap = static_gap(last_io_op, op[k], tv)
                 ti = max(barrier, accept[k] + 1, last_issue + 1, last_io + gap)
+            # With a mode switch: pick by the cycle the controller commits (the TMOD's),
+            # issue t_MOD later; ``xi``/``xc`` are the issue cycles.
+            xi = ti
+            if ti < INF and tv[TV_MOD] > 0 and mode != 1:
+                xi = mode_switch(ti, ti, tv)[1]
             tc = INF
+            xc = INF
             if pc < hi:
                 k = order[pc]
                 if prepared != pc:
@@ -201,9 +210,16 @@ def _pingpong_kernel(op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end):
                         sw_end[n_sw] = row_ready
                         n_sw += 1
                         cur_row = row[k]
-                tc = max(barrier, accept[k] + 1, last_issue + 1, last_mac + tv[TV_CCD], row_ready)
-            if ti < tc:
+                tc = max(barrier, accept[k] + 1, last_issue + 1, last_mac + tv[TV_CCD])
+                xc = max(tc, row_ready)
+                if tv[TV_MOD] > 0 and mode != 0:
+                    tc, xc = mode_switch(xc, tc, tv)
+                else:
+                    tc = xc
+            if ti < tc or (ti == tc and tv[TV_MOD] > 0 and mode == 1):
                 k = order[pi]
+                ti = xi
+                mode = 1
                 issue[k] = ti
                 last_io = ti
                 last_io_op = op[k]
@@ -214,6 +230,8 @@ def _pingpong_kernel(op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end):
                     pi += 1
             else:
                 k = order[pc]
+                tc = xc
+                mode = 0
                 issue[k] = tc
                 last_mac = tc
                 last_issue = tc

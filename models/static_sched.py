@@ -7,7 +7,10 @@ Command ``i`` issues at the earliest cycle that satisfies all of:
 - ``issue(i-1) + gap``, where ``gap`` is tCCD when ``op(i) == op(i-1)`` and the execution
   time of command ``i-1`` (t_WR_INP, t_MAC or t_RD_OUT) otherwise;
 - for a MAC: its row is open (``models.dram.open_row``; the switch starts when the MAC reaches
-  the head of the queue, i.e. the cycle after ``issue(i-1)``).
+  the head of the queue, i.e. the cycle after ``issue(i-1)``);
+- with ``t_MOD > 0``, when its class (MAC: compute; WR_INP, RD_OUT: register) differs from
+  the previous command's (compute before the first): ``t_MOD`` after the TMOD
+  (``models.dram.mode_switch``).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from models.dram import NEVER, TV_CCD, exec_time, open_row
+from models.dram import NEVER, TV_CCD, TV_MOD, exec_time, mode_class, mode_switch, open_row
 from models.isa import OP_MAC
 
 __all__ = ["static_gap", "static_schedule"]
@@ -45,6 +48,7 @@ def static_schedule(op, row, valid_gaps, tv, depth, sw_start, sw_end):
     row_ready = 0
     n_sw = 0
     a_prev = -1
+    mode = 0
     for i in range(n):
         a = a_prev + 1 + valid_gaps[i]
         if i >= depth:
@@ -55,6 +59,7 @@ def static_schedule(op, row, valid_gaps, tv, depth, sw_start, sw_end):
         if i > 0:
             head = max(head, issue[i - 1] + 1)
             t = max(head, issue[i - 1] + static_gap(op[i - 1], op[i], tv))
+        t_no_row = t
         if op[i] == OP_MAC:
             if row[i] != cur_row:
                 start, t_act_last, row_ready = open_row(head, cur_row, t_act_last, t_last_mac, tv)
@@ -63,6 +68,10 @@ def static_schedule(op, row, valid_gaps, tv, depth, sw_start, sw_end):
                 n_sw += 1
                 cur_row = row[i]
             t = max(t, row_ready)
+        if tv[TV_MOD] > 0 and mode_class(op[i]) != mode:
+            t = mode_switch(t, t_no_row, tv)[1]
+            mode = mode_class(op[i])
+        if op[i] == OP_MAC:
             t_last_mac = t
         issue[i] = t
     return issue, n_sw

@@ -184,10 +184,40 @@ class DcsScheduler(wiring.Component):
             ),
         ]
 
+        # ---- Mode switch (models.dram.mode_switch) -----------------------------------------
+        # A head of the other class (MAC: compute, WR_INP/RD_OUT: register) starts a TMOD in
+        # the cycle it is ready (a MAC without its row with mod_overlaps_row) and no head of
+        # the current mode issues; it then owns the channel until it issues, t_MOD later at
+        # the earliest.
+        mac_go, io_go = mac_ready, io_ready
+        if tm.t_MOD > 0:
+            mode = Signal()  # 0: compute (after reset), 1: register
+            mod_wait = Signal(tm.t_MOD.bit_length())
+            owned = Signal()  # a TMOD's command has not issued yet
+            mac_go = mac_ready & ~mode & (mod_wait == 0)
+            io_go = io_ready & mode & (mod_wait == 0)
+            mac_ready_no_row = (
+                c_q.r_rdy
+                & (mac_wait == 0)
+                & resolved(mac_s_g, live_g, mac.cmd.gbuf, mac.did_g)
+                & resolved(mac_s_o, live_o, mac.cmd.out, mac.did_o, bypass=mac_s_o.is_mac)
+            )
+            mac_tmod = (mac_ready_no_row if tm.mod_overlaps_row else mac_ready) & mode
+            tmod_mac = Signal()
+            tmod_io = Signal()
+            m.d.comb += [
+                tmod_mac.eq(~owned & mac_tmod & ~io_go),
+                tmod_io.eq(~owned & io_ready & ~mode & ~mac_go),
+            ]
+            with m.If(tmod_mac | tmod_io):
+                m.d.sync += [mode.eq(tmod_io), mod_wait.eq(tm.t_MOD - 1), owned.eq(1)]
+            with m.Else():
+                saturating_down(m, mod_wait)
+
         # ---- Issue: MAC first; an offered I/O command is held until taken ------------------
         hold_io = Signal()
-        sel_mac = mac_ready & ~hold_io
-        sel_io = io_ready & (hold_io | ~mac_ready)
+        sel_mac = mac_go & ~hold_io
+        sel_io = io_go & (hold_io | ~mac_go)
         issued = data.View(issued_layout(cfg), self.o.payload)
         m.d.comb += [
             self.o.valid.eq(sel_mac | sel_io),
@@ -199,6 +229,9 @@ class DcsScheduler(wiring.Component):
         issue_mac = fire & sel_mac
         issue_io = fire & sel_io
         m.d.sync += hold_io.eq(sel_io & ~self.o.ready)
+        if tm.t_MOD > 0:
+            with m.If(fire):
+                m.d.sync += owned.eq(0)
         m.d.comb += [
             c_q.r_en.eq(issue_mac),
             io_q.r_en.eq(issue_io),
@@ -216,7 +249,7 @@ class DcsScheduler(wiring.Component):
             s_g.write.en.eq(issue_mac | (issue_io & io_is_w)),
             s_o.write.addr.eq(Mux(issue_mac, mac.cmd.out, io.cmd.out)),
             o_entry.id.eq(Mux(issue_mac, mac.did_o, io.did_o) + 1),
-            o_entry.exp.eq(now + Mux(issue_mac, tm.t_MAC, tm.t_RD_OUT)),
+            o_entry.exp.eq(now + Mux(issue_mac, tm.t_MAC_result, tm.t_RD_OUT)),
             o_entry.is_mac.eq(issue_mac),
             s_o.write.data.eq(o_entry),
             s_o.write.en.eq(issue_mac | (issue_io & ~io_is_w)),

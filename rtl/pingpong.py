@@ -221,10 +221,31 @@ class PingPongScheduler(wiring.Component):
             mac_ready.eq(c_q.r_rdy & (mac.slot == cur_eff) & (mac_wait == 0) & rows.row_ok),
         ]
 
+        # ---- Mode switch (models.dram.mode_switch), as in rtl/dcs.py -------------------------
+        mac_go, io_go = mac_ready, io_ready
+        if tm.t_MOD > 0:
+            mode = Signal()  # 0: compute (after reset), 1: register
+            mod_wait = Signal(tm.t_MOD.bit_length())
+            owned = Signal()  # a TMOD's command has not issued yet
+            mac_go = mac_ready & ~mode & (mod_wait == 0)
+            io_go = io_ready & mode & (mod_wait == 0)
+            mac_ready_no_row = c_q.r_rdy & (mac.slot == cur_eff) & (mac_wait == 0)
+            mac_tmod = (mac_ready_no_row if tm.mod_overlaps_row else mac_ready) & mode
+            tmod_mac = Signal()
+            tmod_io = Signal()
+            m.d.comb += [
+                tmod_mac.eq(~owned & mac_tmod & ~io_go),
+                tmod_io.eq(~owned & io_ready & ~mode & ~mac_go),
+            ]
+            with m.If(tmod_mac | tmod_io):
+                m.d.sync += [mode.eq(tmod_io), mod_wait.eq(tm.t_MOD - 1), owned.eq(1)]
+            with m.Else():
+                saturating_down(m, mod_wait)
+
         # ---- Issue: MAC first; an offered command is held until taken -----------------------
         hold_io = Signal()
-        sel_mac = mac_ready & ~hold_io
-        sel_io = io_ready & (hold_io | ~mac_ready)
+        sel_mac = mac_go & ~hold_io
+        sel_io = io_go & (hold_io | ~mac_go)
         issued = data.View(issued_layout(cfg), self.o.payload)
         m.d.comb += [
             self.o.valid.eq(sel_mac | sel_io),
@@ -236,6 +257,9 @@ class PingPongScheduler(wiring.Component):
         issue_mac = fire & sel_mac
         issue_io = fire & sel_io
         m.d.sync += hold_io.eq(sel_io & ~self.o.ready)
+        if tm.t_MOD > 0:
+            with m.If(fire):
+                m.d.sync += owned.eq(0)
         m.d.comb += [
             c_q.r_en.eq(issue_mac),
             io_q0.r_en.eq(issue_io & ~cur_eff[0]),

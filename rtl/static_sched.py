@@ -1,7 +1,7 @@
 """The static (baseline) channel scheduler in Amaranth: in order, fixed gaps.
 
-Cycle-exact twin of :func:`models.static_sched.static_schedule`; the rules are in
-``docs/scheduling.md``.
+Cycle-exact twin of :func:`models.static_sched.static_schedule`, row-activation and mode
+conventions included; the rules are in ``docs/scheduling.md``.
 """
 
 from __future__ import annotations
@@ -71,12 +71,27 @@ class StaticScheduler(wiring.Component):
             | ((head.cmd.op == last_op) & (ccd_wait == 0))
             | ((head.cmd.op != last_op) & (exec_wait == 0))
         )
-        ready = queue.r_rdy & gap_ok & (~is_mac | rows.row_ok)
+        ready_no_row = queue.r_rdy & gap_ok
+        ready = ready_no_row & (~is_mac | rows.row_ok)
+        # Mode switch (models.dram.mode_switch): a head of the other class (MAC: compute,
+        # WR_INP/RD_OUT: register) starts a TMOD in the cycle it is ready (without its row with
+        # mod_overlaps_row); it issues t_MOD cycles later at the earliest.
+        valid = ready
+        if tm.t_MOD > 0:
+            mode = Signal()  # 0: compute (after reset), 1: register
+            mod_wait = Signal(tm.t_MOD.bit_length())
+            head_cls = ~is_mac
+            valid = ready & (head_cls == mode) & (mod_wait == 0)
+            tmod = (head_cls != mode) & (ready_no_row if tm.mod_overlaps_row else ready)
+            with m.If(tmod):
+                m.d.sync += [mode.eq(head_cls), mod_wait.eq(tm.t_MOD - 1)]
+            with m.Else():
+                saturating_down(m, mod_wait)
         issued = data.View(issued_layout(cfg), self.o.payload)
         m.d.comb += [
             rows.head_valid.eq(queue.r_rdy & is_mac),
             rows.head_row.eq(head.cmd.row),
-            self.o.valid.eq(ready),
+            self.o.valid.eq(valid),
             issued.cmd.eq(head.cmd),
             issued.seq.eq(head.seq),
             issued.cycle.eq(self.cycle),

@@ -122,7 +122,7 @@ def test_preset_matches_toml_file(name):
     cfg = load_preset(name)
     assert cfg.name == raw["name"]
     for section in ("module", "channel", "timing", "dcs"):
-        loaded = dataclasses.asdict(getattr(cfg, section))
+        loaded = cfg.to_dict()[section]  # conventions at their defaults are left out
         assert loaded == raw[section], section
     assert isinstance(cfg.module.freq_ghz, float)
     assert isinstance(cfg.channel.banks, int)
@@ -419,3 +419,16 @@ def test_absurd_timing_is_refused_by_the_cli(tmp_path, capsys):
     )
     assert (rc, out) == (2, "")
     assert "[timing] tRP = 9223372036854775807: outside the physical range 1 to 10,000" in err
+
+
+def test_timing_conventions_are_checked():
+    cfg = load_preset("aim-ramulator")
+    assert (cfg.timing.mac_result_latency, cfg.timing.t_MOD) == (False, 32)
+    assert cfg.timing.t_MAC_result == cfg.timing.tCCD
+    with pytest.raises(ConfigError, match=r"\[timing\] t_MOD = -1: outside the physical range"):
+        cfg.replace(**{"timing.t_MOD": -1})
+    with pytest.raises(ConfigError, match=r"\[timing\] mac_result_latency = 1: must be true or"):
+        cfg.replace(**{"timing.mac_result_latency": 1})
+    with pytest.raises(ConfigError, match=r"\[timing\] t_MOD = 1.5: must be an integer"):
+        cfg.replace(**{"timing.t_MOD": 1.5})
+    assert cfg.replace(**{"timing.t_MOD": 0}).timing.t_MOD == 0

@@ -18,7 +18,7 @@ from rtl.dcs import DcsScheduler
 from rtl.pingpong import PingPongScheduler, slot_bits
 from sim.verify.scheduler import RtlStream, compare_with_tlm, simulate_scheduler
 from sim.verify.streams import random_pingpong_stream, random_stream
-from tests.test_scheduling import EXAMPLE, EXPECTED
+from tests.test_scheduling import CONVENTIONS, EXAMPLE, EXPECTED, TILE
 
 SCHEDS = list(BLOCK_OF_SCHEDULER)
 
@@ -157,3 +157,20 @@ def test_broken_pingpong_timing_is_reported(cfg):
     tlm = run_channel(stream, cfg, "pingpong").issue
     assert rtl[k] == tlm[k] + 1 and (rtl[:k] == tlm[:k]).all()
     assert f"RTL issued at cycle {rtl[k]}, TLM at cycle {tlm[k]}" in msg
+
+
+@pytest.mark.parametrize("sched", SCHEDS)
+@pytest.mark.parametrize("rule", list(CONVENTIONS))
+def test_conventions_cycle_exact(rule, sched):
+    # The hand-computed tiles of docs/scheduling.md's conventions, then a kernel and a random
+    # stream under each convention: RTL == TLM.
+    cfg = load_preset("aim-ramulator").replace(**CONVENTIONS[rule][0])
+    assert simulate_scheduler(_dut(sched, cfg), TILE).tolist() == CONVENTIONS[rule][1][sched][0]
+    for name, stream in (
+        ("qk", compile_qk(cfg, 128, 64).commands),
+        ("random", _random(cfg, sched, 120, 4)),
+    ):
+        rtl = simulate_scheduler(_dut(sched, cfg), stream)
+        assert (
+            compare_with_tlm(BLOCK_OF_SCHEDULER[sched], cfg, RtlStream(name, stream), rtl) is None
+        )

@@ -118,3 +118,61 @@ def test_dcs_queue_depth_stalls_dispatch(cfg):
     assert r.issue.tolist() == [47, 48, 49, 50]
     deep = run_channel(s, cfg, "dcs")
     assert deep.issue.tolist() == [47, 48, 49, 4]
+
+
+# ---- Activation and mode conventions (docs/scheduling.md, "Activation and mode conventions")
+# One tile through the channel: WR_INP g0, MAC g0 row0 col0 o0, RD_OUT o0, on aim-ramulator
+# (tCCD 2, t_WR_INP 3, t_RD_OUT 2, tRCD_MAC 56, act_banks 16: a first activation is one
+# ACT16, usable 56 cycles later).
+TILE = make_stream([(W, 0), (M, 0, 0, 0, 0), (R, 0)])
+
+# rule -> (overrides of aim-ramulator, {scheduler: (issue cycles, cycles)}), hand-computed.
+CONVENTIONS = {
+    # 1. MAC-result latency. Without a mode switch, the ACT16 goes when the MAC reaches the
+    # head (cycle 2), the MAC issues at 2 + 56 = 58 and the RD_OUT waits t_MAC 28 (86) ...
+    "mac-latency-on": (
+        {"timing.t_MOD": 0, "timing.mac_result_latency": True},
+        dict.fromkeys(("static", "pingpong", "dcs"), ([1, 58, 86], 88)),
+    ),
+    # ... or only tCCD 2 without it (60): Ramulator's MAC16 -> RDMAC16 is nCCDL.
+    "mac-latency-off": (
+        {"timing.t_MOD": 0},
+        dict.fromkeys(("static", "pingpong", "dcs"), ([1, 58, 60], 62)),
+    ),
+    # 2. Mode switch t_MOD 32 in series with the row switch (the preset). Static: WR_INP
+    # ready at 1 in compute mode -> TMOD at 1, issue 33. MAC head 34, ACT16 at 34, row at
+    # 90 -> TMOD at 90, issue 122. RD_OUT ready 124 -> TMOD, issue 156; done 158.
+    # DCS and ping-pong open the row from the MAC's head at 2 (row at 58); the MAC is ready
+    # at 58 -> TMOD, issue 90; RD_OUT ready 92 -> issue 124; done 126.
+    "mod-serial": (
+        {},
+        {"static": ([33, 122, 156], 158), "pingpong": ([33, 90, 124], 126),
+         "dcs": ([33, 90, 124], 126)},
+    ),
+    # 3. The same with mod_overlaps_row: the MAC's TMOD goes when it is ready but for its row
+    # (static 36 = 33 + t_WR_INP; DCS/ping-pong 36 too), so it issues at max(row, 36 + 32) =
+    # 90 (static) or max(58, 68) = 68; the RD_OUT is ready 2 later, issues 32 after that.
+    "mod-overlap": (
+        {"timing.mod_overlaps_row": True},
+        {"static": ([33, 90, 124], 126), "pingpong": ([33, 68, 102], 104),
+         "dcs": ([33, 68, 102], 104)},
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("sched", ["static", "pingpong", "dcs"])
+@pytest.mark.parametrize("rule", list(CONVENTIONS))
+def test_convention_hand_computed(rule, sched):
+    overrides, expected = CONVENTIONS[rule]
+    cfg = load_preset("aim-ramulator").replace(**overrides)
+    issue, cycles = expected[sched]
+    r = run_channel(TILE, cfg, sched)
+    assert (r.issue.tolist(), r.cycles) == (issue, cycles)
+    assert r.extra.get("mode_switches", 0) == (3 if cfg.timing.t_MOD else 0)
+
+
+def test_conventions_default_to_the_old_model():
+    tm = load_preset("aim-16ch").timing
+    assert (tm.mac_result_latency, tm.t_MOD, tm.mod_overlaps_row) == (True, 0, False)
+    assert tm.t_MAC_result == tm.t_MAC
+    assert "t_MOD" not in load_preset("aim-16ch").to_dict()["timing"]
