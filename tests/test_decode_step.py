@@ -271,3 +271,23 @@ def test_unmappable_partition_names_the_gpr_and_a_remedy():
     setup = DecodeSetup(spec, hw, (4096,), tp=8, partition="hfp", check_capacity=False)
     with pytest.raises(DecodeError, match=r"HFP cannot hold one tile of scores in the GPR.*--part"):
         run_decode(setup)
+
+
+@pytest.mark.parametrize(
+    "lengths, pick",
+    [((256,) * 32, "hfp"), ((4096,), "tcp"), ((4096,) + (256,) * 31, None)],
+)
+def test_auto_picks_the_faster_partition_per_layer(cfg, lengths, pick):
+    # 256 tokens x 32 requests: HFP's 64 whole pairs keep all 16 channels busy, while TCP cuts
+    # each 256-token pair 16 ways (PIMphony Fig. 17b's short-context case). One 4096-token
+    # request: HFP leaves 12 of 16 channels idle. Mixed: per layer whichever is faster.
+    runs = {
+        p: run_decode(DecodeSetup(TINY, cfg, lengths, partition=p, check_capacity=False))
+        for p in ("hfp", "tcp", "auto")
+    }
+    auto = runs["auto"]
+    if pick is not None:
+        assert auto.partition_layers == {pick: TINY.layers}
+        assert auto.cycles == runs[pick].cycles
+    assert auto.cycles <= min(runs["hfp"].cycles, runs["tcp"].cycles)
+    assert sum(auto.partition_layers.values()) == TINY.layers
