@@ -21,24 +21,40 @@ tensor-parallel module runs (``docs/decode.md``):
     reduced in the HUB. With one token of granularity every channel has SV work once
     ``T >= channels`` (16); PIMphony quotes full activation beyond 32 tokens for SV, which
     this mapping also meets.
+  - **ITPP** (LoL-PIM 4.3): each cache is split by its output dimension. QK^T splits the K
+    cache by tokens as TCP does; SV splits the V cache by its head dimension ``d_h``: the
+    output groups of ``banks`` dimensions of every pair are dealt to channels round-robin, so
+    every channel reads all of a pair's scores and writes disjoint outputs (no reduction).
+  - **auto**: per layer, whichever of HFP and TCP the decode step times faster
+    (``sim.decode_step.step``); the plan itself is always one concrete partition.
+
+**GPR tiling** (:func:`score_tile_tokens`): the EPU's softmax reads a pair's QK^T scores from
+the HUB's GPR, so a pair whose scores do not fit is processed in contiguous token *tiles*
+(online softmax: QK^T, softmax and SV per tile, the tiles' partial outputs combined on the
+EPU). One rule for every partition: the GPR is shared by the units of work in flight, two
+per stream (the tile whose QK^T is written and the tile whose SV reads, software
+pipelining); HFP runs one stream per channel, TCP and ITPP one per module.
 
 All TP modules of a stage run identical plans; all layers of a stage are identical.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from compiler.llm import GEMV_OPS, LayerOp, ModelSpec, gemv_shapes
 from models.config import HardwareConfig
 from models.errors import PimphonyError
+from models.isa import gpr_tiles
 
 __all__ = [
     "GEMV_OPS",
     "PARTITIONS",
     "TP_SPLIT",
+    "AttentionUnit",
     "ChannelJob",
     "DecodeMappingError",
     "GemvJob",
@@ -46,9 +62,13 @@ __all__ = [
     "Parallelism",
     "Partition",
     "PartitionError",
+    "PartitionSpec",
+    "attention_units",
+    "candidates",
     "layer_plan",
     "micro_batches",
     "partition_attention",
+    "score_tile_tokens",
     "split_evenly",
     "stage_layers",
 ]
@@ -129,6 +149,9 @@ class LayerPlan:
     gqa_group: int
     head_dim: int
     lengths: tuple[int, ...]
+    partition: str = "tcp"
+    units: tuple[AttentionUnit, ...] = ()  # score tiles of every pair (empty: one per pair)
+    sv_reduction: bool = True  # SV parts of a unit on several channels are summed on the EPU
 
 
 class PartitionError(PimphonyError, ValueError):
@@ -145,11 +168,24 @@ class ChannelJob:
     gqa_group: int
     request: int
     kv_head: int
+    tile: int = 0  # score tile of the (request, KV head) pair (GPR tiling)
 
     @property
     def shape(self) -> dict:
         """Keyword arguments of ``compiler.kernels.compile_kernel``."""
         return {"tokens": self.tokens, "d_h": self.d_h, "gqa_group": self.gqa_group}
+
+
+@dataclass(frozen=True)
+class AttentionUnit:
+    """One score tile of one (request, KV head) pair: QK^T, softmax and SV over ``tokens``
+    contiguous tokens. ``pair`` numbers the module's pairs (request-major)."""
+
+    request: int
+    kv_head: int
+    tile: int
+    tokens: int
+    pair: int
 
 
 def split_evenly(n: int, parts: int, unit: int) -> list[int]:
@@ -164,6 +200,58 @@ def split_evenly(n: int, parts: int, unit: int) -> list[int]:
     return shares
 
 
+def score_tile_tokens(cfg: HardwareConfig, scheme: str, d_h: int, gqa_group: int = 1) -> int:
+    """Most tokens of one (request, KV head) pair whose scores one GPR slot holds.
+
+    The module's GPR (``gpr_bytes``, in 32 B tiles) is split evenly over the units of work in
+    flight: two per stream (QK^T of the next tile writes while SV of the current tile reads),
+    one stream per channel under HFP and one per module under TCP and ITPP. A unit holds its
+    ``G`` queries (``G * ceil(d_h / mac_elements)`` tiles), its ``G x L`` scores
+    (``G * ceil(L / banks)`` tiles: one value per bank per RD_OUT) and its SV outputs
+    (``G * ceil(d_h / banks)`` tiles per partial: one per channel when SV partials are
+    reduced, else one). ``L`` is the largest multiple of ``banks`` that fits.
+    """
+    spec = PARTITIONS[_concrete(scheme)]
+    ch, channels = cfg.channel, cfg.module.channels
+    streams = channels if spec.stream_per_channel else 1
+    slot = gpr_tiles(cfg) // (2 * streams)
+    partials = channels if spec.sv_reduction else 1
+    fixed = gqa_group * (math.ceil(d_h / ch.mac_elements) + partials * math.ceil(d_h / ch.banks))
+    groups = (slot - fixed) // gqa_group
+    if groups < 1:
+        raise PartitionError(
+            f"{scheme.upper()} cannot hold one tile of scores in the GPR: a slot of {slot} "
+            f"32 B tiles ({cfg.module.gpr_bytes} B over {2 * streams} units in flight) is "
+            f"less than the {fixed + gqa_group} a GQA group of {gqa_group} at d_h = {d_h} "
+            "needs; use another --partition or a preset with a larger gpr_bytes"
+        )
+    return groups * ch.banks
+
+
+def attention_units(
+    cfg: HardwareConfig,
+    context_lengths: Sequence[int],
+    kv_heads: int,
+    d_h: int,
+    gqa_group: int = 1,
+    scheme: str = "tcp",
+) -> list[AttentionUnit]:
+    """Every (request, KV head) pair of a micro-batch cut into GPR-sized score tiles.
+
+    A pair of ``T`` tokens becomes ``n = ceil(T / cap)`` contiguous tiles
+    (:func:`score_tile_tokens` gives ``cap``), split as evenly as possible in whole groups of
+    ``banks`` tokens; ``n = 1`` (no tiling) when its scores fit.
+    """
+    cap = score_tile_tokens(cfg, scheme, d_h, gqa_group)
+    units = []
+    for r, t in enumerate(context_lengths):
+        tiles = split_evenly(t, math.ceil(t / cap), cfg.channel.banks)
+        for h in range(kv_heads):
+            pair = r * kv_heads + h
+            units += [AttentionUnit(r, h, k, n, pair) for k, n in enumerate(tiles) if n]
+    return units
+
+
 def partition_attention(
     cfg: HardwareConfig,
     kind: str,
@@ -173,7 +261,8 @@ def partition_attention(
     gqa_group: int = 1,
     scheme: str = "tcp",
 ) -> list[list[ChannelJob]]:
-    """Per channel, the ``kind`` (``qk`` or ``sv``) jobs of one layer for a batch of requests."""
+    """Per channel, the ``kind`` (``qk`` or ``sv``) jobs of one layer for a batch of requests
+    (every pair cut into GPR score tiles, :func:`attention_units`)."""
     if scheme not in PARTITIONS:
         raise PartitionError(f"partition {scheme!r} is unknown; allowed: {', '.join(PARTITIONS)}")
     if kind not in ("qk", "sv"):
@@ -183,30 +272,47 @@ def partition_attention(
             raise PartitionError(f"context length of request {i} = {t!r}: must be a positive int")
     if kv_heads <= 0:
         raise PartitionError(f"kv_heads = {kv_heads}: must be positive")
+    scheme = _concrete(scheme)
+    units = attention_units(cfg, context_lengths, kv_heads, d_h, gqa_group, scheme)
     jobs: list[list[ChannelJob]] = [[] for _ in range(cfg.module.channels)]
-    PARTITIONS[Partition(scheme)](cfg, kind, context_lengths, kv_heads, d_h, gqa_group, jobs)
+    PARTITIONS[scheme].jobs(cfg, kind, units, d_h, gqa_group, jobs)
     return jobs
 
 
-def _hfp(cfg, kind, context_lengths, kv_heads, d_h, gqa_group, jobs) -> None:
+def _job(kind: str, tokens: int, d_h: int, g: int, u: AttentionUnit) -> ChannelJob:
+    return ChannelJob(kind, tokens, d_h, g, u.request, u.kv_head, u.tile)
+
+
+def _hfp(cfg, kind, units, d_h, gqa_group, jobs) -> None:
     """Head-first: whole (request, KV head) pairs dealt to channels round-robin."""
-    channels = len(jobs)
-    pair = 0
-    for r, t in enumerate(context_lengths):
-        for h in range(kv_heads):
-            jobs[pair % channels].append(ChannelJob(kind, t, d_h, gqa_group, r, h))
-            pair += 1
+    for u in units:
+        jobs[u.pair % len(jobs)].append(_job(kind, u.tokens, d_h, gqa_group, u))
 
 
-def _tcp(cfg, kind, context_lengths, kv_heads, d_h, gqa_group, jobs) -> None:
-    """Token-centric: every pair's tokens split over all channels (QK^T in bank groups)."""
+def _tcp(cfg, kind, units, d_h, gqa_group, jobs) -> None:
+    """Token-centric: every tile's tokens split over all channels (QK^T in bank groups)."""
     unit = cfg.channel.banks if kind == "qk" else 1
-    for r, t in enumerate(context_lengths):
-        shares = split_evenly(t, len(jobs), unit)
-        for h in range(kv_heads):
-            for c, share in enumerate(shares):
-                if share:
-                    jobs[c].append(ChannelJob(kind, share, d_h, gqa_group, r, h))
+    for u in units:
+        for c, share in enumerate(split_evenly(u.tokens, len(jobs), unit)):
+            if share:
+                jobs[c].append(_job(kind, share, d_h, gqa_group, u))
+
+
+def _itpp(cfg, kind, units, d_h, gqa_group, jobs) -> None:
+    """LoL-PIM ITPP: K by tokens (as TCP); V by its output dimension, ``banks`` dimensions
+    (one output group) at a time, the groups of all pairs dealt to channels round-robin."""
+    if kind == "qk":
+        _tcp(cfg, kind, units, d_h, gqa_group, jobs)
+        return
+    banks, channels = cfg.channel.banks, len(jobs)
+    widths = [min(banks, d_h - o) for o in range(0, d_h, banks)]
+    for u in units:
+        share: dict[int, int] = {}
+        for k, w in enumerate(widths):
+            c = (u.pair * len(widths) + k) % channels
+            share[c] = share.get(c, 0) + w
+        for c in sorted(share):
+            jobs[c].append(_job(kind, u.tokens, share[c], gqa_group, u))
 
 
 class Partition(StrEnum):
@@ -214,10 +320,52 @@ class Partition(StrEnum):
 
     HFP = "hfp"
     TCP = "tcp"
+    ITPP = "itpp"
+    AUTO = "auto"
 
 
-#: The partitioning schemes: each fills per-channel job lists in place.
-PARTITIONS: dict[Partition, Callable[..., None]] = {Partition.HFP: _hfp, Partition.TCP: _tcp}
+@dataclass(frozen=True)
+class PartitionSpec:
+    """One row of :data:`PARTITIONS`.
+
+    ``jobs(cfg, kind, units, d_h, gqa_group, jobs)`` fills per-channel job lists in place;
+    ``stream_per_channel``: every channel works on its own pairs (HFP), so the GPR holds a
+    score tile per channel; ``sv_reduction``: a unit's SV parts are partial sums the EPU adds
+    (TCP), not disjoint outputs; ``choices``: the partitions a per-layer choice picks from
+    (empty for a concrete partition).
+    """
+
+    jobs: Callable[..., None] | None
+    stream_per_channel: bool = False
+    sv_reduction: bool = False
+    choices: tuple[Partition, ...] = field(default=())
+
+
+#: The partitioning schemes (``docs/decode.md``).
+PARTITIONS: dict[Partition, PartitionSpec] = {
+    Partition.HFP: PartitionSpec(_hfp, stream_per_channel=True),
+    Partition.TCP: PartitionSpec(_tcp, sv_reduction=True),
+    Partition.ITPP: PartitionSpec(_itpp),
+    Partition.AUTO: PartitionSpec(None, choices=(Partition.TCP, Partition.HFP)),
+}
+
+
+def candidates(scheme: str) -> tuple[Partition, ...]:
+    """The concrete partitions ``scheme`` stands for: itself, or the choices of ``auto``."""
+    if scheme not in PARTITIONS:
+        raise PartitionError(f"partition {scheme!r} is unknown; allowed: {', '.join(PARTITIONS)}")
+    return PARTITIONS[Partition(scheme)].choices or (Partition(scheme),)
+
+
+def _concrete(scheme: str) -> Partition:
+    if scheme not in PARTITIONS:
+        raise PartitionError(f"partition {scheme!r} is unknown; allowed: {', '.join(PARTITIONS)}")
+    if PARTITIONS[Partition(scheme)].jobs is None:
+        raise PartitionError(
+            f"partition {scheme!r} chooses per layer in the decode step; a layer plan needs one "
+            f"of {', '.join(p for p, s in PARTITIONS.items() if s.jobs is not None)}"
+        )
+    return Partition(scheme)
 
 
 def stage_layers(layers: int, pp: int) -> list[int]:
@@ -262,6 +410,13 @@ def layer_plan(
             d_in //= tp
         gemv[op] = _gemv_jobs(cfg, d_out, d_in, b)
     g = spec.gqa_group
-    qk = partition_attention(cfg, "qk", lengths, kvh, d_h, g, partition)
-    sv = partition_attention(cfg, "sv", lengths, kvh, d_h, g, partition)
-    return LayerPlan(gemv, qk, sv, kvh, g, d_h, lengths)
+    try:
+        scheme = _concrete(partition)
+    except PartitionError as exc:
+        raise DecodeMappingError(str(exc)) from None
+    qk = partition_attention(cfg, "qk", lengths, kvh, d_h, g, scheme)
+    sv = partition_attention(cfg, "sv", lengths, kvh, d_h, g, scheme)
+    units = tuple(attention_units(cfg, lengths, kvh, d_h, g, scheme))
+    return LayerPlan(
+        gemv, qk, sv, kvh, g, d_h, lengths, scheme.value, units, PARTITIONS[scheme].sv_reduction
+    )

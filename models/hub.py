@@ -33,6 +33,7 @@ __all__ = [
     "SOFTMAX_FLOPS_PER_SCORE",
     "STRIDES",
     "SWIGLU_FLOPS_PER_ELEMENT",
+    "TILE_COMBINE_FLOPS_PER_ELEMENT",
     "HubError",
     "delivery_slots",
     "epu_cycles",
@@ -53,6 +54,10 @@ STRIDES: dict[int, dict[str, int]] = {
 
 #: EPU operations per attention score: running max, subtract, exp, accumulate, normalise.
 SOFTMAX_FLOPS_PER_SCORE = 5
+#: Online-softmax combination per output element of every score tile after a pair's first
+#: (GPR tiling, ``docs/decode.md``): rescale the running output and the tile's output to the
+#: new maximum (two multiplies) and add them (one add).
+TILE_COMBINE_FLOPS_PER_ELEMENT = 3
 #: RMSNorm per element: square, accumulate, scale by 1/rms, multiply by the gain.
 NORM_FLOPS_PER_ELEMENT = 4
 #: SwiGLU per intermediate element: SiLU (~4: negate, exp, add, divide) and the gating multiply.

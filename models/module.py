@@ -1,7 +1,9 @@
 """One PIM module's attention timing, from numbers: the task graph and its EPU.
 
-Per (request, KV head) pair of one layer: QK^T parts on channels -> softmax on the EPU ->
-SV parts on channels -> (more than one SV part) cross-channel reduction on the EPU. Channels
+Per attention unit of one layer (a (request, KV head) pair, or one GPR score tile of it):
+QK^T parts on channels -> softmax on the EPU -> SV parts on channels -> on the EPU, the
+cross-channel reduction (more than one partial SV part) and, for a pair's second and later
+tiles, the online-softmax combination with the pair's running output. Channels
 run their parts in software-pipelined order (:func:`channel_order`: QK^T of the next pair
 before SV of this one); the EPU serves ready tasks in order of readiness (ties: softmax
 before reduction, then pair order), so EPU work overlaps channel work. The contract is
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from models.config import HardwareConfig
-from models.hub import SOFTMAX_FLOPS_PER_SCORE, epu_cycles
+from models.hub import SOFTMAX_FLOPS_PER_SCORE, TILE_COMBINE_FLOPS_PER_ELEMENT, epu_cycles
 
 __all__ = [
     "AttentionSchedule",
@@ -39,6 +41,7 @@ class AttentionSchedule:
     sv_busy: int
     softmax_busy: int
     reduction_busy: int
+    combine_busy: int = 0
 
 
 def channel_order(qk: dict[int, int], sv: dict[int, int]) -> list[tuple[str, int]]:
@@ -62,9 +65,21 @@ class AttentionTasks:
     qk_of: list[dict[int, int]]  # per channel: pair -> QK^T part cycles
     sv_of: list[dict[int, int]]  # per channel: pair -> SV part cycles
     order: list[list[tuple[str, int]]]  # per channel: its tasks in issue order
-    sv_parts: list[int]  # per pair: channels holding an SV part
-    softmax_cost: list[int]  # per pair: EPU cycles
-    reduction_cost: list[int]  # per pair: EPU cycles (0 with one SV part)
+    sv_parts: list[int]  # per unit: channels holding an SV part
+    softmax_cost: list[int]  # per unit: EPU cycles
+    reduction_cost: list[int]  # per unit: EPU cycles (0 with one SV part or disjoint parts)
+    combine_cost: list[int] | None = None  # per unit: EPU cycles (0 for a pair's first tile)
+    post_sv: list[bool] | None = None  # per unit: the EPU works after its SV parts
+
+    def combine(self) -> list[int]:
+        """Per unit, the online-softmax combination cycles (all 0 without tiling)."""
+        return self.combine_cost if self.combine_cost is not None else [0] * len(self.sv_parts)
+
+    def after_sv(self) -> list[bool]:
+        """Per unit, whether an EPU task follows its SV parts."""
+        if self.post_sv is not None:
+            return self.post_sv
+        return [parts > 1 for parts in self.sv_parts]
 
 
 def attention_tasks(
@@ -74,15 +89,22 @@ def attention_tasks(
     pair_tokens: Sequence[int],
     gqa_group: int,
     head_dim: int,
+    tiles: Sequence[int] | None = None,
+    sv_reduction: bool = True,
 ) -> AttentionTasks:
-    """One layer's attention tasks from per-channel part cycles (``qk_of[c][pair]``, ...).
+    """One layer's attention tasks from per-channel part cycles (``qk_of[c][unit]``, ...).
 
-    ``pair_tokens[p]`` is the context length of pair ``p``; the EPU costs follow from it:
-    softmax over ``gqa_group * tokens`` scores, and (with more than one SV part) the
-    cross-channel reduction of ``parts - 1`` partial outputs of ``gqa_group * head_dim``.
+    ``pair_tokens[u]`` is the token count of unit ``u`` (a pair, or one GPR score tile of
+    it; ``tiles[u]`` its tile index, default 0); the EPU costs follow from it: softmax over
+    ``gqa_group * tokens`` scores; with ``sv_reduction`` and more than one SV part, the
+    cross-channel reduction of ``parts - 1`` partial outputs of ``gqa_group * head_dim``; for
+    a tile after a pair's first, the online-softmax combination,
+    ``TILE_COMBINE_FLOPS_PER_ELEMENT * gqa_group * head_dim``.
     """
     n = len(pair_tokens)
+    tiles = [0] * n if tiles is None else list(tiles)
     sv_parts = [sum(p in d for d in sv_of) for p in range(n)]
+    reduced = [sv_reduction and parts > 1 for parts in sv_parts]
     g = gqa_group
     return AttentionTasks(
         qk_of=qk_of,
@@ -91,15 +113,27 @@ def attention_tasks(
         sv_parts=sv_parts,
         softmax_cost=[epu_cycles(cfg, SOFTMAX_FLOPS_PER_SCORE * g * t) for t in pair_tokens],
         reduction_cost=[
-            epu_cycles(cfg, (sv_parts[p] - 1) * g * head_dim) if sv_parts[p] > 1 else 0
-            for p in range(n)
+            epu_cycles(cfg, (sv_parts[p] - 1) * g * head_dim) if reduced[p] else 0 for p in range(n)
         ],
+        combine_cost=[
+            epu_cycles(cfg, TILE_COMBINE_FLOPS_PER_ELEMENT * g * head_dim) if k else 0
+            for k in tiles
+        ],
+        post_sv=[reduced[p] or tiles[p] > 0 for p in range(n)],
     )
 
 
-def makespan(tasks: AttentionTasks, sm_cost: list[int], red_cost: list[int]) -> int:
-    """Event-driven end time of ``tasks`` with the given EPU costs per pair."""
+def makespan(
+    tasks: AttentionTasks,
+    sm_cost: list[int],
+    red_cost: list[int],
+    comb_cost: list[int] | None = None,
+) -> int:
+    """Event-driven end time of ``tasks`` with the given EPU costs per unit (``comb_cost``
+    defaults to the tasks' own online-softmax combination costs)."""
     qk_of, sv_of, order, sv_parts = tasks.qk_of, tasks.sv_of, tasks.order, tasks.sv_parts
+    comb = tasks.combine() if comb_cost is None else comb_cost
+    post = tasks.after_sv()
     channels, n = len(order), len(sv_parts)
     qk_left = [sum(p in d for d in qk_of) for p in range(n)]
     sv_left = list(sv_parts)
@@ -129,7 +163,7 @@ def makespan(tasks: AttentionTasks, sm_cost: list[int], red_cost: list[int]) -> 
             return
         ready, kind, p = heapq.heappop(epu_ready)
         begin = max(t, ready)
-        d = sm_cost[p] if kind == 0 else red_cost[p]
+        d = sm_cost[p] if kind == 0 else red_cost[p] + comb[p]
         epu_busy_until = begin + d
         heapq.heappush(events, (begin + d, EPU_DONE, kind, p))
 
@@ -150,7 +184,7 @@ def makespan(tasks: AttentionTasks, sm_cost: list[int], red_cost: list[int]) -> 
                     heapq.heappush(epu_ready, (t, 0, p))
             else:
                 sv_left[p] -= 1
-                if sv_left[p] == 0 and sv_parts[p] > 1:
+                if sv_left[p] == 0 and post[p]:
                     heapq.heappush(epu_ready, (t, 1, p))
             start_channel(c, t)
         elif a == 0:  # a softmax finished: its SV parts may start
@@ -178,4 +212,5 @@ def schedule(tasks: AttentionTasks, softmax: bool, reduction: bool) -> Attention
         sv_busy=int(sum(sum(d.values()) for d in tasks.sv_of)),
         softmax_busy=int(sum(sm)),
         reduction_busy=int(sum(red)),
+        combine_busy=int(sum(tasks.combine())),
     )

@@ -58,9 +58,7 @@ def _alarm(_signum, _frame):
     raise _HangError
 
 
-def tally(
-    name: str, examples: int, timeout: int = 60
-) -> tuple[Counter, list[str], list[str]]:
+def tally(name: str, examples: int, timeout: int = 60) -> tuple[Counter, list[str], list[str]]:
     """Outcome counts of ``examples`` generated cases of strategy ``name``, the vague
     messages and every error message."""
     strategy, case = STRATEGIES[name]

@@ -338,7 +338,7 @@ def test_dex_subcommand_keeps_pim_utilisation_with_slicing(capsys):
     [
         (["run", "--kernel", "gemv", "--sched", "foo"], "'static', 'pingpong', 'dcs'"),
         (["run", "--kernel", "xx"], "'gemv', 'qk', 'sv'"),
-        (["decode", "--partition", "foo"], "'hfp', 'tcp'"),
+        (["decode", "--partition", "foo"], "'hfp', 'tcp', 'itpp', 'auto'"),
         (["decode", "--memory", "foo"], "'lazy', 'static'"),
         (["sweep", "--kernel", "sv"], "'gemv', 'qk'"),
     ],

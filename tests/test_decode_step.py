@@ -254,8 +254,40 @@ def test_every_report_key_has_a_label_and_colour():
     assert tuple(OP_STYLE) == OP_KEYS
 
 
-def test_unmappable_kernel_names_the_kernel_and_a_remedy():
+def test_hfp_at_128k_is_tiled_through_the_gpr_instead_of_refused():
+    # Before GPR tiling this HFP shape (G = 8 x 131072 scores on one channel) was refused.
     spec, hw = load_model("llama-3.1-70b"), load_preset("aim-32ch-32g")
     setup = DecodeSetup(spec, hw, (131072,), tp=8, partition="hfp", check_capacity=False)
-    with pytest.raises(DecodeError, match=r"qk kernel \(tokens=131072.*GPR.*--partition tcp"):
+    report = run_decode(setup)
+    # HFP slot: 16384 GPR tiles / (2 x 32 channels) = 256; G * (8 + 8) = 128 fixed; 16 groups
+    # of 16 tokens = 256 tokens per tile: 131072 / 256 = 512 tiles per pair.
+    assert report.epu["score_tiles_per_pair"] == 512
+    assert report.epu["tile_combine_busy_cycles"] == 80 * 511 * math.ceil(3 * 8 * 128 / 256)
+
+
+def test_unmappable_partition_names_the_gpr_and_a_remedy():
+    spec = load_model("llama-3.1-70b")
+    hw = load_preset("aim-32ch-32g").replace(**{"module.gpr_bytes": 8192})
+    setup = DecodeSetup(spec, hw, (4096,), tp=8, partition="hfp", check_capacity=False)
+    with pytest.raises(DecodeError, match=r"HFP cannot hold one tile of scores in the GPR.*--part"):
         run_decode(setup)
+
+
+@pytest.mark.parametrize(
+    "lengths, pick",
+    [((256,) * 32, "hfp"), ((4096,), "tcp"), ((4096,) + (256,) * 31, None)],
+)
+def test_auto_picks_the_faster_partition_per_layer(cfg, lengths, pick):
+    # 256 tokens x 32 requests: HFP's 64 whole pairs keep all 16 channels busy, while TCP cuts
+    # each 256-token pair 16 ways (PIMphony Fig. 17b's short-context case). One 4096-token
+    # request: HFP leaves 12 of 16 channels idle. Mixed: per layer whichever is faster.
+    runs = {
+        p: run_decode(DecodeSetup(TINY, cfg, lengths, partition=p, check_capacity=False))
+        for p in ("hfp", "tcp", "auto")
+    }
+    auto = runs["auto"]
+    if pick is not None:
+        assert auto.partition_layers == {pick: TINY.layers}
+        assert auto.cycles == runs[pick].cycles
+    assert auto.cycles <= min(runs["hfp"].cycles, runs["tcp"].cycles)
+    assert sum(auto.partition_layers.values()) == TINY.layers

@@ -1,14 +1,33 @@
-"""Head-first vs token-centric partitioning on one module, and exact memoisation."""
+"""Attention partitioning on one module (HFP, TCP, ITPP, auto), GPR score tiling, and exact
+memoisation."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import pytest
 
 from compiler.kernels import compile_kernel
-from compiler.plan import PartitionError, partition_attention, split_evenly
+from compiler.plan import (
+    PARTITIONS,
+    LayerPlan,
+    Partition,
+    PartitionError,
+    attention_units,
+    candidates,
+    partition_attention,
+    score_tile_tokens,
+    split_evenly,
+)
 from models.channel import run_channel
 from models.config import load_preset
 from sim.decode_step.kernels import KernelCache, run_module
+from sim.decode_step.step import attention_schedule, plan_tasks
+
+
+@dataclass(frozen=True)
+class _Stats:
+    cycles: int
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +104,143 @@ def test_bad_partition_arguments(cfg):
         partition_attention(cfg, "qk", [10, 0], 1, 64)
     with pytest.raises(ValueError, match="job lists"):
         run_module(cfg, [[]], "dcs")
+
+
+# --- GPR tiling of attention scores (one rule for every partition) -------------------------
+
+
+@pytest.mark.parametrize(
+    "scheme, tokens",
+    [
+        # aim-16ch: 512 KB = 16384 GPR tiles of 32 B; 16 channels; d_h 128, G = 4.
+        # HFP: 16384 / (2 x 16 streams) = 512; fixed 4 x (8 query + 1 x 8 out) = 64;
+        # (512 - 64) // 4 = 112 groups x 16 = 1792 tokens.
+        ("hfp", 1792),
+        # TCP: 16384 / 2 = 8192; fixed 4 x (8 + 16 partials x 8) = 544; 1912 x 16 = 30592.
+        ("tcp", 30592),
+        # ITPP: 8192; fixed 4 x (8 + 8) = 64 (disjoint outputs); 2032 x 16 = 32512.
+        ("itpp", 32512),
+    ],
+)
+def test_score_tile_tokens_by_hand(cfg, scheme, tokens):
+    assert score_tile_tokens(cfg, scheme, 128, 4) == tokens
+
+
+def test_no_tiling_below_the_cap_keeps_the_old_jobs(cfg):
+    # 1792 tokens fit one HFP tile at G = 4: one unit per pair, jobs as before tiling.
+    units = attention_units(cfg, [1792, 500], 2, 128, 4, "hfp")
+    assert [(u.request, u.kv_head, u.tile, u.tokens) for u in units] == [
+        (0, 0, 0, 1792), (0, 1, 0, 1792), (1, 0, 0, 500), (1, 1, 0, 500),
+    ]  # fmt: skip
+    jobs = partition_attention(cfg, "qk", [1792, 500], 2, 128, 4, "hfp")
+    assert [[(j.tokens, j.request, j.kv_head, j.tile) for j in c] for c in jobs[:4]] == [
+        [(1792, 0, 0, 0)], [(1792, 0, 1, 0)], [(500, 1, 0, 0)], [(500, 1, 1, 0)],
+    ]  # fmt: skip
+    tcp = partition_attention(cfg, "sv", [30592], 1, 128, 4, "tcp")
+    assert [len(c) for c in tcp] == [1] * 16 and {j.tile for c in tcp for j in c} == {0}
+
+
+def test_tiles_split_a_long_pair_evenly_in_bank_groups(cfg):
+    # 4000 tokens at HFP's 1792-token cap: 3 tiles, 250 groups of 16 -> 84/83/83 groups.
+    units = attention_units(cfg, [4000], 1, 128, 4, "hfp")
+    assert [u.tokens for u in units] == [1344, 1328, 1328]
+    jobs = partition_attention(cfg, "qk", [4000], 1, 128, 4, "hfp")
+    assert [(j.tokens, j.tile) for j in jobs[0]] == [(1344, 0), (1328, 1), (1328, 2)]
+    # TCP: each tile over all channels; 40000 > 30592 tokens: 2 tiles of 20000.
+    tcp = partition_attention(cfg, "qk", [40000], 1, 128, 4, "tcp")
+    assert [sum(j.tokens for c in tcp for j in c if j.tile == k) for k in (0, 1)] == [20000] * 2
+
+
+def test_tiling_cost_by_hand(cfg):
+    # A GPR of 4096 B (128 tiles): HFP slot 128 / 32 = 4 tiles; d_h 16, G 1: fixed 1 + 1 = 2,
+    # so 2 groups = 32 tokens per tile. A 64-token pair runs as two tiles on channel 0.
+    small = cfg.replace(**{"module.gpr_bytes": 4096, "module.epu_flops_per_cycle": 16})
+    assert score_tile_tokens(small, "hfp", 16) == 32
+    qk = partition_attention(small, "qk", [64], 1, 16, scheme="hfp")
+    sv = partition_attention(small, "sv", [64], 1, 16, scheme="hfp")
+    assert [(j.tokens, j.tile) for j in qk[0]] == [(32, 0), (32, 1)]
+
+    # Channel commands: untiled QK^T 1 WR_INP, 4 MAC, 4 RD_OUT; each tile 1, 2, 2: one more
+    # WR_INP (the query again). Untiled SV 4 WR_INP, 4 MAC, 1 RD_OUT; each tile 2, 2, 1: one
+    # more RD_OUT (a partial output).
+    def counts(jobs):
+        total = {"WR_INP": 0, "MAC": 0, "RD_OUT": 0}
+        for j in jobs:
+            c = compile_kernel(small, j.kind, **j.shape).counts
+            total = {k: total[k] + c[k] for k in total}
+        return total
+
+    assert counts(qk[0]) == {"WR_INP": 2, "MAC": 4, "RD_OUT": 4}
+    assert counts(sv[0]) == {"WR_INP": 4, "MAC": 4, "RD_OUT": 2}
+    # Task graph, QK^T part = tokens cycles, SV part = 2 x tokens. Softmax of a 32-token tile
+    # 5 * 32 / 16 = 10 cycles; combining tile 1 into tile 0: 3 * 16 / 16 = 3 cycles.
+    # QK0 0-32 | QK1 32-64 | SV0 64-128 | SV1 128-192 (softmax0 32-42, softmax1 64-74) |
+    # combine 192-195.
+    plan = LayerPlan(
+        {}, qk, sv, 1, 1, 16, (64,), "hfp", tuple(attention_units(small, [64], 1, 16, 1, "hfp"))
+    )
+    stub = lambda j: _Stats(j.tokens * (1 if j.kind == "qk" else 2))  # noqa: E731
+    tiled = attention_schedule(plan, small, stub)
+    assert (tiled.cycles, tiled.softmax_busy, tiled.combine_busy) == (195, 20, 3)
+    # The same pair untiled (the full GPR): QK 0-64, softmax 20 cycles 64-84, SV 84-212.
+    big = small.replace(**{"module.gpr_bytes": 524288})
+    whole = LayerPlan(
+        {},
+        partition_attention(big, "qk", [64], 1, 16, scheme="hfp"),
+        partition_attention(big, "sv", [64], 1, 16, scheme="hfp"),
+        1, 1, 16, (64,), "hfp", tuple(attention_units(big, [64], 1, 16, 1, "hfp")),
+    )  # fmt: skip
+    assert attention_schedule(whole, big, stub).cycles == 212
+
+
+def test_too_small_a_gpr_is_a_clear_error(cfg):
+    tiny = cfg.replace(**{"module.gpr_bytes": 1024})  # 32 tiles: HFP slot 1
+    with pytest.raises(PartitionError, match="HFP cannot hold one tile of scores in the GPR"):
+        partition_attention(tiny, "qk", [64], 1, 16, scheme="hfp")
+
+
+# --- ITPP (LoL-PIM 4.3) and auto --------------------------------------------------------
+
+
+def test_itpp_job_shapes(cfg):
+    # K by tokens (as TCP); V by its head dimension: 2 pairs x 8 output groups of 16 dims
+    # dealt round-robin over 16 channels -> channel c holds pair c // 8, group c % 8, reading
+    # all 1000 tokens of that pair's scores.
+    qk = partition_attention(cfg, "qk", [1000], 2, 128, scheme="itpp")
+    assert qk == partition_attention(cfg, "qk", [1000], 2, 128, scheme="tcp")
+    sv = partition_attention(cfg, "sv", [1000], 2, 128, scheme="itpp")
+    assert [[(j.tokens, j.d_h, j.kv_head) for j in c] for c in sv] == [
+        [(1000, 16, c // 8)] for c in range(16)
+    ]
+    # d_h 48 and one pair: 3 groups on channels 0-2; a d_h wider than 16 channels' groups
+    # (512 = 32 groups) gives each channel two groups of the pair in one job.
+    narrow = partition_attention(cfg, "sv", [64], 1, 48, 1, "itpp")
+    assert [sum(j.d_h for j in c) for c in narrow] == [16, 16, 16, *[0] * 13]
+    wide = partition_attention(cfg, "sv", [64], 1, 512, 1, "itpp")
+    assert [[j.d_h for j in c] for c in wide] == [[32]] * 16
+
+
+def test_itpp_has_no_sv_reduction(cfg):
+    def tasks(scheme):
+        plan = LayerPlan(
+            {},
+            partition_attention(cfg, "qk", [1000], 2, 128, scheme=scheme),
+            partition_attention(cfg, "sv", [1000], 2, 128, scheme=scheme),
+            2, 1, 128, (1000,), scheme,
+            tuple(attention_units(cfg, [1000], 2, 128, 1, scheme)),
+            PARTITIONS[Partition(scheme)].sv_reduction,
+        )  # fmt: skip
+        return plan_tasks(plan, cfg, lambda j: _Stats(10))
+
+    itpp, tcp = tasks("itpp"), tasks("tcp")
+    assert itpp.sv_parts == [8, 8] and itpp.reduction_cost == [0, 0]
+    assert not any(itpp.after_sv())
+    # TCP sums 16 partials of 128 outputs: 15 * 128 / 256 = 7.5 -> 8 EPU cycles per pair.
+    assert tcp.sv_parts == [16, 16] and tcp.reduction_cost == [8, 8]
+
+
+def test_auto_stands_for_tcp_and_hfp():
+    assert candidates("auto") == (Partition.TCP, Partition.HFP)
+    assert candidates("itpp") == (Partition.ITPP,)
+    with pytest.raises(PartitionError, match="chooses per layer"):
+        partition_attention(load_preset("aim-16ch"), "qk", [10], 1, 64, scheme="auto")

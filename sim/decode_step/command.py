@@ -94,7 +94,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="pipeline micro-batches, or 'auto' (try pp, 2pp, 4pp; keep the fastest);"
         " default min(pp, batch)",
     )
-    p.add_argument("--partition", choices=choice_names(PARTITIONS), default="tcp")
+    p.add_argument(
+        "--partition",
+        choices=choice_names(PARTITIONS),
+        default="auto",
+        help="attention partitioning; auto (PIMphony): per layer the faster of tcp and hfp",
+    )
     p.add_argument("--sched", choices=choice_names(SCHEDULERS), default="dcs")
     p.add_argument(
         "--memory", choices=choice_names(MEMORY_POLICIES), default="lazy", help="lazy = DPA"

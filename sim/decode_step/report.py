@@ -46,6 +46,7 @@ class DecodeReport:
     pp: int
     micro_batches: int
     partition: str
+    partition_layers: dict[str, int]
     sched: str
     memory: str
     cycles: int
@@ -109,9 +110,13 @@ def format_report(report: DecodeReport) -> str:
     """The report as text: headline numbers and the per-op breakdown."""
     r = report.to_dict()
     ctx = r["context_lengths"]
+    part = r["partition"].upper()
+    if list(r["partition_layers"]) != [r["partition"]]:  # auto: which partition each layer ran
+        used = ", ".join(f"{k.upper()} x {n}" for k, n in r["partition_layers"].items())
+        part += f" ({used} layers)"
     lines = [
         f"{r['model']} decode step on {r['modules']} x {r['preset']} (TP {r['tp']} x PP "
-        f"{r['pp']}, {r['micro_batches']} micro-batch(es)), {r['partition'].upper()}, "
+        f"{r['pp']}, {r['micro_batches']} micro-batch(es)), {part}, "
         f"{r['sched']} scheduler, {r['memory']} memory",
         f"batch {r['batch']}, context min/mean/max {ctx['min']}/{ctx['mean']:.0f}/{ctx['max']}",
         f"cycles {r['cycles']:,}  ({1e3 * r['step_seconds']:.3f} ms)   "

@@ -43,8 +43,9 @@ class DecodeSetup:
         Context length of each request of the batch (tokens its new query attends to).
     tp, pp : int
         Tensor- and pipeline-parallel degrees; the system has ``tp * pp`` modules.
-    partition : {"tcp", "hfp"}
-        Attention partitioning inside a module.
+    partition : {"tcp", "hfp", "itpp", "auto"}
+        Attention partitioning inside a module (``compiler.plan.PARTITIONS``); ``auto``
+        picks per layer the faster of TCP and HFP.
     sched : {"static", "pingpong", "dcs"}
         Channel command scheduler.
     memory : {"lazy", "static"}

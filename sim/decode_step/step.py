@@ -27,7 +27,14 @@ import numpy as np
 from compiler.hub import instruction_count
 from compiler.kernels import CompileError
 from compiler.llm import GEMV_OPS, LayerOp
-from compiler.plan import LayerPlan, Partition, layer_plan, micro_batches, stage_layers
+from compiler.plan import (
+    LayerPlan,
+    PartitionError,
+    candidates,
+    layer_plan,
+    micro_batches,
+    stage_layers,
+)
 from models.config import HardwareConfig
 from models.hub import (
     NORM_FLOPS_PER_ELEMENT,
@@ -57,19 +64,30 @@ _ATTN = (LayerOp.QK, LayerOp.SOFTMAX, LayerOp.SV)
 
 
 def plan_tasks(plan: LayerPlan, cfg: HardwareConfig, run: Callable[[Any], Any]) -> AttentionTasks:
-    """The attention task graph of ``plan``, its part cycles from ``run(job)``."""
+    """The attention task graph of ``plan``, its part cycles from ``run(job)``: one task set
+    per attention unit (a (request, KV head) pair, or one GPR score tile of it)."""
     channels = len(plan.qk)
-    pairs = sorted({(j.request, j.kv_head) for jobs in (*plan.qk, *plan.sv) for j in jobs})
-    index = {p: k for k, p in enumerate(pairs)}
+    units = sorted({(j.request, j.kv_head, j.tile) for jobs in (*plan.qk, *plan.sv) for j in jobs})
+    index = {u: k for k, u in enumerate(units)}
     qk_of: list[dict[int, int]] = [{} for _ in range(channels)]
     sv_of: list[dict[int, int]] = [{} for _ in range(channels)]
     for c in range(channels):
         for j in plan.qk[c]:
-            qk_of[c][index[(j.request, j.kv_head)]] = run(j).cycles
+            qk_of[c][index[(j.request, j.kv_head, j.tile)]] = run(j).cycles
         for j in plan.sv[c]:
-            sv_of[c][index[(j.request, j.kv_head)]] = run(j).cycles
-    pair_tokens = [plan.lengths[r] for r, _ in pairs]
-    return attention_tasks(cfg, qk_of, sv_of, pair_tokens, plan.gqa_group, plan.head_dim)
+            sv_of[c][index[(j.request, j.kv_head, j.tile)]] = run(j).cycles
+    tokens = {(u.request, u.kv_head, u.tile): u.tokens for u in plan.units}
+    unit_tokens = [tokens.get(u, plan.lengths[u[0]]) for u in units]
+    return attention_tasks(
+        cfg,
+        qk_of,
+        sv_of,
+        unit_tokens,
+        plan.gqa_group,
+        plan.head_dim,
+        tiles=[u[2] for u in units],
+        sv_reduction=plan.sv_reduction,
+    )
 
 
 def attention_schedule(
@@ -99,6 +117,10 @@ class LayerTiming:
     attention: AttentionSchedule
     softmax_marginal: int
     reduction_marginal: int
+    combine_marginal: int = 0
+    partition: str = "tcp"
+    score_tiles: int = 0  # attention units (pairs, or GPR score tiles of them)
+    pairs: int = 0  # (request, KV head) pairs
 
     @property
     def total(self) -> int:
@@ -143,9 +165,17 @@ def _hub_count(jobs: list[list[Any]], run: Callable[[Any], Any]) -> int:
 
 
 def layer_timing(setup: DecodeSetup, lengths: tuple[int, ...], cache: KernelCache) -> LayerTiming:
-    """One layer of micro-batch ``lengths`` on one TP module."""
+    """One layer of micro-batch ``lengths`` on one TP module; with ``--partition auto`` the
+    fastest of the candidate partitions (:func:`compiler.plan.candidates`; ties: the first)."""
+    timings = [_layer_timing(setup, lengths, cache, p) for p in candidates(setup.partition)]
+    return min(timings, key=lambda lt: lt.total)
+
+
+def _layer_timing(
+    setup: DecodeSetup, lengths: tuple[int, ...], cache: KernelCache, partition: str
+) -> LayerTiming:
     spec, cfg = setup.model, setup.hw
-    plan = layer_plan(spec, cfg, lengths, setup.tp, setup.partition)
+    plan = layer_plan(spec, cfg, lengths, setup.tp, partition)
     run = _once(cache.run)
     cycles: dict[str, int] = dict.fromkeys(OP_KEYS, 0)
     macs: dict[str, int] = dict.fromkeys(OP_KEYS, 0)
@@ -189,8 +219,10 @@ def layer_timing(setup: DecodeSetup, lengths: tuple[int, ...], cache: KernelCach
     if setup.memory == MemoryPolicy.STATIC:
         sent = (hub["qk"] + hub["sv"]) * hub_instruction_bytes(cfg)
         cycles["cmd_transfer"] = link_cycles(cfg, sent, "host")
-    no_red = makespan(tasks, tasks.softmax_cost, [0] * len(tasks.sv_parts))
-    no_sm = makespan(tasks, [0] * len(tasks.sv_parts), tasks.reduction_cost)
+    zero = [0] * len(tasks.sv_parts)
+    no_red = makespan(tasks, tasks.softmax_cost, zero)
+    no_sm = makespan(tasks, zero, tasks.reduction_cost)
+    no_comb = makespan(tasks, tasks.softmax_cost, tasks.reduction_cost, zero)
     return LayerTiming(
         cycles=cycles,
         macs=macs,
@@ -200,6 +232,10 @@ def layer_timing(setup: DecodeSetup, lengths: tuple[int, ...], cache: KernelCach
         attention=att,
         softmax_marginal=att.cycles - no_sm,
         reduction_marginal=att.cycles - no_red,
+        combine_marginal=att.cycles - no_comb,
+        partition=plan.partition,
+        score_tiles=len(plan.units),
+        pairs=len({(u.request, u.kv_head) for u in plan.units}),
     )
 
 
@@ -241,7 +277,9 @@ def _run_decode(
     op_macs = dict.fromkeys(OP_KEYS, 0)
     hub_total = dict.fromkeys((*GEMV_OPS, "qk", "sv"), 0)
     busy = commands = 0
-    sm_marg = red_marg = attn_cycles = red_busy = 0
+    sm_marg = red_marg = attn_cycles = red_busy = comb_marg = comb_busy = 0
+    chosen: dict[str, int] = {}  # layers (of the slowest module) per partition used
+    units = pairs = 0
     for i, mb in enumerate(batches):
         say(f"micro-batch {i + 1}/{len(batches)}: {len(mb)} request(s)")
         for s, n_layers in enumerate(layers):
@@ -261,6 +299,11 @@ def _run_decode(
                 red_marg += n * lt.reduction_marginal
                 attn_cycles += n * lt.attention.cycles
                 red_busy += n * lt.attention.reduction_busy
+                comb_marg += n * lt.combine_marginal
+                comb_busy += n * lt.attention.combine_busy
+                chosen[lt.partition] = chosen.get(lt.partition, 0) + n
+                units += n * lt.score_tiles
+                pairs += n * lt.pairs
             for mod in modules:
                 for lt, n in mod:
                     for k in OP_KEYS:
@@ -307,6 +350,7 @@ def _run_decode(
         pp=setup.pp,
         micro_batches=len(batches),
         partition=setup.partition,
+        partition_layers=dict(sorted(chosen.items())),
         sched=setup.sched,
         memory=setup.memory,
         cycles=period,
@@ -324,6 +368,9 @@ def _run_decode(
             "sv_reduction_busy_cycles": int(red_busy),
             "sv_reduction_marginal_cycles": int(red_marg),
             "sv_reduction_share_of_attention": red_marg / attn_cycles if attn_cycles else 0.0,
+            "score_tiles_per_pair": units / pairs if pairs else 0.0,
+            "tile_combine_busy_cycles": int(comb_busy),
+            "tile_combine_marginal_cycles": int(comb_marg),
         },
         pipeline={
             "stage_layers": layers,
@@ -377,14 +424,10 @@ def run_decode(
     try:
         return _run_decode(setup, memoize, progress)
     except CompileError as exc:
-        if setup.partition == Partition.HFP:
-            hint = (
-                "HFP keeps a whole context of one KV head on one channel; --partition tcp "
-                "splits it over the module's channels"
-            )
-        else:
-            hint = (
-                "use more --tp (fewer KV heads per module), shorter contexts, or a preset "
-                "with a larger module (gpr_bytes, rows_per_bank)"
-            )
+        hint = (
+            "use more --tp (fewer KV heads per module), shorter contexts, another --partition, "
+            "or a preset with a larger module (gpr_bytes, rows_per_bank)"
+        )
         raise DecodeError(f"{exc}. {hint}") from None
+    except PartitionError as exc:
+        raise DecodeError(str(exc)) from None

@@ -42,12 +42,13 @@ __all__ = [
 ]
 
 ABLATION_PLOT = BUILD_DIR / "ablation" / "fig13.png"
-#: (label, partition, scheduler, memory) of each cumulative step.
+#: (label, partition, scheduler, memory) of each cumulative step. From +DCS on the partition
+#: is PIMphony's ``auto`` (per layer the faster of TCP and HFP).
 STEPS = (
     ("HFP (baseline)", "hfp", "static", "static"),
     ("+TCP", "tcp", "static", "static"),
-    ("+DCS", "tcp", "dcs", "static"),
-    ("+DPA", "tcp", "dcs", "lazy"),
+    ("+DCS", "auto", "dcs", "static"),
+    ("+DPA", "auto", "dcs", "lazy"),
 )
 
 
