@@ -67,6 +67,11 @@ COMMANDS: tuple[Command, ...] = (
     Command("presets", "list the hardware presets", "sim.presets"),
     Command("sweep", "MAC utilisation vs kernel size (PIMphony Fig. 8)", "sim.experiments.sweep"),
     Command(
+        "buffer-sweep",
+        "DCS vs ping-pong over OBuf size and timing convention (PIMphony Fig. 18)",
+        "sim.experiments.buffer_sweep",
+    ),
+    Command(
         "size-report",
         "static vs DPA instruction size over context (PIMphony Fig. 10c)",
         "sim.experiments.size_report",
