@@ -167,10 +167,9 @@ def _plan(
         raise CompileError(f"mapping {mapping!r} is unknown; allowed: {', '.join(GQA_MAPPINGS)}")
     # head-serial runs one head at a time: each pass needs buffer room for one head only.
     # A batched GEMV runs passes of ``pass_size`` requests (at most a buffer half's worth).
+    per_pass = heads if mapping == "row-reuse" else 1
     if pass_size is not None:
         per_pass = pass_size
-    else:
-        per_pass = heads if mapping == "row-reuse" else 1
     if per_pass > min(half_g, half_o):
         raise CompileError(
             f"GQA group {heads} does not fit: row-reuse keeps one input tile and one output "
