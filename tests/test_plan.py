@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from compiler.kernels import compile_kernel
-from compiler.plan import PartitionError, partition_attention, split_evenly
+from compiler.plan import PartitionError, _gemv_jobs, partition_attention, split_evenly
 from models.channel import run_channel
 from models.config import load_preset
 from sim.decode_step.kernels import KernelCache, run_module
@@ -85,3 +85,20 @@ def test_bad_partition_arguments(cfg):
         partition_attention(cfg, "qk", [10, 0], 1, 64)
     with pytest.raises(ValueError, match="job lists"):
         run_module(cfg, [[]], "dcs")
+
+
+def test_gemv_jobs_batch_per_channel_split_by_the_gpr():
+    # aim-16ch: 16 channels, 16 banks, a 16384-tile GPR. 512 x 4096 deals 32 rows (2 groups)
+    # to each channel; one request needs 256 input tiles + 2 output tiles, so the GPR holds
+    # 16384 // 258 = 63 requests: a batch of 130 runs as GEMVs of 63, 63 and 4 requests.
+    cfg = load_preset("aim-16ch")
+    jobs = _gemv_jobs(cfg, 512, 4096, 130)
+    assert len(jobs) == 16
+    assert all(
+        [(j.d_out, j.d_in, j.batch) for j in c] == [(32, 4096, b) for b in (63, 63, 4)]
+        for c in jobs
+    )
+    assert [[j.batch for j in c] for c in _gemv_jobs(cfg, 512, 4096, 5)] == [[5]] * 16
+    # 40 rows over 16 channels: 16 each for two channels, 8 (a part group) for one, none else.
+    shares = [[j.d_out for j in c] for c in _gemv_jobs(cfg, 40, 64, 3)]
+    assert shares == [[16], [16], [8]] + [[]] * 13
