@@ -6,7 +6,7 @@ Every kernel here is a matrix-vector product ``Y[h] = A @ X[h]`` for ``h`` in a 
 =========  =====================  ===========================  =============================
 kernel     ``A``                  ``X[h]``                     ``G``
 =========  =====================  ===========================  =============================
-``gemv``   weights (d_out, d_in)  activation (d_in)            1
+``gemv``   weights (d_out, d_in)  activation of request h      batch ``B`` (row reuse)
 ``qk``     K cache (T, d_h)       query of head h (d_h)        1 (MHA) or GQA group size
 ``sv``     V^T (d_h, T)           scores of head h (T)         1 (MHA) or GQA group size
 =========  =====================  ===========================  =============================
@@ -26,6 +26,7 @@ from enum import StrEnum
 import numpy as np
 
 from models.config import HardwareConfig
+from models.dram import activation_offsets
 from models.errors import PimphonyError
 from models.isa import COMMAND_DTYPE, Op, gpr_tiles
 
@@ -39,6 +40,9 @@ __all__ = [
     "compile_kernel",
     "compile_qk",
     "compile_sv",
+    "gemv_max_batch",
+    "gemv_pass_size",
+    "row_switch_estimate",
 ]
 
 GQA_MAPPINGS = ("row-reuse", "head-serial")
@@ -63,6 +67,12 @@ class GemvPlan:
     rows: int  # DRAM rows per bank used by the matrix
     gpr_out_base: int  # first GPR tile of the outputs
     mapping: str
+    pass_size: int  # input vectors per pass over the matrix (the last pass may hold fewer)
+
+    @property
+    def passes(self) -> int:
+        """Passes over the matrix: each reopens every row once."""
+        return math.ceil(self.heads / self.pass_size)
 
 
 @dataclass(frozen=True)
@@ -141,13 +151,25 @@ def _positive(name: str, value: int) -> int:
     return int(value)
 
 
-def _plan(cfg: HardwareConfig, n_out: int, n_in: int, heads: int, mapping: str) -> GemvPlan:
+def _plan(
+    cfg: HardwareConfig,
+    n_out: int,
+    n_in: int,
+    heads: int,
+    mapping: str,
+    pass_size: int | None = None,
+    what: str = "GQA",
+) -> GemvPlan:
+    """Sizes and allocation; ``pass_size`` (batched GEMV) splits the inputs into passes."""
     ch = cfg.channel
     half_g, half_o = ch.gbuf_entries // 2, ch.obuf_entries // 2
     if mapping not in GQA_MAPPINGS:
         raise CompileError(f"mapping {mapping!r} is unknown; allowed: {', '.join(GQA_MAPPINGS)}")
     # head-serial runs one head at a time: each pass needs buffer room for one head only.
+    # A batched GEMV runs passes of ``pass_size`` requests (at most a buffer half's worth).
     per_pass = heads if mapping == "row-reuse" else 1
+    if pass_size is not None:
+        per_pass = pass_size
     if per_pass > min(half_g, half_o):
         raise CompileError(
             f"GQA group {heads} does not fit: row-reuse keeps one input tile and one output "
@@ -169,6 +191,14 @@ def _plan(cfg: HardwareConfig, n_out: int, n_in: int, heads: int, mapping: str) 
     gpr_size = gpr_tiles(cfg)
     gpr_out_base = heads * tiles
     if gpr_out_base + heads * groups > gpr_size:
+        if what == "batch":
+            fits = gpr_size // (tiles + groups)
+            raise CompileError(
+                f"batch {heads}: inputs ({heads}x{n_in}) and outputs ({heads}x{n_out}) of the "
+                f"whole batch need {gpr_out_base + heads * groups} GPR tiles of "
+                f"{ch.column_bytes} B; the GPR holds {gpr_size}; use a batch <= {fits} per "
+                "GEMV (run the rest as another GEMV) or split d_in/d_out over more channels"
+            )
         raise CompileError(
             f"inputs ({heads}x{n_in}) and outputs ({heads}x{n_out}) need "
             f"{gpr_out_base + heads * groups} GPR tiles of {ch.column_bytes} B; the GPR holds "
@@ -186,6 +216,7 @@ def _plan(cfg: HardwareConfig, n_out: int, n_in: int, heads: int, mapping: str) 
         rows=rows,
         gpr_out_base=gpr_out_base,
         mapping=mapping,
+        pass_size=per_pass,
     )
 
 
@@ -193,11 +224,11 @@ def _lower(cfg: HardwareConfig, p: GemvPlan) -> np.ndarray:
     """Emit the command stream for plan ``p`` (loop nest in ``docs/mapping.md``)."""
     ch = cfg.channel
     half_g, half_o, cols = ch.gbuf_entries // 2, ch.obuf_entries // 2, ch.columns_per_row
-    passes = [list(range(p.heads))] if p.mapping == "row-reuse" else [[h] for h in range(p.heads)]
-    per_pass = len(passes[0])
+    per_pass = p.pass_size
+    passes = [list(range(h0, min(h0 + per_pass, p.heads))) for h0 in range(0, p.heads, per_pass)]
     n_chunks = math.ceil(p.tiles / p.chunk_tiles)
     n_blocks = math.ceil(p.groups / p.block_groups)
-    n_w = len(passes) * (per_pass * p.tiles * (1 if p.resident else n_blocks))
+    n_w = p.heads * p.tiles * (1 if p.resident else n_blocks)
     n_mac = p.heads * p.groups * p.tiles
     n_r = p.heads * p.groups
     cmds = np.zeros(n_w + n_mac + n_r, dtype=COMMAND_DTYPE)
@@ -242,7 +273,7 @@ def _lower(cfg: HardwareConfig, p: GemvPlan) -> np.ndarray:
                     while seg_lo < k1:
                         a_lo = first + (seg_lo - k0)
                         seg_hi = min(k1, seg_lo + cols - a_lo % cols)
-                        for j in range(per_pass):
+                        for j in range(len(heads)):
                             out = oh + (g - b0) * per_pass + j
                             slot = gh + j * (p.tiles if p.resident else p.chunk_tiles)
                             for k in range(seg_lo, seg_hi):
@@ -261,11 +292,87 @@ def _lower(cfg: HardwareConfig, p: GemvPlan) -> np.ndarray:
     return cmds
 
 
-def compile_gemv(cfg: HardwareConfig, d_out: int, d_in: int) -> KernelProgram:
-    """FC GEMV ``y = W x`` with ``W`` of shape ``(d_out, d_in)``."""
+def compile_gemv(
+    cfg: HardwareConfig, d_out: int, d_in: int, batch: int = 1, pass_size: int | None = None
+) -> KernelProgram:
+    """FC GEMV ``Y = X W^T`` for ``batch`` inputs ``X`` (``(B, d_in)``) sharing ``W``.
+
+    Row reuse (``docs/mapping.md``): each opened weight row serves every request of a pass.
+    A pass holds one input tile and one OBuf entry per request in a buffer half, so at most
+    ``min(gbuf_entries, obuf_entries) // 2`` requests; the batch is split into passes of
+    ``pass_size`` requests (the last pass holds the rest), each rereading ``W``. The default
+    pass size is :func:`gemv_pass_size`. ``batch = 1`` is one pass over ``W``.
+    """
     d_out, d_in = _positive("d_out", d_out), _positive("d_in", d_in)
-    plan = _plan(cfg, d_out, d_in, 1, "row-reuse")
-    return KernelProgram("gemv", {"d_out": d_out, "d_in": d_in}, _lower(cfg, plan), plan, cfg)
+    batch = _positive("batch", batch)
+    cap = _batch_cap(cfg, batch)
+    chosen = gemv_pass_size(cfg, d_out, d_in, batch)
+    pass_size = chosen if pass_size is None else _positive("pass_size", pass_size)
+    if pass_size > cap:
+        ch = cfg.channel
+        raise CompileError(
+            f"pass_size = {pass_size}: a pass holds at most min(batch, buffer half) = {cap} "
+            f"requests (batch {batch}; {ch.gbuf_entries // 2} GBuf / {ch.obuf_entries // 2} "
+            f"OBuf entries per half, preset {cfg.name})"
+        )
+    plan = _plan(cfg, d_out, d_in, batch, "row-reuse", pass_size, what="batch")
+    shape: dict = {"d_out": d_out, "d_in": d_in}
+    if batch > 1:
+        shape["batch"] = batch
+    if pass_size != chosen:
+        shape["pass_size"] = pass_size
+    return KernelProgram("gemv", shape, _lower(cfg, plan), plan, cfg)
+
+
+def _batch_cap(cfg: HardwareConfig, batch: int) -> int:
+    """Most requests one pass can hold: ``batch``, and one buffer half's entries."""
+    return min(batch, cfg.channel.gbuf_entries // 2, cfg.channel.obuf_entries // 2)
+
+
+def row_switch_estimate(cfg: HardwareConfig) -> int:
+    """Cycles of one row switch with nothing overlapped: tRP + the ACTs' span + tRCD_MAC."""
+    tm = cfg.timing
+    return tm.tRP + activation_offsets(tm, cfg.channel.banks)[-1] + tm.tRCD_MAC
+
+
+def gemv_pass_size(cfg: HardwareConfig, d_out: int, d_in: int, batch: int) -> int:
+    """The pass size (requests per pass) a batched GEMV uses by default.
+
+    A larger pass reopens each weight row for more requests, but it leaves fewer OBuf
+    entries per request, so each input tile is rewritten for more output blocks. The pass
+    size ``P`` in ``1 .. min(batch, NG/2, NO/2)`` minimises the closed-form command-slot
+    estimate (one command per cycle, no overlap; ties: the smaller ``P``, which balances
+    the passes)::
+
+        B*groups*tiles (MAC) + B*tiles*n_blocks(P) (WR_INP; 1 block if resident)
+          + B*groups (RD_OUT) + ceil(B/P) * rows * row_switch_estimate
+
+    ``docs/mapping.md`` compares it with the simulated best pass size.
+    """
+    d_out, d_in = _positive("d_out", d_out), _positive("d_in", d_in)
+    batch = _positive("batch", batch)
+    ch = cfg.channel
+    half_g, half_o = ch.gbuf_entries // 2, ch.obuf_entries // 2
+    groups = math.ceil(d_out / ch.banks)
+    tiles = math.ceil(d_in / ch.mac_elements)
+    rows = math.ceil(groups * tiles / ch.columns_per_row)
+    switch = row_switch_estimate(cfg)
+    best, best_cost = 1, None
+    for p in range(1, _batch_cap(cfg, batch) + 1):
+        n_blocks = 1 if p * tiles <= half_g else math.ceil(groups / (half_o // p))
+        cost = batch * tiles * (groups + n_blocks) + batch * groups
+        cost += math.ceil(batch / p) * rows * switch
+        if best_cost is None or cost < best_cost:
+            best, best_cost = p, cost
+    return best
+
+
+def gemv_max_batch(cfg: HardwareConfig, d_out: int, d_in: int) -> int:
+    """Largest batch whose inputs and outputs fit the GPR for a ``d_out x d_in`` GEMV."""
+    ch = cfg.channel
+    groups = math.ceil(_positive("d_out", d_out) / ch.banks)
+    tiles = math.ceil(_positive("d_in", d_in) / ch.mac_elements)
+    return gpr_tiles(cfg) // (tiles + groups)
 
 
 def compile_qk(

@@ -6,8 +6,10 @@ tensor-parallel module runs (``docs/decode.md``):
 
 - **FC GEMVs** (LoL-PIM 4.1 / Megatron TP): ``qkv`` and ``ffn1`` split ``d_out`` by ``tp``;
   ``proj`` and ``ffn2`` split ``d_in`` by ``tp`` (their partial outputs are all-reduced).
-  Inside a module a GEMV's output rows are dealt to channels in whole bank groups; every
-  request of the micro-batch is one pass over the weights.
+  Inside a module a GEMV's output rows are dealt to channels in whole bank groups; each
+  channel runs one batched GEMV for the whole micro-batch (row reuse: an opened weight row
+  serves every request of a pass, ``compiler.kernels.compile_gemv``), split into several
+  only when the batch's inputs and outputs do not fit the GPR.
 - **Attention**: the module holds ``kv_heads / tp`` KV heads of every request; QK^T and SV are
   partitioned over its channels by HFP or TCP (:func:`partition_attention`):
 
@@ -45,6 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from compiler.kernels import gemv_max_batch
 from compiler.llm import GEMV_OPS, LayerOp, ModelSpec, gemv_shapes
 from models.config import HardwareConfig
 from models.errors import PimphonyError
@@ -89,17 +92,17 @@ class DecodeMappingError(PimphonyError, ValueError):
 
 @dataclass(frozen=True)
 class GemvJob:
-    """One FC GEMV pass (one request) on one channel."""
+    """One batched FC GEMV on one channel: ``batch`` requests' inputs share the weights."""
 
     d_out: int
     d_in: int
-    request: int
+    batch: int = 1
     kind: str = "gemv"
 
     @property
     def shape(self) -> dict:
         """Keyword arguments of ``compiler.kernels.compile_kernel``."""
-        return {"d_out": self.d_out, "d_in": self.d_in}
+        return {"d_out": self.d_out, "d_in": self.d_in, "batch": self.batch}
 
 
 @dataclass(frozen=True)
@@ -380,8 +383,22 @@ def micro_batches(lengths: Sequence[int], count: int) -> list[tuple[int, ...]]:
 
 
 def _gemv_jobs(cfg: HardwareConfig, d_out: int, d_in: int, batch: int) -> list[list[GemvJob]]:
+    """Per channel, one batched GEMV of its share of the output rows for the whole batch.
+
+    A batch whose inputs and outputs do not fit the GPR runs as several GEMVs of at most
+    ``gemv_max_batch`` requests (the last holds the rest); a shape that does not fit even
+    one request is left to the compiler to refuse.
+    """
     shares = split_evenly(d_out, cfg.module.channels, cfg.channel.banks)
-    return [[GemvJob(s, d_in, r) for r in range(batch)] if s else [] for s in shares]
+    jobs: list[list[GemvJob]] = []
+    for s in shares:
+        if not s:
+            jobs.append([])
+            continue
+        most = max(1, min(batch, gemv_max_batch(cfg, s, d_in)))
+        sizes = [most] * (batch // most) + ([batch % most] if batch % most else [])
+        jobs.append([GemvJob(s, d_in, b) for b in sizes])
+    return jobs
 
 
 def layer_plan(

@@ -48,6 +48,9 @@ def _kernel_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--dout", type=int, help="GEMV output dimension d_out")
     p.add_argument("--din", type=int, help="GEMV input dimension d_in")
+    p.add_argument(
+        "--batch", type=int, help="GEMV requests sharing the weights (row reuse; default 1)"
+    )
     p.add_argument("--tokens", type=int, help="attention context length T")
     p.add_argument("--dh", type=int, help="attention head dimension d_h")
     p.add_argument("--gqa-group", type=int, default=None, help="query heads sharing K/V (GQA)")
@@ -103,11 +106,11 @@ def _shape_from_args(args: argparse.Namespace) -> tuple[str, dict]:
         raise CompileError("--kernel is required (one of: " + ", ".join(KERNELS) + ")")
     given = {
         k
-        for k in ("dout", "din", "tokens", "dh", "gqa_group", "mapping")
+        for k in ("dout", "din", "batch", "tokens", "dh", "gqa_group", "mapping")
         if getattr(args, k) is not None
     }
     if args.kernel == "gemv":
-        needed, allowed = {"dout", "din"}, {"dout", "din"}
+        needed, allowed = {"dout", "din"}, {"dout", "din", "batch"}
     else:
         needed, allowed = {"tokens", "dh"}, {"tokens", "dh", "gqa_group", "mapping"}
     flag = {k: "--" + k.replace("_", "-") for k in given | needed}
@@ -122,7 +125,8 @@ def _shape_from_args(args: argparse.Namespace) -> tuple[str, dict]:
             f"--kernel {args.kernel} does not take " + ", ".join(sorted(flag[k] for k in extra))
         )
     if args.kernel == "gemv":
-        return "gemv", {"d_out": args.dout, "d_in": args.din}
+        batch = {} if args.batch is None else {"batch": args.batch}
+        return "gemv", {"d_out": args.dout, "d_in": args.din, **batch}
     group = 1 if args.gqa_group is None else args.gqa_group
     shape = {"tokens": args.tokens, "d_h": args.dh, "gqa_group": group}
     if args.mapping:

@@ -68,6 +68,8 @@ def describe_kernel(prog: KernelProgram) -> str:
     s = prog.shape
     if prog.kind == "gemv":
         shape = f"FC GEMV {s['d_out']}x{s['d_in']}"
+        if s.get("batch", 1) > 1:
+            shape += f", batch {s['batch']} in passes of {prog.plan.pass_size} (row reuse)"
     else:
         name = "attention QK^T" if prog.kind == "qk" else "attention SV"
         group = "MHA" if s["gqa_group"] == 1 else f"GQA group {s['gqa_group']}, {s['mapping']}"

@@ -92,6 +92,22 @@ def test_run_table(capsys):
     assert err == ""
 
 
+def test_run_batched_gemv(capsys):
+    # 128 x 4096, batch 16 in passes of 4 (docs/mapping.md): 16 x 256 WR_INP, 16 x 8 x 256 MAC,
+    # 16 x 8 RD_OUT, 4 passes x 32 rows = 128 row switches.
+    rc, out, err = cli(
+        capsys, "run", "--kernel", "gemv", "--dout", "128", "--din", "4096", "--batch", "16",
+        "--sched", "dcs", "--json",
+    )  # fmt: skip
+    assert rc == 0, err
+    r = json.loads(out)
+    assert r["shape"] == {"d_out": 128, "d_in": 4096, "batch": 16}
+    assert r["counts"] == {"WR_INP": 4096, "MAC": 32768, "RD_OUT": 128}
+    assert r["row_switches"] == 128
+    rc, _, err = cli(capsys, "run", *QK, "--batch", "2")
+    assert rc == 2 and "--kernel qk does not take --batch" in err
+
+
 def test_run_table_compares_with_static(capsys):
     rc, out, _ = cli(capsys, "run", *QK, "--sched", "pingpong")
     assert rc == 0

@@ -1,10 +1,11 @@
 """Generated Verilog under cocotb + Verilator, cycle for cycle against the TLM.
 
 One simulator process per (block, configuration) runs every stream; each test then checks one
-stream. Streams: compiler kernels (QK^T and SV at d_h 64 and 128, GQA row reuse, FC GEMVs),
-seeded random legal streams (for ping-pong: streams with legal buffer halves), the same with
-input ``valid`` gaps (still cycle-exact) and with output ``ready`` gaps (order and
-dependencies checked), and a small configuration whose IDs and timestamps wrap many times.
+stream. Streams: compiler kernels (QK^T and SV at d_h 64 and 128, GQA row reuse, FC GEMVs,
+batched FC GEMVs with row reuse over requests), seeded random legal streams (for ping-pong:
+streams with legal buffer halves), the same with input ``valid`` gaps (still cycle-exact)
+and with output ``ready`` gaps (order and dependencies checked), and a small configuration
+whose IDs and timestamps wrap many times.
 """
 
 from __future__ import annotations

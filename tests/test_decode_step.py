@@ -118,7 +118,8 @@ def test_layer_plan_splits_by_tp_and_channels(cfg):
     assert [j[0].d_out for j in plan.gemv["ffn1"]] == [48] * 16
     assert {j[0].d_in for j in plan.gemv["ffn2"]} == {384}
     assert {j[0].d_in for j in plan.gemv["proj"]} == {8 * 64 // 2}
-    assert all(len(j) == 2 for j in plan.gemv["qkv"])  # one pass per request
+    # One batched GEMV per channel share for both requests (row reuse), not one per request.
+    assert all([(j.batch, j.shape["batch"]) for j in jobs] == [(2, 2)] for jobs in plan.gemv["qkv"])
     assert plan.kv_heads == 2
     # TCP: every request's tokens over all channels, for each of the module's 2 KV heads.
     assert sum(j.tokens for jobs in plan.qk for j in jobs if j.request == 1) == 2 * 300

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 
 import numpy as np
@@ -14,6 +15,9 @@ from compiler.kernels import (
     compile_kernel,
     compile_qk,
     compile_sv,
+    gemv_max_batch,
+    gemv_pass_size,
+    row_switch_estimate,
 )
 from models.channel import SCHEDULERS, run_channel
 from models.config import load_preset
@@ -382,3 +386,168 @@ def test_functional_detects_broken_schedule(cfg):
     tile = int(cmds["gpr"][rd])
     assert not np.array_equal(out_bad[tile], out_good[tile])
     assert not np.array_equal(prog.read_outputs(out_bad), y_good)
+
+
+# --------------------------------------------------------------------------- batched GEMV
+
+
+def expected_batch(d_out: int, d_in: int, batch: int, pass_size: int) -> dict[str, int]:
+    """Closed-form counts of a batched GEMV (docs/mapping.md, "Batched FC GEMV").
+
+    ``ACT`` is the number of row activations: every pass reopens each of the ``rows`` rows
+    (a one-row matrix stays open from one pass to the next).
+    """
+    groups, tiles = cdiv(d_out, BANKS), cdiv(d_in, ELEMS)
+    resident = pass_size * tiles <= HALF
+    n_blocks = cdiv(groups, HALF // pass_size)
+    rows = expected_rows(d_out, d_in)
+    passes = cdiv(batch, pass_size)
+    return {
+        "WR_INP": batch * tiles * (1 if resident else n_blocks),
+        "MAC": batch * groups * tiles,
+        "RD_OUT": batch * groups,
+        "ACT": passes * rows if rows > 1 else 1,
+    }
+
+
+# (d_out, d_in, batch, pass_size): resident and streamed inputs, one and several output
+# blocks, batches that are not a multiple of the pass size, a one-row matrix, a full half.
+BATCH_CASES = [
+    (100, 300, 5, 2),  # 3 passes (2, 2, 1), streamed, one block
+    (100, 300, 5, 5),
+    (64, 1000, 7, 3),  # 3 passes (3, 3, 1), 63 tiles streamed in chunks of 10
+    (128, 4096, 16, 4),  # one block of 8 groups per pass
+    (128, 4096, 10, 8),  # 2 blocks of 4 groups: every input tile written twice
+    (48, 200, 40, 32),  # a full buffer half, then a pass of 8
+    (17, 1, 33, 32),  # one row: it stays open across passes
+    (32, 32, 9, 4),  # 2 tiles: resident, 3 passes
+    (1000, 5000, 3, 3),
+]
+
+
+@pytest.mark.parametrize(("d_out", "d_in", "batch", "pass_size"), BATCH_CASES)
+def test_batched_gemv_closed_form_counts(cfg, d_out, d_in, batch, pass_size):
+    prog = compile_gemv(cfg, d_out, d_in, batch, pass_size)
+    validate_stream(prog.commands, cfg.channel)
+    want = expected_batch(d_out, d_in, batch, pass_size)
+    assert prog.counts == {k: want[k] for k in ("WR_INP", "MAC", "RD_OUT")}
+    assert (prog.plan.heads, prog.plan.pass_size) == (batch, pass_size)
+    assert mac_row_opens(prog.commands) == want["ACT"]
+    # The scheduler opens rows where the MAC walk changes row, under every scheduler.
+    for sched in SCHEDULERS:
+        assert run_channel(prog.commands, cfg, sched).row_switches.shape[0] == want["ACT"]
+    # Every weight tile is read once per request, and each pass opens every row once.
+    mac = prog.commands[prog.commands["op"] == Op.MAC]
+    addr = mac["row"].astype(np.int64) * COLS + mac["col"]
+    groups, tiles = cdiv(d_out, BANKS), cdiv(d_in, ELEMS)
+    assert np.array_equal(np.bincount(addr), np.full(groups * tiles, batch))
+
+
+def test_batched_gemv_hand_computed_example(cfg):
+    # 128 x 4096, B = 16, P = 4: 8 groups, 256 tiles, 32 rows. 4 x 256 tiles > 32: streamed
+    # in chunks of 8 tiles; a block of 32 // 4 = 8 groups holds all 8, so each input tile is
+    # written once: WR_INP 16 x 256 = 4096; MAC 16 x 8 x 256 = 32768; RD_OUT 16 x 8 = 128;
+    # 4 passes x 32 rows = 128 activations (B = 1 passes: 16 x 32 = 512).
+    prog = compile_gemv(cfg, 128, 4096, 16)
+    assert prog.plan.pass_size == 4
+    assert prog.counts == {"WR_INP": 4096, "MAC": 32768, "RD_OUT": 128}
+    assert mac_row_opens(prog.commands) == 128
+
+
+def test_default_pass_size_hand_computed(cfg):
+    # Row switch estimate: tRP 16 + ACT span 3 x tRRD 6 = 18 + tRCD_MAC 28 = 62 cycles.
+    # cost(P) = B*tiles*(groups + n_blocks(P)) + B*groups + ceil(B/P)*rows*62.
+    # 128 x 4096, B = 16 (groups 8, tiles 256, rows 32; 4096 = 16 x 256):
+    #   P=3: 4096*9 + 128 + 6*1984 = 48896; P=4: 4096*9 + 128 + 4*1984 = 44928;
+    #   P=8: 4096*10 + 128 + 2*1984 = 45056 (n_blocks 2); P=16: 4096*12 + 128 + 1984 = 51264.
+    # 48 x 4096, B = 16 (groups 3, rows 12): n_blocks 1 up to P = 10, so ceil(16/P) = 2 from
+    # P = 8 to 10: the tie goes to the smaller P = 8 (passes 8 + 8, not 10 + 6).
+    assert row_switch_estimate(cfg) == 62
+    assert gemv_pass_size(cfg, 128, 4096, 16) == 4
+    assert gemv_pass_size(cfg, 48, 4096, 16) == 8
+    assert gemv_pass_size(cfg, 16, 4096, 16) == 16  # one group: WR_INP never repeats
+    assert gemv_pass_size(cfg, 100, 300, 1) == 1
+    assert compile_gemv(cfg, 48, 4096, 16).plan.pass_size == 8
+
+
+# SHA-256 prefixes of compile_gemv(cfg, d_out, d_in).commands before batching existed.
+B1_STREAMS = {
+    (4096, 4096): "ff96c32ab61b3878",
+    (100, 300): "d9c126a3a5c057dc",
+    (17, 1): "1babeb31b1391c1d",
+    (1, 17): "09e571916a301696",
+    (1000, 5000): "564f57ccddfd78b8",
+    (64, 1000): "4e0991b4b01593b6",
+}
+
+
+@pytest.mark.parametrize(("d_out", "d_in"), B1_STREAMS)
+def test_batch_one_stream_is_unchanged(cfg, d_out, d_in):
+    prog = compile_gemv(cfg, d_out, d_in, batch=1)
+    digest = hashlib.sha256(prog.commands.tobytes()).hexdigest()[:16]
+    assert digest == B1_STREAMS[(d_out, d_in)]
+    assert prog.shape == {"d_out": d_out, "d_in": d_in}
+    assert np.array_equal(prog.commands, compile_gemv(cfg, d_out, d_in).commands)
+
+
+@pytest.mark.parametrize(
+    ("call", "fragment"),
+    [
+        (lambda c: compile_gemv(c, 64, 64, 0), "batch = 0"),
+        (lambda c: compile_gemv(c, 64, 64, 4, 0), "pass_size = 0"),
+        (lambda c: compile_gemv(c, 64, 64, 4, 5), "pass_size = 5: a pass holds at most"),
+        (lambda c: compile_gemv(c, 64, 64, 40, 33), r"min\(batch, buffer half\) = 32"),
+    ],
+)
+def test_batched_gemv_refusals(cfg, call, fragment):
+    with pytest.raises(CompileError, match=fragment):
+        call(cfg)
+
+
+def test_batched_gemv_gpr_refusal_names_the_batch(cfg):
+    # 4096 x 4096: 256 input tiles + 256 output groups per request; the GPR holds 16384
+    # tiles, so at most 32 requests.
+    assert gemv_max_batch(cfg, 4096, 4096) == 32
+    compile_gemv(cfg, 16, 4096, 32)  # 32 x (256 + 1) = 8224 tiles fit
+    with pytest.raises(CompileError, match=r"batch 33: .* use a batch <= 32 per GEMV"):
+        compile_gemv(cfg, 4096, 4096, 33)
+
+
+BATCH_FUNCTIONAL = [
+    (100, 300, 5, None),
+    (64, 1000, 7, 3),  # streamed, last pass of 1
+    (48, 200, 40, 32),  # a full buffer half then 8
+    (128, 4096, 6, 4),  # 2 passes (4, 2) over 32 rows
+]
+
+
+@pytest.mark.parametrize("sched", SCHEDULERS)
+@pytest.mark.parametrize(("d_out", "d_in", "batch", "pass_size"), BATCH_FUNCTIONAL)
+def test_batched_gemv_functional_matches_numpy(cfg, d_out, d_in, batch, pass_size, sched):
+    prog = compile_gemv(cfg, d_out, d_in, batch, pass_size)
+    w, x = operands(prog, seed=99)
+    assert (w.shape, x.shape) == ((d_out, d_in), (batch, d_in))
+    y = simulate(prog, cfg, run_channel(prog.commands, cfg, sched), w, x)
+    assert y.shape == (batch, d_out)
+    assert_close(y, w, x)  # Y == X @ W.T
+
+
+def test_dcs_overlaps_the_extra_wr_inp(cfg):
+    # 128 x 4096, B = 16 in 4 passes: 4096 WR_INP, 32768 MAC, 128 row opens. Opening a row
+    # takes 3 x tRRD 6 = 18 (ACT span) + tRCD_MAC 28 = 46 cycles the first time and
+    # tRP 16 + 46 = 62 after (tRAS and tRTP already met): 46 + 127 x 62 = 7920 cycles.
+    prog = compile_gemv(cfg, 128, 4096, 16)
+    static, dcs = (run_channel(prog.commands, cfg, s) for s in ("static", "dcs"))
+    for r in (static, dcs):
+        assert r.breakdown["mac_busy"] == 32768
+        assert r.breakdown["row_switch"] == 7920
+    # The static scheduler issues every WR_INP in program order on the one command bus: none
+    # of the 4096 hides. DCS issues them in the cycles the MAC pipeline waits for a row:
+    # fewer than 5% stay exposed, and it saves at least the 4096 WR_INP cycles.
+    assert static.breakdown["io_transfer"] >= 4096
+    assert dcs.breakdown["io_transfer"] < 0.05 * 4096
+    assert static.cycles - dcs.cycles > 4096
+    # Row reuse: per request, 16 single-request GEMVs cost more than one batched GEMV.
+    one = run_channel(compile_gemv(cfg, 128, 4096).commands, cfg, "dcs")
+    assert one.breakdown["row_switch"] == 46 + 31 * 62  # 32 rows
+    assert 16 * one.cycles > 1.5 * dcs.cycles

@@ -13,6 +13,7 @@ from compiler.plan import (
     LayerPlan,
     Partition,
     PartitionError,
+    _gemv_jobs,
     attention_units,
     candidates,
     partition_attention,
@@ -244,3 +245,20 @@ def test_auto_stands_for_tcp_and_hfp():
     assert candidates("itpp") == (Partition.ITPP,)
     with pytest.raises(PartitionError, match="chooses per layer"):
         partition_attention(load_preset("aim-16ch"), "qk", [10], 1, 64, scheme="auto")
+
+
+def test_gemv_jobs_batch_per_channel_split_by_the_gpr():
+    # aim-16ch: 16 channels, 16 banks, a 16384-tile GPR. 512 x 4096 deals 32 rows (2 groups)
+    # to each channel; one request needs 256 input tiles + 2 output tiles, so the GPR holds
+    # 16384 // 258 = 63 requests: a batch of 130 runs as GEMVs of 63, 63 and 4 requests.
+    cfg = load_preset("aim-16ch")
+    jobs = _gemv_jobs(cfg, 512, 4096, 130)
+    assert len(jobs) == 16
+    assert all(
+        [(j.d_out, j.d_in, j.batch) for j in c] == [(32, 4096, b) for b in (63, 63, 4)]
+        for c in jobs
+    )
+    assert [[j.batch for j in c] for c in _gemv_jobs(cfg, 512, 4096, 5)] == [[5]] * 16
+    # 40 rows over 16 channels: 16 each for two channels, 8 (a part group) for one, none else.
+    shares = [[j.d_out for j in c] for c in _gemv_jobs(cfg, 40, 64, 3)]
+    assert shares == [[16], [16], [8]] + [[]] * 13

@@ -80,7 +80,7 @@ class KernelCache:
         return self._programs[key]
 
     def run(self, job) -> KernelStats:
-        """Cycles and MACs of ``job`` (a ``ChannelJob`` or ``compiler.plan.GemvJob``)."""
+        """Cycles and MACs of ``job`` (a ``ChannelJob`` or a batched ``compiler.plan.GemvJob``)."""
         key = job_key(job)
         if self.memoize and key in self._memo:
             return self._memo[key]

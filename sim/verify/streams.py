@@ -26,6 +26,10 @@ COSIM_KERNELS: tuple[tuple[str, str, dict], ...] = (
     ("gemv-64x512", "gemv", {"d_out": 64, "d_in": 512}),
     ("gemv-100x300", "gemv", {"d_out": 100, "d_in": 300}),
     ("gemv-256x1024", "gemv", {"d_out": 256, "d_in": 1024}),
+    # Batched FC GEMVs (row reuse over requests): one pass of 5; passes of 8 + 2 with two
+    # output blocks, so every input tile is written twice and the last pass is partial.
+    ("gemv-b5-100x300", "gemv", {"d_out": 100, "d_in": 300, "batch": 5}),
+    ("gemv-b10-p8-128x256", "gemv", {"d_out": 128, "d_in": 256, "batch": 10, "pass_size": 8}),
 )
 """Compiler-generated streams every co-simulation run checks (name, kernel, shape)."""
 
