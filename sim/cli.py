@@ -67,6 +67,11 @@ COMMANDS: tuple[Command, ...] = (
     Command("presets", "list the hardware presets", "sim.presets"),
     Command("sweep", "MAC utilisation vs kernel size (PIMphony Fig. 8)", "sim.experiments.sweep"),
     Command(
+        "fidelity",
+        "the papers' claims beside pimphony's numbers (docs/fidelity.md)",
+        "sim.experiments.fidelity",
+    ),
+    Command(
         "buffer-sweep",
         "DCS vs ping-pong over OBuf size and timing convention (PIMphony Fig. 18)",
         "sim.experiments.buffer_sweep",

@@ -1,0 +1,487 @@
+"""``pimphony fidelity``: the papers' quantitative claims beside pimphony's numbers.
+
+Each :class:`Claim` names the paper, the figure or section, the claim with the paper's
+number, the paper's workload, the ``pimphony`` command that measures it here, and a function
+that runs the measurement and returns our number, a verdict and, for every difference, the
+mechanism behind it. ``pimphony fidelity`` prints the table (Markdown) or writes
+``docs/fidelity.md``; ``tests/test_fidelity.py`` re-runs every claim and fails when a verdict
+changes, so a change that breaks a reproduced trend fails CI.
+
+Verdicts, decided by code with the tolerance stated in each row:
+
+- ``reproduced``: the number is within the stated tolerance of the paper's;
+- ``trend``: the direction or shape holds, the number does not;
+- ``differs``: neither; the mechanism column says why;
+- ``derived``: the value was derived from the paper's number (a consistency check only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from compiler.kernels import CompileError, compile_gemv, compile_qk, compile_sv
+from compiler.llm import load_model
+from compiler.plan import partition_attention
+from models.channel import run_channel
+from models.config import load_preset
+from models.fileio import write_atomic
+from models.memory import MemoryPolicy
+from sim.provenance import tool_record
+from sim.report import user_output
+
+__all__ = [
+    "CLAIMS",
+    "FIDELITY_DOC",
+    "Claim",
+    "Measured",
+    "Verdict",
+    "add_arguments",
+    "format_fidelity",
+    "measure_all",
+    "run",
+]
+
+FIDELITY_DOC = Path("docs") / "fidelity.md"
+PIMPHONY_PRESET = "aim-32ch"  # PIMphony on CENT (docs/presets.md)
+LOLPIM_PRESET = "lolpim-aimx"
+
+
+class Verdict(StrEnum):
+    """How our number compares with the paper's."""
+
+    REPRODUCED = "reproduced"
+    TREND = "trend"
+    DIFFERS = "differs"
+    DERIVED = "derived"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Our number (text), the verdict and, unless reproduced, the mechanism."""
+
+    ours: str
+    verdict: Verdict
+    mechanism: str = ""
+    values: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One quantitative claim of a paper and how pimphony measures it."""
+
+    key: str
+    paper: str
+    where: str
+    claim: str
+    workload: str
+    command: str
+    measure: Callable[[], Measured]
+
+
+def _within(ours: float, paper: float, rel: float) -> bool:
+    return abs(ours - paper) <= rel * abs(paper)
+
+
+# ---- PIMphony (seed 000) --------------------------------------------------------------------
+
+
+def _fig8() -> Measured:
+    cfg = load_preset(PIMPHONY_PRESET)
+    utils = {
+        d: run_channel(compile_qk(cfg, 4096, d).commands, cfg, "static").mac_utilization
+        for d in (32, 64, 128, 256, 512)
+    }
+    at128 = 100 * utils[128]
+    falls = all(utils[a] <= utils[b] for a, b in zip(list(utils), list(utils)[1:], strict=False))
+    ours = f"{at128:.1f}% at d_h 128; " + ", ".join(
+        f"{d}: {100 * u:.1f}%" for d, u in utils.items()
+    )
+    if abs(at128 - 14.7) <= 3 and falls:
+        return Measured(ours, Verdict.REPRODUCED, values={"util_128": at128})
+    return Measured(
+        ours,
+        Verdict.TREND if falls else Verdict.DIFFERS,
+        "row switches (4 x ACT4 + tRCD per 64-MAC row) and WR_INP/RD_OUT latencies the static "
+        "scheduler does not overlap; the paper gives neither its timing nor the other dimension",
+        {"util_128": at128},
+    )
+
+
+def _fig18_ratios(obuf: int | None = None) -> dict[int, float]:
+    cfg = load_preset(PIMPHONY_PRESET)
+    if obuf is not None:
+        cfg = cfg.replace(**{"channel.obuf_entries": obuf})
+    ratios = {}
+    for g in (1, 2, 4, 8):
+        try:
+            cmds = compile_qk(cfg, 4096, 128, gqa_group=g).commands
+        except CompileError:  # the group does not fit a buffer half: not a data point
+            continue
+        ratios[g] = run_channel(cmds, cfg, "pingpong").cycles / run_channel(cmds, cfg, "dcs").cycles
+    return ratios
+
+
+def _fig18_preset() -> Measured:
+    ratios = _fig18_ratios()
+    best = max(ratios.values())
+    ours = "DCS/ping-pong " + ", ".join(f"G={g}: {r:.3f}x" for g, r in ratios.items())
+    if _within(best, 1.4, 0.15):
+        return Measured(ours, Verdict.REPRODUCED, values={"best": best})
+    return Measured(
+        ours,
+        Verdict.TREND if best > 1.0 else Verdict.DIFFERS,
+        "at the preset's 64-entry OBuf ping-pong's 32-entry halves hide the MAC-result latency "
+        "at every hand-off, so DCS has little left to overlap; the paper does not give its "
+        "buffer size (see the next row and docs/presets.md)",
+        {"best": best},
+    )
+
+
+def _fig18_small() -> Measured:
+    sweep = {o: _fig18_ratios(o) for o in (4, 8)}
+    best = max(r for ratios in sweep.values() for r in ratios.values())
+    ours = "; ".join(
+        f"OBuf {o}: " + ", ".join(f"G={g} {r:.2f}x" for g, r in ratios.items())
+        for o, ratios in sweep.items()
+    )
+    if _within(best, 1.4, 0.15):
+        return Measured(ours, Verdict.REPRODUCED, values={"best": best})
+    return Measured(ours, Verdict.TREND, "smaller than the paper's gain", {"best": best})
+
+
+def _sv_reduction() -> Measured:
+    from sim.decode_step.setup import DecodeSetup
+    from sim.decode_step.step import run_decode
+
+    spec, cfg = load_model("llm-7b"), load_preset(PIMPHONY_PRESET)
+    share = {}
+    for tp in (1, 8):  # all 32 heads on one module (timing only), or 4 per module
+        setup = DecodeSetup(spec, cfg, (16384,), tp=tp, partition="tcp", check_capacity=False)
+        share[tp] = 100 * run_decode(setup).epu["sv_reduction_share_of_attention"]
+    ours = f"{share[1]:.3f}% of attention time with 32 heads per module, {share[8]:.3f}% with 4"
+    values = {"share_tp1": share[1], "share_tp8": share[8]}
+    if share[1] < 0.2:
+        return Measured(
+            ours,
+            Verdict.REPRODUCED,
+            "only the last head's reduction is exposed (the EPU reduces a head while the "
+            "channels run the next head's SV), so the share grows as fewer heads share a module",
+            values,
+        )
+    return Measured(ours, Verdict.DIFFERS, "the reduction's exposed EPU time", values)
+
+
+def _threshold(kind: str, channels: int) -> int:
+    """Smallest T at which TCP gives every bank of every channel work (one head)."""
+    cfg = load_preset("aim-16ch")
+    banks = cfg.channel.banks
+    for t in range(1, 4097):
+        jobs = partition_attention(cfg, kind, [t], 1, 128, scheme="tcp")
+        active = 0
+        for channel_jobs in jobs:
+            most = 0
+            for j in channel_jobs:
+                rows = j.tokens if kind == "qk" else j.d_h
+                most = max(most, min(banks, rows))
+            active += most
+        if active == banks * channels:
+            return t
+    return -1
+
+
+def _tcp_thresholds() -> Measured:
+    qk, sv = _threshold("qk", 16), _threshold("sv", 16)
+    ours = f"QK^T from T = {qk}, SV from T = {sv}"
+    if (qk, sv) == (256, 32):
+        return Measured(ours, Verdict.REPRODUCED, values={"qk": qk, "sv": sv})
+    return Measured(
+        ours,
+        Verdict.TREND if qk == 256 else Verdict.DIFFERS,
+        "QK^T puts one token per bank (16 x 16 = 256, as the paper); our SV gives each channel "
+        "a token range and every bank an output dimension, so all banks work once every "
+        "channel has a token (T = 16); the paper does not derive its 32",
+        {"qk": qk, "sv": sv},
+    )
+
+
+def _dstable() -> Measured:
+    cfg = load_preset(PIMPHONY_PRESET)
+    ch, d = cfg.channel, cfg.dcs
+    bits = (ch.gbuf_entries + ch.obuf_entries) * (2 * d.id_bits + d.timestamp_bits + 1)
+    return Measured(
+        f"{bits // 8} B = ({ch.gbuf_entries} + {ch.obuf_entries}) entries x "
+        f"{2 * d.id_bits + d.timestamp_bits + 1} bits",
+        Verdict.DERIVED,
+        "the preset's OBuf size and ID/timestamp widths were chosen so that the tables hold "
+        "576 B; not an independent check",
+        {"bytes": bits // 8},
+    )
+
+
+def _dpa_buffers() -> Measured:
+    from sim.decode_step.admission import fill_batch
+    from sim.decode_step.setup import DecodeSetup
+    from sim.decode_step.step import run_decode
+    from sim.workloads import load_workload, sample_context_lengths
+
+    spec, cfg = load_model("llm-7b"), load_preset(PIMPHONY_PRESET)
+    pool = [int(t) for t in sample_context_lengths(load_workload("qmsum"), 256, 0)]
+    batch = fill_batch(spec, cfg, 8, MemoryPolicy.LAZY, pool)
+    report = run_decode(DecodeSetup(spec, cfg, batch, tp=8, memory="lazy"))
+    dpa = report.dpa
+    total = dpa["program_bytes"] + dpa["va2pa_bytes_per_module"] + dpa["config_bytes"]
+    ours = (
+        f"{total / 1024:.1f} KB per module (programs {dpa['program_bytes']} B, VA2PA "
+        f"{dpa['va2pa_bytes_per_module']} B, configuration {dpa['config_bytes']} B; batch "
+        f"{len(batch)})"
+    )
+    if total < 200 * 1024:
+        return Measured(ours, Verdict.REPRODUCED, values={"bytes": total})
+    return Measured(ours, Verdict.DIFFERS, "VA2PA entries grow with the batch", {"bytes": total})
+
+
+def _fig19() -> Measured:
+    from sim.experiments.capacity import paper_comparison
+
+    rows = paper_comparison(n_requests=256)
+    static = 100 * sum(r[1].total_utilization for r in rows) / len(rows)
+    lazy = 100 * sum(r[2].total_utilization for r in rows) / len(rows)
+    ours = f"static {static:.1f}%, lazy {lazy:.1f}% (mean of {len(rows)} set-ups x workloads)"
+    values = {"static": static, "lazy": lazy}
+    if abs(static - 36.2) <= 5 and abs(lazy - 75.6) <= 5:
+        return Measured(ours, Verdict.REPRODUCED, values=values)
+    return Measured(
+        ours,
+        Verdict.TREND if lazy > 2 * static else Verdict.DIFFERS,
+        "the paper defines neither the utilisation's denominator nor its batch formation "
+        "(docs/memory.md)",
+        values,
+    )
+
+
+def _fig13a() -> Measured:
+    from sim.experiments.ablation import ablation
+
+    rows = ablation(requests=32)
+    speed = rows[-1]["speedup"]
+    steps = ", ".join(f"{r['step']} {r['speedup']:.2f}x" for r in rows)
+    if 2.1 <= speed <= 4.5:
+        return Measured(steps, Verdict.REPRODUCED, values={"speedup": speed})
+    return Measured(
+        steps,
+        Verdict.TREND if speed > 1 else Verdict.DIFFERS,
+        "outside the paper's range",
+        {"speedup": speed},
+    )
+
+
+# ---- LoL-PIM (seed 001) ---------------------------------------------------------------------
+
+#: Per-channel shapes of Qwen1.5-7B (d_h 128, hidden 4096, intermediate 11008) at Musique's
+#: mean context (16,362 tokens, LoL-PIM Table 2) over one 16-channel module.
+_FIG7A_SHAPES = {
+    "QK^T": (compile_qk, {"tokens": 1023, "d_h": 128}, 40),
+    "SV": (compile_sv, {"tokens": 1023, "d_h": 128}, 44),
+    "FFN1": (compile_gemv, {"d_out": 688, "d_in": 4096}, 29),
+    "FFN2": (compile_gemv, {"d_out": 256, "d_in": 11008}, 28),
+}
+
+
+def _fig7a() -> Measured:
+    cfg = load_preset(LOLPIM_PRESET)
+    cuts = {}
+    for op, (compile_fn, shape, _paper) in _FIG7A_SHAPES.items():
+        cmds = compile_fn(cfg, **shape).commands
+        base = run_channel(cmds, cfg, "static").cycles
+        cuts[op] = 100 * (1 - run_channel(cmds, cfg, "pingpong").cycles / base)
+    ours = ", ".join(f"{op} {c:.0f}%" for op, c in cuts.items())
+    close = {op: abs(c - _FIG7A_SHAPES[op][2]) <= 10 for op, c in cuts.items()}
+    if all(close.values()):
+        return Measured(ours, Verdict.REPRODUCED, values=cuts)
+    off = ", ".join(op for op, ok in close.items() if not ok)
+    return Measured(
+        ours,
+        Verdict.TREND if all(c > 0 for c in cuts.values()) else Verdict.DIFFERS,
+        f"{off} outside 10 points: the paper gives no shapes or timing for Fig. 7a; our SV at "
+        "1,023 tokens per channel keeps its inputs resident in one GBuf half (one fill), so "
+        "ping-pong has few GBuf hand-offs to hide",
+        cuts,
+    )
+
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        "P-fig8", "PIMphony", "Fig. 8",
+        "static scheduling: MAC utilisation drops to 14.7% at dimension 128, and falls as "
+        "the dimension falls",
+        "a GEMV sweep over dimensions (the other dimension and timing not given)",
+        "pimphony sweep --kernel qk --preset aim-32ch  (QK^T, T 4096, static)", _fig8,
+    ),
+    Claim(
+        "P-fig18", "PIMphony", "Fig. 18",
+        "DCS over ping-pong: up to 1.4x MAC utilisation at the same total buffer size",
+        "attention, MHA and GQA g = 2, 4, 8, row-reuse mapping (size, model, T not given)",
+        "pimphony run --kernel qk --tokens 4096 --dh 128 --gqa-group G --sched pingpong|dcs "
+        "--preset aim-32ch", _fig18_preset,
+    ),
+    Claim(
+        "P-fig18-small", "PIMphony", "Fig. 18 (sensitivity)",
+        "the same, with 'smaller per-region buffers' for ping-pong",
+        "as above",
+        "pimphony buffer-sweep  (OBuf 4 and 8 entries per bank)", _fig18_small,
+    ),
+    Claim(
+        "P-tcp-thresholds", "PIMphony", "IV-C",
+        "TCP activates every channel once T exceeds 256 for QK^T and 32 for SV",
+        "16 channels x 16 banks",
+        "compiler.plan.partition_attention(..., scheme='tcp') on aim-16ch", _tcp_thresholds,
+    ),
+    Claim(
+        "P-sv-reduction", "PIMphony", "IV-C",
+        "SV's cross-channel reduction costs below 0.2% of attention latency",
+        "LLM-7B, 16K tokens",
+        "pimphony decode --model llm-7b --context 16384 --partition tcp --tp 1|8 --preset aim-32ch "
+        "--ignore-capacity",
+        _sv_reduction,
+    ),
+    Claim(
+        "P-576B", "PIMphony", "VII-C",
+        "a per-controller 576 B D-Table + S-Table",
+        "per PIM controller (channel)",
+        "preset aim-32ch: (gbuf + obuf entries) x (2 IDs + timestamp + is-MAC)", _dstable,
+    ),
+    Claim(
+        "P-dpa-200KB", "PIMphony", "VII-C",
+        "the DPA dispatcher needs less than 200 KB for all its buffers",
+        "LLM-7B-32K on QMSum, 8 CENT modules",
+        "pimphony decode --model llm-7b --workload qmsum --batch auto --tp 8 --memory lazy "
+        "--preset aim-32ch", _dpa_buffers,
+    ),
+    Claim(
+        "P-fig19", "PIMphony", "Fig. 19",
+        "capacity utilisation 36.2% static (31.0-40.5%) -> 75.6% with DPA",
+        "7B/72B, LongBench and LV-Eval, 128/512 GB",
+        "pimphony capacity", _fig19,
+    ),
+    Claim(
+        "P-fig13a", "PIMphony", "Fig. 13a",
+        "2.1-4.5x throughput with TCP + DCS + DPA over the baseline (non-GQA models)",
+        "LLM-7B-32K / 72B-32K, LongBench, 128 / 512 GB, optimal TP/PP",
+        "pimphony ablation --requests 32  (LLM-7B-32K, QMSum, 8 x 16 GB)", _fig13a,
+    ),
+    Claim(
+        "L-fig7a", "LoL-PIM", "Fig. 7a",
+        "I/O-aware (ping-pong) buffering cuts latency by 40% (QK^T), 44% (SV), 29% (FFN1), "
+        "28% (FFN2)",
+        "AiMX, ping-pong with an extra 2 KB GB (model and context not given)",
+        "pimphony run --kernel qk|sv|gemv ... --sched static|pingpong --preset lolpim-aimx "
+        "(Qwen1.5-7B per-channel shapes at Musique's mean 16,362 tokens)", _fig7a,
+    ),
+)  # fmt: skip
+
+
+def measure_all(
+    claims: tuple[Claim, ...] = CLAIMS, progress: Callable[[str], None] | None = None
+) -> list[tuple[Claim, Measured]]:
+    """Every claim measured, in order."""
+    out = []
+    for claim in claims:
+        if progress:
+            progress(f"{claim.key}: {claim.paper} {claim.where}")
+        out.append((claim, claim.measure()))
+    return out
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def format_fidelity(results: list[tuple[Claim, Measured]]) -> str:
+    """``docs/fidelity.md``: one Markdown table, generated."""
+    tool = tool_record()
+    counts = {v: sum(1 for _, m in results if m.verdict == v) for v in Verdict}
+    lines = [
+        "# Fidelity: the papers' claims beside pimphony's numbers",
+        "",
+        "Generated by `pimphony fidelity --write` (do not edit by hand); "
+        f"pimphony {tool['version']}, commit {tool['commit'] or 'unknown'}. "
+        "`tests/test_fidelity.py` re-runs every row and fails when a verdict changes.",
+        "Verdicts: reproduced (within the row's tolerance), trend (direction holds), differs, "
+        "derived (taken from the paper's number; not a check). Presets: `docs/presets.md`.",
+        "",
+        "Tally: " + ", ".join(f"{n} {v}" for v, n in counts.items()),
+        "",
+        "| claim | paper | paper's workload | our command | ours | verdict | mechanism |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c, m in results:
+        lines.append(
+            f"| {_cell(c.claim)} | {c.paper} {c.where} | {_cell(c.workload)} | "
+            f"`{_cell(c.command)}` | {_cell(m.ours)} | **{m.verdict}** | {_cell(m.mechanism)} |"
+        )
+    lines += [
+        "",
+        "Not yet measured here (next): PIMphony Fig. 7 (34 -> 22 cycles, a diagram count), "
+        "Fig. 13b (11.3x), Fig. 15 (TP/PP), Fig. 17 (46.6x at 1M, 2.1x at 256 tokens, "
+        "capacity scaling); LoL-PIM Fig. 4 (+380% batch), Table 8, Fig. 9, Fig. 11.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``pimphony fidelity``."""
+    p.add_argument(
+        "--write",
+        nargs="?",
+        const=FIDELITY_DOC,
+        type=Path,
+        help=f"write the table to this file (default {FIDELITY_DOC}) instead of printing it",
+    )
+    p.add_argument("--force", action="store_true", help="replace an existing --write file")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Measure every claim; print the table, its JSON, or write it."""
+    if args.write is not None:
+        args.write = user_output(args.write, FIDELITY_DOC, args.force)
+    say = functools.partial(print, flush=True) if args.write else None
+    results = measure_all(progress=(lambda m: say(f"  {m}")) if say else None)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "claims": [
+                        {
+                            "key": c.key,
+                            "paper": c.paper,
+                            "where": c.where,
+                            "claim": c.claim,
+                            "command": c.command,
+                            "ours": m.ours,
+                            "verdict": str(m.verdict),
+                            "mechanism": m.mechanism,
+                            "values": m.values,
+                        }
+                        for c, m in results
+                    ],
+                    "provenance": tool_record(),
+                },
+                indent=2,
+            )
+        )
+        return 0
+    text = format_fidelity(results)
+    if args.write is not None:
+        write_atomic(args.write, text.encode())
+        print(f"wrote {args.write}")
+    else:
+        print(text, end="")
+    return 0
