@@ -25,6 +25,7 @@ EXPECTED = {
     "P-fig19": Verdict.REPRODUCED,
     "P-fig13a": Verdict.REPRODUCED,
     "L-fig7a": Verdict.TREND,
+    "L-table8": Verdict.TREND,
 }
 
 

@@ -316,6 +316,87 @@ def _fig7a() -> Measured:
     )
 
 
+#: LoL-PIM Table 8 (Musique): (model, nodes of 8 modules) -> per system (tokens/s, util %).
+_TABLE8 = {
+    ("llm-7b", 4): ((1833, 15.1), (2455, 20.2), (3668, 30.1)),
+    ("llm-14b", 5): ((1309, 15.4), (1737, 20.5), (2553, 30.1)),
+    ("llm-72b", 16): ((737, 12.8), (1211, 21.1), (1740, 30.3)),
+}
+#: Table 8's systems: the AiMX baseline (head-first, static memory and scheduling), LoL-PIM
+#: with ITPP + PP and DPA (1, 2), and with I/O-aware ping-pong buffering too (1, 2, 3).
+_TABLE8_SYSTEMS = (
+    ("PIM", "hfp", "static", "static"),
+    ("LoL-PIM (1)(2)", "itpp", "static", "lazy"),
+    ("LoL-PIM (1)(2)(3)", "itpp", "pingpong", "lazy"),
+)
+
+
+def _best_step(spec, hw, modules: int, batch, **choices):
+    """The fastest decode step over every valid (TP, PP) split of ``modules``."""
+    from compiler.plan import DecodeMappingError, Parallelism
+    from sim.decode_step.setup import DecodeSetup
+    from sim.decode_step.step import run_decode
+
+    best = None
+    for tp in range(1, modules + 1):
+        if modules % tp:
+            continue
+        try:
+            Parallelism(tp, modules // tp).check(spec)
+        except DecodeMappingError:
+            continue
+        setup = DecodeSetup(
+            spec, hw, batch, tp=tp, pp=modules // tp, micro_batches="auto", **choices
+        )
+        step = run_decode(setup)
+        if best is None or step.tokens_per_s > best.tokens_per_s:
+            best = step
+    return best
+
+
+def _table8() -> Measured:
+    from sim.decode_step.admission import fill_batch
+    from sim.workloads import load_workload, sample_context_lengths
+
+    hw = load_preset(LOLPIM_PRESET)
+    pool = [int(t) for t in sample_context_lengths(load_workload("musique"), 2048, 0)]
+    cells, close, ordered = [], [], []
+    values: dict[str, Any] = {}
+    for (model, nodes), paper in _TABLE8.items():
+        spec, modules = load_model(model), nodes * hw.module.modules_per_node
+        speeds = []
+        for (label, partition, sched, memory), (p_tok, p_util) in zip(
+            _TABLE8_SYSTEMS, paper, strict=True
+        ):
+            batch = fill_batch(spec, hw, modules, memory, pool)
+            step = _best_step(spec, hw, modules, batch, partition=partition, sched=sched,
+                              memory=memory)  # fmt: skip
+            tok, util = step.tokens_per_s, 100 * step.mac_utilization
+            speeds.append(tok)
+            close.append(_within(tok, p_tok, 0.15) and abs(util - p_util) <= 3)
+            cells.append(f"{model} {label}: {tok:,.0f} ({p_tok:,}) tok/s, {util:.1f}% ({p_util}%)")
+            values[f"{model} {label}"] = {"tokens_per_s": tok, "util": util, "batch": len(batch)}
+        ordered.append(speeds == sorted(speeds))
+    ours = "; ".join(cells) + " -- ours (paper)"
+    n = sum(close)
+    over = [
+        100 * (values[f"{model} {_TABLE8_SYSTEMS[2][0]}"]["tokens_per_s"] / paper[2][0] - 1)
+        for (model, _), paper in _TABLE8.items()
+    ]
+    if all(close):
+        return Measured(ours, Verdict.REPRODUCED, values=values)
+    return Measured(
+        ours,
+        Verdict.TREND if all(ordered) else Verdict.DIFFERS,
+        f"{n} of 9 cells within 15% and 3 points; every model gains in the paper's order. The "
+        f"ping-pong column is {min(over):+.0f}% to {max(over):+.0f}% off: with aim-16ch's "
+        "timing (LoL-PIM gives none) ping-pong hides more of the FC layers' I/O than LoL-PIM "
+        "reports (the Fig. 7a row: FFN cuts above the paper's), and FC layers are most of a "
+        "step",
+        values,
+    )
+
+
 CLAIMS: tuple[Claim, ...] = (
     Claim(
         "P-fig8", "PIMphony", "Fig. 8",
@@ -384,6 +465,16 @@ CLAIMS: tuple[Claim, ...] = (
         "pimphony run --kernel qk|sv|gemv ... --sched static|pingpong --preset lolpim-aimx "
         "(Qwen1.5-7B per-channel shapes at Musique's mean 16,362 tokens)", _fig7a,
     ),
+    Claim(
+        "L-table8", "LoL-PIM", "Table 8",
+        "tokens/s and utilisation of PIM / LoL-PIM (1)(2) / (1)(2)(3): 7B 1833/2455/3668, "
+        "15.1/20.2/30.1%; 14B 1309/1737/2553, 15.4/20.5/30.1%; 72B 737/1211/1740, "
+        "12.8/21.1/30.3%",
+        "Qwen1.5 7B/14B/72B on Musique, 4/5/16 nodes of 8 AiMX modules",
+        "pimphony decode --model llm-7b|llm-14b|llm-72b --workload musique --batch auto "
+        "--preset lolpim-aimx --partition hfp|itpp --sched static|pingpong --memory "
+        "static|lazy --micro-batches auto, best --tp x --pp", _table8,
+    ),
 )  # fmt: skip
 
 
@@ -430,7 +521,7 @@ def format_fidelity(results: list[tuple[Claim, Measured]]) -> str:
         "",
         "Not yet measured here (next): PIMphony Fig. 7 (34 -> 22 cycles, a diagram count), "
         "Fig. 13b (11.3x), Fig. 15 (TP/PP), Fig. 17 (46.6x at 1M, 2.1x at 256 tokens, "
-        "capacity scaling); LoL-PIM Fig. 4 (+380% batch), Table 8, Fig. 9, Fig. 11.",
+        "capacity scaling); LoL-PIM Fig. 4 (+380% batch), Fig. 9, Fig. 11.",
     ]
     return "\n".join(lines) + "\n"
 
