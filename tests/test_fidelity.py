@@ -24,6 +24,9 @@ EXPECTED = {
     "P-dpa-200KB": Verdict.REPRODUCED,
     "P-fig19": Verdict.REPRODUCED,
     "P-fig13a": Verdict.REPRODUCED,
+    "P-fig13b": Verdict.TREND,
+    "P-fig17-1m": Verdict.TREND,
+    "P-fig17-256": Verdict.TREND,
     "L-fig7a": Verdict.TREND,
     "L-table8": Verdict.TREND,
 }

@@ -19,7 +19,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from compiler.llm import load_model
+from compiler.llm import ModelSpec, load_model
+from compiler.plan import DecodeMappingError, Parallelism
 from models.config import load_preset
 from models.fileio import BUILD_DIR, pyplot, write_figure
 from sim.cli import SEED, bounded_int
@@ -52,12 +53,18 @@ STEPS = (
 )
 
 
-def _splits(modules: int, kv_heads: int, layers: int) -> list[tuple[int, int]]:
-    return [
-        (tp, modules // tp)
-        for tp in range(modules, 0, -1)
-        if modules % tp == 0 and kv_heads % tp == 0 and modules // tp <= layers
-    ]
+def _splits(spec: ModelSpec, modules: int) -> list[tuple[int, int]]:
+    """Every (TP, PP) with ``TP x PP = modules`` that the model can be mapped onto."""
+    out = []
+    for tp in range(modules, 0, -1):
+        if modules % tp:
+            continue
+        try:
+            Parallelism(tp, modules // tp).check(spec)
+        except DecodeMappingError:
+            continue
+        out.append((tp, modules // tp))
+    return out
 
 
 def ablation(
@@ -74,7 +81,7 @@ def ablation(
     used and, per batch, every split tried."""
     spec, hw = load_model(model), load_preset(preset)
     queue = [int(t) for t in sample_context_lengths(load_workload(workload), requests, seed)]
-    splits = _splits(modules, spec.kv_heads, spec.layers)
+    splits = _splits(spec, modules)
     rows = []
     for label, partition, sched, memory in STEPS:
         batches = queue_batches(spec, hw, modules, memory, queue)

@@ -282,6 +282,92 @@ def _fig13a() -> Measured:
     )
 
 
+def _fig13b() -> Measured:
+    from sim.experiments.ablation import ablation
+
+    cases = (
+        ("llama-3.1-8b", "multifieldqa", 8, 16),
+        ("llama-3.1-8b", "loogle-sd", 8, 16),
+        ("llama-3.1-70b", "multifieldqa", 32, 8),
+    )
+    speed = {}
+    for model, workload, modules, requests in cases:
+        rows = ablation(model, workload, PIMPHONY_PRESET, modules, requests)
+        speed[f"{model} {workload}"] = rows[-1]["speedup"]
+    best = max(speed.values())
+    ours = ", ".join(f"{k}: {v:.2f}x" for k, v in speed.items()) + f"; up to {best:.1f}x"
+    if _within(best, 11.3, 0.15):
+        return Measured(ours, Verdict.REPRODUCED, values=speed)
+    return Measured(
+        ours,
+        Verdict.TREND if best > 4.5 else Verdict.DIFFERS,
+        "the 7B cases land within 3% of 11.3x; 72B (G = 8) overshoots: its HFP baseline must "
+        "cut every head's scores into 256-token GPR tiles (the module's 512 KB shared by 32 "
+        "channel streams), each re-sending queries and combined on the EPU (docs/decode.md); "
+        "the paper does not say how CENT handles scores beyond the GPR",
+        speed,
+    )
+
+
+def _fig17(context: int, model: str) -> dict[str, Any]:
+    from sim.decode_step.admission import fill_batch
+
+    spec, hw = load_model(model), load_preset(PIMPHONY_PRESET)
+    out: dict[str, Any] = {}
+    for label, partition, sched, memory in (
+        ("CENT", "hfp", "static", "static"),
+        ("PIMphony", "auto", "dcs", "lazy"),
+    ):
+        batch = fill_batch(spec, hw, 32, memory, [context] * 256, all_may_fit=True)
+        step = _best_step(spec, hw, 32, batch, partition=partition, sched=sched, memory=memory)
+        out[label] = {
+            "tokens_per_s": step.tokens_per_s,
+            "util": 100 * step.mac_utilization,
+            "batch": len(batch),
+            "split": f"{step.tp}x{step.pp}",
+        }
+    out["speedup"] = out["PIMphony"]["tokens_per_s"] / out["CENT"]["tokens_per_s"]
+    return out
+
+
+def _fig17_text(r: dict[str, Any]) -> str:
+    return f"{r['speedup']:.1f}x; " + ", ".join(
+        f"{k} {v['tokens_per_s']:,.1f} tok/s at {v['util']:.1f}% (batch {v['batch']}, "
+        f"TP x PP {v['split']})"
+        for k, v in r.items()
+        if k != "speedup"
+    )
+
+
+def _fig17_1m() -> Measured:
+    r = _fig17(1 << 20, "llama-3.1-8b-1m")
+    if _within(r["speedup"], 46.6, 0.15):
+        return Measured(_fig17_text(r), Verdict.REPRODUCED, values=r)
+    return Measured(
+        _fig17_text(r),
+        Verdict.TREND if r["speedup"] > 10 else Verdict.DIFFERS,
+        "CENT collapses as in the paper (its 2% utilisation; ours lower): HFP puts a whole "
+        "1M-token head on one channel and cuts it into 768-token GPR tiles, so the baseline is "
+        "slower than the paper's, whose handling of scores beyond the GPR is not described; "
+        "contexts are fixed at 1M (the paper's 3-sigma variation is not defined)",
+        r,
+    )
+
+
+def _fig17_256() -> Measured:
+    r = _fig17(256, "llama-3.1-8b")
+    if _within(r["speedup"], 2.1, 0.15):
+        return Measured(_fig17_text(r), Verdict.REPRODUCED, values=r)
+    return Measured(
+        _fig17_text(r),
+        Verdict.TREND if r["speedup"] > 1 else Verdict.DIFFERS,
+        "at 256 tokens attention is short and FC layers dominate, which PIMphony's techniques "
+        "speed up less; the batches (capped at 256 requests here) and the baseline are not "
+        "given by the paper",
+        r,
+    )
+
+
 # ---- LoL-PIM (seed 001) ---------------------------------------------------------------------
 
 #: Per-channel shapes of Qwen1.5-7B (d_h 128, hidden 4096, intermediate 11008) at Musique's
@@ -458,6 +544,27 @@ CLAIMS: tuple[Claim, ...] = (
         "pimphony ablation --requests 32  (LLM-7B-32K, QMSum, 8 x 16 GB)", _fig13a,
     ),
     Claim(
+        "P-fig13b", "PIMphony", "Fig. 13b",
+        "up to 11.3x throughput with TCP + DCS + DPA on the GQA models (LV-Eval)",
+        "LLM-7B-128K (g 4) and LLM-72B-128K (g 8), multifieldqa and Loogle-SD, 128 / 512 GB",
+        "pimphony ablation --model llama-3.1-8b|llama-3.1-70b --workload multifieldqa|loogle-sd "
+        "--modules 8|32 --requests 16|8", _fig13b,
+    ),
+    Claim(
+        "P-fig17-1m", "PIMphony", "Fig. 17b",
+        "46.6x over CENT at 1M tokens (CENT at 2% utilisation)",
+        "LLM-7B-128K-wGQA, 512 GB (32 CENT modules), context 1M",
+        "pimphony decode --model llama-3.1-8b-1m --context 1048576 --batch auto --preset "
+        "aim-32ch --partition hfp|auto --sched static|dcs --memory static|lazy, best --tp x --pp",
+        _fig17_1m,
+    ),
+    Claim(
+        "P-fig17-256", "PIMphony", "Fig. 17",
+        "2.1x over the baselines even at 256 tokens",
+        "LLM-7B-128K-wGQA, 512 GB (system and batch not named)",
+        "as above with --model llama-3.1-8b --context 256", _fig17_256,
+    ),
+    Claim(
         "L-fig7a", "LoL-PIM", "Fig. 7a",
         "I/O-aware (ping-pong) buffering cuts latency by 40% (QK^T), 44% (SV), 29% (FFN1), "
         "28% (FFN2)",
@@ -520,8 +627,8 @@ def format_fidelity(results: list[tuple[Claim, Measured]]) -> str:
     lines += [
         "",
         "Not yet measured here (next): PIMphony Fig. 7 (34 -> 22 cycles, a diagram count), "
-        "Fig. 13b (11.3x), Fig. 15 (TP/PP), Fig. 17 (46.6x at 1M, 2.1x at 256 tokens, "
-        "capacity scaling); LoL-PIM Fig. 4 (+380% batch), Fig. 9, Fig. 11.",
+        "Fig. 15 (TP/PP), Fig. 17a (capacity scaling); LoL-PIM Fig. 4 (+380% batch), Fig. 9, "
+        "Fig. 11.",
     ]
     return "\n".join(lines) + "\n"
 
