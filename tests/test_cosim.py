@@ -106,3 +106,26 @@ def test_icarus_agrees(block):
     rtl = run_rtl(block, CFG, [stream], simulator="icarus")[stream.name]
     msg = compare_with_tlm(block, CFG, stream, rtl)
     assert msg is None, msg
+
+
+# The Ramulator-2 AiM conventions (configs/aim-ramulator.toml: one ACT16, no MAC-result
+# latency, a 32-cycle TMOD between MAC and I/O modes) in the generated Verilog, not only in
+# Amaranth's simulator (tests/test_rtl_schedulers.py).
+RAM_CFG = load_preset("aim-ramulator")
+
+
+@pytest.mark.parametrize("block", sorted(SCHEDULER_OF_BLOCK))
+def test_ramulator_conventions_under_verilator(block):
+    sched = SCHEDULER_OF_BLOCK[block]
+    kernels = kernel_streams(RAM_CFG)
+    streams = [
+        RtlStream(n, kernels[n]) for n in ("qk-T256-dh64", "sv-T512-dh64", "gemv-b5-100x300")
+    ]
+    make = random_pingpong_stream if sched == "pingpong" else random_stream
+    streams.append(RtlStream("random-31", make(RAM_CFG, 300, 31)))
+    results = run_rtl(block, RAM_CFG, streams)
+    for stream in streams:
+        msg = compare_with_tlm(block, RAM_CFG, stream, results[stream.name])
+        assert msg is None, msg
+    tlm = run_channel(streams[0].commands, RAM_CFG, sched)
+    assert tlm.extra["mode_switches"] > 0  # the TMOD rule is exercised
