@@ -17,6 +17,7 @@ from models.isa import HW_FIELDS, field_widths
 __all__ = [
     "CYCLE_BITS",
     "SEQ_BITS",
+    "ModeSwitch",
     "RowTimer",
     "command_layout",
     "issued_layout",
@@ -58,6 +59,48 @@ def scheduler_signature(cfg: HardwareConfig) -> wiring.Signature:
 def saturating_down(m: Module, counter: Signal) -> None:
     """Count ``counter`` down by one per cycle, stopping at zero (sync domain)."""
     m.d.sync += counter.eq(Mux(counter == 0, 0, counter - 1))
+
+
+class ModeSwitch:
+    """The TMOD rule of ``models.dram.mode_switch``, shared by the scheduler blocks.
+
+    A head of the other class (MAC: compute, WR_INP/RD_OUT: register) starts a TMOD in the
+    cycle it is ready and no head of the current mode issues; it then owns the channel until
+    it issues, ``t_mod`` cycles later at the earliest. ``mac_go``/``io_go`` are the heads that
+    may issue; call :meth:`start` once with the MAC head's readiness for a TMOD and
+    :meth:`issued` with the block's issue handshake.
+    """
+
+    def __init__(self, t_mod: int, mac_ready, io_ready) -> None:
+        self.t_mod = t_mod
+        self.mode = Signal(name="mode")  # 0: compute (after reset), 1: register
+        self.mod_wait = Signal(t_mod.bit_length(), name="mod_wait")
+        self.owned = Signal(name="owned")  # a TMOD's command has not issued yet
+        self.mac_go = mac_ready & ~self.mode & (self.mod_wait == 0)
+        self.io_go = io_ready & self.mode & (self.mod_wait == 0)
+        self._io_ready = io_ready
+
+    def start(self, m: Module, mac_tmod_ready) -> None:
+        """Start a TMOD for the MAC head (``mac_tmod_ready``) or the I/O head."""
+        tmod_mac = Signal(name="tmod_mac")
+        tmod_io = Signal(name="tmod_io")
+        m.d.comb += [
+            tmod_mac.eq(~self.owned & mac_tmod_ready & self.mode & ~self.io_go),
+            tmod_io.eq(~self.owned & self._io_ready & ~self.mode & ~self.mac_go),
+        ]
+        with m.If(tmod_mac | tmod_io):
+            m.d.sync += [
+                self.mode.eq(tmod_io),
+                self.mod_wait.eq(self.t_mod - 1),
+                self.owned.eq(1),
+            ]
+        with m.Else():
+            saturating_down(m, self.mod_wait)
+
+    def issued(self, m: Module, fire) -> None:
+        """A command issued (``fire``): the TMOD that owned the channel is done."""
+        with m.If(fire):
+            m.d.sync += self.owned.eq(0)
 
 
 class RowTimer(wiring.Component):

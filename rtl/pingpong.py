@@ -42,6 +42,7 @@ from models.dram import execution_times
 from models.isa import OP_MAC, OP_WR_INP
 from rtl.common import (
     SEQ_BITS,
+    ModeSwitch,
     RowTimer,
     command_layout,
     issued_layout,
@@ -223,24 +224,12 @@ class PingPongScheduler(wiring.Component):
 
         # ---- Mode switch (models.dram.mode_switch), as in rtl/dcs.py -------------------------
         mac_go, io_go = mac_ready, io_ready
+        switch = None
         if tm.t_MOD > 0:
-            mode = Signal()  # 0: compute (after reset), 1: register
-            mod_wait = Signal(tm.t_MOD.bit_length())
-            owned = Signal()  # a TMOD's command has not issued yet
-            mac_go = mac_ready & ~mode & (mod_wait == 0)
-            io_go = io_ready & mode & (mod_wait == 0)
+            switch = ModeSwitch(tm.t_MOD, mac_ready, io_ready)
+            mac_go, io_go = switch.mac_go, switch.io_go
             mac_ready_no_row = c_q.r_rdy & (mac.slot == cur_eff) & (mac_wait == 0)
-            mac_tmod = (mac_ready_no_row if tm.mod_overlaps_row else mac_ready) & mode
-            tmod_mac = Signal()
-            tmod_io = Signal()
-            m.d.comb += [
-                tmod_mac.eq(~owned & mac_tmod & ~io_go),
-                tmod_io.eq(~owned & io_ready & ~mode & ~mac_go),
-            ]
-            with m.If(tmod_mac | tmod_io):
-                m.d.sync += [mode.eq(tmod_io), mod_wait.eq(tm.t_MOD - 1), owned.eq(1)]
-            with m.Else():
-                saturating_down(m, mod_wait)
+            switch.start(m, mac_ready_no_row if tm.mod_overlaps_row else mac_ready)
 
         # ---- Issue: MAC first; an offered command is held until taken -----------------------
         hold_io = Signal()
@@ -257,9 +246,8 @@ class PingPongScheduler(wiring.Component):
         issue_mac = fire & sel_mac
         issue_io = fire & sel_io
         m.d.sync += hold_io.eq(sel_io & ~self.o.ready)
-        if tm.t_MOD > 0:
-            with m.If(fire):
-                m.d.sync += owned.eq(0)
+        if switch is not None:
+            switch.issued(m, fire)
         m.d.comb += [
             c_q.r_en.eq(issue_mac),
             io_q0.r_en.eq(issue_io & ~cur_eff[0]),

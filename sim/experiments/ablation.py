@@ -40,6 +40,7 @@ __all__ = [
     "format_ablation",
     "plot_ablation",
     "run",
+    "valid_splits",
 ]
 
 ABLATION_PLOT = BUILD_DIR / "ablation" / "fig13.png"
@@ -53,7 +54,7 @@ STEPS = (
 )
 
 
-def _splits(spec: ModelSpec, modules: int) -> list[tuple[int, int]]:
+def valid_splits(spec: ModelSpec, modules: int) -> list[tuple[int, int]]:
     """Every (TP, PP) with ``TP x PP = modules`` that the model can be mapped onto."""
     out = []
     for tp in range(modules, 0, -1):
@@ -81,7 +82,7 @@ def ablation(
     used and, per batch, every split tried."""
     spec, hw = load_model(model), load_preset(preset)
     queue = [int(t) for t in sample_context_lengths(load_workload(workload), requests, seed)]
-    splits = _splits(spec, modules)
+    splits = valid_splits(spec, modules)
     rows = []
     for label, partition, sched, memory in STEPS:
         batches = queue_batches(spec, hw, modules, memory, queue)

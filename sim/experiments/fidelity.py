@@ -419,25 +419,15 @@ _TABLE8_SYSTEMS = (
 
 def _best_step(spec, hw, modules: int, batch, **choices):
     """The fastest decode step over every valid (TP, PP) split of ``modules``."""
-    from compiler.plan import DecodeMappingError, Parallelism
     from sim.decode_step.setup import DecodeSetup
     from sim.decode_step.step import run_decode
+    from sim.experiments.ablation import valid_splits
 
-    best = None
-    for tp in range(1, modules + 1):
-        if modules % tp:
-            continue
-        try:
-            Parallelism(tp, modules // tp).check(spec)
-        except DecodeMappingError:
-            continue
-        setup = DecodeSetup(
-            spec, hw, batch, tp=tp, pp=modules // tp, micro_batches="auto", **choices
-        )
-        step = run_decode(setup)
-        if best is None or step.tokens_per_s > best.tokens_per_s:
-            best = step
-    return best
+    steps = [
+        run_decode(DecodeSetup(spec, hw, batch, tp=tp, pp=pp, micro_batches="auto", **choices))
+        for tp, pp in valid_splits(spec, modules)
+    ]
+    return max(steps, key=lambda step: step.tokens_per_s)
 
 
 def _table8() -> Measured:
