@@ -27,6 +27,9 @@ EXPECTED = {
     "P-fig13b": Verdict.TREND,
     "P-fig17-1m": Verdict.TREND,
     "P-fig17-256": Verdict.TREND,
+    "P-fig15": Verdict.TREND,
+    "P-fig17a": Verdict.REPRODUCED,
+    "L-fig11": Verdict.TREND,
     "L-fig7a": Verdict.TREND,
     "L-table8": Verdict.TREND,
 }

@@ -266,10 +266,61 @@ def _fig19() -> Measured:
     )
 
 
-def _fig13a() -> Measured:
+@functools.cache
+def _ablation(model: str, workload: str, modules: int, requests: int) -> list[dict[str, Any]]:
+    """``pimphony ablation`` rows on the PIMphony preset, run once per process."""
     from sim.experiments.ablation import ablation
 
-    rows = ablation(requests=32)
+    return ablation(model, workload, PIMPHONY_PRESET, modules, requests)
+
+
+def _pp_gain(rows: list[dict[str, Any]]) -> tuple[float, str]:
+    """Best split over TP-only (PP 1) on the last step's first batch, and the best split."""
+    splits = rows[-1]["per_batch"][0]["splits"]
+    tp_only = max(t["tokens_per_s"] for t in splits if t["pp"] == 1)
+    best = max(splits, key=lambda t: t["tokens_per_s"])
+    return best["tokens_per_s"] / tp_only, f"TP {best['tp']} x PP {best['pp']}"
+
+
+def _fig15() -> Measured:
+    gain_a, split_a = _pp_gain(_ablation("llm-7b", "qmsum", 8, 32))
+    gain_b, split_b = _pp_gain(_ablation("llama-3.1-8b", "multifieldqa", 8, 16))
+    ours = (
+        f"(a) LLM-7B-32K QMSum, +DPA: best {split_a}, {100 * (gain_a - 1):+.1f}% over TP only; "
+        f"(b) LLM-7B-128K-GQA multifieldqa, +DPA: best {split_b}, {100 * (gain_b - 1):+.1f}%"
+    )
+    values = {"gain_a": gain_a, "gain_b": gain_b}
+    marginal_a = 1.0 <= gain_a < 1.10
+    if marginal_a and _within(gain_b - 1, 0.20, 0.5):
+        return Measured(ours, Verdict.REPRODUCED, values=values)
+    return Measured(
+        ours,
+        Verdict.TREND if marginal_a or gain_b > gain_a else Verdict.DIFFERS,
+        "PP's gain comes from micro-batches that keep every stage busy while TP pays the "
+        "all-reduce per layer; with our batches (what 128 GB admits) the GQA model's larger "
+        "batch gains less from PP than the paper's 20% (its batches are not given)",
+        values,
+    )
+
+
+def _fig17a() -> Measured:
+    from sim.decode_step.admission import fill_batch
+
+    spec, hw = load_model("llama-3.1-8b"), load_preset(PIMPHONY_PRESET)
+    speeds = {}
+    for modules in (8, 16, 32, 64):
+        batch = fill_batch(spec, hw, modules, "lazy", [65536] * 256, all_may_fit=True)
+        step = _best_step(spec, hw, modules, batch, partition="auto", sched="dcs", memory="lazy")
+        speeds[modules * 16] = step.tokens_per_s
+    ours = ", ".join(f"{gb} GB: {v:,.0f} tok/s" for gb, v in speeds.items())
+    rising = all(a < b for a, b in zip(speeds.values(), list(speeds.values())[1:], strict=False))
+    if rising:
+        return Measured(ours, Verdict.REPRODUCED, values=speeds)
+    return Measured(ours, Verdict.DIFFERS, "throughput does not rise with capacity", speeds)
+
+
+def _fig13a() -> Measured:
+    rows = _ablation("llm-7b", "qmsum", 8, 32)
     speed = rows[-1]["speedup"]
     steps = ", ".join(f"{r['step']} {r['speedup']:.2f}x" for r in rows)
     if 2.1 <= speed <= 4.5:
@@ -283,7 +334,6 @@ def _fig13a() -> Measured:
 
 
 def _fig13b() -> Measured:
-    from sim.experiments.ablation import ablation
 
     cases = (
         ("llama-3.1-8b", "multifieldqa", 8, 16),
@@ -292,7 +342,7 @@ def _fig13b() -> Measured:
     )
     speed = {}
     for model, workload, modules, requests in cases:
-        rows = ablation(model, workload, PIMPHONY_PRESET, modules, requests)
+        rows = _ablation(model, workload, modules, requests)
         speed[f"{model} {workload}"] = rows[-1]["speedup"]
     best = max(speed.values())
     ours = ", ".join(f"{k}: {v:.2f}x" for k, v in speed.items()) + f"; up to {best:.1f}x"
@@ -430,6 +480,44 @@ def _best_step(spec, hw, modules: int, batch, **choices):
     return max(steps, key=lambda step: step.tokens_per_s)
 
 
+def _fig11() -> Measured:
+    from sim.decode_step.admission import fill_batch
+    from sim.decode_step.setup import DecodeSetup
+    from sim.decode_step.step import run_decode
+    from sim.experiments.ablation import valid_splits
+    from sim.workloads import load_workload, sample_context_lengths
+
+    hw, spec, modules = load_preset(LOLPIM_PRESET), load_model("llm-7b"), 32
+    pool = [int(t) for t in sample_context_lengths(load_workload("musique"), 2048, 0)]
+    speed: dict[str, dict[str, float]] = {"static": {}, "lazy": {}}
+    for memory in speed:
+        batch = fill_batch(spec, hw, modules, memory, pool)
+        for tp, pp in valid_splits(spec, modules):
+            setup = DecodeSetup(
+                spec, hw, batch, tp=tp, pp=pp, partition="itpp", sched="static",
+                memory=memory, micro_batches="auto",
+            )  # fmt: skip
+            speed[memory][f"{tp}x{pp}"] = run_decode(setup).tokens_per_s
+    dpa_gain = max(speed["lazy"][k] / speed["static"][k] for k in speed["lazy"])
+    spread = max(speed["lazy"].values()) / min(speed["lazy"].values())
+    ours = (
+        f"DPA at a fixed split: up to {dpa_gain:.2f}x; spread over splits with DPA: {spread:.2f}x"
+    )
+    values = {"dpa_gain": dpa_gain, "spread": spread}
+    if _within(dpa_gain, 1.3, 0.15) and _within(spread, 1.73, 0.15):
+        return Measured(ours, Verdict.REPRODUCED, values=values)
+    return Measured(
+        ours,
+        Verdict.TREND if dpa_gain > 1 and spread > 1 else Verdict.DIFFERS,
+        "the paper's system scales and TP x PP points are not given; here 4 nodes (32 "
+        "modules), every valid split. Here DPA gains only where the static batch cannot fill "
+        "the pipeline (the deepest PP: 2x); at splits it fills, a larger batch adds ~0% "
+        "because batched FC GEMVs amortise rows over passes of only 4-8 requests "
+        "(docs/mapping.md), so the paper's 1.3x at a shallower split is not seen",
+        values,
+    )
+
+
 def _table8() -> Measured:
     from sim.decode_step.admission import fill_batch
     from sim.workloads import load_workload, sample_context_lengths
@@ -555,6 +643,29 @@ CLAIMS: tuple[Claim, ...] = (
         "as above with --model llama-3.1-8b --context 256", _fig17_256,
     ),
     Claim(
+        "P-fig15", "PIMphony", "Fig. 15",
+        "(a) no GQA: DPA lets PP deliver marginally higher throughput; (b) GQA + DPA: PP "
+        "achieves 20% higher throughput",
+        "CENT, 128 GB; (a) LLM-7B-32K QMSum, (b) LLM-7B-128K-GQA multifieldqa",
+        "pimphony ablation (as Fig. 13a/13b rows): the +DPA step's best split vs TP only",
+        _fig15,
+    ),
+    Claim(
+        "P-fig17a", "PIMphony", "Fig. 17a",
+        "throughput scales with capacity (128-1024 GB)",
+        "LLM-7B-128K-wGQA at 64K context, 8-64 CENT modules",
+        "pimphony decode --model llama-3.1-8b --context 65536 --batch auto --preset aim-32ch "
+        "--modules 8|16|32|64, best --tp x --pp", _fig17a,
+    ),
+    Claim(
+        "L-fig11", "LoL-PIM", "Fig. 11",
+        "DPA improves throughput by up to 1.3x at a fixed TP x PP; splits differ by up to "
+        "1.73x with DPA",
+        "Qwen1.5-7B on Musique, LoL-PIM (1) with and without (2), several scales",
+        "pimphony decode --model llm-7b --workload musique --batch auto --preset lolpim-aimx "
+        "--partition itpp --memory static|lazy --tp T --pp P (32 modules)", _fig11,
+    ),
+    Claim(
         "L-fig7a", "LoL-PIM", "Fig. 7a",
         "I/O-aware (ping-pong) buffering cuts latency by 40% (QK^T), 44% (SV), 29% (FFN1), "
         "28% (FFN2)",
@@ -617,8 +728,8 @@ def format_fidelity(results: list[tuple[Claim, Measured]]) -> str:
     lines += [
         "",
         "Not yet measured here (next): PIMphony Fig. 7 (34 -> 22 cycles, a diagram count), "
-        "Fig. 15 (TP/PP), Fig. 17a (capacity scaling); LoL-PIM Fig. 4 (+380% batch), Fig. 9, "
-        "Fig. 11.",
+        "LoL-PIM Fig. 4 (+380% batch: its context assignment is not given) and Fig. 9 (needs the "
+        "GPU baselines of issue 14).",
     ]
     return "\n".join(lines) + "\n"
 
