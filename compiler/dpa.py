@@ -27,7 +27,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from compiler.kernels import GQA_MAPPINGS, CompileError, compile_qk, compile_sv
+from compiler.kernels import GQA_MAPPINGS, CompileError, _pow2_parts, compile_qk, compile_sv
 from models.config import HardwareConfig
 from models.dpa.format import (
     KERNEL_CODES,
@@ -268,12 +268,17 @@ def positive(name: str, value: int) -> int:
     return int(value)
 
 
-def _check_row_runs(kind: str, b: _Builder, ng: _Dim, nt: _Dim, p: int, bk: int, ck: int) -> None:
+def _check_row_runs(
+    kind: str, b: _Builder, nt: _Dim, p: int, bk: int, ck: int, segments: bool, stride: int
+) -> None:
     """Refuse GQA row-reuse shapes whose per-group MAC runs can cross a DRAM row.
 
     With ``P > 1`` heads per pass the static compiler splits a group's run of tiles at row
     boundaries and interleaves the heads per segment; the split points move with ``T``, which a
-    DPA loop cannot follow. The check enumerates every residue class of run starts.
+    DPA loop cannot follow. The compiler's row-aligned layout (docs/mapping.md) avoids this on
+    the shapes of the default presets; this check enumerates every residue class of run starts
+    of that layout and refuses what is left (e.g. a GQA group whose chunk does not divide a
+    row).
     """
     c = b.cfg.channel.columns_per_row
     bad = None
@@ -288,32 +293,15 @@ def _check_row_runs(kind: str, b: _Builder, ng: _Dim, nt: _Dim, p: int, bk: int,
         for r in bases:
             for nb in range(1, bk + 1):
                 for k0, lc in chunks:
-                    for gi in range(nb):
-                        s = (r + nb * k0 + gi * lc) % c
-                        if s + lc > c:
-                            bad = lc
-                            break
-    else:  # SV: the group count is fixed, the tile count m grows with T
-        n = ng.n
-        m = np.arange(1, ck + 1)[:, None]  # input resident in the GBuf: runs [g*m, (g+1)*m)
-        hit = ((np.arange(n)[None, :] * m) % c + m > c).any(axis=1)
-        if hit.any():
-            bad = int(m[np.argmax(hit), 0])
-        # Streamed input (m > ck): a run starts at b0*m + nb*ck*chunk + gi*len. Full chunks
-        # (len ck) can have any chunk index mod C for any m mod C (take m large); the last
-        # chunk (index (m-1)//ck, len ((m-1) mod ck)+1) repeats with period ck*C in m.
-        full_m = np.arange(c)[:, None, None]
-        chunk = np.arange(c)[None, :, None]
-        last_m = np.arange(ck + 1, ck + 1 + ck * c)[:, None]
-        c_last, last_len = (last_m - 1) // ck, (last_m - 1) % ck + 1
-        for b0 in range(0, n, bk):
-            nb = min(bk, n - b0)
-            gi = np.arange(nb)
-            if (((b0 * full_m + nb * ck * chunk + gi * ck) % c + ck) > c).any():
-                bad = ck
-            hit = (b0 * last_m + nb * ck * c_last + gi[None, :] * last_len) % c + last_len > c
-            if hit.any():
-                bad = int(np.broadcast_to(last_len, hit.shape)[hit][0])
+                    off = 0
+                    for part in _pow2_parts(lc) if segments else [lc]:
+                        for gi in range(nb):
+                            s = (r + nb * (k0 + off) + gi * part) % c
+                            if s + part > c:
+                                bad = part
+                        off += part
+    elif stride == 0 or c % stride or ck > stride:  # SV: runs of <= ck tiles at stride
+        bad = ck
     if bad is not None:
         raise DpaEncodeError(
             f"{kind} with row-reuse GQA group {p}: at some token counts a group's {bad}-tile "
@@ -372,9 +360,18 @@ def encode_kernel(
         ng, nt = _Dim(b, unit=ch.banks), _Dim(b, n=math.ceil(d_h / ch.mac_elements))
     else:
         ng, nt = _Dim(b, n=math.ceil(d_h / ch.banks)), _Dim(b, unit=ch.mac_elements)
+    segments, stride = plan.pow2_segments, plan.run_stride
     if p > 1:
-        _check_row_runs(kind, b, ng, nt, p, bk, ck)
-    _emit(b, ng, nt, g, p, passes, bk, ck, half_g, half_o, row_reuse=mapping == "row-reuse")
+        _check_row_runs(kind, b, nt, p, bk, ck, segments, stride)
+    _emit(
+        b,
+        ng,
+        nt,
+        (g, p, passes),
+        (bk, ck, half_g, half_o),
+        row_reuse=mapping == "row-reuse",
+        layout=(segments, stride),
+    )
     rules, body = _compact_rules(b.rules, b.body)
     header = Header(kernel=KERNEL_CODES[kind], max_tokens=max_tokens)
     shape = {"kind": kind, "d_h": d_h, "gqa_group": g, "mapping": mapping, "max_tokens": max_tokens}
@@ -404,16 +401,20 @@ def _emit(
     b: _Builder,
     ng: _Dim,
     nt: _Dim,
-    g: int,
-    p: int,
-    passes: int,
-    bk: int,
-    ck: int,
-    half_g: int,
-    half_o: int,
+    heads: tuple[int, int, int],
+    sizes: tuple[int, int, int, int],
     row_reuse: bool,
+    layout: tuple[bool, int],
 ) -> None:
-    """The loop nest of ``compiler.kernels._lower`` with symbolic extents (docs/dpa.md)."""
+    """The loop nest of ``compiler.kernels._lower`` with symbolic extents (docs/dpa.md).
+
+    ``heads`` = (GQA group, heads per pass, passes); ``sizes`` = (block groups, chunk tiles,
+    GBuf half, OBuf half); ``layout`` = (power-of-two segments, run stride) of the compiler's
+    row-aligned group runs (``GemvPlan.pow2_segments``, ``GemvPlan.run_stride``).
+    """
+    g, p, passes = heads
+    bk, ck, half_g, half_o = sizes
+    segments, col_stride = layout
     n_t, n_g = nt.count(), ng.count()
     n_blocks = ng.parts(bk)
 
@@ -440,10 +441,10 @@ def _emit(
                 def chunk(ci: _Val, lc: _Val, last: bool) -> None:
                     k0 = _Expr.of(ci) * ck
                     if resident:
-                        gh, stride = rh, n_t
+                        gh, gstride = rh, n_t
                     else:
                         gh = half_g * (pi * n_blocks * n_chunks + _Expr.of(bi) * n_chunks + ci)
-                        stride = ck
+                        gstride = ck
                         b.loop(
                             p,
                             lambda j: b.loop(
@@ -453,32 +454,44 @@ def _emit(
                                 ),
                             ),
                         )
-                    base = b0 * n_t + _Expr.of(nb) * k0
 
-                    def group(gi: _Expr) -> None:
-                        b.loop(
-                            p,
-                            lambda j: b.loop(
-                                lc,
-                                lambda k: b.cmd(
-                                    Op.MAC,
-                                    gbuf=gh + j * stride + k,
-                                    addr=base + gi * lc + k,
-                                    out=oh + gi * p + j,
-                                ),
-                            ),
-                        )
-                        if last:
+                    def seg(base: _Expr, off: int, n: _Val, rd_out: bool) -> None:
+                        width = col_stride or n  # columns between consecutive groups' runs
+
+                        def group(gi: _Expr) -> None:
                             b.loop(
                                 p,
-                                lambda j: b.cmd(
-                                    Op.RD_OUT,
-                                    out=oh + gi * p + j,
-                                    gpr=g * n_t + head(j) * n_g + b0 + gi,
+                                lambda j: b.loop(
+                                    n,
+                                    lambda k: b.cmd(
+                                        Op.MAC,
+                                        gbuf=gh + j * gstride + off + k,
+                                        addr=base + gi * width + k,
+                                        out=oh + gi * p + j,
+                                    ),
                                 ),
                             )
+                            if rd_out:
+                                b.loop(
+                                    p,
+                                    lambda j: b.cmd(
+                                        Op.RD_OUT,
+                                        out=oh + gi * p + j,
+                                        gpr=g * n_t + head(j) * n_g + b0 + gi,
+                                    ),
+                                )
 
-                    b.loop(nb, group)
+                        b.loop(nb, group)
+
+                    base = b0 * n_t + _Expr.of(nb) * k0
+                    if col_stride:  # SV: every run occupies col_stride columns
+                        base = b0 * n_chunks * col_stride + _Expr.of(nb) * ci * col_stride
+                    # QK^T: the chunk's (constant) length as power-of-two segments in turn
+                    parts = _pow2_parts(lc) if segments else [lc]
+                    off = 0
+                    for si, n in enumerate(parts):
+                        seg(base + _Expr.of(nb) * off, off, n, last and si == len(parts) - 1)
+                        off += n
 
                 if resident:
                     chunk(0, n_t, True)

@@ -19,7 +19,7 @@ MAC width are zero-padded; shapes that do not fit the channel are refused.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -34,6 +34,7 @@ __all__ = [
     "GQA_MAPPINGS",
     "KERNELS",
     "CompileError",
+    "attention_max_tokens",
     "Kernel",
     "KernelProgram",
     "compile_gemv",
@@ -68,6 +69,12 @@ class GemvPlan:
     gpr_out_base: int  # first GPR tile of the outputs
     mapping: str
     pass_size: int  # input vectors per pass over the matrix (the last pass may hold fewer)
+    # GQA row-reuse layout of attention (docs/mapping.md, "Row-aligned group runs"):
+    # run_stride > 0: every group run of a chunk occupies run_stride columns (SV);
+    # pow2_segments: every chunk is split into power-of-two segments laid out one after
+    # another (QK^T). Both keep every group run inside one DRAM row for every T.
+    run_stride: int = 0
+    pow2_segments: bool = False
 
     @property
     def passes(self) -> int:
@@ -100,8 +107,8 @@ class KernelProgram:
         # tiles_by_gk[g, k, b, :] = A[g*banks + b, k*E:(k+1)*E]
         tiles = padded.reshape(p.groups, ch.banks, p.tiles, ch.mac_elements).transpose(0, 2, 1, 3)
         image = np.zeros((p.rows * ch.columns_per_row, ch.banks, ch.mac_elements), dtype=np.float16)
-        g, k = self._visit_order()
-        image[np.arange(g.size)] = tiles[g, k]
+        g, k, addr = self._visit_order()  # padding columns of aligned runs stay zero
+        image[addr] = tiles[g, k]
         return (
             image.reshape(p.rows, ch.columns_per_row, ch.banks, ch.mac_elements)
             .transpose(0, 2, 1, 3)
@@ -125,17 +132,15 @@ class KernelProgram:
         y = tiles.reshape(p.heads, p.groups * ch.banks)
         return y[:, : p.n_out]
 
-    def _visit_order(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(g, k)`` of the matrix tile at each consecutive column address."""
-        p = self.plan
-        g_list, k_list = [], []
-        for b0 in range(0, p.groups, p.block_groups):
-            gs = np.arange(b0, min(b0 + p.block_groups, p.groups))
-            for c0 in range(0, p.tiles, p.chunk_tiles):
-                ks = np.arange(c0, min(c0 + p.chunk_tiles, p.tiles))
-                g_list.append(np.repeat(gs, ks.size))
-                k_list.append(np.tile(ks, gs.size))
-        return np.concatenate(g_list), np.concatenate(k_list)
+    def _visit_order(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(g, k, address)`` of every matrix tile, in column-address order."""
+        g_list, k_list, a_list = [], [], []
+        for _b0, _g_hi, _c, _k0, _k1, runs in _layout(self.plan):
+            for g, lo, hi, first, _last in runs:
+                g_list.append(np.full(hi - lo, g))
+                k_list.append(np.arange(lo, hi))
+                a_list.append(np.arange(first, first + hi - lo))
+        return np.concatenate(g_list), np.concatenate(k_list), np.concatenate(a_list)
 
 
 def _checked_array(a: np.ndarray, shape: tuple[int, ...], what: str) -> np.ndarray:
@@ -159,8 +164,13 @@ def _plan(
     mapping: str,
     pass_size: int | None = None,
     what: str = "GQA",
+    attention: str | None = None,
 ) -> GemvPlan:
-    """Sizes and allocation; ``pass_size`` (batched GEMV) splits the inputs into passes."""
+    """Sizes and allocation; ``pass_size`` (batched GEMV) splits the inputs into passes.
+
+    ``attention`` (``"qk"`` or ``"sv"``) selects the row-aligned layout of GQA group runs
+    when more than one head shares a pass (docs/mapping.md, "Row-aligned group runs").
+    """
     ch = cfg.channel
     half_g, half_o = ch.gbuf_entries // 2, ch.obuf_entries // 2
     if mapping not in GQA_MAPPINGS:
@@ -181,7 +191,15 @@ def _plan(
     resident = per_pass * tiles <= half_g
     chunk = tiles if resident else half_g // per_pass
     block = half_o // per_pass
+    run_stride, pow2_segments = 0, False
+    if attention is not None and per_pass > 1:
+        if attention == "sv":  # the token-dependent run length: pad every run to a stride
+            run_stride = _aligned_stride(half_g // per_pass, ch.columns_per_row)
+        else:  # the fixed run length: split it into power-of-two segments
+            pow2_segments = True
     columns = groups * tiles
+    if run_stride:
+        columns = groups * math.ceil(tiles / chunk) * run_stride
     rows = math.ceil(columns / ch.columns_per_row)
     if rows > ch.rows_per_bank:
         raise CompileError(
@@ -217,7 +235,48 @@ def _plan(
         gpr_out_base=gpr_out_base,
         mapping=mapping,
         pass_size=per_pass,
+        run_stride=run_stride,
+        pow2_segments=pow2_segments,
     )
+
+
+def _aligned_stride(n: int, cols: int) -> int:
+    """Smallest divisor of ``cols`` that is ``>= n`` (a multiple of ``cols`` if ``n > cols``)."""
+    if n > cols:
+        return math.ceil(n / cols) * cols
+    return min(d for d in range(n, cols + 1) if cols % d == 0)
+
+
+def _pow2_parts(n: int) -> list[int]:
+    """``n`` as distinct powers of two, largest first (``5 -> [4, 1]``)."""
+    return [1 << e for e in range(n.bit_length() - 1, -1, -1) if n >> e & 1]
+
+
+def _layout(p: GemvPlan) -> Iterator[tuple[int, int, int, int, int, list]]:
+    """The matrix tiles in MAC visiting order, one (block, chunk) at a time.
+
+    Yields ``(b0, g_hi, c, k0, k1, runs)`` per output block ``[b0, g_hi)`` and input chunk
+    ``c`` (tiles ``[k0, k1)``); ``runs`` lists ``(g, lo, hi, first, last)``: group ``g``'s
+    tiles ``[lo, hi)`` at column addresses ``first ..``, ``last`` if it is the group's last
+    run of the chunk. Runs are laid out in order (segment, then group), each occupying
+    ``run_stride`` columns if set, else its length.
+    """
+    n_chunks = math.ceil(p.tiles / p.chunk_tiles)
+    addr = 0
+    for b0 in range(0, p.groups, p.block_groups):
+        g_hi = min(b0 + p.block_groups, p.groups)
+        for c in range(n_chunks):
+            k0, k1 = c * p.chunk_tiles, min((c + 1) * p.chunk_tiles, p.tiles)
+            parts = _pow2_parts(k1 - k0) if p.pow2_segments else [k1 - k0]
+            runs = []
+            lo = k0
+            for i, n in enumerate(parts):
+                stride = p.run_stride or n
+                for g in range(b0, g_hi):
+                    runs.append((g, lo, lo + n, addr + (g - b0) * stride, i == len(parts) - 1))
+                addr += (g_hi - b0) * stride
+                lo += n
+            yield b0, g_hi, c, k0, k1, runs
 
 
 def _lower(cfg: HardwareConfig, p: GemvPlan) -> np.ndarray:
@@ -243,51 +302,41 @@ def _lower(cfg: HardwareConfig, p: GemvPlan) -> np.ndarray:
                 for k in range(p.tiles):
                     cmds[i] = (Op.WR_INP, resident_half + j * p.tiles + k, 0, 0, 0, h * p.tiles + k)
                     i += 1
-        addr = 0  # column address of the next matrix tile (rows are reread per pass)
-        for b0 in range(0, p.groups, p.block_groups):
-            oh = (block_count % 2) * half_o
-            block_count += 1
-            g_hi = min(b0 + p.block_groups, p.groups)
-            for c in range(n_chunks):
-                k0, k1 = c * p.chunk_tiles, min((c + 1) * p.chunk_tiles, p.tiles)
-                gh = resident_half if p.resident else 0
-                if not p.resident:
-                    gh = (fill % 2) * half_g
-                    fill += 1
+        for b0, _g_hi, c, k0, k1, runs in _layout(p):  # column addresses restart per pass
+            if c == 0:
+                oh = (block_count % 2) * half_o
+                block_count += 1
+            gh = resident_half if p.resident else 0
+            if not p.resident:
+                gh = (fill % 2) * half_g
+                fill += 1
+                for j, h in enumerate(heads):
+                    for k in range(k0, k1):
+                        gb = gh + j * p.chunk_tiles + (k - k0)
+                        cmds[i] = (Op.WR_INP, gb, 0, 0, 0, h * p.tiles + k)
+                        i += 1
+            for g, lo, hi, first, last in runs:
+                # Split the run at DRAM-row boundaries: every head finishes a row segment before
+                # the next row opens (row reuse across the GQA group). With the row-aligned layout
+                # of attention runs this never splits (docs/mapping.md).
+                seg_lo = lo
+                while seg_lo < hi:
+                    a_lo = first + (seg_lo - lo)
+                    seg_hi = min(hi, seg_lo + cols - a_lo % cols)
+                    for j in range(len(heads)):
+                        out = oh + (g - b0) * per_pass + j
+                        slot = gh + j * (p.tiles if p.resident else p.chunk_tiles)
+                        for k in range(seg_lo, seg_hi):
+                            a = first + (k - lo)
+                            gb = slot + (k if p.resident else k - k0)
+                            cmds[i] = (Op.MAC, gb, a // cols, a % cols, out, 0)
+                            i += 1
+                    seg_lo = seg_hi
+                if c == n_chunks - 1 and last:
                     for j, h in enumerate(heads):
-                        for k in range(k0, k1):
-                            cmds[i] = (
-                                Op.WR_INP,
-                                gh + j * p.chunk_tiles + (k - k0),
-                                0,
-                                0,
-                                0,
-                                h * p.tiles + k,
-                            )
-                            i += 1
-                for g in range(b0, g_hi):
-                    first = addr + (g - b0) * (k1 - k0)  # column address of tile k0 of g
-                    # Split the group's tiles at DRAM-row boundaries: every head finishes a row
-                    # segment before the next row opens (row reuse across the GQA group).
-                    seg_lo = k0
-                    while seg_lo < k1:
-                        a_lo = first + (seg_lo - k0)
-                        seg_hi = min(k1, seg_lo + cols - a_lo % cols)
-                        for j in range(len(heads)):
-                            out = oh + (g - b0) * per_pass + j
-                            slot = gh + j * (p.tiles if p.resident else p.chunk_tiles)
-                            for k in range(seg_lo, seg_hi):
-                                a = first + (k - k0)
-                                gb = slot + (k if p.resident else k - k0)
-                                cmds[i] = (Op.MAC, gb, a // cols, a % cols, out, 0)
-                                i += 1
-                        seg_lo = seg_hi
-                    if c == n_chunks - 1:
-                        for j, h in enumerate(heads):
-                            out = oh + (g - b0) * per_pass + j
-                            cmds[i] = (Op.RD_OUT, 0, 0, 0, out, p.gpr_out_base + h * p.groups + g)
-                            i += 1
-                addr += (g_hi - b0) * (k1 - k0)
+                        out = oh + (g - b0) * per_pass + j
+                        cmds[i] = (Op.RD_OUT, 0, 0, 0, out, p.gpr_out_base + h * p.groups + g)
+                        i += 1
     assert i == cmds.shape[0], (i, cmds.shape)
     return cmds
 
@@ -381,7 +430,7 @@ def compile_qk(
     """Attention scores ``K q_h`` for the ``gqa_group`` query heads sharing one K cache."""
     tokens, d_h = _positive("tokens", tokens), _positive("d_h", d_h)
     gqa_group = _positive("gqa_group", gqa_group)
-    plan = _plan(cfg, tokens, d_h, gqa_group, mapping)
+    plan = _plan(cfg, tokens, d_h, gqa_group, mapping, attention="qk")
     shape = {"tokens": tokens, "d_h": d_h, "gqa_group": gqa_group, "mapping": mapping}
     return KernelProgram("qk", shape, _lower(cfg, plan), plan, cfg)
 
@@ -392,9 +441,48 @@ def compile_sv(
     """Attention output ``V^T s_h`` for the ``gqa_group`` heads sharing one V cache."""
     tokens, d_h = _positive("tokens", tokens), _positive("d_h", d_h)
     gqa_group = _positive("gqa_group", gqa_group)
-    plan = _plan(cfg, d_h, tokens, gqa_group, mapping)
+    plan = _plan(cfg, d_h, tokens, gqa_group, mapping, attention="sv")
     shape = {"tokens": tokens, "d_h": d_h, "gqa_group": gqa_group, "mapping": mapping}
     return KernelProgram("sv", shape, _lower(cfg, plan), plan, cfg)
+
+
+def attention_max_tokens(
+    cfg: HardwareConfig,
+    kind: str,
+    d_h: int,
+    gqa_group: int = 1,
+    mapping: str = "row-reuse",
+    limit: int = 1 << 24,
+) -> int:
+    """Largest token count ``T <= limit`` whose ``qk``/``sv`` kernel fits one channel.
+
+    Both limits the compiler checks (DRAM rows per bank and the GPR) grow with ``T``, so the
+    accepted counts are ``1 .. attention_max_tokens``. A DPA program encoded for this many
+    tokens serves every attention kernel the static compiler can lower at this shape.
+    """
+    if kind not in ("qk", "sv"):
+        raise CompileError(f"kernel {kind!r}: attention_max_tokens covers 'qk' and 'sv'")
+    d_h, gqa_group = _positive("d_h", d_h), _positive("gqa_group", gqa_group)
+    limit = _positive("limit", limit)
+
+    def fits(t: int) -> bool:
+        n_out, n_in = (t, d_h) if kind == "qk" else (d_h, t)
+        try:
+            _plan(cfg, n_out, n_in, gqa_group, mapping, attention=kind)
+        except CompileError:
+            return False
+        return True
+
+    # Refusals that do not depend on T (mapping, group size) propagate from here.
+    _plan(cfg, *((1, d_h) if kind == "qk" else (d_h, 1)), gqa_group, mapping, attention=kind)
+    lo, hi = 1, limit  # fits(lo); the answer is in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 class Kernel(StrEnum):

@@ -292,3 +292,27 @@ def test_auto_picks_the_faster_partition_per_layer(cfg, lengths, pick):
         assert auto.cycles == runs[pick].cycles
     assert auto.cycles <= min(runs["hfp"].cycles, runs["tcp"].cycles)
     assert sum(auto.partition_layers.values()) == TINY.layers
+
+
+@pytest.mark.parametrize(
+    ("model", "lengths", "partition"),
+    [
+        ("llama-3.1-8b", (32768, 4000), "auto"),  # G = 4
+        ("llama-3.1-70b", (32768,), "auto"),  # G = 8: the GPR limits one kernel's T
+        ("llama-3.1-70b", (4000, 1234), "tcp"),
+        ("llama-3.1-70b", (4000,), "itpp"),
+    ],
+)
+def test_gqa_decode_step_never_falls_back_to_static_streams(model, lengths, partition):
+    # issue 12: every GQA row-reuse shape is DPA-encodable (docs/dpa.md), and the programs are
+    # encoded for the most tokens one channel kernel can hold (before: llama-3.1-70b at 32K
+    # listed qk/sv d_h=128 G=8 as refused because the static layout at max_tokens = 32768
+    # needs 16448 GPR tiles of 16384).
+    spec, hw = load_model(model), load_preset("aim-16ch")
+    setup = DecodeSetup(
+        spec, hw, lengths, tp=8, memory="lazy", partition=partition, check_capacity=False
+    )
+    report = run_decode(setup)
+    assert report.dpa["enabled"]
+    assert report.dpa["refused"] == {}
+    assert report.dpa["program_bytes"] > 0

@@ -53,9 +53,12 @@ def _static(kind: str, t: int, d_h: int, g: int, mapping: str = "row-reuse") -> 
 
 
 @pytest.mark.parametrize("kind", ["qk", "sv"])
-@pytest.mark.parametrize("d_h", [64, 128])
-@pytest.mark.parametrize("g", [1, 4])
+@pytest.mark.parametrize("d_h", [48, 64, 80, 128, 256])
+@pytest.mark.parametrize("g", [1, 2, 4, 8])
 def test_expand_equals_static_stream(kind: str, d_h: int, g: int) -> None:
+    # Every GQA row-reuse shape, including those whose group runs would cross a DRAM row
+    # without the compiler's row-aligned layout (QK^T d_h 48/80 with G 2, 4; SV d_h 128 with
+    # G 2, d_h 48/80/256 with G >= 2): docs/mapping.md, "Row-aligned group runs".
     prog = encode_kernel(CFG, kind, d_h, g, MAX_T)
     perm = np.random.default_rng(d_h + g).permutation(CFG.channel.rows_per_bank)
     for t in TOKENS + RANDOM_TOKENS:
@@ -159,19 +162,40 @@ def test_malformed_programs_refused() -> None:
         expand(DpaProgram.from_instructions([head, Command(Op.MAC)], CFG), 101)
 
 
-def test_refuses_inexpressible_row_reuse_shapes() -> None:
-    # d_h 48 = 3 tiles per token group: with G = 4 the static compiler splits a group's run at
-    # a DRAM row boundary and interleaves the heads per segment (T = 337: group 21 = cols 63-65).
+def test_row_aligned_runs_make_former_refusals_encodable() -> None:
+    # QK^T d_h 48 (3 tiles), G = 4, T = 337: 22 groups. Before the row-aligned layout, group
+    # 21's run covered columns 63-65 and the heads were interleaved per row segment at a
+    # T-dependent point (refused). Now each 3-tile run is a 2-tile then a 1-tile segment:
+    # block 0 (8 groups): 2-tile runs at columns 0..15, 1-tile runs at 16..23; every block
+    # takes 24 columns, block 2 (groups 16..21, 6 groups) starts at 48: 2-tile runs 48..59,
+    # 1-tile runs 60..65 -> group 21's 1-tile run is column 65 (row 1), no run crosses.
     ref = _static("qk", 337, 48, 4)
     mac = ref[ref["op"] == Op.MAC]
-    runs = [(int(r), int(o)) for r, o in zip(mac["row"], mac["out"], strict=True)]
-    segments = [k for k in range(1, len(runs)) if runs[k] != runs[k - 1]]
-    assert len(segments) > len({o for _, o in runs})  # some (row, out) run is interrupted
+    addr = mac["row"].astype(np.int64) * 64 + mac["col"]
+    assert addr.max() == 22 * 3 - 1  # no padding columns: 66 columns, 2 rows
+    # Group 21, head 0 (OBuf entry (21 - 16) x 4 + 0 = 20 of half 0, block 2 at column 48):
+    # its 2-tile run at 48 + 5 x 2 = 58..59 (row 0), its 1-tile run at 60 + 5 = 65 (row 1).
+    assert addr[(mac["out"] == 20) & (addr >= 48)].tolist() == [58, 59, 65]
+    prog = encode_qk(CFG, 48, 4, 4096)
+    assert np.array_equal(expand(prog, 337), ref)
+    # SV d_h 128, G = 2, T = 129: 9 tiles, GBuf-resident (2 x 9 <= 32); each group's run sits
+    # at a stride of (32 // 2) = 16 columns: 8 groups x 16 = 128 columns = 2 rows (unpadded:
+    # 72 columns, group 7's run 63..71 crossed a row).
+    sv = compile_sv(CFG, 129, 128, 2)
+    assert sv.plan.run_stride == 16 and sv.plan.rows == 2
+    assert np.array_equal(expand(encode_sv(CFG, 128, 2, 4096), 129), sv.commands)
+
+
+def test_refuses_inexpressible_row_reuse_shapes() -> None:
+    # A GQA group that is not a power of two: QK^T d_h 128, G = 6 streams chunks of
+    # 32 // 6 = 5 and 3 tiles (segments 4 + 1 and 2 + 1); the 2-tile runs start at block base
+    # + 5 nb + 2 gi, odd when the last block's group count nb is odd: at T = 385 (25 groups,
+    # last block 20..24) group 23's tiles 5..6 sit at columns 191..192 and cross a row.
     with pytest.raises(DpaEncodeError, match="crosses a DRAM row boundary"):
-        encode_qk(CFG, 48, 4, 4096)
+        encode_qk(CFG, 128, 6, 4096)
     with pytest.raises(DpaEncodeError, match="head-serial"):
-        encode_sv(CFG, 128, 2, 4096)
-    encode_sv(CFG, 128, 2, 4096, mapping="head-serial")  # accepted
+        encode_qk(CFG, 256, 3, 4096)
+    encode_qk(CFG, 128, 6, 4096, mapping="head-serial")  # accepted
     with pytest.raises(DpaEncodeError, match="kernel 'gemv'"):
         encode_kernel(CFG, "gemv", 64)
     with pytest.raises(Exception, match="GPR"):

@@ -50,8 +50,23 @@ def expected_counts(n_out: int, n_in: int, heads: int, mapping: str) -> dict[str
     }
 
 
-def expected_rows(n_out: int, n_in: int) -> int:
-    return cdiv(cdiv(n_out, BANKS) * cdiv(n_in, ELEMS), COLS)
+def expected_rows(n_out: int, n_in: int, sv_heads: int = 1) -> int:
+    """DRAM rows of the matrix; ``sv_heads`` = heads per pass of a row-reuse SV kernel.
+
+    SV with ``P > 1`` heads per pass lays each group's run of a chunk at a stride of
+    ``S = HALF // P`` columns (a power of two here, so it divides a row; docs/mapping.md,
+    "Row-aligned group runs"): ``groups x chunks x S`` columns, chunks of ``S`` tiles (one
+    chunk if the input is resident). Otherwise ``groups x tiles`` columns.
+    """
+    groups, tiles = cdiv(n_out, BANKS), cdiv(n_in, ELEMS)
+    if sv_heads == 1:
+        return cdiv(groups * tiles, COLS)
+    stride = HALF // sv_heads
+    return cdiv(groups * cdiv(tiles, stride) * stride, COLS)
+
+
+def sv_heads(kind: str, group: int, mapping: str) -> int:
+    return group if kind == "sv" and mapping == "row-reuse" else 1
 
 
 GEMV_SHAPES = [(4096, 4096), (100, 300), (17, 1), (1, 17), (1000, 5000)]
@@ -59,8 +74,8 @@ ATTN_CASES = [
     (kind, tokens, d_h, group, mapping)
     for kind in ("qk", "sv")
     for tokens in (1, 100, 4096, 5000)
-    for d_h in (64, 128, 80)
-    for group in (1, 4, 8)
+    for d_h in (64, 128, 80, 48)
+    for group in (1, 2, 4, 8)
     for mapping in ("row-reuse", "head-serial")
 ]
 
@@ -79,19 +94,25 @@ def mac_row_opens(commands: np.ndarray) -> int:
     return 1 + int(np.count_nonzero(rows[1:] != rows[:-1])) if rows.size else 0
 
 
-def check_structure(cfg, prog, n_out, n_in, heads, mapping):
+def check_structure(cfg, prog, n_out, n_in, heads, mapping, sv_p=1):
     validate_stream(prog.commands, cfg.channel)
     assert prog.counts == expected_counts(n_out, n_in, heads, mapping)
     plan = prog.plan
     groups, tiles = cdiv(n_out, BANKS), cdiv(n_in, ELEMS)
     assert (plan.groups, plan.tiles, plan.heads) == (groups, tiles, heads)
-    assert plan.rows == expected_rows(n_out, n_in) == math.ceil(groups * tiles / COLS)
+    assert plan.rows == expected_rows(n_out, n_in, sv_p)
+    if sv_p == 1:
+        assert plan.rows == math.ceil(groups * tiles / COLS)
     mac = prog.commands[prog.commands["op"] == Op.MAC]
     rows_used = np.unique(mac["row"])
     assert rows_used.tolist() == list(range(plan.rows))  # rows 0 .. rows-1, no gaps
-    # Each matrix tile (column address) is read once per head.
+    # Each matrix tile (column address) is read once per head; padding columns never.
     addr = mac["row"].astype(np.int64) * COLS + mac["col"]
-    assert np.array_equal(np.bincount(addr), np.full(groups * tiles, heads))
+    counts = np.bincount(addr)
+    assert np.count_nonzero(counts) == groups * tiles
+    assert set(counts[counts > 0].tolist()) == {heads}
+    if sv_p == 1:
+        assert counts.size == groups * tiles  # packed: no padding columns
 
 
 @pytest.mark.parametrize(("d_out", "d_in"), GEMV_SHAPES)
@@ -106,12 +127,12 @@ def test_attention_counts_and_structure(cfg, kind, tokens, d_h, group, mapping):
     prog, (n_out, n_in) = _compile_case(cfg, kind, tokens, d_h, group, mapping)
     assert prog.kind == kind
     assert prog.plan.mapping == mapping
-    check_structure(cfg, prog, n_out, n_in, group, mapping)
+    check_structure(cfg, prog, n_out, n_in, group, mapping, sv_heads(kind, group, mapping))
 
 
-# Row-reuse GQA with a resident input whose per-head tile run (5 tiles at d_h = 80) does not
-# divide the 64 columns of a row: a group's run straddles a row boundary, and every head must
-# still finish the first row before the next opens (docs/mapping.md: each row once per pass).
+# Row-reuse GQA with tile runs that do not divide the 64 columns of a row (5 tiles at
+# d_h = 80, 3 at d_h = 48, the token-dependent runs of SV): the row-aligned layout keeps every
+# run in one row, and all heads finish a row before the next opens (each row once per pass).
 ROW_OPEN_CASES = [
     (kind, tokens, d_h, group, mapping) for kind, tokens, d_h, group, mapping in ATTN_CASES
 ]
@@ -126,7 +147,7 @@ def test_gemv_opens_each_row_once(cfg, d_out, d_in):
 @pytest.mark.parametrize(("kind", "tokens", "d_h", "group", "mapping"), ROW_OPEN_CASES)
 def test_attention_opens_each_row_once_per_pass(cfg, kind, tokens, d_h, group, mapping):
     prog, (n_out, n_in) = _compile_case(cfg, kind, tokens, d_h, group, mapping)
-    rows = expected_rows(n_out, n_in)
+    rows = expected_rows(n_out, n_in, sv_heads(kind, group, mapping))
     mac = prog.commands[prog.commands["op"] == Op.MAC]
     assert np.unique(mac["row"]).size == rows
     # Row-reuse: all G heads share each opened row. Head-serial: one pass per head, each
@@ -135,14 +156,46 @@ def test_attention_opens_each_row_once_per_pass(cfg, kind, tokens, d_h, group, m
     assert mac_row_opens(prog.commands) == passes * rows
 
 
-def test_row_reuse_straddling_group_minimal(cfg):
-    # QK^T T=257, d_h=80, G=4: 17 groups x 5 tiles = 85 columns in 2 rows; group 12 covers
-    # columns 60..64 and straddles the row 0 / row 1 boundary.
+def test_row_reuse_qk_runs_split_into_power_of_two_segments(cfg):
+    # QK^T T=257, d_h=80, G=4: 17 groups x 5 tiles, resident (4 x 5 <= 32), blocks of
+    # 32 // 4 = 8 groups. Each 5-tile run is a 4-tile then a 1-tile segment: block 0 puts the
+    # 4-tile runs at columns 0..31 and the 1-tile runs at 32..39; block 1 (groups 8..15) at
+    # 40..71 and 72..79; block 2 (group 16) at 80..83 and 84. 85 columns, 2 rows, no padding.
+    # Group 12 (before: columns 60..64, straddling rows 0 and 1) is at 56..59 and 76.
     prog = compile_qk(cfg, 257, 80, gqa_group=4)
-    assert prog.plan.rows == 2
-    # The scheduler sees the same thing: it performs one activation per row change.
-    assert run_channel(prog.commands, cfg, "dcs").row_switches.shape[0] == 2  # actually 8
-    assert mac_row_opens(prog.commands) == 2  # actually 8: rows 0,1 for each of the 4 heads
+    assert prog.plan.pow2_segments and prog.plan.rows == 2
+    mac = prog.commands[prog.commands["op"] == Op.MAC]
+    addr = mac["row"].astype(np.int64) * COLS + mac["col"]
+    assert addr.max() == 84
+    # Group 12 = block 1, gi 4, head 0: OBuf half 1, entry 32 + 4 x 4 + 0 = 48.
+    assert addr[mac["out"] == 48].tolist() == [56, 57, 58, 59, 76]
+    # After block 0's 8 x 5 x 4 = 160 MACs, head 0 of group 8 (entry 32) then heads 1..3
+    # (33..35) read columns 40..43 in turn.
+    assert addr[160:164].tolist() == [40, 41, 42, 43]
+    assert mac["out"][160:176].tolist() == [32] * 4 + [33] * 4 + [34] * 4 + [35] * 4
+    assert run_channel(prog.commands, cfg, "dcs").row_switches.shape[0] == 2
+    assert mac_row_opens(prog.commands) == 2
+    assert prog.counts == {"WR_INP": 20, "MAC": 4 * 17 * 5, "RD_OUT": 4 * 17}
+
+
+def test_row_reuse_sv_runs_padded_to_the_chunk_stride(cfg):
+    # SV T=1000, d_h=128, G=2: 63 tiles, streamed (2 x 63 > 32) in chunks of 32 // 2 = 16
+    # tiles (16, 16, 16, 15); 8 groups in one block. Each group's run of a chunk sits at a
+    # stride of 16 columns: 8 x 4 x 16 = 512 columns = 8 rows (packed: 504, also 8 rows).
+    # Packed, group 4's last-chunk run was 384 + 4 x 15 = 444..458 and crossed column 448;
+    # now it is 384 + 4 x 16 = 448..462.
+    prog = compile_sv(cfg, 1000, 128, gqa_group=2)
+    p = prog.plan
+    assert (p.resident, p.chunk_tiles, p.run_stride, p.rows) == (False, 16, 16, 8)
+    assert prog.counts == {"WR_INP": 2 * 63, "MAC": 2 * 8 * 63, "RD_OUT": 2 * 8}
+    mac = prog.commands[prog.commands["op"] == Op.MAC]
+    addr = mac["row"].astype(np.int64) * COLS + mac["col"]
+    head0_g4 = addr[mac["out"] == 4 * 2]  # group 4, head 0: OBuf entry 4 x 2 + 0
+    assert head0_g4[-15:].tolist() == list(range(448, 463))
+    assert np.count_nonzero(np.bincount(addr)) == 8 * 63  # 8 padding columns (x 1 chunk)
+    assert mac_row_opens(prog.commands) == 8
+    # Resident (T = 129: 9 tiles, 2 x 9 <= 32): runs at a stride of 16, 8 x 16 = 2 rows.
+    assert compile_sv(cfg, 129, 128, gqa_group=2).plan.rows == 2
 
 
 def test_documented_examples(cfg):
@@ -310,6 +363,9 @@ FUNCTIONAL_CASES = [
     ("qk", {"tokens": 300, "d_h": 128}),
     ("qk", {"tokens": 257, "d_h": 80, "gqa_group": 4, "mapping": "row-reuse"}),
     ("qk", {"tokens": 257, "d_h": 80, "gqa_group": 4, "mapping": "head-serial"}),
+    ("qk", {"tokens": 337, "d_h": 48, "gqa_group": 2}),  # 2 + 1 tile segments
+    ("sv", {"tokens": 1000, "d_h": 128, "gqa_group": 2}),  # runs at a 16-column stride
+    ("sv", {"tokens": 777, "d_h": 256, "gqa_group": 4}),
     ("sv", {"tokens": 1000, "d_h": 64}),
     ("sv", {"tokens": 520, "d_h": 128, "gqa_group": 8}),
 ]

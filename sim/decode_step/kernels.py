@@ -15,7 +15,7 @@ import numpy as np
 
 from compiler.dpa import encode_kernel
 from compiler.hub import run_count
-from compiler.kernels import CompileError, compile_kernel
+from compiler.kernels import CompileError, attention_max_tokens, compile_kernel
 from compiler.plan import ChannelJob
 from models.channel import run_channel
 from models.config import HardwareConfig
@@ -52,8 +52,10 @@ class KernelCache:
     """Channel kernel results keyed by (kind, shape, DPA); one per hardware config and scheduler.
 
     With ``dpa`` set, attention kernels (``qk``, ``sv``) are fed through the DPA decoder's
-    timing, their programs encoded for ``dpa_max_tokens``; shapes the DPA encoder refuses
-    run as static streams and are listed in ``dpa_refused``.
+    timing, their programs encoded for ``dpa_max_tokens`` tokens, or for the most tokens one
+    channel kernel of the shape can hold (:func:`compiler.kernels.attention_max_tokens`: GPR
+    and rows) if that is fewer (score tiling keeps every kernel within it); shapes the DPA
+    encoder refuses run as static streams and are listed in ``dpa_refused``.
     """
 
     cfg: HardwareConfig
@@ -71,8 +73,9 @@ class KernelCache:
         key = (kind, d_h, gqa_group)
         if key not in self._programs:
             try:
+                top = attention_max_tokens(self.cfg, kind, d_h, gqa_group)
                 self._programs[key] = encode_kernel(
-                    self.cfg, kind, d_h, gqa_group, self.dpa_max_tokens
+                    self.cfg, kind, d_h, gqa_group, min(self.dpa_max_tokens, top)
                 )
             except CompileError as exc:  # DpaEncodeError is a CompileError
                 self._programs[key] = None
