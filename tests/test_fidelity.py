@@ -29,6 +29,7 @@ EXPECTED = {
     "P-fig17-256": Verdict.TREND,
     "P-fig15": Verdict.TREND,
     "P-fig17a": Verdict.REPRODUCED,
+    "L-fig4": Verdict.TREND,
     "L-fig11": Verdict.TREND,
     "L-fig7a": Verdict.TREND,
     "L-table8": Verdict.TREND,
