@@ -424,13 +424,30 @@ def gemv_max_batch(cfg: HardwareConfig, d_out: int, d_in: int) -> int:
     return gpr_tiles(cfg) // (tiles + groups)
 
 
+def _attention_plan(
+    cfg: HardwareConfig, kind: str, tokens: int, d_h: int, gqa_group: int, mapping: str
+) -> GemvPlan:
+    """The plan of a ``qk``/``sv`` kernel; a refusal that more tokens caused says how many fit."""
+    n_out, n_in = (tokens, d_h) if kind == "qk" else (d_h, tokens)
+    try:
+        return _plan(cfg, n_out, n_in, gqa_group, mapping, attention=kind)
+    except CompileError as exc:
+        most = attention_max_tokens(cfg, kind, d_h, gqa_group, mapping)
+        if 0 < most < tokens:
+            raise CompileError(
+                f"{exc}; at most {most:,} tokens fit one {kind} kernel of this shape (a decode "
+                "step cuts longer contexts into GPR tiles, docs/decode.md)"
+            ) from None
+        raise
+
+
 def compile_qk(
     cfg: HardwareConfig, tokens: int, d_h: int, gqa_group: int = 1, mapping: str = "row-reuse"
 ) -> KernelProgram:
     """Attention scores ``K q_h`` for the ``gqa_group`` query heads sharing one K cache."""
     tokens, d_h = _positive("tokens", tokens), _positive("d_h", d_h)
     gqa_group = _positive("gqa_group", gqa_group)
-    plan = _plan(cfg, tokens, d_h, gqa_group, mapping, attention="qk")
+    plan = _attention_plan(cfg, "qk", tokens, d_h, gqa_group, mapping)
     shape = {"tokens": tokens, "d_h": d_h, "gqa_group": gqa_group, "mapping": mapping}
     return KernelProgram("qk", shape, _lower(cfg, plan), plan, cfg)
 
@@ -441,7 +458,7 @@ def compile_sv(
     """Attention output ``V^T s_h`` for the ``gqa_group`` heads sharing one V cache."""
     tokens, d_h = _positive("tokens", tokens), _positive("d_h", d_h)
     gqa_group = _positive("gqa_group", gqa_group)
-    plan = _plan(cfg, d_h, tokens, gqa_group, mapping, attention="sv")
+    plan = _attention_plan(cfg, "sv", tokens, d_h, gqa_group, mapping)
     shape = {"tokens": tokens, "d_h": d_h, "gqa_group": gqa_group, "mapping": mapping}
     return KernelProgram("sv", shape, _lower(cfg, plan), plan, cfg)
 

@@ -11,6 +11,7 @@ import pytest
 
 from compiler.kernels import (
     CompileError,
+    attention_max_tokens,
     compile_gemv,
     compile_kernel,
     compile_qk,
@@ -607,3 +608,12 @@ def test_dcs_overlaps_the_extra_wr_inp(cfg):
     one = run_channel(compile_gemv(cfg, 128, 4096).commands, cfg, "dcs")
     assert one.breakdown["row_switch"] == 46 + 31 * 62  # 32 rows
     assert 16 * one.cycles > 1.5 * dcs.cycles
+
+
+def test_too_many_tokens_says_how_many_fit():
+    # aim-16ch GPR: 16384 tiles of 32 B. QK^T at G = 4, d_h 128: 4 x 8 input tiles plus
+    # 4 x ceil(T / 16) output tiles, so T <= (16384 - 32) / 4 x 16 = 65,408 tokens.
+    cfg = load_preset("aim-16ch")
+    assert attention_max_tokens(cfg, "qk", 128, 4) == 65408
+    with pytest.raises(CompileError, match=r"at most 65,408 tokens fit one qk kernel"):
+        compile_qk(cfg, 65409, 128, gqa_group=4)
