@@ -21,7 +21,7 @@ from models.channel import run_channel
 from models.config import HardwareConfig
 from models.dpa.dispatcher import gaps_from_times
 
-__all__ = ["KernelCache", "KernelStats", "ModuleRun", "job_key", "run_module"]
+__all__ = ["KernelCache", "KernelStats", "ModuleRun", "active_banks", "job_key", "run_module"]
 
 
 def job_key(job) -> tuple:
@@ -127,7 +127,8 @@ class ModuleRun:
     simulated_kernels: int
 
 
-def _active_banks(job, banks: int) -> int:
+def active_banks(job, banks: int) -> int:
+    """Banks a channel job gives work to."""
     # QK^T puts token t of a channel's share on bank t % banks; SV puts output d on bank
     # d % banks; a GEMV puts output row o on bank o % banks.
     if job.kind == "gemv":
@@ -156,7 +157,7 @@ def run_module(
             stats = cache.run(job)
             cycles[c] += stats.cycles
             macs += stats.macs
-            active[c] = max(active[c], _active_banks(job, banks))
+            active[c] = max(active[c], active_banks(job, banks))
     total = int(cycles.max()) if len(jobs) else 0
     n_ch = len(jobs)
     return ModuleRun(

@@ -239,23 +239,31 @@ def _layer_timing(
     )
 
 
-def _run_decode(
-    setup: DecodeSetup,
-    memoize: bool = True,
-    progress: Callable[[str], None] | None = None,
-) -> DecodeReport:
-    """Simulate one decode step of ``setup``."""
-    started = time.perf_counter()
-    cfg, spec = setup.hw, setup.model
-    say = progress or (lambda _m: None)
-    memory = admit(setup)
-    cache = KernelCache(
-        cfg,
+def _kernel_cache(setup: DecodeSetup, memoize: bool) -> KernelCache:
+    """The channel-kernel cache of ``setup``'s hardware, scheduler and memory policy."""
+    return KernelCache(
+        setup.hw,
         setup.sched,
         memoize,
         dpa=setup.memory == MemoryPolicy.LAZY,
         dpa_max_tokens=max(setup.lengths),
     )
+
+
+def _run_decode(
+    setup: DecodeSetup,
+    memoize: bool = True,
+    progress: Callable[[str], None] | None = None,
+    cache: KernelCache | None = None,
+) -> DecodeReport:
+    """Simulate one decode step of ``setup`` (with ``cache``: kernels already simulated for
+    the same hardware, scheduler, memory policy and lengths are reused)."""
+    started = time.perf_counter()
+    cfg, spec = setup.hw, setup.model
+    say = progress or (lambda _m: None)
+    memory = admit(setup)
+    cache = cache or _kernel_cache(setup, memoize)
+    simulated_before = cache.simulated
     m = setup.micro_batches or min(setup.pp, len(setup.lengths))
     batches = micro_batches(setup.lengths, m)
     layers = stage_layers(spec.layers, setup.pp)
@@ -389,7 +397,7 @@ def _run_decode(
         dpa=dpa_buffers(setup, cache, memory),
         simulation={
             "channel_commands": int(commands),
-            "kernels_simulated": cache.simulated,
+            "kernels_simulated": cache.simulated - simulated_before,
             "memoize": memoize,
             "wall_seconds": time.perf_counter() - started,
         },
@@ -410,19 +418,29 @@ def run_decode(
     """
     if setup.micro_batches == MICRO_BATCHES_AUTO:
         reports = []
+        cache = _kernel_cache(setup, memoize)  # the candidates share every attention kernel
         for m in micro_batch_candidates(setup.pp, len(setup.lengths)):
             if progress:
                 progress(f"{m} micro-batch(es):")
-            reports.append(
-                run_decode(dataclasses.replace(setup, micro_batches=m), memoize, progress)
-            )
+            one = dataclasses.replace(setup, micro_batches=m)
+            reports.append(_checked_decode(one, memoize, progress, cache))
         best = max(reports, key=lambda r: (r.tokens_per_s, -r.micro_batches))
         sweep = [
             {"micro_batches": r.micro_batches, "tokens_per_s": r.tokens_per_s} for r in reports
         ]
         return dataclasses.replace(best, pipeline={**best.pipeline, "micro_batch_sweep": sweep})
+    return _checked_decode(setup, memoize, progress)
+
+
+def _checked_decode(
+    setup: DecodeSetup,
+    memoize: bool,
+    progress: Callable[[str], None] | None,
+    cache: KernelCache | None = None,
+) -> DecodeReport:
+    """:func:`_run_decode`; a kernel that cannot be mapped says which choice would help."""
     try:
-        return _run_decode(setup, memoize, progress)
+        return _run_decode(setup, memoize, progress, cache)
     except CompileError as exc:
         hint = (
             "use more --tp (fewer KV heads per module), shorter contexts, another --partition, "

@@ -178,26 +178,23 @@ def _sv_reduction() -> Measured:
     return Measured(ours, Verdict.DIFFERS, "the reduction's exposed EPU time", values)
 
 
-def _threshold(kind: str, channels: int) -> int:
-    """Smallest T at which TCP gives every bank of every channel work (one head)."""
+def _threshold(kind: str) -> int:
+    """Smallest T at which TCP gives every bank of every channel of aim-16ch work (one
+    head)."""
+    from sim.decode_step.kernels import active_banks
+
     cfg = load_preset("aim-16ch")
-    banks = cfg.channel.banks
+    banks, channels = cfg.channel.banks, cfg.module.channels
     for t in range(1, 4097):
         jobs = partition_attention(cfg, kind, [t], 1, 128, scheme="tcp")
-        active = 0
-        for channel_jobs in jobs:
-            most = 0
-            for j in channel_jobs:
-                rows = j.tokens if kind == "qk" else j.d_h
-                most = max(most, min(banks, rows))
-            active += most
+        active = sum(max((active_banks(j, banks) for j in c), default=0) for c in jobs)
         if active == banks * channels:
             return t
     return -1
 
 
 def _tcp_thresholds() -> Measured:
-    qk, sv = _threshold("qk", 16), _threshold("sv", 16)
+    qk, sv = _threshold("qk"), _threshold("sv")
     ours = f"QK^T from T = {qk}, SV from T = {sv}"
     if (qk, sv) == (256, 32):
         return Measured(ours, Verdict.REPRODUCED, values={"qk": qk, "sv": sv})
