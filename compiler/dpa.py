@@ -25,9 +25,7 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
-import numpy as np
-
-from compiler.kernels import GQA_MAPPINGS, CompileError, _pow2_parts, compile_qk, compile_sv
+from compiler.kernels import GQA_MAPPINGS, CompileError, _pow2_parts, attention_plan, positive
 from models.config import HardwareConfig
 from models.dpa.format import (
     KERNEL_CODES,
@@ -261,13 +259,6 @@ class _Builder:
 # ---------------------------------------------------------------------------------------------
 
 
-def positive(name: str, value: int) -> int:
-    """``value`` as an ``int``; :class:`DpaEncodeError` naming ``name`` unless it is > 0."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value <= 0:
-        raise DpaEncodeError(f"{name} = {value!r}: must be a positive integer")
-    return int(value)
-
-
 def _check_row_runs(
     kind: str, b: _Builder, nt: _Dim, p: int, bk: int, ck: int, segments: bool, stride: int
 ) -> None:
@@ -322,8 +313,9 @@ def encode_kernel(
     """DPA program of the ``qk`` or ``sv`` kernel for any ``1 <= T_cur <= max_tokens``."""
     if kind not in ("qk", "sv"):
         raise DpaEncodeError(f"kernel {kind!r}: DPA encoding exists for 'qk' and 'sv'")
-    d_h, g = positive("d_h", d_h), positive("gqa_group", gqa_group)
-    max_tokens = positive("max_tokens", max_tokens)
+    d_h = positive("d_h", d_h, DpaEncodeError)
+    g = positive("gqa_group", gqa_group, DpaEncodeError)
+    max_tokens = positive("max_tokens", max_tokens, DpaEncodeError)
     if mapping not in GQA_MAPPINGS:
         raise DpaEncodeError(f"mapping {mapping!r} is unknown; allowed: {', '.join(GQA_MAPPINGS)}")
     token_limit = field_limit(Kind.HEADER, "max_tokens")
@@ -343,14 +335,12 @@ def encode_kernel(
         if value > limit:
             raise DpaEncodeError(f"{name} = {value} exceeds the DPA word field ({limit})")
     # The static compiler at max_tokens checks rows per bank and the GPR (both grow with T).
-    compile_fn = compile_qk if kind == "qk" else compile_sv
-    plan = compile_fn(cfg, max_tokens, d_h, g, mapping).plan
+    plan = attention_plan(cfg, kind, max_tokens, d_h, g, mapping)
 
     half_g, half_o = ch.gbuf_entries // 2, ch.obuf_entries // 2
-    p = g if mapping == "row-reuse" else 1
-    passes = 1 if mapping == "row-reuse" else g
-    bk, ck = half_o // p, half_g // p
-    if plan.block_groups != bk or (not plan.resident and plan.chunk_tiles != ck):
+    p, passes, bk = plan.pass_size, plan.passes, plan.block_groups
+    ck = half_g // p  # a chunk of the non-resident layout (the plan keeps the resident one)
+    if not plan.resident and plan.chunk_tiles != ck:
         raise DpaEncodeError(
             "compiler/kernels.py's blocking changed (block/chunk sizes differ from "
             "docs/mapping.md); update compiler/dpa.py"

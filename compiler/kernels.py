@@ -31,6 +31,8 @@ from models.errors import PimphonyError
 from models.isa import COMMAND_DTYPE, Op, gpr_tiles
 
 __all__ = [
+    "attention_plan",
+    "positive",
     "GQA_MAPPINGS",
     "KERNELS",
     "CompileError",
@@ -150,9 +152,10 @@ def _checked_array(a: np.ndarray, shape: tuple[int, ...], what: str) -> np.ndarr
     return a.astype(np.float16)
 
 
-def _positive(name: str, value: int) -> int:
+def positive(name: str, value: int, error: type[Exception] = CompileError) -> int:
+    """``value`` as an ``int``; ``error`` naming ``name`` unless it is a positive integer."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value <= 0:
-        raise CompileError(f"{name} = {value!r}: must be a positive integer")
+        raise error(f"{name} = {value!r}: must be a positive integer")
     return int(value)
 
 
@@ -352,11 +355,11 @@ def compile_gemv(
     ``pass_size`` requests (the last pass holds the rest), each rereading ``W``. The default
     pass size is :func:`gemv_pass_size`. ``batch = 1`` is one pass over ``W``.
     """
-    d_out, d_in = _positive("d_out", d_out), _positive("d_in", d_in)
-    batch = _positive("batch", batch)
+    d_out, d_in = positive("d_out", d_out), positive("d_in", d_in)
+    batch = positive("batch", batch)
     cap = _batch_cap(cfg, batch)
     chosen = gemv_pass_size(cfg, d_out, d_in, batch)
-    pass_size = chosen if pass_size is None else _positive("pass_size", pass_size)
+    pass_size = chosen if pass_size is None else positive("pass_size", pass_size)
     if pass_size > cap:
         ch = cfg.channel
         raise CompileError(
@@ -398,8 +401,8 @@ def gemv_pass_size(cfg: HardwareConfig, d_out: int, d_in: int, batch: int) -> in
 
     ``docs/mapping.md`` compares it with the simulated best pass size.
     """
-    d_out, d_in = _positive("d_out", d_out), _positive("d_in", d_in)
-    batch = _positive("batch", batch)
+    d_out, d_in = positive("d_out", d_out), positive("d_in", d_in)
+    batch = positive("batch", batch)
     ch = cfg.channel
     half_g, half_o = ch.gbuf_entries // 2, ch.obuf_entries // 2
     groups = math.ceil(d_out / ch.banks)
@@ -419,15 +422,16 @@ def gemv_pass_size(cfg: HardwareConfig, d_out: int, d_in: int, batch: int) -> in
 def gemv_max_batch(cfg: HardwareConfig, d_out: int, d_in: int) -> int:
     """Largest batch whose inputs and outputs fit the GPR for a ``d_out x d_in`` GEMV."""
     ch = cfg.channel
-    groups = math.ceil(_positive("d_out", d_out) / ch.banks)
-    tiles = math.ceil(_positive("d_in", d_in) / ch.mac_elements)
+    groups = math.ceil(positive("d_out", d_out) / ch.banks)
+    tiles = math.ceil(positive("d_in", d_in) / ch.mac_elements)
     return gpr_tiles(cfg) // (tiles + groups)
 
 
-def _attention_plan(
+def attention_plan(
     cfg: HardwareConfig, kind: str, tokens: int, d_h: int, gqa_group: int, mapping: str
 ) -> GemvPlan:
-    """The plan of a ``qk``/``sv`` kernel; a refusal that more tokens caused says how many fit."""
+    """The plan of a ``qk``/``sv`` kernel of ``tokens`` (no stream lowered); a refusal that
+    more tokens caused says how many fit."""
     n_out, n_in = (tokens, d_h) if kind == "qk" else (d_h, tokens)
     try:
         return _plan(cfg, n_out, n_in, gqa_group, mapping, attention=kind)
@@ -445,9 +449,9 @@ def compile_qk(
     cfg: HardwareConfig, tokens: int, d_h: int, gqa_group: int = 1, mapping: str = "row-reuse"
 ) -> KernelProgram:
     """Attention scores ``K q_h`` for the ``gqa_group`` query heads sharing one K cache."""
-    tokens, d_h = _positive("tokens", tokens), _positive("d_h", d_h)
-    gqa_group = _positive("gqa_group", gqa_group)
-    plan = _attention_plan(cfg, "qk", tokens, d_h, gqa_group, mapping)
+    tokens, d_h = positive("tokens", tokens), positive("d_h", d_h)
+    gqa_group = positive("gqa_group", gqa_group)
+    plan = attention_plan(cfg, "qk", tokens, d_h, gqa_group, mapping)
     shape = {"tokens": tokens, "d_h": d_h, "gqa_group": gqa_group, "mapping": mapping}
     return KernelProgram("qk", shape, _lower(cfg, plan), plan, cfg)
 
@@ -456,9 +460,9 @@ def compile_sv(
     cfg: HardwareConfig, tokens: int, d_h: int, gqa_group: int = 1, mapping: str = "row-reuse"
 ) -> KernelProgram:
     """Attention output ``V^T s_h`` for the ``gqa_group`` heads sharing one V cache."""
-    tokens, d_h = _positive("tokens", tokens), _positive("d_h", d_h)
-    gqa_group = _positive("gqa_group", gqa_group)
-    plan = _attention_plan(cfg, "sv", tokens, d_h, gqa_group, mapping)
+    tokens, d_h = positive("tokens", tokens), positive("d_h", d_h)
+    gqa_group = positive("gqa_group", gqa_group)
+    plan = attention_plan(cfg, "sv", tokens, d_h, gqa_group, mapping)
     shape = {"tokens": tokens, "d_h": d_h, "gqa_group": gqa_group, "mapping": mapping}
     return KernelProgram("sv", shape, _lower(cfg, plan), plan, cfg)
 
@@ -479,8 +483,8 @@ def attention_max_tokens(
     """
     if kind not in ("qk", "sv"):
         raise CompileError(f"kernel {kind!r}: attention_max_tokens covers 'qk' and 'sv'")
-    d_h, gqa_group = _positive("d_h", d_h), _positive("gqa_group", gqa_group)
-    limit = _positive("limit", limit)
+    d_h, gqa_group = positive("d_h", d_h), positive("gqa_group", gqa_group)
+    limit = positive("limit", limit)
 
     def fits(t: int) -> bool:
         n_out, n_in = (t, d_h) if kind == "qk" else (d_h, t)
