@@ -33,14 +33,16 @@ from numba import njit
 
 from models.dram import (
     INF,
+    MODE_COMPUTE,
+    MODE_REGISTER,
     NEVER,
     TV_CCD,
     TV_MAC,
-    TV_MOD,
     TV_RD_OUT,
     TV_WR_INP,
-    mode_switch,
+    mode_gate,
     open_row,
+    register_first,
 )
 from models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP
 
@@ -136,7 +138,7 @@ def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_s
     last_issue = NEVER
     n_sw = 0
     issued = 0
-    mode = 0
+    mode = MODE_COMPUTE
     while issued < n:
         # Dispatch candidate: the next command in program order.
         ta = INF
@@ -158,9 +160,7 @@ def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_s
                 ti = max(ti, _obuf_expiry(prev_o[k], op, issue, tv, False))
         # ``ti``/``tc``: the cycle the controller commits to a head (its TMOD's with a mode
         # switch); ``xi``/``xc``: its issue cycle.
-        xi = ti
-        if ti < INF and tv[TV_MOD] > 0 and mode != 1:
-            xi = mode_switch(ti, ti, tv)[1]
+        ti, xi = mode_gate(ti, ti, MODE_REGISTER, mode, tv)
         # Compute queue head.
         tc = INF
         xc = INF
@@ -182,11 +182,7 @@ def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_s
             tc = max(head, last_issue + 1, t_last_mac + tv[TV_CCD])
             tc = max(tc, _gbuf_expiry(prev_g[k], op, issue, tv))
             tc = max(tc, _obuf_expiry(prev_o[k], op, issue, tv, True))
-            xc = max(tc, row_ready)
-            if tc < INF and tv[TV_MOD] > 0 and mode != 0:
-                tc, xc = mode_switch(xc, tc, tv)
-            else:
-                tc = xc
+            tc, xc = mode_gate(max(tc, row_ready), tc, MODE_COMPUTE, mode, tv)
         t = min(ta, ti, tc)
         if t >= INF:
             raise RuntimeError("DCS cannot make progress (malformed stream or queue deadlock)")
@@ -194,12 +190,12 @@ def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_s
             accept[n_acc] = t
             a_prev = t
             n_acc += 1
-        if tc == t and not (ti == t and tv[TV_MOD] > 0 and mode == 1):
+        if tc == t and not (ti == t and register_first(mode, tv)):
             k = c_idx[c_h]
             issue[k] = xc
             t_last_mac = xc
             last_issue = xc
-            mode = 0
+            mode = MODE_COMPUTE
             c_h += 1
             issued += 1
         elif ti == t:
@@ -207,7 +203,7 @@ def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_s
             issue[k] = xi
             last_io = xi
             last_issue = xi
-            mode = 1
+            mode = MODE_REGISTER
             io_h += 1
             issued += 1
     return issue, accept, n_sw

@@ -25,6 +25,8 @@ from models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP, Op
 
 __all__ = [
     "INF",
+    "MODE_COMPUTE",
+    "MODE_REGISTER",
     "NEVER",
     "TV_CCD",
     "TV_MAC",
@@ -41,7 +43,9 @@ __all__ = [
     "execution_times",
     "exec_time",
     "mode_class",
+    "mode_gate",
     "mode_switch",
+    "register_first",
     "open_row",
     "precharge_done",
     "timing_vector",
@@ -97,11 +101,33 @@ def timing_vector(cfg: HardwareConfig) -> np.ndarray:
     return tv
 
 
+MODE_COMPUTE = 0
+"""Mode class of MAC; channels start in it."""
+MODE_REGISTER = 1
+"""Mode class of WR_INP and RD_OUT."""
+
+
 @njit(cache=True)
 def mode_class(op: int) -> int:
-    """Mode a command needs: 0 compute (MAC), 1 register (WR_INP, RD_OUT). Channels start in
-    compute mode."""
-    return 0 if op == OP_MAC else 1
+    """Mode a command needs: :data:`MODE_COMPUTE` (MAC) or :data:`MODE_REGISTER` (WR_INP,
+    RD_OUT). Channels start in compute mode."""
+    return MODE_COMPUTE if op == OP_MAC else MODE_REGISTER
+
+
+@njit(cache=True)
+def mode_gate(t_ready: int, t_no_row: int, cls: int, mode: int, tv: np.ndarray):
+    """``(commit, issue)`` of a command of mode class ``cls`` in a channel in ``mode``: both
+    ``t_ready`` without a mode rule or in the same mode, else :func:`mode_switch`'s."""
+    if t_ready >= INF or tv[TV_MOD] == 0 or cls == mode:
+        return t_ready, t_ready
+    return mode_switch(t_ready, t_no_row, tv)
+
+
+@njit(cache=True)
+def register_first(mode: int, tv: np.ndarray) -> bool:
+    """With a mode rule, an I/O head ready in the same cycle as the MAC head goes first while
+    the channel is in register mode (no TMOD either way)."""
+    return tv[TV_MOD] > 0 and mode == MODE_REGISTER
 
 
 @njit(cache=True)

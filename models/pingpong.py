@@ -38,7 +38,17 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from models.dram import INF, NEVER, TV_CCD, TV_MOD, exec_time, mode_switch, open_row
+from models.dram import (
+    INF,
+    MODE_COMPUTE,
+    MODE_REGISTER,
+    NEVER,
+    TV_CCD,
+    exec_time,
+    mode_gate,
+    open_row,
+    register_first,
+)
 from models.errors import PimphonyError
 from models.isa import OP_MAC, OP_WR_INP
 from models.static_sched import static_gap
@@ -168,7 +178,7 @@ def _pingpong_kernel(op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end):
     row_ready = 0
     n_sw = 0
     handoff = 0
-    mode = 0
+    mode = MODE_COMPUTE
     for s in range(n_slots):
         lo = start_of[s]
         hi = start_of[s + 1]
@@ -192,9 +202,7 @@ def _pingpong_kernel(op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end):
                 ti = max(barrier, accept[k] + 1, last_issue + 1, last_io + gap)
             # With a mode switch: pick by the cycle the controller commits (the TMOD's),
             # issue t_MOD later; ``xi``/``xc`` are the issue cycles.
-            xi = ti
-            if ti < INF and tv[TV_MOD] > 0 and mode != 1:
-                xi = mode_switch(ti, ti, tv)[1]
+            ti, xi = mode_gate(ti, ti, MODE_REGISTER, mode, tv)
             tc = INF
             xc = INF
             if pc < hi:
@@ -211,15 +219,11 @@ def _pingpong_kernel(op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end):
                         n_sw += 1
                         cur_row = row[k]
                 tc = max(barrier, accept[k] + 1, last_issue + 1, last_mac + tv[TV_CCD])
-                xc = max(tc, row_ready)
-                if tv[TV_MOD] > 0 and mode != 0:
-                    tc, xc = mode_switch(xc, tc, tv)
-                else:
-                    tc = xc
-            if ti < tc or (ti == tc and tv[TV_MOD] > 0 and mode == 1):
+                tc, xc = mode_gate(max(tc, row_ready), tc, MODE_COMPUTE, mode, tv)
+            if ti < tc or (ti == tc and register_first(mode, tv)):
                 k = order[pi]
                 ti = xi
-                mode = 1
+                mode = MODE_REGISTER
                 issue[k] = ti
                 last_io = ti
                 last_io_op = op[k]
@@ -231,7 +235,7 @@ def _pingpong_kernel(op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end):
             else:
                 k = order[pc]
                 tc = xc
-                mode = 0
+                mode = MODE_COMPUTE
                 issue[k] = tc
                 last_mac = tc
                 last_issue = tc

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from models.dram import NEVER, TV_CCD, TV_MOD, exec_time, mode_class, mode_switch, open_row
+from models.dram import MODE_COMPUTE, NEVER, TV_CCD, exec_time, mode_class, mode_gate, open_row
 from models.isa import OP_MAC
 
 __all__ = ["static_gap", "static_schedule"]
@@ -48,7 +48,7 @@ def static_schedule(op, row, valid_gaps, tv, depth, sw_start, sw_end):
     row_ready = 0
     n_sw = 0
     a_prev = -1
-    mode = 0
+    mode = MODE_COMPUTE
     for i in range(n):
         a = a_prev + 1 + valid_gaps[i]
         if i >= depth:
@@ -68,9 +68,8 @@ def static_schedule(op, row, valid_gaps, tv, depth, sw_start, sw_end):
                 n_sw += 1
                 cur_row = row[i]
             t = max(t, row_ready)
-        if tv[TV_MOD] > 0 and mode_class(op[i]) != mode:
-            t = mode_switch(t, t_no_row, tv)[1]
-            mode = mode_class(op[i])
+        t = mode_gate(t, t_no_row, mode_class(op[i]), mode, tv)[1]
+        mode = mode_class(op[i])
         if op[i] == OP_MAC:
             t_last_mac = t
         issue[i] = t
