@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -58,7 +58,14 @@ from sim.decode_step.setup import (
     micro_batch_candidates,
 )
 
-__all__ = ["LayerTiming", "attention_schedule", "layer_timing", "plan_tasks", "run_decode"]
+__all__ = [
+    "KernelCaches",
+    "LayerTiming",
+    "attention_schedule",
+    "layer_timing",
+    "plan_tasks",
+    "run_decode",
+]
 
 _ATTN = (LayerOp.QK, LayerOp.SOFTMAX, LayerOp.SV)
 
@@ -250,6 +257,23 @@ def _kernel_cache(setup: DecodeSetup, memoize: bool) -> KernelCache:
     )
 
 
+@dataclass
+class KernelCaches:
+    """Channel-kernel caches shared by many decode steps (splits, batches, partitions of an
+    experiment): one per hardware, scheduler, memory policy and longest context (the DPA
+    programs' length), the inputs a kernel's cycles depend on besides its shape."""
+
+    memoize: bool = True
+    _caches: dict = field(default_factory=dict)
+
+    def for_setup(self, setup: DecodeSetup) -> KernelCache:
+        """The cache ``setup``'s kernels may share."""
+        key = (setup.hw, setup.sched, setup.memory, max(setup.lengths))
+        if key not in self._caches:
+            self._caches[key] = _kernel_cache(setup, self.memoize)
+        return self._caches[key]
+
+
 def _run_decode(
     setup: DecodeSetup,
     memoize: bool = True,
@@ -408,17 +432,20 @@ def run_decode(
     setup: DecodeSetup,
     memoize: bool = True,
     progress: Callable[[str], None] | None = None,
+    caches: KernelCaches | None = None,
 ) -> DecodeReport:
     """Simulate one decode step of ``setup``; a kernel that cannot be mapped is a
     :class:`DecodeError` that says which choice would help.
 
     With ``micro_batches="auto"`` every count of :func:`micro_batch_candidates` is simulated
     and the fastest report returned (ties: fewer micro-batches); its ``pipeline`` holds
-    ``micro_batch_sweep``, the tokens/s of each count tried.
+    ``micro_batch_sweep``, the tokens/s of each count tried. ``caches`` shares simulated
+    kernels with other steps (exact: the same kernel always takes the same cycles).
     """
     if setup.micro_batches == MICRO_BATCHES_AUTO:
         reports = []
-        cache = _kernel_cache(setup, memoize)  # the candidates share every attention kernel
+        # The candidates share every attention kernel.
+        cache = caches.for_setup(setup) if caches else _kernel_cache(setup, memoize)
         for m in micro_batch_candidates(setup.pp, len(setup.lengths)):
             if progress:
                 progress(f"{m} micro-batch(es):")
@@ -429,7 +456,7 @@ def run_decode(
             {"micro_batches": r.micro_batches, "tokens_per_s": r.tokens_per_s} for r in reports
         ]
         return dataclasses.replace(best, pipeline={**best.pipeline, "micro_batch_sweep": sweep})
-    return _checked_decode(setup, memoize, progress)
+    return _checked_decode(setup, memoize, progress, caches.for_setup(setup) if caches else None)
 
 
 def _checked_decode(

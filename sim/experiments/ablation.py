@@ -27,7 +27,7 @@ from sim.cli import SEED, bounded_int
 from sim.decode_step.admission import queue_batches
 from sim.decode_step.command import micro_batches_arg
 from sim.decode_step.setup import MICRO_BATCHES_AUTO, DecodeSetup
-from sim.decode_step.step import run_decode
+from sim.decode_step.step import KernelCaches, run_decode
 from sim.provenance import provenance
 from sim.report import user_plot
 from sim.workloads import load_workload, sample_context_lengths
@@ -83,6 +83,7 @@ def ablation(
     spec, hw = load_model(model), load_preset(preset)
     queue = [int(t) for t in sample_context_lengths(load_workload(workload), requests, seed)]
     splits = valid_splits(spec, modules)
+    caches = KernelCaches()  # HFP and +TCP share their GEMVs, +DCS and +DPA theirs
     rows = []
     for label, partition, sched, memory in STEPS:
         batches = queue_batches(spec, hw, modules, memory, queue)
@@ -92,7 +93,7 @@ def ablation(
                 spec, hw, batch, tp=tp, pp=pp, partition=p, sched=s, memory=m,
                 micro_batches=micro_batches,
             )  # fmt: skip
-            return run_decode(setup)
+            return run_decode(setup, caches=caches)
 
         tried: list[dict[str, Any]] = []  # per batch, every split
         steps = []

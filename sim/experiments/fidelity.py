@@ -464,14 +464,25 @@ _TABLE8_SYSTEMS = (
 )
 
 
+@functools.cache
+def _caches():
+    """Kernel caches shared by every decode step of one fidelity run (exact)."""
+    from sim.decode_step.step import KernelCaches
+
+    return KernelCaches()
+
+
 def _best_step(spec, hw, modules: int, batch, **choices):
     """The fastest decode step over every valid (TP, PP) split of ``modules``."""
-    from sim.decode_step.setup import DecodeSetup
+    from sim.decode_step.setup import MICRO_BATCHES_AUTO, DecodeSetup
     from sim.decode_step.step import run_decode
     from sim.experiments.ablation import valid_splits
 
     steps = [
-        run_decode(DecodeSetup(spec, hw, batch, tp=tp, pp=pp, micro_batches="auto", **choices))
+        run_decode(
+            DecodeSetup(spec, hw, batch, tp=tp, pp=pp, micro_batches=MICRO_BATCHES_AUTO, **choices),
+            caches=_caches(),
+        )
         for tp, pp in valid_splits(spec, modules)
     ]
     return max(steps, key=lambda step: step.tokens_per_s)
