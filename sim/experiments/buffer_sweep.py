@@ -24,7 +24,7 @@ from models.config import HardwareConfig, load_preset
 from models.fileio import BUILD_DIR, pyplot, write_figure
 from sim.cli import bounded_int
 from sim.provenance import provenance
-from sim.report import user_plot
+from sim.report import parse_list, user_plot
 
 __all__ = [
     "BUFFER_SWEEP_PLOT",
@@ -154,12 +154,9 @@ def plot_buffer_sweep(rows: list[dict[str, Any]], path: Path, title: str) -> Pat
 
 def _int_list(lo: int, hi: int):
     """An argparse ``type``: comma-separated integers, each from ``lo`` to ``hi``."""
-    one = bounded_int(lo, hi)
 
     def parse(text: str) -> list[int]:
-        values = [one(x.strip()) for x in text.split(",") if x.strip()]
-        if not values:
-            raise argparse.ArgumentTypeError("give at least one integer")
+        values = parse_list("list", text, bounded_int(lo, hi), argparse.ArgumentTypeError)
         return sorted(set(values))
 
     return parse

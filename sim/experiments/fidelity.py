@@ -26,7 +26,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from compiler.kernels import CompileError, compile_gemv, compile_qk, compile_sv
+from compiler.kernels import compile_gemv, compile_qk, compile_sv
 from compiler.llm import load_model
 from compiler.plan import partition_attention
 from models.channel import run_channel
@@ -115,17 +115,13 @@ def _fig8() -> Measured:
 
 
 def _fig18_ratios(obuf: int | None = None) -> dict[int, float]:
-    cfg = load_preset(PIMPHONY_PRESET)
-    if obuf is not None:
-        cfg = cfg.replace(**{"channel.obuf_entries": obuf})
-    ratios = {}
-    for g in (1, 2, 4, 8):
-        try:
-            cmds = compile_qk(cfg, 4096, 128, gqa_group=g).commands
-        except CompileError:  # the group does not fit a buffer half: not a data point
-            continue
-        ratios[g] = run_channel(cmds, cfg, "pingpong").cycles / run_channel(cmds, cfg, "dcs").cycles
-    return ratios
+    """DCS over ping-pong on QK^T (T 4096, d_h 128) per GQA group that fits, on the
+    PIMphony preset with ``obuf`` OBuf entries (default the preset's)."""
+    from sim.experiments.buffer_sweep import Convention, buffer_sweep
+
+    entries = obuf or load_preset(PIMPHONY_PRESET).channel.obuf_entries
+    rows = buffer_sweep([Convention(PIMPHONY_PRESET, PIMPHONY_PRESET)], obuf=[entries])
+    return {r["gqa_group"]: r["ratio"] for r in rows if r["ratio"] is not None}
 
 
 def _fig18_preset() -> Measured:

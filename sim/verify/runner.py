@@ -45,9 +45,9 @@ BUILD_ROOT = BUILD_DIR / "sim"
 
 
 class CosimError(PimphonyError, RuntimeError):
-    exit_status = 1  # the simulator or the RTL failed, not the input
-
     """The simulator could not be built or run, or the RTL disagrees with the TLM."""
+
+    exit_status = 1  # the simulator or the RTL failed, not the input
 
 
 def verilator_env() -> dict[str, str]:
