@@ -213,7 +213,7 @@ def _plan(
     gpr_out_base = heads * tiles
     if gpr_out_base + heads * groups > gpr_size:
         if what == "batch":
-            fits = gpr_size // (tiles + groups)
+            fits = gemv_max_batch(cfg, n_out, n_in)
             raise CompileError(
                 f"batch {heads}: inputs ({heads}x{n_in}) and outputs ({heads}x{n_out}) of the "
                 f"whole batch need {gpr_out_base + heads * groups} GPR tiles of "

@@ -152,12 +152,7 @@ class ModelSpec:
     @property
     def layer_weight_elements(self) -> int:
         """Weight elements of one layer's GEMVs (= their MACs per token)."""
-        return (
-            self.qkv_dim * self.hidden
-            + self.hidden * self.heads * self.head_dim
-            + self.ffn1_dim * self.hidden
-            + self.hidden * self.intermediate
-        )
+        return sum(d_out * d_in for d_out, d_in in gemv_shapes(self).values())
 
     @property
     def weight_bytes(self) -> int:
