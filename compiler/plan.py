@@ -266,8 +266,7 @@ def partition_attention(
 ) -> list[list[ChannelJob]]:
     """Per channel, the ``kind`` (``qk`` or ``sv``) jobs of one layer for a batch of requests
     (every pair cut into GPR score tiles, :func:`attention_units`)."""
-    if scheme not in PARTITIONS:
-        raise PartitionError(f"partition {scheme!r} is unknown; allowed: {', '.join(PARTITIONS)}")
+    _partition(scheme)
     if kind not in ("qk", "sv"):
         raise PartitionError(f"attention kernel {kind!r} is unknown; allowed: qk, sv")
     for i, t in enumerate(context_lengths):
@@ -277,6 +276,13 @@ def partition_attention(
         raise PartitionError(f"kv_heads = {kv_heads}: must be positive")
     scheme = _concrete(scheme)
     units = attention_units(cfg, context_lengths, kv_heads, d_h, gqa_group, scheme)
+    return _attention_jobs(cfg, kind, units, d_h, gqa_group, scheme)
+
+
+def _attention_jobs(
+    cfg: HardwareConfig, kind: str, units, d_h: int, gqa_group: int, scheme: Partition
+) -> list[list[ChannelJob]]:
+    """Per channel, the ``kind`` jobs of the attention ``units`` under ``scheme``."""
     jobs: list[list[ChannelJob]] = [[] for _ in range(cfg.module.channels)]
     PARTITIONS[scheme].jobs(cfg, kind, units, d_h, gqa_group, jobs)
     return jobs
@@ -353,17 +359,21 @@ PARTITIONS: dict[Partition, PartitionSpec] = {
 }
 
 
+def _partition(scheme: str) -> Partition:
+    """``scheme`` as a :class:`Partition`, or a :class:`PartitionError` listing the allowed."""
+    if not isinstance(scheme, str) or scheme not in PARTITIONS:
+        raise PartitionError(f"partition {scheme!r} is unknown; allowed: {', '.join(PARTITIONS)}")
+    return Partition(scheme)
+
+
 def candidates(scheme: str) -> tuple[Partition, ...]:
     """The concrete partitions ``scheme`` stands for: itself, or the choices of ``auto``."""
-    if scheme not in PARTITIONS:
-        raise PartitionError(f"partition {scheme!r} is unknown; allowed: {', '.join(PARTITIONS)}")
-    return PARTITIONS[Partition(scheme)].choices or (Partition(scheme),)
+    part = _partition(scheme)
+    return PARTITIONS[part].choices or (part,)
 
 
 def _concrete(scheme: str) -> Partition:
-    if scheme not in PARTITIONS:
-        raise PartitionError(f"partition {scheme!r} is unknown; allowed: {', '.join(PARTITIONS)}")
-    if PARTITIONS[Partition(scheme)].jobs is None:
+    if PARTITIONS[_partition(scheme)].jobs is None:
         raise PartitionError(
             f"partition {scheme!r} chooses per layer in the decode step; a layer plan needs one "
             f"of {', '.join(p for p, s in PARTITIONS.items() if s.jobs is not None)}"
@@ -409,10 +419,6 @@ def layer_plan(
     partition: str = "tcp",
 ) -> LayerPlan:
     """What each channel of one TP module runs for one layer of micro-batch ``lengths``."""
-    if partition not in PARTITIONS:
-        raise DecodeMappingError(
-            f"partition {partition!r} is unknown; allowed: {', '.join(PARTITIONS)}"
-        )
     Parallelism(tp, 1).check(spec)
     lengths = tuple(int(t) for t in lengths)
     b = len(lengths)
@@ -431,9 +437,8 @@ def layer_plan(
         scheme = _concrete(partition)
     except PartitionError as exc:
         raise DecodeMappingError(str(exc)) from None
-    qk = partition_attention(cfg, "qk", lengths, kvh, d_h, g, scheme)
-    sv = partition_attention(cfg, "sv", lengths, kvh, d_h, g, scheme)
     units = tuple(attention_units(cfg, lengths, kvh, d_h, g, scheme))
+    qk, sv = (_attention_jobs(cfg, kind, units, d_h, g, scheme) for kind in ("qk", "sv"))
     return LayerPlan(
         gemv, qk, sv, kvh, g, d_h, lengths, scheme.value, units, PARTITIONS[scheme].sv_reduction
     )
