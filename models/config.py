@@ -2,7 +2,8 @@
 
 A preset is a TOML file with a top-level ``name`` and the sections ``[module]``,
 ``[channel]``, ``[timing]`` and ``[dcs]``. Every key is required, typed and validated;
-errors name the file, the section, the key, the value and what is allowed.
+errors name the file, the section, the key, the value and what is allowed. A preset may
+``extends = "other"`` another and state only the values that differ.
 """
 
 from __future__ import annotations
@@ -200,9 +201,44 @@ def load_preset(name: str = "aim-16ch") -> HardwareConfig:
 
 
 def load_config(path: str | Path) -> HardwareConfig:
-    """Load and validate a hardware preset file."""
+    """Load and validate a hardware preset file (``extends`` resolved, :func:`_resolved_raw`)."""
+    return _from_raw(_resolved_raw(Path(path), ()), source=str(path))
+
+
+def _resolved_raw(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
+    """The table of preset ``path`` with its ``extends`` chain merged in.
+
+    ``extends = "other"`` (a shipped preset's name or a ``.toml`` path, relative to the
+    file) takes every value of that preset; the file's own sections override it key by key.
+    The merged table is validated as a whole, so the child needs only what differs.
+    """
     raw = load_toml_table(path, ConfigError, "preset")
-    return _from_raw(raw, source=str(path))
+    if "extends" not in raw:
+        return raw
+    parent = raw.pop("extends")
+    if not isinstance(parent, str) or not parent:
+        raise ConfigError(
+            f"{path}: 'extends' must name a preset (e.g. \"aim-32ch\") or a .toml path, "
+            f"got {parent!r}"
+        )
+    if parent.endswith(".toml") and not Path(parent).is_absolute():
+        parent = str(path.parent / parent)
+    try:
+        parent_path = find_toml(parent, CONFIG_DIR, ConfigError, "preset", available_presets)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: extends: {exc}") from None
+    here = path.resolve()
+    if parent_path.resolve() in (*chain, here):
+        names = " -> ".join(p.stem for p in (*chain, here, parent_path.resolve()))
+        top = chain[0] if chain else here
+        raise ConfigError(f"{top}: 'extends' forms a cycle: {names} (in {path})")
+    merged = _resolved_raw(parent_path, (*chain, here))
+    for key, value in raw.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
 
 
 # ---------------------------------------------------------------------------------------------

@@ -128,6 +128,60 @@ def test_preset_matches_toml_file(name):
     assert isinstance(cfg.channel.banks, int)
 
 
+# --------------------------------------------------------------------------- extends
+
+
+@pytest.mark.parametrize(
+    ("child", "parent"), [("pimphony-cent", "aim-32ch"), ("pimphony-neupims", "aim-32ch-32g")]
+)
+def test_named_presets_are_their_hardware(child, parent):
+    a, b = load_preset(child), load_preset(parent)
+    assert a.name == child
+    assert dataclasses.replace(a, name=parent) == b
+
+
+def test_lolpim_io_adds_one_global_buffer():
+    base, io = load_preset("lolpim-aimx"), load_preset("lolpim-aimx-io")
+    assert base.channel.gbuf_entries * 32 == 2048  # LoL-PIM Table 5: one 2 KB GB
+    assert io.channel.gbuf_entries == 2 * base.channel.gbuf_entries  # 4.4: an extra GB
+    assert dataclasses.replace(io.channel, gbuf_entries=64) == base.channel
+    assert (io.module, io.timing, io.dcs) == (base.module, base.timing, base.dcs)
+
+
+def test_extends_overrides_key_by_key(tmp_path):
+    path = write(tmp_path, 'name = "mine"\nextends = "aim-16ch"\n[timing]\ntRP = 20\n', "mine.toml")
+    cfg = load_config(path)
+    assert cfg.name == "mine"
+    assert cfg.timing.tRP == 20
+    assert cfg.replace(**{"timing.tRP": 16}) == dataclasses.replace(
+        load_preset("aim-16ch"), name="mine"
+    )
+
+
+def test_extends_relative_path_chain(tmp_path):
+    write(tmp_path, 'name = "a"\nextends = "aim-16ch"\n[channel]\nobuf_entries = 8\n', "a.toml")
+    path = write(tmp_path, 'name = "b"\nextends = "a.toml"\n[timing]\ntRP = 18\n', "b.toml")
+    cfg = load_config(path)
+    assert (cfg.name, cfg.channel.obuf_entries, cfg.timing.tRP) == ("b", 8, 18)
+
+
+def test_extends_child_values_are_validated(tmp_path):
+    path = write(tmp_path, 'name = "x"\nextends = "aim-16ch"\n[timing]\ntRPP = 3\n', "x.toml")
+    assert "tRPP" in config_error(path)
+    path = write(tmp_path, 'name = "y"\nextends = "aim-16ch"\n[channel]\nbanks = 0\n', "y.toml")
+    assert "banks" in config_error(path)
+
+
+def test_extends_errors(tmp_path):
+    path = write(tmp_path, 'name = "x"\nextends = 3\n', "x.toml")
+    assert "'extends' must name a preset" in config_error(path)
+    path = write(tmp_path, 'name = "x"\nextends = "no-such-preset"\n', "x.toml")
+    assert "unknown preset 'no-such-preset'" in config_error(path)
+    write(tmp_path, 'name = "p"\nextends = "q.toml"\n', "p.toml")
+    path = write(tmp_path, 'name = "q"\nextends = "p.toml"\n', "q.toml")
+    assert "'extends' forms a cycle: q -> p -> q" in config_error(path)
+
+
 def test_load_preset_by_path(tmp_path):
     path = write(tmp_path, BASE_TEXT, "copy.toml")
     assert load_preset(str(path)) == load_preset("aim-16ch")

@@ -15,6 +15,7 @@ from sim.experiments.fidelity import CLAIMS, Verdict, format_fidelity, measure_a
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPECTED = {
+    "P-fig7": Verdict.TREND,
     "P-fig8": Verdict.REPRODUCED,
     "P-fig18": Verdict.TREND,
     "P-fig18-small": Verdict.REPRODUCED,

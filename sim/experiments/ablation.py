@@ -71,7 +71,7 @@ def valid_splits(spec: ModelSpec, modules: int) -> list[tuple[int, int]]:
 def ablation(
     model: str = "llm-7b",
     workload: str = "qmsum",
-    preset: str = "aim-32ch",
+    preset: str = "pimphony-cent",
     modules: int = 8,
     requests: int = 128,
     seed: int = 0,
@@ -193,7 +193,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``ablation`` subcommand's options."""
     p.add_argument("--model", default="llm-7b")
     p.add_argument("--workload", default="qmsum")
-    p.add_argument("--preset", default="aim-32ch", help="default: CENT-sized 16 GB modules")
+    p.add_argument(
+        "--preset", default="pimphony-cent", help="default: PIMphony on CENT (16 GB modules)"
+    )
     p.add_argument(
         "--modules", type=bounded_int(1, 1024), default=8, help="default 8 x 16 GB = 128 GB"
     )
