@@ -23,6 +23,7 @@ from models.errors import PimphonyError
 
 __all__ = [
     "CONFIG_DIR",
+    "DEFAULT_PRESET",
     "FIELD_RANGES",
     "ChannelGeometry",
     "ConfigError",
@@ -42,6 +43,8 @@ __all__ = [
 ]
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+DEFAULT_PRESET = "aim-16ch"
+"""The preset every command and function uses when none is given."""
 
 
 class ConfigError(PimphonyError, ValueError):
@@ -195,7 +198,7 @@ def available_presets() -> list[str]:
     return sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
 
 
-def load_preset(name: str = "aim-16ch") -> HardwareConfig:
+def load_preset(name: str = DEFAULT_PRESET) -> HardwareConfig:
     """Load a shipped preset by name (``aim-16ch``, ``aim-32ch``) or a path to a TOML file."""
     return load_config(find_toml(name, CONFIG_DIR, ConfigError, "preset", available_presets))
 

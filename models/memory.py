@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from models.config import ConfigError, HardwareConfig, load_preset
+from models.config import DEFAULT_PRESET, ConfigError, HardwareConfig, load_preset
 from models.errors import PimphonyError
 
 __all__ = [
@@ -116,7 +116,7 @@ class ChunkGeometry:
     def for_capacity(
         cls,
         capacity_bytes: int,
-        cfg: HardwareConfig | str = "aim-16ch",
+        cfg: HardwareConfig | str = DEFAULT_PRESET,
         chunk_bytes: int = CHUNK_BYTES,
     ) -> ChunkGeometry:
         """Enough modules of a preset for exactly ``capacity_bytes`` of memory."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from compiler.kernels import GQA_MAPPINGS, KERNELS, CompileError, KernelProgram, compile_kernel
 from models.channel import SCHEDULERS, run_channel
-from models.config import HardwareConfig, load_preset
+from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
 from models.fileio import BUILD_DIR, write_atomic
 from models.functional import check_dataflow
 from models.isa import StreamError, load_stream, save_stream
@@ -55,12 +55,12 @@ def _kernel_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dh", type=int, help="attention head dimension d_h")
     p.add_argument("--gqa-group", type=int, default=None, help="query heads sharing K/V (GQA)")
     p.add_argument("--mapping", choices=GQA_MAPPINGS, default=None, help="GQA mapping")
-    p.add_argument("--preset", default="aim-16ch", help="hardware preset name or .toml path")
+    p.add_argument("--preset", default=DEFAULT_PRESET, help="hardware preset name or .toml path")
 
 
 def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``pimphony demo``."""
-    p.add_argument("--preset", default="aim-16ch")
+    p.add_argument("--preset", default=DEFAULT_PRESET)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--plot",

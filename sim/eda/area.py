@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from models.config import HardwareConfig, load_preset
+from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
 from models.errors import PimphonyError
 from models.fileio import BUILD_DIR, write_atomic
 from rtl import EMITTED
@@ -459,7 +459,9 @@ def _block_list(text: str) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``pimphony area``."""
-    parser.add_argument("--preset", default="aim-16ch", help="hardware preset (default aim-16ch)")
+    parser.add_argument(
+        "--preset", default=DEFAULT_PRESET, help="hardware preset (default %(default)s)"
+    )
     parser.add_argument(
         "--blocks",
         type=_block_list,

@@ -16,7 +16,7 @@ import json
 import re
 from pathlib import Path
 
-from models.config import ConfigError, HardwareConfig, load_preset
+from models.config import DEFAULT_PRESET, ConfigError, HardwareConfig, load_preset
 from models.dram import execution_times
 from models.errors import PimphonyError
 from models.isa import Op
@@ -186,7 +186,7 @@ def _differences(a: HardwareConfig, b: HardwareConfig) -> list[str]:
 
 
 def summary_preset(
-    path: Path, preset: str | None, default: str = "aim-16ch"
+    path: Path, preset: str | None, default: str = DEFAULT_PRESET
 ) -> tuple[HardwareConfig, list[str]]:
     """The preset to re-time the VCD at ``path`` with, and notes on where it came from.
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from models.config import HardwareConfig, load_preset
+from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
 from models.fileio import BUILD_DIR, write_atomic
 from rtl import EMITTED
 
@@ -28,7 +28,7 @@ def write_verilog(block: str, cfg: HardwareConfig, out_dir: Path = RTL_DIR) -> P
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``pimphony rtl``."""
-    parser.add_argument("--preset", default="aim-16ch")
+    parser.add_argument("--preset", default=DEFAULT_PRESET)
     parser.add_argument("--out", type=Path, default=RTL_DIR)
 
 

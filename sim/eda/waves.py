@@ -18,7 +18,7 @@ from pathlib import Path
 
 from compiler.kernels import KERNELS, CompileError, compile_kernel
 from models.channel import SCHEDULERS, run_channel
-from models.config import HardwareConfig, load_preset
+from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
 from models.fileio import BUILD_DIR, write_atomic
 from rtl import EMITTED, Block
 from sim.cli import choice_names
@@ -439,7 +439,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dout", type=int, help="GEMV output dimension (gemv)")
     parser.add_argument("--din", type=int, help="GEMV input dimension (gemv)")
     parser.add_argument("--sched", choices=choice_names(SCHEDULERS), default="dcs")
-    parser.add_argument("--preset", default="aim-16ch")
+    parser.add_argument("--preset", default=DEFAULT_PRESET)
     parser.add_argument("--out-dir", type=Path, default=WAVES_DIR)
 
 

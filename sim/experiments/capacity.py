@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from compiler.llm import ModelSpec, load_model
-from models.config import HardwareConfig
+from models.config import DEFAULT_PRESET, HardwareConfig
 from models.errors import PimphonyError
 from models.memory import (
     CHUNK_BYTES,
@@ -107,7 +107,7 @@ def capacity_utilization(
     *,
     weight_bytes: int = 0,
     chunk_bytes: int = CHUNK_BYTES,
-    preset: HardwareConfig | str = "aim-16ch",
+    preset: HardwareConfig | str = DEFAULT_PRESET,
     lengths: Sequence[int] | np.ndarray | None = None,
 ) -> CapacityResult:
     """FCFS batch formation under one allocation policy; capacity utilisation and batch size.

@@ -28,7 +28,7 @@ from models.bank_slice import (
     empty_host_reads,
     run_bank_slice,
 )
-from models.config import HardwareConfig, load_preset
+from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
 from models.fileio import BUILD_DIR, pyplot, write_figure
 from models.isa import Op
 from sim.cli import SEED
@@ -205,7 +205,7 @@ def plot_dex(result: dict, path: Path, force: bool = True) -> Path:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``pimphony dex``."""
-    parser.add_argument("--preset", default="aim-16ch", help="hardware preset name or .toml")
+    parser.add_argument("--preset", default=DEFAULT_PRESET, help="hardware preset name or .toml")
     parser.add_argument(
         "--rates",
         default=",".join(f"{r:g}" for r in DEFAULT_RATES),

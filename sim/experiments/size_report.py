@@ -20,7 +20,7 @@ import numpy as np
 
 from compiler.dpa import DpaEncodeError, encode_kernel, positive
 from compiler.kernels import CompileError, compile_qk, compile_sv
-from models.config import HardwareConfig, load_preset
+from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
 from models.dpa.format import WORD_BYTES
 from models.fileio import BUILD_DIR, pyplot, write_figure
 from sim.provenance import provenance
@@ -125,7 +125,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=",".join(str(1024 << i) for i in range(8)),
         help="comma-separated token counts",
     )
-    parser.add_argument("--preset", default="aim-16ch")
+    parser.add_argument("--preset", default=DEFAULT_PRESET)
     parser.add_argument("--plot", type=Path, default=None, help="PNG (default build/dpa/...)")
     parser.add_argument("--force", action="store_true", help="replace an existing --plot file")
     parser.add_argument("--json", action="store_true", help="print one JSON object")

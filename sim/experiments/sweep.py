@@ -9,7 +9,7 @@ from pathlib import Path
 
 from compiler.kernels import CompileError, Kernel, compile_gemv, compile_qk
 from models.channel import BREAKDOWN_KEYS, SCHEDULERS, run_channel
-from models.config import HardwareConfig, load_preset
+from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
 from models.fileio import BUILD_DIR, pyplot, write_figure
 from sim.cli import choice_names
 from sim.provenance import provenance
@@ -116,7 +116,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--dims", default=",".join(str(d) for d in DEFAULT_DIMS), help="comma-separated dimensions"
     )
     p.add_argument("--tokens", type=int, default=4096, help="tokens for --kernel qk")
-    p.add_argument("--preset", default="aim-16ch")
+    p.add_argument("--preset", default=DEFAULT_PRESET)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--plot", type=Path, default=None, help="plot file (default build/sweep/<kernel>.png)"

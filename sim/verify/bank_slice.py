@@ -25,7 +25,7 @@ from models.bank_slice import (
     empty_host_reads,
     run_bank_slice,
 )
-from models.config import HardwareConfig, load_preset
+from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
 from models.isa import HW_FIELDS, describe_command
 from rtl import Block
 from rtl.bank_slice import BankSliceController, host_read_layout, slice_issued_layout
@@ -253,7 +253,7 @@ def record_waves(
     TLM (:class:`~sim.verify.runner.CosimError` if it differs) and return the path of the
     waveform in the build directory (``sim.eda.waves.record_block_waves`` copies it to
     ``build/waves/``)."""
-    cfg = cfg or load_preset("aim-16ch")
+    cfg = cfg or load_preset(DEFAULT_PRESET)
     slicing = slicing or SliceConfig()
     pim, host = mixed_workload(cfg)
     run = SliceRun("waves", pim, host)

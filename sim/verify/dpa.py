@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.config import HardwareConfig, load_preset
+from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
 from models.dpa.dispatcher import DecoderTiming, decode_times, run_pipeline
 from models.dpa.program import DpaProgram, expand
 from models.isa import HW_FIELDS, Op, describe_command, empty_stream
@@ -344,7 +344,7 @@ def record_waves(
     """
     from compiler.dpa import encode_kernel
 
-    cfg = cfg or load_preset("aim-16ch")
+    cfg = cfg or load_preset(DEFAULT_PRESET)
     prog = encode_kernel(cfg, kernel, d_h, 1, 4096)
     stream = expand(prog, t_cur, None)
     rows = int(stream["row"][stream["op"] == Op.MAC].max()) + 1
