@@ -185,7 +185,9 @@ def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_s
             tc = max(tc_no_row, row_ready)
         # ``ti``/``tc``: the cycle the controller commits to a head (its TMOD's with a mode
         # switch); ``xi``/``xc``: its issue cycle. With a mode rule only one head competes:
-        # the current mode's while it can issue without the other queue, else the other.
+        # the current mode's while its cycle is finite (its queue has an accepted head whose
+        # predecessors have issued; INF marks an unissued one, of the other class), else the
+        # other head, which pays the TMOD.
         xi = ti
         xc = tc
         if tv[TV_MOD] > 0:
