@@ -17,10 +17,13 @@ Contract (``docs/scheduling.md`` states it with a worked example):
   tCCD on the data bus, MACs one tCCD on the MAC pipeline and for their row (``models.dram``).
   When both heads can issue, the MAC goes first: I/O commands fill the cycles the MAC
   pipeline cannot use (row switches, dependency waits), and the buffers give them slack.
-- **Mode switch.** With ``t_MOD > 0`` a head whose class (MAC: compute; WR_INP, RD_OUT:
-  register) differs from the channel's mode pays the mode switch
-  (``models.dram.mode_switch``); heads compete by the cycle the controller commits to them
-  (the TMOD's), and on a tie the head of the current mode goes first.
+- **Mode switch.** With ``t_MOD > 0`` the channel is in compute mode (MACs) or register
+  mode (WR_INP, RD_OUT), and the issue policy is mode-aware: only the head of the current
+  mode's queue issues as long as it can issue without the other queue, i.e. its queue is not
+  empty and it does not wait for an unissued command of the other class. Otherwise the other
+  queue's head pays the mode switch (``models.dram.mode_switch``): a TMOD in the cycle it is
+  ready, the command ``t_MOD`` later. Each mode thus drains its own work before the channel
+  switches, so a TMOD is paid per batch, not per command (``docs/scheduling.md``).
 
 Here a dependency is the program-order predecessor on the same entry, and "the S-Table holds
 its DID" is "that predecessor has issued": exactly what the RTL's wrap-around tables compute.
@@ -38,11 +41,11 @@ from models.dram import (
     NEVER,
     TV_CCD,
     TV_MAC,
+    TV_MOD,
     TV_RD_OUT,
     TV_WR_INP,
-    mode_gate,
+    mode_switch,
     open_row,
-    register_first,
 )
 from models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP
 
@@ -158,12 +161,9 @@ def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_s
                 ti = max(ti, _gbuf_expiry(prev_g[k], op, issue, tv))
             else:
                 ti = max(ti, _obuf_expiry(prev_o[k], op, issue, tv, False))
-        # ``ti``/``tc``: the cycle the controller commits to a head (its TMOD's with a mode
-        # switch); ``xi``/``xc``: its issue cycle.
-        ti, xi = mode_gate(ti, ti, MODE_REGISTER, mode, tv)
         # Compute queue head.
         tc = INF
-        xc = INF
+        tc_no_row = INF
         if c_h < n_c and c_idx[c_h] < n_acc:
             k = c_idx[c_h]
             head = accept[k] + 1
@@ -181,8 +181,25 @@ def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_s
                     cur_row = row[k]
             tc = max(head, last_issue + 1, t_last_mac + tv[TV_CCD])
             tc = max(tc, _gbuf_expiry(prev_g[k], op, issue, tv))
-            tc = max(tc, _obuf_expiry(prev_o[k], op, issue, tv, True))
-            tc, xc = mode_gate(max(tc, row_ready), tc, MODE_COMPUTE, mode, tv)
+            tc_no_row = max(tc, _obuf_expiry(prev_o[k], op, issue, tv, True))
+            tc = max(tc_no_row, row_ready)
+        # ``ti``/``tc``: the cycle the controller commits to a head (its TMOD's with a mode
+        # switch); ``xi``/``xc``: its issue cycle. With a mode rule only one head competes:
+        # the current mode's while its cycle is finite (its queue has an accepted head whose
+        # predecessors have issued; INF marks an unissued one, of the other class), else the
+        # other head, which pays the TMOD.
+        xi = ti
+        xc = tc
+        if tv[TV_MOD] > 0:
+            if mode == MODE_COMPUTE:
+                if tc < INF:
+                    ti = INF
+                elif ti < INF:
+                    ti, xi = mode_switch(ti, ti, tv)
+            elif ti < INF:
+                tc = INF
+            elif tc < INF:
+                tc, xc = mode_switch(tc, tc_no_row, tv)
         t = min(ta, ti, tc)
         if t >= INF:
             raise RuntimeError("DCS cannot make progress (malformed stream or queue deadlock)")
@@ -190,7 +207,7 @@ def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_s
             accept[n_acc] = t
             a_prev = t
             n_acc += 1
-        if tc == t and not (ti == t and register_first(mode, tv)):
+        if tc == t:
             k = c_idx[c_h]
             issue[k] = xc
             t_last_mac = xc

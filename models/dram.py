@@ -126,7 +126,8 @@ def mode_gate(t_ready: int, t_no_row: int, cls: int, mode: int, tv: np.ndarray):
 @njit(cache=True)
 def register_first(mode: int, tv: np.ndarray) -> bool:
     """With a mode rule, an I/O head ready in the same cycle as the MAC head goes first while
-    the channel is in register mode (no TMOD either way)."""
+    the channel is in register mode (no TMOD either way). Ping-pong's tie rule; DCS holds the
+    current mode instead (``models.dcs``)."""
     return tv[TV_MOD] > 0 and mode == MODE_REGISTER
 
 

@@ -65,10 +65,11 @@ class ModeSwitch:
     """The TMOD rule of ``models.dram.mode_switch``, shared by the scheduler blocks.
 
     A head of the other class (MAC: compute, WR_INP/RD_OUT: register) starts a TMOD in the
-    cycle it is ready and no head of the current mode issues; it then owns the channel until
-    it issues, ``t_mod`` cycles later at the earliest. ``mac_go``/``io_go`` are the heads that
-    may issue; call :meth:`start` once with the MAC head's readiness for a TMOD and
-    :meth:`issued` with the block's issue handshake.
+    cycle it is ready and the current mode holds the channel no longer (by default: no head
+    of the current mode issues in that cycle); it then owns the channel until it issues,
+    ``t_mod`` cycles later at the earliest. ``mac_go``/``io_go`` are the heads that may issue;
+    call :meth:`start` once with the MAC head's readiness for a TMOD and :meth:`issued` with
+    the block's issue handshake.
     """
 
     def __init__(self, t_mod: int, mac_ready, io_ready) -> None:
@@ -80,13 +81,28 @@ class ModeSwitch:
         self.io_go = io_ready & self.mode & (self.mod_wait == 0)
         self._io_ready = io_ready
 
-    def start(self, m: Module, mac_tmod_ready) -> None:
-        """Start a TMOD for the MAC head (``mac_tmod_ready``) or the I/O head."""
+    def start(self, m: Module, mac_tmod_ready, hold_compute=None, hold_register=None) -> None:
+        """Start a TMOD for the MAC head (``mac_tmod_ready``) or the I/O head.
+
+        Parameters
+        ----------
+        m
+            The block's module.
+        mac_tmod_ready
+            The MAC head may start its TMOD this cycle.
+        hold_compute, hold_register
+            While compute (register) mode is current, it keeps the channel -- no TMOD for
+            the other head -- when this is asserted; by default, when its head issues in this
+            cycle (``mac_go``/``io_go``). DCS holds a mode while its queue head can issue
+            without the other queue (``models.dcs``).
+        """
+        hold_compute = self.mac_go if hold_compute is None else hold_compute
+        hold_register = self.io_go if hold_register is None else hold_register
         tmod_mac = Signal(name="tmod_mac")
         tmod_io = Signal(name="tmod_io")
         m.d.comb += [
-            tmod_mac.eq(~self.owned & mac_tmod_ready & self.mode & ~self.io_go),
-            tmod_io.eq(~self.owned & self._io_ready & ~self.mode & ~self.mac_go),
+            tmod_mac.eq(~self.owned & mac_tmod_ready & self.mode & ~hold_register),
+            tmod_io.eq(~self.owned & self._io_ready & ~self.mode & ~hold_compute),
         ]
         with m.If(tmod_mac | tmod_io):
             m.d.sync += [

@@ -14,6 +14,9 @@ Cycle-exact twin of :func:`models.dcs.dcs_schedule`; the rules are in ``docs/sch
 - **Queues**: in-order I/O queue (WR_INP, RD_OUT) and compute queue (MAC), ``lib.fifo``.
 - **Issue**: at most one command per cycle, the MAC first; an offered I/O command is held
   until the output stream takes it.
+- **Mode switch** (``t_MOD > 0`` only): the current mode keeps the channel while its queue
+  head can issue without the other queue (the queue is not empty and the S-Table holds the
+  head's DIDs); otherwise the other head starts a TMOD once it is ready (``ModeSwitch``).
 """
 
 from __future__ import annotations
@@ -185,11 +188,13 @@ class DcsScheduler(wiring.Component):
             ),
         ]
 
-        # ---- Mode switch (models.dram.mode_switch) -----------------------------------------
-        # A head of the other class (MAC: compute, WR_INP/RD_OUT: register) starts a TMOD in
-        # the cycle it is ready (a MAC without its row with mod_overlaps_row) and no head of
-        # the current mode issues; it then owns the channel until it issues, t_MOD later at
-        # the earliest.
+        # ---- Mode switch (models.dram.mode_switch, models.dcs) -------------------------------
+        # The current mode keeps the channel while its queue head can issue without the other
+        # queue: the queue is not empty and the S-Table holds the head's DIDs (the head waits
+        # at most for expirations, buses or its row). Otherwise a head of the other class
+        # (MAC: compute, WR_INP/RD_OUT: register) starts a TMOD in the cycle it is ready (a
+        # MAC without its row with mod_overlaps_row); it then owns the channel until it
+        # issues, t_MOD later at the earliest.
         mac_go, io_go = mac_ready, io_ready
         switch = None
         if tm.t_MOD > 0:
@@ -201,7 +206,20 @@ class DcsScheduler(wiring.Component):
                 & resolved(mac_s_g, live_g, mac.cmd.gbuf, mac.did_g)
                 & resolved(mac_s_o, live_o, mac.cmd.out, mac.did_o, bypass=mac_s_o.is_mac)
             )
-            switch.start(m, mac_ready_no_row if tm.mod_overlaps_row else mac_ready)
+            mac_unblocked = Signal()
+            io_unblocked = Signal()
+            m.d.comb += [
+                mac_unblocked.eq(c_q.r_rdy & (mac_s_g.id == mac.did_g) & (mac_s_o.id == mac.did_o)),
+                io_unblocked.eq(
+                    io_q.r_rdy & Mux(io_is_w, io_s_g.id == io.did_g, io_s_o.id == io.did_o)
+                ),
+            ]
+            switch.start(
+                m,
+                mac_ready_no_row if tm.mod_overlaps_row else mac_ready,
+                hold_compute=mac_unblocked,
+                hold_register=io_unblocked,
+            )
 
         # ---- Issue: MAC first; an offered I/O command is held until taken ------------------
         hold_io = Signal()

@@ -20,6 +20,7 @@ from rtl.blocks import SCHEDULER_OF_BLOCK
 from sim.verify.runner import simulators
 from sim.verify.scheduler import RtlStream, compare_with_tlm, run_rtl
 from sim.verify.streams import kernel_streams, random_pingpong_stream, random_stream
+from tests.test_scheduling import MODE_STREAM
 
 RANDOM_SEEDS = (11, 12, 13)
 RANDOM_LEN = 600
@@ -129,3 +130,29 @@ def test_ramulator_conventions_under_verilator(block):
         assert msg is None, msg
     tlm = run_channel(streams[0].commands, RAM_CFG, sched)
     assert tlm.extra["mode_switches"] > 0  # the TMOD rule is exercised
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "overrides", [{}, {"timing.mod_overlaps_row": True}], ids=["serial", "overlap"]
+)
+def test_dcs_mode_policy_under_verilator(overrides):
+    # DCS's mode-aware issue policy (docs/scheduling.md, "DCS") in the generated Verilog at
+    # aim-ramulator timing: the hand-computed stream, then random streams with and without
+    # input gaps, cycle for cycle.
+    cfg = RAM_CFG.replace(**overrides)
+    streams = [RtlStream("mode-example", MODE_STREAM)]
+    for seed in (41, 42, 43):
+        s = random_stream(cfg, RANDOM_LEN, seed, entries=3, rows=2)
+        gaps = tuple(int(g) for g in np.random.default_rng(seed).integers(0, 3, s.shape[0]))
+        streams += [
+            RtlStream(f"random-{seed}", s),
+            RtlStream(f"random-{seed}-valid-gaps", s, valid_gaps=gaps),
+        ]
+    results = run_rtl("dcs", cfg, streams)
+    for stream in streams:
+        gaps = None if stream.valid_gaps is None else np.array(stream.valid_gaps)
+        tlm = run_channel(stream.commands, cfg, "dcs", valid_gaps=gaps)
+        diff = np.flatnonzero(tlm.issue != results[stream.name])
+        assert diff.size == 0, f"{stream.name}: first differing command #{diff[0]}"
+        assert tlm.extra["mode_switches"] > 2

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from compiler.kernels import compile_qk, compile_sv
 from models.channel import check_schedule, run_channel
@@ -18,7 +20,14 @@ from rtl.dcs import DcsScheduler
 from rtl.pingpong import PingPongScheduler, slot_bits
 from sim.verify.scheduler import RtlStream, compare_with_tlm, simulate_scheduler
 from sim.verify.streams import random_pingpong_stream, random_stream
-from tests.test_scheduling import CONVENTIONS, EXAMPLE, EXPECTED, TILE
+from tests.test_scheduling import (
+    CONVENTIONS,
+    EXAMPLE,
+    EXPECTED,
+    MODE_EXPECTED,
+    MODE_STREAM,
+    TILE,
+)
 
 SCHEDS = list(BLOCK_OF_SCHEDULER)
 
@@ -174,3 +183,55 @@ def test_conventions_cycle_exact(rule, sched):
         assert (
             compare_with_tlm(BLOCK_OF_SCHEDULER[sched], cfg, RtlStream(name, stream), rtl) is None
         )
+
+
+# ---- DCS's mode-aware issue policy at aim-ramulator timing (docs/scheduling.md, "DCS").
+@pytest.mark.parametrize("rule", list(MODE_EXPECTED))
+def test_dcs_mode_aware_hand_computed_cycle_exact(rule):
+    overrides, issue, _, _ = MODE_EXPECTED[rule]
+    cfg = load_preset("aim-ramulator").replace(**overrides)
+    assert simulate_scheduler(_dut("dcs", cfg), MODE_STREAM).tolist() == issue
+
+
+#: aim-ramulator and variants of its mode switch: TMOD overlapping the row, short TMODs, and
+#: 2-/4-deep queues with narrow IDs and timestamps (queues fill, IDs and timestamps wrap).
+RAM_VARIANTS = {
+    "aim-ramulator": {},
+    "mod-overlaps-row": {"timing.mod_overlaps_row": True},
+    "tmod-1": {"timing.t_MOD": 1},
+    "tmod-5-q4": {"timing.t_MOD": 5, "dcs.queue_depth": 4},
+    "q2-wrap": {"dcs.queue_depth": 2, "dcs.id_bits": 3, "dcs.timestamp_bits": 10},
+}
+RAM_CASES = {
+    "variant": st.sampled_from(list(RAM_VARIANTS)),
+    "seed": st.integers(0, 2**32 - 1),
+    "n": st.integers(1, 120),
+    "entries": st.integers(1, 6),
+    "rows": st.integers(1, 3),
+    "gaps": st.booleans(),
+}
+
+
+def _dcs_random_cycle_exact(variant, seed, n, entries, rows, gaps) -> None:
+    """RTL == TLM (DCS) on a random stream under one of :data:`RAM_VARIANTS`, with input
+    gaps of 0-2 cycles or none."""
+    cfg = load_preset("aim-ramulator").replace(**RAM_VARIANTS[variant])
+    stream = random_stream(cfg, n, seed, entries=entries, rows=rows)
+    g = np.random.default_rng(seed).integers(0, 3, n) if gaps else None
+    tlm = run_channel(stream, cfg, "dcs", valid_gaps=g).issue
+    rtl = simulate_scheduler(_dut("dcs", cfg), stream, valid_gaps=None if g is None else g.tolist())
+    diff = np.flatnonzero(rtl != tlm)
+    assert diff.size == 0, f"command #{diff[0]}: RTL {rtl[diff[0]]}, TLM {tlm[diff[0]]}"
+
+
+@settings(max_examples=6, deadline=None, database=None)
+@given(**RAM_CASES)
+def test_dcs_mode_policy_random_cycle_exact(**case):
+    _dcs_random_cycle_exact(**case)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, database=None)
+@given(**RAM_CASES)
+def test_dcs_mode_policy_random_cycle_exact_long(**case):
+    _dcs_random_cycle_exact(**case)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from models.channel import run_channel
+from models.channel import check_schedule, run_channel
 from models.config import load_preset
-from models.dram import activation_offsets
+from models.dcs import dcs_schedule, entry_predecessors
+from models.dram import activation_offsets, timing_vector
 from models.isa import Op, make_stream
+from sim.verify.streams import random_stream
 
 W, M, R = Op.WR_INP, Op.MAC, Op.RD_OUT
 
@@ -176,3 +181,151 @@ def test_conventions_default_to_the_old_model():
     assert (tm.mac_result_latency, tm.t_MOD, tm.mod_overlaps_row) == (True, 0, False)
     assert tm.t_MAC_result == tm.t_MAC
     assert "t_MOD" not in load_preset("aim-16ch").to_dict()["timing"]
+
+
+# ---- DCS's mode-aware issue policy (docs/scheduling.md, "DCS" rule 6 and "Mode-aware DCS
+# example"). Two tiles accumulate into o0 (row 0) and o1 (row 1), then a third tile is
+# written, read from row 1 and drained. Accepted at cycles 0..10; aim-ramulator timing
+# (tCCD 2, t_WR_INP 3, t_MAC_result = tCCD 2, t_RD_OUT 2, tRP 32, tRAS 54, tRTP 12, one ACT16,
+# tRCD_MAC 56, t_MOD 32).
+MODE_STREAM = make_stream(
+    [
+        (W, 0), (W, 1),
+        (M, 0, 0, 0, 0), (M, 1, 0, 1, 0), (R, 0),
+        (M, 0, 1, 0, 1), (M, 1, 1, 1, 1), (R, 1),
+        (W, 2), (M, 2, 1, 2, 2), (R, 2),
+    ]
+)  # fmt: skip
+
+# overrides of aim-ramulator -> (issue cycles, cycles, row switches), hand-computed:
+# - serial (the preset): #0 is ready at 1 with the compute queue empty: TMOD 1, issue 33;
+#   #1 at 35 (register mode holds: the I/O head can issue). #4 waits for the unissued MAC #3,
+#   so the MAC head #2 (row 0 opened from its head at 3, usable 59) takes the channel: TMOD
+#   59, issue 91; #3 at 93. #5 opens row 1 from its head at 94: precharge at
+#   max(94, 3 + tRAS, 93 + tRTP) = 105, ACT16 137, usable 193. RD_OUT #4 is ready at 95, but
+#   the MAC head can issue without the I/O queue, so compute mode holds: #5 at 193, #6 at 195
+#   (the greedy rule would TMOD at 95 for #4 and issue #5 at 225). #9 waits for the unissued
+#   WR_INP #8: TMOD 196 for #4, issue 228; #7 at 230, #8 at 232. #10 waits for #9: TMOD at
+#   235 (#8's data valid 232 + 3), #9 at 267. The compute queue is empty: TMOD 269, #10 at
+#   301, done 303. Five TMODs.
+# - overlap (mod_overlaps_row): the MACs' TMODs go when they are ready but for their row:
+#   #2's at 36 (after #0's 33 + 3), issue max(59, 68) = 68, #3 70; row 1: precharge
+#   max(71, 57, 82) = 82, usable 170, #5 170, #6 172; #4 TMOD 173, issue 205, #7 207, #8 209;
+#   #9's TMOD at 212, issue 244; #10 TMOD 246, issue 278, done 280.
+MODE_EXPECTED = {
+    "serial": ({}, [33, 35, 91, 93, 228, 193, 195, 230, 232, 267, 301], 303, [(3, 59), (105, 193)]),
+    "overlap": (
+        {"timing.mod_overlaps_row": True},
+        [33, 35, 68, 70, 205, 170, 172, 207, 209, 244, 278],
+        280,
+        [(3, 59), (82, 170)],
+    ),
+}
+
+
+@pytest.mark.parametrize("rule", list(MODE_EXPECTED))
+def test_dcs_mode_aware_hand_computed(rule):
+    overrides, issue, cycles, switches = MODE_EXPECTED[rule]
+    cfg = load_preset("aim-ramulator").replace(**overrides)
+    r = run_channel(MODE_STREAM, cfg, "dcs")
+    assert (r.issue.tolist(), r.cycles) == (issue, cycles)
+    assert [tuple(s) for s in r.row_switches.tolist()] == switches
+    assert r.extra["mode_switches"] == 5
+    assert check_schedule(MODE_STREAM, r.issue, cfg, "dcs") == []
+    # Compute mode holds through row 1's activation although RD_OUT #4 was ready at 95.
+    assert r.issue[5] < r.issue[4]
+
+
+def test_dcs_mode_policy_is_inert_without_tmod():
+    # t_MOD 0: DCS is the greedy scheduler of rules 1-5 (MAC first on a tie), not batched.
+    cfg = load_preset("aim-ramulator").replace(**{"timing.t_MOD": 0})
+    r = run_channel(MODE_STREAM, cfg, "dcs")
+    assert r.issue.tolist() == [1, 3, 59, 61, 63, 161, 163, 165, 167, 170, 172]
+    assert "mode_switches" not in r.extra
+
+
+def _dcs_with_accept(stream, cfg, gaps):
+    """DCS issue and acceptance cycles (``models.dcs.dcs_schedule``) of ``stream``."""
+    n = stream.shape[0]
+    sw = np.empty(max(n, 1), dtype=np.int64)
+    issue, accept, _ = dcs_schedule(
+        *(stream[f].astype(np.int64) for f in ("op", "gbuf", "row", "out")),
+        gaps,
+        timing_vector(cfg),
+        cfg.dcs.queue_depth,
+        cfg.channel.gbuf_entries,
+        cfg.channel.obuf_entries,
+        sw,
+        sw.copy(),
+    )
+    return issue, accept
+
+
+def _switches_while_held(stream, cfg, issue, accept) -> list[int]:
+    """Commands whose TMOD (``t_MOD`` before them, mode switch in series) started while the
+    old mode's queue head could still issue without the other queue: it had been accepted
+    before the TMOD's cycle and each of its buffer predecessors had issued."""
+    op = stream["op"].astype(np.int64)
+    cls = op != Op.MAC
+    prev_g, prev_o = entry_predecessors(
+        op,
+        stream["gbuf"].astype(np.int64),
+        stream["out"].astype(np.int64),
+        cfg.channel.gbuf_entries,
+        cfg.channel.obuf_entries,
+    )
+    order = np.argsort(issue, kind="stable")
+    bad = []
+    mode = False  # compute
+    for k in order:
+        if cls[k] == mode:
+            continue
+        s = issue[k] - cfg.timing.t_MOD  # the TMOD's cycle
+        waiting = np.flatnonzero((cls == mode) & (issue > issue[k]))
+        if waiting.size:
+            h = waiting[0]  # the old mode's queue head at s
+            preds = [p for p in (prev_g[h], prev_o[h]) if p >= 0]
+            if accept[h] < s and all(issue[p] < s for p in preds):
+                bad.append(int(k))
+        mode = cls[k]
+    return bad
+
+
+QUICK = settings(max_examples=60, deadline=None, database=None)
+LONG = settings(max_examples=2000, deadline=None, database=None)
+MODE_CASES = {
+    "seed": st.integers(0, 2**32 - 1),
+    "n": st.integers(1, 200),
+    "entries": st.integers(1, 6),
+    "rows": st.integers(1, 3),
+    "t_mod": st.sampled_from([1, 5, 32]),
+    "depth": st.sampled_from([2, 4, 64]),
+    "gaps": st.booleans(),
+}
+
+
+def _check_mode_policy(seed, n, entries, rows, t_mod, depth, gaps) -> None:
+    """A random stream at aim-ramulator timing (``t_MOD`` in series, queue ``depth``, input
+    gaps of 0-3 cycles or none): its DCS schedule keeps the rules, and no TMOD starts while
+    the current mode's queue head could still issue on its own."""
+    cfg = load_preset("aim-ramulator").replace(**{"timing.t_MOD": t_mod, "dcs.queue_depth": depth})
+    stream = random_stream(cfg, n, seed, entries=entries, rows=rows)
+    rng = np.random.default_rng(seed)
+    g = rng.integers(0, 4, n) if gaps else np.zeros(n, dtype=np.int64)
+    issue, accept = _dcs_with_accept(stream, cfg, g)
+    assert check_schedule(stream, issue, cfg, "dcs") == []
+    assert _switches_while_held(stream, cfg, issue, accept) == []
+    assert run_channel(stream, cfg, "dcs", valid_gaps=g).issue.tolist() == issue.tolist()
+
+
+@QUICK
+@given(**MODE_CASES)
+def test_dcs_switches_mode_only_when_blocked(**case):
+    _check_mode_policy(**case)
+
+
+@pytest.mark.slow
+@LONG
+@given(**MODE_CASES)
+def test_dcs_switches_mode_only_when_blocked_long(**case):
+    _check_mode_policy(**case)
