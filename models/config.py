@@ -537,5 +537,3 @@ def _check_relations(cfg: HardwareConfig, source: str) -> None:
             f"must be >= {need_ts}: half the timestamp range must exceed the S-Table scrub "
             f"period ({scrub} cycles) plus the longest execution time ({max_exec})",
         )
-    if dcs.queue_depth < 2:
-        fail("dcs", "queue_depth", dcs.queue_depth, "must be >= 2")

@@ -413,7 +413,7 @@ def test_timestamp_bits_too_small(tmp_path):
 
 def test_queue_depth_at_least_two(tmp_path):
     msg = config_error(write(tmp_path, set_key(BASE_TEXT, "queue_depth", "1")))
-    assert "[dcs] queue_depth = 1" in msg
+    assert "[dcs] queue_depth = 1: outside the physical range 2 to 65,536 entries" in msg
 
 
 def test_malformed_toml(tmp_path):
