@@ -492,3 +492,18 @@ def test_roofline_is_never_beaten(device, m, k, n):
         assert c.seconds >= floor * (1 - 1e-12)
         assert c.issued_flops >= c.flops
         assert 0 < c.utilisation <= 1
+
+
+# ------------------------------------------------------------------------------ the docs stay true
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def test_docs_list_every_preset_and_range():
+    presets = re.findall(
+        r"^\| `([\w-]+)` \| (?:gpu|npu|pnm|cpu) \|", (DOCS / "xpu.md").read_text(), re.M
+    )
+    assert sorted(presets) == available_xpus()
+    errors = (DOCS / "errors.md").read_text().split("compute-device (xPU) preset fields")[1]
+    rows = re.findall(r"^\| `(\w+)` \| `(\w+)` \|", errors, re.M)
+    assert rows == [(s, k) for s, keys in XPU_FIELD_RANGES.items() for k in keys]
