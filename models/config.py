@@ -39,6 +39,7 @@ __all__ = [
     "load_toml_table",
     "reject_unknown_keys",
     "require_key",
+    "resolve_extends",
     "typed_fields",
 ]
 
@@ -204,38 +205,48 @@ def load_preset(name: str = DEFAULT_PRESET) -> HardwareConfig:
 
 
 def load_config(path: str | Path) -> HardwareConfig:
-    """Load and validate a hardware preset file (``extends`` resolved, :func:`_resolved_raw`)."""
-    return _from_raw(_resolved_raw(Path(path), ()), source=str(path))
+    """Load and validate a hardware preset file (``extends`` resolved, :func:`resolve_extends`)."""
+    raw = resolve_extends(Path(path), CONFIG_DIR, ConfigError, "preset", available_presets)
+    return _from_raw(raw, source=str(path))
 
 
-def _resolved_raw(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
-    """The table of preset ``path`` with its ``extends`` chain merged in.
+def resolve_extends(
+    path: Path,
+    folder: Path,
+    error: type[Exception],
+    what: str,
+    available: Callable[[], list[str]],
+    chain: tuple[Path, ...] = (),
+) -> dict[str, Any]:
+    """The table of TOML file ``path`` with its ``extends`` chain merged in.
 
-    ``extends = "other"`` (a shipped preset's name or a ``.toml`` path, relative to the
-    file) takes every value of that preset; the file's own sections override it key by key.
-    The merged table is validated as a whole, so the child needs only what differs.
+    ``extends = "other"`` (the name of a file shipped in ``folder`` or a ``.toml`` path,
+    relative to the file) takes every value of that file; the file's own sections override it
+    key by key. The merged table is validated by the caller as a whole, so the child needs
+    only what differs. Errors (``error``) name the file: a bad ``extends`` value, an unknown
+    parent, a cycle.
     """
-    raw = load_toml_table(path, ConfigError, "preset")
+    raw = load_toml_table(path, error, what)
     if "extends" not in raw:
         return raw
     parent = raw.pop("extends")
     if not isinstance(parent, str) or not parent:
-        raise ConfigError(
-            f"{path}: 'extends' must name a preset (e.g. \"aim-32ch\") or a .toml path, "
+        raise error(
+            f"{path}: 'extends' must name a {what} (e.g. {available()[0]!r}) or a .toml path, "
             f"got {parent!r}"
         )
     if parent.endswith(".toml") and not Path(parent).is_absolute():
         parent = str(path.parent / parent)
     try:
-        parent_path = find_toml(parent, CONFIG_DIR, ConfigError, "preset", available_presets)
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: extends: {exc}") from None
+        parent_path = find_toml(parent, folder, error, what, available)
+    except error as exc:
+        raise error(f"{path}: extends: {exc}") from None
     here = path.resolve()
     if parent_path.resolve() in (*chain, here):
         names = " -> ".join(p.stem for p in (*chain, here, parent_path.resolve()))
         top = chain[0] if chain else here
-        raise ConfigError(f"{top}: 'extends' forms a cycle: {names} (in {path})")
-    merged = _resolved_raw(parent_path, (*chain, here))
+        raise error(f"{top}: 'extends' forms a cycle: {names} (in {path})")
+    merged = resolve_extends(parent_path, folder, error, what, available, (*chain, here))
     for key, value in raw.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
             merged[key] = {**merged[key], **value}

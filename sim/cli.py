@@ -65,6 +65,7 @@ COMMANDS: tuple[Command, ...] = (
     _channel("run", "one kernel under one scheduler"),
     _channel("compile", "write a kernel's command stream to a file"),
     Command("presets", "list the hardware presets", "sim.presets"),
+    Command("xpus", "list the compute-device (xPU) presets", "sim.xpus"),
     Command("sweep", "MAC utilisation vs kernel size (PIMphony Fig. 8)", "sim.experiments.sweep"),
     Command(
         "fidelity",

@@ -62,11 +62,12 @@ def test_the_checker_sees_a_wrong_import(tmp_path):
     [
         (["--help"], set()),
         (["presets"], set()),
+        (["xpus"], set()),
         (["run", "--kernel", "gemv", "--dout", "64", "--din", "64", "--json"], set()),
         (["decode", "--context", "1024", "--json"], {"matplotlib"}),  # it writes a PNG
         (["wave", "summary", "--help"], set()),
     ],
-    ids=["help", "presets", "run", "decode", "wave-summary"],
+    ids=["help", "presets", "xpus", "run", "decode", "wave-summary"],
 )
 def test_light_commands_do_not_import_heavy_packages(argv, needs, tmp_path):
     code = (

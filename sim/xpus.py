@@ -1,0 +1,28 @@
+"""``pimphony xpus``: the shipped compute-device presets, one line each (``docs/xpu.md``)."""
+
+from __future__ import annotations
+
+import argparse
+
+from models.xpu_config import available_xpus, load_xpu
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """``pimphony xpus`` takes no options."""
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print each device's kind, peak, DRAM, arrays and caps."""
+    for name in available_xpus():
+        dev = load_xpu(name)
+        sa = dev.systolic
+        arrays = f", {sa.arrays} x {sa.rows}x{sa.cols} arrays" if sa else ""
+        print(
+            f"{name}: {dev.kind}, {dev.peak_flops() / 1e12:g} TFLOPS {dev.compute.precision}"
+            f"{arrays}, {dev.memory.type} {dev.memory.bandwidth_gbps:g} GB/s "
+            f"{dev.memory.capacity_gib:g} GiB, caps {dev.compute.efficiency:g}/"
+            f"{dev.memory.efficiency:g}"
+        )
+    return 0
