@@ -34,6 +34,7 @@ __all__ = [
     "CosimError",
     "field_spec",
     "pack_fields",
+    "pack_words",
     "run_amaranth",
     "run_cocotb",
     "simulators",
@@ -113,14 +114,30 @@ def field_spec(layout: data.StructLayout, name: str, base: int = 0) -> list[int]
     return [base + f.offset, (1 << f.shape.width) - 1]
 
 
+def _names(layout: data.StructLayout, names: Sequence[str] | None) -> Sequence[str]:
+    return names if names is not None else [n for n, _ in layout]
+
+
 def pack_fields(
     layout: data.StructLayout, arr: np.ndarray, names: Sequence[str] | None = None
 ) -> list[int]:
     """The records of ``arr`` packed into ``layout`` words (fields ``names``, default all)."""
     words = np.zeros(arr.shape[0], dtype=object)
-    for name in names if names is not None else [n for n, _ in layout]:
+    for name in _names(layout, names):
         words = words + (arr[name].astype(object) << layout[name].offset)
     return [int(w) for w in words]
+
+
+def pack_words(
+    layout: data.StructLayout, arr: np.ndarray, names: Sequence[str] | None = None
+) -> np.ndarray:
+    """:func:`pack_fields` as a ``uint64`` array, for layouts of at most 64 bits."""
+    if layout.size > 64:
+        raise ValueError(f"a {layout.size}-bit layout does not fit 64-bit words")
+    words = np.zeros(arr.shape[0], dtype=np.uint64)
+    for name in _names(layout, names):
+        words += arr[name].astype(np.uint64) << np.uint64(layout[name].offset)
+    return words
 
 
 _BUILT = {"verilator": "Vtop", "icarus": "sim.vvp"}
