@@ -329,9 +329,13 @@ class CompiledRun:
         return self.total_cycles / max(self.sim_seconds, 1e-9)
 
 
-def read_results(path: str | Path, counts: Sequence[int]) -> tuple[list, list[int], float]:
-    """``(issue arrays, cycles simulated, seconds)`` of a results file holding one record per
-    entry of ``counts`` (the number of commands of each stream, in order).
+def read_results(
+    path: str | Path, counts: Sequence[int] | None = None
+) -> tuple[list[np.ndarray], list[int], float]:
+    """``(issue arrays, cycles simulated, seconds)`` of a results file.
+
+    ``counts``, if given, is the number of commands of each stream the file must hold, in
+    order.
 
     Raises
     ------
@@ -356,13 +360,15 @@ def read_results(path: str | Path, counts: Sequence[int]) -> tuple[list, list[in
         raise CosimError(f"{path}: header: wrong magic; not a scheduler-harness results file")
     if head["version"] != FORMAT_VERSION:
         raise CosimError(f"{path}: header: version {int(head['version'])}, not {FORMAT_VERSION}")
-    if head["streams"] != len(counts):
-        raise CosimError(f"{path}: header: {int(head['streams'])} streams, expected {len(counts)}")
+    n_streams = int(head["streams"])
+    if counts is not None and n_streams != len(counts):
+        raise CosimError(f"{path}: header: {n_streams} streams, expected {len(counts)}")
     issues, cycles = [], []
-    for k, n in enumerate(counts):
+    for k in range(n_streams):
         rec = take(RESULT_RECORD, 1, f"stream {k} header")[0]
-        if rec["commands"] != n:
-            raise CosimError(f"{path}: stream {k}: {int(rec['commands'])} commands, expected {n}")
+        n = int(rec["commands"])
+        if counts is not None and n != counts[k]:
+            raise CosimError(f"{path}: stream {k}: {n} commands, expected {counts[k]}")
         issues.append(take(ISSUE, n, f"stream {k} issue cycles").astype(np.int64))
         cycles.append(int(rec["cycles"]))
     if at != len(data):
@@ -370,12 +376,43 @@ def read_results(path: str | Path, counts: Sequence[int]) -> tuple[list, list[in
     return issues, cycles, float(head["seconds"])
 
 
+@dataclass
+class PendingRun:
+    """A testbench run :meth:`CompiledHarness.start` began; :meth:`wait` for its results."""
+
+    harness: CompiledHarness
+    proc: subprocess.Popen
+    names: list[str]
+    counts: list[int]
+    workdir: tempfile.TemporaryDirectory
+    started: float
+
+    def wait(self) -> CompiledRun:
+        """Wait for the testbench and return its results (its files are removed).
+
+        Raises
+        ------
+        CosimError
+            The testbench failed (:meth:`CompiledHarness.run`).
+        """
+        with self.workdir as tmp:
+            _, err = self.proc.communicate()
+            self.harness.check_exit(self.proc.returncode, err)
+            issue, cycles, sim_s = read_results(Path(tmp) / "results.bin", self.counts)
+        return CompiledRun(
+            dict(zip(self.names, issue, strict=True)),
+            dict(zip(self.names, cycles, strict=True)),
+            sim_s,
+            time.perf_counter() - self.started,
+        )
+
+
 @dataclass(frozen=True)
 class CompiledHarness:
     """The compiled testbench of one scheduler block at one configuration.
 
-    Build it with :func:`build_harness`; :meth:`run` runs streams on it. Runs may overlap
-    (each has its own files).
+    Build it with :func:`build_harness`; :meth:`run` runs streams on it, :meth:`start` does
+    so in the background. Runs may overlap (each has its own files).
     """
 
     block: str
@@ -388,44 +425,44 @@ class CompiledHarness:
         """The testbench executable."""
         return self.build_dir / BINARY
 
-    def start(self, streams: Sequence[RtlStream], workdir: Path) -> subprocess.Popen:
-        """Write ``streams`` into ``workdir`` and start the testbench on them (not waiting)."""
-        names = [s.name for s in streams]
-        if len(set(names)) != len(names):
-            dup = next(n for n in names if names.count(n) > 1)
-            raise CosimError(f"stream name {dup!r} is used twice")
-        write_streams(workdir / "streams.bin", self.cfg, streams)
+    def _launch(self, streams_file: Path, results_file: Path) -> subprocess.Popen:
         return subprocess.Popen(
-            [str(self.binary), str(workdir / "streams.bin"), str(workdir / "results.bin")],
+            [str(self.binary), str(streams_file), str(results_file)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
         )
 
-    def finish(
-        self, proc: subprocess.Popen, streams: Sequence[RtlStream], workdir: Path, started: float
-    ) -> CompiledRun:
-        """Wait for a testbench :meth:`start` began and read its results."""
-        _, err = proc.communicate()
-        if proc.returncode != ExitCode.OK:
-            try:
-                why = ExitCode(proc.returncode).name.lower().replace("_", " ")
-            except ValueError:
-                why = f"exit status {proc.returncode}"
-            raise CosimError(
-                f"compiled harness of {self.block} failed ({why}): "
-                f"{err.strip() or 'no message'} [{self.binary}]"
-            )
-        issue, cycles, sim_s = read_results(
-            workdir / "results.bin", [int(s.commands.shape[0]) for s in streams]
+    def check_exit(self, status: int, stderr: str) -> None:
+        """Raise :class:`CosimError` with the testbench's message unless ``status`` is 0."""
+        if status == ExitCode.OK:
+            return
+        try:
+            why = ExitCode(status).name.lower().replace("_", " ")
+        except ValueError:
+            why = f"exit status {status}"
+        raise CosimError(
+            f"compiled {self.block} harness failed ({why}): "
+            f"{stderr.strip() or 'no message'} [{self.binary}]"
         )
+
+    def start(self, streams: Sequence[RtlStream]) -> PendingRun:
+        """Write ``streams`` to a stream file and start the testbench on it (not waiting)."""
         names = [s.name for s in streams]
-        return CompiledRun(
-            dict(zip(names, issue, strict=True)),
-            dict(zip(names, cycles, strict=True)),
-            sim_s,
-            time.perf_counter() - started,
-        )
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise CosimError(f"stream name {dup!r} is used twice")
+        started = time.perf_counter()
+        workdir = tempfile.TemporaryDirectory(prefix="pimphony-harness-")
+        try:
+            tmp = Path(workdir.name)
+            write_streams(tmp / "streams.bin", self.cfg, streams)
+            proc = self._launch(tmp / "streams.bin", tmp / "results.bin")
+        except BaseException:
+            workdir.cleanup()
+            raise
+        counts = [int(s.commands.shape[0]) for s in streams]
+        return PendingRun(self, proc, names, counts, workdir, started)
 
     def run(self, streams: Sequence[RtlStream]) -> CompiledRun:
         """Run every stream (one process, a reset before each) and return the results.
@@ -433,13 +470,31 @@ class CompiledHarness:
         Raises
         ------
         CosimError
-            The testbench failed (its message: a stream that did not complete, a bad sequence
-            number, or a malformed file naming the record and field).
+            The testbench failed: a stream did not complete in
+            :func:`sim.verify.scheduler.max_cycles`, or the block emitted a bad sequence
+            number (the message names the stream).
+        StreamError
+            A stream does not fit the configuration (:func:`encode_streams`).
         """
-        started = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="pimphony-harness-") as tmp:
-            proc = self.start(streams, Path(tmp))
-            return self.finish(proc, streams, Path(tmp), started)
+        return self.start(streams).wait()
+
+    def run_file(
+        self, streams_file: str | Path, results_file: str | Path
+    ) -> tuple[list[np.ndarray], list[int], float]:
+        """Run the testbench on a stream file, writing ``results_file``; return
+        :func:`read_results` of it.
+
+        Raises
+        ------
+        CosimError
+            The testbench failed; for a malformed stream file the message names the stream
+            (record) and the field (e.g. ``stream 2 payloads: file ends after 16 of 80
+            bytes``).
+        """
+        proc = self._launch(Path(streams_file), Path(results_file))
+        _, err = proc.communicate()
+        self.check_exit(proc.returncode, err)
+        return read_results(results_file)
 
 
 def _build_key(block: str, text: str, header: str) -> str:
