@@ -155,8 +155,9 @@ def test_encode_refuses_bad_streams():
     with pytest.raises(StreamError, match=r"stream 'r': ready_pattern is never 1"):
         encode_streams(CFG, [RtlStream("r", s, ready_pattern=(0, 0))])
     bad = s.copy()
-    bad["out"][0], bad["op"][0] = CFG.channel.obuf_entries, 2
-    with pytest.raises(StreamError, match=r"stream 'o': command 0 \(RD_OUT\): out = 64"):
+    k = int(np.flatnonzero(bad["op"] == 1)[0])  # a MAC
+    bad["out"][k] = CFG.channel.obuf_entries
+    with pytest.raises(StreamError, match=rf"stream 'o': command {k} \(MAC\): out = 64"):
         encode_streams(CFG, [RtlStream("o", bad)])
 
 

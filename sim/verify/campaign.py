@@ -35,6 +35,7 @@ import numpy as np
 
 from models.channel import check_schedule, run_channel
 from models.config import HardwareConfig, load_preset
+from models.errors import PimphonyError
 from models.isa import describe_command
 from models.pingpong import PingPongError
 from rtl.blocks import SCHEDULER_OF_BLOCK
@@ -314,7 +315,10 @@ def run(args: argparse.Namespace) -> int:
     """Run the campaign; print its summary (exit status 1 via :class:`CosimError` if any
     stream mismatched)."""
     if args.gaps + args.ready > 1.0:
-        raise CosimError(f"--gaps {args.gaps} plus --ready {args.ready} exceed 1")
+        raise PimphonyError(
+            f"--gaps {args.gaps} plus --ready {args.ready} exceed 1 (they are fractions of "
+            "the streams, and a stream has gaps or a ready pattern, not both)"
+        )
     cfg = load_preset(args.preset)
     show = not args.quiet and sys.stderr.isatty()
 
