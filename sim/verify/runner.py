@@ -140,8 +140,9 @@ def pack_words(
     return words
 
 
-_BUILT = {"verilator": "Vtop", "icarus": "sim.vvp"}
-"""The file each simulator's build leaves in the build directory (present: no rebuild)."""
+_BUILT = {"verilator": "{top}", "icarus": "sim.vvp"}
+"""The file each simulator's build leaves in the build directory (present: no rebuild); the
+cocotb runner names Verilator's executable after the top module."""
 
 
 def _config_key(top: str, verilog_text: str, simulator: str, waves: bool) -> str:
@@ -200,7 +201,7 @@ def run_cocotb(
         "timescale": ("1ns", "1ps"),
     }
     started = time.time()
-    built = (build_dir / _BUILT[simulator]).exists()
+    built = (build_dir / _BUILT[simulator].format(top=top)).exists()
     if not built:
         print(
             f"building {top} with {simulator} (first run of this Verilog, typically 20-60 s; "
