@@ -302,7 +302,7 @@ def run(args: argparse.Namespace) -> int:
             f"{r['rtl_cycles_per_s']:>14,.0f}{r['compiled_cycles_per_s']:>16,.0f}"
             f"{r['compiled_cycles_per_s'] / r['rtl_cycles_per_s']:>16,.0f}x"
             f"{r['tlm_cycles_per_s']:>14,.0f}"
-            f"{r['tlm_cycles_per_s'] / r['compiled_cycles_per_s']:>13,.1f}x"
+            f"{r['tlm_cycles_per_s'] / r['compiled_cycles_per_s']:>13.2f}x"
             for r in rows
         ),
     )
