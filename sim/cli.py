@@ -115,6 +115,17 @@ COMMANDS: tuple[Command, ...] = (
         ),
     ),
     Command(
+        "verify",
+        "RTL-vs-TLM verification at native speed (compiled Verilator harness)",
+        subcommands=(
+            Command(
+                "campaign",
+                "random streams on a scheduler block vs the TLM; reports mismatches and speed",
+                "sim.verify.campaign",
+            ),
+        ),
+    ),
+    Command(
         "bench",
         "simulation speed: CLI start-up, channel TLM, decode step, RTL",
         "sim.experiments.bench",

@@ -15,47 +15,21 @@ import pytest
 
 from models.channel import check_schedule, run_channel
 from models.config import load_preset
-from models.pingpong import PingPongError
 from rtl.blocks import SCHEDULER_OF_BLOCK
 from sim.verify.runner import simulators
 from sim.verify.scheduler import RtlStream, compare_with_tlm, run_rtl
-from sim.verify.streams import kernel_streams, random_pingpong_stream, random_stream
+from sim.verify.streams import (
+    COSIM_RANDOM_LEN,
+    cosim_streams,
+    kernel_streams,
+    random_pingpong_stream,
+    random_stream,
+)
 from tests.test_scheduling import MODE_STREAM
-
-RANDOM_SEEDS = (11, 12, 13)
-RANDOM_LEN = 600
-
-
-def _gaps(cfg, sched: str, s: np.ndarray, rng: np.random.Generator) -> tuple[int, ...]:
-    """Seeded input gaps of 0-2 cycles. Ping-pong refuses gaps after which a command would
-    arrive for a slot already handed off (no look-ahead); draw again until it accepts."""
-    for _ in range(50):
-        gaps = rng.integers(0, 3, s.shape[0])
-        try:
-            run_channel(s, cfg, sched, valid_gaps=gaps)
-        except PingPongError:
-            continue
-        return tuple(int(g) for g in gaps)
-    raise AssertionError(f"no accepted input gaps for {sched}")
-
-
-def _streams(cfg, sched: str) -> list[RtlStream]:
-    streams = [RtlStream(name, s) for name, s in kernel_streams(cfg).items()]
-    make = random_pingpong_stream if sched == "pingpong" else random_stream
-    for seed in RANDOM_SEEDS:
-        s = make(cfg, RANDOM_LEN, seed)
-        rng = np.random.default_rng(seed)
-        streams.append(RtlStream(f"random-{seed}", s))
-        gaps = _gaps(cfg, sched, s, rng)
-        streams.append(RtlStream(f"random-{seed}-valid-gaps", s, valid_gaps=gaps))
-        ready = tuple(int(r) for r in rng.integers(0, 2, 61))
-        streams.append(RtlStream(f"random-{seed}-ready-gaps", s, ready_pattern=ready))
-    return streams
-
 
 CFG = load_preset("aim-16ch")
 STREAMS = {
-    sched: {s.name: s for s in _streams(CFG, sched)} for sched in SCHEDULER_OF_BLOCK.values()
+    sched: {s.name: s for s in cosim_streams(CFG, sched)} for sched in SCHEDULER_OF_BLOCK.values()
 }
 NAMES = list(STREAMS["dcs"])  # the same names for every scheduler
 WRAP_CFG = CFG.replace(**{"dcs.queue_depth": 4, "dcs.id_bits": 4, "dcs.timestamp_bits": 10})
@@ -143,7 +117,7 @@ def test_dcs_mode_policy_under_verilator(overrides):
     cfg = RAM_CFG.replace(**overrides)
     streams = [RtlStream("mode-example", MODE_STREAM)]
     for seed in (41, 42, 43):
-        s = random_stream(cfg, RANDOM_LEN, seed, entries=3, rows=2)
+        s = random_stream(cfg, COSIM_RANDOM_LEN, seed, entries=3, rows=2)
         gaps = tuple(int(g) for g in np.random.default_rng(seed).integers(0, 3, s.shape[0]))
         streams += [
             RtlStream(f"random-{seed}", s),

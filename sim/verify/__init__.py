@@ -4,5 +4,7 @@ against its TLM twin.
 ``runner`` is the cocotb runner; ``scheduler``, ``dpa`` and ``bank_slice`` are the harnesses of
 the blocks of the same name (``models/X.py`` <-> ``rtl/X.py`` <-> ``sim/verify/X.py``; the
 three scheduler blocks share ``scheduler``); ``tb_*`` are the cocotb testbenches they run and
-``streams`` the test streams.
+``streams`` the test streams. ``compiled`` runs the scheduler blocks in a Verilator C++
+testbench (``harness/scheduler_tb.cpp``) at native speed, and ``campaign`` checks random
+streams with it (``pimphony verify campaign``); ``docs/verification.md``.
 """

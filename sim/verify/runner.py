@@ -34,6 +34,7 @@ __all__ = [
     "CosimError",
     "field_spec",
     "pack_fields",
+    "pack_words",
     "run_amaranth",
     "run_cocotb",
     "simulators",
@@ -113,18 +114,35 @@ def field_spec(layout: data.StructLayout, name: str, base: int = 0) -> list[int]
     return [base + f.offset, (1 << f.shape.width) - 1]
 
 
+def _names(layout: data.StructLayout, names: Sequence[str] | None) -> Sequence[str]:
+    return names if names is not None else [n for n, _ in layout]
+
+
 def pack_fields(
     layout: data.StructLayout, arr: np.ndarray, names: Sequence[str] | None = None
 ) -> list[int]:
     """The records of ``arr`` packed into ``layout`` words (fields ``names``, default all)."""
     words = np.zeros(arr.shape[0], dtype=object)
-    for name in names if names is not None else [n for n, _ in layout]:
+    for name in _names(layout, names):
         words = words + (arr[name].astype(object) << layout[name].offset)
     return [int(w) for w in words]
 
 
-_BUILT = {"verilator": "Vtop", "icarus": "sim.vvp"}
-"""The file each simulator's build leaves in the build directory (present: no rebuild)."""
+def pack_words(
+    layout: data.StructLayout, arr: np.ndarray, names: Sequence[str] | None = None
+) -> np.ndarray:
+    """:func:`pack_fields` as a ``uint64`` array, for layouts of at most 64 bits."""
+    if layout.size > 64:
+        raise ValueError(f"a {layout.size}-bit layout does not fit 64-bit words")
+    words = np.zeros(arr.shape[0], dtype=np.uint64)
+    for name in _names(layout, names):
+        words += arr[name].astype(np.uint64) << np.uint64(layout[name].offset)
+    return words
+
+
+_BUILT = {"verilator": "{top}", "icarus": "sim.vvp"}
+"""The file each simulator's build leaves in the build directory (present: no rebuild); the
+cocotb runner names Verilator's executable after the top module."""
 
 
 def _config_key(top: str, verilog_text: str, simulator: str, waves: bool) -> str:
@@ -183,7 +201,7 @@ def run_cocotb(
         "timescale": ("1ns", "1ps"),
     }
     started = time.time()
-    built = (build_dir / _BUILT[simulator]).exists()
+    built = (build_dir / _BUILT[simulator].format(top=top)).exists()
     if not built:
         print(
             f"building {top} with {simulator} (first run of this Verilog, typically 20-60 s; "

@@ -32,7 +32,7 @@ from sim.verify.runner import (
     run_cocotb,
 )
 
-__all__ = ["RtlStream", "compare_with_tlm", "run_rtl", "simulate_scheduler"]
+__all__ = ["RtlStream", "compare_with_tlm", "max_cycles", "run_rtl", "simulate_scheduler"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,11 @@ class RtlStream:
     commands: np.ndarray
     valid_gaps: tuple[int, ...] | None = None
     ready_pattern: tuple[int, ...] | None = None
+
+
+def max_cycles(n: int) -> int:
+    """Cycles a harness lets a stream of ``n`` commands run before it gives up."""
+    return 200 * n + 10_000
 
 
 def simulate_scheduler(
@@ -120,7 +125,7 @@ def run_rtl(
                 "payloads": pack_fields(command_layout(cfg), s.commands),
                 "valid_gaps": list(s.valid_gaps) if s.valid_gaps else None,
                 "ready_pattern": list(s.ready_pattern) if s.ready_pattern else None,
-                "max_cycles": 200 * int(s.commands.shape[0]) + 10_000,
+                "max_cycles": max_cycles(int(s.commands.shape[0])),
             }
             for s in streams
         ],

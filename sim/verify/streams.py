@@ -2,19 +2,36 @@
 
 :func:`random_stream` mixes opcodes over both buffer halves freely (legal for the static and
 DCS schedulers); :func:`random_pingpong_stream` builds streams that ping-pong buffering
-accepts (``models.pingpong.pingpong_slots`` finds no illegal command).
+accepts (``models.pingpong.pingpong_slots`` finds no illegal command). :func:`accepted_gaps`
+draws input ``valid`` gaps the TLM accepts, and :func:`cosim_streams` is the stream set every
+RTL harness is checked on (``tests/test_cosim.py``, ``tests/test_compiled_harness.py``).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from compiler.kernels import compile_kernel
+from models.channel import run_channel
 from models.config import HardwareConfig
 from models.isa import Op, empty_stream
-from models.pingpong import pingpong_slots
+from models.pingpong import PingPongError, pingpong_slots
 
-__all__ = ["COSIM_KERNELS", "kernel_streams", "random_pingpong_stream", "random_stream"]
+if TYPE_CHECKING:
+    from sim.verify.scheduler import RtlStream
+
+__all__ = [
+    "COSIM_KERNELS",
+    "COSIM_RANDOM_LEN",
+    "COSIM_RANDOM_SEEDS",
+    "accepted_gaps",
+    "cosim_streams",
+    "kernel_streams",
+    "random_pingpong_stream",
+    "random_stream",
+]
 
 COSIM_KERNELS: tuple[tuple[str, str, dict], ...] = (
     ("qk-T256-dh64", "qk", {"tokens": 256, "d_h": 64}),
@@ -147,3 +164,55 @@ def random_pingpong_stream(
     if s.shape[0] < n:
         raise ValueError(f"only {s.shape[0]} legal commands left of {total}; lower n")
     return s[:n].copy()
+
+
+def accepted_gaps(
+    cfg: HardwareConfig,
+    sched: str,
+    s: np.ndarray,
+    rng: np.random.Generator,
+    high: int = 3,
+    tries: int = 50,
+) -> tuple[int, ...] | None:
+    """Seeded input gaps of 0 to ``high - 1`` cycles that the TLM accepts for ``s``.
+
+    Ping-pong refuses gaps after which a command would arrive for a slot already handed off
+    (no look-ahead); draw again, up to ``tries`` times (``None`` if every draw is refused).
+    """
+    for _ in range(tries):
+        gaps = rng.integers(0, high, s.shape[0])
+        try:
+            run_channel(s, cfg, sched, valid_gaps=gaps)
+        except PingPongError:
+            continue
+        return tuple(int(g) for g in gaps)
+    return None
+
+
+COSIM_RANDOM_SEEDS = (11, 12, 13)
+"""Seeds of the random streams of :func:`cosim_streams`."""
+COSIM_RANDOM_LEN = 600
+"""Commands per random stream of :func:`cosim_streams`."""
+
+
+def cosim_streams(cfg: HardwareConfig, sched: str) -> list[RtlStream]:
+    """The streams every RTL harness runs for TLM scheduler ``sched``: the
+    :data:`COSIM_KERNELS`, and per seed of :data:`COSIM_RANDOM_SEEDS` a random legal stream
+    as is (``random-<seed>``), with input gaps the TLM accepts (``-valid-gaps``) and with a
+    61-cycle output ``ready`` pattern (``-ready-gaps``; the TLM cannot predict those cycles,
+    only the rules, ``models.channel.check_schedule``)."""
+    from sim.verify.scheduler import RtlStream  # loads Amaranth; the random streams do not
+
+    streams = [RtlStream(name, s) for name, s in kernel_streams(cfg).items()]
+    make = random_pingpong_stream if sched == "pingpong" else random_stream
+    for seed in COSIM_RANDOM_SEEDS:
+        s = make(cfg, COSIM_RANDOM_LEN, seed)
+        rng = np.random.default_rng(seed)
+        streams.append(RtlStream(f"random-{seed}", s))
+        gaps = accepted_gaps(cfg, sched, s, rng)
+        if gaps is None:
+            raise ValueError(f"no input gaps for random-{seed} that {sched} accepts")
+        streams.append(RtlStream(f"random-{seed}-valid-gaps", s, valid_gaps=gaps))
+        ready = tuple(int(r) for r in rng.integers(0, 2, 61))
+        streams.append(RtlStream(f"random-{seed}-ready-gaps", s, ready_pattern=ready))
+    return streams

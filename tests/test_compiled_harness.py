@@ -1,0 +1,275 @@
+"""The compiled Verilator harness (``sim/verify/compiled.py``) against the TLM and cocotb.
+
+Per scheduler block, one build per configuration (module-scoped fixtures; cached in
+``build/sim/``) runs the streams of ``tests/test_cosim.py`` (compiler kernels including the
+batched GEMVs, random streams, with input ``valid`` gaps and with output ``ready`` gaps):
+every command issues in the TLM's cycle (the rules of ``check_schedule`` under ``ready``
+gaps) and in the cocotb harness's cycle, also at a preset with ``t_MOD > 0``
+(``aim-ramulator``). Then the file formats and the errors: a malformed stream file names the
+stream and field, a missing tool is named. The random campaigns are ``slow``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from models.channel import check_schedule, run_channel
+from models.config import load_preset
+from models.isa import StreamError
+from rtl.blocks import SCHEDULER_OF_BLOCK
+from rtl.common import command_layout
+from sim.verify import compiled
+from sim.verify.campaign import run_campaign
+from sim.verify.compiled import (
+    RECORD_HEADER,
+    STREAM_HEADER,
+    build_harness,
+    encode_streams,
+    format_header,
+    read_results,
+)
+from sim.verify.runner import CosimError, pack_fields, pack_words
+from sim.verify.scheduler import RtlStream, run_rtl
+from sim.verify.streams import (
+    accepted_gaps,
+    cosim_streams,
+    kernel_streams,
+    random_pingpong_stream,
+    random_stream,
+)
+
+BLOCKS = sorted(SCHEDULER_OF_BLOCK)
+CFG = load_preset("aim-16ch")
+RAM_CFG = load_preset("aim-ramulator")
+STREAMS = {sched: cosim_streams(CFG, sched) for sched in SCHEDULER_OF_BLOCK.values()}
+# What cocotb also runs (it simulates ~20K cycles/s): the random streams, with and without
+# gaps, and a batched GEMV.
+COCOTB_NAMES = ("gemv-b5-100x300", *(s.name for s in STREAMS["dcs"] if "random" in s.name))
+
+
+def _tlm_problems(cfg, sched: str, streams: list[RtlStream], rtl: dict) -> list[str]:
+    """Where the RTL leaves the TLM: cycles, or under ``ready`` gaps, the schedule rules."""
+    problems = []
+    for s in streams:
+        got = rtl[s.name]
+        if s.ready_pattern is not None:
+            problems += [f"{s.name}: {p}" for p in check_schedule(s.commands, got, cfg, sched)]
+            continue
+        want = run_channel(s.commands, cfg, sched, valid_gaps=s.valid_gaps).issue
+        diff = np.flatnonzero(want != got)
+        if diff.size:
+            k = int(diff[0])
+            problems.append(f"{s.name}: command #{k} RTL {got[k]} vs TLM {want[k]}")
+    return problems
+
+
+def _differences(a: dict, b: dict) -> list[str]:
+    return [name for name in a if not np.array_equal(a[name], b[name])]
+
+
+@pytest.fixture(scope="module", params=BLOCKS)
+def harness(request):
+    return build_harness(request.param, CFG)
+
+
+@pytest.fixture(scope="module")
+def compiled_run(harness):
+    return harness.run(STREAMS[SCHEDULER_OF_BLOCK[harness.block]])
+
+
+def test_compiled_matches_tlm(harness, compiled_run):
+    sched = SCHEDULER_OF_BLOCK[harness.block]
+    problems = _tlm_problems(CFG, sched, STREAMS[sched], compiled_run.issue)
+    assert not problems, "\n".join(problems)
+
+
+def test_compiled_matches_cocotb(harness, compiled_run):
+    streams = [s for s in STREAMS[SCHEDULER_OF_BLOCK[harness.block]] if s.name in COCOTB_NAMES]
+    cocotb = run_rtl(harness.block, CFG, streams)
+    assert _differences(cocotb, {s.name: compiled_run.issue[s.name] for s in streams}) == []
+
+
+def test_compiled_run_reports_cycles(harness, compiled_run):
+    streams = STREAMS[SCHEDULER_OF_BLOCK[harness.block]]
+    for s in streams:
+        # The last command issues in the last simulated cycle or the one before.
+        assert compiled_run.cycles[s.name] >= int(compiled_run.issue[s.name].max()) + 1
+    assert 0 < compiled_run.sim_seconds <= compiled_run.seconds
+    assert compiled_run.cycles_per_s > 0
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_ramulator_conventions(block):
+    """``t_MOD = 32``: compiled == TLM on kernels (batched GEMV too) and random streams with
+    gaps; compiled == cocotb on the streams ``tests/test_cosim.py`` runs there, plus gaps."""
+    sched = SCHEDULER_OF_BLOCK[block]
+    kernels = kernel_streams(RAM_CFG)
+    streams = [RtlStream(name, s) for name, s in kernels.items()]
+    make = random_pingpong_stream if sched == "pingpong" else random_stream
+    s = make(RAM_CFG, 300, 31)
+    gaps = accepted_gaps(RAM_CFG, sched, s, np.random.default_rng(31), high=40)
+    streams += [
+        RtlStream("random-31", s),
+        RtlStream("random-31-valid-gaps", s, valid_gaps=gaps),
+        RtlStream("random-31-ready-gaps", s, ready_pattern=(1, 0, 0, 1, 1, 0, 1)),
+    ]
+    got = build_harness(block, RAM_CFG).run(streams).issue
+    problems = _tlm_problems(RAM_CFG, sched, streams, got)
+    assert not problems, "\n".join(problems)
+    assert run_channel(s, RAM_CFG, sched, valid_gaps=gaps).extra["mode_switches"] > 0
+    names = ("qk-T256-dh64", "sv-T512-dh64", "gemv-b5-100x300", "random-31", "random-31-valid-gaps")
+    subset = [x for x in streams if x.name in names]
+    assert _differences(run_rtl(block, RAM_CFG, subset), got) == []
+
+
+# -- formats and errors --------------------------------------------------------------------
+
+
+def test_pack_words_is_pack_fields():
+    s = random_stream(CFG, 200, seed=3)
+    layout = command_layout(CFG)
+    assert pack_words(layout, s).tolist() == pack_fields(layout, s)
+
+
+def test_header_carries_the_python_formats():
+    text = format_header(CFG)
+    assert f"constexpr unsigned RECORD_HEADER_SIZE = {RECORD_HEADER.itemsize};" in text
+    assert f"constexpr unsigned PAYLOAD_BITS = {command_layout(CFG).size};" in text
+    assert "#define IN_VALID i___05Fvalid" in text
+    assert f"STREAM_HEADER_STREAMS = {STREAM_HEADER.fields['streams'][1]};" in text
+
+
+def test_encode_refuses_bad_streams():
+    s = random_stream(CFG, 10, seed=1)
+    with pytest.raises(StreamError, match=r"stream 'g': valid_gaps must be 10 values"):
+        encode_streams(CFG, [RtlStream("g", s, valid_gaps=(1, 2))])
+    with pytest.raises(StreamError, match=r"stream 'g': valid_gaps\[0\] = -1"):
+        encode_streams(CFG, [RtlStream("g", s, valid_gaps=(-1,) + (0,) * 9)])
+    with pytest.raises(StreamError, match=r"stream 'r': ready_pattern\[1\] = 2"):
+        encode_streams(CFG, [RtlStream("r", s, ready_pattern=(1, 2))])
+    with pytest.raises(StreamError, match=r"stream 'r': ready_pattern is never 1"):
+        encode_streams(CFG, [RtlStream("r", s, ready_pattern=(0, 0))])
+    bad = s.copy()
+    k = int(np.flatnonzero(bad["op"] == 1)[0])  # a MAC
+    bad["out"][k] = CFG.channel.obuf_entries
+    with pytest.raises(StreamError, match=rf"stream 'o': command {k} \(MAC\): out = 64"):
+        encode_streams(CFG, [RtlStream("o", bad)])
+
+
+@pytest.fixture(scope="module")
+def dcs_harness():
+    return build_harness("dcs", CFG)
+
+
+def _file(tmp_path, data: bytes):
+    path = tmp_path / "streams.bin"
+    path.write_bytes(data)
+    return path
+
+
+def test_malformed_stream_file_names_record_and_field(dcs_harness, tmp_path):
+    s = random_stream(CFG, 10, seed=2)
+    good = encode_streams(
+        CFG, [RtlStream("a", s), RtlStream("b", s, valid_gaps=(1,) * 10, ready_pattern=(1, 0))]
+    )
+    issues, cycles, _ = dcs_harness.run_file(_file(tmp_path, good), tmp_path / "out.bin")
+    assert len(issues) == 2 and issues[0].shape == (10,) and cycles[1] > cycles[0]
+    head, rec = STREAM_HEADER.itemsize, RECORD_HEADER.itemsize
+    second = head + rec + 80  # stream 1 starts after stream 0's header and 10 payloads
+    cases = {
+        "file header: wrong magic": b"X" + good[1:],
+        "file header: file ends after 7 of 24 bytes": good[:7],
+        "stream 1 valid gaps: file ends after 12 of 40 bytes": good[: second + rec + 80 + 12],
+        "stream 1 header: file ends after 0 of 24 bytes": good[:second],
+        r"stream 0, command 3: payload has bits set above the 34-bit": (
+            good[: head + rec + 3 * 8 + 7] + b"\xff" + good[head + rec + 3 * 8 + 8 :]
+        ),
+        "stream 1: has_gaps = 7 must be 0 or 1": (
+            good[: second + 16] + b"\x07" + good[second + 17 :]
+        ),
+        "stream 1, ready pattern cycle 1: 9 must be 0 or 1": good[:-1] + b"\x09",
+        "bytes after the last of 2 streams": good + b"\0",
+        "payload_bits = 35, but this harness was built for 34-bit": (
+            good[:12] + b"\x23" + good[13:]
+        ),
+    }
+    for message, data in cases.items():
+        with pytest.raises(CosimError, match=f"bad input.*{message}"):
+            dcs_harness.run_file(_file(tmp_path, data), tmp_path / "out.bin")
+        assert not (tmp_path / "out.bin.tmp").exists()
+
+
+def test_results_file_errors(tmp_path):
+    path = tmp_path / "r.bin"
+    path.write_bytes(b"PIMHRSLT")
+    with pytest.raises(CosimError, match=r"header: file ends after 8 of 32 bytes"):
+        read_results(path)
+    path.write_bytes(b"NOTRESLT" + bytes(24))
+    with pytest.raises(CosimError, match=r"wrong magic"):
+        read_results(path)
+
+
+def test_stream_that_never_completes_is_named(dcs_harness, tmp_path, monkeypatch):
+    monkeypatch.setattr(compiled, "max_cycles", lambda n: 5)
+    s = random_stream(CFG, 40, seed=4)
+    with pytest.raises(CosimError, match=r"sim failed.*stream 1: only \d+ of 40 commands"):
+        dcs_harness.run([RtlStream("ok", s[:0]), RtlStream("long", s)])
+
+
+def test_missing_tools_are_named(tmp_path, monkeypatch):
+    which = compiled.shutil.which
+    monkeypatch.setattr(
+        compiled.shutil, "which", lambda name: None if name in ("make", "c++") else which(name)
+    )
+    monkeypatch.delenv("CXX", raising=False)
+    with pytest.raises(CosimError, match=r"make \(Verilator --build runs it\); a C\+\+ compiler"):
+        build_harness("dcs", CFG, build_root=tmp_path)
+    monkeypatch.setattr(compiled, "verilator_env", _no_verilator)
+    with pytest.raises(CosimError, match=r"`verilator` Python package"):
+        build_harness("static_sched", CFG, build_root=tmp_path)
+    with pytest.raises(CosimError, match=r"'dpa' is not a scheduler block"):
+        build_harness("dpa", CFG, build_root=tmp_path)
+    assert list(tmp_path.iterdir()) == []  # nothing half-built is left
+
+
+def _no_verilator():
+    raise ImportError("No module named 'verilator'")
+
+
+# -- the campaign --------------------------------------------------------------------------
+
+
+def test_campaign_command(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "sim.cli", "verify", "campaign", "--block", "dcs"]
+        + ["--streams", "40", "--seed", "5", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert out["streams"] == 40 and out["mismatches"] == 0 and out["cycles_per_s"] > 0
+    assert out["exact"] + out["rules_only"] == 40 and out["rules_only"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["aim-16ch", "aim-ramulator"])
+@pytest.mark.parametrize("block", BLOCKS)
+def test_random_campaign(block, preset):
+    result = run_campaign(block, load_preset(preset), streams=400, seed=2024)
+    assert result.mismatches == [], "\n".join(result.mismatches)
+    assert result.exact > 300
+
+
+@pytest.mark.slow
+def test_dcs_wraparound_compiled():
+    cfg = CFG.replace(**{"dcs.queue_depth": 4, "dcs.id_bits": 4, "dcs.timestamp_bits": 10})
+    s = random_stream(cfg, 2500, seed=21)
+    got = build_harness("dcs", cfg).run([RtlStream("wrap", s)]).issue["wrap"]
+    assert np.array_equal(got, run_channel(s, cfg, "dcs").issue)
