@@ -184,3 +184,26 @@ def test_cli_refuses_impossible_system(capsys, tmp_path):
         capsys, "decode", "--system", "gpu", "--model", "llm-72b", "--context", "1024"
     )
     assert code != 0 and "the weights alone do not fit" in err
+
+
+def test_gpu_compare_one_point(capsys, tmp_path):
+    """One workload at 128 GB: every system measured, GPU counts matched as LoL-PIM's."""
+    from sim.experiments.gpu_compare import SYSTEMS, format_compare, gpu_compare
+
+    rows = gpu_compare("llm-7b", ["qmsum"], [128])
+    by = {r["system"]: r for r in rows}
+    assert set(by) == {s.label for s in SYSTEMS}
+    assert by["pim-aimx"]["devices"] == by["lol-pim"]["devices"] == 16  # 128 GB / 8 GB
+    assert by["gpu-hbm"]["devices"] == by["gpu-gddr6"]["devices"] == 2  # 128 GB / 64 GB
+    # GPU-GDDR6's 64 GB per GPU and paged KV admit what LoL-PIM's lazy 8 x 8 GB node admits.
+    assert by["gpu-gddr6"]["batch"] <= by["gpu-hbm"]["batch"]
+    assert by["lol-pim"]["tokens_per_s"] > by["pim-aimx"]["tokens_per_s"]
+    assert by["gpu-gddr6-10g"]["tokens_per_s"] < by["gpu-gddr6"]["tokens_per_s"]
+    assert "LoL/GDDR" in format_compare(rows)
+
+
+def test_gpu_compare_refuses_partial_device():
+    from sim.experiments.gpu_compare import CompareError, gpu_compare
+
+    with pytest.raises(CompareError, match="100 GB is not a whole number of 8 GB"):
+        gpu_compare("llm-7b", ["qmsum"], [100])
