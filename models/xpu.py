@@ -37,6 +37,7 @@ __all__ = [
     "gemm_traffic",
     "gemv_cost",
     "matrix_waves",
+    "ring_allreduce_seconds",
     "vector_cost",
     "weight_tiles",
 ]
@@ -340,3 +341,35 @@ def vector_cost(
     vector = _issued_vector(device, elements, spec.flops_per_element)
     traffic = Traffic(activations=(spec.reads + spec.writes) * elements * b)
     return _cost(device, flops, 0, vector, traffic, precision, on_vector=True)
+
+
+def ring_allreduce_seconds(device: XpuConfig, nbytes: int, n: int) -> float:
+    """A ring all-reduce of ``nbytes`` over ``n`` devices on the device links (``docs/xpu.md``).
+
+    ``2 (n - 1) / n x nbytes / device_link_bandwidth``: a reduce-scatter and an all-gather of
+    ``n - 1`` steps each, every step moving ``nbytes / n`` per device over its link
+    (``[links] device_gbps``; NVLink on a GPU). 0 for one device. The presets state no
+    per-step latency, so none is charged (an NCCL ring on NVLink adds a few microseconds per
+    call, below the model's resolution at long context).
+
+    Parameters
+    ----------
+    device : XpuConfig
+        The device (all ``n`` are equal).
+    nbytes : int
+        Bytes of the vector every device contributes (and receives summed), >= 0.
+    n : int
+        Devices in the ring, >= 1.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise XpuError(f"all-reduce: n = {n!r}: must be a positive integer")
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+        raise XpuError(f"all-reduce: nbytes = {nbytes!r}: must be a non-negative integer")
+    if n == 1 or nbytes == 0:
+        return 0.0
+    link = device.links.device_gbps * 1e9
+    if link <= 0:
+        raise XpuError(
+            f"all-reduce over {n} x {device.name}: [links] device_gbps = 0 (no device link)"
+        )
+    return 2 * (n - 1) / n * nbytes / link

@@ -88,7 +88,14 @@ COMMANDS: tuple[Command, ...] = (
         "sim.experiments.capacity",
     ),
     Command(
-        "decode", "one LLM decode step on a multi-module PIM system", "sim.decode_step.command"
+        "decode",
+        "one LLM decode step on a multi-module PIM system (or N GPUs: --system gpu)",
+        "sim.decode_step.command",
+    ),
+    Command(
+        "gpu-compare",
+        "PIM-only vs GPU-only throughput over capacity (LoL-PIM Fig. 9 shape)",
+        "sim.experiments.gpu_compare",
     ),
     Command(
         "ablation",

@@ -11,6 +11,8 @@ import argparse
 import dataclasses
 import json
 import sys
+from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 
 from compiler.llm import load_model
@@ -19,21 +21,35 @@ from models.channel import SCHEDULERS
 from models.config import load_preset
 from models.fileio import BUILD_DIR, write_atomic
 from models.memory import MEMORY_POLICIES
+from models.xpu_config import load_xpu
 from sim.cli import SEED, bounded_int, choice_names
 from sim.decode_step.admission import fill_batch
+from sim.decode_step.gpu import (
+    GpuSetup,
+    format_gpu_report,
+    gpu_fill_batch,
+    gpu_report_stem,
+    gpu_setup_digest,
+    plot_gpu_report,
+    run_gpu_decode,
+)
 from sim.decode_step.report import format_report, plot_report, report_stem, setup_digest
 from sim.decode_step.setup import MICRO_BATCHES_AUTO, DecodeError, DecodeSetup
 from sim.decode_step.step import run_decode
-from sim.provenance import provenance
+from sim.provenance import inputs_digest, provenance
 from sim.report import user_output, user_plot
 from sim.workloads import load_workload, read_context_lengths, sample_context_lengths
 
 __all__ = [
     "DECODE_DIR",
+    "DECODE_GPU",
     "DECODE_PRESET",
+    "SYSTEMS",
+    "System",
     "add_arguments",
     "micro_batches_arg",
     "run",
+    "gpu_setup_from_args",
     "setup_from_args",
 ]
 
@@ -46,6 +62,15 @@ _AUTO_POOL = 4096  # candidate requests drawn for --batch auto
 #: requests of 1K tokens: about 30 s). --batch auto admits what the memory holds from a pool
 #: of 4,096 candidates.
 MAX_BATCH = 1024
+#: The GPU of ``--system gpu`` unless ``--gpu`` names another (PIMphony Fig. 20's A100).
+DECODE_GPU = "a100-80gb"
+
+
+class System(StrEnum):
+    """What runs the decode step (``--system``); xPU+PIM comes with issue 14 deliverable 3."""
+
+    PIM = "pim"
+    GPU = "gpu"
 
 
 def micro_batches_arg(value: str) -> int | str:
@@ -75,6 +100,12 @@ def _batch(value: str) -> int | str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``decode`` subcommand's options."""
+    p.add_argument(
+        "--system",
+        choices=[s.value for s in System],
+        default=System.PIM.value,
+        help="pim: PIM modules only (default); gpu: N GPUs, tensor parallel (docs/decode.md)",
+    )
     p.add_argument("--model", default="llm-7b", help="model preset, .toml or HF config.json")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--context", type=int, help="context length of every request")
@@ -114,6 +145,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--ignore-capacity",
         action="store_true",
         help="time a batch even if it does not fit the memory (capacity check off)",
+    )
+    p.add_argument(
+        "--gpu", default=DECODE_GPU, help=f"--system gpu: GPU preset (default {DECODE_GPU})"
+    )
+    p.add_argument(
+        "--gpus", type=bounded_int(1, 1024), default=1, help="--system gpu: tensor-parallel GPUs"
+    )
+    p.add_argument(
+        "--gpu-memory-fraction",
+        type=float,
+        default=1.0,
+        help="--system gpu: share of each GPU's DRAM weights + KV may use (vLLM's "
+        "gpu_memory_utilization; default 1.0)",
     )
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--report", type=Path, help=f"JSON report path (default {DECODE_DIR}/...)")
@@ -179,8 +223,73 @@ def setup_from_args(args: argparse.Namespace) -> DecodeSetup:
     )
 
 
+def gpu_setup_from_args(args: argparse.Namespace) -> GpuSetup:
+    """Validated :class:`GpuSetup` from parsed ``decode --system gpu`` options."""
+    model = load_model(args.model)
+    gpu = load_xpu(args.gpu)
+    lengths, auto = _lengths(args, model.context_window)
+    if auto:
+        lengths = list(gpu_fill_batch(model, gpu, args.gpus, lengths, args.gpu_memory_fraction))
+    return GpuSetup(
+        model,
+        gpu,
+        args.gpus,
+        tuple(lengths),
+        memory_fraction=args.gpu_memory_fraction,
+        check_capacity=not args.ignore_capacity,
+    )
+
+
+def _run_gpu(args: argparse.Namespace) -> int:
+    """``pimphony decode --system gpu``: cost, report (text or JSON) and plot one GPU step."""
+    setup = gpu_setup_from_args(args)
+    stem = gpu_report_stem(setup)
+    json_path = user_output(args.report, DECODE_DIR / f"{stem}.json", args.force)
+    png_path = user_plot(args.plot, DECODE_DIR / f"{stem}.png", args.force)
+    if json_path.resolve() == png_path.resolve():
+        raise DecodeError(f"--report and --plot both name {json_path}; give two files")
+    report = dataclasses.replace(
+        run_gpu_decode(setup),
+        provenance=provenance(
+            args,
+            None,
+            gpu={
+                "name": setup.gpu.name,
+                "sha256": inputs_digest(dataclasses.asdict(setup.gpu)),
+                "values": dataclasses.asdict(setup.gpu),
+            },
+            model=dataclasses.asdict(setup.model),
+            workload=args.workload,
+            seed=args.seed if args.workload else None,
+            context_lengths=list(setup.lengths),
+            inputs_sha256=gpu_setup_digest(setup),
+        ),
+    )
+    text = json.dumps(report.to_dict(), indent=2, default=str)
+    write_atomic(json_path, (text + "\n").encode())
+    plot_gpu_report(report, png_path)
+    if args.json:
+        print(text)
+    else:
+        print(format_gpu_report(report))
+        print(f"report: {json_path}\nplot:   {png_path}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run ``pimphony decode``; user errors propagate as :class:`DecodeError` and friends."""
+    """Run ``pimphony decode`` on the ``--system`` of :data:`SYSTEMS`; user errors propagate
+    as :class:`DecodeError` and friends."""
+    return SYSTEMS[System(args.system)](args)
+
+
+#: Options only ``--system gpu`` reads; a PIM report's provenance leaves them out, so that it
+#: stays what it was before the GPU baseline existed (tests/golden).
+_GPU_ONLY = ("system", "gpu", "gpus", "gpu_memory_fraction")
+
+
+def _run_pim(args: argparse.Namespace) -> int:
+    """``pimphony decode`` on PIM modules (the default system)."""
+    args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in _GPU_ONLY})
     setup = setup_from_args(args)
     stem = report_stem(setup)
     json_path = user_output(args.report, DECODE_DIR / f"{stem}.json", args.force)
@@ -209,3 +318,10 @@ def run(args: argparse.Namespace) -> int:
         print(format_report(report))
         print(f"report: {json_path}\nplot:   {png_path}")
     return 0
+
+
+#: ``--system`` -> the function that runs the step.
+SYSTEMS: dict[System, Callable[[argparse.Namespace], int]] = {
+    System.PIM: _run_pim,
+    System.GPU: _run_gpu,
+}

@@ -1,0 +1,448 @@
+"""One decode step of an LLM batch on N GPUs (tensor parallel), the GPU-only baseline.
+
+The timing contract (``docs/decode.md``, GPU-only baseline): per layer, on every GPU, in
+sequence,
+
+``qkv`` GEMM -> attention (flash-decoding, paged KV) -> ``proj`` GEMM -> all-reduce ->
+``ffn1`` GEMM -> norms, activation, residuals -> ``ffn2`` GEMM -> all-reduce
+
+with every part costed by :mod:`models.xpu` on the GPU preset. The FC weights are split as
+Megatron-LM does: QKV and FFN1 by output columns, projection and FFN2 by input rows, so a
+GPU holds ``heads / N`` query heads and their KV heads. The step time is ``layers x`` the sum
+of the parts (no overlap), like the PIM step, and neither step includes the LM head or the
+embedding look-up (both hold their weights in memory).
+
+Capacity: each GPU holds ``1/N`` of every weight (``ModelSpec.resident_weight_bytes / N``,
+embeddings and LM head included, as the PIM admission counts them) and the KV of its heads in
+blocks of :data:`KV_BLOCK_TOKENS` tokens (vLLM's paged attention); a request of ``T`` tokens
+takes ``ceil(T / 16)`` blocks, and attention reads whole blocks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from compiler.llm import GEMV_OPS, LayerOp, ModelSpec
+from models.fileio import pyplot, write_figure
+from models.xpu import (
+    VectorOp,
+    XpuCost,
+    attention_cost,
+    gemm_cost,
+    ring_allreduce_seconds,
+    vector_cost,
+)
+from models.xpu_config import DeviceKind, XpuConfig
+from sim.decode_step.setup import DecodeError
+from sim.provenance import inputs_digest
+
+__all__ = [
+    "GPU_PARTS",
+    "PART_STYLE",
+    "KV_BLOCK_TOKENS",
+    "GpuPart",
+    "GpuReport",
+    "GpuSetup",
+    "format_gpu_report",
+    "gpu_fc_shapes",
+    "gpu_fill_batch",
+    "gpu_memory",
+    "gpu_report_stem",
+    "gpu_setup_digest",
+    "kv_blocks",
+    "plot_gpu_report",
+    "run_gpu_decode",
+]
+
+#: Tokens per KV block of the paged cache (vLLM's default ``block_size`` 16, the issue's).
+KV_BLOCK_TOKENS = 16
+
+
+class GpuPart(StrEnum):
+    """The four parts a GPU step's time is split into."""
+
+    FC = "fc"
+    ATTENTION = "attention"
+    VECTOR = "vector"
+    ALLREDUCE = "allreduce"
+
+
+GPU_PARTS = tuple(GpuPart)
+
+
+def kv_blocks(tokens: int, block: int = KV_BLOCK_TOKENS) -> int:
+    """KV blocks of a request of ``tokens`` tokens: ``ceil(tokens / block)``."""
+    return -(-tokens // block)
+
+
+@dataclass(frozen=True)
+class GpuSetup:
+    """Everything one GPU decode step depends on; validated on construction.
+
+    Parameters
+    ----------
+    model : ModelSpec
+        The LLM.
+    gpu : XpuConfig
+        The GPU preset (``kind = "gpu"``).
+    gpus : int
+        GPUs in the tensor-parallel group, N.
+    lengths : tuple of int
+        Context length of each request (tokens its new query attends to).
+    memory_fraction : float
+        Fraction of each GPU's DRAM that weights and KV may use (vLLM's
+        ``gpu_memory_utilization``; default 1.0, no reserve, as the PIM admission).
+    check_capacity : bool
+        Refuse batches that do not fit (default).
+    """
+
+    model: ModelSpec
+    gpu: XpuConfig
+    gpus: int
+    lengths: tuple[int, ...]
+    memory_fraction: float = 1.0
+    check_capacity: bool = True
+
+    def __post_init__(self) -> None:
+        if self.gpu.kind != DeviceKind.GPU:
+            raise DecodeError(
+                f"--gpu {self.gpu.name}: kind {self.gpu.kind}, not a gpu; the GPU baseline "
+                "takes a preset of kind gpu (pimphony xpus lists them)"
+            )
+        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
+            raise DecodeError(f"--gpus {self.gpus!r}: must be a positive integer")
+        if not 0 < self.memory_fraction <= 1:
+            raise DecodeError(f"memory fraction {self.memory_fraction!r}: must be in (0, 1]")
+        if not self.lengths:
+            raise DecodeError("the batch is empty: give at least one context length")
+        for i, t in enumerate(self.lengths):
+            if isinstance(t, bool) or not isinstance(t, int | np.integer) or t <= 0:
+                raise DecodeError(f"context length of request {i} = {t!r}: must be a positive int")
+        object.__setattr__(self, "lengths", tuple(int(t) for t in self.lengths))
+        spec, n = self.model, self.gpus
+        longest = max(self.lengths)
+        if longest > spec.context_window:
+            raise DecodeError(
+                f"context length {longest} exceeds {spec.name}'s context_window "
+                f"{spec.context_window}"
+            )
+        for what, size in (("heads", spec.heads), ("intermediate", spec.intermediate)):
+            if size % n:
+                raise DecodeError(
+                    f"--gpus {n}: must divide {spec.name}'s {what} = {size} (Megatron tensor "
+                    "parallelism splits them evenly)"
+                )
+        if spec.kv_heads % n and n % spec.kv_heads:
+            raise DecodeError(
+                f"--gpus {n}: {spec.name}'s kv_heads = {spec.kv_heads} must divide or be a "
+                "multiple of the GPU count (KV heads are split, or replicated when fewer)"
+            )
+
+    @property
+    def kv_heads_per_gpu(self) -> int:
+        """KV heads each GPU holds: ``kv_heads / N``, or 1 (replicated) when N > kv_heads."""
+        return max(1, self.model.kv_heads // self.gpus)
+
+
+def gpu_fc_shapes(spec: ModelSpec, gpus: int) -> dict[LayerOp, tuple[int, int]]:
+    """``(K, N)`` of each FC GEMM on one of ``gpus`` GPUs (Megatron split; ``M`` is the batch).
+
+    QKV and FFN1 are column-parallel (output split), projection and FFN2 row-parallel (input
+    split); with fewer KV heads than GPUs each GPU computes its replicated KV head.
+    """
+    kv = max(1, spec.kv_heads // gpus)
+    return {
+        LayerOp.QKV: (spec.hidden, (spec.heads // gpus + 2 * kv) * spec.head_dim),
+        LayerOp.PROJ: (spec.heads // gpus * spec.head_dim, spec.hidden),
+        LayerOp.FFN1: (spec.hidden, spec.ffn1_dim // gpus),
+        LayerOp.FFN2: (spec.intermediate // gpus, spec.hidden),
+    }
+
+
+def _block_bytes(spec: ModelSpec, kv_heads: int) -> int:
+    """Bytes of one KV block on one GPU over all layers: ``16 x 2 L kv d_h e``."""
+    return KV_BLOCK_TOKENS * 2 * spec.layers * kv_heads * spec.head_dim * spec.element_bytes
+
+
+def _where(spec: ModelSpec, gpu: XpuConfig, gpus: int, fraction: float) -> str:
+    return (
+        f"{gpus} x {gpu.name} ({gpu.memory.capacity_gib:g} GiB each"
+        + (f", {100 * fraction:g}% usable" if fraction < 1 else "")
+        + f") with {spec.name} weights {spec.resident_weight_bytes / 2**30:.1f} GiB "
+        f"({spec.resident_weight_bytes / gpus / 2**30:.2f} GiB per GPU)"
+    )
+
+
+def _kv_budget(spec: ModelSpec, gpu: XpuConfig, gpus: int, fraction: float) -> int:
+    """KV blocks one GPU holds: ``floor((fraction x capacity - weights / N) / block_bytes)``;
+    negative when the weights alone do not fit."""
+    usable = math.floor(fraction * gpu.capacity_bytes)
+    free = usable - math.ceil(spec.resident_weight_bytes / gpus)
+    block = _block_bytes(spec, max(1, spec.kv_heads // gpus))
+    return free // block if free >= 0 else -1
+
+
+def gpu_memory(setup: GpuSetup) -> dict[str, Any]:
+    """The batch's paged-KV admission on every GPU: the memory part of the report."""
+    spec, gpu, n = setup.model, setup.gpu, setup.gpus
+    where = _where(spec, gpu, n, setup.memory_fraction)
+    budget = _kv_budget(spec, gpu, n, setup.memory_fraction)
+    if budget < 0 and setup.check_capacity:
+        raise DecodeError(f"the weights alone do not fit: {where}; use more --gpus")
+    blocks = sum(kv_blocks(t) for t in setup.lengths)
+    fits = 0 <= blocks <= budget
+    if not fits and setup.check_capacity:
+        raise DecodeError(
+            f"the batch of {len(setup.lengths)} request(s) needs {blocks:,} KV blocks of "
+            f"{KV_BLOCK_TOKENS} tokens per GPU but {where} holds {max(budget, 0):,}; use more "
+            "--gpus or a smaller batch"
+        )
+    block = _block_bytes(spec, setup.kv_heads_per_gpu)
+    weight = math.ceil(spec.resident_weight_bytes / n)
+    usable = math.floor(setup.memory_fraction * gpu.capacity_bytes)
+    return {
+        "fits": fits,
+        "capacity_bytes_per_gpu": gpu.capacity_bytes,
+        "usable_bytes_per_gpu": usable,
+        "weight_bytes_per_gpu": weight,
+        "kv_block_tokens": KV_BLOCK_TOKENS,
+        "kv_block_bytes_per_gpu": block,
+        "kv_blocks_per_gpu": blocks,
+        "kv_block_capacity_per_gpu": max(budget, 0),
+        "kv_bytes_per_gpu": blocks * block,
+        "kv_padding_tokens": blocks * KV_BLOCK_TOKENS - sum(setup.lengths),
+        "capacity_utilization": (weight + blocks * block) / usable if usable else 0.0,
+        "kv_capacity_utilization": blocks / budget if budget > 0 else None,
+    }
+
+
+def gpu_fill_batch(
+    model: ModelSpec,
+    gpu: XpuConfig,
+    gpus: int,
+    candidates: Sequence[int],
+    memory_fraction: float = 1.0,
+    all_may_fit: bool = False,
+) -> tuple[int, ...]:
+    """The longest prefix of ``candidates`` (context lengths, FCFS) whose KV blocks fit every
+    GPU: :func:`sim.decode_step.admission.fill_batch`'s queue semantics for paged KV.
+
+    Unless ``all_may_fit``, every candidate fitting is an error (the batch would not be
+    capacity-bound).
+    """
+    where = _where(model, gpu, gpus, memory_fraction)
+    budget = _kv_budget(model, gpu, gpus, memory_fraction)
+    if budget < 0:
+        raise DecodeError(f"not even one request fits: the weights alone exceed {where}")
+    used = 0
+    taken: list[int] = []
+    for t in candidates:
+        used += kv_blocks(int(t))
+        if used > budget:
+            break
+        taken.append(int(t))
+    if not taken:
+        raise DecodeError(
+            f"not even one request fits: {where} holds {budget:,} KV blocks per GPU, the first "
+            f"request needs {kv_blocks(int(candidates[0])) if candidates else 0:,}; use more "
+            "--gpus"
+        )
+    if len(taken) == len(candidates) and not all_may_fit:
+        raise DecodeError(
+            f"all {len(taken)} candidate requests fit: the batch is not capacity-bound; "
+            "give more requests (or a fixed --batch)"
+        )
+    return tuple(taken)
+
+
+@dataclass(frozen=True)
+class GpuReport:
+    """What one GPU decode step measured; :meth:`to_dict` is the JSON report.
+
+    ``parts`` holds, per :class:`GpuPart`, the seconds of the whole step and its share;
+    ``ops`` the per-layer cost of every operation; ``memory_detail`` the paged-KV admission.
+    """
+
+    model: str
+    gpu: str
+    gpus: int
+    batch: int
+    context_lengths: dict[str, Any]
+    step_seconds: float
+    tokens_per_s: float
+    compute_utilization: float
+    memory_utilization: float
+    capacity_utilization: float | None
+    parts: dict[str, dict[str, float]]
+    ops: dict[str, dict[str, Any]]
+    allreduce: dict[str, Any]
+    memory_detail: dict[str, Any]
+    provenance: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as one JSON-ready dict, keys in field order."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def _op_record(cost: XpuCost, count: int = 1) -> dict[str, Any]:
+    return {
+        "seconds": count * cost.seconds,
+        "flops": count * cost.flops,
+        "bytes": count * cost.bytes,
+        "bound": str(cost.bound),
+        "utilization": cost.utilisation,
+    }
+
+
+def run_gpu_decode(setup: GpuSetup) -> GpuReport:
+    """Cost one decode step of ``setup`` (``docs/decode.md``, GPU-only baseline)."""
+    spec, gpu, n = setup.model, setup.gpu, setup.gpus
+    memory = gpu_memory(setup)
+    b = len(setup.lengths)
+    costs: dict[str, tuple[XpuCost, int]] = {}
+    for op, (k, out) in gpu_fc_shapes(spec, n).items():
+        costs[str(op)] = (gemm_cost(gpu, b, k, out), 1)
+    # Paged KV: attention reads every request's KV in whole blocks.
+    padded = [kv_blocks(t) * KV_BLOCK_TOKENS for t in setup.lengths]
+    costs["attention"] = (
+        attention_cost(gpu, padded, spec.heads // n, setup.kv_heads_per_gpu, spec.head_dim),
+        1,
+    )
+    act = VectorOp.SWIGLU if spec.ffn == "swiglu" else VectorOp.RELU
+    costs["norm"] = (vector_cost(gpu, VectorOp.NORM, b * spec.hidden), 2)
+    costs["residual"] = (vector_cost(gpu, VectorOp.RESIDUAL, b * spec.hidden), 2)
+    costs[str(act)] = (vector_cost(gpu, act, b * spec.intermediate // n), 1)
+    vector_bytes = b * spec.hidden * spec.element_bytes
+    one_reduce = ring_allreduce_seconds(gpu, vector_bytes, n)
+    part_of = {str(op): GpuPart.FC for op in GEMV_OPS} | {"attention": GpuPart.ATTENTION}
+    layer = dict.fromkeys(GPU_PARTS, 0.0)
+    flops = traffic = 0
+    for key, (cost, count) in costs.items():
+        layer[part_of.get(key, GpuPart.VECTOR)] += count * cost.seconds
+        flops += count * cost.flops
+        traffic += count * cost.bytes
+    layer[GpuPart.ALLREDUCE] = 2 * one_reduce
+    # Serial composition: the step is layers x the sum of a layer's parts.
+    parts = {p: spec.layers * layer[p] for p in GPU_PARTS}
+    step = sum(parts.values())
+    flops *= spec.layers
+    traffic *= spec.layers
+    return GpuReport(
+        model=spec.name,
+        gpu=gpu.name,
+        gpus=n,
+        batch=b,
+        context_lengths={
+            "min": min(setup.lengths),
+            "mean": float(np.mean(setup.lengths)),
+            "max": max(setup.lengths),
+        },
+        step_seconds=step,
+        tokens_per_s=b / step,
+        compute_utilization=flops / (gpu.peak_flops() * step),
+        memory_utilization=traffic / (gpu.bandwidth * step),
+        capacity_utilization=memory["capacity_utilization"] if memory["fits"] else None,
+        parts={
+            str(p): {"seconds": parts[p], "share": parts[p] / step if step else 0.0}
+            for p in GPU_PARTS
+        },
+        ops={key: _op_record(cost, count) for key, (cost, count) in costs.items()},
+        allreduce={
+            "link": "device (NVLink)" if n > 1 else "none (1 GPU)",
+            "link_gbps": gpu.links.device_gbps,
+            "bytes": vector_bytes,
+            "per_layer": 2,
+            "seconds_each": one_reduce,
+            "formula": "2 (N-1)/N x bytes / device_gbps",
+        },
+        memory_detail=memory,
+    )
+
+
+def gpu_setup_digest(setup: GpuSetup) -> str:
+    """SHA-256 of everything a GPU decode step depends on."""
+    inputs = {f.name: getattr(setup, f.name) for f in dataclasses.fields(setup)}
+    inputs["model"] = dataclasses.asdict(setup.model)
+    inputs["gpu"] = dataclasses.asdict(setup.gpu)
+    return inputs_digest(inputs)
+
+
+def gpu_report_stem(setup: GpuSetup) -> str:
+    """File stem naming a GPU step, ending in a short hash of every input."""
+    return (
+        f"{setup.model.name}-B{len(setup.lengths)}-T{max(setup.lengths)}-{setup.gpus}x"
+        f"{setup.gpu.name}-{gpu_setup_digest(setup)[:8]}"
+    )
+
+
+#: Each part's label and colour.
+PART_STYLE: dict[str, tuple[str, str]] = {
+    "fc": ("FC GEMMs", "#219ebc"),
+    "attention": ("attention", "#2a9d8f"),
+    "vector": ("norm/act/residual", "#f4a261"),
+    "allreduce": ("TP all-reduce", "#e76f51"),
+}
+
+
+def format_gpu_report(report: GpuReport) -> str:
+    """The GPU report as text: headline numbers and the step-time split."""
+    r = report.to_dict()
+    ctx, mem = r["context_lengths"], r["memory_detail"]
+    cap = r["capacity_utilization"]
+    lines = [
+        f"{r['model']} decode step on {r['gpus']} x {r['gpu']} (tensor parallel {r['gpus']}), "
+        f"flash-decoding over paged KV ({mem['kv_block_tokens']}-token blocks)",
+        f"batch {r['batch']}, context min/mean/max {ctx['min']}/{ctx['mean']:.0f}/{ctx['max']}",
+        f"step {1e3 * r['step_seconds']:.3f} ms   tokens/s {r['tokens_per_s']:,.1f}",
+        f"per-GPU compute utilisation {100 * r['compute_utilization']:.1f}%   memory "
+        f"bandwidth utilisation {100 * r['memory_utilization']:.1f}%   capacity utilisation "
+        + (f"{100 * cap:.1f}%" if cap is not None else "n/a (does not fit; --ignore-capacity)"),
+        f"per GPU: weights {mem['weight_bytes_per_gpu'] / 2**30:.2f} GiB, KV "
+        f"{mem['kv_blocks_per_gpu']:,} of {mem['kv_block_capacity_per_gpu']:,} blocks "
+        f"({mem['kv_bytes_per_gpu'] / 2**30:.2f} GiB)",
+        "",
+        f"{'part':<20}{'ms':>10}{'share':>8}",
+    ]
+    for p in GPU_PARTS:
+        part = r["parts"][p]
+        lines.append(
+            f"{PART_STYLE[p][0]:<20}{1e3 * part['seconds']:>10.3f}{100 * part['share']:>7.1f}%"
+        )
+    a = r["allreduce"]
+    if r["gpus"] > 1:
+        lines.append(
+            f"all-reduce: {a['per_layer']} per layer of {a['bytes']:,} B over the "
+            f"{a['link']} link at {a['link_gbps']:g} GB/s, {1e6 * a['seconds_each']:.2f} us each "
+            f"({a['formula']})"
+        )
+    return "\n".join(lines)
+
+
+def plot_gpu_report(report: GpuReport, path: Path) -> Path:
+    """PNG: the step time split into its parts (stacked bar, milliseconds)."""
+    r = report.to_dict()
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 4.0))
+    bottom = 0.0
+    for p in GPU_PARTS:
+        ms = 1e3 * r["parts"][p]["seconds"]
+        label, color = PART_STYLE[p]
+        ax.bar(["decode step"], [ms], bottom=bottom, color=color, label=label)
+        bottom += ms
+    ax.set_ylabel("step time (ms)")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_title(
+        f"{r['model']} B={r['batch']} on {r['gpus']} x {r['gpu']}: "
+        f"{r['tokens_per_s']:,.0f} tokens/s",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    return write_figure(fig, path)

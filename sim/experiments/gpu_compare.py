@@ -1,0 +1,321 @@
+"""``pimphony gpu-compare``: PIM-only vs GPU-only as capacity grows (LoL-PIM Fig. 9(a) shape).
+
+For each workload and each system capacity C (128 -> 1024 GB), one capacity-bound decode
+batch is admitted first-come-first-served from the same pool of requests drawn from the
+workload, on four systems (:data:`SYSTEMS`):
+
+- ``pim-aimx``: LoL-PIM's baseline PIM (AiMX): preset ``lolpim-aimx``, HFP partitioning,
+  static scheduling, static (max-context) memory; ``C / 8 GB`` modules;
+- ``lol-pim``: LoL-PIM (1)(2)(3): ``lolpim-aimx-io``, ITPP, ping-pong I/O buffering, lazy (DPA)
+  memory; ``C / 8 GB`` modules;
+- ``gpu-hbm`` and ``gpu-gddr6``: ``C / 64 GB`` GPUs of ``lolpim-gpu-hbm`` (80 GB each) and
+  ``lolpim-gpu-gddr6`` (64 GB each), tensor parallel over NVLink
+  (:mod:`sim.decode_step.gpu`).
+
+The PIM systems take the fastest (TP, PP) of :func:`sim.experiments.ablation.valid_splits`
+(micro-batches ``auto``); the GPU count matches LoL-PIM's: one GPU per AiMX node of eight
+8 GB modules (Table 7: a GPU-GDDR6 has the node's 64 GB and 4096 GB/s; 16 AiMX cards vs a
+16-GPU DGX-A100 at 1024 GB). A fifth series, ``gpu-gddr6-10g``, reruns GPU-GDDR6 with its
+all-reduces on the 10 GB/s link LoL-PIM 8.1 states for multi-node communication ("matched
+across systems"). Throughput is ``batch / step time`` of the one batch. ``docs/results.md``
+puts the numbers beside the paper's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from compiler.llm import ModelSpec, load_model
+from models.config import load_preset
+from models.errors import PimphonyError
+from models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
+from models.xpu_config import load_xpu
+from sim.cli import SEED
+from sim.decode_step.admission import fill_batch
+from sim.decode_step.command import System
+from sim.decode_step.gpu import GpuSetup, gpu_fill_batch, run_gpu_decode
+from sim.decode_step.setup import DecodeSetup
+from sim.decode_step.step import KernelCaches, run_decode
+from sim.experiments.ablation import valid_splits
+from sim.provenance import provenance
+from sim.report import parse_list, user_output, user_plot
+from sim.workloads import load_workload, sample_context_lengths
+
+__all__ = [
+    "CAPACITIES_GB",
+    "CompareError",
+    "GPU_COMPARE_DIR",
+    "GPU_NODE_GB",
+    "MODULE_GB",
+    "PAPER",
+    "SYSTEMS",
+    "WORKLOADS",
+    "CompareSystem",
+    "add_arguments",
+    "format_compare",
+    "gpu_compare",
+    "plot_compare",
+    "run",
+]
+
+GPU_COMPARE_DIR = BUILD_DIR / "gpu-compare"
+CAPACITIES_GB = (128, 256, 512, 1024)
+WORKLOADS = ("qmsum", "hotpotqa", "musique")
+MODULE_GB = 8  # one AiMX module: 8 x 1 GB AiM chips (LoL-PIM 8.1)
+GPU_NODE_GB = 64  # one AiMX node = 8 modules = one GPU (Table 7's 64 GB columns)
+_POOL = 4096  # candidate requests per workload; every system admits a prefix of the same pool
+_SLOW_LINK_GBPS = 10.0  # LoL-PIM 8.1: "Multi-node communication ... 10GB/s ... matched"
+
+#: LoL-PIM 8.2, Qwen1.5-7B (Fig. 9(a)): the ratios the text states.
+PAPER = {
+    "lol-pim/gpu-gddr6 at 1024 GB": 3.53,
+    "lol-pim/pim-aimx at 1024 GB": 4.74,
+    "pim-aimx > gpu at 128 GB": True,
+}
+
+
+@dataclass(frozen=True)
+class CompareSystem:
+    """One series: how it is built and how many devices a capacity gives it."""
+
+    label: str
+    kind: System
+    preset: str
+    per_device_gb: int
+    partition: str = ""
+    sched: str = ""
+    memory: str = ""
+    link_gbps: float | None = None  # GPU: override the device link (None: the preset's)
+
+
+SYSTEMS: tuple[CompareSystem, ...] = (
+    CompareSystem("pim-aimx", System.PIM, "lolpim-aimx", MODULE_GB, "hfp", "static", "static"),
+    CompareSystem("lol-pim", System.PIM, "lolpim-aimx-io", MODULE_GB, "itpp", "pingpong", "lazy"),
+    CompareSystem("gpu-hbm", System.GPU, "lolpim-gpu-hbm", GPU_NODE_GB),
+    CompareSystem("gpu-gddr6", System.GPU, "lolpim-gpu-gddr6", GPU_NODE_GB),
+    CompareSystem("gpu-gddr6-10g", System.GPU, "lolpim-gpu-gddr6", GPU_NODE_GB, link_gbps=10.0),
+)
+
+
+class CompareError(PimphonyError, ValueError):
+    """The comparison cannot run as asked (a capacity that gives no whole device)."""
+
+
+def _pim_point(
+    sys_: CompareSystem, spec: ModelSpec, pool: Sequence[int], devices: int, caches: KernelCaches
+) -> dict[str, Any]:
+    hw = load_preset(sys_.preset)
+    batch = fill_batch(spec, hw, devices, sys_.memory, pool)
+    tried = []
+    for tp, pp in valid_splits(spec, devices):
+        setup = DecodeSetup(
+            spec, hw, batch, tp=tp, pp=pp, partition=sys_.partition, sched=sys_.sched,
+            memory=sys_.memory, micro_batches="auto",
+        )  # fmt: skip
+        r = run_decode(setup, caches=caches)
+        tried.append({"tp": tp, "pp": pp, "tokens_per_s": r.tokens_per_s, "report": r})
+    best = max(tried, key=lambda x: x["tokens_per_s"])
+    r = best["report"]
+    return {
+        "devices": devices,
+        "batch": len(batch),
+        "tokens_per_s": r.tokens_per_s,
+        "step_seconds": r.step_seconds,
+        "tp": r.tp,
+        "pp": r.pp,
+        "micro_batches": r.micro_batches,
+        "capacity_utilization": r.capacity_utilization,
+        "mac_utilization": r.mac_utilization,
+        "bubble_fraction": r.pipeline["bubble_fraction"],
+        "splits": {f"{x['tp']}x{x['pp']}": x["tokens_per_s"] for x in tried},
+    }
+
+
+def _gpu_point(
+    sys_: CompareSystem, spec: ModelSpec, pool: Sequence[int], devices: int, _caches: Any
+) -> dict[str, Any]:
+    gpu = load_xpu(sys_.preset)
+    if sys_.link_gbps is not None:
+        gpu = dataclasses.replace(
+            gpu, links=dataclasses.replace(gpu.links, device_gbps=sys_.link_gbps)
+        )
+    batch = gpu_fill_batch(spec, gpu, devices, pool)
+    r = run_gpu_decode(GpuSetup(spec, gpu, devices, batch))
+    return {
+        "devices": devices,
+        "batch": len(batch),
+        "tokens_per_s": r.tokens_per_s,
+        "step_seconds": r.step_seconds,
+        "tp": devices,
+        "pp": 1,
+        "capacity_utilization": r.capacity_utilization,
+        "compute_utilization": r.compute_utilization,
+        "memory_utilization": r.memory_utilization,
+        "parts": {k: v["share"] for k, v in r.parts.items()},
+        "link_gbps": gpu.links.device_gbps,
+    }
+
+
+#: How a point of each kind of system is measured.
+_POINTS: dict[System, Callable[..., dict[str, Any]]] = {
+    System.PIM: _pim_point,
+    System.GPU: _gpu_point,
+}
+
+
+def gpu_compare(
+    model: str = "llm-7b",
+    workloads: Sequence[str] = WORKLOADS,
+    capacities: Sequence[int] = CAPACITIES_GB,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """One row per (workload, capacity, system): the admitted batch, the best split (PIM) and
+    tokens/s; each row also holds the ratios to the other systems at that point."""
+    spec = load_model(model)
+    caches = KernelCaches()
+    rows = []
+    for wl in workloads:
+        pool = [int(t) for t in sample_context_lengths(load_workload(wl), _POOL, seed)]
+        for cap in capacities:
+            point: dict[str, dict[str, Any]] = {}
+            for s in SYSTEMS:
+                if cap % s.per_device_gb:
+                    raise CompareError(
+                        f"capacity {cap} GB is not a whole number of {s.per_device_gb} GB "
+                        f"devices ({s.label})"
+                    )
+                devices = cap // s.per_device_gb
+                started = time.perf_counter()
+                res = _POINTS[s.kind](s, spec, pool, devices, caches)
+                point[s.label] = res
+                rows.append({"workload": wl, "capacity_gb": cap, "system": s.label, **res})
+                if progress:
+                    progress(
+                        f"{wl} {cap} GB {s.label}: {devices} devices, batch {res['batch']}, "
+                        f"{res['tokens_per_s']:,.0f} tokens/s "
+                        f"({time.perf_counter() - started:.1f} s)"
+                    )
+    return rows
+
+
+def _series(rows: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, float]]:
+    out: dict[tuple[str, int], dict[str, float]] = {}
+    for r in rows:
+        out.setdefault((r["workload"], r["capacity_gb"]), {})[r["system"]] = r["tokens_per_s"]
+    return out
+
+
+def format_compare(rows: list[dict[str, Any]]) -> str:
+    """The comparison as a text table: tokens/s per system and LoL-PIM's ratios."""
+    labels = [s.label for s in SYSTEMS]
+    head = f"{'workload':<10}{'GB':>6}" + "".join(f"{x:>15}" for x in labels)
+    head += f"{'LoL/GDDR':>10}{'LoL/AiMX':>10}{'AiMX/GPU':>10}"
+    lines = ["tokens/s (batch) per system; ratios of LoL-PIM and of the PIM baseline", head]
+    lines.append("-" * len(head))
+    batch = {(r["workload"], r["capacity_gb"], r["system"]): r["batch"] for r in rows}
+    for (wl, cap), tps in _series(rows).items():
+        cells = "".join(
+            f"{tps[x]:>9,.0f} ({batch[(wl, cap, x)]:>3})" if x in tps else f"{'-':>15}"
+            for x in labels
+        )
+        best_gpu = max(tps["gpu-hbm"], tps["gpu-gddr6"])
+        lines.append(
+            f"{wl:<10}{cap:>6}{cells}{tps['lol-pim'] / tps['gpu-gddr6']:>9.2f}x"
+            f"{tps['lol-pim'] / tps['pim-aimx']:>9.2f}x{tps['pim-aimx'] / best_gpu:>9.2f}x"
+        )
+    lines.append(
+        "paper (LoL-PIM 8.2, Qwen1.5-7B): at 1024 GB LoL-PIM 3.53x GPU-GDDR, 4.74x PIM-only; "
+        "PIM-only above GPU-only at 128 GB"
+    )
+    return "\n".join(lines)
+
+
+_STYLE = {
+    "pim-aimx": ("PIM-only (AiMX baseline)", "#adb5bd", "o"),
+    "lol-pim": ("LoL-PIM (1)(2)(3)", "#e76f51", "s"),
+    "gpu-hbm": ("GPU-HBM (A100, 80 GB)", "#219ebc", "^"),
+    "gpu-gddr6": ("GPU-GDDR6 (64 GB)", "#023047", "v"),
+    "gpu-gddr6-10g": ("GPU-GDDR6, 10 GB/s link", "#8ecae6", "x"),
+}
+
+
+def plot_compare(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
+    """PNG: tokens/s vs system capacity, one panel per workload, one line per system."""
+    plt = pyplot()
+    series = _series(rows)
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    fig, axes = plt.subplots(1, len(workloads), figsize=(4.2 * len(workloads), 3.8), sharey=True)
+    axes = list(axes) if len(workloads) > 1 else [axes]
+    for ax, wl in zip(axes, workloads, strict=True):
+        caps = sorted(c for w, c in series if w == wl)
+        for s in SYSTEMS:
+            label, color, marker = _STYLE[s.label]
+            ax.plot(
+                caps,
+                [series[(wl, c)][s.label] for c in caps],
+                marker=marker,
+                color=color,
+                label=label,
+                ls="--" if s.link_gbps else "-",
+            )
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(caps, [str(c) for c in caps])
+        ax.set_xlabel("system memory capacity (GB)")
+        ax.set_title(wl, fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("decode throughput (tokens/s)")
+    axes[-1].legend(fontsize=7, loc="upper left")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return write_figure(fig, path)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``gpu-compare`` subcommand's options."""
+    p.add_argument("--model", default="llm-7b", help="default llm-7b (Qwen1.5-7B)")
+    p.add_argument(
+        "--workloads", default=",".join(WORKLOADS), help="comma-separated workload names"
+    )
+    p.add_argument(
+        "--capacities",
+        default=",".join(map(str, CAPACITIES_GB)),
+        help="comma-separated system capacities, GB (multiples of 64)",
+    )
+    p.add_argument("--seed", type=SEED, default=0, help="seed of the context-length draws")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--report", type=Path, help=f"JSON path (default {GPU_COMPARE_DIR}/fig9.json)")
+    p.add_argument("--plot", type=Path, help=f"PNG path (default {GPU_COMPARE_DIR}/fig9.png)")
+    p.add_argument("--force", action="store_true", help="replace existing --report/--plot files")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``pimphony gpu-compare``."""
+    report = user_output(args.report, GPU_COMPARE_DIR / "fig9.json", args.force)
+    plot = user_plot(args.plot, GPU_COMPARE_DIR / "fig9.png", args.force)
+    workloads = parse_list("--workloads", args.workloads, str, CompareError)
+    capacities = parse_list("--capacities", args.capacities, int, CompareError)
+    progress = None if args.json else (lambda m: print(f"  {m}", flush=True))
+    rows = gpu_compare(args.model, workloads, capacities, args.seed, progress)
+    title = (
+        f"{args.model}: PIM-only vs GPU-only decode throughput as capacity grows "
+        "(LoL-PIM Fig. 9(a) shape)"
+    )
+    path = plot_compare(rows, plot, title)
+    block = provenance(args, None, model=dataclasses.asdict(load_model(args.model)), seed=args.seed)
+    doc = {"rows": rows, "paper": PAPER, "plot": str(path), "provenance": block}
+    text = json.dumps(doc, indent=2, default=str)
+    write_atomic(report, (text + "\n").encode())
+    if args.json:
+        print(text)
+    else:
+        print(format_compare(rows))
+        print(f"report: {report}\nplot:   {path}")
+    return 0
