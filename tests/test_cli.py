@@ -377,9 +377,10 @@ def test_every_deliberate_error_is_a_pimphony_error():
     from models.errors import PimphonyError
     from models.hub import HubError
     from sim.eda.area import YosysError
+    from sim.experiments.gpu_compare import CompareError
     from sim.verify.runner import CosimError
 
-    for cls in (PartitionError, SliceError, HubError, YosysError, CosimError):
+    for cls in (PartitionError, SliceError, HubError, YosysError, CosimError, CompareError):
         assert issubclass(cls, PimphonyError), cls
 
 

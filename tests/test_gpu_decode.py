@@ -186,6 +186,27 @@ def test_cli_refuses_impossible_system(capsys, tmp_path):
     assert code != 0 and "the weights alone do not fit" in err
 
 
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (("--system", "gpu", "--tp", "4", "--sched", "static"), "--tp (--system pim), --sched"),
+        (("--system", "gpu", "--preset", "aim-16ch"), "--preset (--system pim)"),
+        (
+            (
+                "--gpus",
+                "4",
+            ),
+            "--system pim does not use --gpus (--system gpu)",
+        ),
+        (("--system", "pim", "--gpu", "h100-sxm"), "--gpu (--system gpu)"),
+    ],
+)
+def test_cli_refuses_the_other_systems_options(capsys, argv, named):
+    code, out, err = run_cli(capsys, "decode", "--context", "1024", "--batch", "1", *argv)
+    assert (code, out) == (2, "")
+    assert named in err and err.rstrip().endswith("drop them")
+
+
 def test_gpu_compare_one_point(capsys, tmp_path):
     """One workload at 128 GB: every system measured, GPU counts matched as LoL-PIM's."""
     from sim.experiments.gpu_compare import SYSTEMS, format_compare, gpu_compare

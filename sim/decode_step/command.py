@@ -279,7 +279,37 @@ def _run_gpu(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     """Run ``pimphony decode`` on the ``--system`` of :data:`SYSTEMS`; user errors propagate
     as :class:`DecodeError` and friends."""
-    return SYSTEMS[System(args.system)](args)
+    system = System(args.system)
+    _refuse_other_systems_options(args, system)
+    return SYSTEMS[system](args)
+
+
+#: Options that only one system reads (``dest`` names); the others refuse them.
+_SYSTEM_OPTIONS: dict[System, tuple[str, ...]] = {
+    System.PIM: (
+        "modules", "tp", "pp", "micro_batches", "partition", "sched", "memory", "max_context",
+        "preset", "ignore_capacity",
+    ),
+    System.GPU: ("gpu", "gpus", "gpu_memory_fraction"),
+}  # fmt: skip
+
+
+def _refuse_other_systems_options(args: argparse.Namespace, system: System) -> None:
+    """:class:`DecodeError` naming the options of another ``--system`` given a value other
+    than their default (they would be ignored silently)."""
+    defaults = argparse.ArgumentParser()
+    add_arguments(defaults)
+    foreign = [
+        f"--{dest.replace('_', '-')}"
+        for other, dests in _SYSTEM_OPTIONS.items()
+        if other is not system
+        for dest in dests
+        if getattr(args, dest, None) != defaults.get_default(dest)
+    ]
+    if foreign:
+        owner = {d: o.value for o, dests in _SYSTEM_OPTIONS.items() for d in dests}
+        named = ", ".join(f"{f} (--system {owner[f[2:].replace('-', '_')]})" for f in foreign)
+        raise DecodeError(f"--system {system.value} does not use {named}; drop them")
 
 
 #: Options only ``--system gpu`` reads; a PIM report's provenance leaves them out, so that it
