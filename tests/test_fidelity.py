@@ -32,6 +32,7 @@ EXPECTED = {
     "P-fig17a": Verdict.REPRODUCED,
     "L-fig4": Verdict.TREND,
     "L-fig11": Verdict.TREND,
+    "L-fig9": Verdict.TREND,
     "L-fig7a": Verdict.TREND,
     "L-table8": Verdict.TREND,
 }
