@@ -348,7 +348,7 @@ PP_MODE_STREAM = make_stream(
 )  # fmt: skip
 
 
-def _late_wr(gap: int) -> list[int]:
+def pp_late_wr_gaps(gap: int) -> list[int]:
     """Input gaps of :data:`PP_MODE_STREAM` that hold WR_INP #5 back by ``gap`` cycles."""
     return [gap if k == 5 else 0 for k in range(PP_MODE_STREAM.shape[0])]
 
@@ -392,11 +392,11 @@ PP_MODE_EXPECTED = {
         [33, 35, 73, 38, 75, 40, 214, 77, 79, 179, 181, 216, 218], 220, 3, [(3, 59), (91, 179)],
     ),
     "queued": (
-        {}, _late_wr(53),
+        {}, pp_late_wr_gaps(53),
         [33, 35, 92, 38, 94, 59, 233, 96, 98, 198, 200, 235, 237], 239, 3, [(3, 59), (110, 198)],
     ),
     "late": (
-        {}, _late_wr(54),
+        {}, pp_late_wr_gaps(54),
         [33, 35, 91, 38, 93, 126, 129, 162, 164, 264, 266, 300, 302], 304, 5,
         [(3, 59), (176, 264)],
     ),
