@@ -240,7 +240,7 @@ def test_dcs_mode_policy_random_cycle_exact_long(**case):
 
 
 # ---- Ping-pong's mode-aware issue policy at aim-ramulator timing (docs/scheduling.md,
-# "Ping-pong" rule 4).
+# "Ping-pong" rule 7).
 @pytest.mark.parametrize("variant", list(PP_MODE_EXPECTED))
 def test_pingpong_mode_aware_hand_computed_cycle_exact(variant):
     overrides, gaps, issue, _, _, _ = PP_MODE_EXPECTED[variant]

@@ -332,7 +332,7 @@ def test_dcs_switches_mode_only_when_blocked_long(**case):
     _check_mode_policy(**case)
 
 
-# ---- Ping-pong's mode-aware issue policy (docs/scheduling.md, "Ping-pong" rule 4 and
+# ---- Ping-pong's mode-aware issue policy (docs/scheduling.md, "Ping-pong" rule 7 and
 # "Mode-aware ping-pong"). Prologue: g0, g1. Phase 0 (slot 0, low halves): two MACs into o0
 # on row 0, with the prefetches of g32, g33 for phase 1 in its I/O queue. Slot 1: the drain of
 # o0 next to phase 1 (high halves), which reads row 0 into o32, then row 1 into o33. Epilogue:
