@@ -45,7 +45,6 @@ __all__ = [
     "mode_class",
     "mode_gate",
     "mode_switch",
-    "register_first",
     "open_row",
     "precharge_done",
     "timing_vector",
@@ -121,14 +120,6 @@ def mode_gate(t_ready: int, t_no_row: int, cls: int, mode: int, tv: np.ndarray):
     if t_ready >= INF or tv[TV_MOD] == 0 or cls == mode:
         return t_ready, t_ready
     return mode_switch(t_ready, t_no_row, tv)
-
-
-@njit(cache=True)
-def register_first(mode: int, tv: np.ndarray) -> bool:
-    """With a mode rule, an I/O head ready in the same cycle as the MAC head goes first while
-    the channel is in register mode (no TMOD either way). Ping-pong's tie rule; DCS holds the
-    current mode instead (``models.dcs``)."""
-    return tv[TV_MOD] > 0 and mode == MODE_REGISTER
 
 
 @njit(cache=True)

@@ -19,9 +19,15 @@ GBuf and OBuf are each split into a low and a high half. Contract (``docs/schedu
 - **Execution.** Within a slot the I/O queue and the compute queue each run in order with the
   static scheduler's gaps (tCCD for the same opcode, the previous command's execution time on
   an opcode change); one command issues per cycle, the MAC first on a tie (as under DCS).
-  A MAC's row switch starts when it reaches the head of the compute queue. With
-  ``t_MOD > 0`` a head whose class differs from the mode pays the mode switch
-  (``models.dram.mode_switch``), and on a tie the head of the current mode goes first.
+  A MAC's row switch starts when it reaches the head of the compute queue.
+- **Mode switch.** With ``t_MOD > 0`` the issue policy is mode-aware, as DCS's: the current
+  mode (compute: MACs; register: WR_INP, RD_OUT) holds the channel while its queue holds a
+  head of the running slot, i.e. a command of the slot accepted before the cycle; inside a
+  slot nothing but its own queue's gaps and its row delays that head, so it issues without
+  the other queue. Otherwise the other queue's head of the slot pays the mode switch
+  (``models.dram.mode_switch``): a TMOD in the cycle it is ready, the command ``t_MOD`` later.
+  The mode carries over a hand-off. It cannot deadlock: the held queue drains by itself, and
+  a slot ends only when both queues have.
 - **Hand-off.** The next slot starts (the ping-pong bit flips) only once every command of the
   current slot has completed (issue + execution time): both halves idle. The cycles the
   earlier-finishing queue waits for that are the hand-off stall.
@@ -44,10 +50,10 @@ from models.dram import (
     MODE_REGISTER,
     NEVER,
     TV_CCD,
+    TV_MOD,
     exec_time,
-    mode_gate,
+    mode_switch,
     open_row,
-    register_first,
 )
 from models.errors import PimphonyError
 from models.isa import OP_MAC, OP_WR_INP
@@ -200,11 +206,8 @@ def _pingpong_kernel(op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end):
                 if last_io_op >= 0 and last_io >= barrier:
                     gap = static_gap(last_io_op, op[k], tv)
                 ti = max(barrier, accept[k] + 1, last_issue + 1, last_io + gap)
-            # With a mode switch: pick by the cycle the controller commits (the TMOD's),
-            # issue t_MOD later; ``xi``/``xc`` are the issue cycles.
-            ti, xi = mode_gate(ti, ti, MODE_REGISTER, mode, tv)
             tc = INF
-            xc = INF
+            tc_no_row = INF
             if pc < hi:
                 k = order[pc]
                 if prepared != pc:
@@ -218,9 +221,27 @@ def _pingpong_kernel(op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end):
                         sw_end[n_sw] = row_ready
                         n_sw += 1
                         cur_row = row[k]
-                tc = max(barrier, accept[k] + 1, last_issue + 1, last_mac + tv[TV_CCD])
-                tc, xc = mode_gate(max(tc, row_ready), tc, MODE_COMPUTE, mode, tv)
-            if ti < tc or (ti == tc and register_first(mode, tv)):
+                tc_no_row = max(barrier, accept[k] + 1, last_issue + 1, last_mac + tv[TV_CCD])
+                tc = max(tc_no_row, row_ready)
+            # ``xi``/``xc``: the heads' issue cycles; ``ti``/``tc`` stay the cycles the
+            # controller commits to them. Without a mode rule the earlier head goes, the MAC
+            # on a tie. With one, the current mode holds the channel while its head of the
+            # slot is queued (accepted before the cycle the other head would start its TMOD):
+            # inside a slot nothing else blocks it. Otherwise the other head pays the TMOD.
+            xi = ti
+            xc = tc
+            if tv[TV_MOD] == 0:
+                take_io = ti < tc
+            elif mode == MODE_COMPUTE:
+                take_io = pc >= hi or (pi < hi and accept[order[pc]] >= ti)
+                if take_io:
+                    ti, xi = mode_switch(ti, ti, tv)
+            else:
+                tmod_c, xc = mode_switch(tc, tc_no_row, tv)
+                take_io = pi < hi and (pc >= hi or accept[order[pi]] < tmod_c)
+                if not take_io:
+                    tc = tmod_c
+            if take_io:
                 k = order[pi]
                 ti = xi
                 mode = MODE_REGISTER

@@ -94,7 +94,8 @@ class ModeSwitch:
             While compute (register) mode is current, it keeps the channel -- no TMOD for
             the other head -- when this is asserted; by default, when its head issues in this
             cycle (``mac_go``/``io_go``). DCS holds a mode while its queue head can issue
-            without the other queue (``models.dcs``).
+            without the other queue (``models.dcs``), ping-pong while its queue head belongs
+            to the running slot (``models.pingpong``).
         """
         hold_compute = self.mac_go if hold_compute is None else hold_compute
         hold_register = self.io_go if hold_register is None else hold_register

@@ -23,6 +23,9 @@ Cycle-exact twin of :func:`models.pingpong.pingpong_schedule`; the rules are in
   the previous I/O's execution time on an opcode change); one command per cycle, the MAC
   first; an offered command is held until the output stream takes it. Rows: ``RowTimer``
   with the compute-queue head (which may belong to a later slot).
+- **Mode switch** (``t_MOD > 0`` only): the current mode keeps the channel while its queue's
+  head belongs to the running slot (the compute queue's, or the I/O queue ``cur % 2``'s);
+  otherwise the other head of the slot starts a TMOD once it is ready (``ModeSwitch``).
 
 The TLM's queues never fill; ``depth`` (default ``dcs.queue_depth``, as DCS) must hold every
 accepted command not yet issued, or the input stalls and the timing departs from the TLM (the
@@ -222,14 +225,30 @@ class PingPongScheduler(wiring.Component):
             mac_ready.eq(c_q.r_rdy & (mac.slot == cur_eff) & (mac_wait == 0) & rows.row_ok),
         ]
 
-        # ---- Mode switch (models.dram.mode_switch), as in rtl/dcs.py -------------------------
+        # ---- Mode switch (models.dram.mode_switch, models.pingpong) --------------------------
+        # The current mode keeps the channel while its queue holds a head of the running slot
+        # (inside a slot nothing but its own queue's gaps and rows delays it). Otherwise a
+        # head of the other class starts a TMOD in the cycle it is ready (a MAC without its
+        # row with mod_overlaps_row); it then owns the channel until it issues, t_MOD later at
+        # the earliest.
         mac_go, io_go = mac_ready, io_ready
         switch = None
         if tm.t_MOD > 0:
             switch = ModeSwitch(tm.t_MOD, mac_ready, io_ready)
             mac_go, io_go = switch.mac_go, switch.io_go
-            mac_ready_no_row = c_q.r_rdy & (mac.slot == cur_eff) & (mac_wait == 0)
-            switch.start(m, mac_ready_no_row if tm.mod_overlaps_row else mac_ready)
+            mac_in_slot = Signal()
+            io_head_in_slot = Signal()
+            m.d.comb += [
+                mac_in_slot.eq(c_q.r_rdy & (mac.slot == cur_eff)),
+                io_head_in_slot.eq(io_rdy & (io.slot == cur_eff)),
+            ]
+            mac_ready_no_row = mac_in_slot & (mac_wait == 0)
+            switch.start(
+                m,
+                mac_ready_no_row if tm.mod_overlaps_row else mac_ready,
+                hold_compute=mac_in_slot,
+                hold_register=io_head_in_slot,
+            )
 
         # ---- Issue: MAC first; an offered command is held until taken -----------------------
         hold_io = Signal()

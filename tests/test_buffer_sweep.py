@@ -49,6 +49,16 @@ def test_small_obuf_is_where_dcs_pulls_ahead():
     assert small > 1.25 and large < 1.02
 
 
+def test_tmod_grid_compares_two_mode_aware_schedulers():
+    # With aim-ramulator's 32-cycle TMOD both schedulers batch commands by mode
+    # (docs/scheduling.md: DCS rule 6, ping-pong rule 7). QK^T G = 8 at 64 entries was 6.8x
+    # while ping-pong switched mode greedily inside a slot (358,719 cycles, 10,117 TMODs).
+    rows = buffer_sweep(
+        conventions=[CONVENTIONS["aim-ramulator (TMOD 32)"]], obuf=(64,), groups=(8,)
+    )
+    assert (rows[0]["pingpong_cycles"], rows[0]["dcs_cycles"]) == (52_225, 53_025)
+
+
 def test_cli_json_and_bad_list(capsys, tmp_path):
     rc, out, err = run_cli(
         capsys, "buffer-sweep", "--obuf", "4,8", "--groups", "1", "--tokens", "256",

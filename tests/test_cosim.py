@@ -20,12 +20,13 @@ from sim.verify.runner import simulators
 from sim.verify.scheduler import RtlStream, compare_with_tlm, run_rtl
 from sim.verify.streams import (
     COSIM_RANDOM_LEN,
+    accepted_gaps,
     cosim_streams,
     kernel_streams,
     random_pingpong_stream,
     random_stream,
 )
-from tests.test_scheduling import MODE_STREAM
+from tests.test_scheduling import MODE_STREAM, PP_MODE_STREAM, pp_late_wr_gaps
 
 CFG = load_preset("aim-16ch")
 STREAMS = {
@@ -127,6 +128,39 @@ def test_dcs_mode_policy_under_verilator(overrides):
     for stream in streams:
         gaps = None if stream.valid_gaps is None else np.array(stream.valid_gaps)
         tlm = run_channel(stream.commands, cfg, "dcs", valid_gaps=gaps)
+        diff = np.flatnonzero(tlm.issue != results[stream.name])
+        assert diff.size == 0, f"{stream.name}: first differing command #{diff[0]}"
+        assert tlm.extra["mode_switches"] > 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "overrides", [{}, {"timing.mod_overlaps_row": True}], ids=["serial", "overlap"]
+)
+def test_pingpong_mode_policy_under_verilator(overrides):
+    # Ping-pong's mode-aware issue policy (docs/scheduling.md, "Ping-pong") in the generated
+    # Verilog at aim-ramulator timing: the hand-computed stream (and its late input variants),
+    # then random legal streams with and without input gaps, cycle for cycle.
+    cfg = RAM_CFG.replace(**overrides)
+    streams = [
+        RtlStream("mode-example", PP_MODE_STREAM),
+        RtlStream("mode-example-queued", PP_MODE_STREAM, valid_gaps=tuple(pp_late_wr_gaps(53))),
+        RtlStream("mode-example-late", PP_MODE_STREAM, valid_gaps=tuple(pp_late_wr_gaps(54))),
+    ]
+    for seed in (41, 42, 43):
+        s = random_pingpong_stream(cfg, COSIM_RANDOM_LEN, seed)
+        streams += [
+            RtlStream(f"random-{seed}", s),
+            RtlStream(
+                f"random-{seed}-valid-gaps",
+                s,
+                valid_gaps=accepted_gaps(cfg, "pingpong", s, np.random.default_rng(seed)),
+            ),
+        ]
+    results = run_rtl("pingpong", cfg, streams)
+    for stream in streams:
+        gaps = None if stream.valid_gaps is None else np.array(stream.valid_gaps)
+        tlm = run_channel(stream.commands, cfg, "pingpong", valid_gaps=gaps)
         diff = np.flatnonzero(tlm.issue != results[stream.name])
         assert diff.size == 0, f"{stream.name}: first differing command #{diff[0]}"
         assert tlm.extra["mode_switches"] > 2

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from compiler.kernels import compile_qk, compile_sv
@@ -26,6 +26,8 @@ from tests.test_scheduling import (
     EXPECTED,
     MODE_EXPECTED,
     MODE_STREAM,
+    PP_MODE_EXPECTED,
+    PP_MODE_STREAM,
     TILE,
 )
 
@@ -235,3 +237,63 @@ def test_dcs_mode_policy_random_cycle_exact(**case):
 @given(**RAM_CASES)
 def test_dcs_mode_policy_random_cycle_exact_long(**case):
     _dcs_random_cycle_exact(**case)
+
+
+# ---- Ping-pong's mode-aware issue policy at aim-ramulator timing (docs/scheduling.md,
+# "Ping-pong" rule 7).
+@pytest.mark.parametrize("variant", list(PP_MODE_EXPECTED))
+def test_pingpong_mode_aware_hand_computed_cycle_exact(variant):
+    overrides, gaps, issue, _, _, _ = PP_MODE_EXPECTED[variant]
+    cfg = load_preset("aim-ramulator").replace(**overrides)
+    rtl = simulate_scheduler(_dut("pingpong", cfg), PP_MODE_STREAM, valid_gaps=gaps)
+    assert rtl.tolist() == issue
+
+
+#: aim-ramulator and variants of its mode switch for ping-pong (its queues never fill at the
+#: co-simulation depth, so no queue variants): TMOD overlapping the row, short TMODs.
+PP_RAM_VARIANTS = {
+    "aim-ramulator": {},
+    "mod-overlaps-row": {"timing.mod_overlaps_row": True},
+    "tmod-1": {"timing.t_MOD": 1},
+    "tmod-5": {"timing.t_MOD": 5},
+}
+PP_RAM_CASES = {
+    "variant": st.sampled_from(list(PP_RAM_VARIANTS)),
+    "seed": st.integers(0, 2**32 - 1),
+    "n": st.integers(1, 120),
+    "entries": st.integers(1, 6),
+    "rows": st.integers(1, 3),
+    "switch": st.sampled_from([0.05, 0.15, 0.5]),
+    "gaps": st.booleans(),
+}
+
+
+def _pingpong_random_cycle_exact(variant, seed, n, entries, rows, switch, gaps) -> None:
+    """RTL == TLM (ping-pong) on a random legal stream under one of :data:`PP_RAM_VARIANTS`,
+    with input gaps of 0-2 cycles or none (gaps the TLM refuses for want of look-ahead are
+    not drawn)."""
+    cfg = load_preset("aim-ramulator").replace(**PP_RAM_VARIANTS[variant])
+    stream = random_pingpong_stream(cfg, n, seed, entries=entries, rows=rows, switch=switch)
+    g = np.random.default_rng(seed).integers(0, 3, n) if gaps else None
+    try:
+        tlm = run_channel(stream, cfg, "pingpong", valid_gaps=g).issue
+    except PingPongError:
+        assume(False)
+    rtl = simulate_scheduler(
+        _dut("pingpong", cfg), stream, valid_gaps=None if g is None else g.tolist()
+    )
+    diff = np.flatnonzero(rtl != tlm)
+    assert diff.size == 0, f"command #{diff[0]}: RTL {rtl[diff[0]]}, TLM {tlm[diff[0]]}"
+
+
+@settings(max_examples=6, deadline=None, database=None)
+@given(**PP_RAM_CASES)
+def test_pingpong_mode_policy_random_cycle_exact(**case):
+    _pingpong_random_cycle_exact(**case)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, database=None)
+@given(**PP_RAM_CASES)
+def test_pingpong_mode_policy_random_cycle_exact_long(**case):
+    _pingpong_random_cycle_exact(**case)

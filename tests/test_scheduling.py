@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from models.channel import check_schedule, run_channel
@@ -12,7 +12,8 @@ from models.config import load_preset
 from models.dcs import dcs_schedule, entry_predecessors
 from models.dram import activation_offsets, timing_vector
 from models.isa import Op, make_stream
-from sim.verify.streams import random_stream
+from models.pingpong import PingPongError, pingpong_slots
+from sim.verify.streams import random_pingpong_stream, random_stream
 
 W, M, R = Op.WR_INP, Op.MAC, Op.RD_OUT
 
@@ -329,3 +330,182 @@ def test_dcs_switches_mode_only_when_blocked(**case):
 @given(**MODE_CASES)
 def test_dcs_switches_mode_only_when_blocked_long(**case):
     _check_mode_policy(**case)
+
+
+# ---- Ping-pong's mode-aware issue policy (docs/scheduling.md, "Ping-pong" rule 7 and
+# "Mode-aware ping-pong"). Prologue: g0, g1. Phase 0 (slot 0, low halves): two MACs into o0
+# on row 0, with the prefetches of g32, g33 for phase 1 in its I/O queue. Slot 1: the drain of
+# o0 next to phase 1 (high halves), which reads row 0 into o32, then row 1 into o33. Epilogue:
+# drains of o32 and o33. Aim-ramulator timing as MODE_STREAM's.
+PP_MODE_STREAM = make_stream(
+    [
+        (W, 0), (W, 1),
+        (M, 0, 0, 0, 0), (W, 32), (M, 1, 0, 1, 0), (W, 33),
+        (R, 0),
+        (M, 32, 0, 2, 32), (M, 33, 0, 3, 32), (M, 32, 1, 0, 33), (M, 33, 1, 1, 33),
+        (R, 32), (R, 33),
+    ]
+)  # fmt: skip
+
+
+def pp_late_wr_gaps(gap: int) -> list[int]:
+    """Input gaps of :data:`PP_MODE_STREAM` that hold WR_INP #5 back by ``gap`` cycles."""
+    return [gap if k == 5 else 0 for k in range(PP_MODE_STREAM.shape[0])]
+
+
+# variant -> (overrides of aim-ramulator, input gaps, issue cycles, cycles, TMODs, row
+# switches), hand-computed. Slots: #0-#1 prologue (-1), #2-#5 slot 0, #6-#10 slot 1,
+# #11-#12 epilogue (slot 2). Accepted at cycle k without gaps.
+# - serial (the preset): prologue in compute mode, no MAC: TMOD 1, #0 at 33, #1 at 35
+#   (register mode holds: its I/O head is queued); done 38. Slot 0 starts at 38 in register
+#   mode: #3 at 38, #5 at 40 (the I/O queue holds a queued head; the MAC head #2 could start
+#   its TMOD at 59, when row 0, opened from its head at 3, is usable). I/O queue of the slot
+#   empty: TMOD 59, #2 at 91, #4 at 93; done 95. Slot 1 starts at 95 in compute mode: #7 at 95
+#   and #8 at 97 (row 0 open); #9 reaches the head at 98 and needs row 1: precharge at
+#   max(98, 3 + tRAS, 97 + tRTP) = 109, ACT16 141, usable 197. RD_OUT #6 was ready at 95, but
+#   the MAC head is queued, so compute mode holds through the activation: #9 at 197, #10 at
+#   199. Then #6: TMOD 200, issue 232; done 234. Epilogue in register mode: #11 at 234, #12
+#   at 236; done 238. Three TMODs. (The greedy rule: #6's TMOD at 96, issue 128; #8's TMOD
+#   at 129, issue 161; #9's row switch starts at its head 162: usable 261; 301 cycles, five
+#   TMODs.)
+# - overlap (mod_overlaps_row): #2's TMOD at 41 (ready but for its row after #5 at 40),
+#   issue max(59, 73) = 73, #4 75; slot 1 at 77: #7 77, #8 79, row 1 precharge
+#   max(80, 57, 91) = 91, usable 179: #9 179, #10 181, #6 TMOD 182 issue 214; #11 216,
+#   #12 218; 220 cycles.
+# - queued (WR_INP #5 accepted at 58 after a 53-cycle input gap): queued at 59, the cycle
+#   #2's TMOD would start, so register mode holds: #5 at 59 (4 + 1 + 53 + 1), #2's TMOD at 60,
+#   issue 92, #4 94; slot 1 at 96: #7 96, #8 98, row 1 precharge max(99, 57, 110) = 110,
+#   usable 198, #9 198, #10 200, #6 TMOD 201 issue 233; #11 235, #12 237; 239 cycles.
+# - late (a 54-cycle gap: #5 accepted at 59, queued only from 60): at 59 the I/O queue holds
+#   no queued head, so #2 takes the channel: TMOD 59, #2 at 91, #4 at 93 (compute mode
+#   holds); then #5: TMOD 94, issue 126; done 129. Slot 1 starts in register mode: #6 at 129;
+#   #7's TMOD at 130, issue 162, #8 164; row 1 precharge max(165, 57, 176) = 176, usable
+#   264: #9 264, #10 266; done 268. Epilogue in compute mode: #11's TMOD at 268, issue 300,
+#   #12 302; 304 cycles, five TMODs.
+PP_MODE_EXPECTED = {
+    "serial": (
+        {}, None,
+        [33, 35, 91, 38, 93, 40, 232, 95, 97, 197, 199, 234, 236], 238, 3, [(3, 59), (109, 197)],
+    ),
+    "overlap": (
+        {"timing.mod_overlaps_row": True}, None,
+        [33, 35, 73, 38, 75, 40, 214, 77, 79, 179, 181, 216, 218], 220, 3, [(3, 59), (91, 179)],
+    ),
+    "queued": (
+        {}, pp_late_wr_gaps(53),
+        [33, 35, 92, 38, 94, 59, 233, 96, 98, 198, 200, 235, 237], 239, 3, [(3, 59), (110, 198)],
+    ),
+    "late": (
+        {}, pp_late_wr_gaps(54),
+        [33, 35, 91, 38, 93, 126, 129, 162, 164, 264, 266, 300, 302], 304, 5,
+        [(3, 59), (176, 264)],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("variant", list(PP_MODE_EXPECTED))
+def test_pingpong_mode_aware_hand_computed(variant):
+    overrides, gaps, issue, cycles, tmods, switches = PP_MODE_EXPECTED[variant]
+    cfg = load_preset("aim-ramulator").replace(**overrides)
+    g = None if gaps is None else np.array(gaps)
+    r = run_channel(PP_MODE_STREAM, cfg, "pingpong", valid_gaps=g)
+    assert (r.issue.tolist(), r.cycles) == (issue, cycles)
+    assert [tuple(s) for s in r.row_switches.tolist()] == switches
+    assert r.extra["mode_switches"] == tmods
+    assert r.extra["phases"] == 2
+    assert check_schedule(PP_MODE_STREAM, r.issue, cfg, "pingpong") == []
+
+
+def test_pingpong_holds_the_mode_inside_a_slot():
+    r = run_channel(PP_MODE_STREAM, load_preset("aim-ramulator"), "pingpong")
+    # Compute mode holds through row 1's activation although RD_OUT #6 was ready at 95 ...
+    assert r.issue[6] > r.issue[10]
+    # ... and the mode carries over a hand-off: the epilogue's drains need no TMOD.
+    assert r.issue[11] == 234 and r.extra["handoff_stall"] == (95 - 43) + (234 - 201)
+
+
+def test_pingpong_mode_policy_is_inert_without_tmod():
+    # t_MOD 0: within a slot the earlier head issues, the MAC first on a tie (rule 4).
+    cfg = load_preset("aim-ramulator").replace(**{"timing.t_MOD": 0})
+    r = run_channel(PP_MODE_STREAM, cfg, "pingpong")
+    assert r.issue.tolist() == [1, 3, 59, 6, 61, 8, 64, 63, 65, 165, 167, 169, 171]
+    assert "mode_switches" not in r.extra
+
+
+def _pp_accept(gaps: np.ndarray) -> np.ndarray:
+    """Acceptance cycles under ping-pong: one command per cycle after its input gap."""
+    return np.cumsum(gaps + 1) - 1
+
+
+def _pp_switches_while_held(stream, cfg, issue, accept) -> list[int]:
+    """Commands whose TMOD (``t_MOD`` before them, mode switch in series) started while the
+    old mode's queue held a head of the same slot: a command of the old class in that slot,
+    accepted before the TMOD's cycle and not yet issued."""
+    op = stream["op"].astype(np.int64)
+    slot = pingpong_slots(
+        op,
+        stream["gbuf"].astype(np.int64),
+        stream["out"].astype(np.int64),
+        cfg.channel.gbuf_entries,
+        cfg.channel.obuf_entries,
+    )[0]
+    cls = op != Op.MAC
+    bad = []
+    mode = False  # compute
+    for k in np.argsort(issue, kind="stable"):
+        if cls[k] == mode:
+            continue
+        s = issue[k] - cfg.timing.t_MOD  # the TMOD's cycle
+        waiting = np.flatnonzero((cls == mode) & (slot == slot[k]) & (issue > issue[k]))
+        if waiting.size and accept[waiting[0]] < s:
+            bad.append(int(k))
+        mode = cls[k]
+    return bad
+
+
+def test_pingpong_property_catches_a_greedy_switch():
+    # The check itself: the greedy rule's schedule is reported for #6's TMOD at 96, while
+    # MAC #8 of its slot was queued (#8's own TMOD at 129 is fine: slot 1 has no I/O left).
+    cfg = load_preset("aim-ramulator")
+    greedy = np.array([33, 35, 91, 38, 93, 40, 128, 95, 161, 261, 263, 297, 299])
+    accept = _pp_accept(np.zeros(13, dtype=np.int64))
+    assert _pp_switches_while_held(PP_MODE_STREAM, cfg, greedy, accept) == [6]
+
+
+PP_MODE_CASES = {
+    "seed": st.integers(0, 2**32 - 1),
+    "n": st.integers(1, 200),
+    "entries": st.integers(1, 6),
+    "rows": st.integers(1, 3),
+    "switch": st.sampled_from([0.05, 0.15, 0.5]),
+    "t_mod": st.sampled_from([1, 5, 32]),
+    "gaps": st.booleans(),
+}
+
+
+def _check_pingpong_mode_policy(seed, n, entries, rows, switch, t_mod, gaps) -> None:
+    """A random ping-pong stream at aim-ramulator timing (``t_MOD`` in series, input gaps of
+    0-2 cycles or none): its schedule keeps the rules, and no TMOD starts while the current
+    mode's queue holds a queued head of the running slot."""
+    cfg = load_preset("aim-ramulator").replace(**{"timing.t_MOD": t_mod})
+    stream = random_pingpong_stream(cfg, n, seed, entries=entries, rows=rows, switch=switch)
+    g = np.random.default_rng(seed).integers(0, 3, n) if gaps else np.zeros(n, dtype=np.int64)
+    try:
+        r = run_channel(stream, cfg, "pingpong", valid_gaps=g)
+    except PingPongError:
+        assume(False)  # gaps that need look-ahead (rule 6): refused, not scheduled
+    assert check_schedule(stream, r.issue, cfg, "pingpong") == []
+    assert _pp_switches_while_held(stream, cfg, r.issue, _pp_accept(g)) == []
+
+
+@QUICK
+@given(**PP_MODE_CASES)
+def test_pingpong_switches_mode_only_when_its_slot_queue_is_drained(**case):
+    _check_pingpong_mode_policy(**case)
+
+
+@pytest.mark.slow
+@LONG
+@given(**PP_MODE_CASES)
+def test_pingpong_switches_mode_only_when_its_slot_queue_is_drained_long(**case):
+    _check_pingpong_mode_policy(**case)

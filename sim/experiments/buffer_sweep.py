@@ -130,7 +130,7 @@ def plot_buffer_sweep(rows: list[dict[str, Any]], path: Path, title: str) -> Pat
     """One panel per convention: DCS speed-up over ping-pong vs OBuf entries, a line per G."""
     plt = pyplot()
     convs = list(dict.fromkeys(r["convention"] for r in rows))
-    fig, axes = plt.subplots(1, len(convs), figsize=(3.4 * len(convs), 3.4), sharey=True)
+    fig, axes = plt.subplots(1, len(convs), figsize=(3.4 * len(convs), 3.4), sharey=False)
     axes = [axes] if len(convs) == 1 else list(axes)
     for ax, conv in zip(axes, convs, strict=True):
         for g in sorted({r["gqa_group"] for r in rows}):
