@@ -18,12 +18,19 @@ __all__ = ["admit", "dpa_buffers", "fill_batch", "queue_batches"]
 
 
 def _allocator(
-    model: ModelSpec, hw: HardwareConfig, modules: int, memory: str, max_context: int
+    model: ModelSpec,
+    hw: HardwareConfig,
+    modules: int,
+    memory: str,
+    max_context: int,
+    weights: bool = True,
 ) -> Any:
-    """An empty KV allocator of ``memory`` policy over ``modules`` modules (weights placed),
-    or ``None`` when the weights alone exceed the modules."""
+    """An empty KV allocator of ``memory`` policy over ``modules`` modules (weights placed
+    unless ``weights`` is off: an xPU holds them), or ``None`` when the weights alone exceed
+    the modules."""
     geom = ChunkGeometry.from_config(hw, modules)
-    if model.resident_weight_bytes > geom.total_bytes:
+    weight_bytes = model.resident_weight_bytes if weights else 0
+    if weight_bytes > geom.total_bytes:
         return None
     # A static reservation is max_context; lazy growth is bounded by the model's window.
     limit = max_context if memory == MemoryPolicy.STATIC else model.context_window
@@ -31,24 +38,27 @@ def _allocator(
         memory,
         geom,
         model.kv_bytes_per_token,
-        weight_bytes=model.resident_weight_bytes,
+        weight_bytes=weight_bytes,
         max_context=limit,
     )
 
 
-def _where(model: ModelSpec, hw: HardwareConfig, modules: int) -> str:
+def _where(model: ModelSpec, hw: HardwareConfig, modules: int, weights: bool = True) -> str:
     total = ChunkGeometry.from_config(hw, modules).total_bytes
-    return (
-        f"{modules} module(s) = {total / 2**30:g} GiB of {hw.name} with {model.name} weights "
-        f"{model.resident_weight_bytes / 2**30:.1f} GiB"
+    held = (
+        f"with {model.name} weights {model.resident_weight_bytes / 2**30:.1f} GiB"
+        if weights
+        else f"holding {model.name}'s KV cache only (weights on the xPU)"
     )
+    return f"{modules} module(s) = {total / 2**30:g} GiB of {hw.name} {held}"
 
 
-def admit(setup: DecodeSetup) -> dict[str, Any]:
-    """Allocate the batch's KV caches; the memory part of the report."""
+def admit(setup: DecodeSetup, weights: bool = True) -> dict[str, Any]:
+    """Allocate the batch's KV caches (beside the weights unless ``weights`` is off); the
+    memory part of the report."""
     spec, cfg = setup.model, setup.hw
-    alloc = _allocator(spec, cfg, setup.modules, setup.memory, setup.reservation)
-    where = _where(spec, cfg, setup.modules)
+    alloc = _allocator(spec, cfg, setup.modules, setup.memory, setup.reservation, weights)
+    where = _where(spec, cfg, setup.modules, weights)
     if alloc is None:
         if setup.check_capacity:
             raise DecodeError(f"the weights alone do not fit: {where}; use more modules")
@@ -89,16 +99,18 @@ def fill_batch(
     candidates: Sequence[int],
     max_context: int | None = None,
     all_may_fit: bool = False,
+    weights: bool = True,
 ) -> tuple[int, ...]:
-    """The longest prefix of ``candidates`` (context lengths, FCFS) that fits the memory.
+    """The longest prefix of ``candidates`` (context lengths, FCFS) that fits the memory
+    (beside the weights unless ``weights`` is off).
 
     Unless ``all_may_fit``, every candidate fitting is an error: the batch would not be
     capacity-bound, so more candidates are needed.
     """
     if memory not in MEMORY_POLICIES:
         raise DecodeError(f"memory {memory!r} is unknown; allowed: {', '.join(MEMORY_POLICIES)}")
-    alloc = _allocator(model, hw, modules, memory, max_context or model.context_window)
-    where = _where(model, hw, modules)
+    alloc = _allocator(model, hw, modules, memory, max_context or model.context_window, weights)
+    where = _where(model, hw, modules, weights)
     if alloc is None:
         raise DecodeError(f"not even one request fits: the weights alone exceed {where}")
     taken: list[int] = []

@@ -33,6 +33,14 @@ from sim.decode_step.gpu import (
     plot_gpu_report,
     run_gpu_decode,
 )
+from sim.decode_step.hetero import (
+    HeteroSetup,
+    format_hetero_report,
+    hetero_report_stem,
+    hetero_setup_digest,
+    plot_hetero_report,
+    run_hetero_decode,
+)
 from sim.decode_step.report import format_report, plot_report, report_stem, setup_digest
 from sim.decode_step.setup import MICRO_BATCHES_AUTO, DecodeError, DecodeSetup
 from sim.decode_step.step import run_decode
@@ -44,12 +52,14 @@ __all__ = [
     "DECODE_DIR",
     "DECODE_GPU",
     "DECODE_PRESET",
+    "DECODE_XPU",
     "SYSTEMS",
     "System",
     "add_arguments",
     "micro_batches_arg",
     "run",
     "gpu_setup_from_args",
+    "hetero_setup_from_args",
     "setup_from_args",
 ]
 
@@ -64,13 +74,16 @@ _AUTO_POOL = 4096  # candidate requests drawn for --batch auto
 MAX_BATCH = 1024
 #: The GPU of ``--system gpu`` unless ``--gpu`` names another (PIMphony Fig. 20's A100).
 DECODE_GPU = "a100-80gb"
+#: The xPU of ``--system xpu+pim`` unless ``--xpu`` names another (PIMphony's NeuPIMs NPU).
+DECODE_XPU = "neupims-npu"
 
 
 class System(StrEnum):
-    """What runs the decode step (``--system``); xPU+PIM comes with issue 14 deliverable 3."""
+    """What runs the decode step (``--system``)."""
 
     PIM = "pim"
     GPU = "gpu"
+    XPU_PIM = "xpu+pim"
 
 
 def micro_batches_arg(value: str) -> int | str:
@@ -104,7 +117,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--system",
         choices=[s.value for s in System],
         default=System.PIM.value,
-        help="pim: PIM modules only (default); gpu: N GPUs, tensor parallel (docs/decode.md)",
+        help="pim: PIM modules only (default); gpu: N GPUs, tensor parallel; xpu+pim: FC "
+        "layers on an xPU, attention on PIM modules (docs/decode.md)",
     )
     p.add_argument("--model", default="llm-7b", help="model preset, .toml or HF config.json")
     src = p.add_mutually_exclusive_group()
@@ -158,6 +172,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=1.0,
         help="--system gpu: share of each GPU's DRAM weights + KV may use (vLLM's "
         "gpu_memory_utilization; default 1.0)",
+    )
+    p.add_argument(
+        "--xpu", default=DECODE_XPU, help=f"--system xpu+pim: xPU preset (default {DECODE_XPU})"
+    )
+    p.add_argument(
+        "--sub-batches",
+        type=int,
+        default=1,
+        help="--system xpu+pim: sub-batches the xPU and PIM pipeline over (default 1: serial)",
     )
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--report", type=Path, help=f"JSON report path (default {DECODE_DIR}/...)")
@@ -242,6 +265,7 @@ def gpu_setup_from_args(args: argparse.Namespace) -> GpuSetup:
 
 def _run_gpu(args: argparse.Namespace) -> int:
     """``pimphony decode --system gpu``: cost, report (text or JSON) and plot one GPU step."""
+    args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in _XPU_PIM_ONLY})
     setup = gpu_setup_from_args(args)
     stem = gpu_report_stem(setup)
     json_path = user_output(args.report, DECODE_DIR / f"{stem}.json", args.force)
@@ -291,6 +315,10 @@ _SYSTEM_OPTIONS: dict[System, tuple[str, ...]] = {
         "preset", "ignore_capacity",
     ),
     System.GPU: ("gpu", "gpus", "gpu_memory_fraction"),
+    System.XPU_PIM: (
+        "modules", "tp", "partition", "sched", "memory", "max_context", "preset",
+        "ignore_capacity", "xpu", "sub_batches",
+    ),
 }  # fmt: skip
 
 
@@ -299,22 +327,32 @@ def _refuse_other_systems_options(args: argparse.Namespace, system: System) -> N
     than their default (they would be ignored silently)."""
     defaults = argparse.ArgumentParser()
     add_arguments(defaults)
-    foreign = [
-        f"--{dest.replace('_', '-')}"
+    others = dict.fromkeys(
+        dest
         for other, dests in _SYSTEM_OPTIONS.items()
         if other is not system
         for dest in dests
+        if dest not in _SYSTEM_OPTIONS[system]
+    )
+    foreign = [
+        f"--{dest.replace('_', '-')}"
+        for dest in others
         if getattr(args, dest, None) != defaults.get_default(dest)
     ]
     if foreign:
-        owner = {d: o.value for o, dests in _SYSTEM_OPTIONS.items() for d in dests}
+        owner: dict[str, str] = {}
+        for o, dests in _SYSTEM_OPTIONS.items():
+            for d in dests:
+                owner.setdefault(d, o.value)
         named = ", ".join(f"{f} (--system {owner[f[2:].replace('-', '_')]})" for f in foreign)
         raise DecodeError(f"--system {system.value} does not use {named}; drop them")
 
 
 #: Options only ``--system gpu`` reads; a PIM report's provenance leaves them out, so that it
 #: stays what it was before the GPU baseline existed (tests/golden).
-_GPU_ONLY = ("system", "gpu", "gpus", "gpu_memory_fraction")
+_GPU_ONLY = ("system", "gpu", "gpus", "gpu_memory_fraction", "xpu", "sub_batches")
+#: Options only ``--system xpu+pim`` reads; a GPU report's provenance leaves them out.
+_XPU_PIM_ONLY = ("xpu", "sub_batches")
 
 
 def _run_pim(args: argparse.Namespace) -> int:
@@ -350,8 +388,75 @@ def _run_pim(args: argparse.Namespace) -> int:
     return 0
 
 
+def hetero_setup_from_args(args: argparse.Namespace) -> HeteroSetup:
+    """Validated :class:`HeteroSetup` from parsed ``decode --system xpu+pim`` options; the
+    PIM modules hold only the KV cache (``--batch auto`` fills them with it)."""
+    model = load_model(args.model)
+    hw = load_preset(args.preset)
+    xpu = load_xpu(args.xpu)
+    if args.modules is not None and args.modules != args.tp:
+        raise DecodeError(f"--modules {args.modules} must equal --tp = {args.tp}")
+    lengths, auto = _lengths(args, model.context_window)
+    if auto:
+        lengths = list(
+            fill_batch(model, hw, args.tp, args.memory, lengths, args.max_context, weights=False)
+        )
+    pim = DecodeSetup(
+        model,
+        hw,
+        tuple(lengths),
+        tp=args.tp,
+        partition=args.partition,
+        sched=args.sched,
+        memory=args.memory,
+        max_context=args.max_context,
+        check_capacity=not args.ignore_capacity,
+    )
+    return HeteroSetup(pim, xpu, args.sub_batches)
+
+
+def _run_xpu_pim(args: argparse.Namespace) -> int:
+    """``pimphony decode --system xpu+pim``: time, report and plot one heterogeneous step."""
+    args = argparse.Namespace(
+        **{k: v for k, v in vars(args).items() if k not in ("gpu", "gpus", "gpu_memory_fraction")}
+    )
+    setup = hetero_setup_from_args(args)
+    stem = hetero_report_stem(setup)
+    json_path = user_output(args.report, DECODE_DIR / f"{stem}.json", args.force)
+    png_path = user_plot(args.plot, DECODE_DIR / f"{stem}.png", args.force)
+    if json_path.resolve() == png_path.resolve():
+        raise DecodeError(f"--report and --plot both name {json_path}; give two files")
+    report = dataclasses.replace(
+        run_hetero_decode(setup),
+        provenance=provenance(
+            args,
+            setup.pim.hw,
+            xpu={
+                "name": setup.xpu.name,
+                "sha256": inputs_digest(dataclasses.asdict(setup.xpu)),
+                "values": dataclasses.asdict(setup.xpu),
+            },
+            model=dataclasses.asdict(setup.pim.model),
+            workload=args.workload,
+            seed=args.seed if args.workload else None,
+            context_lengths=list(setup.pim.lengths),
+            inputs_sha256=hetero_setup_digest(setup),
+        ),
+    )
+    text = json.dumps(report.to_dict(), indent=2, default=str)
+    write_atomic(json_path, (text + "\n").encode())
+    plot_hetero_report(report, png_path)
+    if args.json:
+        print(text)
+    else:
+        print(format_hetero_report(report))
+        print(f"report: {json_path}\nplot:   {png_path}")
+    return 0
+
+
 #: ``--system`` -> the function that runs the step.
 SYSTEMS: dict[System, Callable[[argparse.Namespace], int]] = {
     System.PIM: _run_pim,
     System.GPU: _run_gpu,
+    System.XPU_PIM: _run_xpu_pim,
 }

@@ -61,6 +61,7 @@ from sim.decode_step.setup import (
 __all__ = [
     "KernelCaches",
     "LayerTiming",
+    "attention_cycles",
     "attention_schedule",
     "layer_timing",
     "plan_tasks",
@@ -171,6 +172,42 @@ def _hub_count(jobs: list[list[Any]], run: Callable[[Any], Any]) -> int:
     return instruction_count(keys, lambda key: run(first[key]).hub_instructions)
 
 
+def _attention_split(
+    plan: LayerPlan, cfg: HardwareConfig, run: Callable[[Any], Any]
+) -> tuple[dict[str, int], AttentionTasks, AttentionSchedule]:
+    """One layer's attention cycles split into ``qk``, ``sv`` and ``softmax``, with its task
+    graph and schedule."""
+    tasks = plan_tasks(plan, cfg, run)
+    att = schedule(tasks, softmax=True, reduction=True)
+    # Attention time split: the busiest channel's QK/SV share, the rest is exposed EPU time.
+    peak = int(att.channel_busy.max()) if att.channel_busy.size else 0
+    pim = att.qk_busy + att.sv_busy
+    cycles = {"qk": round(peak * att.qk_busy / pim) if pim else 0}
+    cycles["sv"] = peak - cycles["qk"]
+    cycles["softmax"] = att.cycles - peak
+    # DPA: the dispatcher decodes the first attention program's words before its first
+    # command; later programs are decoded while the previous kernel runs.
+    cycles["qk"] += max((run(j).dpa_startup for jobs in plan.qk for j in jobs[:1]), default=0)
+    return cycles, tasks, att
+
+
+def attention_cycles(
+    setup: DecodeSetup, lengths: tuple[int, ...], cache: KernelCache
+) -> tuple[str, dict[str, int]]:
+    """One layer's attention (QK^T, softmax, SV) of micro-batch ``lengths`` on one TP module,
+    exactly as :func:`layer_timing` times it, without the weight GEMVs: ``(partition,
+    {"qk", "sv", "softmax"} cycles)``. With ``--partition auto`` the candidate with the
+    fewest attention cycles (ties: the first)."""
+    best: tuple[str, dict[str, int]] | None = None
+    for partition in candidates(setup.partition):
+        plan = layer_plan(setup.model, setup.hw, lengths, setup.tp, partition)
+        split = _attention_split(plan, setup.hw, _once(cache.run))[0]
+        if best is None or sum(split.values()) < sum(best[1].values()):
+            best = (plan.partition, split)
+    assert best is not None
+    return best
+
+
 def layer_timing(setup: DecodeSetup, lengths: tuple[int, ...], cache: KernelCache) -> LayerTiming:
     """One layer of micro-batch ``lengths`` on one TP module; with ``--partition auto`` the
     fastest of the candidate partitions (:func:`compiler.plan.candidates`; ties: the first)."""
@@ -193,17 +230,8 @@ def _layer_timing(
         cycles[op], macs[op], hub[op] = c, m, h
         busy += b
         commands += n
-    tasks = plan_tasks(plan, cfg, run)
-    att = schedule(tasks, softmax=True, reduction=True)
-    # Attention time split: the busiest channel's QK/SV share, the rest is exposed EPU time.
-    peak = int(att.channel_busy.max()) if att.channel_busy.size else 0
-    pim = att.qk_busy + att.sv_busy
-    cycles["qk"] = round(peak * att.qk_busy / pim) if pim else 0
-    cycles["sv"] = peak - cycles["qk"]
-    cycles["softmax"] = att.cycles - peak
-    # DPA: the dispatcher decodes the first attention program's words before its first
-    # command; later programs are decoded while the previous kernel runs.
-    cycles["qk"] += max((run(j).dpa_startup for jobs in plan.qk for j in jobs[:1]), default=0)
+    split, tasks, att = _attention_split(plan, cfg, run)
+    cycles.update(split)
     for kind, jobs in (("qk", plan.qk), ("sv", plan.sv)):
         for channel_jobs in jobs:
             for j in channel_jobs:

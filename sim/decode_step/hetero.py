@@ -1,0 +1,428 @@
+"""One decode step on a heterogeneous xPU+PIM system (NeuPIMs-style), serial or pipelined.
+
+The timing contract (``docs/decode.md``, xPU+PIM): the FC layers (QKV, projection, FFN1,
+FFN2) and the vector operations (norms, activation, residual adds) run on one xPU as GEMMs
+over a sub-batch, weights read from the xPU's memory and costed by :mod:`models.xpu`;
+attention (QK^T, softmax, SV) runs on the PIM modules, which hold only the KV cache, timed
+exactly as the PIM-only step times it (:func:`sim.decode_step.step.attention_cycles`). Per
+layer the Q/K/V vectors cross the PIM modules' host link to the modules and the attention
+outputs cross it back.
+
+All times are cycles of the PIM module clock; an xPU operation of ``t`` seconds takes
+``ceil(t x freq)``. The batch is split into ``K`` sub-batches (requests dealt round-robin);
+per sub-batch ``s`` the work is the chain
+
+``X(0, s) -> in(0, s) -> A(0, s) -> out(0, s) -> X(1, s) -> ... -> A(L-1, s) -> out(L-1, s)
+-> X(L, s)``
+
+with ``X(0)`` = norm + QKV, ``X(l)`` = the rest of layer ``l-1`` (projection, residual, norm,
+FFN1, activation, FFN2, residual) + norm + QKV of layer ``l``, ``X(L)`` the rest of the last
+layer. Four resources (the xPU, the link to PIM, PIM, the link back) each run their tasks in
+(layer, sub-batch) order, a task starting when its resource is free and its predecessor done
+(:func:`pipeline_schedule`). ``K = 1`` is the serial mode: the step is exactly the sum of all
+xPU, transfer and PIM cycles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from compiler.llm import LayerOp, gemv_shapes
+from compiler.plan import micro_batches
+from models.fileio import pyplot, write_figure
+from models.hub import link_cycles
+from models.xpu import VectorOp, gemm_cost, vector_cost
+from models.xpu_config import XpuConfig
+from sim.decode_step.admission import admit
+from sim.decode_step.kernels import KernelCache
+from sim.decode_step.setup import DecodeError, DecodeSetup
+from sim.decode_step.step import attention_cycles
+from sim.provenance import inputs_digest
+
+__all__ = [
+    "DEVICES",
+    "OP_STYLE",
+    "HeteroReport",
+    "HeteroSetup",
+    "Timeline",
+    "format_hetero_report",
+    "hetero_report_stem",
+    "hetero_setup_digest",
+    "pipeline_schedule",
+    "plot_hetero_report",
+    "run_hetero_decode",
+]
+
+#: The resources of the pipeline, in plot order.
+DEVICES = ("xpu", "to_pim", "pim", "to_xpu")
+_DEVICE_LABEL = {
+    "xpu": "xPU",
+    "to_pim": "link xPU->PIM",
+    "pim": "PIM",
+    "to_xpu": "link PIM->xPU",
+}
+
+#: Each op's label and colour (timeline plot).
+OP_STYLE: dict[str, tuple[str, str]] = {
+    "qkv": ("QKV GEMM", "#023047"),
+    "proj": ("projection GEMM", "#219ebc"),
+    "ffn1": ("FFN1 GEMM", "#8ecae6"),
+    "ffn2": ("FFN2 GEMM", "#126782"),
+    "vector": ("norm/act/residual", "#f4a261"),
+    "qkv_transfer": ("Q/K/V to PIM", "#9d4edd"),
+    "qk": ("QK^T (PIM)", "#2a9d8f"),
+    "softmax": ("softmax (PIM EPU)", "#e9c46a"),
+    "sv": ("SV (PIM)", "#264653"),
+    "out_transfer": ("attention out to xPU", "#e76f51"),
+}
+
+
+@dataclass(frozen=True)
+class HeteroSetup:
+    """Everything one xPU+PIM decode step depends on; validated on construction.
+
+    Parameters
+    ----------
+    pim : DecodeSetup
+        The PIM side: model, module preset, batch, ``tp`` modules (``pp`` must be 1), the
+        attention partition, scheduler and memory policy. The modules hold the KV cache only.
+    xpu : XpuConfig
+        The xPU preset; it holds every weight in its memory.
+    sub_batches : int
+        ``K``: 1 is the serial mode, more pipeline the xPU and PIM over sub-batches.
+    """
+
+    pim: DecodeSetup
+    xpu: XpuConfig
+    sub_batches: int = 1
+
+    def __post_init__(self) -> None:
+        k, b = self.sub_batches, len(self.pim.lengths)
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise DecodeError(f"--sub-batches {k!r}: must be a positive integer (1: serial)")
+        if k > b:
+            raise DecodeError(
+                f"--sub-batches {k} exceeds the batch of {b} request(s): every sub-batch needs "
+                "at least one request"
+            )
+        if self.pim.pp != 1:
+            raise DecodeError(
+                f"--pp {self.pim.pp}: the xPU+PIM system runs every layer on one xPU and the "
+                "PIM modules as one tensor-parallel group; use --tp for more modules"
+            )
+        weights = self.pim.model.resident_weight_bytes
+        if self.pim.check_capacity and weights > self.xpu.capacity_bytes:
+            raise DecodeError(
+                f"the weights do not fit the xPU: {self.pim.model.name} weights "
+                f"{weights / 2**30:.1f} GiB > {self.xpu.name} memory "
+                f"{self.xpu.memory.capacity_gib:g} GiB; use an xPU with more memory"
+            )
+
+    @property
+    def batches(self) -> list[tuple[int, ...]]:
+        """The sub-batches' context lengths (requests dealt round-robin)."""
+        return micro_batches(self.pim.lengths, self.sub_batches)
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """A scheduled step: per device, its tasks as ``(start, cycles, op segments, label)``."""
+
+    cycles: int
+    tasks: dict[str, list[tuple[int, int, tuple[tuple[str, int], ...], str]]]
+
+    def busy(self, device: str) -> int:
+        """Cycles ``device`` works."""
+        return sum(t[1] for t in self.tasks[device])
+
+
+def pipeline_schedule(
+    xpu: Sequence[Sequence[Sequence[tuple[str, int]]]],
+    to_pim: Sequence[Sequence[int]],
+    pim: Sequence[Sequence[Sequence[tuple[str, int]]]],
+    to_xpu: Sequence[Sequence[int]],
+) -> Timeline:
+    """Schedule the step's tasks on the four devices (module docstring).
+
+    Parameters
+    ----------
+    xpu : per sub-batch, ``L + 1`` xPU tasks, each a list of ``(op, cycles)`` segments.
+    to_pim, to_xpu : per sub-batch, ``L`` transfer cycles (Q/K/V in, attention out).
+    pim : per sub-batch, ``L`` attention tasks as ``(op, cycles)`` segments.
+
+    Every device runs its tasks in (layer, sub-batch) order; a task starts at
+    ``max(device free, predecessor of its sub-batch done)``.
+    """
+    k = len(xpu)
+    layers = len(pim[0]) if k else 0
+    free = dict.fromkeys(DEVICES, 0)
+    done = [0] * k  # end of each sub-batch's last task
+    tasks: dict[str, list] = {d: [] for d in DEVICES}
+
+    def put(device: str, s: int, segments: tuple[tuple[str, int], ...], label: str) -> None:
+        start = max(free[device], done[s])
+        length = sum(c for _, c in segments)
+        tasks[device].append((start, length, segments, label))
+        free[device] = done[s] = start + length
+
+    for layer in range(layers + 1):
+        for s in range(k):
+            put("xpu", s, tuple(xpu[s][layer]), f"X{layer}.{s}")
+        if layer == layers:
+            break
+        for s in range(k):
+            put("to_pim", s, (("qkv_transfer", to_pim[s][layer]),), f"in{layer}.{s}")
+            put("pim", s, tuple(pim[s][layer]), f"A{layer}.{s}")
+            put("to_xpu", s, (("out_transfer", to_xpu[s][layer]),), f"out{layer}.{s}")
+    return Timeline(max(free.values()), tasks)
+
+
+def _cycles(seconds: float, freq_ghz: float) -> int:
+    return math.ceil(seconds * freq_ghz * 1e9)
+
+
+def _xpu_ops(setup: HeteroSetup, batch: int) -> tuple[dict[str, int], dict[str, int]]:
+    """Cycles of the pre-attention (norm + QKV) and post-attention ops of one layer for a
+    sub-batch of ``batch`` requests."""
+    spec, dev, f = setup.pim.model, setup.xpu, setup.pim.hw.module.freq_ghz
+    gemm = {
+        str(op): _cycles(gemm_cost(dev, batch, d_in, d_out).seconds, f)
+        for op, (d_out, d_in) in gemv_shapes(spec).items()
+    }
+    norm = _cycles(vector_cost(dev, VectorOp.NORM, batch * spec.hidden).seconds, f)
+    residual = _cycles(vector_cost(dev, VectorOp.RESIDUAL, batch * spec.hidden).seconds, f)
+    act = VectorOp.SWIGLU if spec.ffn == "swiglu" else VectorOp.RELU
+    activation = _cycles(vector_cost(dev, act, batch * spec.intermediate).seconds, f)
+    pre = {"vector": norm, "qkv": gemm[LayerOp.QKV]}
+    post = {
+        "proj": gemm[LayerOp.PROJ],
+        "vector": 2 * residual + norm + activation,
+        "ffn1": gemm[LayerOp.FFN1],
+        "ffn2": gemm[LayerOp.FFN2],
+    }
+    return pre, post
+
+
+@dataclass(frozen=True)
+class HeteroReport:
+    """What one xPU+PIM decode step measured; :meth:`to_dict` is the JSON report."""
+
+    model: str
+    xpu: str
+    preset: str
+    batch: int
+    context_lengths: dict[str, Any]
+    tp: int
+    sub_batches: int
+    sub_batch_sizes: list[int]
+    partition: str
+    partition_layers: dict[str, int]
+    sched: str
+    memory: str
+    freq_ghz: float
+    cycles: int
+    serial_cycles: int
+    step_seconds: float
+    tokens_per_s: float
+    devices: dict[str, dict[str, Any]]
+    ops: dict[str, int]
+    link: dict[str, Any]
+    memory_detail: dict[str, Any]
+    timeline: dict[str, list[list[Any]]] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as one JSON-ready dict, keys in field order."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def run_hetero_decode(setup: HeteroSetup, cache: KernelCache | None = None) -> HeteroReport:
+    """Time one xPU+PIM decode step of ``setup`` (``docs/decode.md``, xPU+PIM)."""
+    pim_setup, spec = setup.pim, setup.pim.model
+    cfg = pim_setup.hw
+    memory = admit(pim_setup, weights=False)
+    cache = cache or KernelCache(
+        cfg,
+        pim_setup.sched,
+        True,
+        dpa=pim_setup.memory == "lazy",
+        dpa_max_tokens=max(pim_setup.lengths),
+    )
+    layers, tp, e = spec.layers, pim_setup.tp, spec.element_bytes
+    xpu_tasks, in_tasks, pim_tasks, out_tasks = [], [], [], []
+    chosen: dict[str, int] = {}
+    in_bytes = out_bytes = 0
+    for mb in setup.batches:
+        pre, post = _xpu_ops(setup, len(mb))
+        partition, att = attention_cycles(pim_setup, mb, cache)
+        chosen[partition] = chosen.get(partition, 0) + layers
+        # Each of the tp modules receives its heads' Q/K/V and returns their outputs over its
+        # own host link.
+        qkv_b = len(mb) * (spec.heads + 2 * spec.kv_heads) * spec.head_dim * e
+        out_b = len(mb) * spec.heads * spec.head_dim * e
+        in_bytes += layers * qkv_b
+        out_bytes += layers * out_b
+        to_pim = link_cycles(cfg, math.ceil(qkv_b / tp), "host")
+        to_xpu = link_cycles(cfg, math.ceil(out_b / tp), "host")
+        post_pre = [(k, v) for k, v in post.items()] + [(k, v) for k, v in pre.items()]
+        xpu_tasks.append([list(pre.items())] + [post_pre] * (layers - 1) + [list(post.items())])
+        in_tasks.append([to_pim] * layers)
+        pim_tasks.append([[(k, att[k]) for k in ("qk", "softmax", "sv")]] * layers)
+        out_tasks.append([to_xpu] * layers)
+    tl = pipeline_schedule(xpu_tasks, in_tasks, pim_tasks, out_tasks)
+    busy = {d: tl.busy(d) for d in DEVICES}
+    serial = sum(busy.values())
+    ops: dict[str, int] = dict.fromkeys(OP_STYLE, 0)
+    for d in DEVICES:
+        for _, _, segments, _ in tl.tasks[d]:
+            for op, c in segments:
+                ops[op] += c
+    seconds = tl.cycles / (cfg.module.freq_ghz * 1e9)
+    b = len(pim_setup.lengths)
+    return HeteroReport(
+        model=spec.name,
+        xpu=setup.xpu.name,
+        preset=cfg.name,
+        batch=b,
+        context_lengths={
+            "min": min(pim_setup.lengths),
+            "mean": float(np.mean(pim_setup.lengths)),
+            "max": max(pim_setup.lengths),
+        },
+        tp=tp,
+        sub_batches=len(setup.batches),
+        sub_batch_sizes=[len(mb) for mb in setup.batches],
+        partition=pim_setup.partition,
+        partition_layers=dict(sorted(chosen.items())),
+        sched=pim_setup.sched,
+        memory=pim_setup.memory,
+        freq_ghz=cfg.module.freq_ghz,
+        cycles=tl.cycles,
+        serial_cycles=serial,
+        step_seconds=seconds,
+        tokens_per_s=b / seconds,
+        devices={
+            d: {
+                "busy_cycles": busy[d],
+                "idle_cycles": tl.cycles - busy[d],
+                "utilization": busy[d] / tl.cycles if tl.cycles else 0.0,
+            }
+            for d in DEVICES
+        },
+        ops=ops,
+        link={
+            "which": f"the PIM preset's host link ({cfg.name} host_link_gbps), one per module",
+            "gbps": cfg.module.host_link_gbps,
+            "to_pim_bytes": in_bytes,
+            "to_xpu_bytes": out_bytes,
+        },
+        memory_detail={
+            **memory,
+            "xpu_weight_bytes": spec.resident_weight_bytes,
+            "xpu_capacity_bytes": setup.xpu.capacity_bytes,
+        },
+        timeline={
+            d: [
+                [start, length, label, [[op, c] for op, c in segs]]
+                for start, length, segs, label in tl.tasks[d]
+            ]
+            for d in DEVICES
+        },
+    )
+
+
+def hetero_setup_digest(setup: HeteroSetup) -> str:
+    """SHA-256 of everything an xPU+PIM decode step depends on."""
+    p = setup.pim
+    inputs = {f.name: getattr(p, f.name) for f in dataclasses.fields(p) if f.name != "hw"}
+    inputs["model"] = dataclasses.asdict(p.model)
+    inputs["hw"] = p.hw.sha256()
+    inputs["xpu"] = dataclasses.asdict(setup.xpu)
+    inputs["sub_batches"] = setup.sub_batches
+    return inputs_digest(inputs)
+
+
+def hetero_report_stem(setup: HeteroSetup) -> str:
+    """File stem naming an xPU+PIM step, ending in a short hash of every input."""
+    p = setup.pim
+    return (
+        f"{p.model.name}-B{len(p.lengths)}-T{max(p.lengths)}-{setup.xpu.name}+{p.tp}x"
+        f"{p.hw.name}-K{setup.sub_batches}-{hetero_setup_digest(setup)[:8]}"
+    )
+
+
+def format_hetero_report(report: HeteroReport) -> str:
+    """The xPU+PIM report as text: headline numbers, devices and ops."""
+    r = report.to_dict()
+    ctx, f = r["context_lengths"], r["freq_ghz"]
+    mode = "serial" if r["sub_batches"] == 1 else f"{r['sub_batches']} sub-batches, pipelined"
+    sizes = "/".join(str(n) for n in r["sub_batch_sizes"])
+    lines = [
+        f"{r['model']} decode step on {r['xpu']} (FC) + {r['tp']} x {r['preset']} (attention, "
+        f"{r['partition'].upper()}, {r['sched']}, {r['memory']}), {mode}",
+        f"batch {r['batch']} (sub-batch sizes {sizes}), context min/mean/max "
+        f"{ctx['min']}/{ctx['mean']:.0f}/{ctx['max']}",
+        f"step {r['cycles']:,} cycles = {1e3 * r['step_seconds']:.3f} ms at {f:g} GHz   "
+        f"tokens/s {r['tokens_per_s']:,.1f}   (no overlap: {r['serial_cycles']:,} cycles)",
+        "",
+        f"{'device':<16}{'busy cycles':>14}{'idle cycles':>14}{'util':>8}",
+    ]
+    for d in DEVICES:
+        dev = r["devices"][d]
+        lines.append(
+            f"{_DEVICE_LABEL[d]:<16}{dev['busy_cycles']:>14,}{dev['idle_cycles']:>14,}"
+            f"{100 * dev['utilization']:>7.1f}%"
+        )
+    lines += ["", f"{'op':<22}{'cycles':>14}{'ms':>10}"]
+    for op, c in r["ops"].items():
+        lines.append(f"{OP_STYLE[op][0]:<22}{c:>14,}{c / (f * 1e6):>10.3f}")
+    lk = r["link"]
+    lines.append(
+        f"link: {lk['which']} at {lk['gbps']:g} GB/s; {lk['to_pim_bytes']:,} B to PIM, "
+        f"{lk['to_xpu_bytes']:,} B back"
+    )
+    return "\n".join(lines)
+
+
+def plot_hetero_report(report: HeteroReport, path: Path) -> Path:
+    """PNG: the step's timeline, one row per device, tasks coloured by op (microseconds)."""
+    r = report.to_dict()
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(10, 3.6))
+    us = 1e-3 / r["freq_ghz"]  # microseconds per cycle
+    seen: set[str] = set()
+    rows = list(reversed(DEVICES))
+    for y, d in enumerate(rows):
+        for start, _length, _label, ops in r["timeline"][d]:
+            t = start
+            for op, c in ops:
+                if c:
+                    ax.broken_barh(
+                        [(t * us, c * us)],
+                        (y - 0.4, 0.8),
+                        facecolors=OP_STYLE[op][1],
+                        edgecolor="white",
+                        linewidth=0.2,
+                        label=None if op in seen else OP_STYLE[op][0],
+                    )
+                    seen.add(op)
+                t += c
+    ax.set_yticks(range(len(rows)), [_DEVICE_LABEL[d] for d in rows])
+    ax.set_xlabel("time in the decode step (us)")
+    ax.set_ylabel("device")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    mode = "serial" if r["sub_batches"] == 1 else f"{r['sub_batches']} sub-batches"
+    ax.set_title(
+        f"{r['model']} B={r['batch']} T={r['context_lengths']['max']} on {r['xpu']} + "
+        f"{r['tp']} x {r['preset']} ({mode}): {r['tokens_per_s']:,.0f} tokens/s",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    return write_figure(fig, path)

@@ -1,0 +1,173 @@
+"""The heterogeneous xPU+PIM decode step (``sim/decode_step/hetero.py``, issue 14
+deliverable 3): the pipeline schedule by hand, serial composition, bounds, reuse of the PIM
+attention model, and refusals."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from compiler.llm import load_model
+from models.config import load_preset
+from models.xpu import gemm_cost
+from models.xpu_config import load_xpu
+from sim.decode_step.hetero import HeteroSetup, pipeline_schedule, run_hetero_decode
+from sim.decode_step.kernels import KernelCache
+from sim.decode_step.setup import DecodeError, DecodeSetup
+from sim.decode_step.step import attention_cycles, layer_timing
+from tests.helpers import run_cli
+
+LLM7B = load_model("llm-7b")
+NEUPIMS = load_preset("pimphony-neupims")
+NPU = load_xpu("neupims-npu")
+LENGTHS = (2048, 1024, 3072, 512)
+
+
+def _setup(k: int, lengths=LENGTHS, **kw) -> HeteroSetup:
+    return HeteroSetup(DecodeSetup(LLM7B, NEUPIMS, lengths, **kw), NPU, k)
+
+
+def test_two_sub_batch_pipeline_by_hand():
+    """One layer, two sub-batches: xPU tasks X0 = 3, X1 = 2 cycles; Q/K/V in 1; attention 5;
+    out 1 (the same for both sub-batches).
+
+    xPU:  X0.0 [0,3)  X0.1 [3,6)  X1.0 [10,12)  X1.1 [15,17)
+    in:   in0.0 [3,4)  in0.1 [6,7)
+    PIM:  A0.0 [4,9)  A0.1 [9,14)
+    out:  out0.0 [9,10)  out0.1 [14,15)
+    step 17; xPU busy 10, idle 7; PIM busy 10, idle 7; serial 3+2+1+5+1 = 12 per sub-batch.
+    """
+    x = [[[("qkv", 3)], [("ffn1", 2)]]] * 2
+    a = [[[("qk", 5)]]] * 2
+    tl = pipeline_schedule(x, [[1]] * 2, a, [[1]] * 2)
+    starts = {d: [t[0] for t in tl.tasks[d]] for d in tl.tasks}
+    assert starts == {"xpu": [0, 3, 10, 15], "to_pim": [3, 6], "pim": [4, 9], "to_xpu": [9, 14]}
+    assert tl.cycles == 17
+    assert (tl.busy("xpu"), tl.cycles - tl.busy("xpu")) == (10, 7)
+    assert (tl.busy("pim"), tl.cycles - tl.busy("pim")) == (10, 7)
+    serial = sum(tl.busy(d) for d in tl.tasks)
+    assert serial == 24 and max(tl.busy("xpu"), tl.busy("pim")) <= tl.cycles <= serial
+
+
+def test_one_sub_batch_is_a_chain():
+    x = [[[("qkv", 3)], [("proj", 4), ("qkv", 3)], [("ffn2", 2)]]]
+    tl = pipeline_schedule(x, [[1, 2]], [[[("qk", 5)], [("sv", 6)]]], [[1, 1]])
+    assert tl.cycles == 3 + 1 + 5 + 1 + 7 + 2 + 6 + 1 + 2
+
+
+@pytest.fixture(scope="module")
+def reports():
+    return {k: run_hetero_decode(_setup(k, partition="tcp")) for k in (1, 2, 4)}
+
+
+def test_serial_step_is_the_exact_sum(reports):
+    r = reports[1]
+    d = r.devices
+    xpu, pim = d["xpu"]["busy_cycles"], d["pim"]["busy_cycles"]
+    links = d["to_pim"]["busy_cycles"] + d["to_xpu"]["busy_cycles"]
+    assert r.cycles == r.serial_cycles == xpu + pim + links
+    assert sum(r.ops.values()) == r.cycles
+    assert r.tokens_per_s == pytest.approx(len(LENGTHS) / r.step_seconds)
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_pipelined_bounds(reports, k):
+    r = reports[k]
+    d = r.devices
+    assert max(d["xpu"]["busy_cycles"], d["pim"]["busy_cycles"]) <= r.cycles <= r.serial_cycles
+    for dev in d.values():
+        assert dev["busy_cycles"] + dev["idle_cycles"] == r.cycles
+        assert dev["utilization"] == pytest.approx(dev["busy_cycles"] / r.cycles)
+    assert r.sub_batch_sizes == [len(LENGTHS) // k] * k
+
+
+def test_attention_is_the_pim_models(reports):
+    """The PIM side's attention equals the PIM-only step's QK^T + softmax + SV cycles."""
+    setup = DecodeSetup(LLM7B, NEUPIMS, LENGTHS, partition="tcp")
+    cache = KernelCache(NEUPIMS, "dcs", True, dpa=True, dpa_max_tokens=max(LENGTHS))
+    lt = layer_timing(setup, LENGTHS, cache)
+    partition, att = attention_cycles(setup, LENGTHS, cache)
+    assert partition == "tcp"
+    assert att == {k: lt.cycles[k] for k in ("qk", "sv", "softmax")}
+    r = reports[1]
+    assert r.ops["qk"] + r.ops["sv"] + r.ops["softmax"] == LLM7B.layers * sum(att.values())
+
+
+def test_xpu_fc_is_the_cost_model(reports):
+    """QKV on the xPU: a (batch x hidden) by (hidden x qkv_dim) GEMM per layer."""
+    cost = gemm_cost(NPU, len(LENGTHS), LLM7B.hidden, LLM7B.qkv_dim)
+    assert reports[1].ops["qkv"] == LLM7B.layers * math.ceil(cost.seconds * 1e9)
+
+
+def test_transfer_bytes(reports):
+    e, h, d = LLM7B.element_bytes, LLM7B.heads, LLM7B.head_dim
+    link = reports[1].link
+    assert link["to_pim_bytes"] == LLM7B.layers * len(LENGTHS) * (h + 2 * LLM7B.kv_heads) * d * e
+    assert link["to_xpu_bytes"] == LLM7B.layers * len(LENGTHS) * h * d * e
+    # 64 GB/s at 1 GHz: ceil(bytes / 64) cycles per transfer.
+    per = math.ceil(len(LENGTHS) * (h + 2 * LLM7B.kv_heads) * d * e / 64)
+    assert reports[1].ops["qkv_transfer"] == LLM7B.layers * per
+
+
+@pytest.mark.parametrize(
+    ("k", "message"),
+    [
+        (0, "--sub-batches 0: must be a positive integer"),
+        (-1, "--sub-batches -1: must be a positive integer"),
+        (5, "--sub-batches 5 exceeds the batch of 4 request(s)"),
+    ],
+)
+def test_refuses_bad_sub_batches(k, message):
+    with pytest.raises(DecodeError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        _setup(k)
+
+
+def test_refuses_weights_beyond_the_xpu():
+    with pytest.raises(DecodeError, match="the weights do not fit the xPU: llm-72b weights"):
+        HeteroSetup(DecodeSetup(load_model("llm-72b"), NEUPIMS, (1024,), tp=8), NPU, 1)
+
+
+def test_refuses_kv_beyond_pim():
+    with pytest.raises(DecodeError, match="holding llm-7b's KV cache only"):
+        run_hetero_decode(_setup(1, lengths=(32768,) * 4))
+
+
+def test_cli_json(capsys, tmp_path):
+    code, out, err = run_cli(
+        capsys,
+        *("decode", "--system", "xpu+pim", "--preset", "pimphony-neupims", "--partition", "tcp"),
+        *("--context", "1024", "--batch", "2", "--sub-batches", "2", "--json"),
+        *("--report", tmp_path / "r.json", "--plot", tmp_path / "r.png"),
+    )
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["xpu"] == "neupims-npu" and r["sub_batches"] == 2
+    assert r["cycles"] <= r["serial_cycles"]
+    assert (tmp_path / "r.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("--sub-batches", "0"), "--sub-batches 0: must be a positive integer"),
+        (("--sub-batches", "3"), "--sub-batches 3 exceeds the batch of 2"),
+        (("--pp", "2"), "--system xpu+pim does not use --pp (--system pim)"),
+        (("--gpus", "2"), "--system xpu+pim does not use --gpus (--system gpu)"),
+        (("--model", "llm-72b", "--tp", "8"), "the weights do not fit the xPU"),
+    ],
+)
+def test_cli_refusals(capsys, tmp_path, argv, message):
+    code, out, err = run_cli(
+        capsys,
+        *("decode", "--system", "xpu+pim", "--context", "1024", "--batch", "2", *argv),
+        *("--report", tmp_path / "r.json", "--plot", tmp_path / "r.png"),
+    )
+    assert code != 0 and out == ""
+    assert message in err
+
+
+def test_pim_system_refuses_xpu_options(capsys):
+    code, _, err = run_cli(capsys, "decode", "--context", "1024", "--sub-batches", "2")
+    assert code == 2 and "--sub-batches (--system xpu+pim)" in err
