@@ -417,7 +417,16 @@ def plot_hetero_report(report: HeteroReport, path: Path) -> Path:
     ax.set_yticks(range(len(rows)), [_DEVICE_LABEL[d] for d in rows])
     ax.set_xlabel("time in the decode step (us)")
     ax.set_ylabel("device")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    handles, labels = ax.get_legend_handles_labels()
+    order = [OP_STYLE[op][0] for op in OP_STYLE]
+    pairs = sorted(zip(labels, handles, strict=True), key=lambda p: order.index(p[0]))
+    ax.legend(
+        [h for _, h in pairs],
+        [lab for lab, _ in pairs],
+        fontsize=7,
+        loc="upper left",
+        bbox_to_anchor=(1.0, 1.0),
+    )
     mode = "serial" if r["sub_batches"] == 1 else f"{r['sub_batches']} sub-batches"
     ax.set_title(
         f"{r['model']} B={r['batch']} T={r['context_lengths']['max']} on {r['xpu']} + "
