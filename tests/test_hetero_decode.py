@@ -13,6 +13,7 @@ from compiler.llm import load_model
 from models.config import load_preset
 from models.xpu import gemm_cost
 from models.xpu_config import load_xpu
+from sim.decode_step.admission import fill_batch
 from sim.decode_step.hetero import HeteroSetup, pipeline_schedule, run_hetero_decode
 from sim.decode_step.kernels import KernelCache
 from sim.decode_step.setup import DecodeError, DecodeSetup
@@ -171,3 +172,42 @@ def test_cli_refusals(capsys, tmp_path, argv, message):
 def test_pim_system_refuses_xpu_options(capsys):
     code, _, err = run_cli(capsys, "decode", "--context", "1024", "--sub-batches", "2")
     assert code == 2 and "--sub-batches (--system xpu+pim)" in err
+
+
+def test_kv_only_admission_holds_more():
+    """Without the weights a 32 GiB module holds two 16 GiB LLM-7B requests at 32K, not one."""
+    pool = [32768] * 8
+    assert len(fill_batch(LLM7B, NEUPIMS, 1, "lazy", pool)) == 1
+    assert len(fill_batch(LLM7B, NEUPIMS, 1, "lazy", pool, weights=False)) == 2
+
+
+def test_cli_modules_must_equal_tp(capsys, tmp_path):
+    code, _, err = run_cli(
+        capsys,
+        *("decode", "--system", "xpu+pim", "--context", "1024", "--modules", "2"),
+        *("--report", tmp_path / "r.json", "--plot", tmp_path / "r.png"),
+    )
+    assert code != 0 and "--modules 2 must equal --tp = 1" in err
+
+
+def test_timeline_plot_labels(reports, tmp_path, monkeypatch):
+    """The timeline has a title, axes with units, a legend of ops and one row per device."""
+    import sim.decode_step.hetero as hetero
+
+    seen = {}
+    real = hetero.write_figure
+
+    def capture(fig, path):
+        ax = fig.axes[0]
+        seen["title"] = ax.get_title()
+        seen["x"] = ax.get_xlabel()
+        seen["rows"] = [t.get_text() for t in ax.get_yticklabels()]
+        seen["legend"] = [t.get_text() for t in ax.get_legend().get_texts()]
+        return real(fig, path)
+
+    monkeypatch.setattr(hetero, "write_figure", capture)
+    hetero.plot_hetero_report(reports[2], tmp_path / "t.png")
+    assert "2 sub-batches" in seen["title"] and "tokens/s" in seen["title"]
+    assert seen["x"].endswith("(us)")
+    assert seen["rows"] == ["link PIM->xPU", "PIM", "link xPU->PIM", "xPU"]
+    assert seen["legend"][0] == "QKV GEMM" and "QK^T (PIM)" in seen["legend"]
