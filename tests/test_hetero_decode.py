@@ -211,3 +211,11 @@ def test_timeline_plot_labels(reports, tmp_path, monkeypatch):
     assert seen["x"].endswith("(us)")
     assert seen["rows"] == ["link PIM->xPU", "PIM", "link xPU->PIM", "xPU"]
     assert seen["legend"][0] == "QKV GEMM" and "QK^T (PIM)" in seen["legend"]
+
+
+def test_bench_llm72b_128k_under_a_second():
+    from sim.experiments.bench import bench_hetero_decode
+
+    rows = bench_hetero_decode()
+    assert [r["batch"] for r in rows] == [4, 4]
+    assert all(r["wall_seconds"] < 1.0 for r in rows)

@@ -24,6 +24,7 @@ __all__ = [
     "TARGET_COMMANDS_PER_S",
     "add_arguments",
     "bench_decode",
+    "bench_hetero_decode",
     "bench_rtl",
     "bench_startup",
     "bench_tlm",
@@ -165,6 +166,38 @@ def bench_decode() -> list[dict]:
     return rows
 
 
+def bench_hetero_decode() -> list[dict]:
+    """Wall time of one xPU+PIM decode step (``--system xpu+pim``) of LLM-72B @ 128K: 4
+    requests of Llama-3.1-70B on ``neupims-npu`` + 8 ``pimphony-neupims`` modules, serial and
+    2 sub-batches. Timing only: the 70B weights exceed one NPU's 32 GiB, so the xPU capacity
+    check is off (the KV fits the modules)."""
+    from compiler.llm import load_model
+    from models.xpu_config import load_xpu
+    from sim.decode_step.hetero import HeteroSetup, run_hetero_decode
+    from sim.decode_step.setup import DecodeSetup
+
+    pim = DecodeSetup(
+        load_model("llama-3.1-70b"),
+        load_preset("pimphony-neupims"),
+        (131072,) * 4,
+        tp=8,
+        check_capacity=False,
+    )
+    rows = []
+    for k in (1, 2):
+        started = time.perf_counter()
+        r = run_hetero_decode(HeteroSetup(pim, load_xpu("neupims-npu"), k))
+        rows.append(
+            {
+                "case": f"LLM-72B @ 128K xPU+PIM K={k}",
+                "batch": r.batch,
+                "wall_seconds": time.perf_counter() - started,
+                "tokens_per_s": r.tokens_per_s,
+            }
+        )
+    return rows
+
+
 #: Commands whose start-up is measured: (label, argv, module the command runs from).
 STARTUP_COMMANDS = (
     ("pimphony --help", ("--help",), "sim.cli"),
@@ -283,6 +316,14 @@ def run(args: argparse.Namespace) -> int:
             f"{r['channel_commands']:>16,}{r['commands_per_s']:>16,.0f}"
             f"{r['kernels_simulated']:>9}{r['tokens_per_s']:>10,.1f}"
             for r in bench_decode()
+        ),
+    )
+    print("\nxPU+PIM decode step (neupims-npu + 8 pimphony-neupims modules; timing only)")
+    _table(
+        f"{'case':<32}{'batch':>6}{'wall s':>9}{'tokens/s':>10}",
+        (
+            f"{r['case']:<32}{r['batch']:>6}{r['wall_seconds']:>9.2f}{r['tokens_per_s']:>10,.1f}"
+            for r in bench_hetero_decode()
         ),
     )
     if args.no_rtl:
