@@ -42,7 +42,7 @@ def test_two_sub_batch_pipeline_by_hand():
     """
     x = [[[("qkv", 3)], [("ffn1", 2)]]] * 2
     a = [[[("qk", 5)]]] * 2
-    tl = pipeline_schedule(x, [[1]] * 2, a, [[1]] * 2)
+    tl = pipeline_schedule(x, [[[("qkv_transfer", 1)]]] * 2, a, [[1]] * 2)
     starts = {d: [t[0] for t in tl.tasks[d]] for d in tl.tasks}
     assert starts == {"xpu": [0, 3, 10, 15], "to_pim": [3, 6], "pim": [4, 9], "to_xpu": [9, 14]}
     assert tl.cycles == 17
@@ -54,7 +54,8 @@ def test_two_sub_batch_pipeline_by_hand():
 
 def test_one_sub_batch_is_a_chain():
     x = [[[("qkv", 3)], [("proj", 4), ("qkv", 3)], [("ffn2", 2)]]]
-    tl = pipeline_schedule(x, [[1, 2]], [[[("qk", 5)], [("sv", 6)]]], [[1, 1]])
+    into = [[[("qkv_transfer", 1)], [("cmd_transfer", 1), ("qkv_transfer", 1)]]]
+    tl = pipeline_schedule(x, into, [[[("qk", 5)], [("sv", 6)]]], [[1, 1]])
     assert tl.cycles == 3 + 1 + 5 + 1 + 7 + 2 + 6 + 1 + 2
 
 
@@ -89,8 +90,8 @@ def test_attention_is_the_pim_models(reports):
     setup = DecodeSetup(LLM7B, NEUPIMS, LENGTHS, partition="tcp")
     cache = KernelCache(NEUPIMS, "dcs", True, dpa=True, dpa_max_tokens=max(LENGTHS))
     lt = layer_timing(setup, LENGTHS, cache)
-    partition, att = attention_cycles(setup, LENGTHS, cache)
-    assert partition == "tcp"
+    partition, att, commands = attention_cycles(setup, LENGTHS, cache)
+    assert (partition, commands) == ("tcp", 0)
     assert att == {k: lt.cycles[k] for k in ("qk", "sv", "softmax")}
     r = reports[1]
     assert r.ops["qk"] + r.ops["sv"] + r.ops["softmax"] == LLM7B.layers * sum(att.values())
@@ -219,3 +220,18 @@ def test_bench_llm72b_128k_under_a_second():
     rows = bench_hetero_decode()
     assert [r["batch"] for r in rows] == [4, 4]
     assert all(r["wall_seconds"] < 1.0 for r in rows)
+
+
+def test_static_memory_sends_the_attention_commands():
+    """Static memory: the host sends each layer's unrolled attention streams over the PIM
+    link, the PIM-only step's ``cmd_transfer`` cycles."""
+    lengths = (1024, 512)
+    setup = DecodeSetup(LLM7B, NEUPIMS, lengths, partition="tcp", memory="static")
+    cache = KernelCache(NEUPIMS, "dcs", True, dpa=False, dpa_max_tokens=max(lengths))
+    lt = layer_timing(setup, lengths, cache)
+    _, att, commands = attention_cycles(setup, lengths, cache)
+    assert att == {k: lt.cycles[k] for k in ("qk", "sv", "softmax")}
+    assert commands == lt.cycles["cmd_transfer"] > 0
+    r = run_hetero_decode(HeteroSetup(setup, NPU, 1))
+    assert r.ops["cmd_transfer"] == LLM7B.layers * commands
+    assert r.cycles == sum(d["busy_cycles"] for d in r.devices.values())

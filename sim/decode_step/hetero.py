@@ -76,6 +76,7 @@ OP_STYLE: dict[str, tuple[str, str]] = {
     "ffn1": ("FFN1 GEMM", "#8ecae6"),
     "ffn2": ("FFN2 GEMM", "#126782"),
     "vector": ("norm/act/residual", "#f4a261"),
+    "cmd_transfer": ("attention cmds to PIM (static memory)", "#9d0208"),
     "qkv_transfer": ("Q/K/V to PIM", "#9d4edd"),
     "qk": ("QK^T (PIM)", "#2a9d8f"),
     "softmax": ("softmax (PIM EPU)", "#e9c46a"),
@@ -145,7 +146,7 @@ class Timeline:
 
 def pipeline_schedule(
     xpu: Sequence[Sequence[Sequence[tuple[str, int]]]],
-    to_pim: Sequence[Sequence[int]],
+    to_pim: Sequence[Sequence[Sequence[tuple[str, int]]]],
     pim: Sequence[Sequence[Sequence[tuple[str, int]]]],
     to_xpu: Sequence[Sequence[int]],
 ) -> Timeline:
@@ -154,7 +155,9 @@ def pipeline_schedule(
     Parameters
     ----------
     xpu : per sub-batch, ``L + 1`` xPU tasks, each a list of ``(op, cycles)`` segments.
-    to_pim, to_xpu : per sub-batch, ``L`` transfer cycles (Q/K/V in, attention out).
+    to_pim : per sub-batch, ``L`` transfers to PIM as ``(op, cycles)`` segments (static
+        memory's attention instructions, Q/K/V).
+    to_xpu : per sub-batch, ``L`` transfer cycles (attention outputs).
     pim : per sub-batch, ``L`` attention tasks as ``(op, cycles)`` segments.
 
     Every device runs its tasks in (layer, sub-batch) order; a task starts at
@@ -178,7 +181,7 @@ def pipeline_schedule(
         if layer == layers:
             break
         for s in range(k):
-            put("to_pim", s, (("qkv_transfer", to_pim[s][layer]),), f"in{layer}.{s}")
+            put("to_pim", s, tuple(to_pim[s][layer]), f"in{layer}.{s}")
             put("pim", s, tuple(pim[s][layer]), f"A{layer}.{s}")
             put("to_xpu", s, (("out_transfer", to_xpu[s][layer]),), f"out{layer}.{s}")
     return Timeline(max(free.values()), tasks)
@@ -261,7 +264,7 @@ def run_hetero_decode(setup: HeteroSetup, cache: KernelCache | None = None) -> H
     in_bytes = out_bytes = 0
     for mb in setup.batches:
         pre, post = _xpu_ops(setup, len(mb))
-        partition, att = attention_cycles(pim_setup, mb, cache)
+        partition, att, commands = attention_cycles(pim_setup, mb, cache)
         chosen[partition] = chosen.get(partition, 0) + layers
         # Each of the tp modules receives its heads' Q/K/V and returns their outputs over its
         # own host link.
@@ -273,7 +276,7 @@ def run_hetero_decode(setup: HeteroSetup, cache: KernelCache | None = None) -> H
         to_xpu = link_cycles(cfg, math.ceil(out_b / tp), "host")
         post_pre = [(k, v) for k, v in post.items()] + [(k, v) for k, v in pre.items()]
         xpu_tasks.append([list(pre.items())] + [post_pre] * (layers - 1) + [list(post.items())])
-        in_tasks.append([to_pim] * layers)
+        in_tasks.append([[("cmd_transfer", commands), ("qkv_transfer", to_pim)]] * layers)
         pim_tasks.append([[(k, att[k]) for k in ("qk", "softmax", "sv")]] * layers)
         out_tasks.append([to_xpu] * layers)
     tl = pipeline_schedule(xpu_tasks, in_tasks, pim_tasks, out_tasks)

@@ -193,17 +193,23 @@ def _attention_split(
 
 def attention_cycles(
     setup: DecodeSetup, lengths: tuple[int, ...], cache: KernelCache
-) -> tuple[str, dict[str, int]]:
+) -> tuple[str, dict[str, int], int]:
     """One layer's attention (QK^T, softmax, SV) of micro-batch ``lengths`` on one TP module,
     exactly as :func:`layer_timing` times it, without the weight GEMVs: ``(partition,
-    {"qk", "sv", "softmax"} cycles)``. With ``--partition auto`` the candidate with the
-    fewest attention cycles (ties: the first)."""
-    best: tuple[str, dict[str, int]] | None = None
+    {"qk", "sv", "softmax"} cycles, command-transfer cycles)``; the last is the host link
+    time of the attention instructions under static memory (0 with lazy memory, DPA). With
+    ``--partition auto`` the candidate with the fewest attention cycles (ties: the first)."""
+    best: tuple[str, dict[str, int], int] | None = None
     for partition in candidates(setup.partition):
         plan = layer_plan(setup.model, setup.hw, lengths, setup.tp, partition)
-        split = _attention_split(plan, setup.hw, _once(cache.run))[0]
-        if best is None or sum(split.values()) < sum(best[1].values()):
-            best = (plan.partition, split)
+        run = _once(cache.run)
+        split = _attention_split(plan, setup.hw, run)[0]
+        sent = 0
+        if setup.memory == MemoryPolicy.STATIC:
+            hub = _hub_count(plan.qk, run) + _hub_count(plan.sv, run)
+            sent = link_cycles(setup.hw, hub * hub_instruction_bytes(setup.hw), "host")
+        if best is None or sum(split.values()) + sent < sum(best[1].values()) + best[2]:
+            best = (plan.partition, split, sent)
     assert best is not None
     return best
 
