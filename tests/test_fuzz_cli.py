@@ -178,6 +178,8 @@ OPTIONS = {
     "compile": ["--kernel", "--tokens", "--dh", "--format", "--max-tokens", "--gqa-group"],
     "decode": ["--context", "--batch", "--tp", "--pp", "--partition", "--sched", "--memory"],
     "sweep": ["--kernel", "--dims", "--tokens"],
+    # decode --system xpu+pim (argv[0] is replaced by the command and the system)
+    "xpu+pim": ["--context", "--batch", "--tp", "--sub-batches", "--partition", "--memory"],
 }
 option_values = st.one_of(
     st.integers(-3, 300).map(str),
@@ -193,6 +195,8 @@ argvs = st.sampled_from(sorted(OPTIONS)).flatmap(
 def _argv_case(tmp_path: Path, capsys, argv: list[str]) -> None:
     if argv[0] == "compile":
         argv = [*argv, "-o", str(tmp_path / "out.bin")]
+    if argv[0] == "xpu+pim":
+        argv = ["decode", "--system", "xpu+pim", "--preset", "pimphony-neupims", *argv[1:]]
     if argv[0] == "decode":
         argv = [*argv, "--model", "llm-1.8b", "--report", str(tmp_path / "r.json")]
         argv += ["--plot", str(tmp_path / "r.png"), "--force"]
