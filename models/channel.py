@@ -10,20 +10,42 @@ waiting for execution latencies, buffer hand-offs or the dispatcher). The four a
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 import numpy as np
 
 from models.config import HardwareConfig, Timing
-from models.dcs import dcs_schedule, entry_predecessors
+from models.dcs import dcs_run, dcs_schedule, entry_predecessors, new_dcs_state
 from models.dram import execution_times, timing_vector
-from models.isa import Op, describe_command, validate_stream
-from models.pingpong import PingPongError, pingpong_schedule, pingpong_slots
-from models.static_sched import static_schedule
+from models.isa import Op, describe_command, empty_stream, validate_stream
+from models.pingpong import (
+    PP_FLIP,
+    PP_HANDOFF,
+    PP_LATE,
+    PingPongError,
+    late_command_error,
+    new_pingpong_state,
+    pingpong_assign,
+    pingpong_illegal,
+    pingpong_run,
+    pingpong_schedule,
+    pingpong_slots,
+)
+from models.static_sched import new_static_state, static_run, static_schedule
+from models.tally import (
+    TL_COUNTS,
+    TL_MODE_SWITCHES,
+    TL_SWITCHES,
+    new_pending,
+    new_tally,
+    tally_close,
+)
 
 __all__ = [
     "BREAKDOWN_KEYS",
+    "DEFAULT_CHUNK",
+    "ChannelRun",
     "SCHEDULERS",
     "ScheduleResult",
     "Scheduler",
@@ -31,7 +53,9 @@ __all__ = [
     "check_schedule",
     "mode_switch_count",
     "run_channel",
+    "run_channel_reference",
     "static_gap_violations",
+    "stream_chunks",
 ]
 
 BREAKDOWN_KEYS = ("mac_busy", "io_transfer", "dependency_stall", "row_switch")
@@ -46,12 +70,14 @@ _PINGPONG_WHY = {
 
 @dataclass(frozen=True)
 class ScheduleResult:
-    """Issue/completion cycles of every command and the derived statistics."""
+    """The statistics of a channel run and, if recorded, every command's issue/completion
+    cycle and every row switch (``None`` for a run that keeps statistics only)."""
 
     scheduler: str
-    issue: np.ndarray
-    completion: np.ndarray
-    row_switches: np.ndarray  # (n, 2): start cycle, first usable cycle
+    issue: np.ndarray | None
+    completion: np.ndarray | None
+    row_switches: np.ndarray | None  # (n, 2): start cycle, first usable cycle
+    row_switch_count: int
     cycles: int
     commands: int
     counts: dict[str, int]
@@ -68,9 +94,223 @@ class ScheduleResult:
             "counts": dict(self.counts),
             "mac_utilization": self.mac_utilization,
             "breakdown": dict(self.breakdown),
-            "row_switches": int(self.row_switches.shape[0]),
+            "row_switches": self.row_switch_count,
             **self.extra,
         }
+
+
+DEFAULT_CHUNK = 1 << 16
+"""Commands per chunk of a streaming run (:class:`ChannelRun`)."""
+
+_DCS_STUCK = "DCS cannot make progress (malformed stream or queue deadlock)"
+
+
+class _StaticEngine:
+    """The static scheduler's state across chunks (:func:`models.static_sched.static_run`)."""
+
+    def __init__(self, cfg: HardwareConfig) -> None:
+        self.state, self.history = new_static_state(cfg.dcs.queue_depth)
+
+    def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray) -> None:
+        run.pend = static_run(
+            self.state, self.history, run.tally, run.pend, chunk["op"], chunk["row"], gaps,
+            run.tv, run.issue_out, run.sw_out,
+        )  # fmt: skip
+
+    def finish(self, run: ChannelRun) -> dict[str, int]:
+        return {}
+
+
+class _DcsEngine:
+    """DCS's queues and tables across chunks (:func:`models.dcs.dcs_run`)."""
+
+    def __init__(self, cfg: HardwareConfig) -> None:
+        ch = cfg.channel
+        self.n_gbuf = ch.gbuf_entries
+        self.state = new_dcs_state(cfg.dcs.queue_depth, ch.gbuf_entries, ch.obuf_entries)
+
+    def _run(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray, final: bool) -> None:
+        run.pend, status = dcs_run(
+            *self.state, self.n_gbuf, run.tally, run.pend, chunk["op"], chunk["gbuf"],
+            chunk["row"], chunk["out"], gaps, run.tv, final, run.issue_out, run.sw_out,
+        )  # fmt: skip
+        if status:
+            raise RuntimeError(_DCS_STUCK)
+
+    def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray) -> None:
+        self._run(run, chunk, gaps, False)
+
+    def finish(self, run: ChannelRun) -> dict[str, int]:
+        self._run(run, empty_stream(0), np.zeros(0, dtype=np.int64), True)
+        return {}
+
+
+class _PingPongEngine:
+    """Ping-pong's slots across chunks: commands are held until their slot is complete (a
+    later phase has started), then run a slot at a time (:func:`models.pingpong.pingpong_run`).
+    Legality is checked once the commands that decide it have arrived (two phases later)."""
+
+    _FIELDS = ("op", "gbuf", "out", "row")
+
+    def __init__(self, cfg: HardwareConfig) -> None:
+        ch = cfg.channel
+        self.n_gbuf, self.n_obuf = ch.gbuf_entries, ch.obuf_entries
+        self.state = new_pingpong_state()
+        self.phase, self.gh, self.oh = -1, 0, 0
+        self.phase_gh = np.zeros(0, dtype=np.int64)
+        self.phase_oh = np.zeros(0, dtype=np.int64)
+        self.phase_base = 0
+        empty = np.zeros(0, dtype=np.int64)
+        self.held = dict.fromkeys((*self._FIELDS, "slot", "cph", "accept", "index"), empty)
+        self.checked = 0  # program index of the first command not yet checked
+        self.s_next = -1  # the next slot to run (-1: the prologue)
+        self.a_prev = -1
+        self.late_accept = -1  # acceptance cycle of the first late command
+
+    def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray) -> None:
+        n = int(chunk.shape[0])
+        accept = self.a_prev + np.cumsum(gaps + 1)
+        self.a_prev = int(accept[-1])
+        fields = {f: chunk[f].astype(np.int64) for f in self._FIELDS}
+        slot, cph, new_gh, new_oh, self.phase = pingpong_assign(
+            fields["op"], fields["gbuf"], fields["out"], self.n_gbuf, self.n_obuf,
+            self.phase, self.gh, self.oh,
+        )  # fmt: skip
+        if new_gh.size:
+            self.gh, self.oh = int(new_gh[-1]), int(new_oh[-1])
+            self.phase_gh = np.concatenate([self.phase_gh, new_gh])
+            self.phase_oh = np.concatenate([self.phase_oh, new_oh])
+        index = np.arange(run.commands, run.commands + n, dtype=np.int64)
+        new = {**fields, "slot": slot, "cph": cph, "accept": accept, "index": index}
+        self.held = {k: np.concatenate([v, new[k]]) for k, v in self.held.items()}
+        p = self.phase
+        self._check(1 << 40, last_phase=p - 2)  # phases to come: any number
+        if p - 1 >= self.s_next:
+            self._run(run, p - 1)
+        keep = int(np.searchsorted(self.held["cph"], p - 1))
+        self.held = {k: v[keep:] for k, v in self.held.items()}
+        drop = max(0, p - 1 - self.phase_base)
+        self.phase_gh, self.phase_oh = self.phase_gh[drop:], self.phase_oh[drop:]
+        self.phase_base += drop
+
+    def _check(self, n_phases: int, last_phase: int | None = None) -> None:
+        h = self.held
+        lo = int(np.searchsorted(h["index"], self.checked))
+        hi = h["cph"].size if last_phase is None else int(np.searchsorted(h["cph"], last_phase + 1))
+        if hi <= lo:
+            return
+        bad, code = pingpong_illegal(
+            h["op"], h["gbuf"], h["out"], h["slot"], lo, hi, self.n_gbuf, self.n_obuf,
+            self.phase_gh, self.phase_oh, self.phase_base, n_phases,
+        )  # fmt: skip
+        if bad >= 0:
+            why = _PINGPONG_WHY[int(code)].format(gbuf=int(h["gbuf"][bad]), out=int(h["out"][bad]))
+            raise PingPongError(
+                f"stream is not ping-pong compatible at command {int(h['index'][bad])} "
+                f"({Op(int(h['op'][bad])).name}): {why}; allocate alternating buffer halves or "
+                f"use the dcs scheduler"
+            )
+        self.checked = int(h["index"][hi - 1]) + 1
+
+    def _run(self, run: ChannelRun, s_hi: int) -> None:
+        h = self.held
+        run.pend = pingpong_run(
+            self.state, run.tally, run.pend, h["op"], h["row"], h["slot"], h["accept"],
+            h["index"], self.s_next, s_hi, run.tv, run.issue_out, run.sw_out,
+        )  # fmt: skip
+        self.s_next = s_hi + 1
+        late = int(self.state[PP_LATE])
+        if late >= 0 and self.late_accept < 0:
+            self.late_accept = int(h["accept"][int(np.searchsorted(h["index"], late))])
+
+    def finish(self, run: ChannelRun) -> dict[str, int]:
+        if run.commands == 0:
+            return {}
+        n_phases = self.phase + 1
+        self._check(n_phases)
+        self._run(run, n_phases)  # through the epilogue
+        st = self.state
+        if st[PP_LATE] >= 0:
+            raise late_command_error(int(st[PP_LATE]), self.late_accept, int(st[PP_FLIP]))
+        return {"handoff_stall": int(st[PP_HANDOFF]), "phases": n_phases}
+
+
+class ChannelRun:
+    """One channel run fed a stream in chunks; :meth:`finish` gives the
+    :class:`ScheduleResult`, equal to :func:`run_channel`'s on the whole stream wherever the
+    chunks end.
+
+    The scheduler's state (queues, tables, open row, mode, hand-off) and the statistics
+    (:mod:`models.tally`) carry across chunks, so memory does not grow with the stream.
+    ``record`` commands' issue cycles and row switches are kept (``0``: statistics only).
+    """
+
+    def __init__(
+        self, cfg: HardwareConfig, scheduler: str = "dcs", record: int = 0, validate: bool = True
+    ) -> None:
+        if not isinstance(scheduler, str) or scheduler not in SCHEDULERS:
+            raise ValueError(
+                f"scheduler {scheduler!r} is unknown; allowed: {', '.join(SCHEDULERS)}"
+            )
+        self.cfg = cfg
+        self.scheduler = scheduler
+        self.validate = validate
+        self.tv = timing_vector(cfg)
+        self.tally = new_tally()
+        self.pend = new_pending()
+        self.commands = 0
+        self.issue_out = np.full(record, -1, dtype=np.int64)
+        self.sw_out = np.zeros((record, 2), dtype=np.int64)
+        self._engine = SCHEDULERS[Scheduler(scheduler)].engine(cfg)
+        self._done = False
+
+    def feed(self, chunk: np.ndarray, valid_gaps: np.ndarray | None = None) -> None:
+        """Schedule the next ``chunk`` of the stream (``valid_gaps`` as in :func:`run_channel`,
+        one per command of the chunk)."""
+        if self._done:
+            raise RuntimeError("this channel run has finished; start a new ChannelRun")
+        if self.validate:
+            validate_stream(chunk, self.cfg.channel, offset=self.commands)
+        n = int(chunk.shape[0])
+        if self.commands + n > self.issue_out.shape[0] > 0:
+            raise ValueError(f"more than the {self.issue_out.shape[0]} commands to record")
+        if valid_gaps is None:
+            gaps = np.zeros(n, dtype=np.int64)
+        else:
+            gaps = np.ascontiguousarray(valid_gaps, dtype=np.int64)
+            if gaps.shape != (n,) or (gaps < 0).any():
+                raise ValueError(f"valid_gaps must be {n} non-negative integers")
+        if n:
+            self._engine.feed(self, chunk, gaps)
+        self.commands += n
+
+    def finish(self) -> ScheduleResult:
+        """Schedule what is left and return the result."""
+        if not self._done:
+            self._extra = self._engine.finish(self)
+            self._done = True
+        tl = self.tally
+        cycles, breakdown = tally_close(tl, self.pend)
+        counts = {o.name: int(tl[TL_COUNTS + o]) for o in Op}
+        n_sw = int(tl[TL_SWITCHES])
+        extra = dict(self._extra)
+        if self.cfg.timing.t_MOD > 0:
+            extra["mode_switches"] = int(tl[TL_MODE_SWITCHES])
+        recorded = self.issue_out.shape[0] > 0
+        util = counts["MAC"] * self.cfg.timing.tCCD / cycles if cycles else 0.0
+        return ScheduleResult(
+            scheduler=self.scheduler,
+            issue=self.issue_out if recorded else None,
+            completion=None,
+            row_switches=self.sw_out[:n_sw].copy() if recorded else None,
+            row_switch_count=n_sw,
+            cycles=cycles,
+            commands=self.commands,
+            counts=counts,
+            mac_utilization=min(util, 1.0),
+            breakdown=breakdown,
+            extra=extra,
+        )
 
 
 def run_channel(
@@ -79,12 +319,46 @@ def run_channel(
     scheduler: str = "dcs",
     valid_gaps: np.ndarray | None = None,
     validate: bool = True,
+    record: bool = True,
 ) -> ScheduleResult:
     """Schedule ``stream`` on one channel of ``cfg`` with ``scheduler``.
 
     ``valid_gaps[k]`` idle cycles pass between accepting command ``k - 1`` (or cycle 0) and
     the input stream offering command ``k``; by default every command is offered at once.
+    With ``record`` the result has every command's issue and completion cycle and every row
+    switch; without, statistics only.
     """
+    if not isinstance(scheduler, str) or scheduler not in SCHEDULERS:
+        raise ValueError(f"scheduler {scheduler!r} is unknown; allowed: {', '.join(SCHEDULERS)}")
+    n = int(stream.shape[0]) if isinstance(stream, np.ndarray) else 0
+    run = ChannelRun(cfg, scheduler, record=n if record else 0, validate=validate)
+    run.feed(stream, valid_gaps)
+    result = run.finish()
+    if not record:
+        return result
+    if n == 0:
+        issue = np.empty(0, dtype=np.int64)
+        return replace(result, issue=issue, completion=issue.copy())
+    completion = result.issue + execution_times(cfg.timing)[stream["op"]]
+    return replace(result, completion=completion)
+
+
+def stream_chunks(stream: np.ndarray, chunk: int = DEFAULT_CHUNK):
+    """``stream`` in consecutive slices of ``chunk`` commands (views, no copies)."""
+    for lo in range(0, int(stream.shape[0]), chunk):
+        yield stream[lo : lo + chunk]
+
+
+def run_channel_reference(
+    stream: np.ndarray,
+    cfg: HardwareConfig,
+    scheduler: str = "dcs",
+    valid_gaps: np.ndarray | None = None,
+    validate: bool = True,
+) -> ScheduleResult:
+    """:func:`run_channel` as whole-stream kernels and per-cycle breakdown arrays (the form
+    before the streaming TLM), kept as the reference the equivalence tests and ``make bench``
+    compare the streaming kernels with."""
     if not isinstance(scheduler, str) or scheduler not in SCHEDULERS:
         raise ValueError(f"scheduler {scheduler!r} is unknown; allowed: {', '.join(SCHEDULERS)}")
     if validate:
@@ -125,6 +399,7 @@ def run_channel(
         issue=issue,
         completion=completion,
         row_switches=switches,
+        row_switch_count=n_sw,
         cycles=cycles,
         commands=n,
         counts=counts,
@@ -371,11 +646,12 @@ class SchedulerSpec:
 
     schedule: Callable[..., tuple[np.ndarray, int]]
     check: Callable[..., None]
+    engine: Callable[[HardwareConfig], object]
 
 
 #: The schedulers, in the order reports list them (the baseline first).
 SCHEDULERS: dict[Scheduler, SchedulerSpec] = {
-    Scheduler.STATIC: SchedulerSpec(_schedule_static, _check_static),
-    Scheduler.PINGPONG: SchedulerSpec(_schedule_pingpong, _check_pingpong),
-    Scheduler.DCS: SchedulerSpec(_schedule_dcs, _check_dcs),
+    Scheduler.STATIC: SchedulerSpec(_schedule_static, _check_static, _StaticEngine),
+    Scheduler.PINGPONG: SchedulerSpec(_schedule_pingpong, _check_pingpong, _PingPongEngine),
+    Scheduler.DCS: SchedulerSpec(_schedule_dcs, _check_dcs, _DcsEngine),
 }

@@ -48,8 +48,9 @@ from models.dram import (
     open_row,
 )
 from models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP
+from models.tally import TL_SWITCHES, tally_flush, tally_io, tally_mac, tally_row
 
-__all__ = ["dcs_schedule", "entry_predecessors"]
+__all__ = ["DCS_DEADLOCK", "dcs_run", "dcs_schedule", "entry_predecessors", "new_dcs_state"]
 
 
 @njit(cache=True)
@@ -224,3 +225,233 @@ def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_s
             io_h += 1
             issued += 1
     return issue, accept, n_sw
+
+
+# Indices into the state vector of :func:`dcs_run`.
+(_D_NACC, _D_ACCEPT, _D_ROW, _D_ACT, _D_MAC, _D_READY, _D_IO, _D_ISSUE, _D_MODE, _D_PREP) = range(10)
+_D_IO_H, _D_IO_N, _D_C_H, _D_C_N = range(10, 14)
+_D_LEN = 14
+# Columns of the queue rings: program index, opcode, GBuf entry, OBuf entry, row, acceptance
+# cycle, GBuf and OBuf dependency IDs (D-Table), issue cycle (-1 until issued).
+_Q_IDX, _Q_OP, _Q_G, _Q_O, _Q_ROW, _Q_ACC, _Q_DG, _Q_DO, _Q_ISS = range(9)
+_Q_LEN = 9
+# Columns of the S-Table: ID, issue cycle and opcode of the last command issued on the entry.
+_T_ID, _T_ISS, _T_OP = range(3)
+
+DCS_DEADLOCK = 1
+"""Status of :func:`dcs_run` when no command can ever issue (a malformed stream)."""
+
+
+@njit(cache=True)
+def new_dcs_state(depth: int, n_gbuf: int, n_obuf: int) -> tuple[np.ndarray, ...]:
+    """``(state, queues, d_table, s_table)`` of a channel before its first command under DCS.
+
+    ``queues`` holds the I/O and the compute queue (``depth`` entries each, as rings);
+    ``d_table`` the last accepted command per GBuf then OBuf entry; ``s_table`` the last
+    issued one (ID, issue cycle, opcode).
+    """
+    st = np.zeros(_D_LEN, dtype=np.int64)
+    st[_D_ACCEPT] = -1
+    st[_D_ROW] = -1
+    st[_D_ACT] = NEVER
+    st[_D_MAC] = NEVER
+    st[_D_IO] = NEVER
+    st[_D_ISSUE] = NEVER
+    st[_D_MODE] = MODE_COMPUTE
+    queues = np.zeros((2, max(depth, 1), _Q_LEN), dtype=np.int64)
+    d_table = np.full(n_gbuf + n_obuf, -1, dtype=np.int64)
+    s_table = np.full((n_gbuf + n_obuf, 3), -1, dtype=np.int64)
+    return st, queues, d_table, s_table
+
+
+@njit(cache=True, inline="always")
+def _expiry(s_table, entry, did, is_gbuf, is_mac, tv):
+    """Cycle from which dependency ``did`` on S-Table row ``entry`` no longer blocks: NEVER
+    without one, INF while it has not issued (``_gbuf_expiry``/``_obuf_expiry``' rules)."""
+    if did < 0:
+        return NEVER
+    if s_table[entry, _T_ID] != did:
+        return INF
+    t = s_table[entry, _T_ISS]
+    p = s_table[entry, _T_OP]
+    if is_gbuf:
+        return t + (tv[TV_WR_INP] if p == OP_WR_INP else tv[TV_CCD])
+    if p == OP_MAC:
+        return t + (tv[TV_CCD] if is_mac else tv[TV_MAC])
+    return t + tv[TV_RD_OUT]
+
+
+@njit(cache=True)
+def dcs_run(
+    st, queues, d_table, s_table, n_gbuf, tl, pend, op, gbuf, row, out, valid_gaps, tv, final,
+    issue_out, sw_out,
+):  # fmt: skip
+    """Schedule the next chunk of commands under DCS, carrying on from the state of
+    :func:`new_dcs_state` and adding to the tally ``tl``/``pend`` (:mod:`models.tally`).
+
+    :func:`dcs_schedule`'s rules, with the queues, D-Table and S-Table the RTL holds instead
+    of whole-stream arrays (rows ``n_gbuf`` and on of the tables are the OBuf entries). The
+    run stops when it needs the next chunk's first command
+    (``final`` false) or when every command has issued. If ``issue_out`` has an entry per
+    command of the whole stream, issue cycles are written there, and row switches to
+    ``sw_out``. Returns ``(pend, status)``: 0, or :data:`DCS_DEADLOCK`.
+    """
+    depth = queues.shape[1]
+    record = issue_out.shape[0] > 0
+    qio = queues[0]
+    qc = queues[1]
+    n_acc = st[_D_NACC]
+    base = n_acc
+    end = base + op.shape[0]
+    a_prev = st[_D_ACCEPT]
+    cur_row = st[_D_ROW]
+    t_act_last = st[_D_ACT]
+    t_last_mac = st[_D_MAC]
+    row_ready = st[_D_READY]
+    last_io = st[_D_IO]
+    last_issue = st[_D_ISSUE]
+    mode = st[_D_MODE]
+    prepared = st[_D_PREP]
+    io_h = st[_D_IO_H]
+    io_n = st[_D_IO_N]
+    c_h = st[_D_C_H]
+    c_n = st[_D_C_N]
+    status = 0
+    while True:
+        # Dispatch candidate: the next command in program order.
+        ta = INF
+        if n_acc < end:
+            j = n_acc - base
+            ta = a_prev + 1 + valid_gaps[j]
+            if op[j] == OP_MAC:
+                if c_n >= depth:
+                    prev = qc[c_n % depth, _Q_ISS]
+                    ta = INF if prev < 0 else max(ta, prev + 1)
+            elif io_n >= depth:
+                prev = qio[io_n % depth, _Q_ISS]
+                ta = INF if prev < 0 else max(ta, prev + 1)
+        elif not final or (io_h == io_n and c_h == c_n):
+            break
+        # I/O queue head.
+        ti = INF
+        if io_h < io_n:
+            q = qio[io_h % depth]
+            ti = max(q[_Q_ACC] + 1, last_issue + 1, last_io + tv[TV_CCD])
+            if q[_Q_OP] == OP_WR_INP:
+                ti = max(ti, _expiry(s_table, q[_Q_G], q[_Q_DG], True, False, tv))
+            else:
+                ti = max(ti, _expiry(s_table, q[_Q_O], q[_Q_DO], False, False, tv))
+        # Compute queue head.
+        tc = INF
+        tc_no_row = INF
+        if c_h < c_n:
+            q = qc[c_h % depth]
+            head = max(q[_Q_ACC] + 1, t_last_mac + 1)
+            if prepared == 0:
+                prepared = 1
+                if q[_Q_ROW] != cur_row:
+                    start, t_act_last, row_ready = open_row(
+                        head, cur_row, t_act_last, t_last_mac, tv
+                    )
+                    pend = tally_row(tl, pend, start, row_ready)
+                    if record:
+                        n_sw = tl[TL_SWITCHES] - 1
+                        sw_out[n_sw, 0] = start
+                        sw_out[n_sw, 1] = row_ready
+                    cur_row = q[_Q_ROW]
+            tc = max(head, last_issue + 1, t_last_mac + tv[TV_CCD])
+            tc = max(tc, _expiry(s_table, q[_Q_G], q[_Q_DG], True, True, tv))
+            tc_no_row = max(tc, _expiry(s_table, q[_Q_O], q[_Q_DO], False, True, tv))
+            tc = max(tc_no_row, row_ready)
+        # Mode rule (see dcs_schedule).
+        xi = ti
+        xc = tc
+        if tv[TV_MOD] > 0:
+            if mode == MODE_COMPUTE:
+                if tc < INF:
+                    ti = INF
+                elif ti < INF:
+                    ti, xi = mode_switch(ti, ti, tv)
+            elif ti < INF:
+                tc = INF
+            elif tc < INF:
+                tc, xc = mode_switch(tc, tc_no_row, tv)
+        t = min(ta, ti, tc)
+        if t >= INF:
+            status = DCS_DEADLOCK
+            break
+        if ta == t:
+            j = n_acc - base
+            o = np.int64(op[j])
+            if o == OP_MAC:
+                q = qc[c_n % depth]
+                c_n += 1
+            else:
+                q = qio[io_n % depth]
+                io_n += 1
+            g = np.int64(gbuf[j])
+            e = n_gbuf + np.int64(out[j])
+            q[_Q_IDX] = n_acc
+            q[_Q_OP] = o
+            q[_Q_G] = g
+            q[_Q_O] = e
+            q[_Q_ROW] = np.int64(row[j])
+            q[_Q_ACC] = t
+            q[_Q_ISS] = -1
+            q[_Q_DG] = -1
+            q[_Q_DO] = -1
+            if o != OP_RD_OUT:
+                q[_Q_DG] = d_table[g]
+                d_table[g] = n_acc
+            if o != OP_WR_INP:
+                q[_Q_DO] = d_table[e]
+                d_table[e] = n_acc
+            a_prev = t
+            n_acc += 1
+        if tc == t:
+            q = qc[c_h % depth]
+            q[_Q_ISS] = xc
+            for e in (q[_Q_G], q[_Q_O]):
+                s_table[e, _T_ID] = q[_Q_IDX]
+                s_table[e, _T_ISS] = xc
+                s_table[e, _T_OP] = OP_MAC
+            t_last_mac = xc
+            last_issue = xc
+            mode = MODE_COMPUTE
+            c_h += 1
+            prepared = 0
+            pend = tally_mac(tl, pend, xc, tv)
+            if record:
+                issue_out[q[_Q_IDX]] = xc
+        elif ti == t:
+            q = qio[io_h % depth]
+            q[_Q_ISS] = xi
+            e = q[_Q_G] if q[_Q_OP] == OP_WR_INP else q[_Q_O]
+            s_table[e, _T_ID] = q[_Q_IDX]
+            s_table[e, _T_ISS] = xi
+            s_table[e, _T_OP] = q[_Q_OP]
+            last_io = xi
+            last_issue = xi
+            mode = MODE_REGISTER
+            io_h += 1
+            pend = tally_io(tl, pend, q[_Q_OP], xi, tv)
+            if record:
+                issue_out[q[_Q_IDX]] = xi
+        # Nothing issues before last_issue + 1; no row switch starts before the next MAC's
+        # acceptance (a_prev + 1 at the earliest) or the compute head's issue.
+        tally_flush(tl, pend, last_issue + 1, min(last_issue + 1, a_prev + 1))
+    st[_D_NACC] = n_acc
+    st[_D_ACCEPT] = a_prev
+    st[_D_ROW] = cur_row
+    st[_D_ACT] = t_act_last
+    st[_D_MAC] = t_last_mac
+    st[_D_READY] = row_ready
+    st[_D_IO] = last_io
+    st[_D_ISSUE] = last_issue
+    st[_D_MODE] = mode
+    st[_D_PREP] = prepared
+    st[_D_IO_H] = io_h
+    st[_D_IO_N] = io_n
+    st[_D_C_H] = c_h
+    st[_D_C_N] = c_n
+    return pend, status

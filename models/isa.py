@@ -28,6 +28,7 @@ from enum import IntEnum
 from pathlib import Path
 
 import numpy as np
+from numba import njit
 
 from models.config import ChannelGeometry, HardwareConfig
 from models.errors import PimphonyError
@@ -153,24 +154,18 @@ def make_stream(commands: list[tuple]) -> np.ndarray:
 
 
 def validate_stream(
-    stream: np.ndarray, geom: ChannelGeometry, gpr_tiles: int | None = None
+    stream: np.ndarray, geom: ChannelGeometry, gpr_tiles: int | None = None, offset: int = 0
 ) -> None:
     """Raise :class:`StreamError` naming the first illegal command and field.
 
     ``gpr_tiles`` (the GPR size in 32 B tiles), if given, also bounds the ``gpr`` field.
+    ``offset`` is the index of the first command in the whole stream (a chunk's messages
+    name whole-stream indices).
     """
     if not isinstance(stream, np.ndarray) or stream.dtype != COMMAND_DTYPE or stream.ndim != 1:
         raise StreamError(
             f"a command stream must be a 1-D numpy array of dtype {COMMAND_DTYPE}, "
             f"got {getattr(stream, 'dtype', type(stream))}"
-        )
-    op = stream["op"].astype(np.int64)
-    bad = np.flatnonzero((op < 0) | (op >= len(Op)))
-    if bad.size:
-        i = int(bad[0])
-        raise StreamError(
-            f"command {i}: op = {int(op[i])} is not an opcode; allowed: "
-            + ", ".join(f"{o.value} ({o.name})" for o in Op)
         )
     limits = {
         "gbuf": geom.gbuf_entries,
@@ -179,6 +174,20 @@ def validate_stream(
         "out": geom.obuf_entries,
         "gpr": gpr_tiles if gpr_tiles is not None else np.iinfo(np.uint32).max + 1,
     }
+    # A field's bound per opcode: its limit for an operand, 1 (it must be 0) otherwise.
+    bound = np.array(
+        [[limits[f] if f in OPERAND_FIELDS[o] else 1 for f in limits] for o in Op], dtype=np.int64
+    )
+    if _first_invalid(*(stream[f] for f in FIELDS), bound) < 0:
+        return
+    op = stream["op"].astype(np.int64)
+    bad = np.flatnonzero((op < 0) | (op >= len(Op)))
+    if bad.size:
+        i = int(bad[0])
+        raise StreamError(
+            f"command {i + offset}: op = {int(op[i])} is not an opcode; allowed: "
+            + ", ".join(f"{o.value} ({o.name})" for o in Op)
+        )
     for o in Op:
         mask = op == o
         if not mask.any():
@@ -193,7 +202,29 @@ def validate_stream(
                 why = f"is not used by {o.name} and must be 0"
             if bad.size:
                 i = int(bad[0])
-                raise StreamError(f"command {i} ({o.name}): {name} = {int(values[i])} {why}")
+                raise StreamError(
+                    f"command {i + offset} ({o.name}): {name} = {int(values[i])} {why}"
+                )
+
+
+@njit(cache=True)
+def _first_invalid(op, gbuf, row, col, out, gpr, bound):
+    """Index of the first command with an unknown opcode or a field at or past its bound
+    (``bound[op, field]``, fields in :data:`FIELDS` order after ``op``), else -1."""
+    n_ops = bound.shape[0]
+    for i in range(op.shape[0]):
+        o = np.int64(op[i])
+        if o >= n_ops:
+            return i
+        if (
+            np.int64(gbuf[i]) >= bound[o, 0]
+            or np.int64(row[i]) >= bound[o, 1]
+            or np.int64(col[i]) >= bound[o, 2]
+            or np.int64(out[i]) >= bound[o, 3]
+            or np.int64(gpr[i]) >= bound[o, 4]
+        ):
+            return i
+    return -1
 
 
 def _header(cfg: HardwareConfig | None, extra: dict | None) -> dict:

@@ -58,8 +58,21 @@ from models.dram import (
 from models.errors import PimphonyError
 from models.isa import OP_MAC, OP_WR_INP
 from models.static_sched import static_gap
+from models.tally import TL_SWITCHES, tally_flush, tally_io, tally_mac, tally_row
 
-__all__ = ["PingPongError", "pingpong_schedule", "pingpong_slots"]
+__all__ = [
+    "PP_FLIP",
+    "PP_HANDOFF",
+    "PP_LATE",
+    "PingPongError",
+    "late_command_error",
+    "new_pingpong_state",
+    "pingpong_assign",
+    "pingpong_illegal",
+    "pingpong_run",
+    "pingpong_schedule",
+    "pingpong_slots",
+]
 
 
 class PingPongError(PimphonyError, ValueError):
@@ -131,14 +144,18 @@ def pingpong_schedule(op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end)
         op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end
     )
     if late >= 0:
-        accepted = int(np.sum(valid_gaps[: late + 1]) + late)
-        raise PingPongError(
-            f"command {late} is offered at cycle {accepted}, after the controller handed its "
-            f"slot off at cycle {flip_at} (every earlier command of the slot had completed and "
-            f"a later slot's command was waiting); ping-pong needs a phase's commands to "
-            f"arrive without such input gaps -- use the dcs scheduler"
-        )
+        raise late_command_error(late, int(np.sum(valid_gaps[: late + 1]) + late), flip_at)
     return issue, n_sw, handoff
+
+
+def late_command_error(late: int, accepted: int, flip_at: int) -> PingPongError:
+    """The error of a command offered after its slot was handed off (module docstring)."""
+    return PingPongError(
+        f"command {late} is offered at cycle {accepted}, after the controller handed its "
+        f"slot off at cycle {flip_at} (every earlier command of the slot had completed and "
+        f"a later slot's command was waiting); ping-pong needs a phase's commands to "
+        f"arrive without such input gaps -- use the dcs scheduler"
+    )
 
 
 @njit(cache=True)
@@ -287,3 +304,270 @@ def _pingpong_kernel(op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end):
                 late = order[j]
                 flip_at = t
     return issue, n_sw, handoff, late, flip_at
+
+
+# Indices into the state vector of :func:`pingpong_run`.
+(_P_BARRIER, _P_IO, _P_IO_OP, _P_MAC, _P_ISSUE, _P_ROW, _P_ACT, _P_READY) = range(8)
+_P_HANDOFF, _P_MODE, _P_LATE, _P_FLIP = range(8, 12)
+_P_LEN = 12
+PP_HANDOFF, PP_LATE, PP_FLIP = _P_HANDOFF, _P_LATE, _P_FLIP
+"""State entries a driver reads: hand-off stall so far, the first late command (program
+index, -1 if none) and the cycle its slot was handed off."""
+
+
+@njit(cache=True)
+def new_pingpong_state():
+    """The state vector of a channel before its first slot under ping-pong."""
+    st = np.zeros(_P_LEN, dtype=np.int64)
+    st[_P_BARRIER] = 1
+    st[_P_IO] = NEVER
+    st[_P_IO_OP] = -1
+    st[_P_MAC] = NEVER
+    st[_P_ISSUE] = NEVER
+    st[_P_ROW] = -1
+    st[_P_ACT] = NEVER
+    st[_P_MODE] = MODE_COMPUTE
+    st[_P_LATE] = -1
+    st[_P_FLIP] = -1
+    return st
+
+
+@njit(cache=True)
+def pingpong_assign(op, gbuf, out, n_gbuf, n_obuf, c, cur_gh, cur_oh):
+    """:func:`pingpong_slots`' slot rule, online: carry on from phase ``c`` (-1 before the
+    first MAC) whose halves are ``cur_gh``/``cur_oh``.
+
+    Returns ``(slot, phase, new_gh, new_oh, c)``: per command its slot and the phase of the
+    last MAC up to it, the halves of the phases that start in this chunk, and the phase at its
+    end.
+    """
+    n = op.shape[0]
+    half_g = n_gbuf // 2
+    half_o = n_obuf // 2
+    slot = np.empty(n, dtype=np.int64)
+    phase = np.empty(n, dtype=np.int64)
+    new_gh = np.empty(n, dtype=np.int64)
+    new_oh = np.empty(n, dtype=np.int64)
+    n_new = 0
+    for k in range(n):
+        o = op[k]
+        if o == OP_MAC:
+            gh = 1 if gbuf[k] >= half_g else 0
+            oh = 1 if out[k] >= half_o else 0
+            if c < 0 or gh != cur_gh or oh != cur_oh:
+                c += 1
+                cur_gh = gh
+                cur_oh = oh
+                new_gh[n_new] = gh
+                new_oh[n_new] = oh
+                n_new += 1
+            slot[k] = c
+        elif o == OP_WR_INP:
+            gh = 1 if gbuf[k] >= half_g else 0
+            slot[k] = c if (c < 0 or cur_gh != gh) else c + 1
+        else:
+            slot[k] = c + 1
+        phase[k] = c
+    return slot, phase, new_gh[:n_new], new_oh[:n_new], c
+
+
+@njit(cache=True)
+def pingpong_illegal(op, gbuf, out, slot, lo, hi, n_gbuf, n_obuf, phase_gh, phase_oh, base, n_ph):
+    """First command in ``[lo, hi)`` that breaks :func:`pingpong_slots`' legality rules, given
+    every command after it whose slot could matter (the rest of the arrays), the halves of
+    phases ``base`` on and the number of phases (or any larger number while it is unknown).
+
+    Returns ``(index, code)``, index -1 if none.
+    """
+    n = op.shape[0]
+    half_g = n_gbuf // 2
+    half_o = n_obuf // 2
+    next_g = np.full(n_gbuf, INF, dtype=np.int64)
+    next_o = np.full(n_obuf, INF, dtype=np.int64)
+    bad_cmd = -1
+    bad_code = 0
+    for k in range(n - 1, lo - 1, -1):
+        s = slot[k]
+        if op[k] == OP_MAC:
+            next_g[gbuf[k]] = s
+            next_o[out[k]] = s
+            continue
+        if k >= hi:
+            continue
+        if op[k] == OP_WR_INP:
+            gh = 1 if gbuf[k] >= half_g else 0
+            if 0 <= s < n_ph and phase_gh[s - base] == gh:
+                bad_cmd, bad_code = k, 1
+            elif next_g[gbuf[k]] <= s:
+                bad_cmd, bad_code = k, 2
+        else:
+            oh = 1 if out[k] >= half_o else 0
+            if s < n_ph and phase_oh[s - base] == oh:
+                bad_cmd, bad_code = k, 3
+            elif next_o[out[k]] <= s:
+                bad_cmd, bad_code = k, 4
+    return bad_cmd, bad_code
+
+
+@njit(cache=True)
+def pingpong_run(st, tl, pend, op, row, slot, accept, index, s_lo, s_hi, tv, issue_out, sw_out):
+    """Run slots ``s_lo..s_hi`` of the commands held (``op``, ``row``, ``slot``, acceptance
+    cycle and program ``index`` of each, in program order), carrying on from ``st`` and adding
+    to the tally ``tl``/``pend`` (:mod:`models.tally`).
+
+    ``_pingpong_kernel``'s rules, a slot at a time; the commands held include every command
+    of those slots and, unless ``s_hi`` is the epilogue, the first command of a later slot
+    (the online hand-off needs its acceptance). If ``issue_out`` has an entry per command of
+    the whole stream, issue cycles are written there, and row switches to ``sw_out``.
+    Returns ``pend``.
+    """
+    n = op.shape[0]
+    record = issue_out.shape[0] > 0
+    n_slots = s_hi - s_lo + 1
+    count = np.zeros(n_slots + 1, dtype=np.int64)
+    for k in range(n):
+        if s_lo <= slot[k] <= s_hi:
+            count[slot[k] - s_lo + 1] += 1
+    start_of = np.cumsum(count)
+    fill = start_of.copy()
+    order = np.empty(start_of[n_slots], dtype=np.int64)
+    for k in range(n):
+        if s_lo <= slot[k] <= s_hi:
+            b = slot[k] - s_lo
+            order[fill[b]] = k
+            fill[b] += 1
+    # first_after[x]: the first held command of slot s_lo + x or a later one (n: none).
+    first_after = np.full(n_slots + 1, n, dtype=np.int64)
+    for k in range(n - 1, -1, -1):
+        if slot[k] > s_lo:
+            first_after[min(slot[k] - s_lo, n_slots)] = k
+    for x in range(n_slots - 1, -1, -1):
+        first_after[x] = min(first_after[x], first_after[x + 1])
+    issue = np.empty(n, dtype=np.int64)
+
+    barrier = st[_P_BARRIER]
+    last_io = st[_P_IO]
+    last_io_op = st[_P_IO_OP]
+    last_mac = st[_P_MAC]
+    last_issue = st[_P_ISSUE]
+    cur_row = st[_P_ROW]
+    t_act_last = st[_P_ACT]
+    row_ready = st[_P_READY]
+    handoff = st[_P_HANDOFF]
+    mode = st[_P_MODE]
+    late = st[_P_LATE]
+    flip_at = st[_P_FLIP]
+    for b in range(n_slots):
+        lo = start_of[b]
+        hi = start_of[b + 1]
+        pi = lo
+        pc = lo
+        while pi < hi and op[order[pi]] == OP_MAC:
+            pi += 1
+        while pc < hi and op[order[pc]] != OP_MAC:
+            pc += 1
+        prepared = -1
+        end_io = barrier
+        end_c = barrier
+        while pi < hi or pc < hi:
+            ti = INF
+            if pi < hi:
+                k = order[pi]
+                gap = tv[TV_CCD]
+                if last_io_op >= 0 and last_io >= barrier:
+                    gap = static_gap(last_io_op, op[k], tv)
+                ti = max(barrier, accept[k] + 1, last_issue + 1, last_io + gap)
+            tc = INF
+            tc_no_row = INF
+            if pc < hi:
+                k = order[pc]
+                if prepared != pc:
+                    prepared = pc
+                    if row[k] != cur_row:
+                        head = max(last_mac + 1, accept[k] + 1)
+                        st_, t_act_last, row_ready = open_row(
+                            head, cur_row, t_act_last, last_mac, tv
+                        )
+                        pend = tally_row(tl, pend, st_, row_ready)
+                        if record:
+                            n_sw = tl[TL_SWITCHES] - 1
+                            sw_out[n_sw, 0] = st_
+                            sw_out[n_sw, 1] = row_ready
+                        cur_row = row[k]
+                tc_no_row = max(barrier, accept[k] + 1, last_issue + 1, last_mac + tv[TV_CCD])
+                tc = max(tc_no_row, row_ready)
+            xi = ti
+            xc = tc
+            if tv[TV_MOD] == 0:
+                take_io = ti < tc
+            elif mode == MODE_COMPUTE:
+                take_io = pc >= hi or (pi < hi and accept[order[pc]] >= ti)
+                if take_io:
+                    ti, xi = mode_switch(ti, ti, tv)
+            else:
+                tmod_c, xc = mode_switch(tc, tc_no_row, tv)
+                take_io = pi < hi and (pc >= hi or accept[order[pi]] < tmod_c)
+                if not take_io:
+                    tc = tmod_c
+            if take_io:
+                k = order[pi]
+                ti = xi
+                mode = MODE_REGISTER
+                issue[k] = ti
+                last_io = ti
+                last_io_op = op[k]
+                last_issue = ti
+                end_io = max(end_io, ti + exec_time(op[k], tv))
+                pend = tally_io(tl, pend, np.int64(op[k]), ti, tv)
+                # No row switch starts before the next MAC reaches its queue head.
+                tally_flush(tl, pend, last_issue + 1, last_mac + 1)
+                pi += 1
+                while pi < hi and op[order[pi]] == OP_MAC:
+                    pi += 1
+            else:
+                k = order[pc]
+                tc = xc
+                mode = MODE_COMPUTE
+                issue[k] = tc
+                last_mac = tc
+                last_issue = tc
+                end_c = max(end_c, tc + exec_time(OP_MAC, tv))
+                pend = tally_mac(tl, pend, tc, tv)
+                tally_flush(tl, pend, last_issue + 1, last_mac + 1)
+                pc += 1
+                while pc < hi and op[order[pc]] != OP_MAC:
+                    pc += 1
+            if record:
+                issue_out[index[k]] = issue[k]
+        new_barrier = max(end_io, end_c)
+        if end_io > barrier and end_c > barrier:
+            handoff += new_barrier - min(end_io, end_c)
+        barrier = new_barrier
+        later = first_after[b + 1]
+        if late < 0 and later < n and lo < hi:
+            t = accept[later] + 1
+            j = lo
+            done = NEVER
+            while True:
+                while j < hi and accept[order[j]] <= t:
+                    done = max(done, issue[order[j]] + exec_time(op[order[j]], tv))
+                    j += 1
+                if done <= t:
+                    break
+                t = done
+            if j < hi:
+                late = index[order[j]]
+                flip_at = t
+    st[_P_BARRIER] = barrier
+    st[_P_IO] = last_io
+    st[_P_IO_OP] = last_io_op
+    st[_P_MAC] = last_mac
+    st[_P_ISSUE] = last_issue
+    st[_P_ROW] = cur_row
+    st[_P_ACT] = t_act_last
+    st[_P_READY] = row_ready
+    st[_P_HANDOFF] = handoff
+    st[_P_MODE] = mode
+    st[_P_LATE] = late
+    st[_P_FLIP] = flip_at
+    return pend

@@ -20,8 +20,9 @@ from numba import njit
 
 from models.dram import MODE_COMPUTE, NEVER, TV_CCD, exec_time, mode_class, mode_gate, open_row
 from models.isa import OP_MAC
+from models.tally import TL_SWITCHES, tally_flush, tally_io, tally_mac, tally_row
 
-__all__ = ["static_gap", "static_schedule"]
+__all__ = ["new_static_state", "static_gap", "static_run", "static_schedule"]
 
 
 @njit(cache=True)
@@ -74,3 +75,95 @@ def static_schedule(op, row, valid_gaps, tv, depth, sw_start, sw_end):
             t_last_mac = t
         issue[i] = t
     return issue, n_sw
+
+
+# Indices into the state vector of :func:`static_run`.
+_S_NEXT, _S_ACCEPT, _S_ROW, _S_ACT, _S_MAC, _S_READY, _S_MODE, _S_OP, _S_ISSUE = range(9)
+_S_LEN = 9
+
+
+@njit(cache=True)
+def new_static_state(depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(state, history)`` of a channel before its first command under the static scheduler;
+    ``history`` holds the issue cycles of the last ``depth`` commands (queue back-pressure)."""
+    st = np.zeros(_S_LEN, dtype=np.int64)
+    st[_S_ACCEPT] = -1
+    st[_S_ROW] = -1
+    st[_S_ACT] = NEVER
+    st[_S_MAC] = NEVER
+    st[_S_MODE] = MODE_COMPUTE
+    st[_S_OP] = -1
+    st[_S_ISSUE] = NEVER
+    return st, np.zeros(max(depth, 1), dtype=np.int64)
+
+
+@njit(cache=True)
+def static_run(st, hist, tl, pend, op, row, valid_gaps, tv, issue_out, sw_out):
+    """Schedule the next chunk of commands (``op``, ``row``, ``valid_gaps``), carrying on from
+    ``st``/``hist`` and adding to the tally ``tl``/``pend`` (:mod:`models.tally`).
+
+    :func:`static_schedule`'s rules, one command at a time. If ``issue_out`` has an entry per
+    command of the whole stream, issue cycles are written there (by global index), and row
+    switches to ``sw_out`` likewise. Returns ``pend``.
+    """
+    depth = hist.shape[0]
+    record = issue_out.shape[0] > 0
+    i = st[_S_NEXT]
+    a_prev = st[_S_ACCEPT]
+    cur_row = st[_S_ROW]
+    t_act_last = st[_S_ACT]
+    t_last_mac = st[_S_MAC]
+    row_ready = st[_S_READY]
+    mode = st[_S_MODE]
+    prev_op = st[_S_OP]
+    prev_issue = st[_S_ISSUE]
+    for j in range(op.shape[0]):
+        o = np.int64(op[j])
+        a = a_prev + 1 + valid_gaps[j]
+        slot = i % depth
+        if i >= depth:
+            a = max(a, hist[slot] + 1)
+        a_prev = a
+        head = a + 1
+        t = head
+        if i > 0:
+            head = max(head, prev_issue + 1)
+            t = max(head, prev_issue + static_gap(prev_op, o, tv))
+        t_no_row = t
+        if o == OP_MAC:
+            r = np.int64(row[j])
+            if r != cur_row:
+                start, t_act_last, row_ready = open_row(head, cur_row, t_act_last, t_last_mac, tv)
+                pend = tally_row(tl, pend, start, row_ready)
+                if record:
+                    n_sw = tl[TL_SWITCHES] - 1
+                    sw_out[n_sw, 0] = start
+                    sw_out[n_sw, 1] = row_ready
+                cur_row = r
+            t = max(t, row_ready)
+        cls = mode_class(o)
+        t = mode_gate(t, t_no_row, cls, mode, tv)[1]
+        mode = cls
+        if o == OP_MAC:
+            t_last_mac = t
+            pend = tally_mac(tl, pend, t, tv)
+        else:
+            pend = tally_io(tl, pend, o, t, tv)
+        # In order: nothing issues or starts a row switch before t + 1.
+        tally_flush(tl, pend, t + 1, t + 1)
+        if record:
+            issue_out[i] = t
+        hist[slot] = t
+        prev_op = o
+        prev_issue = t
+        i += 1
+    st[_S_NEXT] = i
+    st[_S_ACCEPT] = a_prev
+    st[_S_ROW] = cur_row
+    st[_S_ACT] = t_act_last
+    st[_S_MAC] = t_last_mac
+    st[_S_READY] = row_ready
+    st[_S_MODE] = mode
+    st[_S_OP] = prev_op
+    st[_S_ISSUE] = prev_issue
+    return pend

@@ -1,0 +1,203 @@
+"""What a scheduler kernel counts while it runs, without per-command or per-cycle arrays.
+
+The statistics of :class:`models.channel.ScheduleResult`: commands per opcode, the
+completion cycle of the last command, row switches, mode switches (class changes in issue
+order, from compute mode) and the time breakdown. The breakdown gives every cycle in
+``[0, cycles)`` one cause: ``mac_busy`` (inside a MAC's tCCD), ``row_switch`` (inside a row
+switch, outside every MAC's tCCD), ``io_transfer`` (inside a WR_INP's or RD_OUT's tCCD,
+outside both), ``dependency_stall`` (the rest). With M, R and I the unions of those
+intervals: ``mac_busy = |M|``, ``row_switch = |M + R| - |M|``, ``io_transfer = |M + R + I| -
+|M + R|``.
+
+The length of a union is one sweep over its intervals in start order, keeping the open
+merged interval. Every kernel issues commands in increasing cycle order (one per cycle), so
+MAC and I/O intervals each come in start order; a row switch is recorded after the MAC
+before it (it starts tRTP after that MAC at the earliest) and before the MAC that needs it,
+so M and M + R are swept at once. A row switch may start before or after I/O commands that
+issue after it is recorded (DCS and ping-pong fill it with I/O), so M + R + I merges two
+FIFOs (``pend``), I/O and MAC/row, in start order, as far as the kernel says no earlier
+interval will come (:func:`tally_flush`). The state is a vector (``tl``) and the FIFOs, so
+a kernel can stop at the end of a chunk and carry on with the next: the result does not
+depend on where chunks end.
+
+Every interval starts before ``cycles`` (a command completes at least a cycle after its
+issue; a row switch ends before its MAC issues), so only the open merged interval of each
+union can reach past ``cycles``: :func:`tally_close` clips it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from models.dram import MODE_COMPUTE, TV_CCD, exec_time, mode_class
+from models.isa import OP_MAC
+
+__all__ = [
+    "TL_CLASS",
+    "TL_COUNTS",
+    "TL_CYCLES",
+    "TL_LEN",
+    "TL_MODE_SWITCHES",
+    "TL_SWITCHES",
+    "new_pending",
+    "new_tally",
+    "tally_close",
+    "tally_flush",
+    "tally_io",
+    "tally_lengths",
+    "tally_mac",
+    "tally_row",
+]
+
+# Indices into the int64 tally vector ``tl``.
+TL_CYCLES = 0  # latest completion so far
+TL_SWITCHES = 1  # row switches
+TL_MODE_SWITCHES = 2  # class changes in issue order, from compute mode
+TL_CLASS = 3  # mode class of the last issued command
+TL_COUNTS = 4  # issued commands per opcode (3 entries)
+_TL_FIFO = 7  # (head, tail) of the waiting I/O, then of the waiting MAC/row intervals
+_U_M, _U_MR, _U_MRI = 11, 14, 17  # three unions, each (start, end, closed length)
+TL_LEN = 20
+_IO, _MR = 0, 1  # the two FIFOs of ``pend``
+_LATEST = 1 << 62
+
+
+@njit(cache=True)
+def new_tally() -> np.ndarray:
+    """A fresh tally vector: nothing issued, the channel in compute mode."""
+    tl = np.zeros(TL_LEN, dtype=np.int64)
+    tl[TL_CLASS] = MODE_COMPUTE
+    return tl
+
+
+@njit(cache=True)
+def new_pending(capacity: int = 256) -> np.ndarray:
+    """Two empty FIFOs of intervals waiting for M + R + I: I/O, and MAC or row switch (grown
+    by the kernels when full)."""
+    return np.empty((2, max(capacity, 8), 2), dtype=np.int64)
+
+
+@njit(cache=True, inline="always")
+def _union_add(tl, u, s, e):
+    """Add ``[s, e)`` (no earlier start than any before it) to union ``u``."""
+    if s > tl[u + 1]:
+        tl[u + 2] += tl[u + 1] - tl[u]
+        tl[u] = s
+        tl[u + 1] = e
+    elif e > tl[u + 1]:
+        tl[u + 1] = e
+
+
+@njit(cache=True)
+def _push(tl, pend, f, s, e):
+    """Append ``[s, e)`` to FIFO ``f``; returns ``pend`` (a larger copy when it was full)."""
+    h = tl[_TL_FIFO + 2 * f]
+    tail = tl[_TL_FIFO + 2 * f + 1]
+    if tail == pend.shape[1]:
+        if h > 0:  # move the waiting intervals to the front
+            for j in range(tail - h):
+                pend[f, j, 0] = pend[f, h + j, 0]
+                pend[f, j, 1] = pend[f, h + j, 1]
+        else:
+            grown = np.empty((2, 2 * pend.shape[1], 2), dtype=np.int64)
+            grown[:, :tail] = pend[:, :tail]
+            pend = grown
+        tail -= h
+        tl[_TL_FIFO + 2 * f] = 0
+    pend[f, tail, 0] = s
+    pend[f, tail, 1] = e
+    tl[_TL_FIFO + 2 * f + 1] = tail + 1
+    return pend
+
+
+@njit(cache=True)
+def tally_flush(tl, pend, next_io, next_mr):
+    """Merge the waiting intervals into M + R + I in start order, as far as it is known: no
+    I/O command will issue before ``next_io``, no MAC issue or row switch start before
+    ``next_mr``."""
+    hi, ti = tl[_TL_FIFO], tl[_TL_FIFO + 1]
+    hm, tm = tl[_TL_FIFO + 2], tl[_TL_FIFO + 3]
+    while True:
+        s_io = pend[_IO, hi, 0] if hi < ti else _LATEST
+        s_mr = pend[_MR, hm, 0] if hm < tm else _LATEST
+        if s_io <= s_mr:  # the I/O head goes first unless a MAC or row switch may still
+            if hi == ti or (hm == tm and s_io > next_mr):  # come before it
+                break
+            _union_add(tl, _U_MRI, s_io, pend[_IO, hi, 1])
+            hi += 1
+        else:
+            if hi == ti and s_mr > next_io:
+                break
+            _union_add(tl, _U_MRI, s_mr, pend[_MR, hm, 1])
+            hm += 1
+    if hi == ti:
+        hi = 0
+        ti = 0
+    if hm == tm:
+        hm = 0
+        tm = 0
+    tl[_TL_FIFO], tl[_TL_FIFO + 1] = hi, ti
+    tl[_TL_FIFO + 2], tl[_TL_FIFO + 3] = hm, tm
+
+
+@njit(cache=True, inline="always")
+def _count(tl, op, t, tv):
+    """Count one issued command (opcode, completion, class change)."""
+    tl[TL_COUNTS + op] += 1
+    done = t + exec_time(op, tv)
+    if done > tl[TL_CYCLES]:
+        tl[TL_CYCLES] = done
+    cls = mode_class(op)
+    if cls != tl[TL_CLASS]:
+        tl[TL_MODE_SWITCHES] += 1
+        tl[TL_CLASS] = cls
+
+
+@njit(cache=True)
+def tally_mac(tl, pend, t, tv):
+    """A MAC issued at ``t``; returns ``pend``."""
+    _count(tl, OP_MAC, t, tv)
+    e = t + tv[TV_CCD]
+    _union_add(tl, _U_M, t, e)
+    _union_add(tl, _U_MR, t, e)
+    return _push(tl, pend, _MR, t, e)
+
+
+@njit(cache=True)
+def tally_row(tl, pend, start, ready):
+    """A row switch from ``start`` to ``ready`` (the first cycle a MAC may use the row);
+    returns ``pend``."""
+    tl[TL_SWITCHES] += 1
+    _union_add(tl, _U_MR, start, ready)
+    return _push(tl, pend, _MR, start, ready)
+
+
+@njit(cache=True)
+def tally_io(tl, pend, op, t, tv):
+    """A WR_INP or RD_OUT issued at ``t``; returns ``pend``."""
+    _count(tl, op, t, tv)
+    return _push(tl, pend, _IO, t, t + tv[TV_CCD])
+
+
+@njit(cache=True)
+def tally_lengths(tl, pend):
+    """``(cycles, |M|, |M + R|, |M + R + I|)`` once every command has issued."""
+    tally_flush(tl, pend, _LATEST, _LATEST)
+    cycles = tl[TL_CYCLES]
+    lengths = np.zeros(3, dtype=np.int64)
+    for k, u in enumerate((_U_M, _U_MR, _U_MRI)):
+        lengths[k] = tl[u + 2] + max(0, min(tl[u + 1], cycles) - tl[u])
+    return cycles, lengths[0], lengths[1], lengths[2]
+
+
+def tally_close(tl: np.ndarray, pend: np.ndarray) -> tuple[int, dict[str, int]]:
+    """``(cycles, breakdown)`` once every command has issued."""
+    cycles, m, mr, mri = (int(x) for x in tally_lengths(tl, pend))
+    breakdown = {
+        "mac_busy": m,
+        "io_transfer": mri - mr,
+        "dependency_stall": cycles - mri,
+        "row_switch": mr - m,
+    }
+    return cycles, breakdown
