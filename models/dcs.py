@@ -48,7 +48,15 @@ from models.dram import (
     open_row,
 )
 from models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP
-from models.tally import TL_SWITCHES, tally_flush, tally_io, tally_mac, tally_row
+from models.tally import (
+    TL_SWITCHES,
+    tally_flush,
+    tally_full,
+    tally_io,
+    tally_mac,
+    tally_room,
+    tally_row,
+)
 
 __all__ = ["DCS_DEADLOCK", "dcs_run", "dcs_schedule", "entry_predecessors", "new_dcs_state"]
 
@@ -228,7 +236,9 @@ def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_s
 
 
 # Indices into the state vector of :func:`dcs_run`.
-(_D_NACC, _D_ACCEPT, _D_ROW, _D_ACT, _D_MAC, _D_READY, _D_IO, _D_ISSUE, _D_MODE, _D_PREP) = range(10)
+(_D_NACC, _D_ACCEPT, _D_ROW, _D_ACT, _D_MAC, _D_READY, _D_IO, _D_ISSUE, _D_MODE, _D_PREP) = range(
+    10
+)
 _D_IO_H, _D_IO_N, _D_C_H, _D_C_N = range(10, 14)
 _D_LEN = 14
 # Columns of the queue rings: program index, opcode, GBuf entry, OBuf entry, row, acceptance
@@ -316,8 +326,15 @@ def dcs_run(
     io_n = st[_D_IO_N]
     c_h = st[_D_C_H]
     c_n = st[_D_C_N]
+    # Ring slots of the queue heads and tails (the positions modulo depth).
+    io_hs = io_h % depth
+    io_ns = io_n % depth
+    c_hs = c_h % depth
+    c_ns = c_n % depth
     status = 0
     while True:
+        if tally_full(tl, pend):
+            pend = tally_room(tl, pend)
         # Dispatch candidate: the next command in program order.
         ta = INF
         if n_acc < end:
@@ -325,43 +342,43 @@ def dcs_run(
             ta = a_prev + 1 + valid_gaps[j]
             if op[j] == OP_MAC:
                 if c_n >= depth:
-                    prev = qc[c_n % depth, _Q_ISS]
+                    prev = qc[c_ns, _Q_ISS]
                     ta = INF if prev < 0 else max(ta, prev + 1)
             elif io_n >= depth:
-                prev = qio[io_n % depth, _Q_ISS]
+                prev = qio[io_ns, _Q_ISS]
                 ta = INF if prev < 0 else max(ta, prev + 1)
         elif not final or (io_h == io_n and c_h == c_n):
             break
         # I/O queue head.
         ti = INF
         if io_h < io_n:
-            q = qio[io_h % depth]
-            ti = max(q[_Q_ACC] + 1, last_issue + 1, last_io + tv[TV_CCD])
-            if q[_Q_OP] == OP_WR_INP:
-                ti = max(ti, _expiry(s_table, q[_Q_G], q[_Q_DG], True, False, tv))
+            h = io_hs
+            ti = max(qio[h, _Q_ACC] + 1, last_issue + 1, last_io + tv[TV_CCD])
+            if qio[h, _Q_OP] == OP_WR_INP:
+                ti = max(ti, _expiry(s_table, qio[h, _Q_G], qio[h, _Q_DG], True, False, tv))
             else:
-                ti = max(ti, _expiry(s_table, q[_Q_O], q[_Q_DO], False, False, tv))
+                ti = max(ti, _expiry(s_table, qio[h, _Q_O], qio[h, _Q_DO], False, False, tv))
         # Compute queue head.
         tc = INF
         tc_no_row = INF
         if c_h < c_n:
-            q = qc[c_h % depth]
-            head = max(q[_Q_ACC] + 1, t_last_mac + 1)
+            h = c_hs
+            head = max(qc[h, _Q_ACC] + 1, t_last_mac + 1)
             if prepared == 0:
                 prepared = 1
-                if q[_Q_ROW] != cur_row:
+                if qc[h, _Q_ROW] != cur_row:
                     start, t_act_last, row_ready = open_row(
                         head, cur_row, t_act_last, t_last_mac, tv
                     )
-                    pend = tally_row(tl, pend, start, row_ready)
+                    tally_row(tl, pend, start, row_ready)
                     if record:
                         n_sw = tl[TL_SWITCHES] - 1
                         sw_out[n_sw, 0] = start
                         sw_out[n_sw, 1] = row_ready
-                    cur_row = q[_Q_ROW]
+                    cur_row = qc[h, _Q_ROW]
             tc = max(head, last_issue + 1, t_last_mac + tv[TV_CCD])
-            tc = max(tc, _expiry(s_table, q[_Q_G], q[_Q_DG], True, True, tv))
-            tc_no_row = max(tc, _expiry(s_table, q[_Q_O], q[_Q_DO], False, True, tv))
+            tc = max(tc, _expiry(s_table, qc[h, _Q_G], qc[h, _Q_DG], True, True, tv))
+            tc_no_row = max(tc, _expiry(s_table, qc[h, _Q_O], qc[h, _Q_DO], False, True, tv))
             tc = max(tc_no_row, row_ready)
         # Mode rule (see dcs_schedule).
         xi = ti
@@ -384,59 +401,67 @@ def dcs_run(
             j = n_acc - base
             o = np.int64(op[j])
             if o == OP_MAC:
-                q = qc[c_n % depth]
+                q = qc
+                h = c_ns
                 c_n += 1
+                c_ns = 0 if c_ns + 1 == depth else c_ns + 1
             else:
-                q = qio[io_n % depth]
+                q = qio
+                h = io_ns
                 io_n += 1
+                io_ns = 0 if io_ns + 1 == depth else io_ns + 1
             g = np.int64(gbuf[j])
             e = n_gbuf + np.int64(out[j])
-            q[_Q_IDX] = n_acc
-            q[_Q_OP] = o
-            q[_Q_G] = g
-            q[_Q_O] = e
-            q[_Q_ROW] = np.int64(row[j])
-            q[_Q_ACC] = t
-            q[_Q_ISS] = -1
-            q[_Q_DG] = -1
-            q[_Q_DO] = -1
+            q[h, _Q_IDX] = n_acc
+            q[h, _Q_OP] = o
+            q[h, _Q_G] = g
+            q[h, _Q_O] = e
+            q[h, _Q_ROW] = np.int64(row[j])
+            q[h, _Q_ACC] = t
+            q[h, _Q_ISS] = -1
+            q[h, _Q_DG] = -1
+            q[h, _Q_DO] = -1
             if o != OP_RD_OUT:
-                q[_Q_DG] = d_table[g]
+                q[h, _Q_DG] = d_table[g]
                 d_table[g] = n_acc
             if o != OP_WR_INP:
-                q[_Q_DO] = d_table[e]
+                q[h, _Q_DO] = d_table[e]
                 d_table[e] = n_acc
             a_prev = t
             n_acc += 1
         if tc == t:
-            q = qc[c_h % depth]
-            q[_Q_ISS] = xc
-            for e in (q[_Q_G], q[_Q_O]):
-                s_table[e, _T_ID] = q[_Q_IDX]
+            h = c_hs
+            qc[h, _Q_ISS] = xc
+            idx = qc[h, _Q_IDX]
+            for e in (qc[h, _Q_G], qc[h, _Q_O]):
+                s_table[e, _T_ID] = idx
                 s_table[e, _T_ISS] = xc
                 s_table[e, _T_OP] = OP_MAC
             t_last_mac = xc
             last_issue = xc
             mode = MODE_COMPUTE
             c_h += 1
+            c_hs = 0 if c_hs + 1 == depth else c_hs + 1
             prepared = 0
-            pend = tally_mac(tl, pend, xc, tv)
+            tally_mac(tl, pend, xc, tv)
             if record:
-                issue_out[q[_Q_IDX]] = xc
+                issue_out[idx] = xc
         elif ti == t:
-            q = qio[io_h % depth]
-            q[_Q_ISS] = xi
-            e = q[_Q_G] if q[_Q_OP] == OP_WR_INP else q[_Q_O]
-            s_table[e, _T_ID] = q[_Q_IDX]
+            h = io_hs
+            qio[h, _Q_ISS] = xi
+            o = qio[h, _Q_OP]
+            e = qio[h, _Q_G] if o == OP_WR_INP else qio[h, _Q_O]
+            s_table[e, _T_ID] = qio[h, _Q_IDX]
             s_table[e, _T_ISS] = xi
-            s_table[e, _T_OP] = q[_Q_OP]
+            s_table[e, _T_OP] = o
             last_io = xi
             last_issue = xi
             mode = MODE_REGISTER
             io_h += 1
-            pend = tally_io(tl, pend, q[_Q_OP], xi, tv)
+            io_hs = 0 if io_hs + 1 == depth else io_hs + 1
+            tally_io(tl, pend, o, xi, tv)
             if record:
-                issue_out[q[_Q_IDX]] = xi
+                issue_out[qio[h, _Q_IDX]] = xi
         # Nothing issues before last_issue + 1; no row switch starts before the next MAC's
         # acceptance (a_prev + 1 at the earliest) or the compute head's issue.
         tally_flush(tl, pend, last_issue + 1, min(last_issue + 1, a_prev + 1))

@@ -58,7 +58,15 @@ from models.dram import (
 from models.errors import PimphonyError
 from models.isa import OP_MAC, OP_WR_INP
 from models.static_sched import static_gap
-from models.tally import TL_SWITCHES, tally_flush, tally_io, tally_mac, tally_row
+from models.tally import (
+    TL_SWITCHES,
+    tally_flush,
+    tally_full,
+    tally_io,
+    tally_mac,
+    tally_room,
+    tally_row,
+)
 
 __all__ = [
     "PP_FLIP",
@@ -470,6 +478,8 @@ def pingpong_run(st, tl, pend, op, row, slot, accept, index, s_lo, s_hi, tv, iss
         end_io = barrier
         end_c = barrier
         while pi < hi or pc < hi:
+            if tally_full(tl, pend):
+                pend = tally_room(tl, pend)
             ti = INF
             if pi < hi:
                 k = order[pi]
@@ -488,7 +498,7 @@ def pingpong_run(st, tl, pend, op, row, slot, accept, index, s_lo, s_hi, tv, iss
                         st_, t_act_last, row_ready = open_row(
                             head, cur_row, t_act_last, last_mac, tv
                         )
-                        pend = tally_row(tl, pend, st_, row_ready)
+                        tally_row(tl, pend, st_, row_ready)
                         if record:
                             n_sw = tl[TL_SWITCHES] - 1
                             sw_out[n_sw, 0] = st_
@@ -518,7 +528,7 @@ def pingpong_run(st, tl, pend, op, row, slot, accept, index, s_lo, s_hi, tv, iss
                 last_io_op = op[k]
                 last_issue = ti
                 end_io = max(end_io, ti + exec_time(op[k], tv))
-                pend = tally_io(tl, pend, np.int64(op[k]), ti, tv)
+                tally_io(tl, pend, np.int64(op[k]), ti, tv)
                 # No row switch starts before the next MAC reaches its queue head.
                 tally_flush(tl, pend, last_issue + 1, last_mac + 1)
                 pi += 1
@@ -532,7 +542,7 @@ def pingpong_run(st, tl, pend, op, row, slot, accept, index, s_lo, s_hi, tv, iss
                 last_mac = tc
                 last_issue = tc
                 end_c = max(end_c, tc + exec_time(OP_MAC, tv))
-                pend = tally_mac(tl, pend, tc, tv)
+                tally_mac(tl, pend, tc, tv)
                 tally_flush(tl, pend, last_issue + 1, last_mac + 1)
                 pc += 1
                 while pc < hi and op[order[pc]] != OP_MAC:

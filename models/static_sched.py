@@ -20,7 +20,15 @@ from numba import njit
 
 from models.dram import MODE_COMPUTE, NEVER, TV_CCD, exec_time, mode_class, mode_gate, open_row
 from models.isa import OP_MAC
-from models.tally import TL_SWITCHES, tally_flush, tally_io, tally_mac, tally_row
+from models.tally import (
+    TL_SWITCHES,
+    tally_flush,
+    tally_full,
+    tally_io,
+    tally_mac,
+    tally_room,
+    tally_row,
+)
 
 __all__ = ["new_static_state", "static_gap", "static_run", "static_schedule"]
 
@@ -117,10 +125,12 @@ def static_run(st, hist, tl, pend, op, row, valid_gaps, tv, issue_out, sw_out):
     mode = st[_S_MODE]
     prev_op = st[_S_OP]
     prev_issue = st[_S_ISSUE]
+    slot = i % depth  # ring slot of command i - depth
     for j in range(op.shape[0]):
+        if tally_full(tl, pend):
+            pend = tally_room(tl, pend)
         o = np.int64(op[j])
         a = a_prev + 1 + valid_gaps[j]
-        slot = i % depth
         if i >= depth:
             a = max(a, hist[slot] + 1)
         a_prev = a
@@ -134,7 +144,7 @@ def static_run(st, hist, tl, pend, op, row, valid_gaps, tv, issue_out, sw_out):
             r = np.int64(row[j])
             if r != cur_row:
                 start, t_act_last, row_ready = open_row(head, cur_row, t_act_last, t_last_mac, tv)
-                pend = tally_row(tl, pend, start, row_ready)
+                tally_row(tl, pend, start, row_ready)
                 if record:
                     n_sw = tl[TL_SWITCHES] - 1
                     sw_out[n_sw, 0] = start
@@ -146,14 +156,15 @@ def static_run(st, hist, tl, pend, op, row, valid_gaps, tv, issue_out, sw_out):
         mode = cls
         if o == OP_MAC:
             t_last_mac = t
-            pend = tally_mac(tl, pend, t, tv)
+            tally_mac(tl, pend, t, tv)
         else:
-            pend = tally_io(tl, pend, o, t, tv)
+            tally_io(tl, pend, o, t, tv)
         # In order: nothing issues or starts a row switch before t + 1.
         tally_flush(tl, pend, t + 1, t + 1)
         if record:
             issue_out[i] = t
         hist[slot] = t
+        slot = 0 if slot + 1 == depth else slot + 1
         prev_op = o
         prev_issue = t
         i += 1

@@ -44,9 +44,11 @@ __all__ = [
     "new_tally",
     "tally_close",
     "tally_flush",
+    "tally_full",
     "tally_io",
     "tally_lengths",
     "tally_mac",
+    "tally_room",
     "tally_row",
 ]
 
@@ -89,29 +91,43 @@ def _union_add(tl, u, s, e):
         tl[u + 1] = e
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _push(tl, pend, f, s, e):
-    """Append ``[s, e)`` to FIFO ``f``; returns ``pend`` (a larger copy when it was full)."""
-    h = tl[_TL_FIFO + 2 * f]
+    """Append ``[s, e)`` to FIFO ``f`` (:func:`tally_room` made room for it)."""
     tail = tl[_TL_FIFO + 2 * f + 1]
-    if tail == pend.shape[1]:
-        if h > 0:  # move the waiting intervals to the front
-            for j in range(tail - h):
-                pend[f, j, 0] = pend[f, h + j, 0]
-                pend[f, j, 1] = pend[f, h + j, 1]
-        else:
-            grown = np.empty((2, 2 * pend.shape[1], 2), dtype=np.int64)
-            grown[:, :tail] = pend[:, :tail]
-            pend = grown
-        tail -= h
-        tl[_TL_FIFO + 2 * f] = 0
     pend[f, tail, 0] = s
     pend[f, tail, 1] = e
     tl[_TL_FIFO + 2 * f + 1] = tail + 1
-    return pend
+
+
+@njit(cache=True, inline="always")
+def tally_full(tl, pend):
+    """True if a FIFO has no room for two more intervals (then call :func:`tally_room`)."""
+    cap = pend.shape[1] - 1
+    return tl[_TL_FIFO + 1] >= cap or tl[_TL_FIFO + 3] >= cap
 
 
 @njit(cache=True)
+def tally_room(tl, pend):
+    """``pend`` with room for two more intervals in each FIFO: the waiting intervals moved to
+    the front, or a copy twice as large."""
+    for f in range(2):
+        h = tl[_TL_FIFO + 2 * f]
+        tail = tl[_TL_FIFO + 2 * f + 1]
+        if h > 0:
+            for j in range(tail - h):
+                pend[f, j, 0] = pend[f, h + j, 0]
+                pend[f, j, 1] = pend[f, h + j, 1]
+            tl[_TL_FIFO + 2 * f] = 0
+            tl[_TL_FIFO + 2 * f + 1] = tail - h
+    if tally_full(tl, pend):
+        grown = np.empty((2, 2 * pend.shape[1], 2), dtype=np.int64)
+        grown[:, : pend.shape[1]] = pend
+        return grown
+    return pend
+
+
+@njit(cache=True, inline="always")
 def tally_flush(tl, pend, next_io, next_mr):
     """Merge the waiting intervals into M + R + I in start order, as far as it is known: no
     I/O command will issue before ``next_io``, no MAC issue or row switch start before
@@ -154,30 +170,30 @@ def _count(tl, op, t, tv):
         tl[TL_CLASS] = cls
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def tally_mac(tl, pend, t, tv):
-    """A MAC issued at ``t``; returns ``pend``."""
+    """A MAC issued at ``t``. Each of ``tally_mac``, ``tally_row`` and ``tally_io`` needs
+    room for one interval in ``pend``: a kernel checks :func:`tally_full` once per command."""
     _count(tl, OP_MAC, t, tv)
     e = t + tv[TV_CCD]
     _union_add(tl, _U_M, t, e)
     _union_add(tl, _U_MR, t, e)
-    return _push(tl, pend, _MR, t, e)
+    _push(tl, pend, _MR, t, e)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def tally_row(tl, pend, start, ready):
-    """A row switch from ``start`` to ``ready`` (the first cycle a MAC may use the row);
-    returns ``pend``."""
+    """A row switch from ``start`` to ``ready`` (the first cycle a MAC may use the row)."""
     tl[TL_SWITCHES] += 1
     _union_add(tl, _U_MR, start, ready)
-    return _push(tl, pend, _MR, start, ready)
+    _push(tl, pend, _MR, start, ready)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def tally_io(tl, pend, op, t, tv):
-    """A WR_INP or RD_OUT issued at ``t``; returns ``pend``."""
+    """A WR_INP or RD_OUT issued at ``t``."""
     _count(tl, op, t, tv)
-    return _push(tl, pend, _IO, t, t + tv[TV_CCD])
+    _push(tl, pend, _IO, t, t + tv[TV_CCD])
 
 
 @njit(cache=True)
