@@ -9,11 +9,12 @@ waiting for execution latencies, buffer hand-offs or the dispatcher). The four a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 import numpy as np
+from numba import njit
 
 from models.config import HardwareConfig, Timing
 from models.dcs import dcs_run, dcs_schedule, entry_predecessors, new_dcs_state
@@ -35,11 +36,12 @@ from models.pingpong import (
 from models.static_sched import new_static_state, static_run, static_schedule
 from models.tally import (
     TL_COUNTS,
+    TL_LEN,
     TL_MODE_SWITCHES,
     TL_SWITCHES,
     new_pending,
     new_tally,
-    tally_close,
+    tally_lengths,
 )
 
 __all__ = [
@@ -54,6 +56,7 @@ __all__ = [
     "mode_switch_count",
     "run_channel",
     "run_channel_reference",
+    "run_channels",
     "static_gap_violations",
     "stream_chunks",
 ]
@@ -275,6 +278,7 @@ class ChannelRun:
         self.commands = 0
         self.issue_out = np.full(record, -1, dtype=np.int64)
         self.sw_out = np.zeros((record, 2), dtype=np.int64)
+        self._ops = np.zeros(record, dtype=np.uint8)  # for the completion cycles
         self._engine = SCHEDULERS[Scheduler(scheduler)].engine(cfg)
         self._done = False
 
@@ -295,6 +299,8 @@ class ChannelRun:
             if gaps.shape != (n,) or (gaps < 0).any():
                 raise ValueError(f"valid_gaps must be {n} non-negative integers")
         if n:
+            if self._ops.shape[0]:
+                self._ops[self.commands : self.commands + n] = chunk["op"]
             self._engine.feed(self, chunk, gaps)
         self.commands += n
 
@@ -303,28 +309,21 @@ class ChannelRun:
         if not self._done:
             self._extra = self._engine.finish(self)
             self._done = True
-        tl = self.tally
-        cycles, breakdown = tally_close(tl, self.pend)
-        counts = {o.name: int(tl[TL_COUNTS + o]) for o in Op}
-        n_sw = int(tl[TL_SWITCHES])
-        extra = dict(self._extra)
-        if self.cfg.timing.t_MOD > 0:
-            extra["mode_switches"] = int(tl[TL_MODE_SWITCHES])
-        recorded = self.issue_out.shape[0] > 0
-        util = counts["MAC"] * self.cfg.timing.tCCD / cycles if cycles else 0.0
-        return ScheduleResult(
-            scheduler=self.scheduler,
-            issue=self.issue_out if recorded else None,
-            completion=None,
-            row_switches=self.sw_out[:n_sw].copy() if recorded else None,
-            row_switch_count=n_sw,
-            cycles=cycles,
-            commands=self.commands,
-            counts=counts,
-            mac_utilization=min(util, 1.0),
-            breakdown=breakdown,
-            extra=extra,
+        result = _result(
+            self.scheduler,
+            self.cfg,
+            self.tally,
+            tally_lengths(self.tally, self.pend),
+            self.commands,
+            self._extra,
         )
+        if self.issue_out.shape[0] == 0:
+            return result
+        n_sw = result.row_switch_count
+        issue = self.issue_out[: self.commands]
+        completion = issue + execution_times(self.cfg.timing)[self._ops[: self.commands]]
+        switches = self.sw_out[:n_sw].copy()
+        return replace(result, issue=issue, completion=completion, row_switches=switches)
 
 
 def run_channel(
@@ -354,13 +353,181 @@ def run_channel(
         gaps = None if valid_gaps is None else valid_gaps[lo : lo + DEFAULT_CHUNK]
         run.feed(stream[lo : lo + DEFAULT_CHUNK], gaps)
     result = run.finish()
-    if not record:
-        return result
-    if n == 0:
+    if record and n == 0:
         issue = np.empty(0, dtype=np.int64)
-        return replace(result, issue=issue, completion=issue.copy())
-    completion = result.issue + execution_times(cfg.timing)[stream["op"]]
-    return replace(result, completion=completion)
+        return replace(result, issue=issue, completion=issue.copy(), row_switches=np.zeros((0, 2)))
+    return result
+
+
+@njit(cache=True)
+def _stats_row(tl, pend, out, c, status):
+    """Close channel ``c``'s tally into row ``c`` of ``out`` (:data:`_MANY_COLS` columns)."""
+    cycles, m, mr, mri = tally_lengths(tl, pend)
+    out[c, : tl.shape[0]] = tl
+    out[c, tl.shape[0]] = cycles
+    out[c, tl.shape[0] + 1] = m
+    out[c, tl.shape[0] + 2] = mr
+    out[c, tl.shape[0] + 3] = mri
+    out[c, tl.shape[0] + 4] = status
+
+
+@njit(cache=True)
+def _many_static(op, row, gaps, offsets, tv, depth, out):
+    """Statistics of every channel's slice ``offsets[c]:offsets[c + 1]`` under static."""
+    none = np.zeros(0, dtype=np.int64)
+    none2 = np.zeros((0, 2), dtype=np.int64)
+    for c in range(offsets.shape[0] - 1):
+        lo, hi = offsets[c], offsets[c + 1]
+        st, hist = new_static_state(depth)
+        tl = new_tally()
+        pend = static_run(
+            st, hist, tl, new_pending(256), op[lo:hi], row[lo:hi], gaps[lo:hi], tv, none, none2
+        )
+        _stats_row(tl, pend, out, c, 0)
+
+
+@njit(cache=True)
+def _many_dcs(op, gbuf, row, out_e, gaps, offsets, tv, depth, n_gbuf, n_obuf, out):
+    """Statistics of every channel's slice under DCS (status 1: deadlock)."""
+    none = np.zeros(0, dtype=np.int64)
+    none2 = np.zeros((0, 2), dtype=np.int64)
+    for c in range(offsets.shape[0] - 1):
+        lo, hi = offsets[c], offsets[c + 1]
+        st, queues, d_table, s_table = new_dcs_state(depth, n_gbuf, n_obuf)
+        tl = new_tally()
+        pend, status = dcs_run(
+            st, queues, d_table, s_table, n_gbuf, tl, new_pending(256), op[lo:hi],
+            gbuf[lo:hi], row[lo:hi], out_e[lo:hi], gaps[lo:hi], tv, True, none, none2,
+        )  # fmt: skip
+        _stats_row(tl, pend, out, c, status)
+
+
+@njit(cache=True)
+def _many_pingpong(op, gbuf, row, out_e, gaps, offsets, tv, n_gbuf, n_obuf, out, extra):
+    """Statistics of every channel's slice under ping-pong (status 1: illegal stream, 2: a
+    late command; ``extra[c]``: hand-off stall and phases)."""
+    none = np.zeros(0, dtype=np.int64)
+    none2 = np.zeros((0, 2), dtype=np.int64)
+    for c in range(offsets.shape[0] - 1):
+        lo, hi = offsets[c], offsets[c + 1]
+        n = hi - lo
+        tl = new_tally()
+        pend = new_pending(256)
+        if n == 0:
+            _stats_row(tl, pend, out, c, 0)
+            continue
+        slot, _, gh, oh, last = pingpong_assign(
+            op[lo:hi], gbuf[lo:hi], out_e[lo:hi], n_gbuf, n_obuf, -1, 0, 0
+        )
+        bad, _ = pingpong_illegal(
+            op[lo:hi], gbuf[lo:hi], out_e[lo:hi], slot, 0, n, n_gbuf, n_obuf, gh, oh, 0, last + 1
+        )
+        if bad >= 0:
+            _stats_row(tl, pend, out, c, 1)
+            continue
+        accept = np.cumsum(gaps[lo:hi] + 1) - 1
+        st = new_pingpong_state()
+        pend = pingpong_run(
+            st, tl, pend, op[lo:hi], row[lo:hi], slot, accept, np.arange(n), -1, last + 1,
+            tv, none, none2,
+        )  # fmt: skip
+        _stats_row(tl, pend, out, c, 2 if st[PP_LATE] >= 0 else 0)
+        extra[c, 0] = st[PP_HANDOFF]
+        extra[c, 1] = last + 1
+
+
+_MANY_COLS = TL_LEN + 5
+
+
+def run_channels(
+    streams: Sequence[np.ndarray],
+    cfg: HardwareConfig,
+    scheduler: str = "dcs",
+    valid_gaps: Sequence[np.ndarray] | None = None,
+) -> list[ScheduleResult]:
+    """Statistics of one run per stream (one channel each) in one compiled call: equal to
+    ``run_channel(s, cfg, scheduler, record=False)`` for each, without a Python round per
+    channel. A stream the scheduler refuses raises :func:`run_channel`'s error for it."""
+    if not isinstance(scheduler, str) or scheduler not in SCHEDULERS:
+        raise ValueError(f"scheduler {scheduler!r} is unknown; allowed: {', '.join(SCHEDULERS)}")
+    sizes = [int(s.shape[0]) for s in streams]
+    offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    whole = empty_stream(int(offsets[-1]))
+    raw = whole.view(np.uint8)
+    at = 0
+    for s in streams:
+        validate_stream(s, cfg.channel)
+        b = np.ascontiguousarray(s).view(np.uint8)
+        raw[at : at + b.size] = b
+        at += b.size
+    if valid_gaps is None:
+        gaps = np.zeros(whole.shape[0], dtype=np.int64)
+    else:
+        if len(valid_gaps) != len(streams):
+            raise ValueError(f"valid_gaps must hold one array per stream ({len(streams)})")
+        gaps = np.concatenate([np.asarray(g, dtype=np.int64) for g in valid_gaps] or [[]])
+        if gaps.shape != (whole.shape[0],) or (gaps < 0).any():
+            raise ValueError("valid_gaps must be one non-negative integer per command")
+        gaps = gaps.astype(np.int64)
+    ch, tv = cfg.channel, timing_vector(cfg)
+    out = np.zeros((len(sizes), _MANY_COLS), dtype=np.int64)
+    extra = np.zeros((len(sizes), 2), dtype=np.int64)
+    f = {k: whole[k] for k in ("op", "gbuf", "row", "out")}
+    if scheduler == Scheduler.STATIC:
+        _many_static(f["op"], f["row"], gaps, offsets, tv, cfg.dcs.queue_depth, out)
+    elif scheduler == Scheduler.DCS:
+        _many_dcs(
+            f["op"], f["gbuf"], f["row"], f["out"], gaps, offsets, tv, cfg.dcs.queue_depth,
+            ch.gbuf_entries, ch.obuf_entries, out,
+        )  # fmt: skip
+    else:
+        _many_pingpong(
+            f["op"], f["gbuf"], f["row"], f["out"], gaps, offsets, tv, ch.gbuf_entries,
+            ch.obuf_entries, out, extra,
+        )  # fmt: skip
+    results = []
+    for c, n in enumerate(sizes):
+        row = out[c]
+        if row[TL_LEN + 4]:  # refused: raise the single-channel error
+            g = None if valid_gaps is None else gaps[offsets[c] : offsets[c + 1]]
+            run_channel(whole[offsets[c] : offsets[c + 1]], cfg, scheduler, g, record=False)
+            raise RuntimeError(_DCS_STUCK)  # not reached: run_channel raised
+        x: dict[str, int] = {}
+        if scheduler == Scheduler.PINGPONG and n:
+            x = {"handoff_stall": int(extra[c, 0]), "phases": int(extra[c, 1])}
+        results.append(_result(scheduler, cfg, row[:TL_LEN], row[TL_LEN : TL_LEN + 4], n, x))
+    return results
+
+
+def _result(
+    scheduler: str, cfg: HardwareConfig, tl: np.ndarray, lengths, n: int, extra: dict
+) -> ScheduleResult:
+    """A statistics-only :class:`ScheduleResult` from a closed tally."""
+    cycles, m, mr, mri = (int(x) for x in lengths)
+    breakdown = {
+        "mac_busy": m,
+        "io_transfer": mri - mr,
+        "dependency_stall": cycles - mri,
+        "row_switch": mr - m,
+    }
+    counts = {o.name: int(tl[TL_COUNTS + o]) for o in Op}
+    if cfg.timing.t_MOD > 0:
+        extra = {**extra, "mode_switches": int(tl[TL_MODE_SWITCHES])}
+    util = counts["MAC"] * cfg.timing.tCCD / cycles if cycles else 0.0
+    return ScheduleResult(
+        scheduler=scheduler,
+        issue=None,
+        completion=None,
+        row_switches=None,
+        row_switch_count=int(tl[TL_SWITCHES]),
+        cycles=cycles,
+        commands=n,
+        counts=counts,
+        mac_utilization=min(util, 1.0),
+        breakdown=breakdown,
+        extra=extra,
+    )
 
 
 def stream_chunks(stream: np.ndarray, chunk: int = DEFAULT_CHUNK):

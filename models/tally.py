@@ -22,7 +22,7 @@ depend on where chunks end.
 
 Every interval starts before ``cycles`` (a command completes at least a cycle after its
 issue; a row switch ends before its MAC issues), so only the open merged interval of each
-union can reach past ``cycles``: :func:`tally_close` clips it.
+union can reach past ``cycles``: :func:`tally_lengths` clips it.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ __all__ = [
     "TL_SWITCHES",
     "new_pending",
     "new_tally",
-    "tally_close",
     "tally_flush",
     "tally_full",
     "tally_io",
@@ -205,15 +204,3 @@ def tally_lengths(tl, pend):
     for k, u in enumerate((_U_M, _U_MR, _U_MRI)):
         lengths[k] = tl[u + 2] + max(0, min(tl[u + 1], cycles) - tl[u])
     return cycles, lengths[0], lengths[1], lengths[2]
-
-
-def tally_close(tl: np.ndarray, pend: np.ndarray) -> tuple[int, dict[str, int]]:
-    """``(cycles, breakdown)`` once every command has issued."""
-    cycles, m, mr, mri = (int(x) for x in tally_lengths(tl, pend))
-    breakdown = {
-        "mac_busy": m,
-        "io_transfer": mri - mr,
-        "dependency_stall": cycles - mri,
-        "row_switch": mr - m,
-    }
-    return cycles, breakdown
