@@ -65,6 +65,7 @@ class DecodeReport:
     memory_detail: dict[str, Any]
     dpa: dict[str, Any]
     simulation: dict[str, Any]
+    energy: dict[str, Any] = dataclasses.field(default_factory=dict)
     provenance: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -159,6 +160,15 @@ def format_report(report: DecodeReport) -> str:
             f"DPA: programs {d['program_bytes']:,} B, VA2PA {d['va2pa_bytes_per_module']:,} B "
             "per module"
             + (f"; static fallback for {', '.join(d['refused'])}" if d["refused"] else "")
+        )
+    if r.get("energy"):
+        en = r["energy"]
+        ph = en["phases"]
+        lines.append(
+            f"energy ({en['preset']}): {en['joules_per_token']:.4g} J/token, "
+            f"{en['joules_per_step']:.4g} J/step: FC {ph['fc']['total']:.4g} J, attention "
+            f"{ph['attention']['total']:.4g} J (background "
+            f"{100 * en['attention_background_share']:.1f}%), other {ph['other']['total']:.4g} J"
         )
     sim = r["simulation"]
     lines.append(
