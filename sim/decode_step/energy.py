@@ -27,7 +27,14 @@ from models.energy import (
 from models.xpu import XpuCost
 from models.xpu_config import XpuConfig
 
-__all__ = ["PHASES", "energy_report", "pim_phase_energy", "xpu_energy"]
+__all__ = [
+    "PHASES",
+    "energy_report",
+    "gpu_energy",
+    "hetero_energy",
+    "pim_phase_energy",
+    "xpu_energy",
+]
 
 #: The phases of a step's energy, as PIMphony Fig. 16 splits it (FC vs attention) plus the rest.
 PHASES = ("fc", "attention", "other")
@@ -88,3 +95,93 @@ def energy_report(
         "attention_background_share": att.background / att.total if att.total else 0.0,
         **extra,
     }
+
+
+def gpu_energy(
+    device: XpuConfig,
+    costs: Mapping[str, tuple[XpuCost, int]],
+    phase_of: Mapping[str, str],
+    scale: int,
+    batch: int,
+) -> dict[str, Any]:
+    """The GPU step's ``energy`` block: ``scale`` (layers x GPUs) x each op's
+    :func:`xpu_energy`, by phase (``phase_of[op]``, default ``other``); NVLink energy is not
+    modelled."""
+    if device.energy is None:
+        return {"available": False, "why": f"xPU preset {device.name} has no [energy] section"}
+    phases = {p: Energy() for p in PHASES}
+    for key, (cost, count) in costs.items():
+        e = xpu_energy(device, {key: (cost, count)})
+        assert e is not None
+        phase = phase_of.get(key, "other")
+        phases[phase] = phases[phase] + e.scaled(scale)
+    return energy_report(phases, batch, device.name, links="NVLink energy not modelled")
+
+
+def hetero_energy(
+    setup: Any,
+    cache: Any,
+    pim_busy: int,
+    cycles: int,
+    link_bytes: int,
+    cmd_cycles: int,
+    params: EnergyParams | None = None,
+) -> dict[str, Any]:
+    """The xPU+PIM step's ``energy`` block (``setup`` a ``HeteroSetup``, ``cache`` its kernel
+    cache): FC GEMMs and vector ops on the xPU (:func:`xpu_energy`); attention kernels on the
+    PIM modules (their channel activity, re-read from ``cache``), background of every PIM
+    channel over the step (attention for ``pim_busy`` cycles on each module, idle and
+    precharged the rest of ``cycles``), softmax FLOPs on the EPU; Q/K/V and outputs
+    (``link_bytes``) and static-memory commands (``cmd_cycles`` of host link) over the host
+    link."""
+    from compiler.llm import gemv_shapes
+    from compiler.plan import layer_plan
+    from models.energy import load_energy
+    from models.hub import SOFTMAX_FLOPS_PER_SCORE
+    from models.xpu import VectorOp, gemm_cost, vector_cost
+    from sim.decode_step.step import attention_cycles
+
+    pim, dev = setup.pim, setup.xpu
+    cfg, spec = pim.hw, pim.model
+    params = params or load_energy()
+    if dev.energy is None:
+        return {"available": False, "why": f"xPU preset {dev.name} has no [energy] section"}
+    chips = params.chips(cfg)
+    n_ch = chips * params.channels_per_chip
+    activity = ChannelActivity.zero()
+    fc: dict[str, tuple[XpuCost, int]] = {}
+    vec: dict[str, tuple[XpuCost, int]] = {}
+    act = VectorOp.SWIGLU if spec.ffn == "swiglu" else VectorOp.RELU
+    for i, mb in enumerate(setup.batches):
+        b = len(mb)
+        for op, (d_out, d_in) in gemv_shapes(spec).items():
+            fc[f"{op}.{i}"] = (gemm_cost(dev, b, d_in, d_out), spec.layers)
+        vec[f"norm.{i}"] = (vector_cost(dev, VectorOp.NORM, b * spec.hidden), 2 * spec.layers)
+        vec[f"residual.{i}"] = (
+            vector_cost(dev, VectorOp.RESIDUAL, b * spec.hidden),
+            2 * spec.layers,
+        )
+        vec[f"act.{i}"] = (vector_cost(dev, act, b * spec.intermediate), spec.layers)
+        # The partition the timing chose (kernels are cached: this re-reads, not re-runs).
+        partition = attention_cycles(pim, mb, cache)[0]
+        plan = layer_plan(spec, cfg, mb, pim.tp, partition)
+        for jobs in (*plan.qk, *plan.sv):
+            for j in jobs:
+                activity += cache.run(j).activity.scaled(spec.layers)
+    softmax_flops = SOFTMAX_FLOPS_PER_SCORE * spec.heads * sum(pim.lengths) * spec.layers
+    att_cc = pim.tp * n_ch * pim_busy
+    all_cc = pim.tp * n_ch * cycles
+    xfc = xpu_energy(dev, fc)
+    xvec = xpu_energy(dev, vec)
+    assert xfc is not None and xvec is not None
+    host = link_bytes + cmd_cycles * cfg.module.host_link_gbps / cfg.module.freq_ghz
+    phases = {
+        "fc": xfc,
+        "attention": pim_phase_energy(cfg, params, activity, att_cc, softmax_flops),
+        "other": pim_phase_energy(cfg, params, ChannelActivity.zero(), all_cc - att_cc)
+        + xvec
+        + Energy(links=params.link_pj(host, "host")),
+    }
+    return energy_report(
+        phases, len(pim.lengths), f"{params.name} + {dev.name}", chips_per_module=chips
+    )
