@@ -271,3 +271,119 @@ def test_cli_bad_energy_preset_is_one_line():
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "unknown energy preset 'nope'; available: aim-cent" in proc.stderr
+
+
+# ------------------------------------------------------------------------------ decode steps
+
+
+def _pim_step(**kw):
+    from compiler.llm import load_model
+    from sim.decode_step.setup import DecodeSetup
+    from sim.decode_step.step import run_decode
+
+    hw = load_preset("aim-32ch-32g")
+    setup = DecodeSetup(load_model("llm-7b"), hw, (4096,), **kw)
+    return hw, run_decode(setup)
+
+
+def test_pim_decode_energy_parts_and_idle_background():
+    """Parts sum to each phase's total exactly; the 'other' phase is the rest of every
+    channel's step time, precharged: 183.15 mW x (modules x 32 x cycles - FC and attention
+    channel-cycles) x 1 ns."""
+    hw, rep = _pim_step(tp=2)
+    e = rep.energy
+    for phase in (*e["phases"].values(), e["parts"]):
+        assert sum(v for k, v in phase.items() if k not in ("unit", "total")) == phase["total"]
+    assert e["joules_per_token"] == e["joules_per_step"] / rep.batch
+    fc = sum(rep.ops[k]["cycles"] for k in ("qkv", "proj", "ffn1", "ffn2"))
+    att = sum(rep.ops[k]["cycles"] for k in ("qk", "softmax", "sv"))
+    idle = rep.modules * 32 * rep.cycles - 2 * 32 * (fc + att)
+    assert idle > 0
+    assert e["phases"]["other"]["background"] == pytest.approx(183.15 * idle * 1e-12)
+    assert e["phases"]["other"]["mac"] == 0.0
+    assert e["phases"]["attention"]["mac"] > 0 and e["phases"]["fc"]["mac"] > 0
+    # TP all-reduce: 2 per layer x 2 modules x (up + down) x 4096 x 2 B, 32 layers, plus the
+    # stage hop (up + down): 4.4 pJ/bit x 8 bit/B
+    host = 32 * 2 * 2 * 2 * 8192 + 2 * 8192
+    assert e["link_bytes"] == {"host": host, "internode": 0}
+    assert e["phases"]["other"]["links"] == pytest.approx(host * 8 * 4.4e-12)
+
+
+def test_pim_decode_mac_energy_is_mac_count_times_mac_energy():
+    """Every MAC of the step costs 3 x 438.15 mW x 1 ns = 1314.45 pJ: the report's MAC
+    energy is the decode step's MAC count (``ops`` MAC utilisation x cycles) x that."""
+    hw, rep = _pim_step(tp=1)
+    macs = 0
+    for k in ("qkv", "proj", "ffn1", "ffn2", "qk", "sv"):
+        op = rep.ops[k]
+        macs += op["mac_utilization"] * op["cycles"] * 32
+    assert rep.energy["parts"]["mac"] == pytest.approx(macs * 1314.45e-12, rel=1e-9)
+
+
+def test_gpu_decode_energy_by_hand():
+    """A100: pJ/FLOP 1.282 and 31.2 pJ/B; attention of one 4096-token request moves its KV,
+    2 x 32 heads x 128 x 2 B x 4096 = 67,108,864 B per layer, and the step's attention energy
+    is 32 layers x (issued FLOPs x 1.282 + bytes x 31.2) pJ."""
+    from compiler.llm import load_model
+    from models.xpu import attention_cost
+    from models.xpu_config import load_xpu
+    from sim.decode_step.gpu import GpuSetup, run_gpu_decode
+
+    gpu = load_xpu("a100-80gb")
+    rep = run_gpu_decode(GpuSetup(load_model("llm-7b"), gpu, 1, (4096,)))
+    cost = attention_cost(gpu, [4096], 32, 32, 128)
+    assert cost.traffic.kv == 67_108_864
+    want = 32 * (cost.issued_flops * 1.282 + cost.bytes * 31.2) * 1e-12
+    assert rep.energy["phases"]["attention"]["xpu"] == pytest.approx(want)
+    assert rep.energy["parts"]["total"] == rep.energy["joules_per_step"]
+
+
+def test_hetero_decode_energy():
+    """xPU+PIM: FC on the NPU, attention on PIM; the PIM side's MAC energy equals the
+    PIM-only step's attention MAC energy (same attention kernels) and the parts add up."""
+    from compiler.llm import load_model
+    from models.xpu_config import load_xpu
+    from sim.decode_step.hetero import HeteroSetup, run_hetero_decode
+    from sim.decode_step.setup import DecodeSetup
+
+    hw = load_preset("aim-32ch-32g")
+    spec = load_model("llm-7b")
+    pim = DecodeSetup(spec, hw, (4096,), tp=1)
+    rep = run_hetero_decode(HeteroSetup(pim, load_xpu("neupims-npu"), 1))
+    e = rep.energy
+    assert e["phases"]["fc"]["xpu"] > 0 and e["phases"]["fc"]["mac"] == 0
+    _, pim_only = _pim_step(tp=1)
+    assert e["phases"]["attention"]["mac"] == pytest.approx(
+        pim_only.energy["phases"]["attention"]["mac"]
+    )
+    for phase in (*e["phases"].values(), e["parts"]):
+        assert sum(v for k, v in phase.items() if k not in ("unit", "total")) == phase["total"]
+
+
+def test_energy_experiment_fig16(tmp_path):
+    """``pimphony energy``: CENT vs CENT+PIMphony on one row; PIMphony's attention takes less
+    energy and less background share; the plot is written; a bad row is one line."""
+    plot = tmp_path / "fig16.png"
+    proc = subprocess.run(
+        [sys.executable, "-m", "sim.cli", "energy", "--rows", "7B-32K", "--json", "--plot",
+         str(plot)],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    rows = json.loads(proc.stdout)["rows"]
+    base, ours = rows
+    assert (base["system"], ours["system"]) == ("CENT", "CENT+PIMphony")
+    assert ours["attention_j_per_token"] < base["attention_j_per_token"]
+    assert ours["attention_background_share"] < base["attention_background_share"]
+    assert ours["attention_energy_reduction"] == pytest.approx(
+        base["attention_j_per_token"] / ours["attention_j_per_token"]
+    )
+    assert plot.stat().st_size > 0
+    bad = subprocess.run(
+        [sys.executable, "-m", "sim.cli", "energy", "--rows", "9B"],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "--rows '9B': unknown row(s); allowed: 7B-32K" in bad.stderr
