@@ -29,6 +29,7 @@ from models.xpu_config import XpuConfig
 
 __all__ = [
     "PHASES",
+    "energy_line",
     "energy_report",
     "gpu_energy",
     "hetero_energy",
@@ -184,4 +185,19 @@ def hetero_energy(
     }
     return energy_report(
         phases, len(pim.lengths), f"{params.name} + {dev.name}", chips_per_module=chips
+    )
+
+
+def energy_line(block: Mapping[str, Any]) -> str:
+    """One text line of a report's ``energy`` block (or why there is none)."""
+    if not block:
+        return "energy: not computed"
+    if not block.get("available", True):
+        return f"energy: n/a ({block['why']})"
+    ph = block["phases"]
+    return (
+        f"energy ({block['preset']}): {block['joules_per_token']:.4g} J/token, "
+        f"{block['joules_per_step']:.4g} J/step: FC {ph['fc']['total']:.4g} J, attention "
+        f"{ph['attention']['total']:.4g} J (background "
+        f"{100 * block['attention_background_share']:.1f}%), other {ph['other']['total']:.4g} J"
     )

@@ -41,7 +41,7 @@ from models.xpu import (
     vector_cost,
 )
 from models.xpu_config import DeviceKind, XpuConfig
-from sim.decode_step.energy import gpu_energy
+from sim.decode_step.energy import energy_line, gpu_energy
 from sim.decode_step.setup import DecodeError
 from sim.provenance import inputs_digest
 
@@ -432,6 +432,7 @@ def format_gpu_report(report: GpuReport) -> str:
             f"{a['link']} link at {a['link_gbps']:g} GB/s, {1e6 * a['seconds_each']:.2f} us each "
             f"({a['formula']})"
         )
+    lines.append(energy_line(r["energy"]))
     return "\n".join(lines)
 
 

@@ -41,7 +41,7 @@ from models.hub import link_cycles
 from models.xpu import VectorOp, gemm_cost, vector_cost
 from models.xpu_config import XpuConfig
 from sim.decode_step.admission import admit
-from sim.decode_step.energy import hetero_energy
+from sim.decode_step.energy import energy_line, hetero_energy
 from sim.decode_step.kernels import KernelCache
 from sim.decode_step.setup import DecodeError, DecodeSetup
 from sim.decode_step.step import attention_cycles
@@ -396,6 +396,7 @@ def format_hetero_report(report: HeteroReport) -> str:
         f"link: {lk['which']} at {lk['gbps']:g} GB/s; {lk['to_pim_bytes']:,} B to PIM, "
         f"{lk['to_xpu_bytes']:,} B back"
     )
+    lines.append(energy_line(r["energy"]))
     return "\n".join(lines)
 
 

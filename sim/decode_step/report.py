@@ -11,6 +11,7 @@ import numpy as np
 
 from compiler.llm import LayerOp
 from models.fileio import pyplot, write_figure
+from sim.decode_step.energy import energy_line
 from sim.decode_step.setup import DecodeSetup
 from sim.provenance import inputs_digest
 
@@ -162,14 +163,7 @@ def format_report(report: DecodeReport) -> str:
             + (f"; static fallback for {', '.join(d['refused'])}" if d["refused"] else "")
         )
     if r.get("energy"):
-        en = r["energy"]
-        ph = en["phases"]
-        lines.append(
-            f"energy ({en['preset']}): {en['joules_per_token']:.4g} J/token, "
-            f"{en['joules_per_step']:.4g} J/step: FC {ph['fc']['total']:.4g} J, attention "
-            f"{ph['attention']['total']:.4g} J (background "
-            f"{100 * en['attention_background_share']:.1f}%), other {ph['other']['total']:.4g} J"
-        )
+        lines.append(energy_line(r["energy"]))
     sim = r["simulation"]
     lines.append(
         f"simulated {sim['kernels_simulated']} distinct kernels standing for "
