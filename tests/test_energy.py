@@ -348,11 +348,11 @@ def test_hetero_decode_energy():
 
     hw = load_preset("aim-32ch-32g")
     spec = load_model("llm-7b")
-    pim = DecodeSetup(spec, hw, (4096,), tp=1)
+    pim = DecodeSetup(spec, hw, (4096,), tp=2)
     rep = run_hetero_decode(HeteroSetup(pim, load_xpu("neupims-npu"), 1))
     e = rep.energy
     assert e["phases"]["fc"]["xpu"] > 0 and e["phases"]["fc"]["mac"] == 0
-    _, pim_only = _pim_step(tp=1)
+    _, pim_only = _pim_step(tp=2)
     assert e["phases"]["attention"]["mac"] == pytest.approx(
         pim_only.energy["phases"]["attention"]["mac"]
     )

@@ -168,7 +168,8 @@ def hetero_energy(
         plan = layer_plan(spec, cfg, mb, pim.tp, partition)
         for jobs in (*plan.qk, *plan.sv):
             for j in jobs:
-                activity += cache.run(j).activity.scaled(spec.layers)
+                # one module's jobs: every layer, on each of the tp modules
+                activity += cache.run(j).activity.scaled(spec.layers * pim.tp)
     softmax_flops = SOFTMAX_FLOPS_PER_SCORE * spec.heads * sum(pim.lengths) * spec.layers
     att_cc = pim.tp * n_ch * pim_busy
     all_cc = pim.tp * n_ch * cycles
