@@ -38,6 +38,7 @@ __all__ = [
     "SystolicArrays",
     "VectorUnits",
     "XpuCompute",
+    "XpuEnergy",
     "XpuConfig",
     "XpuConfigError",
     "XpuLinks",
@@ -179,6 +180,16 @@ class VectorUnits:
 
 
 @dataclass(frozen=True)
+class XpuEnergy:
+    """Activity energy of the device (``docs/energy.md``): per issued FLOP of its engines and
+    per byte of DRAM traffic, pJ. On-chip buffer traffic and static power are not modelled
+    (the cost model counts neither)."""
+
+    pj_per_flop: float
+    pj_per_dram_byte: float
+
+
+@dataclass(frozen=True)
 class XpuConfig:
     """A validated device preset (``docs/xpu.md``)."""
 
@@ -191,6 +202,7 @@ class XpuConfig:
     links: XpuLinks
     systolic: SystolicArrays | None = None
     vector: VectorUnits | None = None
+    energy: XpuEnergy | None = None
 
     def peak_flops(self, precision: Precision | None = None) -> float:
         """Matrix-engine peak at ``precision`` (default: the device's), FLOP/s; refuses 0."""
@@ -231,7 +243,11 @@ _SECTIONS: dict[str, type] = {
     "memory": XpuMemory,
     "links": XpuLinks,
 }
-_OPTIONAL: dict[str, type] = {"systolic": SystolicArrays, "vector": VectorUnits}
+_OPTIONAL: dict[str, type] = {
+    "systolic": SystolicArrays,
+    "vector": VectorUnits,
+    "energy": XpuEnergy,
+}
 _TOP = ("name", "kind", "source")
 #: Fields that take a choice from an enum: (section, key) -> the enum.
 _CHOICES: dict[tuple[str, str], type[StrEnum]] = {
@@ -259,6 +275,7 @@ XPU_FIELD_RANGES: dict[str, dict[str, tuple[float, float, str]]] = {
     "links": {"host_gbps": _LINK, "device_gbps": _LINK},
     "systolic": {"arrays": _COUNT, "rows": (1, 1 << 16, "PEs"), "cols": (1, 1 << 16, "PEs")},
     "vector": {"units": _COUNT, "lanes": (1, 1 << 20, "lanes")},
+    "energy": {"pj_per_flop": (1e-4, 1e3, "pJ/FLOP"), "pj_per_dram_byte": (1e-3, 1e4, "pJ/B")},
 }
 
 

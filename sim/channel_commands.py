@@ -10,6 +10,7 @@ from pathlib import Path
 from compiler.kernels import GQA_MAPPINGS, KERNELS, CompileError, KernelProgram, compile_kernel
 from models.channel import SCHEDULERS, run_channel
 from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
+from models.energy import DEFAULT_ENERGY, channel_activity, channel_energy, load_energy
 from models.fileio import BUILD_DIR, write_atomic
 from models.functional import check_dataflow
 from models.isa import StreamError, load_stream, save_stream
@@ -17,6 +18,7 @@ from sim.cli import choice_names
 from sim.provenance import provenance
 from sim.report import (
     describe_kernel,
+    energy_table,
     kernel_summary,
     plot_breakdowns,
     scheduler_table,
@@ -82,6 +84,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         "written, a RD_OUT of an entry never accumulated, results never read, no commands)",
     )
     p.add_argument("--sched", choices=choice_names(SCHEDULERS), default="dcs")
+    p.add_argument(
+        "--energy",
+        default=DEFAULT_ENERGY,
+        help=f"energy preset name or .toml path (default {DEFAULT_ENERGY}; docs/energy.md)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -178,6 +185,8 @@ def run_demo(args: argparse.Namespace) -> int:
 def run_run(args: argparse.Namespace) -> int:
     """``pimphony run``: one kernel or saved stream under one scheduler."""
     cfg = load_preset(args.preset)
+    energy_params = load_energy(args.energy)
+    energy_params.chips(cfg)  # refuses an energy preset that does not fit the hardware
     if args.stream is not None:
         if args.kernel is not None:
             raise CompileError("give either --stream or --kernel, not both")
@@ -195,16 +204,26 @@ def run_run(args: argparse.Namespace) -> int:
         summary = {"kernel": prog.kind, "shape": dict(prog.shape), "preset": cfg.name}
     result = run_channel(stream, cfg, args.sched)
     static = result if args.sched == "static" else run_channel(stream, cfg, "static")
+    runs = [static, result] if result is not static else [result]
+    energies = [
+        channel_energy(channel_activity(r.to_dict(), cfg), cfg, energy_params) for r in runs
+    ]
     if args.json:
         summary.update(result.to_dict())
         summary["speedup_vs_static"] = static.cycles / max(result.cycles, 1)
+        summary["energy"] = {
+            **energies[-1].to_dict("pJ"),
+            "static_total": energies[0].total,
+            "per_command": energy_params.per_command(cfg),
+        }
         summary["provenance"] = provenance(
             args, cfg, stream_sha256=hashlib.sha256(stream.tobytes()).hexdigest()
         )
         print(json.dumps(summary, indent=2))
     else:
         print(title)
-        print(scheduler_table([static, result] if result is not static else [result]))
+        print(scheduler_table(runs))
+        print(energy_table(runs, energies, energy_params.name))
     return 0
 
 

@@ -103,6 +103,11 @@ COMMANDS: tuple[Command, ...] = (
         "sim.experiments.ablation",
     ),
     Command(
+        "energy",
+        "decode energy per token, CENT vs CENT+PIMphony (PIMphony Fig. 16 shape)",
+        "sim.experiments.energy",
+    ),
+    Command(
         "dex",
         "LibraPIM bank slicing: MAC utilisation and host-read bandwidth, with/without",
         "sim.experiments.dex",

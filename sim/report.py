@@ -8,6 +8,7 @@ from typing import TypeVar
 
 from compiler.kernels import KernelProgram
 from models.channel import BREAKDOWN_KEYS, ScheduleResult
+from models.energy import Energy
 from models.fileio import figure_format, pyplot, write_atomic, write_figure
 
 T = TypeVar("T")
@@ -16,6 +17,7 @@ __all__ = [
     "user_plot",
     "parse_list",
     "describe_kernel",
+    "energy_table",
     "kernel_summary",
     "plot_breakdowns",
     "scheduler_table",
@@ -95,6 +97,20 @@ def scheduler_table(results: Sequence[ScheduleResult]) -> str:
             f"{r.scheduler:<10}{r.cycles:>10}{100 * r.mac_utilization:>9.1f}%"
             f"{speedup:>8.2f}x{cells}"
         )
+    return "\n".join(lines)
+
+
+def energy_table(results: Sequence[ScheduleResult], energies: Sequence[Energy], preset: str) -> str:
+    """A table of each run's channel energy (nJ) by part (``docs/energy.md``)."""
+    keys = ("mac", "io", "activation", "background")
+    head = f"{'energy nJ':<10}{'total':>10}" + "".join(f"{k:>12}" for k in keys)
+    lines = [f"channel energy ({preset} energy preset)", head, "-" * len(head)]
+    for r, e in zip(results, energies, strict=True):
+        cells = "".join(
+            f"{getattr(e, k) / 1e3:>7.0f} {100 * getattr(e, k) / max(e.total, 1e-30):3.0f}%"
+            for k in keys
+        )
+        lines.append(f"{r.scheduler:<10}{e.total / 1e3:>10.0f}{cells}")
     return "\n".join(lines)
 
 

@@ -85,9 +85,11 @@ def test_run_table(capsys):
     )
     assert rc == 0, err
     assert "FC GEMV 256x256" in out
-    lines = [line for line in out.splitlines() if line.startswith("static")]
+    cycles, energy = out.split("channel energy (aim-cent energy preset)")
+    lines = [line for line in cycles.splitlines() if line.startswith("static")]
     assert len(lines) == 1
     assert "1.00x" in lines[0]  # static against itself
+    assert len([line for line in energy.splitlines() if line.startswith("static")]) == 1
     assert "dcs" not in out
     assert err == ""
 

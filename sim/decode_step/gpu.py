@@ -41,6 +41,7 @@ from models.xpu import (
     vector_cost,
 )
 from models.xpu_config import DeviceKind, XpuConfig
+from sim.decode_step.energy import energy_line, gpu_energy
 from sim.decode_step.setup import DecodeError
 from sim.provenance import inputs_digest
 
@@ -285,6 +286,7 @@ class GpuReport:
     ops: dict[str, dict[str, Any]]
     allreduce: dict[str, Any]
     memory_detail: dict[str, Any]
+    energy: dict[str, Any] = dataclasses.field(default_factory=dict)
     provenance: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -364,6 +366,13 @@ def run_gpu_decode(setup: GpuSetup) -> GpuReport:
             "formula": "2 (N-1)/N x bytes / device_gbps",
         },
         memory_detail=memory,
+        energy=gpu_energy(
+            gpu,
+            costs,
+            {key: "fc" if p == GpuPart.FC else "attention" for key, p in part_of.items()},
+            spec.layers * n,  # every layer, on each of the n GPUs (costs are per GPU)
+            b,
+        ),
     )
 
 
@@ -423,6 +432,7 @@ def format_gpu_report(report: GpuReport) -> str:
             f"{a['link']} link at {a['link_gbps']:g} GB/s, {1e6 * a['seconds_each']:.2f} us each "
             f"({a['formula']})"
         )
+    lines.append(energy_line(r["energy"]))
     return "\n".join(lines)
 
 

@@ -41,6 +41,7 @@ from models.hub import link_cycles
 from models.xpu import VectorOp, gemm_cost, vector_cost
 from models.xpu_config import XpuConfig
 from sim.decode_step.admission import admit
+from sim.decode_step.energy import energy_line, hetero_energy
 from sim.decode_step.kernels import KernelCache
 from sim.decode_step.setup import DecodeError, DecodeSetup
 from sim.decode_step.step import attention_cycles
@@ -238,6 +239,7 @@ class HeteroReport:
     ops: dict[str, int]
     link: dict[str, Any]
     memory_detail: dict[str, Any]
+    energy: dict[str, Any] = field(default_factory=dict)
     timeline: dict[str, list[list[Any]]] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
 
@@ -331,6 +333,9 @@ def run_hetero_decode(setup: HeteroSetup, cache: KernelCache | None = None) -> H
             "xpu_weight_bytes": spec.resident_weight_bytes,
             "xpu_capacity_bytes": setup.xpu.capacity_bytes,
         },
+        energy=hetero_energy(
+            setup, cache, busy["pim"], tl.cycles, in_bytes + out_bytes, ops["cmd_transfer"]
+        ),
         timeline={
             d: [
                 [start, length, label, [[op, c] for op, c in segs]]
@@ -391,6 +396,7 @@ def format_hetero_report(report: HeteroReport) -> str:
         f"link: {lk['which']} at {lk['gbps']:g} GB/s; {lk['to_pim_bytes']:,} B to PIM, "
         f"{lk['to_xpu_bytes']:,} B back"
     )
+    lines.append(energy_line(r["energy"]))
     return "\n".join(lines)
 
 

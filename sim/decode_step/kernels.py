@@ -20,6 +20,7 @@ from compiler.plan import ChannelJob
 from models.channel import run_channel
 from models.config import HardwareConfig
 from models.dpa.dispatcher import gaps_from_times
+from models.energy import ChannelActivity, channel_activity
 
 __all__ = ["KernelCache", "KernelStats", "ModuleRun", "active_banks", "job_key", "run_module"]
 
@@ -37,7 +38,8 @@ class KernelStats:
     fed by the DPA dispatcher runs with the decoder's valid gaps (``DpaProgram.decode_times``)
     except its start-up (program words before the first command, ``dpa_startup`` cycles,
     0 for host-sent static streams), which overlaps the previous kernel on the channel; the
-    module model charges it once per attention block.
+    module model charges it once per attention block. ``activity`` is what the energy model
+    reads of the run (``models.energy.channel_activity``: counts, row switches, residency).
     """
 
     cycles: int
@@ -45,6 +47,7 @@ class KernelStats:
     commands: int
     hub_instructions: int
     dpa_startup: int = 0
+    activity: ChannelActivity | None = None
 
 
 @dataclass
@@ -107,6 +110,7 @@ class KernelCache:
             int(prog.commands.shape[0]),
             run_count(prog.commands),
             startup,
+            channel_activity(result.to_dict(), self.cfg),
         )
         if self.memoize:
             self._memo[key] = stats

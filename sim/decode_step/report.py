@@ -11,6 +11,7 @@ import numpy as np
 
 from compiler.llm import LayerOp
 from models.fileio import pyplot, write_figure
+from sim.decode_step.energy import energy_line
 from sim.decode_step.setup import DecodeSetup
 from sim.provenance import inputs_digest
 
@@ -65,6 +66,7 @@ class DecodeReport:
     memory_detail: dict[str, Any]
     dpa: dict[str, Any]
     simulation: dict[str, Any]
+    energy: dict[str, Any] = dataclasses.field(default_factory=dict)
     provenance: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -160,6 +162,8 @@ def format_report(report: DecodeReport) -> str:
             "per module"
             + (f"; static fallback for {', '.join(d['refused'])}" if d["refused"] else "")
         )
+    if r.get("energy"):
+        lines.append(energy_line(r["energy"]))
     sim = r["simulation"]
     lines.append(
         f"simulated {sim['kernels_simulated']} distinct kernels standing for "

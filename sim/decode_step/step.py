@@ -36,6 +36,7 @@ from compiler.plan import (
     stage_layers,
 )
 from models.config import HardwareConfig
+from models.energy import ChannelActivity, Energy, EnergyParams, load_energy
 from models.hub import (
     NORM_FLOPS_PER_ELEMENT,
     RELU_FLOPS_PER_ELEMENT,
@@ -49,6 +50,7 @@ from models.memory import MemoryPolicy
 from models.module import AttentionSchedule, AttentionTasks, attention_tasks, makespan, schedule
 from models.system import allreduce_cycles, pipeline_period, stage_hop_cycles
 from sim.decode_step.admission import admit, dpa_buffers
+from sim.decode_step.energy import energy_report, pim_phase_energy
 from sim.decode_step.kernels import KernelCache, job_key
 from sim.decode_step.report import OP_KEYS, DecodeReport
 from sim.decode_step.setup import (
@@ -129,6 +131,10 @@ class LayerTiming:
     partition: str = "tcp"
     score_tiles: int = 0  # attention units (pairs, or GPR score tiles of them)
     pairs: int = 0  # (request, KV head) pairs
+    # Energy inputs (docs/energy.md): summed channel activity of the "fc" and "attention"
+    # kernels of the layer on one module, and EPU FLOPs of "attention" and "other" work.
+    activity: dict[str, ChannelActivity] = field(default_factory=dict)
+    epu_flops: dict[str, float] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -231,11 +237,15 @@ def _layer_timing(
     macs: dict[str, int] = dict.fromkeys(OP_KEYS, 0)
     hub: dict[str, int] = {}
     busy = commands = 0
+    activity = {"fc": ChannelActivity.zero(), "attention": ChannelActivity.zero()}
     for op in GEMV_OPS:
         c, m, b, n, h = _gemv_op(plan.gemv[op], run)
         cycles[op], macs[op], hub[op] = c, m, h
         busy += b
         commands += n
+        for channel_jobs in plan.gemv[op]:
+            for j in channel_jobs:
+                activity["fc"] += run(j).activity
     split, tasks, att = _attention_split(plan, cfg, run)
     cycles.update(split)
     for kind, jobs in (("qk", plan.qk), ("sv", plan.sv)):
@@ -244,6 +254,7 @@ def _layer_timing(
                 st = run(j)
                 macs[kind] += st.macs
                 commands += st.commands
+                activity["attention"] += st.activity
         hub[kind] = _hub_count(jobs, run)
     busy += int(att.channel_busy.sum())
     b = len(lengths)
@@ -255,6 +266,11 @@ def _layer_timing(
         // setup.tp
     )
     cycles["epu_other"] = epu_cycles(cfg, b * per_request)
+    att_epu = att.softmax_busy + att.reduction_busy + att.combine_busy
+    epu_flops = {
+        "attention": float(att_epu * cfg.module.epu_flops_per_cycle),
+        "other": float(b * per_request),
+    }
     vector = b * spec.hidden * spec.element_bytes
     cycles["allreduce"] = 2 * allreduce_cycles(cfg, vector, setup.tp)
     if setup.memory == MemoryPolicy.STATIC:
@@ -277,6 +293,8 @@ def _layer_timing(
         partition=plan.partition,
         score_tiles=len(plan.units),
         pairs=len({(u.request, u.kv_head) for u in plan.units}),
+        activity=activity,
+        epu_flops=epu_flops,
     )
 
 
@@ -313,6 +331,7 @@ def _run_decode(
     memoize: bool = True,
     progress: Callable[[str], None] | None = None,
     cache: KernelCache | None = None,
+    energy: EnergyParams | None = None,
 ) -> DecodeReport:
     """Simulate one decode step of ``setup`` (with ``cache``: kernels already simulated for
     the same hardware, scheduler, memory policy and lengths are reused)."""
@@ -346,6 +365,9 @@ def _run_decode(
     sm_marg = red_marg = attn_cycles = red_busy = comb_marg = comb_busy = 0
     chosen: dict[str, int] = {}  # layers (of the slowest module) per partition used
     units = pairs = 0
+    phase_activity = {"fc": ChannelActivity.zero(), "attention": ChannelActivity.zero()}
+    phase_epu = {"attention": 0.0, "other": 0.0}
+    link_bytes = {"host": 0, "internode": 0}
     for i, mb in enumerate(batches):
         say(f"micro-batch {i + 1}/{len(batches)}: {len(mb)} request(s)")
         for s, n_layers in enumerate(layers):
@@ -378,9 +400,14 @@ def _run_decode(
                         hub_total[k] += weight * n * lt.hub_instructions[k]
                     busy += weight * n * lt.channel_busy
                     commands += weight * n * lt.commands
+                    for k, a in lt.activity.items():
+                        phase_activity[k] += a.scaled(weight * n)
+                    for k, f in lt.epu_flops.items():
+                        phase_epu[k] += weight * n * f
             stage_cycles = max(totals)
             stage_time[i, s] = stage_cycles
             link_time[i, s] = stage_hop_cycles(cfg, vector_bytes[i], s, setup.pp, setup.tp)
+            _add_link_bytes(link_bytes, setup, vector_bytes[i], s, n_layers)
     pipe = pipeline_period(stage_time, link_time)
     busiest_stage, round_trip, period = pipe.busiest_stage, pipe.round_trip, pipe.cycles
     seconds = period / (cfg.module.freq_ghz * 1e9)
@@ -402,6 +429,12 @@ def _run_decode(
         for k in OP_KEYS
     }
     hub_bytes = hub_instruction_bytes(cfg)
+    if setup.memory == MemoryPolicy.STATIC:
+        link_bytes["host"] += int(hub_total["qk"] + hub_total["sv"]) * hub_bytes
+    params = energy or load_energy()
+    energy_block = _step_energy(
+        setup, params, period, op_cycles, phase_activity, phase_epu, link_bytes
+    )
     return DecodeReport(
         model=spec.name,
         preset=cfg.name,
@@ -459,6 +492,65 @@ def _run_decode(
             "memoize": memoize,
             "wall_seconds": time.perf_counter() - started,
         },
+        energy=energy_block,
+    )
+
+
+def _add_link_bytes(
+    link_bytes: dict[str, int], setup: DecodeSetup, vector: int, stage: int, n_layers: int
+) -> None:
+    """Bytes one micro-batch moves over the links in ``stage`` (as :mod:`models.system` times
+    them): per layer two all-reduces (each of ``tp`` modules sends ``vector`` up the host link
+    and gets the sum back, and over the inter-node link past one node), then the stage hop."""
+    cfg, tp = setup.hw, setup.tp
+    if tp > 1:
+        link_bytes["host"] += n_layers * 2 * tp * 2 * vector
+        if tp > cfg.module.modules_per_node:
+            link_bytes["internode"] += n_layers * 2 * tp * 2 * vector
+    per_node = cfg.module.modules_per_node
+    crosses = stage + 1 < setup.pp and (stage * tp) // per_node != ((stage + 1) * tp) // per_node
+    link_bytes["host"] += 2 * vector
+    if crosses:
+        link_bytes["internode"] += vector
+
+
+def _step_energy(
+    setup: DecodeSetup,
+    params: EnergyParams,
+    period: int,
+    op_cycles: dict[str, int],
+    activity: dict[str, ChannelActivity],
+    epu_flops: dict[str, float],
+    link_bytes: dict[str, int],
+) -> dict[str, Any]:
+    """The report's ``energy`` block (``sim.decode_step.energy``): FC, attention and the rest
+    of the step period on every channel of every module, EPU work and link traffic."""
+    cfg = setup.hw
+    chips = params.chips(cfg)
+    n_ch = chips * params.channels_per_chip  # = cfg.module.channels, chips stated explicitly
+    per_module = setup.tp * n_ch  # channels of one stage
+    fc_cc = per_module * sum(op_cycles[k] for k in GEMV_OPS)
+    att_cc = per_module * sum(op_cycles[k] for k in _ATTN)
+    all_cc = setup.modules * n_ch * period
+    phases = {
+        "fc": pim_phase_energy(cfg, params, activity["fc"], fc_cc),
+        "attention": pim_phase_energy(
+            cfg, params, activity["attention"], att_cc, epu_flops["attention"]
+        ),
+        "other": pim_phase_energy(
+            cfg, params, ChannelActivity.zero(), max(all_cc - fc_cc - att_cc, 0), epu_flops["other"]
+        ),
+    }
+    links = params.link_pj(link_bytes["host"], "host") + params.link_pj(
+        link_bytes["internode"], "internode"
+    )
+    phases["other"] = phases["other"] + Energy(links=links)
+    return energy_report(
+        phases,
+        len(setup.lengths),
+        params.name,
+        chips_per_module=chips,
+        link_bytes=dict(link_bytes),
     )
 
 
@@ -467,6 +559,7 @@ def run_decode(
     memoize: bool = True,
     progress: Callable[[str], None] | None = None,
     caches: KernelCaches | None = None,
+    energy: EnergyParams | None = None,
 ) -> DecodeReport:
     """Simulate one decode step of ``setup``; a kernel that cannot be mapped is a
     :class:`DecodeError` that says which choice would help.
@@ -475,6 +568,8 @@ def run_decode(
     and the fastest report returned (ties: fewer micro-batches); its ``pipeline`` holds
     ``micro_batch_sweep``, the tokens/s of each count tried. ``caches`` shares simulated
     kernels with other steps (exact: the same kernel always takes the same cycles).
+    ``energy``: the energy preset of the report's ``energy`` block (default
+    :data:`models.energy.DEFAULT_ENERGY`).
     """
     if setup.micro_batches == MICRO_BATCHES_AUTO:
         reports = []
@@ -484,13 +579,14 @@ def run_decode(
             if progress:
                 progress(f"{m} micro-batch(es):")
             one = dataclasses.replace(setup, micro_batches=m)
-            reports.append(_checked_decode(one, memoize, progress, cache))
+            reports.append(_checked_decode(one, memoize, progress, cache, energy))
         best = max(reports, key=lambda r: (r.tokens_per_s, -r.micro_batches))
         sweep = [
             {"micro_batches": r.micro_batches, "tokens_per_s": r.tokens_per_s} for r in reports
         ]
         return dataclasses.replace(best, pipeline={**best.pipeline, "micro_batch_sweep": sweep})
-    return _checked_decode(setup, memoize, progress, caches.for_setup(setup) if caches else None)
+    cache = caches.for_setup(setup) if caches else None
+    return _checked_decode(setup, memoize, progress, cache, energy)
 
 
 def _checked_decode(
@@ -498,10 +594,11 @@ def _checked_decode(
     memoize: bool,
     progress: Callable[[str], None] | None,
     cache: KernelCache | None = None,
+    energy: EnergyParams | None = None,
 ) -> DecodeReport:
     """:func:`_run_decode`; a kernel that cannot be mapped says which choice would help."""
     try:
-        return _run_decode(setup, memoize, progress, cache)
+        return _run_decode(setup, memoize, progress, cache, energy)
     except CompileError as exc:
         hint = (
             "use more --tp (fewer KV heads per module), shorter contexts, another --partition, "
