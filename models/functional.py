@@ -11,12 +11,13 @@ produces a wrong number, not just wrong timing.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from models.channel import ScheduleResult
 from models.config import HardwareConfig
-from models.isa import Op, StreamError, describe_command
+from models.isa import OP_MAC, OP_WR_INP, Op, StreamError, describe_command, empty_stream
 
-__all__ = ["check_dataflow", "execute"]
+__all__ = ["DataflowCheck", "check_dataflow", "execute"]
 
 
 def check_dataflow(stream: np.ndarray) -> None:
@@ -26,42 +27,80 @@ def check_dataflow(stream: np.ndarray) -> None:
     wrote; a RD_OUT reads an OBuf entry a MAC accumulated into since it was last read; every
     accumulated entry is read out by a later RD_OUT (else the result is lost).
     """
-    n = int(stream.shape[0])
-    if n == 0:
+    if stream.shape[0] == 0:
         raise StreamError("the stream has no commands")
-    op = stream["op"].astype(np.int64)
-    idx = np.arange(n)
-    problems: list[tuple[int, str]] = []
-    writes = op == Op.WR_INP
-    gbuf = stream["gbuf"].astype(np.int64)
-    first_write = np.full(int(gbuf.max()) + 1, n, dtype=np.int64)
-    np.minimum.at(first_write, gbuf[writes], idx[writes])
-    bad = np.flatnonzero((op == Op.MAC) & (idx < first_write[gbuf]))
-    if bad.size:
-        problems.append((int(bad[0]), "reads a GBuf entry no earlier WR_INP wrote"))
-    touch = np.flatnonzero((op == Op.MAC) | (op == Op.RD_OUT))
-    if touch.size:
-        out = stream["out"].astype(np.int64)[touch]
-        order = touch[np.lexsort((touch, out))]  # per OBuf entry, in program order
-        entry = stream["out"].astype(np.int64)[order]
-        is_mac = op[order] == Op.MAC
-        same = np.zeros(order.size, dtype=bool)
-        same[1:] = entry[1:] == entry[:-1]
-        prev_mac = np.zeros(order.size, dtype=bool)
-        prev_mac[1:] = is_mac[:-1]
-        empty_read = ~is_mac & ~(same & prev_mac)
-        if empty_read.any():
-            k = int(order[np.flatnonzero(empty_read)].min())
-            problems.append((k, "reads an OBuf entry no MAC accumulated into since its last read"))
-        last = np.ones(order.size, dtype=bool)
-        last[:-1] = entry[1:] != entry[:-1]
-        lost = is_mac & last
-        if lost.any():
-            k = int(order[np.flatnonzero(lost)].min())
-            problems.append((k, "accumulates into an OBuf entry no later RD_OUT reads"))
-    if problems:
-        k, why = min(problems)
-        raise StreamError(f"command {k} ({describe_command(stream, k)}) {why}")
+    check = DataflowCheck(int(stream["gbuf"].max()) + 1, int(stream["out"].max()) + 1)
+    check.feed(stream)
+    check.finish()
+
+
+class DataflowCheck:
+    """:func:`check_dataflow` over a stream fed in chunks: per-entry state only."""
+
+    def __init__(self, gbuf_entries: int, obuf_entries: int) -> None:
+        self.written = np.zeros(gbuf_entries, dtype=np.bool_)
+        self.last = np.full(obuf_entries, -1, dtype=np.int64)  # last command on each entry
+        self.last_mac = np.zeros(obuf_entries, dtype=np.bool_)  # ... and whether a MAC
+        self.last_cmd = empty_stream(obuf_entries)  # ... and the command itself
+        self.first = np.full(2, -1, dtype=np.int64)  # unwritten read, empty read
+        self.first_cmd = empty_stream(2)
+        self.commands = 0
+
+    def feed(self, chunk: np.ndarray) -> None:
+        """Check the next ``chunk`` of the stream."""
+        base = self.commands
+        found = self.first.copy()
+        _dataflow_scan(
+            chunk["op"], chunk["gbuf"], chunk["out"], base, self.written, self.last,
+            self.last_mac, self.first,
+        )  # fmt: skip
+        for j in np.flatnonzero(self.first != found):
+            self.first_cmd[j] = chunk[self.first[j] - base]
+        touched = np.flatnonzero(self.last >= base)
+        self.last_cmd[touched] = chunk[self.last[touched] - base]
+        self.commands += int(chunk.shape[0])
+
+    def finish(self) -> None:
+        """Raise at the first problem of the whole stream, if any."""
+        if self.commands == 0:
+            raise StreamError("the stream has no commands")
+        problems: list[tuple[int, str, np.ndarray]] = []
+        whys = (
+            "reads a GBuf entry no earlier WR_INP wrote",
+            "reads an OBuf entry no MAC accumulated into since its last read",
+        )
+        for j, why in enumerate(whys):
+            if self.first[j] >= 0:
+                problems.append((int(self.first[j]), why, self.first_cmd[j : j + 1]))
+        lost = np.flatnonzero(self.last_mac)
+        if lost.size:
+            e = lost[np.argmin(self.last[lost])]
+            why = "accumulates into an OBuf entry no later RD_OUT reads"
+            problems.append((int(self.last[e]), why, self.last_cmd[e : e + 1]))
+        if problems:
+            k, why, cmd = min(problems, key=lambda p: p[0])
+            raise StreamError(f"command {k} ({describe_command(cmd, 0)}) {why}")
+
+
+@njit(cache=True)
+def _dataflow_scan(op, gbuf, out, base, written, last, last_mac, first):
+    """One chunk of :class:`DataflowCheck` (``first[0]``: the first MAC of an unwritten
+    entry, ``first[1]``: the first RD_OUT of an entry with nothing accumulated)."""
+    for j in range(op.shape[0]):
+        k = base + j
+        o = op[j]
+        if o == OP_WR_INP:
+            written[gbuf[j]] = True
+        elif o == OP_MAC:
+            if not written[gbuf[j]] and first[0] < 0:
+                first[0] = k
+            last[out[j]] = k
+            last_mac[out[j]] = True
+        else:
+            if not last_mac[out[j]] and first[1] < 0:
+                first[1] = k
+            last[out[j]] = k
+            last_mac[out[j]] = False
 
 
 def execute(

@@ -48,6 +48,7 @@ __all__ = [
     "CommandFormatError",
     "Op",
     "StreamError",
+    "StreamReader",
     "describe_command",
     "empty_stream",
     "field_widths",
@@ -260,9 +261,8 @@ def save_stream(
     return write_atomic(path, buf.getvalue(), overwrite=overwrite)
 
 
-def load_stream(path: str | Path, cfg: HardwareConfig | None = None) -> tuple[np.ndarray, dict]:
-    """Read a stream file; return ``(commands, header)``. Validate against ``cfg`` if given."""
-    path = Path(path)
+def _open_archive(path: Path):
+    """The opened ``.npz`` of a stream file and its checked header."""
     what = "not a pimphony command-stream file (the .npz `pimphony compile` writes)"
     try:
         archive = np.load(path, allow_pickle=False)
@@ -283,7 +283,7 @@ def load_stream(path: str | Path, cfg: HardwareConfig | None = None) -> tuple[np
         raise CommandFormatError(f"{path}: {what} ({exc})") from None
     if not isinstance(archive, np.lib.npyio.NpzFile):
         raise CommandFormatError(f"{path}: not a pimphony command-stream file (plain .npy array)")
-    with archive:
+    try:
         missing = {"header", "commands"} - set(archive.files)
         if missing:
             raise CommandFormatError(f"{path}: missing member(s) {sorted(missing)}")
@@ -301,6 +301,17 @@ def load_stream(path: str | Path, cfg: HardwareConfig | None = None) -> tuple[np
                 f"{path}: format_version {version!r} is not supported (this pimphony reads "
                 f"version {FORMAT_VERSION})"
             )
+    except BaseException:
+        archive.close()
+        raise
+    return archive, head
+
+
+def load_stream(path: str | Path, cfg: HardwareConfig | None = None) -> tuple[np.ndarray, dict]:
+    """Read a stream file; return ``(commands, header)``. Validate against ``cfg`` if given."""
+    path = Path(path)
+    archive, head = _open_archive(path)
+    with archive:
         try:
             commands = archive["commands"]
         except (ValueError, zipfile.BadZipFile, EOFError, OSError) as exc:
@@ -315,3 +326,74 @@ def load_stream(path: str | Path, cfg: HardwareConfig | None = None) -> tuple[np
         except StreamError as exc:
             raise CommandFormatError(f"{path}: {exc}") from None
     return commands, head
+
+
+class StreamReader:
+    """A stream file read in chunks of ``chunk`` commands, so a run of any length holds one
+    chunk at a time; the same checks and messages as :func:`load_stream`.
+
+    ``header`` and ``commands`` (the count) are known once opened; iterating yields the
+    chunks (validated against ``cfg`` if given, naming whole-stream indices) and checks the
+    member's CRC at the end.
+    """
+
+    def __init__(self, path: str | Path, cfg: HardwareConfig | None = None, chunk: int = 1 << 16):
+        self.path = Path(path)
+        self.cfg = cfg
+        self.chunk = chunk
+        archive, self.header = _open_archive(self.path)
+        self._zip = archive.zip
+        try:
+            self._member = self._zip.open("commands.npy")
+            version = np.lib.format.read_magic(self._member)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(self._member)
+            elif version == (2, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(self._member)
+            else:
+                raise ValueError(f".npy format version {version} is not supported")
+        except (ValueError, zipfile.BadZipFile, EOFError, OSError, KeyError) as exc:
+            archive.close()
+            raise CommandFormatError(
+                f"{self.path}: damaged file, commands unreadable ({exc})"
+            ) from None
+        self._archive = archive
+        if dtype != COMMAND_DTYPE:
+            archive.close()
+            raise CommandFormatError(
+                f"{self.path}: commands have dtype {dtype}, expected {COMMAND_DTYPE}"
+            )
+        if len(shape) != 1 or fortran:
+            archive.close()
+            raise CommandFormatError(f"{self.path}: commands are not a 1-D array")
+        self.commands = int(shape[0])
+
+    def __iter__(self):
+        size = COMMAND_DTYPE.itemsize
+        done = 0
+        try:
+            while done < self.commands:
+                n = min(self.chunk, self.commands - done)
+                raw = self._member.read(n * size)
+                if len(raw) != n * size:
+                    raise EOFError(f"{done + len(raw) // size} of {self.commands} commands")
+                part = np.frombuffer(raw, dtype=COMMAND_DTYPE)
+                if self.cfg is not None:
+                    try:
+                        validate_stream(part, self.cfg.channel, gpr_tiles(self.cfg), offset=done)
+                    except StreamError as exc:
+                        raise CommandFormatError(f"{self.path}: {exc}") from None
+                done += n
+                yield part
+            self._member.read()  # to the end: the CRC check
+        except (ValueError, zipfile.BadZipFile, EOFError, OSError) as exc:
+            raise CommandFormatError(
+                f"{self.path}: damaged file, commands unreadable ({exc})"
+            ) from None
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Release the file."""
+        self._member.close()
+        self._archive.close()

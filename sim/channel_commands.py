@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 
 from compiler.kernels import GQA_MAPPINGS, KERNELS, CompileError, KernelProgram, compile_kernel
-from models.channel import SCHEDULERS, run_channel
+from models.channel import SCHEDULERS, ChannelRun, run_channel
 from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
 from models.energy import DEFAULT_ENERGY, channel_activity, channel_energy, load_energy
 from models.fileio import BUILD_DIR, write_atomic
-from models.functional import check_dataflow
-from models.isa import StreamError, load_stream, save_stream
+from models.functional import DataflowCheck
+from models.isa import StreamError, StreamReader, save_stream
 from sim.cli import choice_names
 from sim.provenance import provenance
 from sim.report import (
@@ -190,20 +190,18 @@ def run_run(args: argparse.Namespace) -> int:
     if args.stream is not None:
         if args.kernel is not None:
             raise CompileError("give either --stream or --kernel, not both")
-        stream, head = load_stream(args.stream, cfg)
-        if not args.no_check:
-            try:
-                check_dataflow(stream)
-            except StreamError as exc:
-                raise StreamError(f"{args.stream}: {exc} (--no-check runs it anyway)") from None
-        title = f"{args.stream}: {stream.shape[0]} commands"
+        static, result, head, sha = _run_stream_file(args, cfg)
+        title = f"{args.stream}: {result.commands} commands"
         summary = {"stream": str(args.stream), "meta": head.get("meta", {}), "preset": cfg.name}
     else:
         prog = _compile(args, cfg)
         stream, title = prog.commands, describe_kernel(prog)
         summary = {"kernel": prog.kind, "shape": dict(prog.shape), "preset": cfg.name}
-    result = run_channel(stream, cfg, args.sched)
-    static = result if args.sched == "static" else run_channel(stream, cfg, "static")
+        sha = hashlib.sha256(stream.tobytes()).hexdigest()
+        result = run_channel(stream, cfg, args.sched, record=False)
+        static = (
+            result if args.sched == "static" else run_channel(stream, cfg, "static", record=False)
+        )
     runs = [static, result] if result is not static else [result]
     energies = [
         channel_energy(channel_activity(r.to_dict(), cfg), cfg, energy_params) for r in runs
@@ -216,15 +214,40 @@ def run_run(args: argparse.Namespace) -> int:
             "static_total": energies[0].total,
             "per_command": energy_params.per_command(cfg),
         }
-        summary["provenance"] = provenance(
-            args, cfg, stream_sha256=hashlib.sha256(stream.tobytes()).hexdigest()
-        )
+        summary["provenance"] = provenance(args, cfg, stream_sha256=sha)
         print(json.dumps(summary, indent=2))
     else:
         print(title)
         print(scheduler_table(runs))
         print(energy_table(runs, energies, energy_params.name))
     return 0
+
+
+def _run_stream_file(args: argparse.Namespace, cfg: HardwareConfig):
+    """``(static, result, header, sha256)`` of a stream file, read once in chunks: the
+    dataflow check, the hash and both channel runs carry their state across chunks, so memory
+    does not grow with the stream."""
+    reader = StreamReader(args.stream, cfg)
+    check = None
+    if not args.no_check:
+        ch = cfg.channel
+        check = DataflowCheck(ch.gbuf_entries, ch.obuf_entries)
+    runs = {s: ChannelRun(cfg, s, validate=False) for s in dict.fromkeys(("static", args.sched))}
+    digest = hashlib.sha256()
+    for chunk in reader:
+        digest.update(chunk.tobytes())
+        if check is not None:
+            check.feed(chunk)
+        for run in runs.values():
+            run.feed(chunk)
+    if check is not None:
+        try:
+            check.finish()
+        except StreamError as exc:
+            raise StreamError(f"{args.stream}: {exc} (--no-check runs it anyway)") from None
+    static = runs["static"].finish()
+    result = static if args.sched == "static" else runs[args.sched].finish()
+    return static, result, reader.header, digest.hexdigest()
 
 
 def run_compile(args: argparse.Namespace) -> int:

@@ -102,7 +102,9 @@ class KernelCache:
                 n = prog.commands.shape[0]
                 gaps = gaps_from_times(dpa_prog.decode_times(n))
                 startup, gaps[0] = int(gaps[0]), 0
-        result = run_channel(prog.commands, self.cfg, self.sched, valid_gaps=gaps, validate=False)
+        result = run_channel(
+            prog.commands, self.cfg, self.sched, valid_gaps=gaps, validate=False, record=False
+        )
         self.simulated += 1
         stats = KernelStats(
             result.cycles,

@@ -95,7 +95,9 @@ def buffer_sweep(
                 except CompileError as exc:
                     rows.append({**row, "ratio": None, "refused": str(exc)})
                     continue
-                pp, dcs = (run_channel(prog.commands, cfg, s) for s in ("pingpong", "dcs"))
+                pp, dcs = (
+                    run_channel(prog.commands, cfg, s, record=False) for s in ("pingpong", "dcs")
+                )
                 rows.append(
                     {
                         **row,

@@ -42,7 +42,7 @@ def sweep(
     for d in dims:
         prog = compile_gemv(cfg, d, d) if kind == "gemv" else compile_qk(cfg, tokens, d)
         for s in SCHEDULERS:
-            r = run_channel(prog.commands, cfg, s)
+            r = run_channel(prog.commands, cfg, s, record=False)
             rows.append(
                 {
                     "kernel": kind,
