@@ -140,6 +140,7 @@ def test_cli_json(capsys, tmp_path):
         (("--fig14",), "--fig14 is an option of --system xpu+pim"),
         (("--system", "xpu+pim", "--fig14", "--model", "llm-72b"), "drop --model"),
         (("--system", "gpu"), "invalid choice: 'gpu'"),
+        (("--system", "xpu+pim", "--micro-batches", "4"), "--micro-batches is an option of"),
     ],
 )
 def test_cli_refusals(capsys, tmp_path, argv, message):

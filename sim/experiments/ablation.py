@@ -304,6 +304,11 @@ def _run_hetero(args: argparse.Namespace) -> int:
         plot_hetero_ablation,
     )
 
+    if _given(args, "micro_batches"):
+        raise DecodeError(
+            "--micro-batches is an option of --system pim (pipeline stages); --system xpu+pim "
+            "chooses its sub-batches per batch (--sub-batches auto); drop it"
+        )
     preset = args.preset or SYSTEM_DEFAULTS["xpu+pim"][0]
     xpu = args.xpu or HETERO_XPU
     if args.fig14:
