@@ -98,8 +98,13 @@ COMMANDS: tuple[Command, ...] = (
         "sim.experiments.gpu_compare",
     ),
     Command(
+        "gpu-fig20",
+        "PIMphony (PIM-only) vs memory-matched A100s (PIMphony Fig. 20 shape)",
+        "sim.experiments.gpu_fig20",
+    ),
+    Command(
         "ablation",
-        "throughput HFP -> +TCP -> +DCS -> +DPA (PIMphony Fig. 13 shape)",
+        "throughput HFP -> +TCP -> +DCS -> +DPA (PIMphony Fig. 13; --system xpu+pim: Fig. 14)",
         "sim.experiments.ablation",
     ),
     Command(

@@ -14,7 +14,12 @@ from models.config import load_preset
 from models.xpu import gemm_cost
 from models.xpu_config import load_xpu
 from sim.decode_step.admission import fill_batch
-from sim.decode_step.hetero import HeteroSetup, pipeline_schedule, run_hetero_decode
+from sim.decode_step.hetero import (
+    HeteroSetup,
+    pipeline_schedule,
+    run_hetero_decode,
+    sub_batch_candidates,
+)
 from sim.decode_step.kernels import KernelCache
 from sim.decode_step.setup import DecodeError, DecodeSetup
 from sim.decode_step.step import attention_cycles, layer_timing
@@ -126,6 +131,50 @@ def test_refuses_bad_sub_batches(k, message):
         _setup(k)
 
 
+@pytest.mark.parametrize(
+    ("batch", "expected"),
+    [
+        (1, [1]),
+        (4, [1, 2, 3, 4]),
+        (8, [1, 2, 3, 4, 5, 6, 7, 8]),
+        (9, [1, 2, 3, 4, 5, 6, 7, 8, 9]),
+        (16, [1, 2, 3, 4, 5, 6, 7, 8, 16]),
+        (40, [1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 40]),
+        (64, [1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64]),
+    ],
+)
+def test_sub_batch_candidates(batch, expected):
+    assert sub_batch_candidates(batch) == expected
+
+
+def test_auto_sub_batches_is_the_fastest_tried(reports):
+    """auto times K = 1..4 (the batch of 4), returns the fewest cycles, and its search lists
+    the fixed-K runs' cycles exactly."""
+    auto = run_hetero_decode(_setup("auto", partition="tcp"))
+    search = auto.sub_batch_search
+    assert list(search["cycles"]) == ["1", "2", "3", "4"]
+    for k in (1, 2, 4):
+        assert search["cycles"][str(k)] == reports[k].cycles
+        assert auto.cycles <= reports[k].cycles
+    assert auto.cycles == min(search["cycles"].values())
+    assert (
+        auto.sub_batches == search["chosen"] == int(min(search["cycles"], key=search["cycles"].get))
+    )
+    assert reports[1].sub_batch_search == {}
+
+
+def test_auto_picks_a_pipelined_k_when_it_pays():
+    """docs/decode.md's case: Llama-3.1-8B, 16 requests at 128K on 8 modules, an H100 as the
+    xPU: K = 2 beats serial by ~1.4x, so auto must not stay at K = 1."""
+    spec = load_model("llama-3.1-8b")
+    pim = DecodeSetup(spec, NEUPIMS, (131072,) * 16, tp=8, check_capacity=False)
+    auto = run_hetero_decode(HeteroSetup(pim, load_xpu("h100-sxm"), "auto"))
+    cycles = auto.sub_batch_search["cycles"]
+    assert auto.sub_batches > 1
+    assert auto.cycles < cycles["1"] / 1.2
+    assert auto.cycles == min(cycles.values())
+
+
 def test_refuses_weights_beyond_the_xpu():
     with pytest.raises(DecodeError, match="the weights do not fit the xPU: llm-72b weights"):
         HeteroSetup(DecodeSetup(load_model("llm-72b"), NEUPIMS, (1024,), tp=8), NPU, 1)
@@ -155,6 +204,10 @@ def test_cli_json(capsys, tmp_path):
     [
         (("--sub-batches", "0"), "--sub-batches 0: must be a positive integer"),
         (("--sub-batches", "3"), "--sub-batches 3 exceeds the batch of 2"),
+        (("--sub-batches", "3"), "(allowed: 1 to 2, or 'auto')"),
+        (("--sub-batches", "1.5"), "--sub-batches '1.5': must be a positive integer"),
+        (("--sub-batches", "two"), "--sub-batches 'two': must be a positive integer (1: serial)"),
+        (("--sub-batches", "Auto"), "up to the batch, or 'auto'"),
         (("--pp", "2"), "--system xpu+pim does not use --pp (--system pim)"),
         (("--gpus", "2"), "--system xpu+pim does not use --gpus (--system gpu)"),
         (("--model", "llm-72b", "--tp", "8"), "the weights do not fit the xPU"),
@@ -170,8 +223,9 @@ def test_cli_refusals(capsys, tmp_path, argv, message):
     assert message in err
 
 
-def test_pim_system_refuses_xpu_options(capsys):
-    code, _, err = run_cli(capsys, "decode", "--context", "1024", "--sub-batches", "2")
+@pytest.mark.parametrize("k", ["2", "auto"])
+def test_pim_system_refuses_xpu_options(capsys, k):
+    code, _, err = run_cli(capsys, "decode", "--context", "1024", "--sub-batches", k)
     assert code == 2 and "--sub-batches (--system xpu+pim)" in err
 
 

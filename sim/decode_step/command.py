@@ -34,6 +34,7 @@ from sim.decode_step.gpu import (
     run_gpu_decode,
 )
 from sim.decode_step.hetero import (
+    SUB_BATCHES_AUTO,
     HeteroSetup,
     format_hetero_report,
     hetero_report_stem,
@@ -61,6 +62,7 @@ __all__ = [
     "gpu_setup_from_args",
     "hetero_setup_from_args",
     "setup_from_args",
+    "sub_batches_arg",
 ]
 
 DECODE_DIR = BUILD_DIR / "decode"
@@ -93,6 +95,20 @@ def micro_batches_arg(value: str) -> int | str:
         return bounded_int(1, MAX_BATCH)(value)
     except argparse.ArgumentTypeError as exc:
         raise argparse.ArgumentTypeError(f"{exc} (or 'auto')") from None
+
+
+def sub_batches_arg(value: str) -> int | str:
+    """``--sub-batches``: an integer (its range against the batch is checked by
+    :class:`~sim.decode_step.hetero.HeteroSetup`) or ``auto``."""
+    if value == SUB_BATCHES_AUTO:
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--sub-batches {value!r}: must be a positive integer (1: serial) up to the batch, "
+            f"or '{SUB_BATCHES_AUTO}'"
+        ) from None
 
 
 def _batch(value: str) -> int | str:
@@ -178,9 +194,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--sub-batches",
-        type=int,
+        type=sub_batches_arg,
         default=1,
-        help="--system xpu+pim: sub-batches the xPU and PIM pipeline over (default 1: serial)",
+        help="--system xpu+pim: sub-batches the xPU and PIM pipeline over (default 1: serial), "
+        "or 'auto' (time K = 1..8 and powers of two up to the batch; keep the fastest)",
     )
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--report", type=Path, help=f"JSON report path (default {DECODE_DIR}/...)")

@@ -20,7 +20,8 @@ FFN1, activation, FFN2, residual) + norm + QKV of layer ``l``, ``X(L)`` the rest
 layer. Four resources (the xPU, the link to PIM, PIM, the link back) each run their tasks in
 (layer, sub-batch) order, a task starting when its resource is free and its predecessor done
 (:func:`pipeline_schedule`). ``K = 1`` is the serial mode: the step is exactly the sum of all
-xPU, transfer and PIM cycles.
+xPU, transfer and PIM cycles. ``K = "auto"`` times every candidate of
+:func:`sub_batch_candidates` and keeps the fastest (the report lists every candidate's cycles).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ __all__ = [
     "OP_STYLE",
     "HeteroReport",
     "HeteroSetup",
+    "SUB_BATCHES_AUTO",
+    "SUB_BATCHES_EXHAUSTIVE",
     "Timeline",
     "format_hetero_report",
     "hetero_report_stem",
@@ -59,7 +62,39 @@ __all__ = [
     "pipeline_schedule",
     "plot_hetero_report",
     "run_hetero_decode",
+    "sub_batch_candidates",
 ]
+
+#: ``--sub-batches auto``: time the candidates of :func:`sub_batch_candidates`, keep the fastest.
+SUB_BATCHES_AUTO = "auto"
+#: ``auto`` tries every K from 1 to this many; above it only powers of two up to the batch (and
+#: the batch itself). Each K costs one schedule of K sub-batches (about 1 s per candidate at a
+#: batch of 256, so all 256 would take about 5 min); every K re-reads the weights on the xPU,
+#: so K beyond a few is rarely the fastest.
+SUB_BATCHES_EXHAUSTIVE = 8
+
+
+def sub_batch_candidates(batch: int) -> list[int]:
+    """The sub-batch counts ``--sub-batches auto`` times for a batch of ``batch`` requests:
+    every K in ``1..min(batch, SUB_BATCHES_EXHAUSTIVE)``, then the powers of two below
+    ``batch`` and ``batch`` itself (so a batch of at most 8 is searched exhaustively).
+
+    >>> sub_batch_candidates(5)
+    [1, 2, 3, 4, 5]
+    >>> sub_batch_candidates(40)
+    [1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 40]
+    """
+    if batch < 1:
+        raise DecodeError(f"batch {batch}: must be at least 1 request")
+    out = list(range(1, min(batch, SUB_BATCHES_EXHAUSTIVE) + 1))
+    k = 2 * SUB_BATCHES_EXHAUSTIVE
+    while k < batch:
+        out.append(k)
+        k *= 2
+    if batch > out[-1]:
+        out.append(batch)
+    return out
+
 
 #: The resources of the pipeline, in plot order.
 DEVICES = ("xpu", "to_pim", "pim", "to_xpu")
@@ -97,22 +132,28 @@ class HeteroSetup:
         attention partition, scheduler and memory policy. The modules hold the KV cache only.
     xpu : XpuConfig
         The xPU preset; it holds every weight in its memory.
-    sub_batches : int
-        ``K``: 1 is the serial mode, more pipeline the xPU and PIM over sub-batches.
+    sub_batches : int or "auto"
+        ``K``: 1 is the serial mode, more pipeline the xPU and PIM over sub-batches;
+        ``"auto"`` times every K of :func:`sub_batch_candidates` and keeps the fastest.
     """
 
     pim: DecodeSetup
     xpu: XpuConfig
-    sub_batches: int = 1
+    sub_batches: int | str = 1
 
     def __post_init__(self) -> None:
         k, b = self.sub_batches, len(self.pim.lengths)
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise DecodeError(f"--sub-batches {k!r}: must be a positive integer (1: serial)")
+        if k != SUB_BATCHES_AUTO and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+            raise DecodeError(
+                f"--sub-batches {k!r}: must be a positive integer (1: serial) up to the batch "
+                f"of {b} request(s), or '{SUB_BATCHES_AUTO}'"
+            )
+        if k == SUB_BATCHES_AUTO:
+            k = 1
         if k > b:
             raise DecodeError(
                 f"--sub-batches {k} exceeds the batch of {b} request(s): every sub-batch needs "
-                "at least one request"
+                f"at least one request (allowed: 1 to {b}, or '{SUB_BATCHES_AUTO}')"
             )
         if self.pim.pp != 1:
             raise DecodeError(
@@ -129,7 +170,9 @@ class HeteroSetup:
 
     @property
     def batches(self) -> list[tuple[int, ...]]:
-        """The sub-batches' context lengths (requests dealt round-robin)."""
+        """The sub-batches' context lengths (requests dealt round-robin); a fixed K only."""
+        if self.sub_batches == SUB_BATCHES_AUTO:
+            raise DecodeError("--sub-batches auto: the sub-batches are chosen when the step runs")
         return micro_batches(self.pim.lengths, self.sub_batches)
 
 
@@ -240,6 +283,7 @@ class HeteroReport:
     link: dict[str, Any]
     memory_detail: dict[str, Any]
     energy: dict[str, Any] = field(default_factory=dict)
+    sub_batch_search: dict[str, Any] = field(default_factory=dict)
     timeline: dict[str, list[list[Any]]] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
 
@@ -249,17 +293,42 @@ class HeteroReport:
 
 
 def run_hetero_decode(setup: HeteroSetup, cache: KernelCache | None = None) -> HeteroReport:
-    """Time one xPU+PIM decode step of ``setup`` (``docs/decode.md``, xPU+PIM)."""
+    """Time one xPU+PIM decode step of ``setup`` (``docs/decode.md``, xPU+PIM).
+
+    With ``sub_batches="auto"`` every K of :func:`sub_batch_candidates` is timed and the report
+    of the fewest cycles is returned (ties: the smaller K); its ``sub_batch_search`` lists the
+    candidates' cycles.
+    """
+    if setup.sub_batches != SUB_BATCHES_AUTO:
+        return _run_fixed(setup, cache)
+    pim = setup.pim
+    cache = cache or _cache(pim)
+    reports = {
+        k: _run_fixed(dataclasses.replace(setup, sub_batches=k), cache)
+        for k in sub_batch_candidates(len(pim.lengths))
+    }
+    best = min(reports, key=lambda k: (reports[k].cycles, k))
+    search = {
+        "rule": f"every K from 1 to {SUB_BATCHES_EXHAUSTIVE}, then powers of two and the batch",
+        "chosen": best,
+        "cycles": {str(k): r.cycles for k, r in reports.items()},
+        "tokens_per_s": {str(k): r.tokens_per_s for k, r in reports.items()},
+    }
+    return dataclasses.replace(reports[best], sub_batch_search=search)
+
+
+def _cache(pim: DecodeSetup) -> KernelCache:
+    return KernelCache(
+        pim.hw, pim.sched, True, dpa=pim.memory == "lazy", dpa_max_tokens=max(pim.lengths)
+    )
+
+
+def _run_fixed(setup: HeteroSetup, cache: KernelCache | None = None) -> HeteroReport:
+    """One step at the setup's fixed K."""
     pim_setup, spec = setup.pim, setup.pim.model
     cfg = pim_setup.hw
     memory = admit(pim_setup, weights=False)
-    cache = cache or KernelCache(
-        cfg,
-        pim_setup.sched,
-        True,
-        dpa=pim_setup.memory == "lazy",
-        dpa_max_tokens=max(pim_setup.lengths),
-    )
+    cache = cache or _cache(pim_setup)
     layers, tp, e = spec.layers, pim_setup.tp, spec.element_bytes
     xpu_tasks, in_tasks, pim_tasks, out_tasks = [], [], [], []
     chosen: dict[str, int] = {}
@@ -371,6 +440,9 @@ def format_hetero_report(report: HeteroReport) -> str:
     r = report.to_dict()
     ctx, f = r["context_lengths"], r["freq_ghz"]
     mode = "serial" if r["sub_batches"] == 1 else f"{r['sub_batches']} sub-batches, pipelined"
+    search = r["sub_batch_search"]
+    if search:
+        mode += " (chosen by --sub-batches auto)"
     sizes = "/".join(str(n) for n in r["sub_batch_sizes"])
     lines = [
         f"{r['model']} decode step on {r['xpu']} (FC) + {r['tp']} x {r['preset']} (attention, "
@@ -379,6 +451,11 @@ def format_hetero_report(report: HeteroReport) -> str:
         f"{ctx['min']}/{ctx['mean']:.0f}/{ctx['max']}",
         f"step {r['cycles']:,} cycles = {1e3 * r['step_seconds']:.3f} ms at {f:g} GHz   "
         f"tokens/s {r['tokens_per_s']:,.1f}   (no overlap: {r['serial_cycles']:,} cycles)",
+    ]
+    if search:
+        tried = "  ".join(f"K={k}: {c:,}" for k, c in search["cycles"].items())
+        lines.append(f"--sub-batches auto ({search['rule']}), cycles: {tried}")
+    lines += [
         "",
         f"{'device':<16}{'busy cycles':>14}{'idle cycles':>14}{'util':>8}",
     ]

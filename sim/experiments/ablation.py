@@ -26,7 +26,7 @@ from models.fileio import BUILD_DIR, pyplot, write_figure
 from sim.cli import SEED, bounded_int
 from sim.decode_step.admission import queue_batches
 from sim.decode_step.command import micro_batches_arg
-from sim.decode_step.setup import MICRO_BATCHES_AUTO, DecodeSetup
+from sim.decode_step.setup import MICRO_BATCHES_AUTO, DecodeError, DecodeSetup
 from sim.decode_step.step import KernelCaches, run_decode
 from sim.provenance import provenance
 from sim.report import user_plot
@@ -34,6 +34,8 @@ from sim.workloads import load_workload, sample_context_lengths
 
 __all__ = [
     "ABLATION_PLOT",
+    "HETERO_ABLATION_PLOT",
+    "SYSTEM_DEFAULTS",
     "STEPS",
     "ablation",
     "add_arguments",
@@ -44,6 +46,7 @@ __all__ = [
 ]
 
 ABLATION_PLOT = BUILD_DIR / "ablation" / "fig13.png"
+HETERO_ABLATION_PLOT = BUILD_DIR / "ablation" / "fig14-xpu-pim.png"
 #: (label, partition, scheduler, memory) of each cumulative step. From +DCS on the partition
 #: is PIMphony's ``auto`` (per layer the faster of TCP and HFP).
 STEPS = (
@@ -189,15 +192,43 @@ def plot_ablation(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
     return write_figure(fig, path)
 
 
+#: ``--system`` -> (default preset, default modules): PIMphony on CENT (8 x 16 GB) and on
+#: NeuPIMs (4 x 32 GB), 128 GB each (PIMphony VIII-A).
+SYSTEM_DEFAULTS = {"pim": ("pimphony-cent", 8), "xpu+pim": ("pimphony-neupims", 4)}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``ablation`` subcommand's options."""
+    p.add_argument(
+        "--system",
+        choices=list(SYSTEM_DEFAULTS),
+        default="pim",
+        help="pim: PIM-only (Fig. 13, default); xpu+pim: NeuPIMs NPUs + PIM (Fig. 14, "
+        "sim/experiments/hetero_ablation.py)",
+    )
     p.add_argument("--model", default="llm-7b")
     p.add_argument("--workload", default="qmsum")
     p.add_argument(
-        "--preset", default="pimphony-cent", help="default: PIMphony on CENT (16 GB modules)"
+        "--preset",
+        default=None,
+        help="default: pimphony-cent (16 GB modules) for pim, pimphony-neupims (32 GB) for xpu+pim",
     )
     p.add_argument(
-        "--modules", type=bounded_int(1, 1024), default=8, help="default 8 x 16 GB = 128 GB"
+        "--modules",
+        type=bounded_int(1, 1024),
+        default=None,
+        help="default 8 x 16 GB = 128 GB (pim), 4 x 32 GB = 128 GB (xpu+pim)",
+    )
+    p.add_argument(
+        "--xpu",
+        default=None,
+        help="--system xpu+pim: the NPU of each device (default neupims-npu)",
+    )
+    p.add_argument(
+        "--fig14",
+        action="store_true",
+        help="--system xpu+pim: run PIMphony Fig. 14's five cases (hetero_ablation.FIG14_CASES) "
+        "instead of --model/--workload/--modules/--requests",
     )
     p.add_argument(
         "--requests",
@@ -218,7 +249,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``pimphony ablation``."""
+    """Run ``pimphony ablation`` (``--system xpu+pim``: :func:`_run_hetero`)."""
+    if args.system == "xpu+pim":
+        return _run_hetero(args)
+    for opt in ("xpu", "fig14"):
+        if getattr(args, opt):
+            raise DecodeError(f"--{opt} is an option of --system xpu+pim; drop it")
+    args.preset = args.preset or SYSTEM_DEFAULTS["pim"][0]
+    args.modules = args.modules or SYSTEM_DEFAULTS["pim"][1]
+    # The PIM-only report's provenance stays what it was before --system existed.
+    args = argparse.Namespace(
+        **{k: v for k, v in vars(args).items() if k not in ("system", "xpu", "fig14")}
+    )
     plot = user_plot(args.plot, ABLATION_PLOT, args.force)
     progress = None if args.json else (lambda m: print(f"  {m}", flush=True))
     rows = ablation(
@@ -249,3 +291,59 @@ def run(args: argparse.Namespace) -> int:
         print(format_ablation(rows))
         print(f"plot: {path}")
     return 0
+
+
+def _run_hetero(args: argparse.Namespace) -> int:
+    """``pimphony ablation --system xpu+pim``: PIMphony Fig. 14 (one case or ``--fig14``)."""
+    from sim.experiments.hetero_ablation import (
+        FIG14_CASES,
+        HETERO_XPU,
+        case_label,
+        format_hetero_ablation,
+        hetero_ablation,
+        plot_hetero_ablation,
+    )
+
+    if _given(args, "micro_batches"):
+        raise DecodeError(
+            "--micro-batches is an option of --system pim (pipeline stages); --system xpu+pim "
+            "chooses its sub-batches per batch (--sub-batches auto); drop it"
+        )
+    preset = args.preset or SYSTEM_DEFAULTS["xpu+pim"][0]
+    xpu = args.xpu or HETERO_XPU
+    if args.fig14:
+        given = [f"--{o}" for o in ("model", "workload", "modules") if _given(args, o)]
+        if given:
+            raise DecodeError(f"--fig14 runs the paper's cases; drop {', '.join(given)}")
+        cases = FIG14_CASES
+    else:
+        modules = args.modules or SYSTEM_DEFAULTS["xpu+pim"][1]
+        cases = ((args.model, args.workload, modules, args.requests),)
+    plot = user_plot(args.plot, HETERO_ABLATION_PLOT, args.force)
+    progress = None if args.json else (lambda m: print(f"  {m}", flush=True))
+    results = {}
+    for model, workload, modules, requests in cases:
+        results[case_label(model, workload, modules)] = hetero_ablation(
+            model, workload, preset, modules, requests, args.seed, xpu, progress
+        )
+    title = (
+        f"xPU+PIM ({xpu} + {preset} per device): HFP -> +TCP -> +DCS -> +DPA "
+        "(PIMphony Fig. 14 shape)"
+    )
+    path = plot_hetero_ablation(results, plot, title)
+    if args.json:
+        block = provenance(args, load_preset(preset), xpu=xpu, cases=[list(c) for c in cases])
+        print(json.dumps({"cases": results, "plot": str(path), "provenance": block}, indent=2))
+    else:
+        for (label, rows), case in zip(results.items(), cases, strict=True):
+            print(f"{label} ({case[3]} requests):")
+            print(format_hetero_ablation(rows))
+            print()
+        print(f"plot: {path}")
+    return 0
+
+
+def _given(args: argparse.Namespace, option: str) -> bool:
+    defaults = argparse.ArgumentParser()
+    add_arguments(defaults)
+    return getattr(args, option) != defaults.get_default(option)

@@ -377,6 +377,93 @@ def _fig13b() -> Measured:
     )
 
 
+@functools.cache
+def _fig14_rows() -> dict[tuple[str, str, int], list[dict[str, Any]]]:
+    """``pimphony ablation --system xpu+pim --fig14``: every case's rows, run once."""
+    from sim.experiments.hetero_ablation import FIG14_CASES, hetero_ablation
+
+    return {(m, w, n): hetero_ablation(m, w, modules=n, requests=r) for m, w, n, r in FIG14_CASES}
+
+
+def _fig14_speedups(gqa: bool) -> dict[str, float]:
+    out = {}
+    for (model, workload, n), rows in _fig14_rows().items():
+        spec = load_model(model)
+        if (spec.kv_heads < spec.heads) == gqa:
+            out[f"{model} {workload} ({32 * n} GB)"] = rows[-1]["speedup"]
+    return out
+
+
+def _fig14a() -> Measured:
+    speed = _fig14_speedups(gqa=False)
+    ours = ", ".join(f"{k}: {v:.2f}x" for k, v in speed.items())
+    if all(2.1 <= v <= 4.5 for v in speed.values()):
+        return Measured(ours, Verdict.REPRODUCED, values=speed)
+    rows = _fig14_rows()[("llm-7b", "qmsum", 4)]
+    return Measured(
+        ours,
+        Verdict.TREND if all(v > 1 for v in speed.values()) else Verdict.DIFFERS,
+        "outside the paper's 2.1-4.5x where the NPUs already bound the baseline: LLM-7B-32K's "
+        f"HFP step keeps the NPUs {100 * rows[0]['xpu_busy']:.0f}% busy (FC of one sub-batch "
+        "overlaps the other's attention), so TCP and DCS, which speed up attention only, add "
+        f"{rows[2]['speedup']:.2f}x; DPA's larger batch ({rows[2]['batch']:.1f} -> "
+        f"{rows[3]['batch']:.1f}) shares the weight reads and gives the rest. The paper gives "
+        "Fig. 14's bars without its batches (docs/results.md)",
+        speed,
+    )
+
+
+def _fig14b() -> Measured:
+    speed = _fig14_speedups(gqa=True)
+    best = max(speed.values())
+    ours = ", ".join(f"{k}: {v:.2f}x" for k, v in speed.items()) + f"; up to {best:.1f}x"
+    if _within(best, 8.4, 0.15):
+        return Measured(
+            ours,
+            Verdict.REPRODUCED,
+            "llama-3.1-70b runs on 256 GB (8 devices): its 8 KV heads cannot be split over the "
+            "paper's 16 (docs/results.md); the cases at the paper's capacity reach "
+            f"{max(v for k, v in speed.items() if '256 GB' not in k):.1f}x",
+            speed,
+        )
+    return Measured(
+        ours,
+        Verdict.TREND if best > 4.5 else Verdict.DIFFERS,
+        "outside 15% of 8.4x; llama-3.1-70b runs on 256 GB (8 devices): its 8 KV heads cannot "
+        "be split over the paper's 16",
+        speed,
+    )
+
+
+@functools.cache
+def _fig20_rows() -> list[dict[str, Any]]:
+    from sim.experiments.gpu_fig20 import fig20
+
+    return fig20()
+
+
+def _fig20() -> Measured:
+    rows = {(r["model"], r["workload"]): r for r in _fig20_rows()}
+    speed = {f"{m} {w}": r["speedup"] for (m, w), r in rows.items()}
+    ours = ", ".join(f"{k}: {v:.2f}x" for k, v in speed.items())
+    s7, s72 = speed["llm-7b qmsum"], speed["llm-72b qmsum"]
+    g7, g72 = speed["llama-3.1-8b multifieldqa"], speed["llama-3.1-70b multifieldqa"]
+    holds = min(speed.values()) > 1 and s7 > g7 and s72 > g72 and s72 < s7 and g72 < g7
+    fc = {
+        m: (r["pimphony"]["tokens_per_s"], r["a100"]["parts"]["fc"]) for (m, _), r in rows.items()
+    }
+    return Measured(
+        ours,
+        Verdict.TREND if holds else Verdict.DIFFERS,
+        "the paper's text gives no Fig. 20 numbers, so only its statements are checked (every "
+        "case faster, non-GQA above GQA, 72B below 7B): with GQA the GPUs read each KV head "
+        "once per group while PIM re-sends the queries (the paper's reason); at 72B the FC "
+        "layers, where PIM gains least, take a larger share of PIMphony's step (docs/results.md)"
+        + ("" if holds else "; a statement does not hold"),
+        {"speedup": speed, "fc": fc},
+    )
+
+
 def _fig17(context: int, model: str) -> dict[str, Any]:
     from sim.decode_step.admission import fill_batch
 
@@ -779,6 +866,20 @@ CLAIMS: tuple[Claim, ...] = (
         "--modules 8|32 --requests 16|8", _fig13b,
     ),
     Claim(
+        "P-fig14a", "PIMphony", "Fig. 14a",
+        "2.1-4.5x throughput with TCP + DCS + DPA on xPU+PIM (non-GQA models)",
+        "NeuPIMs (NPU + 32 GB PIM per device), LLM-7B-32K / 72B-32K, LongBench, 128 / 512 GB",
+        "pimphony ablation --system xpu+pim --fig14  (llm-7b / llm-72b, QMSum, 4 / 16 x "
+        "(neupims-npu + pimphony-neupims), 32 requests)", _fig14a,
+    ),
+    Claim(
+        "P-fig14b", "PIMphony", "Fig. 14b",
+        "up to 8.4x throughput with TCP + DCS + DPA on xPU+PIM (GQA models, LV-Eval)",
+        "NeuPIMs, LLM-7B-128K (g 4) / 72B-128K (g 8), multifieldqa and Loogle-SD, 128 / 512 GB",
+        "pimphony ablation --system xpu+pim --fig14  (llama-3.1-8b multifieldqa|loogle-sd on "
+        "4 devices, 48 requests; llama-3.1-70b multifieldqa on 8, 16 requests)", _fig14b,
+    ),
+    Claim(
         "P-fig17-1m", "PIMphony", "Fig. 17b",
         "46.6x over CENT at 1M tokens (CENT at 2% utilisation)",
         "LLM-7B-128K-wGQA, 512 GB (32 CENT modules), context 1M",
@@ -807,6 +908,14 @@ CLAIMS: tuple[Claim, ...] = (
         "LLM-7B-128K-wGQA at 64K context, 8-64 CENT modules",
         "pimphony decode --model llama-3.1-8b --context 65536 --batch auto --preset pimphony-cent "
         "--modules 8|16|32|64, best --tp x --pp", _fig17a,
+    ),
+    Claim(
+        "P-fig20", "PIMphony", "Fig. 20",
+        "PIMphony beats A100s with flash-decoding + paged attention at the same capacity, "
+        "most on non-GQA models; the GPU's FC advantage narrows the gain at 72B; GQA still gains",
+        "LLM-7B/72B with and without GQA, 128 / 512 GB, memory-matched A100s",
+        "pimphony gpu-fig20  (PIM: 8 / 32 x pimphony-cent, auto + DCS + DPA, best --tp x --pp; "
+        "GPU: 2 / 8 x a100-80gb using 64 GB each; QMSum / multifieldqa)", _fig20,
     ),
     Claim(
         "L-fig4", "LoL-PIM", "Fig. 4",
@@ -896,10 +1005,6 @@ def format_fidelity(results: list[tuple[Claim, Measured]]) -> str:
             f"| {_cell(c.claim)} | {c.paper} {c.where} | {_cell(c.workload)} | "
             f"`{_cell(c.command)}` | {_cell(m.ours)} | **{m.verdict}** | {_cell(m.mechanism)} |"
         )
-    lines += [
-        "",
-        "Not yet measured here (next): PIMphony Fig. 14 (xPU+PIM) and Fig. 20 (A100), issue 14.",
-    ]
     return "\n".join(lines) + "\n"
 
 
