@@ -42,6 +42,7 @@ from models.tally import (
     new_pending,
     new_tally,
     tally_lengths,
+    tally_reserve,
 )
 
 __all__ = [
@@ -115,9 +116,9 @@ class _StaticEngine:
         self.state, self.history = new_static_state(cfg.dcs.queue_depth)
 
     def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray) -> None:
-        run.pend = static_run(
-            self.state, self.history, run.tally, run.pend, chunk["op"], chunk["row"], gaps,
-            run.tv, run.issue_out, run.sw_out,
+        static_run(
+            self.state, self.history, run.tally, chunk["op"], chunk["row"], gaps, run.tv,
+            run.issue_out, run.sw_out,
         )  # fmt: skip
 
     def finish(self, run: ChannelRun) -> dict[str, int]:
@@ -130,10 +131,13 @@ class _DcsEngine:
     def __init__(self, cfg: HardwareConfig) -> None:
         ch = cfg.channel
         self.n_gbuf = ch.gbuf_entries
-        self.state = new_dcs_state(cfg.dcs.queue_depth, ch.gbuf_entries, ch.obuf_entries)
+        self.depth = cfg.dcs.queue_depth
+        self.state = new_dcs_state(self.depth, ch.gbuf_entries, ch.obuf_entries)
 
     def _run(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray, final: bool) -> None:
-        run.pend, status = dcs_run(
+        room = 2 * (chunk.shape[0] + 2 * self.depth) + 4  # intervals this call can push
+        run.pend = tally_reserve(run.tally, run.pend, room)
+        status = dcs_run(
             *self.state, self.n_gbuf, run.tally, run.pend, chunk["op"], chunk["gbuf"],
             chunk["row"], chunk["out"], gaps, run.tv, final, run.issue_out, run.sw_out,
         )  # fmt: skip
@@ -231,7 +235,8 @@ class _PingPongEngine:
 
     def _run(self, run: ChannelRun, s_hi: int) -> None:
         h, m = self.held, self.meta
-        run.pend = pingpong_run(
+        run.pend = tally_reserve(run.tally, run.pend, 2 * h.shape[0] + 4)
+        pingpong_run(
             self.state, run.tally, run.pend, h["op"], h["row"], m["slot"], m["accept"],
             m["index"], self.s_next, s_hi, run.tv, run.issue_out, run.sw_out,
         )  # fmt: skip
@@ -380,10 +385,8 @@ def _many_static(op, row, gaps, offsets, tv, depth, out):
         lo, hi = offsets[c], offsets[c + 1]
         st, hist = new_static_state(depth)
         tl = new_tally()
-        pend = static_run(
-            st, hist, tl, new_pending(256), op[lo:hi], row[lo:hi], gaps[lo:hi], tv, none, none2
-        )
-        _stats_row(tl, pend, out, c, 0)
+        static_run(st, hist, tl, op[lo:hi], row[lo:hi], gaps[lo:hi], tv, none, none2)
+        _stats_row(tl, new_pending(8), out, c, 0)
 
 
 @njit(cache=True)
@@ -395,8 +398,9 @@ def _many_dcs(op, gbuf, row, out_e, gaps, offsets, tv, depth, n_gbuf, n_obuf, ou
         lo, hi = offsets[c], offsets[c + 1]
         st, queues, d_table, s_table = new_dcs_state(depth, n_gbuf, n_obuf)
         tl = new_tally()
-        pend, status = dcs_run(
-            st, queues, d_table, s_table, n_gbuf, tl, new_pending(256), op[lo:hi],
+        pend = new_pending(2 * (hi - lo) + 8)
+        status = dcs_run(
+            st, queues, d_table, s_table, n_gbuf, tl, pend, op[lo:hi],
             gbuf[lo:hi], row[lo:hi], out_e[lo:hi], gaps[lo:hi], tv, True, none, none2,
         )  # fmt: skip
         _stats_row(tl, pend, out, c, status)
@@ -412,7 +416,7 @@ def _many_pingpong(op, gbuf, row, out_e, gaps, offsets, tv, n_gbuf, n_obuf, out,
         lo, hi = offsets[c], offsets[c + 1]
         n = hi - lo
         tl = new_tally()
-        pend = new_pending(256)
+        pend = new_pending(2 * n + 8)
         if n == 0:
             _stats_row(tl, pend, out, c, 0)
             continue
@@ -427,7 +431,7 @@ def _many_pingpong(op, gbuf, row, out_e, gaps, offsets, tv, n_gbuf, n_obuf, out,
             continue
         accept = np.cumsum(gaps[lo:hi] + 1) - 1
         st = new_pingpong_state()
-        pend = pingpong_run(
+        pingpong_run(
             st, tl, pend, op[lo:hi], row[lo:hi], slot, accept, np.arange(n), -1, last + 1,
             tv, none, none2,
         )  # fmt: skip

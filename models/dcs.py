@@ -51,10 +51,8 @@ from models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP
 from models.tally import (
     TL_SWITCHES,
     tally_flush,
-    tally_full,
     tally_io,
     tally_mac,
-    tally_room,
     tally_row,
 )
 
@@ -304,7 +302,8 @@ def dcs_run(
     run stops when it needs the next chunk's first command
     (``final`` false) or when every command has issued. If ``issue_out`` has an entry per
     command of the whole stream, issue cycles are written there, and row switches to
-    ``sw_out``. Returns ``(pend, status)``: 0, or :data:`DCS_DEADLOCK`.
+    ``sw_out``. Returns 0, or :data:`DCS_DEADLOCK`. ``pend`` has room for two intervals per
+    command queued or in the chunk (:func:`models.tally.tally_reserve`).
     """
     depth = queues.shape[1]
     record = issue_out.shape[0] > 0
@@ -333,8 +332,6 @@ def dcs_run(
     c_ns = c_n % depth
     status = 0
     while True:
-        if tally_full(tl, pend):
-            pend = tally_room(tl, pend)
         # Dispatch candidate: the next command in program order.
         ta = INF
         if n_acc < end:
@@ -479,4 +476,4 @@ def dcs_run(
     st[_D_IO_N] = io_n
     st[_D_C_H] = c_h
     st[_D_C_N] = c_n
-    return pend, status
+    return status

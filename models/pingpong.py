@@ -61,10 +61,8 @@ from models.static_sched import static_gap
 from models.tally import (
     TL_SWITCHES,
     tally_flush,
-    tally_full,
     tally_io,
     tally_mac,
-    tally_room,
     tally_row,
 )
 
@@ -427,7 +425,7 @@ def pingpong_run(st, tl, pend, op, row, slot, accept, index, s_lo, s_hi, tv, iss
     of those slots and, unless ``s_hi`` is the epilogue, the first command of a later slot
     (the online hand-off needs its acceptance). If ``issue_out`` has an entry per command of
     the whole stream, issue cycles are written there, and row switches to ``sw_out``.
-    Returns ``pend``.
+    ``pend`` has room for two intervals per command held (:func:`models.tally.tally_reserve`).
     """
     n = op.shape[0]
     record = issue_out.shape[0] > 0
@@ -478,8 +476,6 @@ def pingpong_run(st, tl, pend, op, row, slot, accept, index, s_lo, s_hi, tv, iss
         end_io = barrier
         end_c = barrier
         while pi < hi or pc < hi:
-            if tally_full(tl, pend):
-                pend = tally_room(tl, pend)
             ti = INF
             if pi < hi:
                 k = order[pi]
@@ -580,4 +576,3 @@ def pingpong_run(st, tl, pend, op, row, slot, accept, index, s_lo, s_hi, tv, iss
     st[_P_MODE] = mode
     st[_P_LATE] = late
     st[_P_FLIP] = flip_at
-    return pend

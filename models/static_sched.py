@@ -20,15 +20,7 @@ from numba import njit
 
 from models.dram import MODE_COMPUTE, NEVER, TV_CCD, exec_time, mode_class, mode_gate, open_row
 from models.isa import OP_MAC
-from models.tally import (
-    TL_SWITCHES,
-    tally_flush,
-    tally_full,
-    tally_io,
-    tally_mac,
-    tally_room,
-    tally_row,
-)
+from models.tally import TL_SWITCHES, tally_in_order, tally_row_in_order
 
 __all__ = ["new_static_state", "static_gap", "static_run", "static_schedule"]
 
@@ -106,13 +98,14 @@ def new_static_state(depth: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @njit(cache=True)
-def static_run(st, hist, tl, pend, op, row, valid_gaps, tv, issue_out, sw_out):
+def static_run(st, hist, tl, op, row, valid_gaps, tv, issue_out, sw_out):
     """Schedule the next chunk of commands (``op``, ``row``, ``valid_gaps``), carrying on from
-    ``st``/``hist`` and adding to the tally ``tl``/``pend`` (:mod:`models.tally`).
+    ``st``/``hist`` and adding to the tally ``tl`` (:mod:`models.tally`; in program order
+    every interval comes in start order, so none waits).
 
     :func:`static_schedule`'s rules, one command at a time. If ``issue_out`` has an entry per
     command of the whole stream, issue cycles are written there (by global index), and row
-    switches to ``sw_out`` likewise. Returns ``pend``.
+    switches to ``sw_out`` likewise.
     """
     depth = hist.shape[0]
     record = issue_out.shape[0] > 0
@@ -127,8 +120,6 @@ def static_run(st, hist, tl, pend, op, row, valid_gaps, tv, issue_out, sw_out):
     prev_issue = st[_S_ISSUE]
     slot = i % depth  # ring slot of command i - depth
     for j in range(op.shape[0]):
-        if tally_full(tl, pend):
-            pend = tally_room(tl, pend)
         o = np.int64(op[j])
         a = a_prev + 1 + valid_gaps[j]
         if i >= depth:
@@ -144,7 +135,7 @@ def static_run(st, hist, tl, pend, op, row, valid_gaps, tv, issue_out, sw_out):
             r = np.int64(row[j])
             if r != cur_row:
                 start, t_act_last, row_ready = open_row(head, cur_row, t_act_last, t_last_mac, tv)
-                tally_row(tl, pend, start, row_ready)
+                tally_row_in_order(tl, start, row_ready)
                 if record:
                     n_sw = tl[TL_SWITCHES] - 1
                     sw_out[n_sw, 0] = start
@@ -156,11 +147,7 @@ def static_run(st, hist, tl, pend, op, row, valid_gaps, tv, issue_out, sw_out):
         mode = cls
         if o == OP_MAC:
             t_last_mac = t
-            tally_mac(tl, pend, t, tv)
-        else:
-            tally_io(tl, pend, o, t, tv)
-        # In order: nothing issues or starts a row switch before t + 1.
-        tally_flush(tl, pend, t + 1, t + 1)
+        tally_in_order(tl, o, t, tv)
         if record:
             issue_out[i] = t
         hist[slot] = t
@@ -177,4 +164,3 @@ def static_run(st, hist, tl, pend, op, row, valid_gaps, tv, issue_out, sw_out):
     st[_S_MODE] = mode
     st[_S_OP] = prev_op
     st[_S_ISSUE] = prev_issue
-    return pend

@@ -43,12 +43,13 @@ __all__ = [
     "new_pending",
     "new_tally",
     "tally_flush",
-    "tally_full",
+    "tally_in_order",
     "tally_io",
     "tally_lengths",
     "tally_mac",
-    "tally_room",
+    "tally_reserve",
     "tally_row",
+    "tally_row_in_order",
 ]
 
 # Indices into the int64 tally vector ``tl``.
@@ -92,24 +93,19 @@ def _union_add(tl, u, s, e):
 
 @njit(cache=True, inline="always")
 def _push(tl, pend, f, s, e):
-    """Append ``[s, e)`` to FIFO ``f`` (:func:`tally_room` made room for it)."""
+    """Append ``[s, e)`` to FIFO ``f`` (:func:`tally_reserve` made room for it)."""
     tail = tl[_TL_FIFO + 2 * f + 1]
     pend[f, tail, 0] = s
     pend[f, tail, 1] = e
     tl[_TL_FIFO + 2 * f + 1] = tail + 1
 
 
-@njit(cache=True, inline="always")
-def tally_full(tl, pend):
-    """True if a FIFO has no room for two more intervals (then call :func:`tally_room`)."""
-    cap = pend.shape[1] - 1
-    return tl[_TL_FIFO + 1] >= cap or tl[_TL_FIFO + 3] >= cap
-
-
 @njit(cache=True)
-def tally_room(tl, pend):
-    """``pend`` with room for two more intervals in each FIFO: the waiting intervals moved to
-    the front, or a copy twice as large."""
+def tally_reserve(tl, pend, k):
+    """``pend`` with room for ``k`` more intervals in each FIFO: the waiting intervals moved to
+    the front, and a larger copy if that is not enough. A kernel pushes at most one interval
+    per issued command and one per row switch, so its caller reserves for that many before
+    it runs (the kernels never grow ``pend`` themselves)."""
     for f in range(2):
         h = tl[_TL_FIFO + 2 * f]
         tail = tl[_TL_FIFO + 2 * f + 1]
@@ -119,11 +115,12 @@ def tally_room(tl, pend):
                 pend[f, j, 1] = pend[f, h + j, 1]
             tl[_TL_FIFO + 2 * f] = 0
             tl[_TL_FIFO + 2 * f + 1] = tail - h
-    if tally_full(tl, pend):
-        grown = np.empty((2, 2 * pend.shape[1], 2), dtype=np.int64)
-        grown[:, : pend.shape[1]] = pend
-        return grown
-    return pend
+    need = max(tl[_TL_FIFO + 1], tl[_TL_FIFO + 3]) + k
+    if need <= pend.shape[1]:
+        return pend
+    grown = np.empty((2, max(need, 2 * pend.shape[1]), 2), dtype=np.int64)
+    grown[:, : pend.shape[1]] = pend
+    return grown
 
 
 @njit(cache=True, inline="always")
@@ -171,8 +168,8 @@ def _count(tl, op, t, tv):
 
 @njit(cache=True, inline="always")
 def tally_mac(tl, pend, t, tv):
-    """A MAC issued at ``t``. Each of ``tally_mac``, ``tally_row`` and ``tally_io`` needs
-    room for one interval in ``pend``: a kernel checks :func:`tally_full` once per command."""
+    """A MAC issued at ``t``. Each of ``tally_mac``, ``tally_row`` and ``tally_io`` takes
+    room for one interval in ``pend`` (:func:`tally_reserve`)."""
     _count(tl, OP_MAC, t, tv)
     e = t + tv[TV_CCD]
     _union_add(tl, _U_M, t, e)
@@ -186,6 +183,27 @@ def tally_row(tl, pend, start, ready):
     tl[TL_SWITCHES] += 1
     _union_add(tl, _U_MR, start, ready)
     _push(tl, pend, _MR, start, ready)
+
+
+@njit(cache=True, inline="always")
+def tally_in_order(tl, op, t, tv):
+    """A command issued at ``t`` by a kernel whose intervals all come in start order (the
+    static scheduler: a row switch starts after the command before its MAC), so M + R + I
+    takes it at once. Row switches then go through :func:`tally_row_in_order`."""
+    _count(tl, op, t, tv)
+    e = t + tv[TV_CCD]
+    if op == OP_MAC:
+        _union_add(tl, _U_M, t, e)
+        _union_add(tl, _U_MR, t, e)
+    _union_add(tl, _U_MRI, t, e)
+
+
+@njit(cache=True, inline="always")
+def tally_row_in_order(tl, start, ready):
+    """:func:`tally_row` for a kernel whose intervals all come in start order."""
+    tl[TL_SWITCHES] += 1
+    _union_add(tl, _U_MR, start, ready)
+    _union_add(tl, _U_MRI, start, ready)
 
 
 @njit(cache=True, inline="always")

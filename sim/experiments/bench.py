@@ -1,10 +1,12 @@
 """``pimphony bench`` (``make bench``): CLI start-up, and TLM speed of each scheduler on a
-stream of more than a million commands; decode-step speed; RTL simulation speed under the
-cocotb testbench and the compiled Verilator harness.
+stream of more than a million commands; the multi-channel entry; streaming memory against
+stream length; decode-step speed; RTL simulation speed under the cocotb testbench and the
+compiled Verilator harness.
 
-Prints the start-up time of light commands (target < 0.3 s), then a table of commands per
-second per scheduler and the ratio to the 1 M commands/s target. JIT compilation is excluded
-(a small warm-up run comes first); each figure is the best of ``--repeat`` runs.
+Prints the start-up time of light commands (target < 0.3 s), then per scheduler the
+commands/s of the streaming TLM beside the whole-stream reference measured in the same run
+(and the figure issue 13 started from). JIT compilation is excluded (a small warm-up run
+comes first); each figure is the best of ``--repeat`` runs.
 """
 
 from __future__ import annotations
@@ -15,16 +17,29 @@ import sys
 import time
 from collections.abc import Iterable
 
+import numpy as np
+
 from compiler.kernels import compile_gemv
-from models.channel import SCHEDULERS, run_channel
+from models.channel import (
+    DEFAULT_CHUNK,
+    SCHEDULERS,
+    ChannelRun,
+    run_channel,
+    run_channel_reference,
+    run_channels,
+)
 from models.config import load_preset
 
 __all__ = [
     "STARTUP_COMMANDS",
     "TARGET_COMMANDS_PER_S",
+    "ISSUE_BASELINE_COMMANDS_PER_S",
+    "MEMORY_LENGTHS",
     "add_arguments",
+    "bench_channels",
     "bench_decode",
     "bench_hetero_decode",
+    "bench_memory",
     "bench_rtl",
     "bench_startup",
     "bench_tlm",
@@ -34,31 +49,137 @@ __all__ = [
 TARGET_COMMANDS_PER_S = 1_000_000
 
 
+ISSUE_BASELINE_COMMANDS_PER_S = {"static": 9.1e6, "pingpong": 7.2e6, "dcs": 7.7e6}
+"""Channel TLM commands/s on this bench stream before the streaming TLM (``make bench`` on an
+idle 2-core machine, as issue 13 states them); the same-run reference is measured too."""
+
+
+def _best_time(fn, repeat: int) -> tuple[float, object]:
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
 def bench_tlm(d: int = 16384, repeat: int = 3, preset: str = "aim-16ch") -> list[dict]:
-    """Time every scheduler on an FC GEMV ``d x d`` stream; return one row per scheduler."""
+    """Time every scheduler on an FC GEMV ``d x d`` stream; one row per scheduler.
+
+    Three ways: the whole-stream reference (:func:`models.channel.run_channel_reference`,
+    the TLM before streaming), the streaming TLM keeping statistics only, and the streaming
+    TLM recording every command's issue cycle (``run_channel``'s default).
+    """
     cfg = load_preset(preset)
     warm = compile_gemv(cfg, 256, 256).commands
     for s in SCHEDULERS:
         run_channel(warm, cfg, s)
+        run_channel(warm, cfg, s, record=False)
+        run_channel_reference(warm, cfg, s)
     t0 = time.perf_counter()
     stream = compile_gemv(cfg, d, d).commands
     compile_s = time.perf_counter() - t0
+    n = int(stream.shape[0])
     rows = []
     for s in SCHEDULERS:
-        best = float("inf")
-        result = None
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            result = run_channel(stream, cfg, s)
-            best = min(best, time.perf_counter() - t0)
+        ref_s, ref = _best_time(lambda s=s: run_channel_reference(stream, cfg, s), repeat)
+        stats_s, stats = _best_time(lambda s=s: run_channel(stream, cfg, s, record=False), repeat)
+        rec_s, _ = _best_time(lambda s=s: run_channel(stream, cfg, s), repeat)
+        if stats.to_dict() != ref.to_dict():
+            raise AssertionError(f"{s}: the streaming TLM differs from the reference")
         rows.append(
             {
                 "scheduler": s,
-                "commands": int(stream.shape[0]),
-                "simulated_cycles": result.cycles,
-                "seconds": best,
-                "commands_per_s": stream.shape[0] / best,
+                "commands": n,
+                "simulated_cycles": stats.cycles,
+                "seconds": stats_s,
+                "commands_per_s": n / stats_s,
+                "record_commands_per_s": n / rec_s,
+                "reference_commands_per_s": n / ref_s,
+                "vs_reference": ref_s / stats_s,
+                "vs_issue_baseline": n / stats_s / ISSUE_BASELINE_COMMANDS_PER_S[s],
                 "compile_seconds": compile_s,
+            }
+        )
+    return rows
+
+
+def _repeated_chunks(cfg, total: int, chunk: int):
+    """``total`` commands of a GEMV 512x512 and its twin on the other buffer halves, repeated
+    (legal under every scheduler), in chunks of about ``chunk``; never held whole."""
+    from models.isa import Op
+
+    a = compile_gemv(cfg, 512, 512).commands
+    b = a.copy()
+    half_g, half_o = cfg.channel.gbuf_entries // 2, cfg.channel.obuf_entries // 2
+    b["gbuf"] = np.where(b["op"] != Op.RD_OUT, (b["gbuf"] + half_g) % (2 * half_g), 0)
+    b["out"] = np.where(b["op"] != Op.WR_INP, (b["out"] + half_o) % (2 * half_o), 0)
+    pair = np.concatenate([a, b])
+    block = np.concatenate([pair] * max(1, chunk // pair.shape[0]))
+    done = 0
+    while done < total:
+        part = block[: total - done]
+        done += part.shape[0]
+        yield part
+
+
+MEMORY_LENGTHS = (10**6, 10**7, 10**8)
+"""Stream lengths of :func:`bench_memory`."""
+
+
+def bench_memory(lengths: Iterable[int] = MEMORY_LENGTHS, preset: str = "aim-16ch") -> list[dict]:
+    """Peak memory the streaming TLM allocates (``tracemalloc``: every numpy and Python
+    allocation) while it runs a stream of each length chunk by chunk, per scheduler."""
+    import tracemalloc
+
+    cfg = load_preset(preset)
+    rows = []
+    for total in lengths:
+        for s in SCHEDULERS:
+            chunks = _repeated_chunks(cfg, total, DEFAULT_CHUNK)
+            tracemalloc.start()
+            t0 = time.perf_counter()
+            run = ChannelRun(cfg, s)
+            for part in chunks:
+                run.feed(part)
+            result = run.finish()
+            wall = time.perf_counter() - t0
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            rows.append(
+                {
+                    "scheduler": s,
+                    "commands": result.commands,
+                    "peak_bytes": peak,
+                    "bytes_per_command": peak / result.commands,
+                    "seconds": wall,
+                }
+            )
+    return rows
+
+
+def bench_channels(channels: int = 64, d: int = 256, preset: str = "aim-16ch") -> list[dict]:
+    """``channels`` small GEMV streams (one per channel) through :func:`run_channels` in one
+    call, against one :func:`run_channel` call per channel."""
+    cfg = load_preset(preset)
+    streams = [compile_gemv(cfg, d, d + 16 * (c % 4)).commands for c in range(channels)]
+    rows = []
+    for s in SCHEDULERS:
+        run_channels(streams[:2], cfg, s)  # JIT warm
+        loop_s, loop = _best_time(
+            lambda s=s: [run_channel(x, cfg, s, record=False) for x in streams], 5
+        )
+        many_s, many = _best_time(lambda s=s: run_channels(streams, cfg, s), 5)
+        if [r.to_dict() for r in many] != [r.to_dict() for r in loop]:
+            raise AssertionError(f"{s}: run_channels differs from one run per channel")
+        rows.append(
+            {
+                "scheduler": s,
+                "channels": channels,
+                "commands": sum(int(x.shape[0]) for x in streams),
+                "loop_seconds": loop_s,
+                "one_call_seconds": many_s,
+                "speedup": loop_s / many_s,
             }
         )
     return rows
@@ -265,6 +386,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--rtl-dim", type=int, default=2048, help="GEMV dimension for RTL speed")
     parser.add_argument("--no-rtl", action="store_true", help="skip the RTL simulation speed")
+    parser.add_argument(
+        "--no-memory", action="store_true", help="skip the 10^6-10^8-command memory runs"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -291,18 +415,47 @@ def run(args: argparse.Namespace) -> int:
     )
     rows = bench_tlm(args.dim, args.repeat)
     print(
-        f"stream: {rows[0]['commands']:,} commands, compiled in {rows[0]['compile_seconds']:.2f} s"
+        f"stream: {rows[0]['commands']:,} commands, compiled in {rows[0]['compile_seconds']:.2f} s;"
+        " streaming = statistics only (record = also every issue cycle); reference = the "
+        "whole-stream TLM before streaming, same run; issue = the figure issue 13 started from"
     )
     _table(
-        f"{'scheduler':<10}{'commands':>12}{'sim cycles':>13}{'seconds':>10}"
-        f"{'cmds/s':>14}{'vs 1M/s':>9}",
+        f"{'scheduler':<10}{'sim cycles':>12}{'streaming/s':>13}{'record/s':>12}"
+        f"{'reference/s':>13}{'vs ref':>8}{'vs issue':>10}",
         (
-            f"{r['scheduler']:<10}{r['commands']:>12,}{r['simulated_cycles']:>13,}"
-            f"{r['seconds']:>10.3f}{r['commands_per_s']:>14,.0f}"
-            f"{r['commands_per_s'] / TARGET_COMMANDS_PER_S:>8.1f}x"
+            f"{r['scheduler']:<10}{r['simulated_cycles']:>12,}{r['commands_per_s']:>13,.0f}"
+            f"{r['record_commands_per_s']:>12,.0f}{r['reference_commands_per_s']:>13,.0f}"
+            f"{r['vs_reference']:>7.2f}x{r['vs_issue_baseline']:>9.2f}x"
             for r in rows
         ),
     )
+    print(
+        "\nMulti-channel entry: 64 GEMV streams (256 x 256-304), run_channels in one call vs "
+        "one run_channel per channel",
+        flush=True,
+    )
+    _table(
+        f"{'scheduler':<10}{'commands':>10}{'loop ms':>10}{'one call ms':>13}{'speedup':>9}",
+        (
+            f"{r['scheduler']:<10}{r['commands']:>10,}{1e3 * r['loop_seconds']:>10.2f}"
+            f"{1e3 * r['one_call_seconds']:>13.2f}{r['speedup']:>8.1f}x"
+            for r in bench_channels()
+        ),
+    )
+    if not args.no_memory:
+        print(
+            "\nStreaming TLM memory: peak traced allocation while a stream of each length runs "
+            f"in chunks of {DEFAULT_CHUNK:,} commands (GEMV pairs, repeated)",
+            flush=True,
+        )
+        _table(
+            f"{'scheduler':<10}{'commands':>14}{'peak MiB':>10}{'B/command':>11}{'seconds':>9}",
+            (
+                f"{r['scheduler']:<10}{r['commands']:>14,}{r['peak_bytes'] / 2**20:>10.2f}"
+                f"{r['bytes_per_command']:>11.3f}{r['seconds']:>9.1f}"
+                for r in bench_memory()
+            ),
+        )
     print(
         "\nDecode-step simulation: one step of the whole batch (TCP, DCS, DPA), JIT warm",
         flush=True,
