@@ -177,14 +177,14 @@ class _PingPongEngine:
         self.phase_base = 0
         empty = np.zeros(0, dtype=np.int64)
         self.held = empty_stream(0)  # commands not yet run or not yet checked
-        self.meta = dict.fromkeys(("slot", "cph", "accept", "index"), empty)
+        self.meta = dict.fromkeys(("slot", "cph", "accept"), empty)
+        self.base = 0  # program index of the first command held
         self.checked = 0  # program index of the first command not yet checked
         self.s_next = -1  # the next slot to run (-1: the prologue)
         self.a_prev = -1
         self.late_accept = -1  # acceptance cycle of the first late command
 
     def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray) -> None:
-        n = int(chunk.shape[0])
         accept = np.cumsum(gaps + 1)
         accept += self.a_prev
         self.a_prev = int(accept[-1])
@@ -196,13 +196,12 @@ class _PingPongEngine:
             self.gh, self.oh = int(new_gh[-1]), int(new_oh[-1])
             self.phase_gh = np.concatenate([self.phase_gh, new_gh])
             self.phase_oh = np.concatenate([self.phase_oh, new_oh])
-        index = np.arange(run.commands, run.commands + n, dtype=np.int64)
-        new = {"slot": slot, "cph": cph, "accept": accept, "index": index}
+        new = {"slot": slot, "cph": cph, "accept": accept}
         if self.held.shape[0]:
             self.held = _concat_streams(self.held, chunk)
             self.meta = {k: np.concatenate([v, new[k]]) for k, v in self.meta.items()}
         else:
-            self.held, self.meta = chunk, new
+            self.held, self.meta, self.base = chunk, new, run.commands
         p = self.phase
         self._check(1 << 40, last_phase=p - 2)  # phases to come: any number
         if p - 1 >= self.s_next:
@@ -210,13 +209,14 @@ class _PingPongEngine:
         keep = int(np.searchsorted(self.meta["cph"], p - 1))
         self.held = self.held[keep:]
         self.meta = {k: v[keep:] for k, v in self.meta.items()}
+        self.base += keep
         drop = max(0, p - 1 - self.phase_base)
         self.phase_gh, self.phase_oh = self.phase_gh[drop:], self.phase_oh[drop:]
         self.phase_base += drop
 
     def _check(self, n_phases: int, last_phase: int | None = None) -> None:
         h, m = self.held, self.meta
-        lo = int(np.searchsorted(m["index"], self.checked))
+        lo = max(0, self.checked - self.base)
         hi = m["cph"].size if last_phase is None else int(np.searchsorted(m["cph"], last_phase + 1))
         if hi <= lo:
             return
@@ -227,23 +227,23 @@ class _PingPongEngine:
         if bad >= 0:
             why = _PINGPONG_WHY[int(code)].format(gbuf=int(h["gbuf"][bad]), out=int(h["out"][bad]))
             raise PingPongError(
-                f"stream is not ping-pong compatible at command {int(m['index'][bad])} "
+                f"stream is not ping-pong compatible at command {self.base + int(bad)} "
                 f"({Op(int(h['op'][bad])).name}): {why}; allocate alternating buffer halves or "
                 f"use the dcs scheduler"
             )
-        self.checked = int(m["index"][hi - 1]) + 1
+        self.checked = self.base + hi
 
     def _run(self, run: ChannelRun, s_hi: int) -> None:
         h, m = self.held, self.meta
         run.pend = tally_reserve(run.tally, run.pend, 2 * h.shape[0] + 4)
         pingpong_run(
             self.state, run.tally, run.pend, h["op"], h["row"], m["slot"], m["accept"],
-            m["index"], self.s_next, s_hi, run.tv, run.issue_out, run.sw_out,
+            self.base, self.s_next, s_hi, run.tv, run.issue_out, run.sw_out,
         )  # fmt: skip
         self.s_next = s_hi + 1
         late = int(self.state[PP_LATE])
         if late >= 0 and self.late_accept < 0:
-            self.late_accept = int(m["accept"][int(np.searchsorted(m["index"], late))])
+            self.late_accept = int(m["accept"][late - self.base])
 
     def finish(self, run: ChannelRun) -> dict[str, int]:
         if run.commands == 0:
@@ -432,7 +432,7 @@ def _many_pingpong(op, gbuf, row, out_e, gaps, offsets, tv, n_gbuf, n_obuf, out,
         accept = np.cumsum(gaps[lo:hi] + 1) - 1
         st = new_pingpong_state()
         pingpong_run(
-            st, tl, pend, op[lo:hi], row[lo:hi], slot, accept, np.arange(n), -1, last + 1,
+            st, tl, pend, op[lo:hi], row[lo:hi], slot, accept, 0, -1, last + 1,
             tv, none, none2,
         )  # fmt: skip
         _stats_row(tl, pend, out, c, 2 if st[PP_LATE] >= 0 else 0)

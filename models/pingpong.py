@@ -416,10 +416,10 @@ def pingpong_illegal(op, gbuf, out, slot, lo, hi, n_gbuf, n_obuf, phase_gh, phas
 
 
 @njit(cache=True)
-def pingpong_run(st, tl, pend, op, row, slot, accept, index, s_lo, s_hi, tv, issue_out, sw_out):
-    """Run slots ``s_lo..s_hi`` of the commands held (``op``, ``row``, ``slot``, acceptance
-    cycle and program ``index`` of each, in program order), carrying on from ``st`` and adding
-    to the tally ``tl``/``pend`` (:mod:`models.tally`).
+def pingpong_run(st, tl, pend, op, row, slot, accept, base, s_lo, s_hi, tv, issue_out, sw_out):
+    """Run slots ``s_lo..s_hi`` of the commands held (``op``, ``row``, ``slot`` and acceptance
+    cycle of each; consecutive in program order from index ``base``), carrying on from ``st``
+    and adding to the tally ``tl``/``pend`` (:mod:`models.tally`).
 
     ``_pingpong_kernel``'s rules, a slot at a time; the commands held include every command
     of those slots and, unless ``s_hi`` is the epilogue, the first command of a later slot
@@ -544,7 +544,7 @@ def pingpong_run(st, tl, pend, op, row, slot, accept, index, s_lo, s_hi, tv, iss
                 while pc < hi and op[order[pc]] != OP_MAC:
                     pc += 1
             if record:
-                issue_out[index[k]] = issue[k]
+                issue_out[base + k] = issue[k]
         new_barrier = max(end_io, end_c)
         if end_io > barrier and end_c > barrier:
             handoff += new_barrier - min(end_io, end_c)
@@ -562,7 +562,7 @@ def pingpong_run(st, tl, pend, op, row, slot, accept, index, s_lo, s_hi, tv, iss
                     break
                 t = done
             if j < hi:
-                late = index[order[j]]
+                late = base + order[j]
                 flip_at = t
     st[_P_BARRIER] = barrier
     st[_P_IO] = last_io

@@ -174,7 +174,10 @@ def tally_mac(tl, pend, t, tv):
     e = t + tv[TV_CCD]
     _union_add(tl, _U_M, t, e)
     _union_add(tl, _U_MR, t, e)
-    _push(tl, pend, _MR, t, e)
+    if tl[_TL_FIFO] == tl[_TL_FIFO + 1] and tl[_TL_FIFO + 2] == tl[_TL_FIFO + 3]:
+        _union_add(tl, _U_MRI, t, e)  # nothing waits, and no I/O issues before t + 1
+    else:
+        _push(tl, pend, _MR, t, e)
 
 
 @njit(cache=True, inline="always")

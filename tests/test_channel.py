@@ -23,7 +23,7 @@ from models.channel import (
 from models.config import load_preset
 from models.isa import Op, StreamError, make_stream
 from models.pingpong import PingPongError
-from sim.verify.streams import random_pingpong_stream, random_stream
+from sim.verify.streams import random_pingpong_stream, random_stream, repeated_gemv_chunks
 
 PRESETS = ("aim-16ch", "aim-ramulator", "lolpim-aimx-io")
 
@@ -163,21 +163,6 @@ def test_run_channels_equals_one_call_per_channel():
         run_channels([streams[0], bad], cfg, "pingpong")
 
 
-def _periodic_chunks(cfg, total: int, chunk: int):
-    """A GEMV stream and its twin on the other buffer halves, repeated to ``total`` commands
-    in chunks of ``chunk`` (never held whole; legal under ping-pong across the seams)."""
-    a = compile_gemv(cfg, 512, 512).commands
-    b = a.copy()
-    half_g, half_o = cfg.channel.gbuf_entries // 2, cfg.channel.obuf_entries // 2
-    b["gbuf"] = np.where(b["op"] != Op.RD_OUT, (b["gbuf"] + half_g) % (2 * half_g), 0)
-    b["out"] = np.where(b["op"] != Op.WR_INP, (b["out"] + half_o) % (2 * half_o), 0)
-    pair = np.concatenate([a, b])
-    assert chunk % pair.shape[0] == 0
-    block = np.concatenate([pair] * (chunk // pair.shape[0]))
-    for _ in range(total // chunk):
-        yield block
-
-
 @pytest.mark.parametrize("sched", list(SCHEDULERS))
 def test_memory_does_not_grow_with_the_stream(sched):
     """Peak traced memory of a statistics-only run: the same for 4x the commands, and the
@@ -186,7 +171,7 @@ def test_memory_does_not_grow_with_the_stream(sched):
     chunk = 2 * compile_gemv(cfg, 512, 512).commands.shape[0] * 4
     peaks, results = [], []
     for total in (chunk * 4, chunk * 16):
-        gen = _periodic_chunks(cfg, total, chunk)
+        gen = repeated_gemv_chunks(cfg, total, chunk)
         first = next(gen)
         tracemalloc.start()
         run = ChannelRun(cfg, sched)

@@ -17,8 +17,6 @@ import sys
 import time
 from collections.abc import Iterable
 
-import numpy as np
-
 from compiler.kernels import compile_gemv
 from models.channel import (
     DEFAULT_CHUNK,
@@ -29,6 +27,7 @@ from models.channel import (
     run_channels,
 )
 from models.config import load_preset
+from sim.verify.streams import repeated_gemv_chunks
 
 __all__ = [
     "STARTUP_COMMANDS",
@@ -104,25 +103,6 @@ def bench_tlm(d: int = 16384, repeat: int = 3, preset: str = "aim-16ch") -> list
     return rows
 
 
-def _repeated_chunks(cfg, total: int, chunk: int):
-    """``total`` commands of a GEMV 512x512 and its twin on the other buffer halves, repeated
-    (legal under every scheduler), in chunks of about ``chunk``; never held whole."""
-    from models.isa import Op
-
-    a = compile_gemv(cfg, 512, 512).commands
-    b = a.copy()
-    half_g, half_o = cfg.channel.gbuf_entries // 2, cfg.channel.obuf_entries // 2
-    b["gbuf"] = np.where(b["op"] != Op.RD_OUT, (b["gbuf"] + half_g) % (2 * half_g), 0)
-    b["out"] = np.where(b["op"] != Op.WR_INP, (b["out"] + half_o) % (2 * half_o), 0)
-    pair = np.concatenate([a, b])
-    block = np.concatenate([pair] * max(1, chunk // pair.shape[0]))
-    done = 0
-    while done < total:
-        part = block[: total - done]
-        done += part.shape[0]
-        yield part
-
-
 MEMORY_LENGTHS = (10**6, 10**7, 10**8)
 """Stream lengths of :func:`bench_memory`."""
 
@@ -136,7 +116,7 @@ def bench_memory(lengths: Iterable[int] = MEMORY_LENGTHS, preset: str = "aim-16c
     rows = []
     for total in lengths:
         for s in SCHEDULERS:
-            chunks = _repeated_chunks(cfg, total, DEFAULT_CHUNK)
+            chunks = repeated_gemv_chunks(cfg, total, DEFAULT_CHUNK)
             tracemalloc.start()
             t0 = time.perf_counter()
             run = ChannelRun(cfg, s)

@@ -31,6 +31,7 @@ __all__ = [
     "kernel_streams",
     "random_pingpong_stream",
     "random_stream",
+    "repeated_gemv_chunks",
 ]
 
 COSIM_KERNELS: tuple[tuple[str, str, dict], ...] = (
@@ -164,6 +165,24 @@ def random_pingpong_stream(
     if s.shape[0] < n:
         raise ValueError(f"only {s.shape[0]} legal commands left of {total}; lower n")
     return s[:n].copy()
+
+
+def repeated_gemv_chunks(cfg: HardwareConfig, total: int, chunk: int):
+    """``total`` commands of a GEMV 512 x 512 and its twin on the other buffer halves, repeated
+    (legal under every scheduler, ping-pong included, across the seams), yielded in chunks of
+    about ``chunk`` commands: a stream of any length that is never held whole."""
+    a = compile_kernel(cfg, "gemv", d_out=512, d_in=512).commands
+    b = a.copy()
+    half_g, half_o = cfg.channel.gbuf_entries // 2, cfg.channel.obuf_entries // 2
+    b["gbuf"] = np.where(b["op"] != Op.RD_OUT, (b["gbuf"] + half_g) % (2 * half_g), 0)
+    b["out"] = np.where(b["op"] != Op.WR_INP, (b["out"] + half_o) % (2 * half_o), 0)
+    pair = np.concatenate([a, b])
+    block = np.concatenate([pair] * max(1, chunk // pair.shape[0]))
+    done = 0
+    while done < total:
+        part = block[: total - done]
+        done += part.shape[0]
+        yield part
 
 
 def accepted_gaps(
