@@ -268,10 +268,11 @@ def bench_decode() -> list[dict]:
 
 
 def bench_hetero_decode() -> list[dict]:
-    """Wall time of one xPU+PIM decode step (``--system xpu+pim``) of LLM-72B @ 128K: 4
-    requests of Llama-3.1-70B on ``neupims-npu`` + 8 ``pimphony-neupims`` modules, serial and
-    2 sub-batches. Timing only: the 70B weights exceed one NPU's 32 GiB, so the xPU capacity
-    check is off (the KV fits the modules)."""
+    """Wall time of one GPU decode step (``--system gpu``, 8 A100-80GB) and one xPU+PIM decode
+    step (``--system xpu+pim``) of LLM-72B @ 128K: 4 requests of Llama-3.1-70B; xPU+PIM on
+    ``neupims-npu`` + 8 ``pimphony-neupims`` modules, serial and 2 sub-batches. Timing only:
+    the 70B weights exceed one NPU's 32 GiB, so the xPU capacity check is off (the KV fits the
+    modules)."""
     from compiler.llm import load_model
     from models.xpu_config import load_xpu
     from sim.decode_step.hetero import HeteroSetup, run_hetero_decode
@@ -284,7 +285,19 @@ def bench_hetero_decode() -> list[dict]:
         tp=8,
         check_capacity=False,
     )
+    from sim.decode_step.gpu import GpuSetup, run_gpu_decode
+
     rows = []
+    started = time.perf_counter()
+    g = run_gpu_decode(GpuSetup(pim.model, load_xpu("a100-80gb"), 8, pim.lengths))
+    rows.append(
+        {
+            "case": "LLM-72B @ 128K, 8 x A100 GPU",
+            "batch": len(pim.lengths),
+            "wall_seconds": time.perf_counter() - started,
+            "tokens_per_s": g.tokens_per_s,
+        }
+    )
     for k in (1, 2):
         started = time.perf_counter()
         r = run_hetero_decode(HeteroSetup(pim, load_xpu("neupims-npu"), k))
@@ -451,7 +464,7 @@ def run(args: argparse.Namespace) -> int:
             for r in bench_decode()
         ),
     )
-    print("\nxPU+PIM decode step (neupims-npu + 8 pimphony-neupims modules; timing only)")
+    print("\nGPU and xPU+PIM decode steps (xPU+PIM: neupims-npu + 8 pimphony-neupims modules)")
     _table(
         f"{'case':<32}{'batch':>6}{'wall s':>9}{'tokens/s':>10}",
         (
