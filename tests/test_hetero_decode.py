@@ -269,10 +269,12 @@ def test_timeline_plot_labels(reports, tmp_path, monkeypatch):
 
 
 def test_bench_llm72b_128k_under_a_second():
+    """``make bench``'s GPU and xPU+PIM decode steps of LLM-72B @ 128K."""
     from sim.experiments.bench import bench_hetero_decode
 
     rows = bench_hetero_decode()
-    assert [r["batch"] for r in rows] == [4, 4]
+    assert [r["case"].split(",")[-1].split(" ")[-1] for r in rows] == ["GPU", "K=1", "K=2"]
+    assert [r["batch"] for r in rows] == [4, 4, 4]
     assert all(r["wall_seconds"] < 1.0 for r in rows)
 
 
