@@ -83,18 +83,21 @@ def describe_kernel(prog: KernelProgram) -> str:
 def scheduler_table(results: Sequence[ScheduleResult]) -> str:
     """A table of cycles, utilisation, speedup vs static and the time breakdown."""
     base = next((r.cycles for r in results if r.scheduler == "static"), results[0].cycles)
-    head = f"{'scheduler':<10}{'cycles':>10}{'MAC util':>10}{'speedup':>9}" + "".join(
-        f"{_BREAKDOWN_TITLES[k]:>12}" for k in BREAKDOWN_KEYS
+    # Columns widen for runs of 10^7 cycles and more (streamed runs); 7 digits otherwise.
+    w = max(7, *(len(str(r.breakdown[k])) + 1 for r in results for k in BREAKDOWN_KEYS))
+    wc = max(10, *(len(str(r.cycles)) + 1 for r in results))
+    head = f"{'scheduler':<10}{'cycles':>{wc}}{'MAC util':>10}{'speedup':>9}" + "".join(
+        f"{_BREAKDOWN_TITLES[k]:>{w + 5}}" for k in BREAKDOWN_KEYS
     )
     lines = [head, "-" * len(head)]
     for r in results:
         speedup = base / r.cycles if r.cycles else 0.0
         cells = "".join(
-            f"{r.breakdown[k]:>7} {100 * r.breakdown[k] / max(r.cycles, 1):3.0f}%"
+            f"{r.breakdown[k]:>{w}} {100 * r.breakdown[k] / max(r.cycles, 1):3.0f}%"
             for k in BREAKDOWN_KEYS
         )
         lines.append(
-            f"{r.scheduler:<10}{r.cycles:>10}{100 * r.mac_utilization:>9.1f}%"
+            f"{r.scheduler:<10}{r.cycles:>{wc}}{100 * r.mac_utilization:>9.1f}%"
             f"{speedup:>8.2f}x{cells}"
         )
     return "\n".join(lines)
