@@ -833,7 +833,12 @@ def run(args: argparse.Namespace) -> int:
     not_written = None
     shrunk = None
     if failed is not None and not args.keep_going:
-        shrunk = shrink_stream(failed.block, cfg, failed.failure, failed.mismatches[0])
+        try:
+            shrunk = shrink_stream(failed.block, cfg, failed.failure, failed.mismatches[0])
+        except CosimError as exc:  # a candidate hung the testbench: keep the whole stream
+            n = int(failed.failure.stream.commands.shape[0])
+            shrunk = Shrunk(failed.failure, failed.mismatches[0], n, 0, 0)
+            print(f"shrinking stopped ({exc}); the reproducer is the whole stream", flush=True)
         try:
             written = write_reproducer(
                 args.repro_dir,
