@@ -768,13 +768,17 @@ def _run_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rate(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
 def _summary(r: CampaignResult) -> list[str]:
     lines = [
         f"{r.block} at {r.preset}, seed {r.seed}: {r.streams:,} streams ({r.exact:,} exact "
         f"vs the TLM's cycles, {r.rules_only:,} by the rules; {r.kernels:,} from the compiler; "
         f"{r.redrawn} redrawn), {r.commands:,} commands, {r.cycles:,} cycles",
         f"mismatches: {len(r.mismatches)}; testbench {r.cycles_per_s:,.0f} cycles/s; "
-        f"campaign {r.streams_per_s:,.0f} streams/s ({r.seconds:.1f} s, build "
+        f"campaign {_rate(r.streams_per_s)} streams/s ({r.seconds:.1f} s, build "
         f"{r.build_seconds:.0f} s)",
     ]
     return lines + [f"  {msg}" for msg in r.mismatches[:10]]
