@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup sim test test-all bench lint clean rtl wave area
+.PHONY: setup sim test test-all bench lint clean rtl wave area cosim-campaign
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,14 @@ BLOCK  ?=
 wave: $(STAMP)  ## VCD + GTKWave save file under build/waves/, then its summary
 	$(BIN)/pimphony wave record --kernel $(KERNEL) --tokens $(TOKENS) --dh $(DH) \
 	    --dout $(DOUT) --din $(DIN) --sched $(SCHED) $(if $(BLOCK),--block $(BLOCK))
+
+# make cosim-campaign N=10000 SEED=0 [PRESET=aim-ramulator] [BLOCK=dcs]
+N      ?= 1000
+SEED   ?= 0
+PRESET ?=
+cosim-campaign: $(STAMP)  ## N random + compiler streams per scheduler block, RTL vs TLM
+	$(BIN)/pimphony verify campaign --block $(or $(BLOCK),all) --streams $(N) --seed $(SEED) \
+	    $(if $(PRESET),--preset $(PRESET))
 
 area: $(STAMP)  ## Yosys synth + stat of every block at the papers' parameters
 	$(BIN)/pimphony area

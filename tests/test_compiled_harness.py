@@ -6,7 +6,9 @@ batched GEMVs, random streams, with input ``valid`` gaps and with output ``ready
 every command issues in the TLM's cycle (the rules of ``check_schedule`` under ``ready``
 gaps) and in the cocotb harness's cycle, also at a preset with ``t_MOD > 0``
 (``aim-ramulator``). Then the file formats and the errors: a malformed stream file names the
-stream and field, a missing tool is named. The random campaigns are ``slow``.
+stream and field, a missing tool is named. The campaign: a bounded sample over every block
+(compiler streams mixed in), stopping at and shrinking an injected mismatch to its minimal
+reproducer, ``--replay`` and the refusals; the longer random campaigns are ``slow``.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ import pytest
 
 from models.channel import check_schedule, run_channel
 from models.config import load_preset
-from models.isa import StreamError
+from models.isa import StreamError, load_stream
 from rtl.blocks import SCHEDULER_OF_BLOCK
 from rtl.common import command_layout
-from sim.verify import compiled
-from sim.verify.campaign import run_campaign
+from sim.cli import main as cli_main
+from sim.verify import campaign, compiled
+from sim.verify.campaign import campaign_stream, run_campaign
 from sim.verify.compiled import (
     RECORD_HEADER,
     STREAM_HEADER,
@@ -244,25 +247,166 @@ def _no_verilator():
 # -- the campaign --------------------------------------------------------------------------
 
 
-def test_campaign_command(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "sim.cli", "verify", "campaign", "--block", "dcs"]
-        + ["--streams", "40", "--seed", "5", "--json"],
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "sim.cli", "verify", "campaign", *args],
         capture_output=True,
         text=True,
         check=False,
     )
+
+
+def test_campaign_command():
+    """The bounded CI sample: every scheduler block, compiler streams mixed in (~20 s)."""
+    proc = _cli("--block", "all", "--streams", "400", "--seed", "5", "--kernels", "0.2", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
-    assert out["streams"] == 40 and out["mismatches"] == 0 and out["cycles_per_s"] > 0
-    assert out["exact"] + out["rules_only"] == 40 and out["rules_only"] > 0
+    assert [r["block"] for r in out["blocks"]] == list(SCHEDULER_OF_BLOCK)
+    assert out["mismatches_total"] == 0
+    for r in out["blocks"]:
+        assert r["streams"] == 400 and r["mismatches"] == 0 and r["streams_per_s"] > 0
+        assert r["exact"] + r["rules_only"] == 400 and r["rules_only"] > 0
+        assert 50 <= r["kernels"] <= 110  # 20% of 400
+
+
+def test_campaign_streams_are_reproducible():
+    """Stream ``i`` is drawn from ``(seed, i)`` alone; ``--kernels`` picks compiler streams
+    without shifting the random ones."""
+    for sched in ("dcs", "pingpong"):
+        kinds = []
+        for i in range(30):
+            a = campaign_stream(CFG, sched, 9, i, max_length=80, kernels=0.5)
+            b = campaign_stream(CFG, sched, 9, i, max_length=80, kernels=0.5)
+            assert np.array_equal(a.stream.commands, b.stream.commands) and a.source == b.source
+            assert a.stream.valid_gaps == b.stream.valid_gaps
+            plain = campaign_stream(CFG, sched, 9, i, max_length=80)
+            if a.source == "random":
+                assert np.array_equal(a.stream.commands, plain.stream.commands)
+            else:
+                kind = a.source.split()[0]
+                assert kind in ("qk", "sv", "gemv") and a.stream.commands.shape[0] > 0
+                run_channel(a.stream.commands, CFG, sched)  # the TLM accepts it
+            kinds.append(a.source.split()[0])
+        assert {"random", "qk", "sv", "gemv"} <= set(kinds)
+
+
+MAC_OP, RD_OUT_OP = 1, 2
+MACS, RD_OUTS = 4, 2
+"""The injected bug: a stream with at least 4 MACs and 2 RD_OUTs "mismatches"."""
+
+
+@pytest.fixture()
+def injected_bug(monkeypatch):
+    real = campaign._check
+
+    def broken(cfg, sched, cs, rtl):
+        op = cs.stream.commands["op"]
+        if (op == MAC_OP).sum() >= MACS and (op == RD_OUT_OP).sum() >= RD_OUTS:
+            return f"stream {cs.describe()}: injected mismatch"
+        return real(cfg, sched, cs, rtl)
+
+    monkeypatch.setattr(campaign, "_check", broken)
+
+
+def _main(capsys, *args: str) -> tuple[int, str, str]:
+    status = cli_main(["verify", "campaign", *args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def _first_hit(sched: str, seed: int, **kw) -> int:
+    for i in range(100):
+        op = campaign_stream(CFG, sched, seed, i, **kw).stream.commands["op"]
+        if (op == MAC_OP).sum() >= MACS and (op == RD_OUT_OP).sum() >= RD_OUTS:
+            return i
+    raise AssertionError("no stream hits the injected rule")
+
+
+@pytest.mark.parametrize("block", ["dcs", "pingpong"])
+def test_campaign_shrinks_the_first_mismatch(block, injected_bug, tmp_path, capsys):
+    """Stops at the first failing stream, shrinks it to the injected rule's minimum (4 MACs
+    and 2 RD_OUTs, nothing else), writes it, refuses to overwrite, and replays it."""
+    opts = ["--block", block, "--streams", "40", "--seed", "3", "--max-length", "120"]
+    opts += ["--kernels", "0.2", "--repro-dir", str(tmp_path), "--quiet"]
+    status, out, err = _main(capsys, *opts)
+    assert status == 1 and "injected mismatch" in err, err
+    index = _first_hit(block, 3, max_length=120, kernels=0.2)
+    assert f"{block} at aim-16ch, seed 3: {index + 1} streams" in out  # stopped there
+    assert f"shrunk stream #{index} from " in out and " to 6 commands" in out
+    js = tmp_path / f"{block}-aim-16ch-seed3-stream{index}.json"
+    record = json.loads(js.read_text())
+    assert record["block"] == block and record["seed"] == 3 and record["index"] == index
+    assert record["commands"] == MACS + RD_OUTS and "injected mismatch" in record["mismatch"]
+    assert record["original_commands"] > 3 * (MACS + RD_OUTS)  # it did shrink
+    assert record["valid_gaps"] is None and record["ready_pattern"] is None  # not needed
+    assert record["replay"] == f"pimphony verify campaign --replay {js}"
+    commands, head = load_stream(tmp_path / record["stream"], CFG)
+    assert sorted(commands["op"].tolist()) == [MAC_OP] * MACS + [RD_OUT_OP] * RD_OUTS
+    assert head["preset"] == "aim-16ch"
+    run_channel(commands, CFG, SCHEDULER_OF_BLOCK[block])  # legal for the scheduler
+    # Never overwritten without --force: the mismatch is still reported (exit 1).
+    before = js.read_bytes()
+    status, _, err = _main(capsys, *opts)
+    assert status == 1 and "reproducer not written" in err and "pass --force" in err
+    assert js.read_bytes() == before
+    assert _main(capsys, *opts, "--force")[0] == 1
+    # Replay: still fails with the bug, passes without it.
+    status, out, err = _main(capsys, "--replay", str(js))
+    assert status == 1 and "mismatch reproduces" in out and "still fails" in err
+
+
+def test_replay_without_the_bug_passes(injected_bug, tmp_path, capsys, monkeypatch):
+    opts = ["--block", "static_sched", "--streams", "10", "--seed", "1", "--max-length", "60"]
+    status, _, _ = _main(capsys, *opts, "--repro-dir", str(tmp_path), "--quiet")
+    assert status == 1
+    (js,) = tmp_path.glob("*.json")
+    monkeypatch.undo()
+    status, out, _ = _main(capsys, "--replay", str(js))
+    assert status == 0 and "no mismatch" in out and "6 commands (exact)" in out
+
+
+def test_keep_going_counts_every_mismatch(injected_bug, tmp_path, capsys):
+    opts = ["--block", "static_sched", "--streams", "30", "--seed", "1", "--max-length", "60"]
+    opts += ["--kernels", "0.1", "--keep-going", "--repro-dir", str(tmp_path)]
+    status, out, err = _main(capsys, *opts)
+    assert status == 1 and "30 streams" in out
+    hits = sum(
+        (lambda op: (op == MAC_OP).sum() >= MACS and (op == RD_OUT_OP).sum() >= RD_OUTS)(
+            campaign_stream(CFG, "static", 1, i, max_length=60, kernels=0.1).stream.commands["op"]
+        )
+        for i in range(30)
+    )
+    assert hits > 1 and f"mismatches: {hits};" in out and f"{hits} stream(s) differ" in err
+    assert list(tmp_path.iterdir()) == []  # no reproducer when keeping going
+
+
+def test_campaign_refusals(tmp_path, capsys):
+    status, _, err = _main(capsys, "--replay", str(tmp_path / "x.json"), "--block", "dcs")
+    assert status == 2 and "--replay takes the block and preset" in err and "--block" in err
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"block": "dpa", "preset": "aim-16ch", "index": 0}))
+    status, _, err = _main(capsys, "--replay", str(bad))
+    assert status == 2 and "block = 'dpa' is not a scheduler block; allowed:" in err
+    bad.write_text(json.dumps({"block": "dcs", "index": 0}))
+    status, _, err = _main(capsys, "--replay", str(bad))
+    assert status == 2 and "field 'preset' is missing" in err
+    bad.write_text("[1, 2")
+    status, _, err = _main(capsys, "--replay", str(bad))
+    assert status == 2 and "not a campaign reproducer" in err
+    status, _, err = _main(capsys, "--repro-dir", str(bad), "--streams", "1")
+    assert status == 2 and f"--repro-dir {bad} is a file" in err
+    with pytest.raises(SystemExit) as exc:
+        _main(capsys, "--kernels", "1.5")
+    assert exc.value.code == 2 and "--kernels: 1.5 is outside 0 to 1" in capsys.readouterr().err
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", ["aim-16ch", "aim-ramulator"])
 @pytest.mark.parametrize("block", BLOCKS)
 def test_random_campaign(block, preset):
-    result = run_campaign(block, load_preset(preset), streams=400, seed=2024)
+    result = run_campaign(
+        block, load_preset(preset), streams=400, seed=2024, kernels=0.1, keep_going=True
+    )
     assert result.mismatches == [], "\n".join(result.mismatches)
     assert result.exact > 300
 

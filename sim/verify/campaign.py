@@ -1,13 +1,18 @@
 """``pimphony verify campaign``: seeded random streams on a scheduler block's compiled harness
-(:mod:`sim.verify.compiled`) against the TLM.
+(:mod:`sim.verify.compiled`) against the TLM; the first mismatch is shrunk to a minimal
+reproducer written to disk.
 
-Stream ``i`` of a campaign with seed ``S`` comes from numpy's generator seeded ``(S, i)``, so
-any stream can be drawn again alone (:func:`campaign_stream`): a random legal stream of 1 to
-``max_length`` commands over 1-8 buffer entries per half and 1-4 rows
+Stream ``i`` of a campaign with seed ``S`` comes from numpy's generators seeded ``(S, i)``, so
+any stream can be drawn again alone (:func:`campaign_stream`). A fraction ``kernels`` of the
+streams (decided by the generator seeded ``(S, i, 1)``) are compiler streams: a ``qk``,
+``sv`` or ``gemv`` kernel of a small random shape (:func:`kernel_shape`) lowered by
+:func:`compiler.kernels.compile_kernel`; a shape the compiler refuses for the preset, or one
+the TLM refuses, is drawn again. The others are random legal streams of 1 to ``max_length``
+commands over 1-8 buffer entries per half and 1-4 rows
 (:func:`sim.verify.streams.random_stream`; for ping-pong,
-:func:`~sim.verify.streams.random_pingpong_stream`), and with probability ``gaps`` input
-``valid`` gaps (each command idle with a drawn probability, for 1 to 2, 8 or 40 cycles), or
-with probability ``ready`` an output ``ready`` pattern (1-64 cycles, cycled).
+:func:`~sim.verify.streams.random_pingpong_stream`). Either kind gets, with probability
+``gaps``, input ``valid`` gaps (each command idle with a drawn probability, for 1 to 2, 8 or
+40 cycles), or with probability ``ready`` an output ``ready`` pattern (1-64 cycles, cycled).
 
 A stream is *exact* when the TLM predicts its cycles: every command must issue in the TLM's
 cycle (:func:`models.channel.run_channel` with the same gaps). Under a ``ready`` pattern, and
@@ -20,40 +25,58 @@ and counted in ``redrawn``.
 
 Streams go to the harness in chunks, one testbench process at a time; the next chunk is drawn
 and run on the TLM, and the previous one checked, while the testbench simulates the current
-one.
+one. The campaign stops at the first mismatch (unless told to keep going);
+:func:`shrink_stream` then cuts the failing stream down by delta debugging while the mismatch
+persists, and :func:`write_reproducer` writes it (a stream file, and a JSON with its gaps,
+ready pattern, the mismatch and the command that replays it: ``--replay``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import shlex
 import sys
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 import numpy as np
 
+from compiler.kernels import GQA_MAPPINGS, CompileError, compile_kernel
 from models.channel import check_schedule, run_channel
 from models.config import HardwareConfig, load_preset
 from models.errors import PimphonyError
-from models.isa import describe_command
+from models.fileio import BUILD_DIR, check_writable, write_atomic
+from models.isa import StreamError, describe_command, load_stream, save_stream
 from models.pingpong import PingPongError
 from rtl.blocks import SCHEDULER_OF_BLOCK
 from sim.cli import SEED, bounded_int, choice_names
 from sim.provenance import provenance
-from sim.verify.compiled import CompiledRun, build_harness
+from sim.verify.compiled import CompiledHarness, CompiledRun, build_harness, encode_streams
 from sim.verify.runner import CosimError
 from sim.verify.scheduler import RtlStream
 from sim.verify.streams import random_pingpong_stream, random_stream
 
 __all__ = [
+    "ALL_BLOCKS",
+    "KERNEL_KINDS",
+    "REPRO_DIR",
     "CampaignResult",
     "CampaignStream",
+    "ReplayError",
+    "Shrunk",
     "add_arguments",
     "campaign_stream",
+    "expectation",
+    "kernel_shape",
+    "replay",
     "run",
     "run_campaign",
+    "shrink_stream",
+    "write_reproducer",
 ]
 
 GAP_LENGTHS = (2, 8, 40)
@@ -61,7 +84,17 @@ GAP_LENGTHS = (2, 8, 40)
 GAP_TRIES = 20
 """Draws of ping-pong gaps before keeping refused ones (the stream is then rules-only)."""
 REDRAWS = 100
-"""Draws of a ping-pong stream the TLM refuses without gaps before giving up."""
+"""Draws of a stream (or kernel shape) the TLM or the compiler refuses before giving up."""
+KERNEL_KINDS = ("qk", "sv", "gemv")
+"""The compiler kernels a campaign draws."""
+KERNEL_TAG = 1
+"""Third seed word of the generator that decides whether a stream is a compiler stream."""
+REPRO_DIR = BUILD_DIR / "campaign"
+"""Default directory of the reproducers."""
+ALL_BLOCKS = "all"
+"""``--block`` value that runs every scheduler block, one after the other."""
+SHRINK_BATCH_COMMANDS = 200_000
+"""Commands per testbench run while shrinking (the candidates of a round are run together)."""
 
 
 @dataclass(frozen=True)
@@ -70,18 +103,22 @@ class CampaignStream:
 
     ``tlm_issue`` is the TLM's issue cycle of every command for an exact stream, else
     ``None`` (rules-only: :func:`models.channel.check_schedule`). ``redrawn`` counts the
-    streams drawn before it that the TLM refused even without gaps.
+    streams (or kernel shapes) drawn before it that were refused. ``source`` is ``random`` or
+    the compiler kernel and shape (``gemv d_out=100 d_in=300``).
     """
 
     index: int
     stream: RtlStream
     tlm_issue: np.ndarray | None
     redrawn: int = 0
+    source: str = "random"
 
     def describe(self) -> str:
         """``#12 (87 commands, valid gaps)``-style text."""
         s = self.stream
         what = [f"{s.commands.shape[0]} commands"]
+        if self.source != "random":
+            what.append(self.source)
         if s.valid_gaps is not None:
             what.append("valid gaps")
         if s.ready_pattern is not None:
@@ -96,6 +133,46 @@ def _draw_gaps(rng: np.random.Generator, n: int) -> tuple[int, ...]:
     return tuple(int(g) for g in gaps)
 
 
+def kernel_shape(rng: np.random.Generator) -> tuple[str, dict]:
+    """A random small kernel ``(kind, shape)`` for :func:`compiler.kernels.compile_kernel`.
+
+    ``gemv``: ``d_out`` 1-256, ``d_in`` 1-512, half of them batched (2-8 requests, a third
+    of those with a random pass size); ``qk``/``sv``: 1-512 tokens, ``d_h`` 1-128, a GQA
+    group of 1, 2 or 4 (either mapping). Shapes are not padded to the bank count or the MAC
+    width on purpose; the preset may still refuse one (:class:`~compiler.kernels.CompileError`).
+    """
+    kind = str(rng.choice(KERNEL_KINDS))
+    if kind == "gemv":
+        shape = {"d_out": int(rng.integers(1, 257)), "d_in": int(rng.integers(1, 513))}
+        if rng.random() < 0.5:
+            shape["batch"] = int(rng.integers(2, 9))
+            if rng.random() < 1 / 3:
+                shape["pass_size"] = int(rng.integers(1, shape["batch"] + 1))
+        return kind, shape
+    shape = {"tokens": int(rng.integers(1, 513)), "d_h": int(rng.integers(1, 129))}
+    group = int(rng.choice((1, 1, 2, 4)))
+    if group > 1:
+        shape["gqa_group"] = group
+        shape["mapping"] = str(rng.choice(GQA_MAPPINGS))
+    return kind, shape
+
+
+def _kernel_commands(
+    cfg: HardwareConfig, sched: str, rng: np.random.Generator, seed: int, index: int
+) -> tuple[np.ndarray, np.ndarray, str, int]:
+    """A compiler stream the TLM accepts: ``(commands, TLM issue, source, redrawn)``."""
+    for redrawn in range(REDRAWS + 1):
+        kind, shape = kernel_shape(rng)
+        try:
+            commands = compile_kernel(cfg, kind, **shape).commands
+            plain = run_channel(commands, cfg, sched).issue
+        except (CompileError, PingPongError):
+            continue
+        source = " ".join([kind, *(f"{k}={v}" for k, v in shape.items())])
+        return commands, plain, source, redrawn
+    raise CosimError(f"stream {index} of seed {seed}: {REDRAWS + 1} kernel shapes refused")
+
+
 def campaign_stream(
     cfg: HardwareConfig,
     sched: str,
@@ -104,42 +181,74 @@ def campaign_stream(
     max_length: int = 600,
     gaps: float = 0.5,
     ready: float = 0.2,
+    kernels: float = 0.0,
 ) -> CampaignStream:
-    """Stream ``index`` of the campaign with ``seed`` (see the module docstring)."""
+    """Stream ``index`` of the campaign with ``seed`` (see the module docstring).
+
+    With ``kernels = 0`` the streams are those of a campaign without compiler streams: the
+    choice is drawn from its own generator, so it does not shift the random streams.
+    """
     rng = np.random.default_rng([seed, index])
-    n = int(rng.integers(1, max_length + 1))
-    entries, rows = int(rng.integers(1, 9)), int(rng.integers(1, 5))
-    make = random_pingpong_stream if sched == "pingpong" else random_stream
-    redrawn = 0
-    while True:
-        commands = make(cfg, n, int(rng.integers(2**32)), entries=entries, rows=rows)
-        try:
-            plain = run_channel(commands, cfg, sched).issue
-            break
-        except PingPongError:  # the TLM refuses it even without gaps: outside its contract
-            redrawn += 1
-            if redrawn > REDRAWS:
-                raise CosimError(
-                    f"stream {index} of seed {seed}: {redrawn} draws refused by the TLM"
-                ) from None
-    kind = rng.random()
     name = f"{seed}-{index}"
+    redrawn, source = 0, "random"
+    if kernels > 0 and np.random.default_rng([seed, index, KERNEL_TAG]).random() < kernels:
+        commands, plain, source, redrawn = _kernel_commands(cfg, sched, rng, seed, index)
+    else:
+        n = int(rng.integers(1, max_length + 1))
+        entries, rows = int(rng.integers(1, 9)), int(rng.integers(1, 5))
+        make = random_pingpong_stream if sched == "pingpong" else random_stream
+        while True:
+            commands = make(cfg, n, int(rng.integers(2**32)), entries=entries, rows=rows)
+            try:
+                plain = run_channel(commands, cfg, sched).issue
+                break
+            except PingPongError:  # the TLM refuses it even without gaps: outside its contract
+                redrawn += 1
+                if redrawn > REDRAWS:
+                    raise CosimError(
+                        f"stream {index} of seed {seed}: {redrawn} draws refused by the TLM"
+                    ) from None
+    n = int(commands.shape[0])
+
+    def made(stream: RtlStream, issue: np.ndarray | None) -> CampaignStream:
+        return CampaignStream(index, stream, issue, redrawn, source)
+
+    kind = rng.random()
     if kind < ready:
         length = int(rng.integers(1, 65))
         pattern = rng.random(length) < rng.uniform(0.2, 0.9)
         pattern[rng.integers(length)] = True  # something can issue
-        stream = RtlStream(name, commands, ready_pattern=tuple(int(r) for r in pattern))
-        return CampaignStream(index, stream, None, redrawn)
+        return made(RtlStream(name, commands, ready_pattern=tuple(int(r) for r in pattern)), None)
     if kind >= ready + gaps:
-        return CampaignStream(index, RtlStream(name, commands), plain, redrawn)
+        return made(RtlStream(name, commands), plain)
     for _ in range(GAP_TRIES):
         valid_gaps = _draw_gaps(rng, n)
         try:
             issue = run_channel(commands, cfg, sched, valid_gaps=valid_gaps).issue
         except PingPongError:  # a command late for its slot: the RTL is safe, not exact
             continue
-        return CampaignStream(index, RtlStream(name, commands, valid_gaps), issue, redrawn)
-    return CampaignStream(index, RtlStream(name, commands, valid_gaps), None, redrawn)
+        return made(RtlStream(name, commands, valid_gaps), issue)
+    return made(RtlStream(name, commands, valid_gaps), None)
+
+
+def expectation(cfg: HardwareConfig, sched: str, stream: RtlStream) -> np.ndarray | None:
+    """What ``stream`` is checked against, as in a campaign: the TLM's issue cycles (exact),
+    or ``None`` under a ready pattern or ping-pong gaps the TLM refuses (rules-only).
+
+    Raises
+    ------
+    PingPongError
+        The TLM refuses the stream even without gaps (outside its contract).
+    """
+    plain = run_channel(stream.commands, cfg, sched).issue
+    if stream.ready_pattern is not None:
+        return None
+    if stream.valid_gaps is None:
+        return plain
+    try:
+        return run_channel(stream.commands, cfg, sched, valid_gaps=stream.valid_gaps).issue
+    except PingPongError:
+        return None
 
 
 def _check(cfg: HardwareConfig, sched: str, cs: CampaignStream, rtl: np.ndarray) -> str | None:
@@ -164,10 +273,11 @@ class CampaignResult:
     """Outcome of :func:`run_campaign`.
 
     ``exact`` streams were compared with the TLM's cycles, ``rules_only`` ones with the
-    scheduler's rules, ``redrawn`` counts streams drawn again (:func:`campaign_stream`);
-    ``mismatches`` holds one message per failing stream. ``sim_seconds`` is the testbench's
-    simulation time, ``seconds`` the whole campaign's
-    (drawing streams and running the TLM included, the build excluded).
+    scheduler's rules, ``kernels`` of them were compiler streams, ``redrawn`` counts streams
+    drawn again (:func:`campaign_stream`); ``mismatches`` holds one message per failing
+    stream and ``failure`` the first failing stream. ``sim_seconds`` is the testbench's
+    simulation time, ``seconds`` the whole campaign's (drawing streams and running the TLM
+    included, the build excluded).
     """
 
     block: str
@@ -176,6 +286,7 @@ class CampaignResult:
     streams: int = 0
     exact: int = 0
     rules_only: int = 0
+    kernels: int = 0
     redrawn: int = 0
     commands: int = 0
     cycles: int = 0
@@ -183,6 +294,7 @@ class CampaignResult:
     seconds: float = 0.0
     build_seconds: float = 0.0
     mismatches: list[str] = field(default_factory=list)
+    failure: CampaignStream | None = field(default=None, repr=False)
 
     @property
     def cycles_per_s(self) -> float:
@@ -196,7 +308,7 @@ class CampaignResult:
 
     def to_dict(self) -> dict:
         """JSON-ready summary: the counts, rates and the first ten mismatch messages."""
-        d = asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "failure"}
         d["mismatches"] = len(self.mismatches)
         d["first_mismatches"] = self.mismatches[:10]
         d["cycles_per_s"] = self.cycles_per_s
@@ -209,6 +321,14 @@ def _chunks(total: int, size: int) -> Iterator[range]:
         yield range(start, min(start + size, total))
 
 
+def _scheduler(block: str) -> str:
+    if block not in SCHEDULER_OF_BLOCK:
+        raise CosimError(
+            f"block {block!r} is not a scheduler block; allowed: {', '.join(SCHEDULER_OF_BLOCK)}"
+        )
+    return SCHEDULER_OF_BLOCK[block]
+
+
 def run_campaign(
     block: str,
     cfg: HardwareConfig,
@@ -218,14 +338,18 @@ def run_campaign(
     max_length: int = 600,
     gaps: float = 0.5,
     ready: float = 0.2,
+    kernels: float = 0.0,
     chunk: int = 500,
+    keep_going: bool = False,
     progress: Callable[[CampaignResult], None] | None = None,
 ) -> CampaignResult:
     """Run ``streams`` random streams on scheduler ``block``'s compiled harness at ``cfg``.
 
     ``gaps`` and ``ready`` are the fractions of streams with input gaps and with an output
-    ready pattern; ``chunk`` streams go to one testbench process. ``progress(result)`` is
-    called after every chunk.
+    ready pattern, ``kernels`` the fraction of compiler streams; ``chunk`` streams go to one
+    testbench process. The campaign stops at the first mismatch (the streams after it in
+    program order are not counted) unless ``keep_going``. ``progress(result)`` is called
+    after every chunk.
 
     Raises
     ------
@@ -233,11 +357,7 @@ def run_campaign(
         ``block`` is not a scheduler block, the harness could not be built, or the testbench
         failed (a stream that never completed).
     """
-    if block not in SCHEDULER_OF_BLOCK:
-        raise CosimError(
-            f"block {block!r} is not a scheduler block; allowed: {', '.join(SCHEDULER_OF_BLOCK)}"
-        )
-    sched = SCHEDULER_OF_BLOCK[block]
+    sched = _scheduler(block)
     harness = build_harness(block, cfg)
     result = CampaignResult(block, cfg.name, seed, build_seconds=harness.build_seconds)
     started = time.perf_counter()
@@ -246,31 +366,311 @@ def run_campaign(
         for cs in batch:
             rtl = run.issue[cs.stream.name]
             msg = _check(cfg, sched, cs, rtl)
-            if msg:
-                result.mismatches.append(msg)
             result.streams += 1
             result.exact += cs.tlm_issue is not None
             result.rules_only += cs.tlm_issue is None
+            result.kernels += cs.source != "random"
             result.redrawn += cs.redrawn
             result.commands += int(cs.stream.commands.shape[0])
+            if msg:
+                result.mismatches.append(msg)
+                if result.failure is None:
+                    result.failure = cs
+                if not keep_going:
+                    break
         result.cycles += run.total_cycles
         result.sim_seconds += run.sim_seconds
         result.seconds = time.perf_counter() - started
         if progress:
             progress(result)
 
+    def stopped() -> bool:
+        return result.failure is not None and not keep_going
+
     # One testbench process at a time: chunk k + 1 is drawn (and run on the TLM) while chunk k
     # simulates, and chunk k is checked while chunk k + 1 simulates.
     pending = None
     for indices in _chunks(streams, chunk):
-        batch = [campaign_stream(cfg, sched, seed, i, max_length, gaps, ready) for i in indices]
+        batch = [
+            campaign_stream(cfg, sched, seed, i, max_length, gaps, ready, kernels) for i in indices
+        ]
         done = (pending[0], pending[1].wait()) if pending is not None else None
         pending = (batch, harness.start([cs.stream for cs in batch]))
         if done is not None:
             settle(*done)
+        if stopped():
+            break
     if pending is not None:
-        settle(pending[0], pending[1].wait())
+        run = pending[1].wait()
+        if not stopped():
+            settle(pending[0], run)
     return result
+
+
+# -- shrinking and reproducers --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shrunk:
+    """A failing stream cut down by :func:`shrink_stream`: the stream, its mismatch message,
+    the original length, and the candidates tried and testbench runs spent."""
+
+    stream: CampaignStream
+    message: str
+    original_commands: int
+    candidates: int
+    runs: int
+
+
+def _subset(cs: CampaignStream, keep: np.ndarray) -> RtlStream:
+    s = cs.stream
+    gaps = None if s.valid_gaps is None else tuple(s.valid_gaps[k] for k in keep)
+    return RtlStream(s.name, s.commands[keep].copy(), gaps, s.ready_pattern)
+
+
+def _first_failing(
+    harness: CompiledHarness,
+    cfg: HardwareConfig,
+    sched: str,
+    index: int,
+    candidates: Sequence[RtlStream],
+    counter: list[int],
+) -> tuple[CampaignStream, str] | None:
+    """The first of ``candidates`` that still mismatches, with its message, else ``None``.
+
+    Candidates the TLM refuses even without gaps (an illegal ping-pong stream) are skipped;
+    the rest run in as few testbench processes as :data:`SHRINK_BATCH_COMMANDS` allows, in
+    order, stopping at the first process with a failing candidate.
+    """
+    legal: list[CampaignStream] = []
+    for k, s in enumerate(candidates):
+        if s.commands.shape[0] == 0:
+            continue
+        try:
+            issue = expectation(cfg, sched, s)
+        except PingPongError:
+            continue
+        legal.append(CampaignStream(index, RtlStream(f"c{k}", *_fields_of(s)), issue))
+    start = 0
+    while start < len(legal):
+        end, total = start, 0
+        while end < len(legal) and (end == start or total < SHRINK_BATCH_COMMANDS):
+            total += legal[end].stream.commands.shape[0]
+            end += 1
+        batch = legal[start:end]
+        run = harness.run([cs.stream for cs in batch])
+        counter[0] += len(batch)
+        counter[1] += 1
+        for cs in batch:
+            msg = _check(cfg, sched, cs, run.issue[cs.stream.name])
+            if msg:
+                return cs, msg
+        start = end
+    return None
+
+
+def _fields_of(s: RtlStream) -> tuple:
+    return s.commands, s.valid_gaps, s.ready_pattern
+
+
+def _simpler_patterns(cs: CampaignStream) -> list[RtlStream]:
+    """The stream without its gaps, without its ready pattern, and without both."""
+    s = cs.stream
+    out = []
+    if s.valid_gaps is not None:
+        out.append(RtlStream(s.name, s.commands, None, s.ready_pattern))
+    if s.ready_pattern is not None:
+        out.append(RtlStream(s.name, s.commands, s.valid_gaps, None))
+    if len(out) == 2:
+        out.insert(0, RtlStream(s.name, s.commands))
+    return out
+
+
+def shrink_stream(block: str, cfg: HardwareConfig, cs: CampaignStream, message: str) -> Shrunk:
+    """Cut failing stream ``cs`` down while a mismatch persists (delta debugging).
+
+    First the stream loses its gaps and ready pattern if it still fails without them. Then,
+    with ``n`` chunks of commands (``n`` = 2 at first), every stream with one chunk dropped
+    is a candidate; the first that still fails is kept (and ``n`` lowered by one), else
+    ``n`` doubles, up to one command per chunk. Gaps belong to commands and are dropped with
+    them; the ready pattern is per cycle and kept whole. Candidates the TLM refuses without
+    gaps (ping-pong streams that are no longer legal) are skipped, so every step is a stream
+    the campaign could have drawn. The result is 1-minimal: dropping any single command
+    makes the mismatch go away. The candidates of one round run in one testbench process.
+    """
+    sched = _scheduler(block)
+    harness = build_harness(block, cfg)
+    counter = [0, 0]
+    original = int(cs.stream.commands.shape[0])
+    cur, msg = cs, message
+    found = _first_failing(harness, cfg, sched, cs.index, _simpler_patterns(cur), counter)
+    if found:
+        cur, msg = found
+    n = 2
+    while (length := cur.stream.commands.shape[0]) >= 2:
+        n = min(n, length)
+        size = math.ceil(length / n)
+        everything = np.arange(length)
+        candidates = [
+            _subset(cur, np.delete(everything, np.s_[lo : lo + size]))
+            for lo in range(0, length, size)
+        ]
+        found = _first_failing(harness, cfg, sched, cs.index, candidates, counter)
+        if found:
+            cur, msg = found
+            n = max(n - 1, 2)
+        elif n >= length:
+            break
+        else:
+            n = min(2 * n, length)
+    found = _first_failing(harness, cfg, sched, cs.index, _simpler_patterns(cur), counter)
+    if found:
+        cur, msg = found
+    final = CampaignStream(
+        cs.index, RtlStream(cs.stream.name, *_fields_of(cur.stream)), cur.tlm_issue, 0, cs.source
+    )
+    msg = _check(cfg, sched, final, harness.run([final.stream]).issue[final.stream.name]) or msg
+    return Shrunk(final, msg, original, counter[0], counter[1] + 1)
+
+
+def _stem(block: str, preset: str, seed: int, index: int) -> str:
+    return f"{block}-{Path(preset).stem}-seed{seed}-stream{index}"
+
+
+def write_reproducer(
+    directory: str | Path,
+    shrunk: Shrunk,
+    *,
+    block: str,
+    cfg: HardwareConfig,
+    preset: str,
+    seed: int,
+    options: dict[str, object] | None = None,
+    overwrite: bool = False,
+) -> tuple[Path, Path]:
+    """Write ``shrunk`` as ``<block>-<preset>-seed<S>-stream<I>.npz`` (the stream,
+    :func:`models.isa.save_stream`) and ``.json`` (its gaps and ready pattern, the mismatch,
+    seed, index, block, preset, lengths and the command that replays it) in ``directory``.
+
+    ``preset`` is the ``--preset`` as given (a name or a ``.toml`` path); ``options`` are
+    the campaign's other stream options (``{"--kernels": 0.1, ...}``), so that the recorded
+    campaign command draws the same streams. Neither file is written if either exists,
+    unless ``overwrite``.
+
+    Raises
+    ------
+    FileExistsError
+        A file exists and ``overwrite`` is false.
+    """
+    directory = Path(directory)
+    cs = shrunk.stream
+    stem = _stem(block, preset, seed, cs.index)
+    npz, js = directory / f"{stem}.npz", directory / f"{stem}.json"
+    for path in (npz, js):
+        check_writable(path, overwrite)
+    replay_cmd = ["pimphony", "verify", "campaign", "--replay", str(js)]
+    record = {
+        "block": block,
+        "preset": preset,
+        "preset_name": cfg.name,
+        "seed": seed,
+        "index": cs.index,
+        "source": cs.source,
+        "stream": npz.name,
+        "commands": int(cs.stream.commands.shape[0]),
+        "original_commands": shrunk.original_commands,
+        "check": "exact" if cs.tlm_issue is not None else "rules-only",
+        "valid_gaps": None if cs.stream.valid_gaps is None else list(cs.stream.valid_gaps),
+        "ready_pattern": (
+            None if cs.stream.ready_pattern is None else list(cs.stream.ready_pattern)
+        ),
+        "mismatch": shrunk.message,
+        "replay": shlex.join(replay_cmd),
+        "campaign": shlex.join(
+            ["pimphony", "verify", "campaign", "--block", block, "--preset", preset]
+            + ["--seed", str(seed), "--streams", str(cs.index + 1)]
+            + [str(x) for k, v in (options or {}).items() for x in (k, v)]
+        ),
+        "shrink": {"candidates": shrunk.candidates, "runs": shrunk.runs},
+    }
+    save_stream(npz, cs.stream.commands, cfg, meta={"campaign": stem}, overwrite=overwrite)
+    write_atomic(js, (json.dumps(record, indent=2) + "\n").encode(), overwrite=overwrite)
+    return npz, js
+
+
+class ReplayError(PimphonyError, ValueError):
+    """A reproducer file cannot be replayed (missing, malformed, or a field out of range)."""
+
+
+def _field(record: dict, path: Path, name: str, kind: type | tuple[type, ...]):
+    if name not in record:
+        raise ReplayError(f"{path}: field {name!r} is missing")
+    value = record[name]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise ReplayError(f"{path}: field {name!r} = {value!r} has the wrong type")
+    return value
+
+
+def _pattern(record: dict, path: Path, name: str) -> tuple[int, ...] | None:
+    value = record.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        raise ReplayError(f"{path}: field {name!r} must be null or a list of integers")
+    return tuple(value)
+
+
+def replay(path: str | Path) -> tuple[CampaignStream, str, str | None]:
+    """Run the reproducer ``path`` (a JSON :func:`write_reproducer` wrote) again.
+
+    Returns ``(stream, block, mismatch message or None)``.
+
+    Raises
+    ------
+    ReplayError
+        The file is not JSON, a field is missing or of the wrong type, or the block is not a
+        scheduler block.
+    """
+    path = Path(path)
+    try:
+        record = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ReplayError(f"{path}: not a campaign reproducer (not JSON: {exc})") from None
+    if not isinstance(record, dict):
+        raise ReplayError(f"{path}: not a campaign reproducer (a JSON object is expected)")
+    block = _field(record, path, "block", str)
+    if block not in SCHEDULER_OF_BLOCK:
+        raise ReplayError(
+            f"{path}: block = {block!r} is not a scheduler block; allowed: "
+            f"{', '.join(SCHEDULER_OF_BLOCK)}"
+        )
+    preset = _field(record, path, "preset", str)
+    index = _field(record, path, "index", int)
+    cfg = load_preset(preset)
+    commands, _ = load_stream(path.parent / _field(record, path, "stream", str), cfg)
+    stream = RtlStream(
+        path.stem,
+        commands,
+        _pattern(record, path, "valid_gaps"),
+        _pattern(record, path, "ready_pattern"),
+    )
+    try:
+        encode_streams(cfg, [stream])  # gaps and pattern: lengths and ranges
+    except StreamError as exc:
+        raise ReplayError(f"{path}: {exc}") from None
+    sched = SCHEDULER_OF_BLOCK[block]
+    try:
+        issue = expectation(cfg, sched, stream)
+    except PingPongError as exc:
+        raise ReplayError(f"{path}: the TLM refuses the stream ({exc})") from None
+    cs = CampaignStream(index, stream, issue, 0, str(record.get("source", "random")))
+    rtl = build_harness(block, cfg).run([stream]).issue[stream.name]
+    return cs, block, _check(cfg, sched, cs, rtl)
+
+
+# -- command line ---------------------------------------------------------------------------
 
 
 def _fraction(text: str) -> float:
@@ -286,15 +686,23 @@ def _fraction(text: str) -> float:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``pimphony verify campaign``."""
     parser.add_argument(
-        "--block", choices=choice_names(SCHEDULER_OF_BLOCK), default="dcs", help="RTL block"
+        "--block",
+        choices=[*choice_names(SCHEDULER_OF_BLOCK), ALL_BLOCKS],
+        default=None,
+        help=f"RTL block (default dcs); {ALL_BLOCKS!r}: every scheduler block in turn",
     )
-    parser.add_argument("--preset", default="aim-16ch", help="hardware preset name or .toml")
     parser.add_argument(
-        "--streams", type=bounded_int(1, 10**8), default=1000, help="random streams to run"
+        "--preset", default=None, help="hardware preset name or .toml (default aim-16ch)"
+    )
+    parser.add_argument(
+        "--streams", type=bounded_int(1, 10**8), default=1000, help="streams per block"
     )
     parser.add_argument("--seed", type=SEED, default=0, help="campaign seed")
     parser.add_argument(
-        "--max-length", type=bounded_int(1, 100_000), default=600, help="commands per stream, max"
+        "--max-length",
+        type=bounded_int(1, 100_000),
+        default=600,
+        help="commands per random stream, max",
     )
     parser.add_argument(
         "--gaps", type=_fraction, default=0.5, help="fraction of streams with input valid gaps"
@@ -306,7 +714,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fraction of streams with an output ready pattern (checked by the rules)",
     )
     parser.add_argument(
+        "--kernels",
+        type=_fraction,
+        default=0.1,
+        help="fraction of streams from the compiler (qk/sv/gemv of random small shapes)",
+    )
+    parser.add_argument(
         "--chunk", type=bounded_int(1, 100_000), default=500, help="streams per testbench run"
+    )
+    parser.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="run every stream after a mismatch (no reproducer is written then)",
+    )
+    parser.add_argument(
+        "--repro-dir",
+        type=Path,
+        default=REPRO_DIR,
+        help="where the first mismatch's minimal reproducer is written",
+    )
+    parser.add_argument("--force", action="store_true", help="overwrite an existing reproducer")
+    parser.add_argument(
+        "--replay",
+        type=Path,
+        default=None,
+        metavar="JSON",
+        help="run a reproducer (the .json a failing campaign wrote) again; exit 1 if it fails",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
@@ -314,56 +747,152 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _run_replay(args: argparse.Namespace) -> int:
+    given = [opt for opt in ("block", "preset") if getattr(args, opt) is not None]
+    if given:
+        raise PimphonyError(
+            f"--replay takes the block and preset from the reproducer; drop "
+            f"{', '.join('--' + g for g in given)}"
+        )
+    cs, block, msg = replay(args.replay)
+    n = cs.stream.commands.shape[0]
+    check = "exact" if cs.tlm_issue is not None else "rules-only"
+    if args.json:
+        out = {"replay": str(args.replay), "block": block, "commands": int(n), "check": check}
+        print(json.dumps({**out, "mismatch": msg}, indent=2))
+    else:
+        verdict = f"mismatch reproduces: {msg}" if msg else "no mismatch (the RTL matches now)"
+        print(f"{args.replay}: {block}, {n} commands ({check}): {verdict}")
+    if msg:
+        raise CosimError(f"reproducer {args.replay} still fails: {msg}")
+    return 0
+
+
+def _rate(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def _summary(r: CampaignResult) -> list[str]:
+    lines = [
+        f"{r.block} at {r.preset}, seed {r.seed}: {r.streams:,} streams ({r.exact:,} exact "
+        f"vs the TLM's cycles, {r.rules_only:,} by the rules; {r.kernels:,} from the compiler; "
+        f"{r.redrawn} redrawn), {r.commands:,} commands, {r.cycles:,} cycles",
+        f"mismatches: {len(r.mismatches)}; testbench {r.cycles_per_s:,.0f} cycles/s; "
+        f"campaign {_rate(r.streams_per_s)} streams/s ({r.seconds:.1f} s, build "
+        f"{r.build_seconds:.0f} s)",
+    ]
+    return lines + [f"  {msg}" for msg in r.mismatches[:10]]
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the campaign; print its summary (exit status 1 via :class:`CosimError` if any
-    stream mismatched)."""
+    """Run the campaign (every block in turn for ``--block all``) or ``--replay`` one
+    reproducer; print the summary (exit status 1 via :class:`CosimError` on a mismatch)."""
+    if args.replay is not None:
+        return _run_replay(args)
     if args.gaps + args.ready > 1.0:
         raise PimphonyError(
             f"--gaps {args.gaps} plus --ready {args.ready} exceed 1 (they are fractions of "
             "the streams, and a stream has gaps or a ready pattern, not both)"
         )
-    cfg = load_preset(args.preset)
+    if args.repro_dir.exists() and not args.repro_dir.is_dir():
+        raise PimphonyError(f"--repro-dir {args.repro_dir} is a file; name a directory")
+    preset = args.preset or "aim-16ch"
+    cfg = load_preset(preset)
+    block = args.block or "dcs"
+    blocks = list(SCHEDULER_OF_BLOCK) if block == ALL_BLOCKS else [block]
     show = not args.quiet and sys.stderr.isatty()
 
     def progress(r: CampaignResult) -> None:
         if show:
             print(
-                f"\r[{r.streams}/{args.streams}] {len(r.mismatches)} mismatches, "
+                f"\r{r.block} [{r.streams}/{args.streams}] {len(r.mismatches)} mismatches, "
                 f"{r.cycles_per_s:,.0f} cycles/s",
-                end="\n" if r.streams == args.streams else "",
+                end="\n" if r.streams == args.streams or r.mismatches else "",
                 file=sys.stderr,
                 flush=True,
             )
 
-    r = run_campaign(
-        args.block,
-        cfg,
-        args.streams,
-        args.seed,
-        max_length=args.max_length,
-        gaps=args.gaps,
-        ready=args.ready,
-        chunk=args.chunk,
-        progress=progress,
-    )
+    results: list[CampaignResult] = []
+    for b in blocks:
+        r = run_campaign(
+            b,
+            cfg,
+            args.streams,
+            args.seed,
+            max_length=args.max_length,
+            gaps=args.gaps,
+            ready=args.ready,
+            kernels=args.kernels,
+            chunk=args.chunk,
+            keep_going=args.keep_going,
+            progress=progress,
+        )
+        results.append(r)
+        if not args.json:
+            print("\n".join(_summary(r)), flush=True)
+        if r.mismatches and not args.keep_going:
+            break
+    failed = next((r for r in results if r.mismatches), None)
+    written: tuple[Path, Path] | None = None
+    not_written = None
+    shrunk = None
+    if failed is not None and not args.keep_going:
+        try:
+            shrunk = shrink_stream(failed.block, cfg, failed.failure, failed.mismatches[0])
+        except CosimError as exc:  # a candidate hung the testbench: keep the whole stream
+            n = int(failed.failure.stream.commands.shape[0])
+            shrunk = Shrunk(failed.failure, failed.mismatches[0], n, 0, 0)
+            print(f"shrinking stopped ({exc}); the reproducer is the whole stream", flush=True)
+        try:
+            written = write_reproducer(
+                args.repro_dir,
+                shrunk,
+                block=failed.block,
+                cfg=cfg,
+                preset=preset,
+                seed=args.seed,
+                options={
+                    "--max-length": args.max_length,
+                    "--gaps": args.gaps,
+                    "--ready": args.ready,
+                    "--kernels": args.kernels,
+                },
+                overwrite=args.force,
+            )
+        except (FileExistsError, PimphonyError) as exc:
+            not_written = str(exc)
     if args.json:
-        print(json.dumps({**r.to_dict(), "provenance": provenance(args, cfg)}, indent=2))
-    else:
-        print(
-            f"{r.block} at {r.preset}, seed {r.seed}: {r.streams:,} streams ({r.exact:,} exact "
-            f"vs the TLM's cycles, {r.rules_only:,} by the rules; {r.redrawn} redrawn), "
-            f"{r.commands:,} commands, {r.cycles:,} cycles"
+        out: dict = (
+            results[0].to_dict()
+            if len(results) == 1 and block != ALL_BLOCKS
+            else {"blocks": [r.to_dict() for r in results]}
         )
+        out["mismatches_total"] = sum(len(r.mismatches) for r in results)
+        if shrunk is not None:
+            out["reproducer"] = {
+                "commands": int(shrunk.stream.stream.commands.shape[0]),
+                "original_commands": shrunk.original_commands,
+                "mismatch": shrunk.message,
+                "files": [str(p) for p in written] if written else None,
+                "not_written": not_written,
+            }
+        print(json.dumps({**out, "provenance": provenance(args, cfg)}, indent=2))
+    elif shrunk is not None:
         print(
-            f"mismatches: {len(r.mismatches)}; testbench {r.cycles_per_s:,.0f} cycles/s; "
-            f"campaign {r.streams_per_s:,.0f} streams/s ({r.seconds:.1f} s, build "
-            f"{r.build_seconds:.0f} s)"
+            f"shrunk stream #{shrunk.stream.index} from {shrunk.original_commands} to "
+            f"{shrunk.stream.stream.commands.shape[0]} commands ({shrunk.candidates} candidates "
+            f"in {shrunk.runs} testbench runs): {shrunk.message}"
         )
-        for msg in r.mismatches[:10]:
-            print(f"  {msg}")
-    if r.mismatches:
+        if written:
+            print(
+                f"reproducer: {written[1]} (+ {written[0].name}); replay: "
+                f"pimphony verify campaign --replay {written[1]}"
+            )
+    if failed is not None:
+        total = sum(len(r.mismatches) for r in results)
+        where = f"; reproducer not written: {not_written}" if not_written else ""
         raise CosimError(
-            f"{len(r.mismatches)} of {r.streams} streams differ from the TLM; first: "
-            f"{r.mismatches[0]}"
+            f"{total} stream(s) differ from the TLM ({failed.block}); first: "
+            f"{failed.mismatches[0]}{where}"
         )
     return 0
