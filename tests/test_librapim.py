@@ -105,8 +105,13 @@ def test_npu_aim_is_the_serial_hetero_step_and_librapim_moves_attention(hbm2):
         HeteroSetup(DecodeSetup(spec, hw, lengths, check_capacity=False), xpu, 1)
     )
     assert systems["npu+aim"].cycles == hetero.cycles
+    pipelined = run_hetero_decode(
+        HeteroSetup(DecodeSetup(spec, hw, lengths, check_capacity=False), xpu, 2)
+    )
+    assert systems["pipelined"].cycles == pipelined.cycles
     lib = systems["librapim"]
     assert lib.group_sizes == [4, 4]
+    assert lib.cycles < systems["pipelined"].cycles  # moving attention helps here
     for d in lib.decisions:
         assert d["case"] == DboCase.LONGER_MHA and 1 <= d["n"] <= 4
     assert lib.ops["xpu_attention"] > 0 and "pim_ffn" not in lib.ops

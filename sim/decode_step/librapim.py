@@ -6,6 +6,8 @@ the PIM channel TLM through :func:`sim.decode_step.step.attention_cycles`, the f
 :func:`~sim.decode_step.hetero.pipeline_schedule`):
 
 * **NPU+AiM**: serial, one batch group (``K = 1``), FC on the xPU, attention on PIM.
+* **pipelined**: batch pipelining over ``groups`` groups without offloading (what DBO adds
+  is the difference to the next row).
 * **LibraPIM**: batch pipelining over ``groups`` batch groups, and per group the split
   Algorithm 1 (:func:`models.dbo.dynamic_batch_offload`) chooses: ``m`` requests' FFN run on
   PIM after the group's attention (PIM FFN timed as the PIM-only step times FC GEMVs,
@@ -133,7 +135,7 @@ class LibrapimSystem:
     step_seconds: float
     predicted_seconds: float
     tokens_per_s: float
-    utilization: dict[str, float] = field(default_factory=dict)
+    busy: dict[str, float] = field(default_factory=dict)  # fraction of the step each works
     ops: dict[str, int] = field(default_factory=dict)
 
 
@@ -215,7 +217,7 @@ def _system(
         step_seconds=seconds,
         predicted_seconds=per_layer * layers,
         tokens_per_s=len(lengths) / seconds,
-        utilization={d: tl.busy(d) / tl.cycles for d in ("xpu", "pim")},
+        busy={d: tl.busy(d) / tl.cycles for d in ("xpu", "pim")},
         ops=ops,
     )
 
@@ -228,8 +230,9 @@ def run_librapim(
     groups: int = 2,
     sched: str = "dcs",
 ) -> dict[str, LibrapimSystem]:
-    """Time one decode step of ``lengths`` on NPU+AiM (serial) and LibraPIM (``groups``
-    pipelined batch groups with DBO); keys ``"npu+aim"``, ``"librapim"``.
+    """Time one decode step of ``lengths`` on NPU+AiM (serial), with batch pipelining alone
+    (``groups`` groups, no offloading) and on LibraPIM (pipelining + DBO); keys
+    ``"npu+aim"``, ``"pipelined"``, ``"librapim"``.
 
     Capacity is not checked (the paper's 16 GB does not hold GPT-3's weights either).
     """
@@ -240,6 +243,7 @@ def run_librapim(
     cache = KernelCache(hw, sched, True, dpa=True, dpa_max_tokens=max(lengths))
     return {
         "npu+aim": _system("npu+aim", spec, hw, xpu, lengths, 1, False, cache),
+        "pipelined": _system("pipelined", spec, hw, xpu, lengths, groups, False, cache),
         "librapim": _system("librapim", spec, hw, xpu, lengths, groups, True, cache),
     }
 
@@ -250,14 +254,13 @@ def format_librapim(systems: dict[str, LibrapimSystem]) -> str:
     base = systems["npu+aim"].step_seconds
     lines = [
         f"{'system':10s} {'groups':>6s} {'simulated ms':>13s} {'predicted ms':>13s} "
-        f"{'tok/s':>9s} {'speedup':>8s} {'xPU util':>9s} {'PIM util':>9s}"
+        f"{'tok/s':>9s} {'speedup':>8s} {'xPU busy':>9s} {'PIM busy':>9s}"
     ]
     for s in systems.values():
         lines.append(
             f"{s.name:10s} {s.groups:6d} {s.step_seconds * 1e3:13.3f} "
             f"{s.predicted_seconds * 1e3:13.3f} {s.tokens_per_s:9.1f} "
-            f"{base / s.step_seconds:7.2f}x {s.utilization['xpu']:9.1%} "
-            f"{s.utilization['pim']:9.1%}"
+            f"{base / s.step_seconds:7.2f}x {s.busy['xpu']:9.1%} {s.busy['pim']:9.1%}"
         )
     lines.append("DBO decisions (LibraPIM, per batch group):")
     for i, d in enumerate(systems["librapim"].decisions):
