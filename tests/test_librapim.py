@@ -3,6 +3,8 @@ NPU+AiM vs LibraPIM step (docs/librapim.md). Algorithm 1 itself: tests/test_dbo.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -133,3 +135,17 @@ def test_cli_refuses_a_context_beyond_the_window(capsys):
     rc, _, err = run_cli(capsys, "librapim", "--model", "gpt3-175b", "--context", "4096")
     assert rc == 2
     assert "--context 4096: allowed 1 to 2048" in err
+
+
+def test_cli_workload_step_json(capsys):
+    rc, out, err = run_cli(
+        capsys,
+        *("librapim", "--model", "llm-1.8b", "--batch", "8", "--workload", "alpaca"),
+        *("--step", "5", "--seed", "3", "--json"),
+    )
+    assert (rc, err) == (0, "")
+    report = json.loads(out)
+    prompts = sample_context_lengths(load_workload("alpaca"), 8, seed=3)
+    assert report["max_context"] == int(prompts.max()) + 5  # prompt + 5 generated tokens
+    assert set(report["systems"]) == {"npu+aim", "pipelined", "librapim"}
+    assert [d["case"] for d in report["systems"]["librapim"]["decisions"]] == ["small-batch"] * 2
