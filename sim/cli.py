@@ -117,6 +117,11 @@ COMMANDS: tuple[Command, ...] = (
         "LibraPIM bank slicing: MAC utilisation and host-read bandwidth, with/without",
         "sim.experiments.dex",
     ),
+    Command(
+        "librapim",
+        "one decode step, NPU+AiM vs LibraPIM (batch pipelining + DBO), simulated vs predicted",
+        "sim.experiments.librapim",
+    ),
     Command("rtl", "write the Verilog of every RTL block (build/rtl/)", "sim.eda.verilog"),
     Command("area", "Yosys synthesis of every RTL block: cells, flip-flops", "sim.eda.area"),
     Command(

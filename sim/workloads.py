@@ -25,6 +25,7 @@ __all__ = [
     "Workload",
     "WorkloadError",
     "available_workloads",
+    "generation_context_lengths",
     "load_workload",
     "read_context_lengths",
     "sample_context_lengths",
@@ -261,3 +262,45 @@ def read_context_lengths(path: str | Path, max_context: int | None = None) -> np
                 "(lengths are never truncated)"
             )
     return np.array([v for _, v in items], dtype=np.int64)
+
+
+def generation_context_lengths(
+    inputs: np.ndarray | list[int], new_tokens: int, max_context: int | None = None
+) -> np.ndarray:
+    """Per-request context lengths at every step of generating ``new_tokens`` tokens.
+
+    Decode step ``t`` (0-based) of a request whose prompt has ``L`` tokens attends over
+    ``L + t`` cached tokens (the prompt and the ``t`` tokens generated so far) and produces
+    token ``t + 1``; every request generates ``new_tokens`` tokens (no early stop).
+
+    Parameters
+    ----------
+    inputs : array of int
+        Prompt lengths, each >= 1 (e.g. from :func:`sample_context_lengths`).
+    new_tokens : int
+        Output tokens per request, >= 1.
+    max_context : int, optional
+        The model's context window: the last step's ``L + new_tokens - 1`` may not exceed it.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``int64`` array of shape ``(new_tokens, len(inputs))``; row ``t`` is step ``t``.
+    """
+    if isinstance(new_tokens, bool) or not isinstance(new_tokens, int | np.integer):
+        raise WorkloadError(f"new_tokens = {new_tokens!r}: must be an integer >= 1")
+    if new_tokens < 1:
+        raise WorkloadError(f"new_tokens = {new_tokens}: must be >= 1 (tokens to generate)")
+    lengths = np.asarray(inputs, dtype=np.int64).reshape(-1)
+    if lengths.size == 0:
+        raise WorkloadError("inputs: no prompt lengths (need at least one request)")
+    if lengths.min() < 1:
+        raise WorkloadError(f"inputs: prompt length {int(lengths.min())} must be >= 1")
+    last = int(lengths.max()) + new_tokens - 1
+    if max_context is not None and last > max_context:
+        raise WorkloadError(
+            f"new_tokens = {new_tokens}: the longest prompt ({int(lengths.max())} tokens) "
+            f"reaches {last} tokens, beyond max_context = {max_context} "
+            f"(allowed: new_tokens <= {max_context - int(lengths.max()) + 1})"
+        )
+    return lengths[None, :] + np.arange(new_tokens, dtype=np.int64)[:, None]

@@ -37,7 +37,12 @@ EXPECTED = {
     "llama-3.1-8b": (32, 32, 8, 4096, 14336, 128, 131072, 128256),
     "llama-3.1-8b-1m": (32, 32, 8, 4096, 14336, 128, 1048576, 128256),  # PIMphony Fig. 17
     "llama-3.1-70b": (80, 64, 8, 8192, 28672, 128, 131072, 128256),
+    # GPT-3 175B (Brown et al. 2020 Table 2.1; LibraPIM Table 2): GELU, one up projection
+    "gpt3-175b": (96, 96, 96, 12288, 49152, 128, 2048, 50257),
+    "gpt3-175b-4k": (96, 96, 96, 12288, 49152, 128, 4096, 50257),  # LibraPIM 6.1's 4096
 }
+#: presets with one up projection (GELU/ReLU) and tied embeddings; the rest are SwiGLU, untied
+_RELU_TIED = {"gpt3-175b", "gpt3-175b-4k"}
 
 LLAMA_8B_HF = {
     "_name_or_path": "meta-llama/Llama-3.1-8B",
@@ -99,7 +104,10 @@ def test_available_models_lists_exactly_the_shipped_presets():
 def test_shipped_model_numbers(name):
     spec = load_model(name)
     layers, heads, kv, hidden, inter, hd, cw, vocab = EXPECTED[name]
-    assert spec == ModelSpec(name, layers, heads, kv, hidden, inter, hd, "swiglu", cw, 2, vocab)
+    ffn, tied = ("relu", True) if name in _RELU_TIED else ("swiglu", False)
+    assert spec == ModelSpec(
+        name, layers, heads, kv, hidden, inter, hd, ffn, cw, 2, vocab, tied_embeddings=tied
+    )
     assert load_model(MODELS_DIR / f"{name}.toml") == spec
     assert load_model(str(MODELS_DIR / f"{name}.toml")) == spec
     assert load_model(Path(name)) == spec
@@ -147,7 +155,7 @@ def test_spec_is_frozen_and_validated_on_construction():
 
 
 def test_unknown_name_lists_available(tmp_path):
-    with pytest.raises(ModelSpecError, match=r"unknown model 'llm-8b'; available: llama-3.1-70b"):
+    with pytest.raises(ModelSpecError, match=r"unknown model .llm-8b.; available: gpt3-175b, "):
         load_model("llm-8b")
     with pytest.raises(ModelSpecError, match="no such model file"):
         load_model(tmp_path / "absent.toml")

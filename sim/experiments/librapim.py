@@ -1,0 +1,83 @@
+"""``pimphony librapim``: one decode step on NPU+AiM (serial) and LibraPIM (batch pipelining +
+Dynamic Batch Offloading), simulated beside Algorithm 1's prediction (``docs/librapim.md``).
+
+The batch is ``--batch`` requests of ``--context`` tokens, or ``--batch`` prompts drawn from
+``--workload`` (e.g. ``alpaca``) at generation step ``--step`` (each context = prompt + step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+from compiler.llm import load_model
+from models.channel import SCHEDULERS
+from models.config import load_preset
+from models.xpu_config import load_xpu
+from sim.cli import SEED, bounded_int, choice_names
+from sim.decode_step.librapim import format_librapim, run_librapim
+from sim.decode_step.setup import DecodeError
+from sim.workloads import generation_context_lengths, load_workload, sample_context_lengths
+
+__all__ = ["add_arguments", "batch_lengths", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``pimphony librapim``."""
+    parser.add_argument("--model", default="gpt3-175b-4k", help="model preset (LibraPIM Table 2)")
+    parser.add_argument("--preset", default="librapim-hbm2", help="PIM hardware preset")
+    parser.add_argument("--xpu", default="librapim-npu", help="xPU preset")
+    parser.add_argument("--batch", type=bounded_int(1, 4096), default=128, help="requests")
+    src = parser.add_mutually_exclusive_group()
+    src.add_argument("--context", type=int, default=None, help="tokens of every request")
+    src.add_argument("--workload", help="draw prompt lengths from a workload (e.g. alpaca)")
+    parser.add_argument("--seed", type=SEED, default=0, help="seed of --workload draws")
+    parser.add_argument(
+        "--step", type=bounded_int(0, 1 << 20), default=0, help="generation step (--workload)"
+    )
+    parser.add_argument(
+        "--groups", type=bounded_int(1, 4096), default=2, help="LibraPIM batch groups"
+    )
+    parser.add_argument("--sched", choices=choice_names(SCHEDULERS), default="dcs")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def batch_lengths(args: argparse.Namespace, window: int) -> tuple[int, ...]:
+    """The batch's context lengths from ``--context`` or ``--workload``/``--step``."""
+    if args.workload:
+        prompts = sample_context_lengths(load_workload(args.workload), args.batch, args.seed)
+        steps = generation_context_lengths(prompts, args.step + 1, max_context=window)
+        return tuple(int(t) for t in steps[args.step])
+    context = 512 if args.context is None else args.context
+    if context < 1 or context > window:
+        raise DecodeError(f"--context {context}: allowed 1 to {window} (the model's window)")
+    return (context,) * args.batch
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the two systems' step times (or one JSON object)."""
+    spec = load_model(args.model)
+    lengths = batch_lengths(args, spec.context_window)
+    systems = run_librapim(
+        spec, load_preset(args.preset), load_xpu(args.xpu), lengths, args.groups, args.sched
+    )
+    if args.json:
+        out = {
+            "model": spec.name,
+            "preset": args.preset,
+            "xpu": args.xpu,
+            "batch": len(lengths),
+            "max_context": max(lengths),
+            "systems": {k: dataclasses.asdict(v) for k, v in systems.items()},
+        }
+        json.dump(out, sys.stdout, indent=1)
+        print()
+        return 0
+    print(
+        f"{spec.name} on {args.preset} + {args.xpu}: batch {len(lengths)}, contexts "
+        f"{min(lengths)}..{max(lengths)} tokens"
+    )
+    print(format_librapim(systems))
+    return 0
