@@ -152,6 +152,16 @@ class _DcsEngine:
         return {}
 
 
+def _illegal_for_pingpong(index: int, op: int, gbuf: int, out: int, code: int) -> PingPongError:
+    """The error for command ``index`` (opcode, GBuf and OBuf entry) breaking ping-pong
+    legality rule ``code`` (:func:`models.pingpong.pingpong_illegal`)."""
+    why = _PINGPONG_WHY[code].format(gbuf=gbuf, out=out)
+    return PingPongError(
+        f"stream is not ping-pong compatible at command {index} ({Op(op).name}): "
+        f"{why}; allocate alternating buffer halves or use the dcs scheduler"
+    )
+
+
 def _concat_streams(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a`` then ``b`` (command streams), copied as bytes (numpy copies records field by
     field otherwise, ~50x slower)."""
@@ -225,11 +235,9 @@ class _PingPongEngine:
             self.phase_gh, self.phase_oh, self.phase_base, n_phases,
         )  # fmt: skip
         if bad >= 0:
-            why = _PINGPONG_WHY[int(code)].format(gbuf=int(h["gbuf"][bad]), out=int(h["out"][bad]))
-            raise PingPongError(
-                f"stream is not ping-pong compatible at command {self.base + int(bad)} "
-                f"({Op(int(h['op'][bad])).name}): {why}; allocate alternating buffer halves or "
-                f"use the dcs scheduler"
+            c = h[bad]
+            raise _illegal_for_pingpong(
+                self.base + int(bad), int(c["op"]), int(c["gbuf"]), int(c["out"]), int(code)
             )
         self.checked = self.base + hi
 
@@ -631,10 +639,8 @@ def _schedule_pingpong(op, gbuf, row, out, gaps, tv, cfg, sw_start, sw_end, extr
         op, gbuf, out, ch.gbuf_entries, ch.obuf_entries
     )
     if bad >= 0:
-        why = _PINGPONG_WHY[int(code)].format(gbuf=int(gbuf[bad]), out=int(out[bad]))
-        raise PingPongError(
-            f"stream is not ping-pong compatible at command {bad} ({Op(op[bad]).name}): "
-            f"{why}; allocate alternating buffer halves or use the dcs scheduler"
+        raise _illegal_for_pingpong(
+            int(bad), int(op[bad]), int(gbuf[bad]), int(out[bad]), int(code)
         )
     issue, n_sw, handoff = pingpong_schedule(op, row, slot, n_phases, gaps, tv, sw_start, sw_end)
     extra["handoff_stall"] = int(handoff)

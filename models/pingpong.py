@@ -90,53 +90,16 @@ def pingpong_slots(op, gbuf, out, n_gbuf, n_obuf):
     """Slot (phase index, -1 for the prologue) of every command, and per-phase halves.
 
     Returns ``(slot, phase_gh, phase_oh, n_phases, bad_cmd, bad_code)``; ``bad_cmd >= 0``
-    names the first command that breaks the legality rules (``bad_code`` says which).
+    names the first command that breaks the legality rules (``bad_code`` says which). The
+    whole-stream form of :func:`pingpong_assign` and :func:`pingpong_illegal`.
     """
     n = op.shape[0]
-    half_g = n_gbuf // 2
-    half_o = n_obuf // 2
-    slot = np.empty(n, dtype=np.int64)
-    phase_gh = np.empty(n + 1, dtype=np.int64)
-    phase_oh = np.empty(n + 1, dtype=np.int64)
-    c = -1
-    for k in range(n):
-        if op[k] == OP_MAC:
-            gh = 1 if gbuf[k] >= half_g else 0
-            oh = 1 if out[k] >= half_o else 0
-            if c < 0 or gh != phase_gh[c] or oh != phase_oh[c]:
-                c += 1
-                phase_gh[c] = gh
-                phase_oh[c] = oh
-            slot[k] = c
-        elif op[k] == OP_WR_INP:
-            gh = 1 if gbuf[k] >= half_g else 0
-            slot[k] = c if (c < 0 or phase_gh[c] != gh) else c + 1
-        else:
-            slot[k] = c + 1
-    n_phases = c + 1
-    # Legality: scan backwards for the next MAC touching each entry.
-    next_g = np.full(n_gbuf, INF, dtype=np.int64)
-    next_o = np.full(n_obuf, INF, dtype=np.int64)
-    bad_cmd = -1
-    bad_code = 0
-    for k in range(n - 1, -1, -1):
-        s = slot[k]
-        if op[k] == OP_MAC:
-            next_g[gbuf[k]] = s
-            next_o[out[k]] = s
-        elif op[k] == OP_WR_INP:
-            gh = 1 if gbuf[k] >= half_g else 0
-            if s < n_phases and s >= 0 and phase_gh[s] == gh:
-                bad_cmd, bad_code = k, 1
-            elif next_g[gbuf[k]] <= s:
-                bad_cmd, bad_code = k, 2
-        else:
-            oh = 1 if out[k] >= half_o else 0
-            if s < n_phases and phase_oh[s] == oh:
-                bad_cmd, bad_code = k, 3
-            elif next_o[out[k]] <= s:
-                bad_cmd, bad_code = k, 4
-    return slot, phase_gh[:n_phases], phase_oh[:n_phases], n_phases, bad_cmd, bad_code
+    slot, _, phase_gh, phase_oh, last = pingpong_assign(op, gbuf, out, n_gbuf, n_obuf, -1, 0, 0)
+    n_phases = last + 1
+    bad_cmd, bad_code = pingpong_illegal(
+        op, gbuf, out, slot, 0, n, n_gbuf, n_obuf, phase_gh, phase_oh, 0, n_phases
+    )
+    return slot, phase_gh, phase_oh, n_phases, bad_cmd, bad_code
 
 
 def pingpong_schedule(op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end):
