@@ -17,9 +17,16 @@ import numpy as np
 from numba import njit
 
 from models.config import HardwareConfig, Timing
-from models.dcs import dcs_run, dcs_schedule, entry_predecessors, new_dcs_state
-from models.dram import execution_times, timing_vector
-from models.isa import Op, describe_command, empty_stream, validate_stream
+from models.dcs import (
+    DCS_DEADLOCK,
+    DCS_STUCK,
+    dcs_run,
+    dcs_schedule,
+    entry_predecessors,
+    new_dcs_state,
+)
+from models.dram import INF, execution_times, timing_vector
+from models.isa import DEFAULT_CHUNK, Op, describe_command, empty_stream, validate_stream
 from models.pingpong import (
     PP_FLIP,
     PP_HANDOFF,
@@ -103,12 +110,6 @@ class ScheduleResult:
         }
 
 
-DEFAULT_CHUNK = 1 << 16
-"""Commands per chunk of a streaming run (:class:`ChannelRun`)."""
-
-_DCS_STUCK = "DCS cannot make progress (malformed stream or queue deadlock)"
-
-
 class _StaticEngine:
     """The static scheduler's state across chunks (:func:`models.static_sched.static_run`)."""
 
@@ -141,8 +142,8 @@ class _DcsEngine:
             *self.state, self.n_gbuf, run.tally, run.pend, chunk["op"], chunk["gbuf"],
             chunk["row"], chunk["out"], gaps, run.tv, final, run.issue_out, run.sw_out,
         )  # fmt: skip
-        if status:
-            raise RuntimeError(_DCS_STUCK)
+        if status == DCS_DEADLOCK:
+            raise RuntimeError(DCS_STUCK)
 
     def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray) -> None:
         self._run(run, chunk, gaps, False)
@@ -150,6 +151,12 @@ class _DcsEngine:
     def finish(self, run: ChannelRun) -> dict[str, int]:
         self._run(run, empty_stream(0), np.zeros(0, dtype=np.int64), True)
         return {}
+
+
+def _check_scheduler(scheduler: object) -> None:
+    """Refuse a scheduler name that is not in :data:`SCHEDULERS`."""
+    if not isinstance(scheduler, str) or scheduler not in SCHEDULERS:
+        raise ValueError(f"scheduler {scheduler!r} is unknown; allowed: {', '.join(SCHEDULERS)}")
 
 
 def _illegal_for_pingpong(index: int, op: int, gbuf: int, out: int, code: int) -> PingPongError:
@@ -162,13 +169,16 @@ def _illegal_for_pingpong(index: int, op: int, gbuf: int, out: int, code: int) -
     )
 
 
-def _concat_streams(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a`` then ``b`` (command streams), copied as bytes (numpy copies records field by
-    field otherwise, ~50x slower)."""
-    out = empty_stream(a.shape[0] + b.shape[0])
+def _concat_streams(*streams: np.ndarray) -> np.ndarray:
+    """The command streams one after the other, copied as bytes (numpy copies records field
+    by field otherwise, ~50x slower)."""
+    out = empty_stream(sum(int(s.shape[0]) for s in streams))
     raw = out.view(np.uint8)
-    raw[: a.nbytes] = np.ascontiguousarray(a).view(np.uint8)
-    raw[a.nbytes :] = np.ascontiguousarray(b).view(np.uint8)
+    at = 0
+    for s in streams:
+        b = np.ascontiguousarray(s).view(np.uint8)
+        raw[at : at + b.size] = b
+        at += b.size
     return out
 
 
@@ -213,7 +223,7 @@ class _PingPongEngine:
         else:
             self.held, self.meta, self.base = chunk, new, run.commands
         p = self.phase
-        self._check(1 << 40, last_phase=p - 2)  # phases to come: any number
+        self._check(INF, last_phase=p - 2)  # phases to come: any number
         if p - 1 >= self.s_next:
             self._run(run, p - 1)
         keep = int(np.searchsorted(self.meta["cph"], p - 1))
@@ -272,16 +282,18 @@ class ChannelRun:
 
     The scheduler's state (queues, tables, open row, mode, hand-off) and the statistics
     (:mod:`models.tally`) carry across chunks, so memory does not grow with the stream.
-    ``record`` commands' issue cycles and row switches are kept (``0``: statistics only).
+    With ``record`` (the number of commands of the whole stream) every command's issue and
+    completion cycle and every row switch are kept; with ``None``, statistics only.
     """
 
     def __init__(
-        self, cfg: HardwareConfig, scheduler: str = "dcs", record: int = 0, validate: bool = True
+        self,
+        cfg: HardwareConfig,
+        scheduler: str = "dcs",
+        record: int | None = None,
+        validate: bool = True,
     ) -> None:
-        if not isinstance(scheduler, str) or scheduler not in SCHEDULERS:
-            raise ValueError(
-                f"scheduler {scheduler!r} is unknown; allowed: {', '.join(SCHEDULERS)}"
-            )
+        _check_scheduler(scheduler)
         self.cfg = cfg
         self.scheduler = scheduler
         self.validate = validate
@@ -289,9 +301,11 @@ class ChannelRun:
         self.tally = new_tally()
         self.pend = new_pending()
         self.commands = 0
-        self.issue_out = np.full(record, -1, dtype=np.int64)
-        self.sw_out = np.zeros((record, 2), dtype=np.int64)
-        self._ops = np.zeros(record, dtype=np.uint8)  # for the completion cycles
+        self._record = record is not None
+        cap = record or 0
+        self.issue_out = np.full(cap, -1, dtype=np.int64)
+        self.sw_out = np.zeros((cap, 2), dtype=np.int64)
+        self._ops = np.zeros(cap, dtype=np.uint8)  # for the completion cycles
         self._engine = SCHEDULERS[Scheduler(scheduler)].engine(cfg)
         self._done = False
 
@@ -303,7 +317,7 @@ class ChannelRun:
         if self.validate:
             validate_stream(chunk, self.cfg.channel, offset=self.commands)
         n = int(chunk.shape[0])
-        if self.commands + n > self.issue_out.shape[0] > 0:
+        if self._record and self.commands + n > self.issue_out.shape[0]:
             raise ValueError(f"more than the {self.issue_out.shape[0]} commands to record")
         if valid_gaps is None:
             gaps = np.zeros(n, dtype=np.int64)
@@ -330,7 +344,7 @@ class ChannelRun:
             self.commands,
             self._extra,
         )
-        if self.issue_out.shape[0] == 0:
+        if not self._record:
             return result
         n_sw = result.row_switch_count
         issue = self.issue_out[: self.commands]
@@ -354,10 +368,8 @@ def run_channel(
     With ``record`` the result has every command's issue and completion cycle and every row
     switch; without, statistics only.
     """
-    if not isinstance(scheduler, str) or scheduler not in SCHEDULERS:
-        raise ValueError(f"scheduler {scheduler!r} is unknown; allowed: {', '.join(SCHEDULERS)}")
     n = int(stream.shape[0]) if isinstance(stream, np.ndarray) else 0
-    run = ChannelRun(cfg, scheduler, record=n if record else 0, validate=validate)
+    run = ChannelRun(cfg, scheduler, record=n if record else None, validate=validate)
     if valid_gaps is not None:
         valid_gaps = np.asarray(valid_gaps)
         if valid_gaps.shape != (n,):
@@ -365,11 +377,7 @@ def run_channel(
     for lo in range(0, n, DEFAULT_CHUNK) if n else (0,):
         gaps = None if valid_gaps is None else valid_gaps[lo : lo + DEFAULT_CHUNK]
         run.feed(stream[lo : lo + DEFAULT_CHUNK], gaps)
-    result = run.finish()
-    if record and n == 0:
-        issue = np.empty(0, dtype=np.int64)
-        return replace(result, issue=issue, completion=issue.copy(), row_switches=np.zeros((0, 2)))
-    return result
+    return run.finish()
 
 
 @njit(cache=True)
@@ -428,12 +436,10 @@ def _many_pingpong(op, gbuf, row, out_e, gaps, offsets, tv, n_gbuf, n_obuf, out,
         if n == 0:
             _stats_row(tl, pend, out, c, 0)
             continue
-        slot, _, gh, oh, last = pingpong_assign(
-            op[lo:hi], gbuf[lo:hi], out_e[lo:hi], n_gbuf, n_obuf, -1, 0, 0
+        slot, _, _, n_phases, bad, _ = pingpong_slots(
+            op[lo:hi], gbuf[lo:hi], out_e[lo:hi], n_gbuf, n_obuf
         )
-        bad, _ = pingpong_illegal(
-            op[lo:hi], gbuf[lo:hi], out_e[lo:hi], slot, 0, n, n_gbuf, n_obuf, gh, oh, 0, last + 1
-        )
+        last = n_phases - 1
         if bad >= 0:
             _stats_row(tl, pend, out, c, 1)
             continue
@@ -460,19 +466,13 @@ def run_channels(
     """Statistics of one run per stream (one channel each) in one compiled call: equal to
     ``run_channel(s, cfg, scheduler, record=False)`` for each, without a Python round per
     channel. A stream the scheduler refuses raises :func:`run_channel`'s error for it."""
-    if not isinstance(scheduler, str) or scheduler not in SCHEDULERS:
-        raise ValueError(f"scheduler {scheduler!r} is unknown; allowed: {', '.join(SCHEDULERS)}")
+    _check_scheduler(scheduler)
     sizes = [int(s.shape[0]) for s in streams]
     offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
     np.cumsum(sizes, out=offsets[1:])
-    whole = empty_stream(int(offsets[-1]))
-    raw = whole.view(np.uint8)
-    at = 0
     for s in streams:
         validate_stream(s, cfg.channel)
-        b = np.ascontiguousarray(s).view(np.uint8)
-        raw[at : at + b.size] = b
-        at += b.size
+    whole = _concat_streams(*streams)
     if valid_gaps is None:
         gaps = np.zeros(whole.shape[0], dtype=np.int64)
     else:
@@ -481,7 +481,6 @@ def run_channels(
         gaps = np.concatenate([np.asarray(g, dtype=np.int64) for g in valid_gaps] or [[]])
         if gaps.shape != (whole.shape[0],) or (gaps < 0).any():
             raise ValueError("valid_gaps must be one non-negative integer per command")
-        gaps = gaps.astype(np.int64)
     ch, tv = cfg.channel, timing_vector(cfg)
     out = np.zeros((len(sizes), _MANY_COLS), dtype=np.int64)
     extra = np.zeros((len(sizes), 2), dtype=np.int64)
@@ -504,7 +503,7 @@ def run_channels(
         if row[TL_LEN + 4]:  # refused: raise the single-channel error
             g = None if valid_gaps is None else gaps[offsets[c] : offsets[c + 1]]
             run_channel(whole[offsets[c] : offsets[c + 1]], cfg, scheduler, g, record=False)
-            raise RuntimeError(_DCS_STUCK)  # not reached: run_channel raised
+            raise AssertionError(f"channel {c} was refused in one call but not alone")
         x: dict[str, int] = {}
         if scheduler == Scheduler.PINGPONG and n:
             x = {"handoff_stall": int(extra[c, 0]), "phases": int(extra[c, 1])}
@@ -558,8 +557,7 @@ def run_channel_reference(
     """:func:`run_channel` as whole-stream kernels and per-cycle breakdown arrays (the form
     before the streaming TLM), kept as the reference the equivalence tests and ``make bench``
     compare the streaming kernels with."""
-    if not isinstance(scheduler, str) or scheduler not in SCHEDULERS:
-        raise ValueError(f"scheduler {scheduler!r} is unknown; allowed: {', '.join(SCHEDULERS)}")
+    _check_scheduler(scheduler)
     if validate:
         validate_stream(stream, cfg.channel)
     n = int(stream.shape[0])
@@ -736,8 +734,7 @@ def check_schedule(
                 f"{int(issue[k])}), {bad.size} in all"
             )
 
-    if not isinstance(scheduler, str) or scheduler not in SCHEDULERS:
-        raise ValueError(f"scheduler {scheduler!r} is unknown; allowed: {', '.join(SCHEDULERS)}")
+    _check_scheduler(scheduler)
     report(issue < 0, "never issued")
     if problems or op.size == 0:
         return problems

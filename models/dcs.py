@@ -56,7 +56,17 @@ from models.tally import (
     tally_row,
 )
 
-__all__ = ["DCS_DEADLOCK", "dcs_run", "dcs_schedule", "entry_predecessors", "new_dcs_state"]
+__all__ = [
+    "DCS_DEADLOCK",
+    "DCS_STUCK",
+    "dcs_run",
+    "dcs_schedule",
+    "entry_predecessors",
+    "new_dcs_state",
+]
+
+DCS_STUCK = "DCS cannot make progress (malformed stream or queue deadlock)"
+"""The error when no command can ever issue (:data:`DCS_DEADLOCK`)."""
 
 
 @njit(cache=True)
@@ -209,7 +219,7 @@ def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_s
                 tc, xc = mode_switch(tc, tc_no_row, tv)
         t = min(ta, ti, tc)
         if t >= INF:
-            raise RuntimeError("DCS cannot make progress (malformed stream or queue deadlock)")
+            raise RuntimeError(DCS_STUCK)
         if ta == t:
             accept[n_acc] = t
             a_prev = t

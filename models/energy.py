@@ -192,21 +192,29 @@ class EnergyParams:
 
     def per_command(self, cfg: HardwareConfig) -> dict[str, Any]:
         """Per-command energies and per-channel powers on ``cfg`` (JSON-ready, for reports)."""
-        v, ch = self.values, cfg.channel
+        v = self.values
         chips = self.chips(cfg)
         return {
             "preset": self.name,
             "chips_per_module": chips,
             "channels_per_chip": self.channels_per_chip,
             "act_pre_pj_per_bank": self.act_pre_pj_per_bank,
-            "row_switch_pj": ch.banks * self.act_pre_pj_per_bank,
-            "mac_pj": self.mac_pj,
-            "rd_out_pj": self.rd_pj + self.dq_pj(cfg),
-            "wr_inp_pj": self.dq_pj(cfg),
+            "row_switch_pj": self.row_switch_pj(cfg),
+            **{f"{op.lower()}_pj": pj for op, pj in self.op_pj(cfg).items()},
             "act_standby_mw_per_channel": v["act_standby_power"],
             "pre_standby_mw_per_channel": v["pre_standby_power"],
             "module_pre_standby_mw": chips * self.channels_per_chip * v["pre_standby_power"],
         }
+
+    def op_pj(self, cfg: HardwareConfig) -> dict[str, float]:
+        """Energy of one command per opcode name, pJ: MAC; WR_INP = the pins; RD_OUT = the
+        column read + the pins."""
+        dq = self.dq_pj(cfg)
+        return {"MAC": self.mac_pj, "RD_OUT": self.rd_pj + dq, "WR_INP": dq}
+
+    def row_switch_pj(self, cfg: HardwareConfig) -> float:
+        """One all-bank row switch, pJ: ``banks`` x ACT+PRE per bank."""
+        return cfg.channel.banks * self.act_pre_pj_per_bank
 
     def dq_pj(self, cfg: HardwareConfig) -> float:
         """One 32 B column over the pins, pJ: ``dq_energy`` x 8 x ``column_bytes``."""
@@ -395,12 +403,11 @@ def channel_activity(summary: Mapping[str, Any], cfg: HardwareConfig) -> Channel
 
 def dynamic_energy(act: ChannelActivity, cfg: HardwareConfig, params: EnergyParams) -> Energy:
     """MAC, I/O and activation energy of ``act`` (pJ): counts x per-command energies."""
-    c = act.counts
-    dq = params.dq_pj(cfg)
+    c, pj = act.counts, params.op_pj(cfg)
     return Energy(
-        mac=c.get("MAC", 0) * params.mac_pj,
-        io=c.get("WR_INP", 0) * dq + c.get("RD_OUT", 0) * (params.rd_pj + dq),
-        activation=act.row_switches * cfg.channel.banks * params.act_pre_pj_per_bank,
+        mac=c.get("MAC", 0) * pj["MAC"],
+        io=c.get("WR_INP", 0) * pj["WR_INP"] + c.get("RD_OUT", 0) * pj["RD_OUT"],
+        activation=act.row_switches * params.row_switch_pj(cfg),
     )
 
 

@@ -35,6 +35,7 @@ from models.errors import PimphonyError
 from models.fileio import check_writable, write_atomic
 
 __all__ = [
+    "DEFAULT_CHUNK",
     "COMMAND_DTYPE",
     "FIELDS",
     "FORMAT_MAGIC",
@@ -81,6 +82,10 @@ functionally), in layout order."""
 COMMAND_DTYPE = np.dtype(
     [("op", "u1"), ("gbuf", "u2"), ("row", "u4"), ("col", "u2"), ("out", "u2"), ("gpr", "u4")]
 )
+DEFAULT_CHUNK = 1 << 16
+"""Commands per chunk of a streamed run or file (``models.channel.ChannelRun``,
+:class:`StreamReader`): 1 MiB of commands, small enough to stay in cache."""
+
 FORMAT_MAGIC = "pimphony-command-stream"
 FORMAT_VERSION = 1
 
@@ -337,7 +342,9 @@ class StreamReader:
     member's CRC at the end.
     """
 
-    def __init__(self, path: str | Path, cfg: HardwareConfig | None = None, chunk: int = 1 << 16):
+    def __init__(
+        self, path: str | Path, cfg: HardwareConfig | None = None, chunk: int = DEFAULT_CHUNK
+    ):
         self.path = Path(path)
         self.cfg = cfg
         self.chunk = chunk

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from models.dram import MODE_COMPUTE, TV_CCD, exec_time, mode_class
+from models.dram import INF, MODE_COMPUTE, TV_CCD, exec_time, mode_class
 from models.isa import OP_MAC
 
 __all__ = [
@@ -62,7 +62,6 @@ _TL_FIFO = 7  # (head, tail) of the waiting I/O, then of the waiting MAC/row int
 _U_M, _U_MR, _U_MRI = 11, 14, 17  # three unions, each (start, end, closed length)
 TL_LEN = 20
 _IO, _MR = 0, 1  # the two FIFOs of ``pend``
-_LATEST = 1 << 62
 
 
 @njit(cache=True)
@@ -131,8 +130,8 @@ def tally_flush(tl, pend, next_io, next_mr):
     hi, ti = tl[_TL_FIFO], tl[_TL_FIFO + 1]
     hm, tm = tl[_TL_FIFO + 2], tl[_TL_FIFO + 3]
     while True:
-        s_io = pend[_IO, hi, 0] if hi < ti else _LATEST
-        s_mr = pend[_MR, hm, 0] if hm < tm else _LATEST
+        s_io = pend[_IO, hi, 0] if hi < ti else INF
+        s_mr = pend[_MR, hm, 0] if hm < tm else INF
         if s_io <= s_mr:  # the I/O head goes first unless a MAC or row switch may still
             if hi == ti or (hm == tm and s_io > next_mr):  # come before it
                 break
@@ -219,7 +218,7 @@ def tally_io(tl, pend, op, t, tv):
 @njit(cache=True)
 def tally_lengths(tl, pend):
     """``(cycles, |M|, |M + R|, |M + R + I|)`` once every command has issued."""
-    tally_flush(tl, pend, _LATEST, _LATEST)
+    tally_flush(tl, pend, INF, INF)
     cycles = tl[TL_CYCLES]
     lengths = np.zeros(3, dtype=np.int64)
     for k, u in enumerate((_U_M, _U_MR, _U_MRI)):

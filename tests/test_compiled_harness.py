@@ -22,7 +22,7 @@ import pytest
 
 from models.channel import check_schedule, run_channel
 from models.config import load_preset
-from models.isa import StreamError, load_stream
+from models.isa import Op, StreamError, load_stream
 from rtl.blocks import SCHEDULER_OF_BLOCK
 from rtl.common import command_layout
 from sim.cli import main as cli_main
@@ -141,10 +141,13 @@ def test_pack_words_is_pack_fields():
 
 def test_header_carries_the_python_formats():
     text = format_header(CFG)
-    assert f"constexpr unsigned RECORD_HEADER_SIZE = {RECORD_HEADER.itemsize};" in text
-    assert f"constexpr unsigned PAYLOAD_BITS = {command_layout(CFG).size};" in text
+    # Literal values (the malformed-file tests rely on the same layout): a wrong generator
+    # or a changed record format fails here, not only a header out of step with Python.
+    assert "constexpr unsigned RECORD_HEADER_SIZE = 24;" in text
+    assert "constexpr unsigned PAYLOAD_BITS = 34;" in text
     assert "#define IN_VALID i___05Fvalid" in text
-    assert f"STREAM_HEADER_STREAMS = {STREAM_HEADER.fields['streams'][1]};" in text
+    assert "STREAM_HEADER_STREAMS = 16;" in text
+    assert RECORD_HEADER.itemsize == 24 and command_layout(CFG).size == 34
 
 
 def test_encode_refuses_bad_streams():
@@ -158,7 +161,7 @@ def test_encode_refuses_bad_streams():
     with pytest.raises(StreamError, match=r"stream 'r': ready_pattern is never 1"):
         encode_streams(CFG, [RtlStream("r", s, ready_pattern=(0, 0))])
     bad = s.copy()
-    k = int(np.flatnonzero(bad["op"] == 1)[0])  # a MAC
+    k = int(np.flatnonzero(bad["op"] == Op.MAC)[0])
     bad["out"][k] = CFG.channel.obuf_entries
     with pytest.raises(StreamError, match=rf"stream 'o': command {k} \(MAC\): out = 64"):
         encode_streams(CFG, [RtlStream("o", bad)])
@@ -290,7 +293,7 @@ def test_campaign_streams_are_reproducible():
         assert {"random", "qk", "sv", "gemv"} <= set(kinds)
 
 
-MAC_OP, RD_OUT_OP = 1, 2
+MAC_OP, RD_OUT_OP = int(Op.MAC), int(Op.RD_OUT)
 MACS, RD_OUTS = 4, 2
 """The injected bug: a stream with at least 4 MACs and 2 RD_OUTs "mismatches"."""
 

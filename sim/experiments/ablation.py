@@ -33,6 +33,7 @@ from sim.report import user_plot
 from sim.workloads import load_workload, sample_context_lengths
 
 __all__ = [
+    "STEP_COLOURS",
     "ABLATION_PLOT",
     "HETERO_ABLATION_PLOT",
     "SYSTEM_DEFAULTS",
@@ -167,14 +168,17 @@ def format_ablation(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+STEP_COLOURS = ("#adb5bd", "#8ecae6", "#2a9d8f", "#e76f51")
+"""Bar colour of each of :data:`STEPS`, in order (every ablation plot)."""
+
+
 def plot_ablation(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
     """Bar chart of normalised throughput per step (label: best TP x PP and batch)."""
     plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6.0, 3.8))
-    colors = ["#adb5bd", "#8ecae6", "#2a9d8f", "#e76f51"]
     xs = range(len(rows))
-    ax.bar(xs, [r["speedup"] for r in rows], color=colors[: len(rows)])
+    ax.bar(xs, [r["speedup"] for r in rows], color=STEP_COLOURS[: len(rows)])
     for x, r in zip(xs, rows, strict=True):
         ax.text(
             x,

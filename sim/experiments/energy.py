@@ -22,6 +22,7 @@ from models.fileio import BUILD_DIR, pyplot, write_figure
 from sim.cli import bounded_int
 from sim.decode_step.setup import DecodeSetup
 from sim.decode_step.step import run_decode
+from sim.experiments.ablation import STEPS
 from sim.provenance import provenance
 from sim.report import user_plot
 
@@ -46,11 +47,9 @@ ROWS: tuple[tuple[str, str, int, int, int], ...] = (
     ("7B-128K-GQA", "llama-3.1-8b", 131072, 8, 1),
     ("72B-128K-GQA", "llama-3.1-70b", 131072, 8, 4),
 )
-#: (label, partition, scheduler, memory) of the two systems compared.
-SYSTEMS = (
-    ("CENT", "hfp", "static", "static"),
-    ("CENT+PIMphony", "auto", "dcs", "lazy"),
-)
+#: (label, partition, scheduler, memory) of the two systems compared: the ablation's first
+#: step (the CENT baseline) and its last (PIMphony).
+SYSTEMS = (("CENT", *STEPS[0][1:]), ("CENT+PIMphony", *STEPS[-1][1:]))
 _ELSE = ("activation", "epu", "xpu", "links")
 
 

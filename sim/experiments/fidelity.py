@@ -546,6 +546,7 @@ def _fig7a_shapes(cfg) -> dict[str, tuple[str, dict]]:
     return {name: (jobs[key].kind, jobs[key].shape) for name, (key, _) in _FIG7A_PAPER.items()}
 
 
+@functools.cache
 def _fig7a() -> Measured:
     """Static on the AiMX's one GB against ping-pong with the extra GB of (3)."""
     base_cfg, io_cfg = load_preset(LOLPIM_PRESET), load_preset(LOLPIM_IO_PRESET)

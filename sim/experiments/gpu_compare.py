@@ -100,7 +100,9 @@ SYSTEMS: tuple[CompareSystem, ...] = (
     CompareSystem("lol-pim", System.PIM, "lolpim-aimx-io", MODULE_GB, "itpp", "pingpong", "lazy"),
     CompareSystem("gpu-hbm", System.GPU, "lolpim-gpu-hbm", GPU_NODE_GB),
     CompareSystem("gpu-gddr6", System.GPU, "lolpim-gpu-gddr6", GPU_NODE_GB),
-    CompareSystem("gpu-gddr6-10g", System.GPU, "lolpim-gpu-gddr6", GPU_NODE_GB, link_gbps=10.0),
+    CompareSystem(
+        "gpu-gddr6-10g", System.GPU, "lolpim-gpu-gddr6", GPU_NODE_GB, link_gbps=_SLOW_LINK_GBPS
+    ),
 )
 
 

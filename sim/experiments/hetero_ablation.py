@@ -43,7 +43,7 @@ from sim.decode_step.admission import queue_batches
 from sim.decode_step.hetero import SUB_BATCHES_AUTO, HeteroSetup, run_hetero_decode
 from sim.decode_step.kernels import KernelCache
 from sim.decode_step.setup import DecodeSetup
-from sim.experiments.ablation import STEPS
+from sim.experiments.ablation import STEP_COLOURS, STEPS
 from sim.workloads import load_workload, sample_context_lengths
 
 __all__ = [
@@ -194,7 +194,6 @@ FIG14_CASES: tuple[tuple[str, str, int, int], ...] = (
     ("llama-3.1-70b", "multifieldqa", 8, 16),
 )
 #: Colours of the four steps (as ``sim.experiments.ablation.plot_ablation``).
-_STEP_COLOURS = ("#adb5bd", "#8ecae6", "#2a9d8f", "#e76f51")
 
 
 def case_label(model: str, workload: str, modules: int) -> str:
@@ -231,9 +230,9 @@ def plot_hetero_ablation(cases: dict[str, list[dict[str, Any]]], path: Path, tit
     fig, ax = plt.subplots(figsize=(max(6.0, 1.9 * len(cases) + 1.5), 4.0))
     width = 0.8 / len(STEP_LABELS)
     for j, label in enumerate(STEP_LABELS):
-        xs = [i + (j - 1.5) * width for i in range(len(cases))]
+        xs = [i + (j - (len(STEP_LABELS) - 1) / 2) * width for i in range(len(cases))]
         ys = [next(r["speedup"] for r in rows if r["step"] == label) for rows in cases.values()]
-        ax.bar(xs, ys, width, color=_STEP_COLOURS[j], label=label)
+        ax.bar(xs, ys, width, color=STEP_COLOURS[j], label=label)
         for x, y in zip(xs, ys, strict=True):
             ax.text(x, y, f"{y:.1f}", ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(cases)), [c.replace(", ", "\n") for c in cases], fontsize=8)

@@ -47,7 +47,7 @@ import numpy as np
 
 from compiler.kernels import GQA_MAPPINGS, CompileError, compile_kernel
 from models.channel import check_schedule, run_channel
-from models.config import HardwareConfig, load_preset
+from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
 from models.errors import PimphonyError
 from models.fileio import BUILD_DIR, check_writable, write_atomic
 from models.isa import StreamError, describe_command, load_stream, save_stream
@@ -692,7 +692,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"RTL block (default dcs); {ALL_BLOCKS!r}: every scheduler block in turn",
     )
     parser.add_argument(
-        "--preset", default=None, help="hardware preset name or .toml (default aim-16ch)"
+        "--preset", default=None, help=f"hardware preset name or .toml (default {DEFAULT_PRESET})"
     )
     parser.add_argument(
         "--streams", type=bounded_int(1, 10**8), default=1000, help="streams per block"
@@ -796,7 +796,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.repro_dir.exists() and not args.repro_dir.is_dir():
         raise PimphonyError(f"--repro-dir {args.repro_dir} is a file; name a directory")
-    preset = args.preset or "aim-16ch"
+    preset = args.preset or DEFAULT_PRESET
     cfg = load_preset(preset)
     block = args.block or "dcs"
     blocks = list(SCHEDULER_OF_BLOCK) if block == ALL_BLOCKS else [block]
