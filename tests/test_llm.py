@@ -43,10 +43,13 @@ EXPECTED = {
     # Llama 3.2 (PIM-SHERPA 5): SwiGLU, tied embeddings
     "llama-3.2-1b": (16, 32, 8, 2048, 8192, 64, 131072, 128256),
     "llama-3.2-3b": (28, 24, 8, 3072, 8192, 128, 131072, 128256),
+    # PIM-SHERPA Fig. 4
+    "qwen3-8b": (36, 32, 8, 4096, 12288, 128, 40960, 151936),
+    "gemma3-27b": (62, 32, 16, 5376, 21504, 128, 131072, 262208),
 }
 #: presets with one up projection (GELU/ReLU) and tied embeddings; the rest are SwiGLU, untied
 _RELU_TIED = {"gpt3-175b", "gpt3-175b-4k"}
-_SWIGLU_TIED = {"llama-3.2-1b", "llama-3.2-3b"}
+_SWIGLU_TIED = {"llama-3.2-1b", "llama-3.2-3b", "gemma3-27b"}
 
 LLAMA_8B_HF = {
     "_name_or_path": "meta-llama/Llama-3.1-8B",
