@@ -54,6 +54,8 @@ __all__ = [
     "lower_gemv",
     "place_weights",
     "read_outputs",
+    "result_address",
+    "weight_address",
 ]
 
 PIM_ROWS = 0x1000
@@ -204,14 +206,16 @@ def gemv_program(cfg: BackendConfig, lay: GemvLayout) -> list[int]:
     return prog
 
 
-def _weight_address(lay: GemvLayout, j: int, i: int, t: int) -> tuple[int, int, int]:
+def weight_address(lay: GemvLayout, j: int, i: int, t: int) -> tuple[int, int, int]:
     """(bank position, row, column) of weight vector ``t`` of output tile ``j``, input tile
     ``i``: position ``i % banks_per_unit``, slot ``j x slots + i // banks_per_unit``."""
     lin = (j * lay.slots + i // lay.banks_per_unit) * lay.tile_vectors + t
     return i % lay.banks_per_unit, lin // lay.cols, lin % lay.cols
 
 
-def _result_address(lay: GemvLayout, j: int, b: int, e: int) -> tuple[int, int]:
+def result_address(lay: GemvLayout, j: int, b: int, e: int) -> tuple[int, int]:
+    """(row, column) of output ``e`` of output tile ``j``, batch row ``b`` in each unit's first
+    bank: the rows after the weights, ``output_regs`` columns per (tile, batch row)."""
     lin = lay.weight_rows * lay.cols + (j * lay.batch + b) * lay.output_regs + e
     return lin // lay.cols, lin % lay.cols
 
@@ -298,12 +302,12 @@ def lower_gemv(
                     src = P_GRF + (b * lay.in_tiles + i) * lay.input_regs + a
                     em.column(Op.WR, 0, reg, GRF_A_COLUMNS.start + a, src)
                 for t in range(lay.tile_vectors):
-                    last = _weight_address(lay, j, i, t)
+                    last = weight_address(lay, j, i, t)
                     em.column(Op.RD, *last)
             for _ in range(c.pipeline_drain):
                 em.column(Op.RD, *last)  # dummy reads: the NOP consumes them
             for e in range(lay.output_regs):
-                em.column(Op.WR, 0, *_result_address(lay, j, b, e), P_ZERO)
+                em.column(Op.WR, 0, *result_address(lay, j, b, e), P_ZERO)
             em.column(Op.WR, 0, reg, CTRL_COLUMN, P_ZERO)
     em.cmd(Op.PRE)
     em.open = -1
@@ -347,7 +351,7 @@ def read_outputs(lay: GemvLayout, st: PimState) -> np.ndarray:
     for j in range(lay.out_tiles):
         for b in range(lay.batch):
             for e in range(R):
-                row, col = _result_address(lay, j, b, e)
+                row, col = result_address(lay, j, b, e)
                 lanes = st.row(row)[:, :: lay.banks_per_unit, col, :]  # (ch, u, lanes)
                 while lanes.shape[-1] > 1:
                     half = lanes.shape[-1] // 2

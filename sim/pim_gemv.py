@@ -3,7 +3,9 @@
 Lowers ``Y = W @ X`` (PIM-SHERPA Algorithm 1) onto ``--channels`` pseudo-channels of the back
 end, times the command stream and prints cycles, command counts, MAC utilisation (MAC
 triggers against one per tCCD_L) and the weight bandwidth achieved; ``--check`` runs the
-stream on values (small integers, exact in FP16) and compares with numpy.
+stream on values (small integers, exact in FP16) and compares with numpy; ``--rearrange`` adds
+the time to lay the weights out in PIM layout and to read the results back
+(:mod:`compiler.rearrange`).
 """
 
 from __future__ import annotations
@@ -16,9 +18,15 @@ from typing import Any
 import numpy as np
 
 from compiler.pim_gemv import lower_gemv, place_weights, read_outputs
+from compiler.rearrange import (
+    Strategy,
+    gemv_output_addresses,
+    gemv_weight_addresses,
+    rearrangement_cost,
+)
 from models.backends import load_backend
 from models.errors import PimphonyError
-from models.hbm_pim import execute, time_stream
+from models.hbm_pim import Op, execute, time_stream
 from sim.cli import SEED, bounded_int
 from sim.provenance import provenance
 
@@ -44,14 +52,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="pseudo-channels used (default: one device's)",
     )
     p.add_argument("--check", action="store_true", help="run on values and compare with numpy")
+    p.add_argument(
+        "--rearrange",
+        action="store_true",
+        help="also time host layout -> PIM layout of the weights and the results' read-back",
+    )
     p.add_argument("--seed", type=SEED, default=0, help="seed of --check's values")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def gemv_report(
-    backend: str, dout: int, din: int, batch: int = 1, channels: int | None = None
+    backend: str,
+    dout: int,
+    din: int,
+    batch: int = 1,
+    channels: int | None = None,
+    rearrange: bool = False,
 ) -> dict[str, Any]:
-    """Cycles, counts, utilisation and bandwidth of one lowered GEMV (no values)."""
+    """Cycles, counts, utilisation and bandwidth of one lowered GEMV (no values); with
+    ``rearrange``, the weights' layout (staged and direct) and the results' read-back."""
     cfg = load_backend(backend)
     k = lower_gemv(cfg, dout, din, batch=batch, channels=channels)
     tl = time_stream(cfg, k.stream)
@@ -61,7 +80,7 @@ def gemv_report(
     macs = lay.out_tiles * batch * lay.in_tiles * lay.tile_vectors
     weight_bytes = dout * din * cfg.core.element_bytes
     peak = lay.channels * lay.units * cfg.group.column_bytes * t.freq_ghz / t.tCCD_L
-    return {
+    report = {
         "backend": cfg.name,
         "shape": {"dout": dout, "din": din, "batch": batch, "channels": lay.channels},
         "tiles": {
@@ -80,6 +99,28 @@ def gemv_report(
         "peak_gbps": peak,
         "rows_per_bank": lay.weight_rows + lay.result_rows,
     }
+    if rearrange:
+        weights = gemv_weight_addresses(lay)
+        moves = {
+            f"weights_{s}": rearrangement_cost(cfg, weights, lay.channels, Op.WR, s)
+            for s in Strategy
+        }
+        moves["results_back"] = rearrangement_cost(
+            cfg, gemv_output_addresses(lay), lay.channels, Op.RD
+        )
+        report["rearrange"] = {
+            name: {
+                "strategy": str(c.strategy),
+                "bytes": c.bytes,
+                "host_us": c.host_s * 1e6,
+                "channel_us": c.channel_s * 1e6,
+                "total_us": c.total_s * 1e6,
+                "rounds": c.rounds,
+                "channel_commands": c.channel_commands,
+            }  # fmt: skip
+            for name, c in moves.items()
+        }
+    return report
 
 
 def _check(backend: str, dout: int, din: int, batch: int, channels: int | None, seed: int) -> int:
@@ -99,7 +140,9 @@ def _check(backend: str, dout: int, din: int, batch: int, channels: int | None, 
 
 def run(args: argparse.Namespace) -> int:
     """Print the report (and the check's verdict)."""
-    report = gemv_report(args.backend, args.dout, args.din, args.batch, args.channels)
+    report = gemv_report(
+        args.backend, args.dout, args.din, args.batch, args.channels, args.rearrange
+    )
     if args.check:
         macs = _check(args.backend, args.dout, args.din, args.batch, args.channels, args.seed)
         report["check"] = {"outputs": args.dout * args.batch, "equal_to_numpy": True,
@@ -122,6 +165,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"  MAC triggers: {r['mac_triggers']:,}, MAC utilisation {r['mac_utilisation']:.1%} "
           f"(of one per tCCD_L), useful {r['useful_fraction']:.1%}")  # fmt: skip
     print(f"  weights: {r['weight_gbps']:.1f} GB/s achieved of {r['peak_gbps']:.1f} GB/s peak")
+    for name, m in r.get("rearrange", {}).items():
+        print(f"  {name.replace('_', ' ')}: {m['total_us']:.2f} us ({m['strategy']}: host "
+              f"{m['host_us']:.2f} us, one channel {m['channel_us']:.2f} us, "
+              f"{m['bytes']:,} B)")  # fmt: skip
     if "check" in r:
         print(f"  check: all {r['check']['outputs']:,} outputs equal numpy (seed {args.seed})")
     return 0

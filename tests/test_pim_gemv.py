@@ -41,3 +41,16 @@ def test_refusals_exit_2(capsys) -> None:
     assert rc == 2 and "--dout: 0 is outside 1 to" in err
     rc, _, err = run_cli(capsys, "pim-gemv", "--channels", "100")
     assert rc == 2 and "channels = 100: the back end 'hbm-pim' has 80 groups" in err
+
+
+def test_rearrange_json(capsys) -> None:
+    rc, out, err = run_cli(capsys, "pim-gemv", "--dout", "64", "--din", "128", "--channels",
+                           "1", "--rearrange", "--json")  # fmt: skip
+    assert rc == 0, err
+    r = json.loads(out)["rearrange"]
+    staged, direct = r["weights_staged"], r["weights_direct"]
+    assert staged["bytes"] == direct["bytes"] == 64 * 128 * 2
+    assert staged["total_us"] == staged["host_us"] + staged["channel_us"]
+    # one channel: direct = max(host, 1 x channel)
+    assert direct["total_us"] == max(direct["host_us"], direct["channel_us"])
+    assert r["results_back"]["channel_commands"]["RD"] == 8 * 8  # 8 units x 8 outputs
