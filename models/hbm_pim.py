@@ -277,9 +277,7 @@ def _modes(cfg: BackendConfig, stream: np.ndarray) -> np.ndarray:
     return out
 
 
-def time_stream(
-    cfg: BackendConfig, stream: np.ndarray, payload: np.ndarray | None = None
-) -> Timeline:
+def time_stream(cfg: BackendConfig, stream: np.ndarray) -> Timeline:
     """Issue each command in order at the first cycle every rule allows.
 
     Rules (``docs/dcc.md``): one command per cycle, in stream order; ACT waits tRP after its
@@ -296,57 +294,60 @@ def time_stream(
     assert t is not None
     nb = g.banks
     per_bg = nb // g.bank_groups
-    modes = _modes(cfg, stream)
+    modes = _modes(cfg, stream).tolist()
     never = -(1 << 40)
-    act = np.full(nb, never, dtype=np.int64)
-    pre = np.full(nb, never, dtype=np.int64)
-    rd = np.full(nb, never, dtype=np.int64)
-    wr = np.full(nb, never, dtype=np.int64)
+    # per-bank times as Python lists: a command touches one bank or all of them
+    act, pre, rd, wr = ([never] * nb for _ in range(4))
     acts: deque[int] = deque(maxlen=4)
     last_act, last_act_bg = never, -1
     last_col, last_col_bg = never, -1
     last_rd_any = last_wr_any = never
     prev = -1  # the first command issues at cycle 0
+    ops, bank_ids = stream["op"].tolist(), stream["bank"].tolist()
     issue = np.empty(len(stream), dtype=np.int64)
     end = 0
-    everything = np.arange(nb)
+    everything = range(nb)
     for k in range(len(stream)):
-        op = int(stream["op"][k])
-        bank = int(stream["bank"][k])
+        op, bank = ops[k], bank_ids[k]
         ab = modes[k] != Mode.SB
-        banks = everything if ab else np.array([bank])
+        banks = everything if ab else (bank,)
         bg = -1 if ab else bank // per_bg
         at = prev + 1
         if op == Op.ACT:
-            at = max(at, int(pre[banks].max()) + t.tRP, int(act[banks].max()) + t.tRC)
+            at = max(at, max(pre[b] for b in banks) + t.tRP, max(act[b] for b in banks) + t.tRC)
             same = ab or bg == last_act_bg
             at = max(at, last_act + (t.tRRD_L if same else t.tRRD_S))
             if len(acts) == 4:
                 at = max(at, acts[0] + t.tFAW)
-            act[banks] = at
+            for b in banks:
+                act[b] = at
             acts.append(at)
             last_act, last_act_bg = at, bg
             done = at + t.tRCD_RD
         elif op == Op.PRE:
             at = max(
                 at,
-                int(act[banks].max()) + t.tRAS,
-                int(rd[banks].max()) + t.tRTP,
-                int(wr[banks].max()) + t.write_to_precharge,
+                max(act[b] for b in banks) + t.tRAS,
+                max(rd[b] for b in banks) + t.tRTP,
+                max(wr[b] for b in banks) + t.write_to_precharge,
             )
-            pre[banks] = at
+            for b in banks:
+                pre[b] = at
             done = at + t.tRP
         else:
             same = ab or bg == last_col_bg
             at = max(at, last_col + (t.tCCD_L if same else t.tCCD_S))
+            opened = max(act[b] for b in banks)
             if op == Op.RD:
-                at = max(at, int(act[banks].max()) + t.tRCD_RD, last_wr_any + t.write_to_read)
-                rd[banks] = at
+                at = max(at, opened + t.tRCD_RD, last_wr_any + t.write_to_read)
+                for b in banks:
+                    rd[b] = at
                 last_rd_any = at
                 done = at + t.RL + t.burst_cycles
             else:
-                at = max(at, int(act[banks].max()) + t.tRCD_WR, last_rd_any + t.read_to_write)
-                wr[banks] = at
+                at = max(at, opened + t.tRCD_WR, last_rd_any + t.read_to_write)
+                for b in banks:
+                    wr[b] = at
                 last_wr_any = at
                 done = at + t.WL + t.burst_cycles
             last_col, last_col_bg = at, bg
@@ -546,6 +547,9 @@ def execute(
                 raise _fail(k, cmd, f"column {col} of the register row is no register")
             continue
         if mode is Mode.AB_PIM:
+            if op is Op.WR and (row, col) == (SB_ENTRY_ROW, MODE_COLUMN):
+                raise _fail(k, cmd, "the mode-exit write while PIM is on (write the control "
+                            "word's PIM bit 0 first)")  # fmt: skip
             unit.trigger(k, cmd, is_read=op is Op.RD)
         elif op is Op.WR and (row, col) not in ((AB_ENTRY_ROW, MODE_COLUMN),
                                                 (SB_ENTRY_ROW, MODE_COLUMN)):  # fmt: skip

@@ -218,3 +218,63 @@ def test_wrong_input_shape() -> None:
         PimGemvError, match=r"inputs of shape \(2, 128\): expected \(batch, din\) = \(1, 128\)"
     ):
         lower_gemv(HBM, 64, 128, np.zeros((2, 128), np.float16), channels=1)
+
+
+def _copy_kernel(exit_early: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """FILL GRF_B[0..7] from row 0 of each unit's first bank, MOV them to row 1."""
+    from models.hbm_pim import (
+        AB_ENTRY_BANKS,
+        AB_ENTRY_ROW,
+        CRF_COLUMNS,
+        CTRL_COLUMN,
+        MODE_COLUMN,
+        SB_ENTRY_ROW,
+        instr_payload,
+    )
+
+    prog = [
+        encode_instr(Instr.FILL, Bank.GRF_B, Bank.EVEN, aam=True),
+        encode_instr(Instr.JUMP, imm0=1, imm1=7),
+        encode_instr(Instr.MOV, Bank.EVEN, Bank.GRF_B, aam=True),
+        encode_instr(Instr.JUMP, imm0=1, imm1=7),
+        encode_instr(Instr.EXIT),
+    ]
+    crf = instr_payload(prog, 16)
+    on = np.zeros((1, 16), np.uint16)
+    on[0, 0] = 1
+    payload = np.concatenate([np.zeros((1, 16), np.uint16), on, crf])
+    reg = HBM.group.register_row
+    cmds: list[tuple] = []
+    for bg, b in AB_ENTRY_BANKS:
+        cmds += [(Op.ACT, bg * 4 + b, AB_ENTRY_ROW), (Op.WR, bg * 4 + b, AB_ENTRY_ROW,
+                 MODE_COLUMN, 0), (Op.PRE, bg * 4 + b)]  # fmt: skip
+    cmds += [(Op.ACT, 0, reg), (Op.WR, 0, reg, CRF_COLUMNS.start, 2),
+             (Op.WR, 0, reg, CTRL_COLUMN, 1), (Op.PRE, 0), (Op.ACT, 0, 0)]  # fmt: skip
+    cmds += [(Op.RD, 0, 0, c) for c in range(8)] + [(Op.PRE, 0), (Op.ACT, 0, 1)]
+    cmds += [(Op.WR, 0, 1, c, 0) for c in range(8)]
+    if exit_early:
+        cmds += [(Op.PRE, 0), (Op.ACT, 0, SB_ENTRY_ROW), (Op.WR, 0, SB_ENTRY_ROW, MODE_COLUMN, 0)]
+    out = np.zeros(len(cmds), dtype=COMMAND_DTYPE)
+    for k, c in enumerate(cmds):
+        op, bank, row, col, data = (tuple(c) + (0, 0, 0, -1))[:5]
+        out[k] = (int(op), bank, row, col, data)
+    return out, payload
+
+
+def test_fill_and_mov_copy_a_row_in_every_unit() -> None:
+    stream, payload = _copy_kernel()
+    st = PimState.for_backend(HBM, 2)
+    rng = np.random.default_rng(3)
+    src = rng.standard_normal((2, 16, 32, 16)).astype(np.float16)
+    st.row(0)[...] = src
+    execute(HBM, stream, payload, st)
+    np.testing.assert_array_equal(st.row(1)[:, 0::2, :8], src[:, 0::2, :8])  # first banks
+    assert not st.row(1)[:, 1::2].any() and not st.row(1)[:, :, 8:].any()
+    np.testing.assert_array_equal(st.grf_b, src[:, 0::2, :8])
+    assert st.macs == 0 and st.triggers == 16
+
+
+def test_mode_exit_while_pim_is_on() -> None:
+    stream, payload = _copy_kernel(exit_early=True)
+    with pytest.raises(HbmPimError, match="mode-exit write while PIM is on"):
+        execute(HBM, stream, payload, PimState.for_backend(HBM, 1))
