@@ -26,7 +26,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from models.backends import BackendConfig
+from models.backends import BackendConfig, PimDtype
 from models.errors import PimphonyError
 
 __all__ = [
@@ -495,6 +495,11 @@ def execute(
     open, an unknown register column, a trigger without a program, a MOV before the drain."""
     check_backend(cfg)
     g, c = cfg.group, cfg.core
+    if c.dtype is not PimDtype.FP16:
+        raise HbmPimError(
+            f"back end {cfg.name!r}: core.dtype = {str(c.dtype)!r}: values are computed in FP16 "
+            "only (numpy has no bfloat16); time_stream times any data type"
+        )
     modes = _modes(cfg, stream)
     open_row = np.full(g.banks, -1, dtype=np.int64)
     unit = _Unit(cfg, state)

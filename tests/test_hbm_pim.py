@@ -16,7 +16,7 @@ from compiler.pim_gemv import (
     place_weights,
     read_outputs,
 )
-from models.backends import load_backend
+from models.backends import PimDtype, load_backend
 from models.hbm_pim import (
     COMMAND_DTYPE,
     Bank,
@@ -278,3 +278,32 @@ def test_mode_exit_while_pim_is_on() -> None:
     stream, payload = _copy_kernel(exit_early=True)
     with pytest.raises(HbmPimError, match="mode-exit write while PIM is on"):
         execute(HBM, stream, payload, PimState.for_backend(HBM, 1))
+
+
+@pytest.mark.parametrize(("banks", "regs"), [(1, 8), (2, 4), (1, 4)])
+def test_other_core_shapes_run_exactly(banks: int, regs: int) -> None:
+    """A unit per bank (LPDDR5X-PIM style, seed 004 2.2) or fewer registers: the same model
+    and lowering, from preset data only."""
+    core = dataclasses.replace(HBM.core, banks=banks, input_regs=regs, output_regs=regs)
+    cfg = dataclasses.replace(HBM, core=core)
+    rng = np.random.default_rng(banks * 10 + regs)
+    w = rng.integers(-3, 4, (96, 200)).astype(np.float16)
+    x = rng.integers(-3, 4, (2, 200)).astype(np.float16)
+    k = lower_gemv(cfg, 96, 200, x, batch=2, channels=2)
+    lay = k.layout
+    assert lay.units == 16 // banks and lay.inputs_per_tile == regs * 16
+    st = execute(cfg, k.stream, k.payload, place_weights(cfg, lay, w))
+    np.testing.assert_array_equal(
+        read_outputs(lay, st).astype(np.float64), x.astype(np.float64) @ w.T
+    )
+    counts = time_stream(cfg, k.stream).counts
+    passes = lay.out_tiles * 2
+    assert counts["RD"] == passes * (lay.in_tiles * regs * regs + 5)
+
+
+def test_bf16_values_are_refused() -> None:
+    cfg = dataclasses.replace(HBM, core=dataclasses.replace(HBM.core, dtype=PimDtype.BF16))
+    k = lower_gemv(cfg, 64, 128, channels=1)
+    assert time_stream(cfg, k.stream).cycles == 733
+    with pytest.raises(HbmPimError, match="core.dtype = 'bf16': values are computed in FP16"):
+        execute(cfg, k.stream, k.payload, PimState.for_backend(cfg, 1))
