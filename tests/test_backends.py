@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -18,10 +19,14 @@ from models.config import load_preset
 
 
 def test_shipped_backends_load() -> None:
-    assert available_backends() == ["aim", "attacc", "hbm-pim"]
+    assert available_backends() == ["aim", "attacc", "hbm-pim", "hbm-pim-hbm3"]
     kinds = {n: load_backend(n).kind for n in available_backends()}
-    assert kinds == {"aim": BackendKind.AIM, "attacc": BackendKind.ATTACC,
-                     "hbm-pim": BackendKind.HBM_PIM}  # fmt: skip
+    assert kinds == {
+        "aim": BackendKind.AIM,
+        "attacc": BackendKind.ATTACC,
+        "hbm-pim": BackendKind.HBM_PIM,
+        "hbm-pim-hbm3": BackendKind.HBM_PIM,
+    }
 
 
 def test_aim_levels_come_from_the_hardware_preset() -> None:
@@ -59,10 +64,21 @@ def test_attacc_numbers() -> None:
     b = load_backend("attacc")
     assert b.groups == 5 * 16 and b.cores_per_group == 64
     assert b.group.units == ("softmax",)
-    # HBM3 at 5.2 Gb/s x 1024 pins = 665.6 GB/s per device
-    assert b.group.bus_gbps * b.system.groups_per_device == pytest.approx(665.6)
+    # DCC's 16 pseudo-channels of 32 DQ (JEDEC) at 5.2 Gb/s: 332.8 GB/s per device
+    assert b.group.bus_gbps * b.system.groups_per_device == pytest.approx(332.8)
     assert 5 * b.system.device_bytes == 80 * 2**30
     assert b.timing is None
+
+
+def test_hbm_pim_hbm3_extends_hbm_pim() -> None:
+    b, base = load_backend("hbm-pim-hbm3"), load_backend("hbm-pim")
+    assert b.core == dataclasses.replace(base.core, freq_mhz=333.0)
+    assert b.cores_per_group == 32 and b.group.banks == 64 and b.group.bank_groups == 16
+    t = b.timing
+    assert t is not None and t.freq_ghz == 1.3
+    # the bus the timing implies equals the bus the group states: 32 B per BL/2 cycles
+    assert b.group.column_bytes * t.freq_ghz / t.burst_cycles == pytest.approx(b.group.bus_gbps)
+    assert (t.read_to_write, t.write_to_read) == (19 + 2 + 2 - 6, 6 + 2 + 11)
 
 
 def _variant(tmp_path: Path, base: str, edit) -> Path:
@@ -100,8 +116,14 @@ def _set(key: str, value: str):
         ("hbm-pim", _set("banks", "10"), "[group] bank_groups = 4: must divide banks = 10"),
         ("hbm-pim", _set("dtype", '"int3"'), "dtype = 'int3': unknown; allowed: fp16, bf16"),
         ("hbm-pim", _set("kind", '"upmem"'), "kind = 'upmem': unknown; allowed: aim, hbm-pim"),
-        ("hbm-pim", _set("tRC", "40"), "[timing] tRC = 40: must be >= tRAS + tRP = 47"),
+        ("hbm-pim", _set("tRC", "30"), "[timing] tRC = 30: must be >= tRAS = 33"),
         ("hbm-pim", _set("tCCD_L", "1"), "tCCD_L = 1: must be >= tCCD_S = 2"),
+        (
+            "hbm-pim",
+            _set("pin_gbps", "3.2"),
+            "pin_gbps = 3.2: the bus moves 25.6 GB/s but the "
+            "timing moves 32 B per BL/2 = 2 cycles at 1.2 GHz = 19.2 GB/s",
+        ),  # fmt: skip
         ("hbm-pim", _set("host_xpu", '"nope"'), "[system] host_xpu: unknown xPU 'nope'"),
         ("hbm-pim", _set("pin_gbps", "0.0"), "pin_gbps = 0.0: outside the physical range"),
         ("hbm-pim", _set("device_bytes", "1048576"), "must hold groups_per_device x banks"),
