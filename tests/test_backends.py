@@ -64,8 +64,8 @@ def test_attacc_numbers() -> None:
     b = load_backend("attacc")
     assert b.groups == 5 * 16 and b.cores_per_group == 64
     assert b.group.units == ("softmax",)
-    # DCC's 16 pseudo-channels of 32 DQ (JEDEC) at 5.2 Gb/s: 332.8 GB/s per device
-    assert b.group.bus_gbps * b.system.groups_per_device == pytest.approx(332.8)
+    # HBM3 at 5.2 Gb/s x 1024 pins = 665.6 GB/s per device (16 channels of 64 DQ)
+    assert b.group.bus_gbps * b.system.groups_per_device == pytest.approx(665.6)
     assert 5 * b.system.device_bytes == 80 * 2**30
     assert b.timing is None
 
@@ -73,7 +73,10 @@ def test_attacc_numbers() -> None:
 def test_hbm_pim_hbm3_extends_hbm_pim() -> None:
     b, base = load_backend("hbm-pim-hbm3"), load_backend("hbm-pim")
     assert b.core == dataclasses.replace(base.core, freq_mhz=333.0)
-    assert b.cores_per_group == 32 and b.group.banks == 64 and b.group.bank_groups == 16
+    # 32 pCH x 32 banks: DCC's 16 x 64 banks, and its 512 PIM units per device
+    assert b.cores_per_group * b.system.groups_per_device == 16 * 64 // 2
+    assert b.group.banks * b.system.groups_per_device == load_backend("attacc").group.banks * 16
+    assert b.group.bus_gbps * b.system.groups_per_device == pytest.approx(665.6)
     t = b.timing
     assert t is not None and t.freq_ghz == 1.3
     # the bus the timing implies equals the bus the group states: 32 B per BL/2 cycles
