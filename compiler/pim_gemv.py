@@ -269,7 +269,9 @@ def lower_gemv(
     g, c = cfg.group, cfg.core
     if x is None:
         x = np.zeros((batch, din), dtype=np.float16)
-    x = np.asarray(x, dtype=np.float16).reshape(-1, din) if np.ndim(x) else x
+    x = np.asarray(x, dtype=np.float16)
+    if x.ndim == 1:
+        x = x[None, :]
     if x.shape != (batch, din):
         raise PimGemvError(f"inputs of shape {x.shape}: expected (batch, din) = ({batch}, {din})")
     xp = np.zeros((batch, lay.din_pad), dtype=np.float16)
@@ -318,6 +320,7 @@ def lower_gemv(
 
 def place_weights(cfg: BackendConfig, lay: GemvLayout, w: np.ndarray) -> PimState:
     """A state whose banks hold ``w`` (``(dout, din)``, FP16) in the PIM layout."""
+    w = np.asarray(w)
     if w.shape != (lay.dout, lay.din):
         raise PimGemvError(f"weights of shape {w.shape}: expected ({lay.dout}, {lay.din})")
     st = PimState.for_backend(cfg, lay.channels)

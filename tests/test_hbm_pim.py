@@ -214,6 +214,10 @@ def test_backends_without_a_command_model_are_refused() -> None:
 
 
 def test_wrong_input_shape() -> None:
+    with pytest.raises(PimGemvError, match=r"inputs of shape \(1, 127\)"):
+        lower_gemv(HBM, 64, 128, np.zeros(127, np.float16), channels=1)
+    with pytest.raises(PimGemvError, match=r"inputs of shape \(\)"):
+        lower_gemv(HBM, 64, 128, np.float16(1.0), channels=1)
     with pytest.raises(
         PimGemvError, match=r"inputs of shape \(2, 128\): expected \(batch, din\) = \(1, 128\)"
     ):
