@@ -24,7 +24,7 @@ from compiler.rearrange import (
     gemv_weight_addresses,
     rearrangement_cost,
 )
-from models.backends import load_backend
+from models.backends import available_backends, load_backend
 from models.errors import PimphonyError
 from models.hbm_pim import Op, execute, time_stream
 from sim.cli import SEED, bounded_int
@@ -41,7 +41,11 @@ class CheckError(PimphonyError, RuntimeError):
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``pimphony pim-gemv``."""
-    p.add_argument("--backend", default="hbm-pim", help="back end (configs/backends/) or .toml")
+    p.add_argument(
+        "--backend",
+        default="hbm-pim",
+        help=f"back end ({', '.join(available_backends())}) or a .toml path",
+    )
     p.add_argument("--dout", type=bounded_int(1, 1 << 20), default=4096, help="output rows")
     p.add_argument("--din", type=bounded_int(1, 1 << 20), default=4096, help="inputs")
     p.add_argument("--batch", type=bounded_int(1, 1024), default=1, help="input vectors")
@@ -49,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--channels",
         type=bounded_int(1, 1 << 16),
         default=None,
-        help="pseudo-channels used (default: one device's)",
+        help="pseudo-channels used; none: one device's",
     )
     p.add_argument("--check", action="store_true", help="run on values and compare with numpy")
     p.add_argument(
