@@ -25,7 +25,7 @@ import numpy as np
 from compiler.pim_gemv import GemvLayout, result_address, weight_address
 from models.backends import BackendConfig
 from models.errors import PimphonyError
-from models.hbm_pim import COMMAND_DTYPE, Op, time_stream
+from models.hbm_pim import COMMAND_DTYPE, Op, check_backend, time_stream
 
 __all__ = [
     "REARRANGEMENTS",
@@ -166,9 +166,12 @@ def rearrangement_cost(
     """Cost of moving the vectors at ``addresses`` (the same in each of ``channels`` groups)
     between host and PIM layout: ``op`` WR lays data out in the banks, RD reads results back.
     ``strategy`` defaults to staged if the host has on-chip memory, else direct."""
+    try:
+        check_backend(cfg)
+    except PimphonyError as exc:
+        raise RearrangeError(str(exc)) from None
     t = cfg.timing
-    if t is None:
-        raise RearrangeError(f"back end {cfg.name!r} has no [timing]: no command-level model")
+    assert t is not None
     onchip = cfg.system.onchip_bytes
     strategy = strategy or (Strategy.STAGED if onchip else Strategy.DIRECT)
     stream = access_stream(cfg, addresses, op)

@@ -26,7 +26,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from models.backends import BackendConfig, PimDtype
+from models.backends import BackendConfig, BackendKind, PimDtype
 from models.errors import PimphonyError
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "GRF_B_COLUMNS",
     "MODE_COLUMN",
     "OPERAND_FIELDS",
+    "OTHER_MODELS",
     "SB_ENTRY_BANKS",
     "SB_ENTRY_ROW",
     "Bank",
@@ -201,11 +202,23 @@ def instr_payload(words: list[int], lanes: int) -> np.ndarray:
     return out
 
 
+#: Where the back ends this model does not run are modelled (``check_backend``'s message).
+OTHER_MODELS: dict[BackendKind, str] = {
+    BackendKind.AIM: "it runs on the AiM channel TLM (models/channel.py): "
+    "pimphony run --kernel gemv --preset {cfg.hardware}",
+    BackendKind.ATTACC: "its command-level model is not written yet (docs/dcc.md)",
+}
+
+
 def check_backend(cfg: BackendConfig) -> None:
     """Refuse a back end this model cannot run (no timing, no CRF, reserved rows missing)."""
     g, c = cfg.group, cfg.core
-    if cfg.timing is None:
-        raise HbmPimError(f"back end {cfg.name!r} has no [timing]: no command-level model")
+    if cfg.kind is not BackendKind.HBM_PIM or cfg.timing is None:
+        where = OTHER_MODELS.get(cfg.kind, "no command-level model yet").format(cfg=cfg)
+        raise HbmPimError(
+            f"back end {cfg.name!r} is of kind {str(cfg.kind)!r}, not an HBM-PIM back end "
+            f"with [timing]: {where}"
+        )
     if c.crf_entries == 0 or c.input_regs == 0 or c.output_regs == 0:
         raise HbmPimError(
             f"back end {cfg.name!r}: the HBM-PIM model needs a CRF and GRF_A/GRF_B registers "

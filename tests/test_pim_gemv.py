@@ -34,9 +34,11 @@ def test_refusals_exit_2(capsys) -> None:
     rc, out, err = run_cli(capsys, "pim-gemv", "--backend", "attacc")
     assert (rc, out) == (2, "")
     assert (
-        err
-        == "pimphony pim-gemv: error: back end 'attacc' has no [timing]: no command-level model\n"
+        err == "pimphony pim-gemv: error: back end 'attacc' is of kind 'attacc', not an HBM-PIM "
+        "back end with [timing]: its command-level model is not written yet (docs/dcc.md)\n"
     )
+    rc, _, err = run_cli(capsys, "pim-gemv", "--backend", "aim")
+    assert rc == 2 and "pimphony run --kernel gemv --preset aim-16ch" in err
     rc, _, err = run_cli(capsys, "pim-gemv", "--dout", "0")
     assert rc == 2 and "--dout: 0 is outside 1 to" in err
     rc, _, err = run_cli(capsys, "pim-gemv", "--channels", "100")
