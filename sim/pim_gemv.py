@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     r, s = report, report["shape"]
     print(f"GEMV {s['dout']} x {s['din']} (batch {s['batch']}) on {r['backend']}, "
-          f"{s['channels']} pseudo-channels")  # fmt: skip
+          f"{s['channels']} pseudo-channel{'s' if s['channels'] != 1 else ''}")  # fmt: skip
     print(f"  tiles: {r['tiles']['output']} output x {r['tiles']['input']} input "
           f"(padded to {r['tiles']['dout_padded']} x {r['tiles']['din_padded']}), "
           f"{r['rows_per_bank']} rows per bank")  # fmt: skip
