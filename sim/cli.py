@@ -132,6 +132,11 @@ COMMANDS: tuple[Command, ...] = (
         "one GEMV on a command-level PIM back end (HBM-PIM; docs/dcc.md)",
         "sim.pim_gemv",
     ),
+    Command(
+        "sweep-run",
+        "a design-space sweep file, each point a Ray task, cached and resumable",
+        "sim.experiments.sweep_run",
+    ),
     Command("rtl", "write the Verilog of every RTL block (build/rtl/)", "sim.eda.verilog"),
     Command("area", "Yosys synthesis of every RTL block: cells, flip-flops", "sim.eda.area"),
     Command(
