@@ -134,15 +134,17 @@ def plot_result(res: ServeResult, report: dict[str, Any], path: Path) -> Path:
     fig.suptitle(title)
     ax[0, 0].plot(t, ts["tokens_per_s"], color="#023047", label="output tokens/s")
     ax[0, 0].set(title="Throughput over time", xlabel="time (s)", ylabel="tokens/s")
-    b = [np.nan if v is None else v for v in ts["batch"]]
-    ax[0, 1].plot(t, b, color="#219ebc", label="running batch (mean per bin)")
-    ax[0, 1].set(title="Batch size over time", xlabel="time (s)", ylabel="requests")
-    for key, label, colour in (
-        ("kv_used_utilization", "KV tokens (used)", "#2a9d8f"),
-        ("kv_reserved_utilization", "held (chunks/slots/blocks)", "#e76f51"),
+    decode = [e for e in res.events if e[0] == "decode"]
+    t_end = np.array([e[1] + e[2] for e in decode])
+    cap = res.capacity_bytes or 1
+    ax[0, 1].step(t_end, [e[4] for e in decode], where="pre", color="#219ebc", label="per step")
+    ax[0, 1].set(title="Running batch over time", xlabel="time (s)", ylabel="requests")
+    for col, label, colour in (
+        (6, "KV tokens (used)", "#2a9d8f"),
+        (7, "held (chunks/slots/blocks)", "#e76f51"),
     ):
-        y = [np.nan if v is None else 100 * v for v in ts[key]]
-        ax[1, 0].plot(t, y, color=colour, label=label)
+        y = [100 * e[col] / cap for e in decode]
+        ax[1, 0].step(t_end, y, where="pre", color=colour, label=label)
     ax[1, 0].set(title="KV memory over time", xlabel="time (s)", ylabel="share of KV capacity (%)")
     lat = {
         "TTFT": np.array(res.first_token_s) - [r.arrival_s for r in res.requests],
