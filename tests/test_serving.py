@@ -165,6 +165,12 @@ def test_three_requests_by_hand_no_prefill(cfg):
     assert s["duration_s"] == pytest.approx(t4, rel=1e-12)
     assert s["output_tokens"] == 7 and s["decode_steps"] == 4 and s["mean_batch"] == 1.75
     assert s["throughput_tokens_per_s"] == pytest.approx(7 / t4, rel=1e-12)
+    ts = m["time_series"]
+    assert sum(ts["tokens_per_s"]) * ts["bin_s"] == pytest.approx(7, rel=1e-9)
+    # the first bin lies inside step 1 (2 tokens over d1), the last inside step 4 (1 over d4)
+    assert ts["tokens_per_s"][0] == pytest.approx(2 / d1, rel=1e-9)
+    assert ts["tokens_per_s"][-1] == pytest.approx(1 / d4, rel=1e-9)
+    assert ts["batch"][0] is None and ts["batch"][-1] == 1.0
 
 
 def test_three_requests_by_hand_with_prefill(cfg):

@@ -35,8 +35,9 @@ def metrics(res: ServeResult, bins: int = SERIES_BINS) -> dict[str, Any]:
 
     Batch averages are over decode steps (``mean_batch``: each step counts once, LoL-PIM's
     "average batch size"; ``time_weighted_batch``: weighted by step duration). Time series
-    put each event's tokens at its end and average the batch and memory of the decode steps
-    ending in a bin.
+    average the batch and memory of the decode steps
+    ending in a bin; ``tokens_per_s`` spreads each event's output tokens evenly over its
+    duration.
     """
     ev = res.events
     decode = [e for e in ev if e[0] == "decode"]
@@ -69,8 +70,19 @@ def metrics(res: ServeResult, bins: int = SERIES_BINS) -> dict[str, Any]:
     width = end / bins if end else 1.0
     edges = np.arange(bins) * width
     tok = np.zeros(bins)
-    for e in ev:
-        tok[min(int((e[1] + e[2]) / width), bins - 1)] += e[5]
+    for e in ev:  # an event's tokens spread evenly over its duration
+        start, dt, out = e[1], e[2], e[5]
+        if not out:
+            continue
+        if dt <= 0:
+            tok[min(int(start / width), bins - 1)] += out
+            continue
+        b0, b1 = int(start / width), min(int((start + dt) / width), bins - 1)
+        for b in range(b0, b1 + 1):
+            lo, hi = max(start, b * width), min(start + dt, (b + 1) * width)
+            tok[b] += out * max(hi - lo, 0.0) / dt
+        if b1 == bins - 1 and start + dt > bins * width:  # float edge of the last bin
+            tok[b1] += out * (start + dt - bins * width) / dt
     idx = np.minimum(((np.array([e[1] + e[2] for e in decode]) / width).astype(int)), bins - 1)
 
     def mean_in_bins(x: np.ndarray) -> list[float | None]:
