@@ -217,6 +217,9 @@ def test_static_memory_admits_by_slot(small):
     res = serve(scfg, reqs, record_lengths=True)
     assert res.step_lengths == [(300,), (301,), (300,), (301,)]
     assert res.admitted_s[1] == res.finished_s[0]
+    assert [e[8] for e in res.events] == [1, 1, 0, 0]  # B waited during A's two steps
+    s = metrics(res)["summary"]
+    assert s["saturated_mean_batch"] == 1.0 and s["mean_batch"] == 1.0
     lazy = serve(
         ServeConfig("pim", TINY, small, partition="tcp", prefill=False), reqs, record_lengths=True
     )

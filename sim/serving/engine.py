@@ -492,7 +492,8 @@ class ServeResult:
     """Everything a run measured. Per request (index = request id): ``admitted_s`` (first
     admission), ``first_token_s``, ``finished_s``, ``preemptions``. Per event (a prefill or a
     decode step, in time order): ``events`` rows ``(kind, start_s, seconds, cycles, batch,
-    tokens_out, kv_used_bytes, kv_reserved_bytes)``."""
+    tokens_out, kv_used_bytes, kv_reserved_bytes, queued)``, ``queued`` the requests left
+    waiting (arrived, not admitted) when it ran."""
 
     requests: list[Request]
     capacity_bytes: int
@@ -500,7 +501,7 @@ class ServeResult:
     first_token_s: list[float]
     finished_s: list[float]
     preemptions: list[int]
-    events: list[tuple[str, float, float, int | None, int, int, int, int]]
+    events: list[tuple[str, float, float, int | None, int, int, int, int, int]]
     step_lengths: list[tuple[int, ...]] = field(default_factory=list)
     wall_seconds: float = 0.0
     distinct_steps: int = 0
@@ -591,7 +592,7 @@ def serve(
                 if generated[r] == 0:  # a recomputed request does not re-emit its token
                     emit(r)
                     done += 1
-            events.append(("prefill", start, dt, None, len(new), done, *mem()))
+            events.append(("prefill", start, dt, None, len(new), done, *mem(), len(waiting)))
         # Requests that prefill already finished (one output token) leave before the step.
         _release_done(running, requests, generated, finished, pool, now)
         if not running:
@@ -605,7 +606,9 @@ def serve(
         for r in running:
             emit(r)
         used, reserved = mem()
-        events.append(("decode", start, dt, cycles, len(running), len(running), used, reserved))
+        events.append(
+            ("decode", start, dt, cycles, len(running), len(running), used, reserved, len(waiting))
+        )
         _release_done(running, requests, generated, finished, pool, now)
         # Grow every remaining request's KV by the token just decoded, oldest first; when
         # lazy memory runs out, preempt the most recently admitted request (recompute).

@@ -34,7 +34,9 @@ def metrics(res: ServeResult, bins: int = SERIES_BINS) -> dict[str, Any]:
     """The report's ``summary``, ``latency_s`` and ``time_series`` blocks.
 
     Batch averages are over decode steps (``mean_batch``: each step counts once, LoL-PIM's
-    "average batch size"; ``time_weighted_batch``: weighted by step duration). Time series
+    "average batch size"; ``time_weighted_batch``: weighted by step duration;
+    ``saturated_mean_batch``: over the steps taken while requests were waiting, i.e. what
+    memory admits rather than what the queue offers). Time series
     average the batch and memory of the decode steps
     ending in a bin; ``tokens_per_s`` spreads each event's output tokens evenly over its
     duration.
@@ -45,6 +47,7 @@ def metrics(res: ServeResult, bins: int = SERIES_BINS) -> dict[str, Any]:
     tokens = sum(r.output_tokens for r in res.requests)
     batch = np.array([e[4] for e in decode], dtype=float)
     dts = np.array([e[2] for e in decode], dtype=float)
+    queued = np.array([e[8] for e in decode], dtype=int)
     cap = res.capacity_bytes
     used = np.array([e[6] for e in decode], dtype=float) / cap if cap else np.zeros(len(decode))
     held = np.array([e[7] for e in decode], dtype=float) / cap if cap else np.zeros(len(decode))
@@ -60,6 +63,7 @@ def metrics(res: ServeResult, bins: int = SERIES_BINS) -> dict[str, Any]:
         "decode_seconds": float(dts.sum()),
         "mean_batch": float(batch.mean()) if batch.size else 0.0,
         "time_weighted_batch": float((batch * dts).sum() / dts.sum()) if dts.sum() else 0.0,
+        "saturated_mean_batch": float(batch[queued > 0].mean()) if (queued > 0).any() else None,
         "max_batch": int(batch.max()) if batch.size else 0,
         "preemptions": int(sum(res.preemptions)),
         "kv_capacity_bytes": cap,
