@@ -10,6 +10,7 @@ import pytest
 
 from compiler.plan import layer_plan
 from models.config import load_preset
+from models.errors import PimphonyError
 from models.hub import epu_cycles
 from models.system import stage_hop_cycles
 from sim.decode_step.kernels import KernelCache
@@ -292,6 +293,12 @@ def test_serve_command(tmp_path, capsys):
     assert rep["provenance"]["inputs_sha256"] and png.stat().st_size > 0
     assert set(rep["latency_s"]) == {"ttft", "tpot", "e2e", "queueing"}
     rc, _, err = run_cli(capsys, *argv)
-    assert rc != 0 and "exists; pass --force" in err
-    rc, _, err = run_cli(capsys, *argv, "--rate", "3")
-    assert rc != 0 and "--rate: a trace" in err
+    assert rc == 2 and "exists; pass --force" in err
+    rc, _, err = run_cli(capsys, *argv, "--rate", "3", "--force")
+    assert rc == 2 and err.startswith("pimphony serve: error: --rate: a trace")
+    assert err.count("\n") == 1
+    bad = tmp_path / "bad.csv"
+    bad.write_text("arrival_s,input_tokens,output_tokens\n0,5,0\n")
+    rc, _, err = run_cli(capsys, "serve", "--workload", bad, "--out", tmp_path / "b.json")
+    assert rc == 2 and "bad.csv: line 2: output_tokens = 0 must be >= 1 token" in err
+    assert issubclass(TraceError, PimphonyError) and issubclass(ServeError, PimphonyError)
