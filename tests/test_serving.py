@@ -302,3 +302,31 @@ def test_serve_command(tmp_path, capsys):
     rc, _, err = run_cli(capsys, "serve", "--workload", bad, "--out", tmp_path / "b.json")
     assert rc == 2 and "bad.csv: line 2: output_tokens = 0 must be >= 1 token" in err
     assert issubclass(TraceError, PimphonyError) and issubclass(ServeError, PimphonyError)
+
+
+def test_xpu_pim_and_gpu_steps_equal_their_decode_runs(cfg):
+    from models.xpu_config import load_xpu
+    from sim.decode_step.gpu import GpuSetup, run_gpu_decode
+    from sim.decode_step.hetero import HeteroSetup, run_hetero_decode
+
+    reqs = [Request(k, 0.0002 * k, 300 + 97 * k, 3 + k % 3) for k in range(6)]
+    npu = load_xpu("neupims-npu")
+    hcfg = ServeConfig("xpu+pim", TINY, cfg, tp=2, partition="tcp", xpu=npu, max_batch=4)
+    res = serve(hcfg, reqs, record_lengths=True)
+    decode = [e for e in res.events if e[0] == "decode"]
+    assert len(decode) == len(res.step_lengths) >= 5
+    for lengths, e in zip(res.step_lengths, decode, strict=True):
+        pim = DecodeSetup(TINY, cfg, lengths, tp=2, partition="tcp")
+        assert e[3] == run_hetero_decode(HeteroSetup(pim, npu)).cycles
+    a100 = load_xpu("a100-80gb")
+    gcfg = ServeConfig("gpu", TINY, gpu=a100, gpus=2, max_batch=4)
+    res = serve(gcfg, reqs, record_lengths=True)
+    decode = [e for e in res.events if e[0] == "decode"]
+    for lengths, e in zip(res.step_lengths, decode, strict=True):
+        assert e[2] == run_gpu_decode(GpuSetup(TINY, a100, 2, lengths)).step_seconds
+    # GPU memory is paged in 16-token blocks: at each step the pool holds sum(ceil(T / 16))
+    # blocks of the running contexts (per GPU: 2 of TINY's 4 KV heads).
+    block = 16 * 2 * TINY.layers * (TINY.kv_heads // 2) * TINY.head_dim * 2
+    for lengths, e in zip(res.step_lengths, decode, strict=True):
+        assert e[7] == sum(-(-t // 16) for t in lengths) * block
+        assert e[6] == sum(lengths) * block // 16
