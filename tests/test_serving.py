@@ -292,6 +292,11 @@ def test_serve_command(tmp_path, capsys):
     assert rep["summary"]["output_tokens"] == 5 and rep["summary"]["requests"] == 2
     assert rep["provenance"]["inputs_sha256"] and png.stat().st_size > 0
     assert set(rep["latency_s"]) == {"ttft", "tpot", "e2e", "queueing"}
+    rows = rep["requests"]["rows"]
+    assert [r[:3] for r in rows] == [[0.0, 900, 2], [0.001, 500, 3]]
+    assert rows[0][5] - rows[0][0] == pytest.approx(
+        rep["latency_s"]["e2e"]["p50"] * 2 - (rows[1][5] - rows[1][0])
+    )
     rc, _, err = run_cli(capsys, *argv)
     assert rc == 2 and "exists; pass --force" in err
     rc, _, err = run_cli(capsys, *argv, "--rate", "3", "--force")

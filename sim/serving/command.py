@@ -169,6 +169,28 @@ def run(args: argparse.Namespace) -> int:
         "memory": cfg.memory,
         "prefill": cfg.prefill,
         **metrics(res),
+        "requests": {
+            "columns": [
+                "arrival_s",
+                "input_tokens",
+                "output_tokens",
+                "admitted_s",
+                "first_token_s",
+                "finished_s",
+                "preemptions",
+            ],
+            "rows": [
+                [r.arrival_s, r.input_tokens, r.output_tokens, a, f, d, p]
+                for r, a, f, d, p in zip(
+                    res.requests,
+                    res.admitted_s,
+                    res.first_token_s,
+                    res.finished_s,
+                    res.preemptions,
+                    strict=True,
+                )
+            ],
+        },
         "simulation": {
             "wall_seconds": res.wall_seconds,
             "distinct_steps": res.distinct_steps,

@@ -12,6 +12,7 @@ from typing import Any
 from compiler.llm import load_model
 from models.config import load_preset
 from models.memory import ChunkGeometry
+from models.xpu_config import load_xpu
 from sim.serving.engine import ServeConfig, serve
 from sim.serving.report import metrics
 from sim.serving.trace import workload_requests
@@ -30,17 +31,21 @@ def fig4_rows(
     requests_per_slot: int = 3,
     output_tokens: int = 32,
     seed: int = 0,
+    system: str = "pim",
 ) -> list[dict[str, Any]]:
     """One row per (workload, capacity): mean batch and tokens/s of static and lazy memory,
     and the ideal batch (KV capacity over a request's mean KV). Every request arrives at 0
     (a saturated queue); each run serves ``requests_per_slot`` x the lazy pool's ideal batch
-    requests, the same requests under both policies; prefill is skipped (decode only)."""
+    requests, the same requests under both policies; prefill is skipped (decode only).
+    ``system="xpu+pim"``: the weights sit on a ``neupims-npu`` xPU, the modules hold KV only."""
     model, hw = load_model("llm-7b"), load_preset("aim-32ch")
+    xpu = load_xpu("neupims-npu") if system == "xpu+pim" else None
+    weights = model.resident_weight_bytes if xpu is None else 0
     rows = []
     for wl in workloads:
         for n in modules:
             geom = ChunkGeometry.from_config(hw, n)
-            kv_cap = geom.total_bytes - model.resident_weight_bytes
+            kv_cap = geom.total_bytes - weights
             probe = workload_requests(wl, 4000, output_tokens, seed=seed)
             mean_kv = (
                 sum(r.input_tokens for r in probe) / len(probe) + (output_tokens - 1) / 2
@@ -48,6 +53,7 @@ def fig4_rows(
             ideal = kv_cap / mean_kv
             reqs = workload_requests(wl, int(requests_per_slot * ideal), output_tokens, seed=seed)
             row: dict[str, Any] = {
+                "system": system,
                 "workload": wl,
                 "modules": n,
                 "capacity_gib": geom.total_bytes / 2**30,
@@ -56,7 +62,7 @@ def fig4_rows(
             }
             for memory in ("static", "lazy"):
                 cfg = ServeConfig(
-                    "pim", model, hw, tp=n, partition="tcp", memory=memory, prefill=False
+                    system, model, hw, tp=n, partition="tcp", memory=memory, xpu=xpu, prefill=False
                 )
                 s = metrics(serve(cfg, reqs))["summary"]
                 row[memory] = {
@@ -87,13 +93,22 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--output-tokens", type=int, default=32)
     p.add_argument("--requests-per-slot", type=int, default=3)
+    p.add_argument("--system", choices=("pim", "xpu+pim"), default="pim")
+    p.add_argument("--modules", type=int, nargs="+", default=list(FIG4_MODULES))
+    p.add_argument("--workloads", nargs="+", default=list(FIG4_WORKLOADS))
     a = p.parse_args()
     print(
         "| workload | capacity | requests | static batch | lazy batch | ideal | lazy vs static "
         "| static mean (all steps) | lazy mean (all steps) | static tok/s | lazy tok/s | speedup |"
     )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    fig4_rows(output_tokens=a.output_tokens, requests_per_slot=a.requests_per_slot)
+    fig4_rows(
+        tuple(a.modules),
+        tuple(a.workloads),
+        a.requests_per_slot,
+        a.output_tokens,
+        system=a.system,
+    )
 
 
 if __name__ == "__main__":
