@@ -246,6 +246,9 @@ def test_a_request_that_can_never_fit_is_refused(small):
         serve(ServeConfig("pim", TINY, small, partition="tcp", prefill=False), reqs)
     with pytest.raises(ServeError, match="exceeds tiny's context_window = 4096"):
         serve(ServeConfig("pim", TINY, small, prefill=False), [Request(0, 0.0, 4000, 100)])
+    unsorted = [Request(0, 1.0, 10, 2), Request(1, 0.5, 10, 2)]
+    with pytest.raises(ServeError, match="request 1 arrives before request 0"):
+        serve(ServeConfig("pim", TINY, small, prefill=False), unsorted)
 
 
 # --------------------------------------------------------------------------- exactness

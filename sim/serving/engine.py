@@ -509,7 +509,11 @@ class ServeResult:
 
 def _check_requests(cfg: ServeConfig, requests: Sequence[Request]) -> None:
     limit = cfg.reservation
-    for r in requests:
+    for k, r in enumerate(requests):
+        if r.rid != k:
+            raise ServeError(f"request {k} has id {r.rid}: ids must be 0, 1, ... in list order")
+        if k and r.arrival_s < requests[k - 1].arrival_s:
+            raise ServeError(f"request {k} arrives before request {k - 1}: sort by arrival")
         if r.input_tokens + r.output_tokens > limit:
             what = (
                 f"the static reservation max_context = {limit}"
