@@ -127,6 +127,16 @@ COMMANDS: tuple[Command, ...] = (
         "one decode step, NPU+AiM vs LibraPIM (batch pipelining + DBO), simulated vs predicted",
         "sim.experiments.librapim",
     ),
+    Command(
+        "sherpa",
+        "PIM-SHERPA: DRAM capacity of WD, FACIL-O, S-DDB and S-OWR (Fig. 9)",
+        "sim.experiments.sherpa",
+    ),
+    Command(
+        "pim-gemv",
+        "one GEMV on a command-level PIM back end (HBM-PIM; docs/dcc.md)",
+        "sim.pim_gemv",
+    ),
     Command("rtl", "write the Verilog of every RTL block (build/rtl/)", "sim.eda.verilog"),
     Command("area", "Yosys synthesis of every RTL block: cells, flip-flops", "sim.eda.area"),
     Command(
