@@ -93,6 +93,11 @@ COMMANDS: tuple[Command, ...] = (
         "sim.decode_step.command",
     ),
     Command(
+        "serve",
+        "serve requests over time: arrivals, continuous batching, latency percentiles",
+        "sim.serving.command",
+    ),
+    Command(
         "gpu-compare",
         "PIM-only vs GPU-only throughput over capacity (LoL-PIM Fig. 9 shape)",
         "sim.experiments.gpu_compare",
