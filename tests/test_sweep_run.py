@@ -150,6 +150,17 @@ def test_cli_refuses_another_sweeps_directory(tmp_path, capsys):
     assert code == 2 and "not a sweep's directory" in err
 
 
+def test_unreachable_ray_address_is_refused_at_once(tmp_path, capsys):
+    path = _write(tmp_path, TINY.format(bad="aim-16ch"))
+    out = str(tmp_path / "out")
+    code, _, err = run_cli(capsys, "sweep-run", str(path), "--out", out, "--address", "nonsense")
+    assert code == 2 and "expected [ray://]HOST:PORT or 'auto'" in err
+    code, _, err = run_cli(
+        capsys, "sweep-run", str(path), "--out", out, "--address", "ray://127.0.0.1:1"
+    )
+    assert code == 2 and "no Ray cluster answers at 127.0.0.1:1" in err
+
+
 RAY_SWEEP = """
 name = "ray-resume"
 command = "decode"

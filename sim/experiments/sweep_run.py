@@ -274,6 +274,24 @@ def _check_out(out: Path, sweep: SweepFile, force: bool) -> None:
         raise SweepError(f"{out} exists and is not a sweep's directory; pass --force to use it")
 
 
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Refuse a Ray address (``[ray://]HOST:PORT``) nothing answers at within ``timeout_s``,
+    instead of letting Ray retry for minutes."""
+    import socket
+
+    hostport = address.removeprefix("ray://")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise SweepError(f"--address {address!r}: expected [ray://]HOST:PORT or 'auto'")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise SweepError(
+            f"--address {address!r}: no Ray cluster answers at {host}:{port} ({exc})"
+        ) from None
+
+
 def run_sweep(
     sweep: SweepFile,
     out: Path,
@@ -317,13 +335,19 @@ def run_sweep(
     else:
         import ray
 
-        ray.init(
-            address=address,
-            num_cpus=None if address else workers,
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-        )
+        if address and address != "auto":
+            _check_reachable(address)
+        try:
+            ray.init(
+                address=address,
+                num_cpus=None if address else workers,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
+        except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError, ...
+            where = f"the Ray cluster at {address!r}" if address else "a local Ray"
+            raise SweepError(f"cannot start {where}: {type(exc).__name__}: {exc}") from None
         try:
             task = ray.remote(num_cpus=1)(run_point)
             pending = {task.remote(argv): key for key, argv in todo.items()}
@@ -407,6 +431,8 @@ def run(args: argparse.Namespace) -> int:
         raise SweepError(f"--workers {args.workers}: must be at least 1")
     out = args.out or BUILD_DIR / "sweeps" / sweep.name
     _check_out(out, sweep, args.force)
+    if args.address and args.address != "auto" and not args.serial:
+        _check_reachable(args.address)
     bar = None
     if not args.json:
         from tqdm import tqdm
