@@ -62,6 +62,7 @@ __all__ = [
     "end_to_end",
     "gemm_device",
     "layer_gemm_seconds",
+    "lm_head_seconds",
     "load_sherpa_host",
     "pim_gemv_seconds",
     "prefill",
@@ -216,9 +217,10 @@ def layer_gemm_seconds(dev: XpuConfig, spec: ModelSpec, sl: int) -> dict[str, fl
         name: gemm_cost(dev, sl, din, dout).seconds
         for name, (dout, din) in weight_matrices(spec).items()
     }
-    per_head = gemm_cost(dev, sl, spec.head_dim, sl).seconds + gemm_cost(
-        dev, sl, sl, spec.head_dim
-    ).seconds
+    per_head = (
+        gemm_cost(dev, sl, spec.head_dim, sl).seconds
+        + gemm_cost(dev, sl, sl, spec.head_dim).seconds
+    )
     out[ATTENTION] = spec.heads * per_head
     return out
 
@@ -242,12 +244,9 @@ def _gemv_cycles(backend: str, dout: int, din: int) -> tuple[int, int]:
             if "trigger PIM" not in str(exc):
                 raise SherpaError(str(exc)) from None
             continue
-        cycles = time_stream(cfg, lower_gemv(cfg, rows, din).stream).cycles
         last = dout - (parts - 1) * rows
-        if last != rows:
-            cycles = (parts - 1) * cycles + time_stream(cfg, lower_gemv(cfg, last, din).stream).cycles
-        else:
-            cycles *= parts
+        cycles = (parts - 1) * time_stream(cfg, lower_gemv(cfg, rows, din).stream).cycles
+        cycles += time_stream(cfg, lower_gemv(cfg, last, din).stream).cycles
         return cycles, parts
     raise SherpaError(f"GEMV {dout} x {din} does not fit back end {backend!r}")  # pragma: no cover
 
@@ -260,6 +259,15 @@ def pim_gemv_seconds(backend: BackendConfig, dout: int, din: int) -> float:
     return _gemv_cycles(backend.name, dout, din)[0] / (t.freq_ghz * 1e9)
 
 
+def lm_head_seconds(spec: ModelSpec, host_dev: XpuConfig, backend: BackendConfig | None) -> float:
+    """The LM head on one token: a GEMV on PIM if ``backend``, else on the host."""
+    if not spec.vocab_size:
+        return 0.0
+    if backend is not None:
+        return pim_gemv_seconds(backend, spec.vocab_size, spec.hidden)
+    return gemv_cost(host_dev, 1, spec.hidden, spec.vocab_size).seconds
+
+
 def decode_seconds(
     spec: ModelSpec, host_dev: XpuConfig, context: int, backend: BackendConfig | None
 ) -> dict[str, float]:
@@ -268,10 +276,9 @@ def decode_seconds(
     mats = weight_matrices(spec)
     if backend is not None:
         gemv = sum(pim_gemv_seconds(backend, o, i) for o, i in mats.values())
-        head = pim_gemv_seconds(backend, spec.vocab_size, spec.hidden) if spec.vocab_size else 0.0
     else:
         gemv = sum(gemv_cost(host_dev, 1, i, o).seconds for o, i in mats.values())
-        head = gemv_cost(host_dev, 1, spec.hidden, spec.vocab_size).seconds if spec.vocab_size else 0.0
+    head = lm_head_seconds(spec, host_dev, backend)
     attn = attention_cost(host_dev, [context], spec.heads, spec.kv_heads, spec.head_dim).seconds
     return {
         "gemv_s": spec.layers * gemv,
@@ -327,9 +334,7 @@ def ddb_layer(compute: dict[str, float], copy: dict[str, float], last: bool) -> 
     for name, copies in DDB_SCHEDULE:
         done = [(m, f) for m, f, nxt in copies if not (nxt and last)]
         label = " + ".join(m.upper() if f == 1 else f"{f:g} {m.upper()}" for m, f in done)
-        steps.append(
-            Step(name, compute[name], sum(f * copy[m] for m, f in done), label or "-")
-        )
+        steps.append(Step(name, compute[name], sum(f * copy[m] for m, f in done), label or "-"))
     return steps
 
 
@@ -393,10 +398,7 @@ def prefill(
     copy2 = {k: smc_seconds(host, peak, b, host.ddb_threads) for k, b in nbytes.items()}
     copy4 = {k: smc_seconds(host, peak, b, host.owr_threads) for k, b in nbytes.items()}
     parts = PREFILL_MODELS[way](compute, copy2, copy4, spec.layers)
-    if backend is not None:
-        head = pim_gemv_seconds(backend, spec.vocab_size, spec.hidden) if spec.vocab_size else 0.0
-    else:
-        head = gemv_cost(full, 1, spec.hidden, spec.vocab_size).seconds if spec.vocab_size else 0.0
+    head = lm_head_seconds(spec, full, backend)
     gemm = spec.layers * sum(v for k, v in compute.items() if k != ATTENTION)
     parts.update(
         gemm_s=gemm,
