@@ -67,6 +67,7 @@ __all__ = [
     "pim_gemv_seconds",
     "prefill",
     "smc_seconds",
+    "table2",
 ]
 
 SHERPA_DIR = CONFIG_DIR / "sherpa"
@@ -408,6 +409,15 @@ def prefill(
     )
     parts["tokens_per_s"] = sl / parts["ttft_s"]
     return parts
+
+
+def table2(sl: int, flop_per_byte: float) -> dict[str, float]:
+    """Table 2's analytic model (3.3), in units of ``t``, one read of the weights: GEMM
+    ``max(1, SL / (FLOP/B)) t``, online rearrangement ``3 t``, and SUM (serial) and MAX
+    (overlapped) relative to GEMM alone."""
+    gemm = max(1.0, sl / flop_per_byte)
+    return {"gemm_t": gemm, "online_t": 3.0, "sum_vs_gemm": (gemm + 3) / gemm,
+            "max_vs_gemm": max(gemm, 3.0) / gemm}  # fmt: skip
 
 
 def end_to_end(ttft: float, decode_step: list[float]) -> float:

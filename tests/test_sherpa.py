@@ -29,6 +29,7 @@ from sim.sherpa_timing import (
     load_sherpa_host,
     pim_gemv_seconds,
     smc_seconds,
+    table2,
 )
 from tests.helpers import run_cli
 
@@ -256,3 +257,12 @@ def test_host_preset_refusals(tmp_path):
         load_sherpa_host(bad)
     with pytest.raises(SherpaError, match="unknown sherpa host 'nope'"):
         load_sherpa_host("nope")
+
+
+def test_table2_is_the_papers():
+    """At FLOP/B = 4, Table 2's SUM and MAX rows: 400/300% (SL 1-4), 250/150 (8), 175/100 (16),
+    138 (32), 119 (64), 109 (128), 106% (192)."""
+    got = [(round(100 * table2(sl, 4)["sum_vs_gemm"]), round(100 * table2(sl, 4)["max_vs_gemm"]))
+           for sl in (1, 4, 8, 16, 32, 64, 128, 192)]  # fmt: skip
+    assert got == [(400, 300), (400, 300), (250, 150), (175, 100), (138, 100), (119, 100),
+                   (109, 100), (106, 100)]  # fmt: skip

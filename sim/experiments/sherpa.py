@@ -49,6 +49,7 @@ from sim.sherpa_timing import (
     load_sherpa_host,
     prefill,
     smc_seconds,
+    table2,
 )
 
 __all__ = [
@@ -250,6 +251,11 @@ def timing(
             "nc_gemm_s": nc + base["attention_s"] + base["lm_head_s"],
             "paper_nc_gemm_s": paper.get("nc_gemm_s", {}).get(sl),
         }
+        fpb = host_dev.peak_flops(host_dev.compute.precision) / host_dev.bandwidth
+        row["table2"] = {"flop_per_byte": fpb, **table2(sl, fpb)}
+        facil = prefill(Prefill.DIRECT, spec, host, sl, backend)["ttft_s"]
+        for key, way in (("owr_vs_facil", Prefill.ONLINE), ("ddb_vs_facil", Prefill.DOUBLE_BUFFER)):
+            row["table2"][key] = prefill(way, spec, host, sl, backend)["ttft_s"] / facil
         row["decode"] = {
             "pim": decode_seconds(spec, host_dev, sl, backend),
             "host": decode_seconds(spec, host_dev, sl, None),
@@ -318,6 +324,17 @@ def format_timing(t: dict[str, Any]) -> str:
         lines.append(
             f"{c['sl']:>5} {c['out']:>5} {c['host_only_s']:>10.2f} "
             + " ".join(f"{c[k]['seconds']:>9.2f} ({c[k]['speedup']:>4.2f}x)" for k in keys)
+        )
+    fpb = t["rows"][0]["table2"]["flop_per_byte"]
+    lines.append(
+        f"Table 2 (analytic, FLOP/B {fpb:.2f}) beside the model: TTFT relative to GEMM alone"
+    )
+    lines.append(f"{'SL':>5} {'SUM':>7} {'S-OWR':>7} {'MAX':>7} {'S-DDB':>7}")
+    for row in t["rows"]:
+        x = row["table2"]
+        lines.append(
+            f"{row['sl']:>5} {x['sum_vs_gemm']:>7.0%} {x['owr_vs_facil']:>7.0%} "
+            f"{x['max_vs_gemm']:>7.0%} {x['ddb_vs_facil']:>7.0%}"
         )
     lines.append("Fig. 13, one weight copy: C-GEMM vs NC-GEMM TTFT")
     for row in t["rows"]:
