@@ -237,14 +237,16 @@ def _gemv_cycles(backend: str, dout: int, din: int) -> tuple[int, int]:
     """(cycles, slices) of ``W (dout x din) @ x`` on every channel of ``backend``: the fewest
     equal output slices whose weights fit the PIM rows, each slice's stream timed."""
     cfg = load_backend(backend)
+    try:
+        gemv_layout(cfg, 1, din)  # anything wrong but the size is wrong for every slice
+    except PimGemvError as exc:
+        raise SherpaError(str(exc)) from None
     for parts in range(1, dout + 1):
         rows = -(-dout // parts)
         try:
             gemv_layout(cfg, rows, din)
-        except PimGemvError as exc:
-            if "trigger PIM" not in str(exc):
-                raise SherpaError(str(exc)) from None
-            continue
+        except PimGemvError:
+            continue  # too many weight rows per bank: one more slice
         last = dout - (parts - 1) * rows
         cycles = (parts - 1) * time_stream(cfg, lower_gemv(cfg, rows, din).stream).cycles
         cycles += time_stream(cfg, lower_gemv(cfg, last, din).stream).cycles

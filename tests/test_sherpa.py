@@ -266,3 +266,16 @@ def test_table2_is_the_papers():
            for sl in (1, 4, 8, 16, 32, 64, 128, 192)]  # fmt: skip
     assert got == [(400, 300), (400, 300), (250, 150), (175, 100), (138, 100), (119, 100),
                    (109, 100), (106, 100)]  # fmt: skip
+
+
+def test_a_gemv_too_big_for_the_pim_rows_runs_in_slices():
+    """Llama 3.2 3B's LM head needs 6,056 rows per bank (> 4,096 PIM rows): two GEMVs of
+    64,128 rows, each fitting, timed one after the other."""
+    from compiler.pim_gemv import PimGemvError, gemv_layout
+    from sim.sherpa_timing import _gemv_cycles
+
+    with pytest.raises(PimGemvError, match="6,056 rows"):
+        gemv_layout(LP5X, 128256, 3072)
+    cycles, parts = _gemv_cycles("lpddr5x-pim", 128256, 3072)
+    assert parts == 2
+    assert cycles == 2 * _gemv_cycles("lpddr5x-pim", 64128, 3072)[0]

@@ -467,7 +467,12 @@ def run(args: argparse.Namespace) -> int:
         if "timeline" in plots:
             plots["timeline"] = plot_timeline(timed, plots["timeline"])
     if args.json:
-        out = {**result, "provenance": provenance(args, model=asdict(spec), layout=asdict(layout))}
+        extra: dict[str, Any] = {"model": asdict(spec), "layout": asdict(layout)}
+        if timed is not None:
+            host = load_sherpa_host(args.host)
+            extra["host"] = asdict(host)
+            extra["backend"] = asdict(load_backend(host.backend))
+        out = {**result, "provenance": provenance(args, **extra)}
         if timed is not None:
             out["timing"] = timed
         out.update({k: str(v) for k, v in plots.items()})
