@@ -279,3 +279,19 @@ def test_a_gemv_too_big_for_the_pim_rows_runs_in_slices():
     cycles, parts = _gemv_cycles("lpddr5x-pim", 128256, 3072)
     assert parts == 2
     assert cycles == 2 * _gemv_cycles("lpddr5x-pim", 64128, 3072)[0]
+
+
+def test_end_to_end_is_ttft_plus_decode_steps(capsys):
+    """End-to-end = TTFT + one decode step per further token at its context, and the speedup
+    is the host-only system's end-to-end over the strategy's."""
+    code, out, _ = run_cli(capsys, "sherpa", "--sl", "16", "--out-len", "4", "--strategy",
+                           "facil", "--json")  # fmt: skip
+    assert code == 0
+    d = json.loads(out)["timing"]
+    spec, dev = load_model("llama-3.2-1b"), load_xpu("pimsherpa-cpu")
+    row, cell = d["rows"][0], d["end_to_end"][0]
+    pim = sum(decode_seconds(spec, dev, 16 + t, LP5X)["total_s"] for t in (1, 2, 3))
+    host = sum(decode_seconds(spec, dev, 16 + t, None)["total_s"] for t in (1, 2, 3))
+    assert cell["facil"]["seconds"] == pytest.approx(row["strategies"]["facil"]["ttft_s"] + pim)
+    assert cell["host_only_s"] == pytest.approx(row["host_only"]["ttft_s"] + host)
+    assert cell["facil"]["speedup"] == pytest.approx(cell["host_only_s"] / cell["facil"]["seconds"])
