@@ -19,13 +19,14 @@ from models.config import load_preset
 
 
 def test_shipped_backends_load() -> None:
-    assert available_backends() == ["aim", "attacc", "hbm-pim", "hbm-pim-hbm3"]
+    assert available_backends() == ["aim", "attacc", "hbm-pim", "hbm-pim-hbm3", "lpddr5x-pim"]
     kinds = {n: load_backend(n).kind for n in available_backends()}
     assert kinds == {
         "aim": BackendKind.AIM,
         "attacc": BackendKind.ATTACC,
         "hbm-pim": BackendKind.HBM_PIM,
         "hbm-pim-hbm3": BackendKind.HBM_PIM,
+        "lpddr5x-pim": BackendKind.HBM_PIM,
     }
 
 

@@ -12,8 +12,12 @@ need it (:mod:`models.layout`) and reports what each keeps in DRAM:
 - **S-OWR**: the PIM-aware copy and one cacheable buffer (4.3: "H x 4H, corresponding to the
   FF layer weight size").
 
-The PIM-aware copy pads each matrix on its own (``docs/sherpa.md``). Prefill/decode timing of
-the strategies (TTFT, tokens/s, Fig. 10-13) is not modelled yet.
+The PIM-aware copy pads each matrix on its own (``docs/sherpa.md``). With ``--sl 64,128,192``
+the command also times the strategies (:mod:`sim.sherpa_timing`): TTFT and prefill tokens/s
+per input length (Fig. 10), the SMC latencies, decode time per token on LPDDR5X-PIM, the
+end-to-end time and speedup over a host-only LPDDR5X system for every input x output length
+(Fig. 12), C-GEMM vs NC-GEMM (Fig. 13), and optionally plots: TTFT vs SL and the S-DDB
+timeline of one decoder layer (Fig. 11).
 """
 
 from __future__ import annotations
@@ -22,25 +26,51 @@ import argparse
 import json
 from dataclasses import asdict, dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from compiler.llm import ModelSpec, load_model, weight_matrices
+from models.backends import load_backend
+from models.fileio import pyplot, write_figure
 from models.layout import MemoryLayout, load_layout, pim_aware_shape
+from models.xpu_config import load_xpu
 from sim.cli import choice_names
 from sim.provenance import provenance
+from sim.report import parse_list, user_plot
+from sim.sherpa_timing import (
+    ATTENTION,
+    Prefill,
+    SherpaError,
+    available_hosts,
+    check_agreement,
+    decode_seconds,
+    end_to_end,
+    gemm_device,
+    load_sherpa_host,
+    prefill,
+    smc_seconds,
+    table2,
+)
 
 __all__ = [
+    "DEFAULT_HOST",
     "DEFAULT_LAYOUT",
+    "PAPER",
     "STRATEGIES",
     "Strategy",
     "StrategySpec",
     "add_arguments",
     "capacity",
     "format_capacity",
+    "format_timing",
+    "plot_timeline",
+    "plot_ttft",
     "run",
+    "timing",
 ]
 
 DEFAULT_LAYOUT = "lpddr5x-pim"
+DEFAULT_HOST = "galaxy-s24plus"
 
 
 class Strategy(StrEnum):
@@ -60,14 +90,24 @@ class StrategySpec:
     host_friendly_copy: bool
     buffers: int
     holds_qkvo: bool  # buffer 0 holds the layer's Q, K, V and O at once (DDB's preload)
+    prefill: Prefill  # how prefill gets host-friendly cacheable weights (sim.sherpa_timing)
 
 
 STRATEGIES: dict[Strategy, StrategySpec] = {
-    Strategy.WD: StrategySpec("WD", True, 0, False),
-    Strategy.FACIL: StrategySpec("FACIL-O", False, 0, False),
-    Strategy.DDB: StrategySpec("S-DDB", False, 2, True),
-    Strategy.OWR: StrategySpec("S-OWR", False, 1, False),
+    Strategy.WD: StrategySpec("WD", True, 0, False, Prefill.DIRECT),
+    Strategy.FACIL: StrategySpec("FACIL-O", False, 0, False, Prefill.DIRECT),
+    Strategy.DDB: StrategySpec("S-DDB", False, 2, True, Prefill.DOUBLE_BUFFER),
+    Strategy.OWR: StrategySpec("S-OWR", False, 1, False, Prefill.ONLINE),
 }
+
+#: The paper's numbers the report prints beside ours (seed 004, section 6): SMC latencies of
+#: the whole model (S-DDB with 2 threads, S-OWR with 4), S-OWR's 16.7 TPS at SL 192 on 3B,
+#: NC-GEMM's TTFT on 3B (Fig. 13).
+PAPER: dict[str, dict[str, Any]] = {
+    "llama-3.2-1b": {"smc_ddb_s": 0.89, "smc_owr_s": 0.6},
+    "llama-3.2-3b": {"smc_ddb_s": 2.54, "smc_owr_s": 1.4, "owr_tps_192": 16.7,
+                     "nc_gemm_s": {64: 148.0, 128: 332.0, 192: 458.0}},
+}  # fmt: skip
 
 
 def _buffer_bytes(spec: ModelSpec, holds_qkvo: bool) -> int:
@@ -84,7 +124,7 @@ def capacity(spec: ModelSpec, layout: MemoryLayout) -> dict[str, Any]:
     """DRAM bytes per strategy: host-friendly and PIM-aware weights, padding, buffers, and
     the saving against WD."""
     if spec.element_bytes != layout.element_bytes:
-        raise ValueError(
+        raise SherpaError(
             f"model {spec.name!r} has {spec.element_bytes}-byte weights; layout "
             f"{layout.name!r} holds {layout.element_bytes}-byte elements"
         )
@@ -148,6 +188,229 @@ def format_capacity(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _e2e(ttft: float, spec: ModelSpec, host_dev, backend, sl: int, out: int) -> float:
+    steps = [decode_seconds(spec, host_dev, sl + t, backend)["total_s"] for t in range(1, out)]
+    return end_to_end(ttft, steps)
+
+
+def timing(
+    spec: ModelSpec,
+    host_name: str,
+    sls: list[int],
+    outs: list[int],
+    strategies: list[Strategy] | None = None,
+) -> dict[str, Any]:
+    """TTFT, tokens/s, SMC latency, decode per token, end-to-end time and speedup over the
+    host-only system, per strategy and input length ``sls`` (output lengths ``outs``)."""
+    for flag, values in (("--sl", sls), ("--out-len", outs)):
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise SherpaError(f"{flag} {v!r}: every length must be a positive integer")
+    host = load_sherpa_host(host_name)
+    backend, layout = load_backend(host.backend), load_layout(host.layout)
+    check_agreement(backend, layout)
+    if spec.element_bytes != layout.element_bytes:
+        raise SherpaError(
+            f"model {spec.name!r} has {spec.element_bytes}-byte weights; layout "
+            f"{layout.name!r} holds {layout.element_bytes}-byte elements"
+        )
+    host_dev = load_xpu(host.host_xpu)
+    chosen = strategies or list(Strategy)
+    peak = host_dev.memory.bandwidth_gbps
+    weight_bytes = spec.layers * sum(o * i for o, i in weight_matrices(spec).values())
+    weight_bytes *= spec.element_bytes
+    gemm_cores = sum(c.gemm for c in host.cores)
+    paper = PAPER.get(spec.name, {})
+    smc = {
+        "weight_bytes": weight_bytes,
+        "ddb_threads": host.ddb_threads,
+        "ddb_s": smc_seconds(host, peak, weight_bytes, host.ddb_threads),
+        "owr_threads": host.owr_threads,
+        "owr_s": smc_seconds(host, peak, weight_bytes, host.owr_threads),
+        "paper_ddb_s": paper.get("smc_ddb_s"),
+        "paper_owr_s": paper.get("smc_owr_s"),
+    }
+    rows = []
+    for sl in sls:
+        row: dict[str, Any] = {"sl": sl, "strategies": {}}
+        for st in chosen:
+            r = prefill(STRATEGIES[st].prefill, spec, host, sl, backend)
+            steps = r.pop("steps", None)
+            row["strategies"][st.value] = {"label": STRATEGIES[st].label, **r}
+            if steps is not None:
+                row["ddb_layer"] = [
+                    {"step": x.name, "compute_s": x.compute_s, "copy_s": x.copy_s,
+                     "copies": x.copies, "critical": x.critical}
+                    for x in steps
+                ]  # fmt: skip
+        base = prefill(Prefill.DIRECT, spec, host, sl, None)
+        row["host_only"] = base
+        nc = sl * weight_bytes / (host.copy_fraction(gemm_cores) * peak * 1e9)
+        row["fig13"] = {
+            "c_gemm_s": base["ttft_s"],
+            "nc_gemm_s": nc + base["attention_s"] + base["lm_head_s"],
+            "paper_nc_gemm_s": paper.get("nc_gemm_s", {}).get(sl),
+        }
+        fpb = host_dev.peak_flops(host_dev.compute.precision) / host_dev.bandwidth
+        row["table2"] = {"flop_per_byte": fpb, **table2(sl, fpb)}
+        facil = prefill(Prefill.DIRECT, spec, host, sl, backend)["ttft_s"]
+        for key, way in (("owr_vs_facil", Prefill.ONLINE), ("ddb_vs_facil", Prefill.DOUBLE_BUFFER)):
+            row["table2"][key] = prefill(way, spec, host, sl, backend)["ttft_s"] / facil
+        row["decode"] = {
+            "pim": decode_seconds(spec, host_dev, sl, backend),
+            "host": decode_seconds(spec, host_dev, sl, None),
+        }
+        rows.append(row)
+    e2e = []
+    for row in rows:
+        sl = row["sl"]
+        for out in outs:
+            base = _e2e(row["host_only"]["ttft_s"], spec, host_dev, None, sl, out)
+            cell: dict[str, Any] = {"sl": sl, "out": out, "host_only_s": base}
+            for key, r in row["strategies"].items():
+                t = _e2e(r["ttft_s"], spec, host_dev, backend, sl, out)
+                cell[key] = {"seconds": t, "speedup": base / t}
+            e2e.append(cell)
+    dev = gemm_device(host)
+    return {
+        "model": spec.name,
+        "host": host.name,
+        "backend": backend.name,
+        "gemm_cores": gemm_cores,
+        "gemm_peak_gflops": dev.peak_flops(dev.compute.precision) / 1e9,
+        "smc": smc,
+        "rows": rows,
+        "end_to_end": e2e,
+        "paper": paper,
+    }
+
+
+def format_timing(t: dict[str, Any]) -> str:
+    """Text tables of :func:`timing`."""
+    smc = t["smc"]
+
+    def vs(ours: float, theirs: float | None) -> str:
+        return f"{ours:.3f} s" + (f" (paper {theirs:g} s)" if theirs else "")
+
+    lines = [
+        "",
+        f"Timing on {t['backend']} with host {t['host']} ({t['gemm_cores']} GEMM cores, "
+        f"{t['gemm_peak_gflops']:.0f} GFLOPS peak):",
+        f"SMC of all layers' weights ({smc['weight_bytes'] / 1e9:.2f} GB): "
+        f"{smc['ddb_threads']} threads {vs(smc['ddb_s'], smc['paper_ddb_s'])}, "
+        f"{smc['owr_threads']} threads {vs(smc['owr_s'], smc['paper_owr_s'])}",
+    ]
+    keys = list(t["rows"][0]["strategies"])
+    labels = [t["rows"][0]["strategies"][k]["label"] for k in keys]
+    lines.append("TTFT s (prefill tokens/s):")
+    lines.append(f"{'SL':>5} " + " ".join(f"{x:>16}" for x in [*labels, "host-only"]))
+    for row in t["rows"]:
+        cells = [row["strategies"][k] for k in keys] + [row["host_only"]]
+        lines.append(
+            f"{row['sl']:>5} "
+            + " ".join(f"{c['ttft_s']:>8.3f} ({c['tokens_per_s']:>5.1f})" for c in cells)
+        )
+    lines.append("decode ms per token at context SL (PIM GEMVs + LM head + host attention):")
+    for row in t["rows"]:
+        p, h = row["decode"]["pim"], row["decode"]["host"]
+        lines.append(
+            f"{row['sl']:>5}  PIM {1e3 * p['total_s']:.2f} ms (GEMV {1e3 * p['gemv_s']:.2f}, "
+            f"LM head {1e3 * p['lm_head_s']:.2f}, attention {1e3 * p['attention_s']:.3f}); "
+            f"host-only {1e3 * h['total_s']:.2f} ms ({h['total_s'] / p['total_s']:.2f}x)"
+        )
+    lines.append("end-to-end s (speedup over host-only):")
+    lines.append(f"{'in':>5} {'out':>5} {'host-only':>10} " + " ".join(f"{x:>17}" for x in labels))
+    for c in t["end_to_end"]:
+        lines.append(
+            f"{c['sl']:>5} {c['out']:>5} {c['host_only_s']:>10.2f} "
+            + " ".join(f"{c[k]['seconds']:>9.2f} ({c[k]['speedup']:>4.2f}x)" for k in keys)
+        )
+    fpb = t["rows"][0]["table2"]["flop_per_byte"]
+    lines.append(
+        f"Table 2 (analytic, FLOP/B {fpb:.2f}) beside the model: TTFT relative to GEMM alone"
+    )
+    lines.append(f"{'SL':>5} {'SUM':>7} {'S-OWR':>7} {'MAX':>7} {'S-DDB':>7}")
+    for row in t["rows"]:
+        x = row["table2"]
+        lines.append(
+            f"{row['sl']:>5} {x['sum_vs_gemm']:>7.0%} {x['owr_vs_facil']:>7.0%} "
+            f"{x['max_vs_gemm']:>7.0%} {x['ddb_vs_facil']:>7.0%}"
+        )
+    lines.append("Fig. 13, one weight copy: C-GEMM vs NC-GEMM TTFT")
+    for row in t["rows"]:
+        f = row["fig13"]
+        p = f" (paper {f['paper_nc_gemm_s']:g} s)" if f["paper_nc_gemm_s"] else ""
+        lines.append(
+            f"{row['sl']:>5}  C-GEMM {f['c_gemm_s']:.2f} s, NC-GEMM {f['nc_gemm_s']:.2f} s{p}"
+        )
+    if any("ddb_layer" in r for r in t["rows"]):
+        lines.append("S-DDB, one decoder layer (ms): step  compute  copy  [copies]  critical")
+        for row in t["rows"]:
+            if "ddb_layer" not in row:
+                continue
+            lines.append(f"  SL {row['sl']}:")
+            for x in row["ddb_layer"]:
+                lines.append(
+                    f"    {x['step']:<9} {1e3 * x['compute_s']:>8.2f} {1e3 * x['copy_s']:>8.2f}"
+                    f"  [{x['copies']}]  {x['critical']}"
+                )
+    return "\n".join(lines)
+
+
+def plot_ttft(t: dict[str, Any], path: Path) -> Path:
+    """TTFT vs input length per strategy and the host-only system (Fig. 10 shape)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    sls = [r["sl"] for r in t["rows"]]
+    for key in t["rows"][0]["strategies"]:
+        label = t["rows"][0]["strategies"][key]["label"]
+        ax.plot(sls, [r["strategies"][key]["ttft_s"] for r in t["rows"]], "o-", label=label)
+    ax.plot(sls, [r["host_only"]["ttft_s"] for r in t["rows"]], "k:", label="host-only")
+    ax.set_xlabel("input sequence length (tokens)")
+    ax.set_ylabel("TTFT (s)")
+    ax.set_title(f"PIM-SHERPA TTFT, {t['model']} on {t['backend']} ({t['host']})")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return write_figure(fig, path)
+
+
+def plot_timeline(t: dict[str, Any], path: Path) -> Path:
+    """S-DDB's copy and compute thread groups over one decoder layer, one panel per input
+    length (Fig. 11 shape); the critical bar of each step is dark."""
+    rows = [r for r in t["rows"] if "ddb_layer" in r]
+    if not rows:
+        raise SherpaError("--timeline needs the S-DDB strategy (--strategy ddb)")
+    plt = pyplot()
+    fig, axes = plt.subplots(len(rows), 1, figsize=(9, 1.8 + 1.4 * len(rows)), squeeze=False)
+    colours = {"copy": ("#9ecae1", "#08519c"), "compute": ("#bcbddc", "#54278f")}
+    for ax, row in zip(axes[:, 0], rows, strict=True):
+        start = 0.0
+        for x in row["ddb_layer"]:
+            for y, who in ((1, "copy"), (0, "compute")):
+                dur = 1e3 * x[f"{who}_s"]
+                colour = colours[who][x["critical"] == who]
+                ax.barh(y, dur, left=start, color=colour, edgecolor="white")
+            if x["step"] != ATTENTION:  # too short to label
+                ax.text(start, 1.45, x["step"].upper(), fontsize=7)
+            start += 1e3 * max(x["compute_s"], x["copy_s"])
+        ax.set_yticks([0, 1], [f"compute ({t['gemm_cores']} threads)",
+                               f"copy ({t['smc']['ddb_threads']} threads)"])  # fmt: skip
+        ax.set_ylim(-0.6, 1.8)
+        ax.set_title(f"SL {row['sl']}", fontsize=9)
+        ax.set_xlabel("time in the layer (ms)")
+    handles = [
+        plt.Rectangle((0, 0), 1, 1, color=colours["copy"][1]),
+        plt.Rectangle((0, 0), 1, 1, color=colours["compute"][1]),
+        plt.Rectangle((0, 0), 1, 1, color=colours["copy"][0]),
+    ]
+    axes[0, 0].legend(handles, ["copy (critical)", "compute (critical)", "not critical"],
+                      fontsize=7, loc="lower right")  # fmt: skip
+    fig.suptitle(f"S-DDB timeline of one decoder layer, {t['model']} ({t['host']})")
+    fig.tight_layout()
+    return write_figure(fig, path)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``sherpa`` subcommand's options."""
     p.add_argument("--model", default="llama-3.2-1b", help="model preset (default llama-3.2-1b)")
@@ -160,6 +423,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         help="report only these strategies (repeatable; default all)",
     )
+    p.add_argument(
+        "--sl", default=None, help="input lengths to time, comma-separated (e.g. 64,128,192)"
+    )
+    p.add_argument(
+        "--out-len", default=None, help="output lengths for end-to-end time (default: --sl's)"
+    )
+    p.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"host preset ({', '.join(available_hosts())}) or a .toml path",
+    )
+    p.add_argument("--plot", type=Path, default=None, help="write TTFT vs SL here (with --sl)")
+    p.add_argument(
+        "--timeline", type=Path, default=None, help="write the S-DDB layer timeline here"
+    )
+    p.add_argument("--force", action="store_true", help="replace existing plot files")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -170,16 +449,38 @@ def run(args: argparse.Namespace) -> int:
     if args.strategy:
         keep = set(args.strategy)
         result["strategies"] = {k: v for k, v in result["strategies"].items() if k in keep}
+    if args.sl is None and (args.out_len or args.plot or args.timeline):
+        raise SherpaError("--out-len, --plot and --timeline need --sl (the input lengths)")
+    plots = {}
+    if args.plot is not None:
+        plots["plot"] = user_plot(args.plot, args.plot, args.force)
+    if args.timeline is not None:
+        plots["timeline"] = user_plot(args.timeline, args.timeline, args.force)
+    timed = None
+    if args.sl is not None:
+        sls = parse_list("--sl", args.sl, int, SherpaError)
+        outs = parse_list("--out-len", args.out_len, int, SherpaError) if args.out_len else sls
+        chosen = [Strategy(s) for s in dict.fromkeys(args.strategy or [])] or None
+        timed = timing(spec, args.host, sls, outs, chosen)
+        if "plot" in plots:
+            plots["plot"] = plot_ttft(timed, plots["plot"])
+        if "timeline" in plots:
+            plots["timeline"] = plot_timeline(timed, plots["timeline"])
     if args.json:
-        print(
-            json.dumps(
-                {
-                    **result,
-                    "provenance": provenance(args, model=asdict(spec), layout=asdict(layout)),
-                },
-                indent=2,
-            )
-        )
+        extra: dict[str, Any] = {"model": asdict(spec), "layout": asdict(layout)}
+        if timed is not None:
+            host = load_sherpa_host(args.host)
+            extra["host"] = asdict(host)
+            extra["backend"] = asdict(load_backend(host.backend))
+        out = {**result, "provenance": provenance(args, **extra)}
+        if timed is not None:
+            out["timing"] = timed
+        out.update({k: str(v) for k, v in plots.items()})
+        print(json.dumps(out, indent=2))
     else:
         print(format_capacity(result))
+        if timed is not None:
+            print(format_timing(timed))
+        for k, v in plots.items():
+            print(f"{k}: {v}")
     return 0
