@@ -122,6 +122,11 @@ COMMANDS: tuple[Command, ...] = (
         "one decode step, NPU+AiM vs LibraPIM (batch pipelining + DBO), simulated vs predicted",
         "sim.experiments.librapim",
     ),
+    Command(
+        "librapim-fig19",
+        "LibraPIM Fig. 19 shape: four systems' speedup over NPU+AiM, batch x input length",
+        "sim.experiments.librapim_fig19",
+    ),
     Command("rtl", "write the Verilog of every RTL block (build/rtl/)", "sim.eda.verilog"),
     Command("area", "Yosys synthesis of every RTL block: cells, flip-flops", "sim.eda.area"),
     Command(
