@@ -125,7 +125,7 @@ def test_tensor_parallel_shapes_gpt3():
 
 
 def test_registry_has_the_four_systems_of_6_1():
-    assert list(SYSTEMS) == ["npu+aim", "attacc", "neupims", "librapim"]
+    assert list(SYSTEMS) == ["npu+aim", "attacc", "neupims", "librapim", "librapim-best"]
     flags = {
         s: (r.serial, r.head_pipelining, r.ffn_coprocessing, r.dbo) for s, r in SYSTEMS.items()
     }
@@ -134,6 +134,7 @@ def test_registry_has_the_four_systems_of_6_1():
         System.ATTACC: (True, True, True, False),
         System.NEUPIMS: (False, False, False, False),
         System.LIBRAPIM: (False, False, False, True),
+        System.LIBRAPIM_BEST: (False, False, False, True),
     }
 
 
@@ -216,6 +217,16 @@ def test_small_batch_groups_run_their_ffn_on_pim(hbm2):
     assert lib.ops["ffn1"] == lib.ops["ffn2"] == 0  # no FFN left on the xPU
 
 
+def test_best_offload_is_never_slower_than_no_offload(hbm2):
+    """m = 0 (NeuPIMs-like) is one of librapim-best's candidates: 0, 16, 32 at groups of 32."""
+    spec, xpu = load_model("llm-1.8b"), load_xpu("librapim-npu")
+    systems = run_librapim(spec, hbm2, xpu, (512,) * 64, systems=("neupims", "librapim-best"))
+    best = systems["librapim-best"]
+    assert best.cycles <= systems["neupims"].cycles
+    assert {d["case"] for d in best.decisions} == {"best-offload"}
+    assert best.decisions[0]["m"] in (0, 16, 32)
+
+
 def test_bad_inputs_are_specific_errors(hbm2):
     spec, xpu = load_model("llm-1.8b"), load_xpu("librapim-npu")
     with pytest.raises(DecodeError, match=r"batch = 0: give at least one request"):
@@ -249,7 +260,7 @@ def test_cli_workload_step_json(capsys):
     report = json.loads(out)
     prompts = sample_context_lengths(load_workload("alpaca"), 8, seed=3)
     assert report["max_context"] == int(prompts.max()) + 5  # prompt + 5 generated tokens
-    assert set(report["systems"]) == {"npu+aim", "attacc", "neupims", "librapim"}
+    assert set(report["systems"]) == {"npu+aim", "attacc", "neupims", "librapim", "librapim-best"}
     assert [d["case"] for d in report["systems"]["librapim"]["decisions"]] == ["small-batch"] * 2
 
 

@@ -14,6 +14,8 @@ model, the PIM channel TLM through :func:`sim.decode_step.step.attention_cycles`
   MACs concurrent), no offloading.
 * **librapim**: batch pipelining plus Algorithm 1's split per group
   (:func:`models.dbo.dynamic_batch_offload`).
+* **librapim-best**: an analysis row, not a paper system: LibraPIM with the FFN offload that
+  simulates fastest (how much any offloading rule could gain on this hardware).
 
 The system is ``tp`` such devices sharing every layer Megatron-style (each device: ``1/tp``
 of the heads and of the FC matrices), as the NeuPIMs simulator LibraPIM builds on runs
@@ -22,6 +24,7 @@ GPT3-175B (``n_tp = 8``); the step of one device is reported.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -73,12 +76,13 @@ DEFAULT_TP = 8
 
 
 class System(StrEnum):
-    """The four systems of LibraPIM 6.1."""
+    """The four systems of LibraPIM 6.1, and LibraPIM with the best offload (analysis)."""
 
     NPU_AIM = "npu+aim"
     ATTACC = "attacc"
     NEUPIMS = "neupims"
     LIBRAPIM = "librapim"
+    LIBRAPIM_BEST = "librapim-best"
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,9 @@ SYSTEMS: dict[System, SystemSpec] = {
         False, False, False, False, "batch pipelining, dual row buffers (concurrent reads)"
     ),
     System.LIBRAPIM: SystemSpec(False, False, False, True, "batch pipelining + DEX + DBO"),
+    System.LIBRAPIM_BEST: SystemSpec(
+        False, False, False, True, "LibraPIM, FFN offload chosen by simulation (not Algorithm 1)"
+    ),
 }
 
 
@@ -357,10 +364,16 @@ def _result(
 
 
 def _pipelined(
-    name: str, parts: _Parts, lengths: tuple[int, ...], groups: int, use_dbo: bool
+    name: str,
+    parts: _Parts,
+    lengths: tuple[int, ...],
+    groups: int,
+    use_dbo: bool,
+    fixed_m: int | None = None,
 ) -> LibrapimSystem:
     """NPU+AiM (``groups = 1``), NeuPIMs-like and LibraPIM: per group the layer chain on
-    :func:`~sim.decode_step.hetero.pipeline_schedule`."""
+    :func:`~sim.decode_step.hetero.pipeline_schedule`; ``fixed_m`` replaces Algorithm 1's
+    split by ``min(fixed_m, group)`` requests' FFN on PIM in every group."""
     spec, layers, e = parts.spec, parts.spec.layers, parts.spec.element_bytes
     model = dbo_model(spec)
     thr = dbo_throughput(parts.xpu, parts.hw, e, parts.tp)
@@ -371,6 +384,8 @@ def _pipelined(
         d = dynamic_batch_offload(model, thr, len(mb), max(mb))
         decisions.append(_decision_dict(d))
         m, n = (d.m, d.n) if use_dbo else (0, 0)
+        if fixed_m is not None:
+            m, n = min(fixed_m, len(mb)), 0
         if use_dbo:
             xpu_pred, pim_pred = xpu_pred + d.xpu_seconds, pim_pred + d.pim_seconds
         else:
@@ -413,6 +428,22 @@ def _pipelined(
         {dv: tl.busy(dv) for dv in ("xpu", "pim")},
         ops,
     )
+
+
+def _best_offload(
+    name: str, parts: _Parts, lengths: tuple[int, ...], groups: int
+) -> LibrapimSystem:
+    """LibraPIM with the FFN offload chosen by simulation: every ``m`` in multiples of the
+    banks up to ``Channel_PIM`` (in the Fig. 14 mode PIM's FFN time changes only at those
+    steps while the xPU's falls with every request), and ``m = 0``; the fastest step."""
+    banks, cap = parts.hw.channel.banks, parts.hw.module.channels
+    top = min(cap, max(len(g) for g in micro_batches(lengths, groups)))
+    ms = sorted({0, top, *range(banks, top + 1, banks)})
+    runs = [_pipelined(name, parts, lengths, groups, False, m) for m in ms]
+    best = min(range(len(ms)), key=lambda i: (runs[i].cycles, ms[i]))
+    for d in runs[best].decisions:
+        d.update(case="best-offload", m=min(ms[best], d["batch"]), n=0)
+    return dataclasses.replace(runs[best], predicted_seconds=float("nan"))
 
 
 def _flow(chunks: list[list[int]]) -> int:
@@ -527,6 +558,8 @@ def run_librapim(
         row = SYSTEMS[s]
         if row.head_pipelining:
             out[s] = _attacc(str(s), parts, lengths)
+        elif s == System.LIBRAPIM_BEST:
+            out[s] = _best_offload(str(s), parts, lengths, groups)
         else:
             out[s] = _pipelined(str(s), parts, lengths, 1 if row.serial else groups, row.dbo)
     return out
@@ -537,13 +570,13 @@ def format_librapim(systems: dict[str, LibrapimSystem]) -> str:
     devices' busy fractions and the DBO decision of each LibraPIM batch group."""
     base = systems["npu+aim"].step_seconds if "npu+aim" in systems else None
     lines = [
-        f"{'system':10s} {'groups':>6s} {'simulated ms':>13s} {'predicted ms':>13s} "
+        f"{'system':13s} {'groups':>6s} {'simulated ms':>13s} {'predicted ms':>13s} "
         f"{'tok/s':>9s} {'speedup':>8s} {'xPU busy':>9s} {'PIM busy':>9s}"
     ]
     for s in systems.values():
         speed = f"{base / s.step_seconds:7.2f}x" if base else f"{'-':>8s}"
         lines.append(
-            f"{s.name:10s} {s.groups:6d} {s.step_seconds * 1e3:13.3f} "
+            f"{s.name:13s} {s.groups:6d} {s.step_seconds * 1e3:13.3f} "
             f"{s.predicted_seconds * 1e3:13.3f} {s.tokens_per_s:9.1f} "
             f"{speed} {s.busy['xpu']:9.1%} {s.busy['pim']:9.1%}"
         )
