@@ -158,6 +158,8 @@ def plot_fig19(rows: list[dict[str, Any]], path: Path) -> Path:
     """Per model a panel of bars: speedup over NPU+AiM per (batch, input length), the paper's
     averages as dashed lines."""
     plt = pyplot()
+    from matplotlib.ticker import ScalarFormatter
+
     models = list(dict.fromkeys(r["model"] for r in rows))
     fig, axes = plt.subplots(len(models), 1, figsize=(11, 3.4 * len(models)), squeeze=False)
     w = 0.2
@@ -172,6 +174,9 @@ def plot_fig19(rows: list[dict[str, Any]], path: Path) -> Path:
                            label=f"{s} paper average {PAPER_SPEEDUP[s]:.2f}x")  # fmt: skip
         ax.axhline(1.0, color="black", lw=0.8)
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(ScalarFormatter())
+        ax.tick_params(axis="y", which="minor", labelsize=6)
         ax.set_xticks(list(xs), [f"{r['batch']}\n{r['context']}" for r in sel], fontsize=7)
         ax.set_xlabel("batch size / input length (tokens)")
         ax.set_ylabel("speedup over NPU+AiM (x, log)")
