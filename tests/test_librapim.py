@@ -4,6 +4,7 @@ steps and the Fig. 19 sweep (docs/librapim.md). Algorithm 1 itself: tests/test_d
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from sim.decode_step.librapim import (
     System,
     _flow,
     _Parts,
+    _pipelined,
     dbo_model,
     dbo_throughput,
     format_librapim,
@@ -127,14 +129,15 @@ def test_tensor_parallel_shapes_gpt3():
 def test_registry_has_the_four_systems_of_6_1():
     assert list(SYSTEMS) == ["npu+aim", "attacc", "neupims", "librapim", "librapim-best"]
     flags = {
-        s: (r.serial, r.head_pipelining, r.ffn_coprocessing, r.dbo) for s, r in SYSTEMS.items()
+        s: (r.serial, r.head_pipelining, r.ffn_coprocessing, r.dbo, r.dex)
+        for s, r in SYSTEMS.items()
     }
     assert flags == {
-        System.NPU_AIM: (True, False, False, False),
-        System.ATTACC: (True, True, True, False),
-        System.NEUPIMS: (False, False, False, False),
-        System.LIBRAPIM: (False, False, False, True),
-        System.LIBRAPIM_BEST: (False, False, False, True),
+        System.NPU_AIM: (True, False, False, False, False),
+        System.ATTACC: (True, True, True, False, False),
+        System.NEUPIMS: (False, False, False, False, False),
+        System.LIBRAPIM: (False, False, False, True, True),
+        System.LIBRAPIM_BEST: (False, False, False, True, True),
     }
 
 
@@ -213,16 +216,22 @@ def test_small_batch_groups_run_their_ffn_on_pim(hbm2):
     lib = systems["librapim"]
     assert [(d["case"], d["m"]) for d in lib.decisions] == [(DboCase.SMALL_BATCH, 4)] * 2
     parts = _Parts(spec, hbm2, xpu, 1, KernelCache(hbm2, "dcs", True))
-    assert lib.ops["pim_ffn"] == 2 * spec.layers * parts.pim_ffn_shared(4)
+    # DEX: the offloaded FFN stretches by the bank-slice TLM's factor at the xPU's read load
+    ffn = [math.ceil(parts.pim_ffn_shared(4) * d["dex_stretch"]) for d in lib.decisions]
+    assert lib.ops["pim_ffn"] == spec.layers * sum(ffn)
     assert lib.ops["ffn1"] == lib.ops["ffn2"] == 0  # no FFN left on the xPU
 
 
 def test_best_offload_is_never_slower_than_no_offload(hbm2):
-    """m = 0 (NeuPIMs-like) is one of librapim-best's candidates: 0, 16, 32 at groups of 32."""
+    """m = 0 (no offload, DEX banks) is one of librapim-best's candidates: 0, 16, 32 at
+    groups of 32."""
     spec, xpu = load_model("llm-1.8b"), load_xpu("librapim-npu")
-    systems = run_librapim(spec, hbm2, xpu, (512,) * 64, systems=("neupims", "librapim-best"))
-    best = systems["librapim-best"]
-    assert best.cycles <= systems["neupims"].cycles
+    lengths = (512,) * 64
+    best = run_librapim(spec, hbm2, xpu, lengths, systems=("librapim-best",))["librapim-best"]
+    cache = KernelCache(hbm2, "dcs", True, dpa=True, dpa_max_tokens=512)
+    parts = _Parts(spec, hbm2, xpu, 1, cache)
+    for m in (0, 16, 32):
+        assert best.cycles <= _pipelined("x", parts, lengths, 2, False, m, True).cycles
     assert {d["case"] for d in best.decisions} == {"best-offload"}
     assert best.decisions[0]["m"] in (0, 16, 32)
 
@@ -307,3 +316,38 @@ def test_paper_ordering_where_our_model_reproduces_it():
     c = {k: v.cycles for k, v in systems.items()}
     assert c["librapim"] <= c["neupims"] <= c["attacc"] <= c["npu+aim"]
     assert [d["case"] for d in systems["librapim"].decisions] == ["longer-ffn"] * 2
+
+
+def test_dex_stretch_comes_from_the_bank_slice_tlm(hbm2):
+    """Sliced banks: MACs and the xPU's weight reads proceed together (the PIM head issues
+    first, reads use the other partition); exclusive banks: MACs pause while any read is
+    pending, so a window of steady reads as long as the kernel doubles its time."""
+    spec, xpu = load_model("llm-1.8b"), load_xpu("librapim-npu")
+    parts = _Parts(spec, hbm2, xpu, 1, KernelCache(hbm2, "dcs", True))
+    assert parts.dex_stretch(256, 0.0, False) == 1.0
+    for load in (0.2, 0.85):
+        assert 1.0 <= parts.dex_stretch(256, load, True) < 1.03
+        assert 1.9 < parts.dex_stretch(256, load, False) < 2.2
+
+
+def test_slice_mode_changes_the_librapim_step_as_the_channel_model_predicts(hbm2):
+    spec, xpu = load_model("llm-1.8b"), load_xpu("librapim-npu")
+    hw = hbm2.replace(**{"module.channels": 2})
+    lengths = (1024,) * 8
+    runs = {
+        sliced: run_librapim(spec, hw, xpu, lengths, systems=("librapim",), slicing=sliced)[
+            "librapim"
+        ]
+        for sliced in (True, False)
+    }
+    parts = _Parts(spec, hw, xpu, 1, KernelCache(hw, "dcs", True, dpa=True, dpa_max_tokens=1024))
+    for sliced, run in runs.items():
+        qk = 0
+        for d in run.decisions:
+            assert d["sliced"] is sliced
+            assert d["dex_stretch"] == parts.dex_stretch(1024, d["xpu_read_load"], sliced)
+            on_pim = (1024,) * (d["batch"] - d["n"])
+            qk += math.ceil(parts.attention(on_pim)["qk"] * d["dex_stretch"])
+        assert run.ops["qk"] == spec.layers * qk
+    assert runs[False].cycles > runs[True].cycles  # exclusive banks: PIM twice as slow
+    assert runs[False].ops["qk"] > 1.8 * runs[True].ops["qk"]

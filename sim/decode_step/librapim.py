@@ -30,7 +30,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from compiler.kernels import gemv_max_batch
+import numpy as np
+
+from compiler.kernels import compile_kernel, gemv_max_batch
 from compiler.llm import LayerOp, ModelSpec, gemv_shapes
 from compiler.plan import (
     TP_SPLIT,
@@ -40,6 +42,7 @@ from compiler.plan import (
     micro_batches,
     split_evenly,
 )
+from models.bank_slice import HOST_READ_DTYPE, SliceConfig, empty_host_reads, run_bank_slice
 from models.config import HardwareConfig
 from models.dbo import DboDecision, DboModel, DboThroughput, dynamic_batch_offload
 from models.hub import link_cycles
@@ -87,28 +90,35 @@ class System(StrEnum):
 
 @dataclass(frozen=True)
 class SystemSpec:
-    """What one system does: batch groups (``None``: the ``groups`` argument), head-level
-    pipelining, FFN co-processing, DBO."""
+    """What one system does: serial or batch-pipelined, head-level pipelining, FFN
+    co-processing, DBO, and whether PIM and the xPU's weight reads share sliced banks (DEX:
+    PIM slowed as the bank-slice TLM says at the xPU's read load; otherwise no conflict)."""
 
     serial: bool
     head_pipelining: bool
     ffn_coprocessing: bool
     dbo: bool
+    dex: bool
     summary: str
 
 
 #: The registry (``docs/librapim.md`` quotes the paper for every row).
 SYSTEMS: dict[System, SystemSpec] = {
-    System.NPU_AIM: SystemSpec(True, False, False, False, "serial, exclusive bank access"),
+    System.NPU_AIM: SystemSpec(True, False, False, False, False, "serial, exclusive bank access"),
     System.ATTACC: SystemSpec(
-        True, True, True, False, "serial flow, head-level pipelining, FFN co-processing"
+        True, True, True, False, False, "serial flow, head-level pipelining, FFN co-processing"
     ),
     System.NEUPIMS: SystemSpec(
-        False, False, False, False, "batch pipelining, dual row buffers (concurrent reads)"
+        False, False, False, False, False, "batch pipelining, dual row buffers (concurrent reads)"
     ),
-    System.LIBRAPIM: SystemSpec(False, False, False, True, "batch pipelining + DEX + DBO"),
+    System.LIBRAPIM: SystemSpec(False, False, False, True, True, "batch pipelining + DEX + DBO"),
     System.LIBRAPIM_BEST: SystemSpec(
-        False, False, False, True, "LibraPIM, FFN offload chosen by simulation (not Algorithm 1)"
+        False,
+        False,
+        False,
+        True,
+        True,
+        "LibraPIM, FFN offload chosen by simulation (not Algorithm 1)",
     ),
 }
 
@@ -182,6 +192,7 @@ class _Parts:
     cache: KernelCache
     partitions: tuple[str, ...] = ATTENTION_PARTITIONS
     _att: dict = field(default_factory=dict)
+    _dex: dict = field(default_factory=dict)
     _ffn: dict = field(default_factory=dict)
 
     @property
@@ -265,6 +276,38 @@ class _Parts:
                 total += busiest
             self._ffn[key] = total
         return self._ffn[key]
+
+    def dex_stretch(self, tokens: int, load: float, sliced: bool) -> float:
+        """PIM slow-down when the xPU reads weights at ``load`` (fraction of the channel's bus)
+        during a PIM attention kernel of ``tokens`` (at most 1024) tokens, from the bank-slice
+        TLM (:func:`models.bank_slice.run_bank_slice`): the kernel's ``pim_cycles`` with the
+        reads over its span divided by without. Reads arrive every ``tCCD / load`` cycles,
+        interleaved over the banks (LibraPIM 5.3: weights "interleaved from the channel to
+        the bank")."""
+        load = round(min(1.0, max(0.0, load)), 2)
+        key = (min(tokens, 1024), load, sliced)
+        if key not in self._dex:
+            if load == 0.0:
+                self._dex[key] = 1.0
+                return 1.0
+            s = self.spec
+            prog = compile_kernel(
+                self.hw, "qk", tokens=key[0], d_h=s.head_dim, gqa_group=s.gqa_group
+            )
+            slicing = SliceConfig(sliced=sliced)
+            alone = run_bank_slice(prog.commands, empty_host_reads(0), self.hw, slicing)
+            spacing = self.hw.timing.tCCD / load
+            n = max(1, math.ceil(alone.pim_cycles / spacing))
+            k = np.arange(n)
+            banks, cols = self.hw.channel.banks, self.hw.channel.row_bytes // 32
+            reads = np.zeros(n, HOST_READ_DTYPE)
+            reads["bank"] = k % banks
+            reads["col"] = (k // banks) % cols
+            reads["row"] = (k // (banks * cols)) % slicing.weight_rows(self.hw)
+            reads["arrival"] = np.floor(k * spacing).astype(np.int64)
+            both = run_bank_slice(prog.commands, reads, self.hw, slicing)
+            self._dex[key] = both.pim_cycles / alone.pim_cycles
+        return self._dex[key]
 
     def xpu_attention(self, contexts: tuple[int, ...]) -> int:
         if not contexts:
@@ -370,10 +413,13 @@ def _pipelined(
     groups: int,
     use_dbo: bool,
     fixed_m: int | None = None,
+    dex: bool | None = None,
 ) -> LibrapimSystem:
     """NPU+AiM (``groups = 1``), NeuPIMs-like and LibraPIM: per group the layer chain on
     :func:`~sim.decode_step.hetero.pipeline_schedule`; ``fixed_m`` replaces Algorithm 1's
-    split by ``min(fixed_m, group)`` requests' FFN on PIM in every group."""
+    split by ``min(fixed_m, group)`` requests' FFN on PIM in every group. ``dex``: ``None``,
+    PIM and the xPU never conflict; ``True`` / ``False``, PIM's MAC-bound ops stretch by the
+    bank-slice TLM's factor with / without slicing at the group's xPU read load."""
     spec, layers, e = parts.spec, parts.spec.layers, parts.spec.element_bytes
     model = dbo_model(spec)
     thr = dbo_throughput(parts.xpu, parts.hw, e, parts.tp)
@@ -402,6 +448,17 @@ def _pipelined(
             pim_ops = list(parts.attention(on_pim).items())
         if m:
             pim_ops.append(("pim_ffn", parts.pim_ffn_shared(m)))
+        if dex is not None:
+            xpu_cycles = sum(c for _, c in pre + post)
+            wbytes = sum(o * i for o, i in sharded_shapes(spec, parts.tp).values()) * e
+            load = wbytes / parts.hw.module.channels / max(1, xpu_cycles)
+            load /= parts.hw.module.io_bytes_per_cycle
+            stretch = parts.dex_stretch(max(mb), load, dex)
+            pim_ops = [
+                (op, math.ceil(c * stretch) if op in ("qk", "sv", "pim_ffn") else c)
+                for op, c in pim_ops
+            ]
+            decisions[-1].update(xpu_read_load=load, dex_stretch=stretch, sliced=dex)
         qkv_b = parts.qkv_bytes(len(on_pim)) + m * spec.hidden * e  # FFN inputs go too
         out_b = parts.out_bytes(len(on_pim)) + m * spec.hidden * e
         xpu_t.append([pre] + [post + pre] * (layers - 1) + [post])
@@ -431,7 +488,7 @@ def _pipelined(
 
 
 def _best_offload(
-    name: str, parts: _Parts, lengths: tuple[int, ...], groups: int
+    name: str, parts: _Parts, lengths: tuple[int, ...], groups: int, dex: bool | None
 ) -> LibrapimSystem:
     """LibraPIM with the FFN offload chosen by simulation: every ``m`` in multiples of the
     banks up to ``Channel_PIM`` (in the Fig. 14 mode PIM's FFN time changes only at those
@@ -439,7 +496,7 @@ def _best_offload(
     banks, cap = parts.hw.channel.banks, parts.hw.module.channels
     top = min(cap, max(len(g) for g in micro_batches(lengths, groups)))
     ms = sorted({0, top, *range(banks, top + 1, banks)})
-    runs = [_pipelined(name, parts, lengths, groups, False, m) for m in ms]
+    runs = [_pipelined(name, parts, lengths, groups, False, m, dex) for m in ms]
     best = min(range(len(ms)), key=lambda i: (runs[i].cycles, ms[i]))
     for d in runs[best].decisions:
         d.update(case="best-offload", m=min(ms[best], d["batch"]), n=0)
@@ -521,10 +578,12 @@ def run_librapim(
     tp: int = 1,
     systems: tuple[str, ...] | None = None,
     partitions: tuple[str, ...] = ATTENTION_PARTITIONS,
+    slicing: bool = True,
 ) -> dict[str, LibrapimSystem]:
     """Time one decode step of ``lengths`` on each of ``systems`` (default all of
     :data:`SYSTEMS`), ``tp`` devices sharing every layer; keys are the system names.
-    PIM attention uses the fastest of ``partitions`` that maps.
+    PIM attention uses the fastest of ``partitions`` that maps. ``slicing``: the DEX systems'
+    banks are sliced (default) or, for the comparison, exclusive as in plain AiM.
 
     Capacity is not checked (the paper's 16 GB does not hold the KV of its large points).
     """
@@ -556,12 +615,14 @@ def run_librapim(
     out: dict[str, LibrapimSystem] = {}
     for s in chosen:
         row = SYSTEMS[s]
+        dex = slicing if row.dex else None
         if row.head_pipelining:
             out[s] = _attacc(str(s), parts, lengths)
         elif s == System.LIBRAPIM_BEST:
-            out[s] = _best_offload(str(s), parts, lengths, groups)
+            out[s] = _best_offload(str(s), parts, lengths, groups, dex)
         else:
-            out[s] = _pipelined(str(s), parts, lengths, 1 if row.serial else groups, row.dbo)
+            groups_s = 1 if row.serial else groups
+            out[s] = _pipelined(str(s), parts, lengths, groups_s, row.dbo, None, dex)
     return out
 
 

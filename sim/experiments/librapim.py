@@ -52,6 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=list(SYSTEMS),
         help="system to time (repeatable; default all four)",
     )
+    parser.add_argument(
+        "--no-dex",
+        action="store_true",
+        help="LibraPIM's banks exclusive (plain AiM) instead of sliced (bank-slice TLM)",
+    )
     parser.add_argument("--sched", choices=choice_names(SCHEDULERS), default="dcs")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -81,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         args.sched,
         args.tp,
         tuple(args.system) if args.system else None,
+        slicing=not args.no_dex,
     )
     if args.json:
         out = {
