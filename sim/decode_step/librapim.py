@@ -450,7 +450,11 @@ def _pipelined(
             pim_ops.append(("pim_ffn", parts.pim_ffn_shared(m)))
         if dex is not None:
             xpu_cycles = sum(c for _, c in pre + post)
-            wbytes = sum(o * i for o, i in sharded_shapes(spec, parts.tp).values()) * e
+            read = [LayerOp.QKV, LayerOp.PROJ] + (
+                [LayerOp.FFN1, LayerOp.FFN2] if m < len(mb) else []
+            )
+            shapes = sharded_shapes(spec, parts.tp)
+            wbytes = sum(shapes[op][0] * shapes[op][1] for op in read) * e  # what the xPU reads
             load = wbytes / parts.hw.module.channels / max(1, xpu_cycles)
             load /= parts.hw.module.io_bytes_per_cycle
             stretch = parts.dex_stretch(max(mb), load, dex)
