@@ -13,7 +13,8 @@ model, the PIM channel TLM through :func:`sim.decode_step.step.attention_cycles`
 * **neupims**: batch pipelining over ``groups`` groups (dual row buffers: xPU reads and PIM
   MACs concurrent), no offloading.
 * **librapim**: batch pipelining plus Algorithm 1's split per group
-  (:func:`models.dbo.dynamic_batch_offload`).
+  (:func:`models.dbo.dynamic_batch_offload`), PIM slowed by the bank-slice TLM's factor at
+  the xPU's read load (DEX; ``slicing=False``: exclusive AiM banks).
 * **librapim-best**: an analysis row, not a paper system: LibraPIM with the FFN offload that
   simulates fastest (how much any offloading rule could gain on this hardware).
 
