@@ -17,7 +17,13 @@ from models.channel import SCHEDULERS
 from models.config import load_preset
 from models.xpu_config import load_xpu
 from sim.cli import SEED, bounded_int, choice_names
-from sim.decode_step.librapim import DEFAULT_TP, SYSTEMS, format_librapim, run_librapim
+from sim.decode_step.librapim import (
+    DEFAULT_TP,
+    SYSTEMS,
+    format_librapim,
+    run_librapim,
+    weights_per_device,
+)
 from sim.decode_step.setup import DecodeError
 from sim.workloads import generation_context_lengths, load_workload, sample_context_lengths
 
@@ -96,14 +102,16 @@ def run(args: argparse.Namespace) -> int:
             "batch": len(lengths),
             "max_context": max(lengths),
             "tp": args.tp,
+            "weight_bytes_per_device": weights_per_device(spec, args.tp),
             "systems": {k: dataclasses.asdict(v) for k, v in systems.items()},
         }
         json.dump(out, sys.stdout, indent=1)
         print()
         return 0
     print(
-        f"{spec.name} on {args.preset} + {args.xpu}, one of {args.tp} devices: batch "
-        f"{len(lengths)}, contexts {min(lengths)}..{max(lengths)} tokens"
+        f"{spec.name} on {args.preset} + {args.xpu}, one of {args.tp} devices "
+        f"({weights_per_device(spec, args.tp) / 1e9:.1f} GB of weights each, not checked): "
+        f"batch {len(lengths)}, contexts {min(lengths)}..{max(lengths)} tokens"
     )
     print(format_librapim(systems))
     return 0
