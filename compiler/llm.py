@@ -49,6 +49,7 @@ __all__ = [
     "load_model",
     "spec_from_hf_config",
     "to_kernel",
+    "weight_matrices",
 ]
 
 MODELS_DIR = CONFIG_DIR / "models"
@@ -470,6 +471,21 @@ def gemv_shapes(spec: ModelSpec) -> dict[LayerOp, tuple[int, int]]:
         LayerOp.FFN1: (spec.ffn1_dim, spec.hidden),
         LayerOp.FFN2: (spec.hidden, spec.intermediate),
     }
+
+
+def weight_matrices(spec: ModelSpec) -> dict[str, tuple[int, int]]:
+    """``(d_out, d_in)`` of every separate weight matrix of one decoder layer, as a framework
+    stores them (Q, K, V, O; FF0 gate, FF1 up, FF2 down for SwiGLU, or FF1 up, FF2 down), the
+    units a weight layout pads one by one (PIM-SHERPA 6). Their sum is :func:`gemv_shapes`'s."""
+    attn = spec.heads * spec.head_dim
+    kv = spec.kv_heads * spec.head_dim
+    mats = {"q": (attn, spec.hidden), "k": (kv, spec.hidden), "v": (kv, spec.hidden)}
+    mats["o"] = (spec.hidden, attn)
+    if spec.ffn == "swiglu":
+        mats["ff0"] = (spec.intermediate, spec.hidden)
+    mats["ff1"] = (spec.intermediate, spec.hidden)
+    mats["ff2"] = (spec.hidden, spec.intermediate)
+    return mats
 
 
 @dataclass(frozen=True)

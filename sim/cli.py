@@ -93,6 +93,11 @@ COMMANDS: tuple[Command, ...] = (
         "sim.decode_step.command",
     ),
     Command(
+        "serve",
+        "serve requests over time: arrivals, continuous batching, latency percentiles",
+        "sim.serving.command",
+    ),
+    Command(
         "gpu-compare",
         "PIM-only vs GPU-only throughput over capacity (LoL-PIM Fig. 9 shape)",
         "sim.experiments.gpu_compare",
@@ -126,6 +131,21 @@ COMMANDS: tuple[Command, ...] = (
         "librapim-fig19",
         "LibraPIM Fig. 19 shape: four systems' speedup over NPU+AiM, batch x input length",
         "sim.experiments.librapim_fig19",
+    ),
+    Command(
+        "sherpa",
+        "PIM-SHERPA: DRAM capacity of WD, FACIL-O, S-DDB and S-OWR (Fig. 9)",
+        "sim.experiments.sherpa",
+    ),
+    Command(
+        "pim-gemv",
+        "one GEMV on a command-level PIM back end (HBM-PIM; docs/dcc.md)",
+        "sim.pim_gemv",
+    ),
+    Command(
+        "sweep-run",
+        "a design-space sweep file, each point a Ray task, cached and resumable",
+        "sim.experiments.sweep_run",
     ),
     Command("rtl", "write the Verilog of every RTL block (build/rtl/)", "sim.eda.verilog"),
     Command("area", "Yosys synthesis of every RTL block: cells, flip-flops", "sim.eda.area"),

@@ -32,6 +32,7 @@ EXPECTED = {
     "P-fig17-256": Verdict.TREND,
     "P-fig15": Verdict.TREND,
     "P-fig17a": Verdict.REPRODUCED,
+    "P-fig16": Verdict.TREND,
     "P-fig20": Verdict.TREND,
     "L-fig4": Verdict.TREND,
     "L-fig11": Verdict.TREND,

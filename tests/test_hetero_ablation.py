@@ -13,6 +13,8 @@ from models.config import load_preset
 from models.xpu import gemm_cost, ring_allreduce_seconds
 from models.xpu_config import load_xpu
 from sim.decode_step.admission import queue_batches
+from sim.decode_step.hetero import SUB_BATCHES_AUTO, HeteroSetup, run_hetero_decode
+from sim.decode_step.setup import DecodeSetup
 from sim.experiments.ablation import STEPS
 from sim.experiments.hetero_ablation import (
     FIG14_CASES,
@@ -74,6 +76,31 @@ def test_dpa_enlarges_the_batch_and_each_step_gains(rows):
     # DPA's larger batch raises throughput more on xPU+PIM than the 7% it adds PIM-only
     # (docs/decode.md, Fig. 13a): the NPU's weight reads are shared by more requests.
     assert rows[3]["tokens_per_s"] > 1.2 * rows[2]["tokens_per_s"]
+
+
+def test_every_batch_equals_its_own_decode_run(rows):
+    """Kernels shared between the queue's batches change nothing: each batch's step is what
+    ``decode --system xpu+pim --sub-batches auto`` gives for that batch alone. (With DPA the
+    shared programs are encoded for the queue's longest context, not the batch's; the decode
+    times of a program's first commands do not depend on the length it was encoded for.)"""
+    spec, hw = load_model("llm-7b"), load_preset("pimphony-neupims")
+    queue = [int(t) for t in sample_context_lengths(load_workload("qmsum"), 24, 0)]
+    npus = tensor_parallel_xpu(NPU, 4)
+    label, partition, sched, memory = STEPS[3]
+    batches = queue_batches(spec, hw, 4, memory, queue)
+    assert len(batches) > 1 and max(batches[-1]) < max(queue)
+    alone = [
+        run_hetero_decode(
+            HeteroSetup(
+                DecodeSetup(spec, hw, b, tp=4, partition=partition, sched=sched, memory=memory),
+                npus,
+                SUB_BATCHES_AUTO,
+            )
+        ).step_seconds
+        for b in batches
+    ]
+    assert rows[3]["step"] == label
+    assert rows[3]["seconds"] == pytest.approx(sum(alone), rel=1e-12)
 
 
 def test_allreduce_sensitivity_by_hand(rows):

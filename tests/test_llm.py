@@ -40,9 +40,16 @@ EXPECTED = {
     # GPT-3 175B (Brown et al. 2020 Table 2.1; LibraPIM Table 2): GELU, one up projection
     "gpt3-175b": (96, 96, 96, 12288, 49152, 128, 2048, 50257),
     "gpt3-175b-4k": (96, 96, 96, 12288, 49152, 128, 4096, 50257),  # LibraPIM 6.1's 4096
+    # Llama 3.2 (PIM-SHERPA 5): SwiGLU, tied embeddings
+    "llama-3.2-1b": (16, 32, 8, 2048, 8192, 64, 131072, 128256),
+    "llama-3.2-3b": (28, 24, 8, 3072, 8192, 128, 131072, 128256),
+    # PIM-SHERPA Fig. 4
+    "qwen3-8b": (36, 32, 8, 4096, 12288, 128, 40960, 151936),
+    "gemma3-27b": (62, 32, 16, 5376, 21504, 128, 131072, 262208),
 }
 #: presets with one up projection (GELU/ReLU) and tied embeddings; the rest are SwiGLU, untied
 _RELU_TIED = {"gpt3-175b", "gpt3-175b-4k"}
+_SWIGLU_TIED = {"llama-3.2-1b", "llama-3.2-3b", "gemma3-27b"}
 
 LLAMA_8B_HF = {
     "_name_or_path": "meta-llama/Llama-3.1-8B",
@@ -104,7 +111,7 @@ def test_available_models_lists_exactly_the_shipped_presets():
 def test_shipped_model_numbers(name):
     spec = load_model(name)
     layers, heads, kv, hidden, inter, hd, cw, vocab = EXPECTED[name]
-    ffn, tied = ("relu", True) if name in _RELU_TIED else ("swiglu", False)
+    ffn, tied = ("relu", True) if name in _RELU_TIED else ("swiglu", name in _SWIGLU_TIED)
     assert spec == ModelSpec(
         name, layers, heads, kv, hidden, inter, hd, ffn, cw, 2, vocab, tied_embeddings=tied
     )
@@ -155,7 +162,9 @@ def test_spec_is_frozen_and_validated_on_construction():
 
 
 def test_unknown_name_lists_available(tmp_path):
-    with pytest.raises(ModelSpecError, match=r"unknown model .llm-8b.; available: gpt3-175b, "):
+    with pytest.raises(
+        ModelSpecError, match=r"unknown model .llm-8b.; available: gemma3-27b, gpt3-175b, "
+    ):
         load_model("llm-8b")
     with pytest.raises(ModelSpecError, match="no such model file"):
         load_model(tmp_path / "absent.toml")

@@ -14,7 +14,7 @@ from models.memory import MEMORY_POLICIES, ChunkGeometry, MemoryPolicy, OutOfMem
 from sim.decode_step.kernels import KernelCache
 from sim.decode_step.setup import DecodeError, DecodeSetup
 
-__all__ = ["admit", "dpa_buffers", "fill_batch", "queue_batches"]
+__all__ = ["admit", "dpa_buffers", "fill_batch", "kv_allocator", "queue_batches"]
 
 
 def _allocator(
@@ -41,6 +41,19 @@ def _allocator(
         weight_bytes=weight_bytes,
         max_context=limit,
     )
+
+
+def kv_allocator(
+    model: ModelSpec,
+    hw: HardwareConfig,
+    modules: int,
+    memory: str,
+    max_context: int,
+    weights: bool = True,
+) -> Any:
+    """The empty KV allocator :func:`admit` and :func:`fill_batch` use (``None`` when the
+    weights alone exceed the modules)."""
+    return _allocator(model, hw, modules, memory, max_context, weights)
 
 
 def _where(model: ModelSpec, hw: HardwareConfig, modules: int, weights: bool = True) -> str:

@@ -26,7 +26,7 @@ import numpy as np
 
 from compiler.hub import instruction_count
 from compiler.kernels import CompileError
-from compiler.llm import GEMV_OPS, LayerOp
+from compiler.llm import GEMV_OPS, LayerOp, ModelSpec
 from compiler.plan import (
     LayerPlan,
     PartitionError,
@@ -65,6 +65,7 @@ __all__ = [
     "LayerTiming",
     "attention_cycles",
     "attention_schedule",
+    "epu_other_flops",
     "layer_timing",
     "plan_tasks",
     "run_decode",
@@ -227,6 +228,18 @@ def layer_timing(setup: DecodeSetup, lengths: tuple[int, ...], cache: KernelCach
     return min(timings, key=lambda lt: lt.total)
 
 
+def epu_other_flops(spec: ModelSpec, tp: int) -> int:
+    """EPU flops of one token's non-attention vector work on one TP module of one layer: two
+    RMSNorms, two residual adds and the activation over its ``intermediate / tp`` share."""
+    return (
+        2 * NORM_FLOPS_PER_ELEMENT * spec.hidden
+        + 2 * RESIDUAL_FLOPS_PER_ELEMENT * spec.hidden
+        + (SWIGLU_FLOPS_PER_ELEMENT if spec.ffn == "swiglu" else RELU_FLOPS_PER_ELEMENT)
+        * spec.intermediate
+        // tp
+    )
+
+
 def _layer_timing(
     setup: DecodeSetup, lengths: tuple[int, ...], cache: KernelCache, partition: str
 ) -> LayerTiming:
@@ -258,13 +271,7 @@ def _layer_timing(
         hub[kind] = _hub_count(jobs, run)
     busy += int(att.channel_busy.sum())
     b = len(lengths)
-    per_request = (
-        2 * NORM_FLOPS_PER_ELEMENT * spec.hidden
-        + 2 * RESIDUAL_FLOPS_PER_ELEMENT * spec.hidden
-        + (SWIGLU_FLOPS_PER_ELEMENT if spec.ffn == "swiglu" else RELU_FLOPS_PER_ELEMENT)
-        * spec.intermediate
-        // setup.tp
-    )
+    per_request = epu_other_flops(spec, setup.tp)
     cycles["epu_other"] = epu_cycles(cfg, b * per_request)
     att_epu = att.softmax_busy + att.reduction_busy + att.combine_busy
     epu_flops = {

@@ -464,6 +464,49 @@ def _fig20() -> Measured:
     )
 
 
+@functools.cache
+def _fig16_rows() -> list[dict[str, Any]]:
+    from models.energy import DEFAULT_ENERGY
+    from sim.experiments.energy import ROWS, energy_rows
+
+    return energy_rows(ROWS, 4, PIMPHONY_PRESET, DEFAULT_ENERGY)
+
+
+def _fig16() -> Measured:
+    rows = _fig16_rows()
+    share = {s: [r["attention_background_share"] for r in rows if r["system"] == s] for s in
+             ("CENT", "CENT+PIMphony")}  # fmt: skip
+    base, ours_share = share["CENT"], share["CENT+PIMphony"]
+    red = {r["row"]: r["attention_energy_reduction"] for r in rows if r["system"] != "CENT"}
+    mean_base, mean_ours = sum(base) / len(base), sum(ours_share) / len(ours_share)
+    best = max(red.values())
+    ours = (
+        f"background share of attention energy CENT {100 * min(base):.1f}-{100 * max(base):.1f}% "
+        f"(mean {100 * mean_base:.1f}%), PIMphony {100 * min(ours_share):.1f}-"
+        f"{100 * max(ours_share):.1f}% (mean {100 * mean_ours:.1f}%); attention energy "
+        "reduction " + ", ".join(f"{k}: {v:.2f}x" for k, v in red.items())
+    )
+    values = {"share": share, "reduction": red}
+    if (
+        _within(mean_base, 0.715, 0.15)
+        and _within(mean_ours, 0.130, 0.15)
+        and _within(best, 3.46, 0.15)
+    ):
+        return Measured(ours, Verdict.REPRODUCED, values=values)
+    holds = min(red.values()) > 1 and max(ours_share) < 0.5 < min(base)
+    return Measured(
+        ours,
+        Verdict.TREND if holds else Verdict.DIFFERS,
+        "the mechanism is the paper's (attention MAC and I/O energy nearly unchanged; background, "
+        "proportional to runtime, falls), the sizes differ: 4 requests at the full context "
+        "instead of LongBench/LV-Eval batches (attention's share is larger), TP 8 for both "
+        "systems (72B-128K-GQA: HFP uses 4 of 32 channels, 87% background, 6.4x), and row "
+        "switches on aim-32ch timing keep PIMphony's residual background at 16-19% "
+        "(docs/energy.md)" + ("" if holds else "; a statement does not hold"),
+        values,
+    )
+
+
 def _fig17(context: int, model: str) -> dict[str, Any]:
     from sim.decode_step.admission import fill_batch
 
@@ -909,6 +952,14 @@ CLAIMS: tuple[Claim, ...] = (
         "LLM-7B-128K-wGQA at 64K context, 8-64 CENT modules",
         "pimphony decode --model llama-3.1-8b --context 65536 --batch auto --preset pimphony-cent "
         "--modules 8|16|32|64, best --tp x --pp", _fig17a,
+    ),
+    Claim(
+        "P-fig16", "PIMphony", "Fig. 16 / VIII-C",
+        "background energy is 71.5% of the baseline's attention energy and 13.0% with PIMphony; "
+        "attention energy falls by up to 3.46x",
+        "LLM-7B/72B-32K and -128K-GQA, 128 / 512 GB CENT modules",
+        "pimphony energy  (4 requests at the full context, TP 8 x PP 1|4; CENT = HFP + static + "
+        "static memory, CENT+PIMphony = auto + DCS + DPA; energy preset aim-cent)", _fig16,
     ),
     Claim(
         "P-fig20", "PIMphony", "Fig. 20",

@@ -50,14 +50,14 @@ from models.channel import check_schedule, run_channel
 from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
 from models.errors import PimphonyError
 from models.fileio import BUILD_DIR, check_writable, write_atomic
-from models.isa import StreamError, describe_command, load_stream, save_stream
+from models.isa import StreamError, load_stream, save_stream
 from models.pingpong import PingPongError
 from rtl.blocks import SCHEDULER_OF_BLOCK
 from sim.cli import SEED, bounded_int, choice_names
 from sim.provenance import provenance
 from sim.verify.compiled import CompiledHarness, CompiledRun, build_harness, encode_streams
 from sim.verify.runner import CosimError
-from sim.verify.scheduler import RtlStream
+from sim.verify.scheduler import RtlStream, expectation, first_difference
 from sim.verify.streams import random_pingpong_stream, random_stream
 
 __all__ = [
@@ -70,7 +70,6 @@ __all__ = [
     "Shrunk",
     "add_arguments",
     "campaign_stream",
-    "expectation",
     "kernel_shape",
     "replay",
     "run",
@@ -231,41 +230,13 @@ def campaign_stream(
     return made(RtlStream(name, commands, valid_gaps), None)
 
 
-def expectation(cfg: HardwareConfig, sched: str, stream: RtlStream) -> np.ndarray | None:
-    """What ``stream`` is checked against, as in a campaign: the TLM's issue cycles (exact),
-    or ``None`` under a ready pattern or ping-pong gaps the TLM refuses (rules-only).
-
-    Raises
-    ------
-    PingPongError
-        The TLM refuses the stream even without gaps (outside its contract).
-    """
-    plain = run_channel(stream.commands, cfg, sched).issue
-    if stream.ready_pattern is not None:
-        return None
-    if stream.valid_gaps is None:
-        return plain
-    try:
-        return run_channel(stream.commands, cfg, sched, valid_gaps=stream.valid_gaps).issue
-    except PingPongError:
-        return None
-
-
 def _check(cfg: HardwareConfig, sched: str, cs: CampaignStream, rtl: np.ndarray) -> str | None:
     """``None`` if the RTL schedule of ``cs`` is right, else a message naming what is not."""
     s = cs.stream
     if cs.tlm_issue is None:
         problems = check_schedule(s.commands, rtl, cfg, sched)
         return f"stream {cs.describe()}: {'; '.join(problems)}" if problems else None
-    diff = np.flatnonzero(cs.tlm_issue != rtl)
-    if diff.size == 0:
-        return None
-    k = int(diff[0])
-    return (
-        f"stream {cs.describe()}: first differing command #{k} "
-        f"({describe_command(s.commands, k)}): RTL issued at cycle {int(rtl[k])}, TLM at cycle "
-        f"{int(cs.tlm_issue[k])}; {diff.size} of {cs.tlm_issue.size} commands differ"
-    )
+    return first_difference(f"stream {cs.describe()}", s.commands, cs.tlm_issue, rtl)
 
 
 @dataclass

@@ -6,8 +6,9 @@ enough for a few thousand commands); :func:`run_rtl` builds the generated Verilo
 (:func:`sim.verify.runner.run_cocotb`, cached per configuration in ``build/sim/``) and runs
 ``sim/verify/tb_scheduler.py`` on every stream in one simulator process. ``compare_with_tlm``
 turns a mismatch into a message naming the stream, the first differing command and both
-cycles. A schedule recorded under output back-pressure is checked against the scheduler's rules
-with ``models.channel.check_schedule``.
+cycles (the TLM runs under the stream's input gaps, :func:`expectation`). A schedule recorded
+under output back-pressure is checked against the scheduler's rules with
+``models.channel.check_schedule``.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from models.channel import run_channel
+from models.channel import check_schedule, run_channel
 from models.config import HardwareConfig
 from models.isa import HW_FIELDS, describe_command
+from models.pingpong import PingPongError
 from rtl.blocks import BLOCKS, SCHEDULER_OF_BLOCK, generate_verilog
 from rtl.common import command_layout, issued_layout
 from sim.verify.runner import (
@@ -32,7 +34,15 @@ from sim.verify.runner import (
     run_cocotb,
 )
 
-__all__ = ["RtlStream", "compare_with_tlm", "max_cycles", "run_rtl", "simulate_scheduler"]
+__all__ = [
+    "RtlStream",
+    "compare_with_tlm",
+    "expectation",
+    "first_difference",
+    "max_cycles",
+    "run_rtl",
+    "simulate_scheduler",
+]
 
 
 @dataclass(frozen=True)
@@ -146,18 +156,53 @@ def run_rtl(
     return out
 
 
-def compare_with_tlm(
-    block: str, cfg: HardwareConfig, stream: RtlStream, rtl_issue: np.ndarray
+def expectation(cfg: HardwareConfig, sched: str, stream: RtlStream) -> np.ndarray | None:
+    """What ``stream``'s RTL schedule is checked against: the TLM's issue cycles under the
+    stream's input gaps (exact), or ``None`` under a ready pattern or ping-pong gaps the TLM
+    refuses (then only ``models.channel.check_schedule``'s rules apply).
+
+    Raises
+    ------
+    PingPongError
+        The TLM refuses the stream even without gaps (outside its contract).
+    """
+    plain = run_channel(stream.commands, cfg, sched).issue
+    if stream.ready_pattern is not None:
+        return None
+    if stream.valid_gaps is None:
+        return plain
+    try:
+        return run_channel(stream.commands, cfg, sched, valid_gaps=stream.valid_gaps).issue
+    except PingPongError:
+        return None
+
+
+def first_difference(
+    label: str, commands: np.ndarray, tlm_issue: np.ndarray, rtl_issue: np.ndarray
 ) -> str | None:
-    """``None`` if the RTL issued every command in the TLM's cycle, else a readable message."""
-    sched = SCHEDULER_OF_BLOCK[block]
-    tlm = run_channel(stream.commands, cfg, sched).issue
-    diff = np.flatnonzero(tlm != rtl_issue)
+    """``None`` if the RTL issued every command in the TLM's cycle, else a message naming the
+    first differing command, both cycles and how many differ (``label`` names the stream)."""
+    diff = np.flatnonzero(tlm_issue != rtl_issue)
     if diff.size == 0:
         return None
     k = int(diff[0])
     return (
-        f"stream {stream.name!r}, block {block} vs TLM {sched}: first differing command #{k} "
-        f"({describe_command(stream.commands, k)}): RTL issued at cycle {int(rtl_issue[k])}, "
-        f"TLM at cycle {int(tlm[k])}; {diff.size} of {tlm.size} commands differ"
+        f"{label}: first differing command #{k} ({describe_command(commands, k)}): RTL issued "
+        f"at cycle {int(rtl_issue[k])}, TLM at cycle {int(tlm_issue[k])}; {diff.size} of "
+        f"{tlm_issue.size} commands differ"
     )
+
+
+def compare_with_tlm(
+    block: str, cfg: HardwareConfig, stream: RtlStream, rtl_issue: np.ndarray
+) -> str | None:
+    """``None`` if the RTL schedule of ``stream`` is right, else a readable message: the TLM's
+    cycles under the stream's input gaps, or the scheduler's rules under a ready pattern
+    (:func:`expectation`)."""
+    sched = SCHEDULER_OF_BLOCK[block]
+    label = f"stream {stream.name!r}, block {block} vs TLM {sched}"
+    tlm = expectation(cfg, sched, stream)
+    if tlm is None:
+        problems = check_schedule(stream.commands, rtl_issue, cfg, sched)
+        return f"{label}: {'; '.join(problems)}" if problems else None
+    return first_difference(label, stream.commands, tlm, rtl_issue)

@@ -1,0 +1,576 @@
+"""The HBM-PIM back end: a command-level model of one PIM group (pseudo-channel) with values.
+
+Samsung's HBM-PIM (FIMDRAM, Lee et al. ISCA 2021) is driven by ordinary DRAM commands. A
+pseudo-channel has three modes: single-bank (SB, plain DRAM), all-bank (AB: every command
+reaches all banks) and all-bank PIM (AB-PIM: a column command to a bank row *triggers* the
+next instruction of the CRF program in every PIM unit). Registers sit at the reserved
+``register_row``: column 0 is the PIM control word, 4-7 the CRF (8 instructions per 32 B
+write), 8-15 GRF_A and 24-31 GRF_B (the addresses of Samsung's PIMSimulator,
+``src/PIMRank.cpp``). Mode entry/exit are writes to reserved rows of fixed banks
+(``PIMKernel::changePIMMode``). Everything here is parameterised by a
+:class:`models.backends.BackendConfig` (banks, units of ``core.banks`` banks, ``lanes``,
+register counts, CRF size, pipeline drain, timing), so an LPDDR-PIM preset reuses it.
+
+A stream is a numpy array of :data:`COMMAND_DTYPE` (``op``, ``bank``, ``row``, ``col``,
+``data``: a row of the payload array, -1 for none); payloads are ``(n, lanes)`` uint16 (FP16
+bit patterns, or two uint16 per 32-bit CRF instruction). :func:`time_stream` gives each
+command's issue cycle; :func:`execute` runs it on values. ``docs/dcc.md`` has the rules and
+a worked example.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+import numpy as np
+
+from models.backends import BackendConfig, BackendKind, PimDtype
+from models.errors import PimphonyError
+
+__all__ = [
+    "AB_ENTRY_BANKS",
+    "AB_ENTRY_ROW",
+    "COMMAND_DTYPE",
+    "CRF_COLUMNS",
+    "CTRL_COLUMN",
+    "GRF_A_COLUMNS",
+    "GRF_B_COLUMNS",
+    "MODE_COLUMN",
+    "OPERAND_FIELDS",
+    "OTHER_MODELS",
+    "SB_ENTRY_BANKS",
+    "SB_ENTRY_ROW",
+    "Bank",
+    "Decoded",
+    "HbmPimError",
+    "Instr",
+    "Mode",
+    "Op",
+    "PimState",
+    "Timeline",
+    "check_backend",
+    "decode_instr",
+    "encode_instr",
+    "execute",
+    "instr_payload",
+    "time_stream",
+]
+
+
+class HbmPimError(PimphonyError, ValueError):
+    """A stream the HBM-PIM group cannot run, or a back end it cannot model."""
+
+
+class Op(IntEnum):
+    """DRAM commands of a pseudo-channel."""
+
+    ACT = 0
+    PRE = 1
+    RD = 2
+    WR = 3
+
+
+class Mode(IntEnum):
+    """Operating modes of a pseudo-channel (PIMSimulator ``dramMode``)."""
+
+    SB = 0
+    AB = 1
+    AB_PIM = 2
+
+
+class Instr(IntEnum):
+    """CRF instruction opcodes: the subset the kernels here use of FIMDRAM's ADD, MUL, MAC,
+    MAD, MOV, FILL, NOP, JUMP, EXIT (PIMSimulator ``src/PIMCmd.h``). The encoding is ours
+    (:func:`encode_instr`)."""
+
+    NOP = 0
+    MAC = 1
+    MOV = 2  # register -> bank, triggered by a WR
+    FILL = 3  # bank -> register, triggered by a RD
+    JUMP = 4
+    EXIT = 5
+
+
+class Bank(IntEnum):
+    """CRF operand codes: a unit's banks by position (``EVEN`` = its first, ``ODD`` = its
+    second) and its two register files."""
+
+    EVEN = 0
+    ODD = 1
+    GRF_A = 2
+    GRF_B = 3
+
+
+COMMAND_DTYPE = np.dtype(
+    [("op", "u1"), ("bank", "u2"), ("row", "u4"), ("col", "u2"), ("data", "i4")]
+)
+OPERAND_FIELDS: dict[Op, tuple[str, ...]] = {
+    Op.ACT: ("bank", "row"),
+    Op.PRE: ("bank",),
+    Op.RD: ("bank", "row", "col"),
+    Op.WR: ("bank", "row", "col", "data"),
+}
+"""Fields each command uses (``bank`` is ignored in AB modes except for its position bit)."""
+
+# The register map of the reserved row (PIMSimulator src/PIMRank.cpp writeHab).
+CTRL_COLUMN = 0
+CRF_COLUMNS = range(4, 8)
+GRF_A_COLUMNS = range(8, 16)
+GRF_B_COLUMNS = range(24, 32)
+# Mode changes (PIMSimulator src/tests/PIMKernel.cpp changePIMMode): SB -> AB is a write to
+# row 0x17ff, column 0x1f of banks (bank group, bank) (0,0), (0,1), (2,0), (2,1); AB -> SB a
+# write to row 0x1fff, column 0x1f of (0,0), (0,1).
+AB_ENTRY_ROW = 0x17FF
+SB_ENTRY_ROW = 0x1FFF
+MODE_COLUMN = 0x1F
+AB_ENTRY_BANKS = ((0, 0), (0, 1), (2, 0), (2, 1))
+SB_ENTRY_BANKS = ((0, 0), (0, 1))
+
+_OPC_SHIFT, _DST_SHIFT, _SRC0_SHIFT, _SRC1_SHIFT, _AAM_SHIFT = 28, 25, 22, 19, 18
+_IMM0_BITS, _IMM1_BITS = 7, 11
+
+
+def encode_instr(
+    op: Instr,
+    dst: Bank = Bank.EVEN,
+    src0: Bank = Bank.EVEN,
+    src1: Bank = Bank.EVEN,
+    *,
+    aam: bool = False,
+    imm0: int = 0,
+    imm1: int = 0,
+) -> int:
+    """A 32-bit CRF word: opcode [31:28], dst [27:25], src0 [24:22], src1 [21:19], AAM [18],
+    imm0 [17:11] (JUMP: how far back), imm1 [10:0] (JUMP: extra iterations, NOP: count)."""
+    if not 0 <= imm0 < 1 << _IMM0_BITS or not 0 <= imm1 < 1 << _IMM1_BITS:
+        raise HbmPimError(
+            f"{op.name}: imm0 = {imm0} (0 to {(1 << _IMM0_BITS) - 1}) or imm1 = {imm1} "
+            f"(0 to {(1 << _IMM1_BITS) - 1}) out of range"
+        )
+    return (
+        int(op) << _OPC_SHIFT
+        | int(dst) << _DST_SHIFT
+        | int(src0) << _SRC0_SHIFT
+        | int(src1) << _SRC1_SHIFT
+        | int(aam) << _AAM_SHIFT
+        | imm0 << (_IMM1_BITS)
+        | imm1
+    )
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """One decoded CRF instruction."""
+
+    op: Instr
+    dst: Bank
+    src0: Bank
+    src1: Bank
+    aam: bool
+    imm0: int
+    imm1: int
+
+
+def decode_instr(word: int) -> Decoded:
+    """The fields of CRF word ``word`` (:func:`encode_instr`'s layout)."""
+    try:
+        return Decoded(
+            Instr(word >> _OPC_SHIFT & 0xF),
+            Bank(word >> _DST_SHIFT & 7),
+            Bank(word >> _SRC0_SHIFT & 7),
+            Bank(word >> _SRC1_SHIFT & 7),
+            bool(word >> _AAM_SHIFT & 1),
+            word >> _IMM1_BITS & ((1 << _IMM0_BITS) - 1),
+            word & ((1 << _IMM1_BITS) - 1),
+        )
+    except ValueError:
+        raise HbmPimError(f"CRF word {word:#010x}: unknown opcode or operand") from None
+
+
+def instr_payload(words: list[int], lanes: int) -> np.ndarray:
+    """``words`` packed into 32 B CRF write payloads: ``(ceil(n / per), lanes)`` uint16,
+    ``per = lanes / 2`` instructions each (low half first); unused slots are EXIT."""
+    per = lanes // 2
+    n = -(-len(words) // per)
+    full = list(words) + [encode_instr(Instr.EXIT)] * (n * per - len(words))
+    w = np.asarray(full, dtype=np.uint32).reshape(n, per)
+    out = np.empty((n, lanes), dtype=np.uint16)
+    out[:, 0::2] = w & 0xFFFF
+    out[:, 1::2] = w >> 16
+    return out
+
+
+#: Where the back ends this model does not run are modelled (``check_backend``'s message).
+OTHER_MODELS: dict[BackendKind, str] = {
+    BackendKind.AIM: "it runs on the AiM channel TLM (models/channel.py): "
+    "pimphony run --kernel gemv --preset {cfg.hardware}",
+    BackendKind.ATTACC: "its command-level model is not written yet (docs/dcc.md)",
+}
+
+
+def check_backend(cfg: BackendConfig) -> None:
+    """Refuse a back end this model cannot run (no timing, no CRF, reserved rows missing)."""
+    g, c = cfg.group, cfg.core
+    if cfg.kind is not BackendKind.HBM_PIM or cfg.timing is None:
+        where = OTHER_MODELS.get(cfg.kind, "no command-level model yet").format(cfg=cfg)
+        raise HbmPimError(
+            f"back end {cfg.name!r} is of kind {str(cfg.kind)!r}, not an HBM-PIM back end "
+            f"with [timing]: {where}"
+        )
+    if c.crf_entries == 0 or c.input_regs == 0 or c.output_regs == 0:
+        raise HbmPimError(
+            f"back end {cfg.name!r}: the HBM-PIM model needs a CRF and GRF_A/GRF_B registers "
+            f"(core.crf_entries = {c.crf_entries}, input_regs = {c.input_regs}, "
+            f"output_regs = {c.output_regs})"
+        )
+    if c.input_regs > len(GRF_A_COLUMNS) or c.output_regs > len(GRF_B_COLUMNS):
+        raise HbmPimError(
+            f"back end {cfg.name!r}: the register row addresses {len(GRF_A_COLUMNS)} GRF_A and "
+            f"{len(GRF_B_COLUMNS)} GRF_B entries; core has {c.input_regs} and {c.output_regs}"
+        )
+    if c.crf_entries > len(CRF_COLUMNS) * c.lanes // 2:
+        raise HbmPimError(
+            f"back end {cfg.name!r}: core.crf_entries = {c.crf_entries} exceeds the "
+            f"{len(CRF_COLUMNS)} CRF columns x {c.lanes // 2} instructions"
+        )
+    need_rows = max(AB_ENTRY_ROW, SB_ENTRY_ROW, g.register_row) + 1
+    if g.rows_per_bank < need_rows or g.columns_per_row <= max(MODE_COLUMN, *GRF_B_COLUMNS):
+        raise HbmPimError(
+            f"back end {cfg.name!r}: the reserved rows/columns (row {need_rows - 1:#x}, column "
+            f"{MODE_COLUMN:#x}) do not exist in {g.rows_per_bank} rows x "
+            f"{g.columns_per_row} columns"
+        )
+    if g.bank_groups < 3 or g.banks // g.bank_groups < 2:
+        raise HbmPimError(
+            f"back end {cfg.name!r}: mode entry writes bank groups 0 and 2, banks 0 and 1; "
+            f"the group has {g.bank_groups} bank groups of {g.banks // g.bank_groups} banks"
+        )
+
+
+def _bank_index(cfg: BackendConfig, bg: int, b: int) -> int:
+    return bg * (cfg.group.banks // cfg.group.bank_groups) + b
+
+
+def _fail(k: int, cmd: np.void, why: str) -> HbmPimError:
+    op = Op(int(cmd["op"]))
+    args = " ".join(f"{f}={int(cmd[f])}" for f in OPERAND_FIELDS[op])
+    return HbmPimError(f"command {k} ({op.name} {args}): {why}")
+
+
+@dataclass
+class Timeline:
+    """Issue cycle of every command and the cycle the last one completes."""
+
+    issue: np.ndarray
+    cycles: int
+    counts: dict[str, int]
+
+
+def _modes(cfg: BackendConfig, stream: np.ndarray) -> np.ndarray:
+    """The mode each command is issued in (mode changes take effect after their command)."""
+    entry = {_bank_index(cfg, *p) for p in AB_ENTRY_BANKS}
+    exit_ = {_bank_index(cfg, *p) for p in SB_ENTRY_BANKS}
+    mode, marks = Mode.SB, set()
+    out = np.empty(len(stream), dtype=np.uint8)
+    for k in range(len(stream)):
+        out[k] = mode
+        op, bank, row, col = (int(stream[f][k]) for f in ("op", "bank", "row", "col"))
+        if op != Op.WR:
+            continue
+        if mode is Mode.SB and (row, col) == (AB_ENTRY_ROW, MODE_COLUMN) and bank in entry:
+            marks.add(bank)
+            if marks == entry:
+                mode, marks = Mode.AB, set()
+        elif mode is Mode.AB and (row, col) == (SB_ENTRY_ROW, MODE_COLUMN) and bank in exit_:
+            marks.add(bank)
+            if marks == exit_:
+                mode, marks = Mode.SB, set()
+    return out
+
+
+def time_stream(cfg: BackendConfig, stream: np.ndarray) -> Timeline:
+    """Issue each command in order at the first cycle every rule allows.
+
+    Rules (``docs/dcc.md``): one command per cycle, in stream order; ACT waits tRP after its
+    bank's PRE, tRC after its previous ACT, tRRD_S/L after any ACT (same bank group: L) and
+    tFAW after the fourth-last; RD/WR wait tRCD_RD/tRCD_WR after the ACT, tCCD_L after the
+    previous column command (tCCD_S in SB mode across bank groups; AB modes always L), a RD
+    WL + BL/2 + tWTR_L after a WR and a WR RL + BL/2 + tRTRS - WL after a RD; PRE waits tRAS,
+    tRTP after a RD and WL + BL/2 + tWR after a WR. In AB modes ACT/PRE/RD/WR address every
+    bank; an all-bank ACT counts once for tRRD/tFAW. The kernel ends when the last command
+    completes: a RD RL + BL/2, a WR WL + BL/2, an ACT tRCD_RD and a PRE tRP after issue.
+    """
+    check_backend(cfg)
+    t, g = cfg.timing, cfg.group
+    assert t is not None
+    nb = g.banks
+    per_bg = nb // g.bank_groups
+    modes = _modes(cfg, stream).tolist()
+    never = -(1 << 40)
+    # per-bank times as Python lists: a command touches one bank or all of them
+    act, pre, rd, wr = ([never] * nb for _ in range(4))
+    acts: deque[int] = deque(maxlen=4)
+    last_act, last_act_bg = never, -1
+    last_col, last_col_bg = never, -1
+    last_rd_any = last_wr_any = never
+    prev = -1  # the first command issues at cycle 0
+    ops, bank_ids = stream["op"].tolist(), stream["bank"].tolist()
+    issue = np.empty(len(stream), dtype=np.int64)
+    end = 0
+    everything = range(nb)
+    for k in range(len(stream)):
+        op, bank = ops[k], bank_ids[k]
+        ab = modes[k] != Mode.SB
+        banks = everything if ab else (bank,)
+        bg = -1 if ab else bank // per_bg
+        at = prev + 1
+        if op == Op.ACT:
+            at = max(at, max(pre[b] for b in banks) + t.tRP, max(act[b] for b in banks) + t.tRC)
+            same = ab or bg == last_act_bg
+            at = max(at, last_act + (t.tRRD_L if same else t.tRRD_S))
+            if len(acts) == 4:
+                at = max(at, acts[0] + t.tFAW)
+            for b in banks:
+                act[b] = at
+            acts.append(at)
+            last_act, last_act_bg = at, bg
+            done = at + t.tRCD_RD
+        elif op == Op.PRE:
+            at = max(
+                at,
+                max(act[b] for b in banks) + t.tRAS,
+                max(rd[b] for b in banks) + t.tRTP,
+                max(wr[b] for b in banks) + t.write_to_precharge,
+            )
+            for b in banks:
+                pre[b] = at
+            done = at + t.tRP
+        else:
+            same = ab or bg == last_col_bg
+            at = max(at, last_col + (t.tCCD_L if same else t.tCCD_S))
+            opened = max(act[b] for b in banks)
+            if op == Op.RD:
+                at = max(at, opened + t.tRCD_RD, last_wr_any + t.write_to_read)
+                for b in banks:
+                    rd[b] = at
+                last_rd_any = at
+                done = at + t.RL + t.burst_cycles
+            else:
+                at = max(at, opened + t.tRCD_WR, last_rd_any + t.read_to_write)
+                for b in banks:
+                    wr[b] = at
+                last_wr_any = at
+                done = at + t.WL + t.burst_cycles
+            last_col, last_col_bg = at, bg
+        issue[k] = at
+        prev = at
+        end = max(end, done)
+    counts = {o.name: int(np.count_nonzero(stream["op"] == o)) for o in Op}
+    return Timeline(issue=issue, cycles=int(end) if len(stream) else 0, counts=counts)
+
+
+@dataclass
+class PimState:
+    """Values of one PIM group replicated over ``channels`` pseudo-channels (the same stream
+    runs on each; data differ): bank rows (allocated on first use), GRF_A, GRF_B, CRF, and
+    what ran."""
+
+    channels: int
+    banks: int
+    cols: int
+    lanes: int
+    units: int
+    input_regs: int
+    output_regs: int
+    rows: dict[int, np.ndarray] = field(default_factory=dict)
+    grf_a: np.ndarray = field(init=False)
+    grf_b: np.ndarray = field(init=False)
+    crf: list[int] = field(default_factory=list)
+    macs: int = 0
+    triggers: int = 0
+
+    def __post_init__(self) -> None:
+        self.grf_a = np.zeros((self.channels, self.units, self.input_regs, self.lanes), np.float16)
+        self.grf_b = np.zeros((self.channels, self.units, self.output_regs, self.lanes), np.float16)
+
+    @classmethod
+    def for_backend(cls, cfg: BackendConfig, channels: int) -> PimState:
+        """An empty state (all banks zero) of ``channels`` groups of back end ``cfg``."""
+        g, c = cfg.group, cfg.core
+        return cls(channels, g.banks, g.columns_per_row, c.lanes, cfg.cores_per_group,
+                   c.input_regs, c.output_regs)  # fmt: skip
+
+    def row(self, r: int) -> np.ndarray:
+        """Row ``r`` of every bank: ``(channels, banks, cols, lanes)`` FP16 (a view)."""
+        if r not in self.rows:
+            self.rows[r] = np.zeros((self.channels, self.banks, self.cols, self.lanes), np.float16)
+        return self.rows[r]
+
+
+class _Unit:
+    """The CRF sequencer shared by every unit of a group (they run in lockstep)."""
+
+    def __init__(self, cfg: BackendConfig, st: PimState) -> None:
+        self.cfg, self.st = cfg, st
+        self.per = cfg.core.banks
+        self.reset()
+
+    def reset(self) -> None:
+        self.pc, self.loops, self.nop_left, self.drain = 0, -1, -1, 0
+
+    def _resolve(self, k: int, cmd: np.void) -> Decoded:
+        for _ in range(self.cfg.core.crf_entries + 1):
+            if self.pc >= len(self.st.crf):
+                raise _fail(k, cmd, f"CRF program counter {self.pc} past the program")
+            ins = decode_instr(self.st.crf[self.pc])
+            if ins.op is Instr.JUMP:
+                if self.loops < 0:
+                    self.loops = ins.imm1
+                if self.loops > 0:
+                    self.loops -= 1
+                    self.pc -= ins.imm0
+                else:
+                    self.loops = -1
+                    self.pc += 1
+                continue
+            if ins.op is Instr.EXIT:
+                raise _fail(k, cmd, "a PIM trigger after the CRF program's EXIT")
+            return ins
+        raise _fail(k, cmd, "the CRF program jumps without executing (a JUMP loop)")
+
+    def _regs(self, which: Bank) -> np.ndarray:
+        return self.st.grf_a if which is Bank.GRF_A else self.st.grf_b
+
+    def _bank_slice(self, k: int, cmd: np.void, operand: Bank) -> np.ndarray:
+        pos = int(operand)
+        if pos >= self.per:
+            raise _fail(k, cmd, f"operand {operand.name}: a unit has {self.per} bank(s)")
+        if int(cmd["bank"]) % self.per != pos:
+            raise _fail(
+                k, cmd, f"the command addresses bank position {int(cmd['bank']) % self.per} but "
+                f"the CRF instruction uses {operand.name}"
+            )  # fmt: skip
+        return self.st.row(int(cmd["row"]))[:, pos :: self.per, int(cmd["col"]), :]
+
+    def _aam(self, cmd: np.void) -> tuple[int, int]:
+        """(GRF_A, GRF_B) indices from the address (address-aligned mode): GRF_B from the
+        column's low bits, GRF_A from the bits above, row bits included."""
+        lin = int(cmd["row"]) * self.st.cols + int(cmd["col"])
+        b = lin % self.st.output_regs
+        return (lin // self.st.output_regs) % self.st.input_regs, b
+
+    def trigger(self, k: int, cmd: np.void, is_read: bool) -> None:
+        ins = self._resolve(k, cmd)
+        self.st.triggers += 1
+        drain = self.drain
+        self.drain = max(0, self.drain - 1)
+        if ins.op is Instr.NOP:
+            if self.nop_left < 0:
+                self.nop_left = max(1, ins.imm1)
+            self.nop_left -= 1
+            if self.nop_left == 0:
+                self.nop_left = -1
+                self.pc += 1
+            return
+        a, b = self._aam(cmd) if ins.aam else (0, 0)
+        if ins.op in (Instr.MAC, Instr.FILL) and not is_read:
+            raise _fail(k, cmd, f"{ins.op.name} is triggered by a RD, not a WR")
+        if ins.op is Instr.MOV and is_read:
+            raise _fail(k, cmd, "MOV (register to bank) is triggered by a WR, not a RD")
+        if ins.op is Instr.MAC:
+            w = self._bank_slice(k, cmd, ins.src0)
+            acc = self.st.grf_b[:, :, b, :]
+            self.st.grf_b[:, :, b, :] = acc + w * self.st.grf_a[:, :, a, :]
+            self.st.macs += 1
+            self.drain = self.cfg.core.pipeline_drain
+        elif ins.op is Instr.FILL:
+            regs = self._regs(ins.dst)
+            regs[:, :, a if ins.dst is Bank.GRF_A else b, :] = self._bank_slice(k, cmd, ins.src0)
+        elif ins.op is Instr.MOV:
+            if ins.src0 is Bank.GRF_B and drain > 0:
+                raise _fail(
+                    k, cmd, f"MOV reads GRF_B {self.cfg.core.pipeline_drain - drain} trigger(s) "
+                    f"after the last MAC; the FPU pipeline needs core.pipeline_drain = "
+                    f"{self.cfg.core.pipeline_drain} (issue dummy reads)"
+                )  # fmt: skip
+            src = self._regs(ins.src0)[:, :, a if ins.src0 is Bank.GRF_A else b, :]
+            self._bank_slice(k, cmd, ins.dst)[...] = src
+        self.pc += 1
+
+
+def execute(
+    cfg: BackendConfig, stream: np.ndarray, payload: np.ndarray, state: PimState
+) -> PimState:
+    """Run ``stream`` on ``state`` (modified and returned): modes, open rows, register
+    writes, CRF triggers. Errors name the command: a column command to a row that is not
+    open, an unknown register column, a trigger without a program, a MOV before the drain."""
+    check_backend(cfg)
+    g, c = cfg.group, cfg.core
+    if c.dtype is not PimDtype.FP16:
+        raise HbmPimError(
+            f"back end {cfg.name!r}: core.dtype = {str(c.dtype)!r}: values are computed in FP16 "
+            "only (numpy has no bfloat16); time_stream times any data type"
+        )
+    modes = _modes(cfg, stream)
+    open_row = np.full(g.banks, -1, dtype=np.int64)
+    unit = _Unit(cfg, state)
+    pim_on = False
+    for k in range(len(stream)):
+        cmd = stream[k]
+        op, bank, row, col = Op(int(cmd["op"])), int(cmd["bank"]), int(cmd["row"]), int(cmd["col"])
+        mode = Mode(int(modes[k]))
+        if mode is not Mode.SB and pim_on:
+            mode = Mode.AB_PIM
+        sel = slice(None) if mode is not Mode.SB else slice(bank, bank + 1)
+        if bank >= g.banks:
+            raise _fail(k, cmd, f"bank {bank} >= banks = {g.banks}")
+        if row >= g.rows_per_bank or col >= g.columns_per_row:
+            raise _fail(k, cmd, f"outside {g.rows_per_bank} rows x {g.columns_per_row} columns")
+        if op is Op.ACT:
+            if (open_row[sel] >= 0).any():
+                raise _fail(k, cmd, "ACT to a bank with an open row (precharge first)")
+            open_row[sel] = row
+            continue
+        if op is Op.PRE:
+            open_row[sel] = -1
+            continue
+        if (open_row[sel] != row).any():
+            raise _fail(k, cmd, f"row {row} is not open (open rows: {sorted(set(open_row[sel]))})")
+        data = int(cmd["data"])
+        if op is Op.WR and not 0 <= data < len(payload):
+            raise _fail(k, cmd, f"data {data} is not a payload row (0 to {len(payload) - 1})")
+        vec = payload[data] if op is Op.WR else None
+        if mode is not Mode.SB and row == g.register_row:
+            if op is Op.RD:
+                continue  # register reads return values to the host; nothing changes
+            assert vec is not None
+            if col == CTRL_COLUMN:
+                pim_on = bool(vec[0] & 1)
+                unit.reset()
+                if vec[1] & 1:
+                    state.grf_b[...] = 0
+            elif col in CRF_COLUMNS:
+                words = (vec[0::2].astype(np.uint32) | vec[1::2].astype(np.uint32) << 16).tolist()
+                base = (col - CRF_COLUMNS.start) * len(words)
+                state.crf.extend([0] * max(0, base + len(words) - len(state.crf)))
+                state.crf[base : base + len(words)] = words
+                del state.crf[c.crf_entries :]
+            elif col - GRF_A_COLUMNS.start in range(c.input_regs):
+                state.grf_a[:, :, col - GRF_A_COLUMNS.start, :] = vec.view(np.float16)
+            elif col - GRF_B_COLUMNS.start in range(c.output_regs):
+                state.grf_b[:, :, col - GRF_B_COLUMNS.start, :] = vec.view(np.float16)
+            else:
+                raise _fail(k, cmd, f"column {col} of the register row is no register")
+            continue
+        if mode is Mode.AB_PIM:
+            if op is Op.WR and (row, col) == (SB_ENTRY_ROW, MODE_COLUMN):
+                raise _fail(k, cmd, "the mode-exit write while PIM is on (write the control "
+                            "word's PIM bit 0 first)")  # fmt: skip
+            unit.trigger(k, cmd, is_read=op is Op.RD)
+        elif op is Op.WR and (row, col) not in ((AB_ENTRY_ROW, MODE_COLUMN),
+                                                (SB_ENTRY_ROW, MODE_COLUMN)):  # fmt: skip
+            assert vec is not None
+            state.row(row)[:, sel, col, :] = vec.view(np.float16)
+    return state

@@ -1,0 +1,216 @@
+"""``pimphony serve``: serve requests over time on a PIM, xPU+PIM or GPU system
+(``docs/serving.md``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from compiler.llm import load_model
+from compiler.plan import PARTITIONS
+from models.channel import SCHEDULERS
+from models.config import load_preset
+from models.fileio import BUILD_DIR, write_atomic
+from models.memory import MEMORY_POLICIES
+from models.xpu_config import load_xpu
+from sim.cli import SEED, bounded_int, choice_names
+from sim.decode_step.command import (
+    DECODE_GPU,
+    DECODE_PRESET,
+    DECODE_XPU,
+    micro_batches_arg,
+    sub_batches_arg,
+)
+from sim.provenance import inputs_digest, provenance
+from sim.report import user_output, user_plot
+from sim.serving.engine import BACKENDS, ServeConfig, ServeError, System, serve
+from sim.serving.report import format_summary, metrics, plot_result
+from sim.serving.trace import Request, read_trace, workload_requests
+from sim.workloads import available_workloads
+
+__all__ = ["DEFAULT_OUTPUT_TOKENS", "DEFAULT_REQUESTS", "SERVE_DIR", "add_arguments", "run"]
+
+SERVE_DIR = BUILD_DIR / "serve"
+#: Requests drawn from a workload when --requests is not given (a choice).
+DEFAULT_REQUESTS = 100
+#: Output tokens per request drawn from a workload (a choice: the papers give none).
+DEFAULT_OUTPUT_TOKENS = 256
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``serve`` subcommand's options."""
+    p.add_argument(
+        "--system",
+        choices=choice_names(BACKENDS),
+        default=System.PIM.value,
+        help="pim: PIM modules only (default); xpu+pim: FC on an xPU, attention on PIM; "
+        "gpu: N GPUs, tensor parallel",
+    )
+    p.add_argument("--model", default="llm-7b", help="model preset, .toml or HF config.json")
+    p.add_argument(
+        "--workload",
+        default="qmsum",
+        help=f"a workload ({', '.join(available_workloads())}) whose context distribution "
+        "gives the prompts, or a trace file (.jsonl/.csv: arrival_s, input_tokens, "
+        "output_tokens)",
+    )
+    p.add_argument("--rate", type=float, help="Poisson arrivals, requests/s (default: all at 0)")
+    p.add_argument(
+        "--requests",
+        type=bounded_int(1, 10**7),
+        help=f"requests to draw from a workload (default {DEFAULT_REQUESTS}); with a trace, "
+        "its first N",
+    )
+    p.add_argument(
+        "--output-tokens",
+        type=bounded_int(1, 10**7),
+        help=f"tokens each workload request generates (default {DEFAULT_OUTPUT_TOKENS})",
+    )
+    p.add_argument("--seed", type=SEED, default=0, help="seed of the prompts and arrivals")
+    p.add_argument("--preset", default=DECODE_PRESET, help="PIM hardware preset")
+    p.add_argument("--tp", type=bounded_int(1, 1024), default=1, help="tensor-parallel modules")
+    p.add_argument("--pp", type=bounded_int(1, 1024), default=1, help="pipeline stages (pim)")
+    p.add_argument("--micro-batches", type=micro_batches_arg, default=None)
+    p.add_argument("--partition", choices=choice_names(PARTITIONS), default="auto")
+    p.add_argument("--sched", choices=choice_names(SCHEDULERS), default="dcs")
+    p.add_argument(
+        "--memory", choices=choice_names(MEMORY_POLICIES), default="lazy", help="lazy = DPA"
+    )
+    p.add_argument("--max-context", type=int, help="static reservation (default: model window)")
+    p.add_argument("--xpu", default=DECODE_XPU, help="--system xpu+pim: the xPU preset")
+    p.add_argument("--sub-batches", type=sub_batches_arg, default=1)
+    p.add_argument("--gpu", default=DECODE_GPU, help="--system gpu: the GPU preset")
+    p.add_argument("--gpus", type=bounded_int(1, 1024), default=1)
+    p.add_argument("--gpu-memory-fraction", type=float, default=1.0)
+    p.add_argument("--max-batch", type=bounded_int(1, 10**6), help="cap on the running batch")
+    p.add_argument("--no-prefill", action="store_true", help="skip prefill (decode-only studies)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    p.add_argument("--out", type=Path, help=f"JSON report (default {SERVE_DIR}/...)")
+    p.add_argument("--plot", type=Path, help=f"figure (default {SERVE_DIR}/...)")
+    p.add_argument("--force", action="store_true", help="replace existing --out/--plot files")
+
+
+def _is_trace(workload: str) -> bool:
+    return Path(workload).suffix.lower() in (".jsonl", ".csv", ".json") or (
+        "/" in workload and Path(workload).exists()
+    )
+
+
+def requests_from_args(args: argparse.Namespace) -> list[Request]:
+    """The run's requests: a trace, or a workload's prompts with Poisson arrivals."""
+    if _is_trace(args.workload):
+        for flag, value in (("--rate", args.rate), ("--output-tokens", args.output_tokens)):
+            if value is not None:
+                raise ServeError(
+                    f"{flag}: a trace ({args.workload}) gives arrivals and output tokens itself"
+                )
+        reqs = read_trace(args.workload)
+        return reqs[: args.requests] if args.requests else reqs
+    return workload_requests(
+        args.workload,
+        args.requests or DEFAULT_REQUESTS,
+        args.output_tokens or DEFAULT_OUTPUT_TOKENS,
+        args.rate,
+        args.seed,
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> ServeConfig:
+    """The :class:`ServeConfig` the options describe."""
+    system = System(args.system)
+    if system == System.XPU_PIM and args.pp != 1:
+        raise ServeError(f"--pp {args.pp}: xpu+pim runs the PIM modules as one TP group")
+    return ServeConfig(
+        system=system.value,
+        model=load_model(args.model),
+        hw=load_preset(args.preset) if system != System.GPU else None,
+        tp=args.tp,
+        pp=args.pp,
+        partition=args.partition,
+        sched=args.sched,
+        memory=args.memory,
+        micro_batches=args.micro_batches,
+        max_context=args.max_context,
+        xpu=load_xpu(args.xpu) if system == System.XPU_PIM else None,
+        sub_batches=args.sub_batches,
+        gpu=load_xpu(args.gpu) if system == System.GPU else None,
+        gpus=args.gpus,
+        gpu_memory_fraction=args.gpu_memory_fraction,
+        prefill=not args.no_prefill,
+        max_batch=args.max_batch,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Simulate, write the JSON report and the figure, print a summary."""
+    cfg = config_from_args(args)
+    reqs = requests_from_args(args)
+    inputs = {
+        "requests": [[r.arrival_s, r.input_tokens, r.output_tokens] for r in reqs],
+        "options": {k: str(v) for k, v in sorted(vars(args).items()) if not k.startswith("_")},
+    }
+    digest = inputs_digest(inputs)
+    stem = (
+        f"{cfg.model.name}-{cfg.system.replace('+', '-')}-{cfg.memory}-{len(reqs)}req-{digest[:10]}"
+    )
+    out = user_output(args.out, SERVE_DIR / f"{stem}.json", args.force)
+    png = user_plot(args.plot, SERVE_DIR / f"{stem}.png", args.force)
+    if out.resolve() == png.resolve():
+        raise ServeError(f"--out and --plot both name {out}; give two files")
+    say = None if args.json else (lambda m: print(f"  {m}", flush=True))
+    res = serve(cfg, reqs, progress=say)
+    report = {
+        "system": cfg.system,
+        "model": cfg.model.name,
+        "preset": cfg.hw.name if cfg.hw else None,
+        "xpu": cfg.xpu.name if cfg.xpu else None,
+        "gpu": cfg.gpu.name if cfg.gpu else None,
+        "memory": cfg.memory,
+        "prefill": cfg.prefill,
+        **metrics(res),
+        "requests": {
+            "columns": [
+                "arrival_s",
+                "input_tokens",
+                "output_tokens",
+                "admitted_s",
+                "first_token_s",
+                "finished_s",
+                "preemptions",
+            ],
+            "rows": [
+                [r.arrival_s, r.input_tokens, r.output_tokens, a, f, d, p]
+                for r, a, f, d, p in zip(
+                    res.requests,
+                    res.admitted_s,
+                    res.first_token_s,
+                    res.finished_s,
+                    res.preemptions,
+                    strict=True,
+                )
+            ],
+        },
+        "simulation": {
+            "wall_seconds": res.wall_seconds,
+            "distinct_steps": res.distinct_steps,
+            "preemption_policy": "preempt the most recently admitted request, recompute",
+        },
+        "provenance": provenance(
+            args,
+            cfg.hw,
+            model=cfg.model.name,
+            workload=args.workload,
+            seed=args.seed,
+            inputs_sha256=digest,
+        ),
+    }
+    text = json.dumps(report, indent=2)
+    write_atomic(out, (text + "\n").encode())
+    plot_result(res, report, png)
+    if args.json:
+        print(text)
+    else:
+        print(format_summary(report))
+        print(f"report: {out}\nplot:   {png}")
+    return 0

@@ -1,0 +1,340 @@
+"""The serving loop (sim/serving/): traces, admission, preemption, exactness against the decode
+step, latencies computed by hand, the ``pimphony serve`` command."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from compiler.plan import layer_plan
+from models.config import load_preset
+from models.errors import PimphonyError
+from models.hub import epu_cycles
+from models.system import stage_hop_cycles
+from sim.decode_step.kernels import KernelCache
+from sim.decode_step.setup import DecodeSetup
+from sim.decode_step.step import _gemv_op, epu_other_flops, run_decode
+from sim.serving.engine import ServeConfig, ServeError, pim_prefill_cycles, serve
+from sim.serving.report import metrics
+from sim.serving.trace import Request, TraceError, read_trace, workload_requests
+from tests.helpers import run_cli
+from tests.test_decode_step import TINY
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return load_preset("aim-16ch")
+
+
+@pytest.fixture(scope="module")
+def small(cfg):
+    # 32 rows per bank: one 16 MiB module; TINY's weights (11,796,480 B) leave 4 KV chunks of
+    # 1 MiB, each 341.3 tokens of TINY's 3,072 B/token.
+    return cfg.replace(**{"channel.rows_per_bank": 32})
+
+
+def _step_s(hw, lengths, memory="lazy", **kw) -> float:
+    """One decode step in seconds, from the function ``pimphony decode`` uses."""
+    setup = DecodeSetup(TINY, hw, tuple(lengths), partition="tcp", memory=memory, **kw)
+    return run_decode(setup).cycles / (hw.module.freq_ghz * 1e9)
+
+
+# --------------------------------------------------------------------------- traces
+
+
+@pytest.mark.parametrize(
+    ("text", "suffix", "message"),
+    [
+        (
+            '{"arrival_s": -1, "input_tokens": 5, "output_tokens": 2}\n',
+            ".jsonl",
+            r"line 1: arrival_s = -1 must be a finite time >= 0 s",
+        ),
+        (
+            '{"arrival_s": 2, "input_tokens": 5, "output_tokens": 2}\n'
+            '{"arrival_s": 1, "input_tokens": 5, "output_tokens": 2}\n',
+            ".jsonl",
+            r"line 2: arrival_s = 1.0 is earlier than the previous request's 2.0",
+        ),
+        (
+            '{"arrival_s": 0, "input_tokens": 5, "output_tokens": 0}\n',
+            ".jsonl",
+            r"line 1: output_tokens = 0 must be >= 1 token",
+        ),
+        (
+            '{"arrival_s": 0, "input_tokens": 5, "output_tokens": 2, "prio": 1}\n',
+            ".jsonl",
+            r"line 1: unknown field\(s\) 'prio'",
+        ),
+        (
+            '{"arrival_s": 0, "input_tokens": 5}\n',
+            ".jsonl",
+            r"line 1: missing field\(s\) 'output_tokens'",
+        ),
+        (
+            '{"arrival_s": 0, "input_tokens": 2.5, "output_tokens": 2}\n',
+            ".jsonl",
+            r"line 1: input_tokens = 2.5 is not an integer",
+        ),
+        (
+            "arrival_s,input_tokens,output_tokens,user\n0,5,2,x\n",
+            ".csv",
+            r"line 1 \(header\): unknown field\(s\) 'user'",
+        ),
+        ("arrival_s,input_tokens\n0,5\n", ".csv", r"missing field\(s\) 'output_tokens'"),
+        (
+            "arrival_s,input_tokens,output_tokens\n0,5,2\n0.5,x,2\n",
+            ".csv",
+            r"line 3: input_tokens = 'x' is not an integer",
+        ),
+        (
+            "arrival_s,input_tokens,output_tokens\n0,5\n",
+            ".csv",
+            r"line 2: 2 field\(s\), the header names 3",
+        ),
+        ("", ".jsonl", "no requests"),
+        ("[1, 2]\n", ".jsonl", "line 1: expected a JSON object, got list"),
+    ],
+)
+def test_bad_traces_name_line_and_field(tmp_path, text, suffix, message):
+    path = tmp_path / f"t{suffix}"
+    path.write_text(text)
+    with pytest.raises(TraceError, match=message):
+        read_trace(path)
+
+
+def test_trace_formats_agree(tmp_path):
+    rows = [(0.0, 100, 3), (0.25, 20, 1), (0.25, 7, 9)]
+    jl = tmp_path / "t.jsonl"
+    jl.write_text(
+        "".join(
+            json.dumps({"arrival_s": a, "input_tokens": i, "output_tokens": o}) + "\n\n"
+            for a, i, o in rows
+        )
+    )
+    cs = tmp_path / "t.csv"
+    cs.write_text(
+        "arrival_s,input_tokens,output_tokens\n" + "".join(f"{a},{i},{o}\n" for a, i, o in rows)
+    )
+    want = [Request(k, *r) for k, r in enumerate(rows)]
+    assert read_trace(jl) == read_trace(cs) == want
+
+
+def test_poisson_arrivals():
+    reqs = workload_requests("qmsum", 4000, 8, rate=5.0, seed=3)
+    gaps = np.diff([r.arrival_s for r in reqs])
+    assert reqs[0].arrival_s == 0.0 and (gaps >= 0).all()
+    assert abs(gaps.mean() - 0.2) < 0.2 * 4 / np.sqrt(4000)  # exponential, mean 1/rate
+    assert {r.output_tokens for r in reqs} == {8}
+    assert min(r.input_tokens for r in reqs) >= 2651 and max(r.input_tokens for r in reqs) <= 30456
+    assert workload_requests("qmsum", 5, 8, seed=3) == workload_requests("qmsum", 5, 8, seed=3)
+    assert {r.arrival_s for r in workload_requests("qmsum", 5, 8)} == {0.0}
+
+
+# --------------------------------------------------------------------------- by hand
+
+
+def test_three_requests_by_hand_no_prefill(cfg):
+    # A (100 in, 3 out) and B (200 in, 2 out) arrive at 0; C (50 in, 2 out) arrives during the
+    # first step; at most 2 requests run. Step times come from the decode step itself.
+    d1 = _step_s(cfg, (100, 200))
+    reqs = [Request(0, 0.0, 100, 3), Request(1, 0.0, 200, 2), Request(2, d1 / 2, 50, 2)]
+    scfg = ServeConfig("pim", TINY, cfg, partition="tcp", prefill=False, max_batch=2)
+    res = serve(scfg, reqs, record_lengths=True)
+    # By hand: step 1 (100, 200); step 2 (101, 201): B done; C admitted at t2; step 3
+    # (102, 50): A done; step 4 (51,): C done.
+    assert res.step_lengths == [(100, 200), (101, 201), (102, 50), (51,)]
+    d2, d3, d4 = _step_s(cfg, (101, 201)), _step_s(cfg, (102, 50)), _step_s(cfg, (51,))
+    t1, t2 = d1, d1 + d2
+    t3 = t2 + d3
+    t4 = t3 + d4
+    assert res.admitted_s == [0.0, 0.0, t2]
+    assert res.first_token_s == [t1, t1, t3]
+    assert res.finished_s == [t3, t2, t4]
+    m = metrics(res)
+    lat = m["latency_s"]
+    e2e = [t3, t2, t4 - d1 / 2]
+    assert lat["e2e"]["mean"] == pytest.approx(sum(e2e) / 3, rel=1e-12)
+    assert lat["e2e"]["p50"] == pytest.approx(t3, rel=1e-12)
+    assert lat["ttft"]["p50"] == pytest.approx(t1, rel=1e-12)
+    tpot = [(t3 - t1) / 2, t2 - t1, t4 - t3]
+    assert lat["tpot"]["mean"] == pytest.approx(sum(tpot) / 3, rel=1e-12)
+    assert lat["queueing"]["mean"] == pytest.approx((t2 - d1 / 2) / 3, rel=1e-12)
+    s = m["summary"]
+    assert s["duration_s"] == pytest.approx(t4, rel=1e-12)
+    assert s["output_tokens"] == 7 and s["decode_steps"] == 4 and s["mean_batch"] == 1.75
+    assert s["throughput_tokens_per_s"] == pytest.approx(7 / t4, rel=1e-12)
+    ts = m["time_series"]
+    assert sum(ts["tokens_per_s"]) * ts["bin_s"] == pytest.approx(7, rel=1e-9)
+    # the first bin lies inside step 1 (2 tokens over d1), the last inside step 4 (1 over d4)
+    assert ts["tokens_per_s"][0] == pytest.approx(2 / d1, rel=1e-9)
+    assert ts["tokens_per_s"][-1] == pytest.approx(1 / d4, rel=1e-9)
+    assert ts["batch"][0] is None and ts["batch"][-1] == 1.0
+
+
+def test_three_requests_by_hand_with_prefill(cfg):
+    f = cfg.module.freq_ghz * 1e9
+    cache = KernelCache(cfg, "dcs")
+    p1 = pim_prefill_cycles(TINY, cfg, 300, 1, 1, cache) / f
+    d1 = _step_s(cfg, (100, 200))
+    p2 = pim_prefill_cycles(TINY, cfg, 50, 1, 1, cache) / f
+    d2 = _step_s(cfg, (101, 50))
+    reqs = [Request(0, 0.0, 100, 3), Request(1, 0.0, 200, 2), Request(2, 0.0, 50, 2)]
+    scfg = ServeConfig("pim", TINY, cfg, partition="tcp", max_batch=2)
+    res = serve(scfg, reqs, record_lengths=True)
+    # Prefill of A+B (300 tokens) emits their first tokens; step (100, 200) ends B; C is
+    # admitted and prefilled (50 tokens, its first token); step (101, 50) ends A and C.
+    assert res.step_lengths == [(100, 200), (101, 50)]
+    assert res.first_token_s == [p1, p1, p1 + d1 + p2]
+    assert res.finished_s == [p1 + d1 + p2 + d2, p1 + d1, p1 + d1 + p2 + d2]
+    assert res.admitted_s == [0.0, 0.0, p1 + d1]
+    assert [e[0] for e in res.events] == ["prefill", "decode", "prefill", "decode"]
+
+
+def test_pim_prefill_is_the_decode_steps_batched_gemvs(cfg):
+    # Prefill FC of n tokens = the decode step's GEMVs for a batch of n, per layer, plus the
+    # EPU vector work of n tokens, times the layers, plus the hop back to the host.
+    cache = KernelCache(cfg, "dcs")
+    for n in (1, 7, 40):
+        plan = layer_plan(TINY, cfg, (16,) * n, 1, "tcp")
+        fc = sum(_gemv_op(jobs, cache.run)[0] for jobs in plan.gemv.values())
+        layer = fc + epu_cycles(cfg, n * epu_other_flops(TINY, 1))
+        hop = stage_hop_cycles(cfg, n * TINY.hidden * 2, 0, 1, 1)
+        assert pim_prefill_cycles(TINY, cfg, n, 1, 1, cache) == TINY.layers * layer + hop
+
+
+# --------------------------------------------------------------------------- memory policies
+
+
+def test_static_memory_admits_by_slot(small):
+    # Static max_context 700 reserves ceil(700 * 3072 / 1 MiB) = 3 chunks: one slot in 4, so
+    # B waits for A although their KV would fit lazily.
+    reqs = [Request(0, 0.0, 300, 2), Request(1, 0.0, 300, 2)]
+    scfg = ServeConfig(
+        "pim", TINY, small, partition="tcp", memory="static", max_context=700, prefill=False
+    )
+    res = serve(scfg, reqs, record_lengths=True)
+    assert res.step_lengths == [(300,), (301,), (300,), (301,)]
+    assert res.admitted_s[1] == res.finished_s[0]
+    assert [e[8] for e in res.events] == [1, 1, 0, 0]  # B waited during A's two steps
+    s = metrics(res)["summary"]
+    assert s["saturated_mean_batch"] == 1.0 and s["mean_batch"] == 1.0
+    lazy = serve(
+        ServeConfig("pim", TINY, small, partition="tcp", prefill=False), reqs, record_lengths=True
+    )
+    assert lazy.step_lengths == [(300, 300), (301, 301)]
+
+
+def test_lazy_growth_preempts_the_latest_request(small):
+    # A and B hold 680 tokens = 2 chunks each (2,088,960 B), the whole 4-chunk pool. Token 683
+    # crosses into a third chunk: A's growth after the step at 682 tokens preempts B (the
+    # latest admitted), which waits with 683 tokens to recompute (3 chunks) until A is done.
+    reqs = [Request(0, 0.0, 680, 5), Request(1, 0.0, 680, 5)]
+    scfg = ServeConfig("pim", TINY, small, partition="tcp", prefill=False)
+    res = serve(scfg, reqs, record_lengths=True)
+    assert res.preemptions == [0, 1]
+    assert res.step_lengths == [(680, 680), (681, 681), (682, 682), (683,), (684,), (683,), (684,)]
+    assert res.first_token_s[1] == res.first_token_s[0]  # not re-emitted after recompute
+    assert res.admitted_s[1] == 0.0  # first admission
+
+
+def test_a_request_that_can_never_fit_is_refused(small):
+    reqs = [Request(0, 0.0, 1500, 2)]  # 5 chunks > 4
+    with pytest.raises(ServeError, match="request 0 .1500 KV tokens. does not fit the empty"):
+        serve(ServeConfig("pim", TINY, small, partition="tcp", prefill=False), reqs)
+    with pytest.raises(ServeError, match="exceeds tiny's context_window = 4096"):
+        serve(ServeConfig("pim", TINY, small, prefill=False), [Request(0, 0.0, 4000, 100)])
+    unsorted = [Request(0, 1.0, 10, 2), Request(1, 0.5, 10, 2)]
+    with pytest.raises(ServeError, match="request 1 arrives before request 0"):
+        serve(ServeConfig("pim", TINY, small, prefill=False), unsorted)
+
+
+# --------------------------------------------------------------------------- exactness
+
+
+@pytest.mark.parametrize("memory", ["lazy", "static"])
+def test_steps_equal_independent_decode_runs(cfg, memory):
+    reqs = workload_requests("alpaca", 12, 6, rate=2e4, seed=1)
+    reqs = [Request(r.rid, r.arrival_s, r.input_tokens * 20, r.output_tokens) for r in reqs]
+    scfg = ServeConfig("pim", TINY, cfg, tp=2, partition="auto", memory=memory, max_batch=5)
+    res = serve(scfg, reqs, record_lengths=True)
+    decode = [e for e in res.events if e[0] == "decode"]
+    assert len(decode) == len(res.step_lengths) > 5
+    for lengths, e in zip(res.step_lengths, decode, strict=True):
+        fresh = run_decode(DecodeSetup(TINY, cfg, lengths, tp=2, partition="auto", memory=memory))
+        assert e[3] == fresh.cycles
+
+
+# --------------------------------------------------------------------------- command
+
+
+def test_serve_command(tmp_path, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        '{"arrival_s": 0, "input_tokens": 900, "output_tokens": 2}\n'
+        '{"arrival_s": 0.001, "input_tokens": 500, "output_tokens": 3}\n'
+    )
+    out, png = tmp_path / "r.json", tmp_path / "r.png"
+    argv = (
+        "serve",
+        "--model",
+        "llm-1.8b",
+        "--workload",
+        trace,
+        "--no-prefill",
+        "--out",
+        out,
+        "--plot",
+        png,
+    )
+    rc, text, err = run_cli(capsys, *argv)
+    assert rc == 0, err
+    rep = json.loads(out.read_text())
+    assert rep["summary"]["output_tokens"] == 5 and rep["summary"]["requests"] == 2
+    assert rep["provenance"]["inputs_sha256"] and png.stat().st_size > 0
+    assert set(rep["latency_s"]) == {"ttft", "tpot", "e2e", "queueing"}
+    rows = rep["requests"]["rows"]
+    assert [r[:3] for r in rows] == [[0.0, 900, 2], [0.001, 500, 3]]
+    assert rows[0][5] - rows[0][0] == pytest.approx(
+        rep["latency_s"]["e2e"]["p50"] * 2 - (rows[1][5] - rows[1][0])
+    )
+    rc, _, err = run_cli(capsys, *argv)
+    assert rc == 2 and "exists; pass --force" in err
+    rc, _, err = run_cli(capsys, *argv, "--rate", "3", "--force")
+    assert rc == 2 and err.startswith("pimphony serve: error: --rate: a trace")
+    assert err.count("\n") == 1
+    bad = tmp_path / "bad.csv"
+    bad.write_text("arrival_s,input_tokens,output_tokens\n0,5,0\n")
+    rc, _, err = run_cli(capsys, "serve", "--workload", bad, "--out", tmp_path / "b.json")
+    assert rc == 2 and "bad.csv: line 2: output_tokens = 0 must be >= 1 token" in err
+    assert issubclass(TraceError, PimphonyError) and issubclass(ServeError, PimphonyError)
+
+
+def test_xpu_pim_and_gpu_steps_equal_their_decode_runs(cfg):
+    from models.xpu_config import load_xpu
+    from sim.decode_step.gpu import GpuSetup, run_gpu_decode
+    from sim.decode_step.hetero import HeteroSetup, run_hetero_decode
+
+    reqs = [Request(k, 0.0002 * k, 300 + 97 * k, 3 + k % 3) for k in range(6)]
+    npu = load_xpu("neupims-npu")
+    hcfg = ServeConfig("xpu+pim", TINY, cfg, tp=2, partition="tcp", xpu=npu, max_batch=4)
+    res = serve(hcfg, reqs, record_lengths=True)
+    decode = [e for e in res.events if e[0] == "decode"]
+    assert len(decode) == len(res.step_lengths) >= 5
+    for lengths, e in zip(res.step_lengths, decode, strict=True):
+        pim = DecodeSetup(TINY, cfg, lengths, tp=2, partition="tcp")
+        assert e[3] == run_hetero_decode(HeteroSetup(pim, npu)).cycles
+    a100 = load_xpu("a100-80gb")
+    gcfg = ServeConfig("gpu", TINY, gpu=a100, gpus=2, max_batch=4)
+    res = serve(gcfg, reqs, record_lengths=True)
+    decode = [e for e in res.events if e[0] == "decode"]
+    for lengths, e in zip(res.step_lengths, decode, strict=True):
+        assert e[2] == run_gpu_decode(GpuSetup(TINY, a100, 2, lengths)).step_seconds
+    # GPU memory is paged in 16-token blocks: at each step the pool holds sum(ceil(T / 16))
+    # blocks of the running contexts (per GPU: 2 of TINY's 4 KV heads).
+    block = 16 * 2 * TINY.layers * (TINY.kv_heads // 2) * TINY.head_dim * 2
+    for lengths, e in zip(res.step_lengths, decode, strict=True):
+        assert e[7] == sum(-(-t // 16) for t in lengths) * block
+        assert e[6] == sum(lengths) * block // 16
