@@ -128,6 +128,11 @@ COMMANDS: tuple[Command, ...] = (
         "sim.experiments.librapim",
     ),
     Command(
+        "librapim-fig19",
+        "LibraPIM Fig. 19 shape: four systems' speedup over NPU+AiM, batch x input length",
+        "sim.experiments.librapim_fig19",
+    ),
+    Command(
         "sherpa",
         "PIM-SHERPA: DRAM capacity of WD, FACIL-O, S-DDB and S-OWR (Fig. 9)",
         "sim.experiments.sherpa",

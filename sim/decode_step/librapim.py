@@ -1,32 +1,49 @@
-"""LibraPIM end to end (seed 002), first part: NPU+AiM vs LibraPIM decode steps with DBO.
+"""LibraPIM end to end (seed 002): four NPU+PIM systems' decode steps, with DBO.
 
-Two systems on the same hardware (``librapim-hbm2`` PIM, ``librapim-npu`` xPU by default),
-timed with the xPU+PIM step's parts (:mod:`sim.decode_step.hetero`: the xPU cost model,
-the PIM channel TLM through :func:`sim.decode_step.step.attention_cycles`, the four-resource
-:func:`~sim.decode_step.hetero.pipeline_schedule`):
+Every system runs on the same device (``librapim-hbm2`` PIM, ``librapim-npu`` xPU by default)
+and is timed with the xPU+PIM step's parts (:mod:`sim.decode_step.hetero`: the xPU cost
+model, the PIM channel TLM through :func:`sim.decode_step.step.attention_cycles` and
+:func:`~sim.decode_step.step.layer_timing`, the four-resource
+:func:`~sim.decode_step.hetero.pipeline_schedule`). The :data:`SYSTEMS` registry, keyed by
+:class:`System`, holds what each system does (``docs/librapim.md`` quotes the paper):
 
-* **NPU+AiM**: serial, one batch group (``K = 1``), FC on the xPU, attention on PIM.
-* **pipelined**: batch pipelining over ``groups`` groups without offloading (what DBO adds
-  is the difference to the next row).
-* **LibraPIM**: batch pipelining over ``groups`` batch groups, and per group the split
-  Algorithm 1 (:func:`models.dbo.dynamic_batch_offload`) chooses: ``m`` requests' FFN run on
-  PIM after the group's attention (PIM FFN timed as the PIM-only step times FC GEMVs,
-  :func:`sim.decode_step.step.layer_timing`), or ``n`` requests' attention run on the xPU
-  (:func:`models.xpu.attention_cost`).
+* **npu+aim**: serial, one batch group, FC on the xPU, attention on PIM.
+* **attacc**: serial flow, head-level pipelining of QKV generation / attention, FFN
+  co-processing (part of the batch's FFN on PIM, concurrently).
+* **neupims**: batch pipelining over ``groups`` groups (dual row buffers: xPU reads and PIM
+  MACs concurrent), no offloading.
+* **librapim**: batch pipelining plus Algorithm 1's split per group
+  (:func:`models.dbo.dynamic_batch_offload`), PIM slowed by the bank-slice TLM's factor at
+  the xPU's read load (DEX; ``slicing=False``: exclusive AiM banks).
+* **librapim-best**: an analysis row, not a paper system: LibraPIM with the FFN offload that
+  simulates fastest (how much any offloading rule could gain on this hardware).
 
-The report puts Algorithm 1's prediction (FLOPs over throughput, ``layers x`` the per-layer
-time) beside the simulated step. What is not modelled (DEX's shared-bus conflicts at system
-level, the AttAcc- and NeuPIMs-like systems, Figs. 19-22) is listed in ``docs/librapim.md``.
+The system is ``tp`` such devices sharing every layer Megatron-style (each device: ``1/tp``
+of the heads and of the FC matrices), as the NeuPIMs simulator LibraPIM builds on runs
+GPT3-175B (``n_tp = 8``); the step of one device is reported.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
+import numpy as np
+
+from compiler.kernels import compile_kernel, gemv_max_batch
 from compiler.llm import LayerOp, ModelSpec, gemv_shapes
-from compiler.plan import micro_batches
+from compiler.plan import (
+    TP_SPLIT,
+    DecodeMappingError,
+    GemvJob,
+    PartitionError,
+    micro_batches,
+    split_evenly,
+)
+from models.bank_slice import HOST_READ_DTYPE, SliceConfig, empty_host_reads, run_bank_slice
 from models.config import HardwareConfig
 from models.dbo import DboDecision, DboModel, DboThroughput, dynamic_batch_offload
 from models.hub import link_cycles
@@ -38,12 +55,73 @@ from sim.decode_step.setup import DecodeError, DecodeSetup
 from sim.decode_step.step import attention_cycles, layer_timing
 
 __all__ = [
+    "ATTENTION_PARTITIONS",
+    "DEFAULT_TP",
+    "SYSTEMS",
     "LibrapimSystem",
+    "System",
+    "SystemSpec",
     "dbo_model",
     "dbo_throughput",
     "format_librapim",
     "run_librapim",
+    "sharded_shapes",
+    "weights_per_device",
 ]
+
+#: Attention partitions tried per batch group; the fastest the compiler maps is used. LibraPIM
+#: 5.3 gathers "each K, V matrix ... in allocated bank" (whole (request, head) pairs: HFP);
+#: TCP and ITPP are kept so that shapes HFP cannot tile still map.
+ATTENTION_PARTITIONS = ("hfp", "tcp", "itpp")
+
+#: Devices sharing each layer: the NeuPIMs simulator's GPT3-175B config (``n_tp: 8``,
+#: casys-kaist/NeuPIMs ``configs/model_configs/gpt3-175B.json``); LibraPIM does not state it.
+DEFAULT_TP = 8
+
+
+class System(StrEnum):
+    """The four systems of LibraPIM 6.1, and LibraPIM with the best offload (analysis)."""
+
+    NPU_AIM = "npu+aim"
+    ATTACC = "attacc"
+    NEUPIMS = "neupims"
+    LIBRAPIM = "librapim"
+    LIBRAPIM_BEST = "librapim-best"
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    """What one system does: serial or batch-pipelined, head-level pipelining, FFN
+    co-processing, DBO, and whether PIM and the xPU's weight reads share sliced banks (DEX:
+    PIM slowed as the bank-slice TLM says at the xPU's read load; otherwise no conflict)."""
+
+    serial: bool
+    head_pipelining: bool
+    ffn_coprocessing: bool
+    dbo: bool
+    dex: bool
+    summary: str
+
+
+#: The registry (``docs/librapim.md`` quotes the paper for every row).
+SYSTEMS: dict[System, SystemSpec] = {
+    System.NPU_AIM: SystemSpec(True, False, False, False, False, "serial, exclusive bank access"),
+    System.ATTACC: SystemSpec(
+        True, True, True, False, False, "serial flow, head-level pipelining, FFN co-processing"
+    ),
+    System.NEUPIMS: SystemSpec(
+        False, False, False, False, False, "batch pipelining, dual row buffers (concurrent reads)"
+    ),
+    System.LIBRAPIM: SystemSpec(False, False, False, True, True, "batch pipelining + DEX + DBO"),
+    System.LIBRAPIM_BEST: SystemSpec(
+        False,
+        False,
+        False,
+        True,
+        True,
+        "LibraPIM, FFN offload chosen by simulation (not Algorithm 1)",
+    ),
+}
 
 
 def dbo_model(spec: ModelSpec) -> DboModel:
@@ -65,62 +143,210 @@ def dbo_model(spec: ModelSpec) -> DboModel:
     )
 
 
-def dbo_throughput(xpu: XpuConfig, hw: HardwareConfig, element_bytes: int = 2) -> DboThroughput:
-    """The throughputs Algorithm 1 predicts with, from the presets.
+def dbo_throughput(
+    xpu: XpuConfig, hw: HardwareConfig, element_bytes: int = 2, tp: int = 1
+) -> DboThroughput:
+    """The throughputs Algorithm 1 predicts with, from the presets, for ``tp`` devices.
 
     ``FLOPS_xPU``: the xPU's matrix peak x its compute efficiency cap. ``FLOPS_xPU_GEMV``:
     attention reads each K/V element once per multiply-accumulate, so 2 FLOPs per
     ``element_bytes`` at the capped bandwidth. ``FLOPS_PIM``: every bank's MAC unit
-    (``mac_elements`` multiply-accumulates) once per ``tCCD`` on every channel.
+    (``mac_elements`` multiply-accumulates) once per ``tCCD`` on every channel. All three
+    scale with ``tp`` (the devices share every layer); ``Channel_PIM`` is one device's.
     """
     ch, t = hw.channel, hw.timing
     pim = hw.module.channels * ch.banks * ch.mac_elements * 2 * hw.module.freq_ghz * 1e9
     return DboThroughput(
-        xpu_flops=xpu.peak_flops() * xpu.compute.efficiency,
-        xpu_gemv_flops=xpu.bandwidth * xpu.memory.efficiency * 2 / element_bytes,
-        pim_flops=pim / t.tCCD,
+        xpu_flops=tp * xpu.peak_flops() * xpu.compute.efficiency,
+        xpu_gemv_flops=tp * xpu.bandwidth * xpu.memory.efficiency * 2 / element_bytes,
+        pim_flops=tp * pim / t.tCCD,
         pim_channels=hw.module.channels,
     )
+
+
+def sharded_shapes(spec: ModelSpec, tp: int) -> dict[LayerOp, tuple[int, int]]:
+    """``(d_out, d_in)`` of each FC GEMM on one of ``tp`` devices (Megatron:
+    :data:`compiler.plan.TP_SPLIT`)."""
+    out = {}
+    for op, (d_out, d_in) in gemv_shapes(spec).items():
+        out[op] = (d_out // tp, d_in) if TP_SPLIT[op] == "d_out" else (d_out, d_in // tp)
+    return out
+
+
+def weights_per_device(spec: ModelSpec, tp: int, pp: int = 1) -> float:
+    """Bytes of weights one device holds when ``tp x pp`` devices share the model."""
+    return spec.resident_weight_bytes / (tp * pp)
 
 
 def _cycles(seconds: float, freq_ghz: float) -> int:
     return math.ceil(seconds * freq_ghz * 1e9)
 
 
-def _xpu_layer(
-    spec: ModelSpec, xpu: XpuConfig, freq: float, batch: int, ffn_batch: int, att: tuple[int, ...]
-) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
-    """Pre-attention (norm, QKV) and post-attention ops of one layer on the xPU for ``batch``
-    requests, FFN only for ``ffn_batch`` of them, plus attention for contexts ``att``."""
+@dataclass
+class _Parts:
+    """The memoised simulated parts of one (model, hardware, xPU, tp) point."""
 
-    def gemm(op: LayerOp, m: int) -> int:
-        d_out, d_in = gemv_shapes(spec)[op]
-        return _cycles(gemm_cost(xpu, m, d_in, d_out).seconds, freq) if m else 0
+    spec: ModelSpec
+    hw: HardwareConfig
+    xpu: XpuConfig
+    tp: int
+    cache: KernelCache
+    partitions: tuple[str, ...] = ATTENTION_PARTITIONS
+    _att: dict = field(default_factory=dict)
+    _dex: dict = field(default_factory=dict)
+    _ffn: dict = field(default_factory=dict)
 
-    def vec(op: VectorOp, n: int) -> int:
-        return _cycles(vector_cost(xpu, op, n).seconds, freq) if n else 0
+    @property
+    def freq(self) -> float:
+        return self.hw.module.freq_ghz
 
-    act = VectorOp.SWIGLU if spec.ffn == "swiglu" else VectorOp.RELU
-    norm = vec(VectorOp.NORM, batch * spec.hidden)
-    pre = [("vector", norm), ("qkv", gemm(LayerOp.QKV, batch))]
-    post = [
-        ("xpu_attention", _attention_cycles_xpu(spec, xpu, freq, att)),
-        ("proj", gemm(LayerOp.PROJ, batch)),
-        ("vector", 2 * vec(VectorOp.RESIDUAL, batch * spec.hidden) + norm),
-        ("vector", vec(act, ffn_batch * spec.intermediate)),
-        ("ffn1", gemm(LayerOp.FFN1, ffn_batch)),
-        ("ffn2", gemm(LayerOp.FFN2, ffn_batch)),
-    ]
-    return pre, post
+    def gemm(self, op: LayerOp, m: int) -> int:
+        d_out, d_in = sharded_shapes(self.spec, self.tp)[op]
+        return _cycles(gemm_cost(self.xpu, m, d_in, d_out).seconds, self.freq) if m else 0
 
+    def vec(self, op: VectorOp, n: int) -> int:
+        return _cycles(vector_cost(self.xpu, op, n).seconds, self.freq) if n else 0
 
-def _attention_cycles_xpu(
-    spec: ModelSpec, xpu: XpuConfig, freq: float, contexts: tuple[int, ...]
-) -> int:
-    if not contexts:
-        return 0
-    cost = attention_cost(xpu, list(contexts), spec.heads, spec.kv_heads, spec.head_dim)
-    return _cycles(cost.seconds, freq)
+    def xpu_ffn(self, m: int) -> int:
+        act = VectorOp.SWIGLU if self.spec.ffn == "swiglu" else VectorOp.RELU
+        return (
+            self.vec(act, m * self.spec.intermediate // self.tp)
+            + self.gemm(LayerOp.FFN1, m)
+            + self.gemm(LayerOp.FFN2, m)
+        )
+
+    def attention(self, lengths: tuple[int, ...], chunks: int = 1) -> dict[str, int]:
+        """PIM attention cycles of one layer of ``lengths`` for ``1/chunks`` of a device's
+        KV heads (channel TLM): the fastest of ``partitions`` the compiler can map (the same
+        for every system)."""
+        key = (tuple(sorted(lengths)), chunks)
+        if key not in self._att:
+            best: dict[str, int] | None = None
+            for part in self.partitions:
+                try:
+                    setup = DecodeSetup(
+                        self.spec,
+                        self.hw,
+                        key[0],
+                        tp=self.tp * chunks,
+                        partition=part,
+                        check_capacity=False,
+                    )
+                    _, att, _ = attention_cycles(setup, key[0], self.cache)
+                except (PartitionError, DecodeMappingError):
+                    continue  # e.g. HFP's score tile does not fit the GPR at GQA 8
+                split = {k: att[k] for k in ("qk", "softmax", "sv")}
+                if best is None or sum(split.values()) < sum(best.values()):
+                    best = split
+            if best is None:
+                raise DecodeError(f"no attention partition maps {self.spec.name} on this PIM")
+            self._att[key] = best
+        return self._att[key]
+
+    def pim_ffn(self, m: int) -> int:
+        """PIM cycles of one layer's FFN GEMVs for ``m`` requests on one device (channel TLM,
+        weight-stationary: every bank reads its share of the weights per request)."""
+        if not m:
+            return 0
+        if m not in self._ffn:
+            setup = DecodeSetup(self.spec, self.hw, (1,) * m, tp=self.tp, check_capacity=False)
+            fc = layer_timing(setup, (1,) * m, self.cache).cycles
+            self._ffn[m] = fc[str(LayerOp.FFN1)] + fc[str(LayerOp.FFN2)]
+        return self._ffn[m]
+
+    def pim_ffn_shared(self, m: int) -> int:
+        """PIM cycles of one layer's FFN for ``m`` requests in LibraPIM's DBO mode (4.4,
+        Fig. 14): the weight rows stream through the Global Buffer to every bank's MAC unit,
+        the banks hold the requests' input vectors. On the channel TLM this is a GEMV whose
+        matrix is the ``m x d_in`` inputs and whose vectors are the channel's weight rows
+        (as many per kernel as the GPR holds); the busiest channel's sum."""
+        if not m:
+            return 0
+        key = ("shared", m)
+        if key not in self._ffn:
+            total = 0
+            for op in (LayerOp.FFN1, LayerOp.FFN2):
+                d_out, d_in = sharded_shapes(self.spec, self.tp)[op]
+                most = max(1, gemv_max_batch(self.hw, m, d_in))
+                busiest = 0
+                for rows in split_evenly(d_out, self.hw.module.channels, 1):
+                    sizes = [most] * (rows // most) + ([rows % most] if rows % most else [])
+                    busiest = max(
+                        busiest, sum(self.cache.run(GemvJob(m, d_in, k)).cycles for k in sizes)
+                    )
+                total += busiest
+            self._ffn[key] = total
+        return self._ffn[key]
+
+    def dex_stretch(self, tokens: int, load: float, sliced: bool) -> float:
+        """PIM slow-down when the xPU reads weights at ``load`` (fraction of the channel's bus)
+        during a PIM attention kernel of ``tokens`` (at most 1024) tokens, from the bank-slice
+        TLM (:func:`models.bank_slice.run_bank_slice`): the kernel's ``pim_cycles`` with the
+        reads over its span divided by without. Reads arrive every ``tCCD / load`` cycles,
+        interleaved over the banks (LibraPIM 5.3: weights "interleaved from the channel to
+        the bank")."""
+        load = round(min(1.0, max(0.0, load)), 2)
+        key = (min(tokens, 1024), load, sliced)
+        if key not in self._dex:
+            if load == 0.0:
+                self._dex[key] = 1.0
+                return 1.0
+            s = self.spec
+            prog = compile_kernel(
+                self.hw, "qk", tokens=key[0], d_h=s.head_dim, gqa_group=s.gqa_group
+            )
+            slicing = SliceConfig(sliced=sliced)
+            alone = run_bank_slice(prog.commands, empty_host_reads(0), self.hw, slicing)
+            spacing = self.hw.timing.tCCD / load
+            n = max(1, math.ceil(alone.pim_cycles / spacing))
+            k = np.arange(n)
+            banks, cols = self.hw.channel.banks, self.hw.channel.row_bytes // 32
+            reads = np.zeros(n, HOST_READ_DTYPE)
+            reads["bank"] = k % banks
+            reads["col"] = (k // banks) % cols
+            reads["row"] = (k // (banks * cols)) % slicing.weight_rows(self.hw)
+            reads["arrival"] = np.floor(k * spacing).astype(np.int64)
+            both = run_bank_slice(prog.commands, reads, self.hw, slicing)
+            self._dex[key] = both.pim_cycles / alone.pim_cycles
+        return self._dex[key]
+
+    def xpu_attention(self, contexts: tuple[int, ...]) -> int:
+        if not contexts:
+            return 0
+        s = self.spec
+        cost = attention_cost(
+            self.xpu, list(contexts), s.heads // self.tp, s.kv_heads // self.tp, s.head_dim
+        )
+        return _cycles(cost.seconds, self.freq)
+
+    def link(self, nbytes: int) -> int:
+        return link_cycles(self.hw, nbytes, "host")
+
+    def pre_post(
+        self, batch: int, ffn_batch: int, att: tuple[int, ...]
+    ) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+        """Pre-attention (norm, QKV) and post-attention xPU ops of one layer for ``batch``
+        requests, FFN for ``ffn_batch`` of them, attention for contexts ``att``."""
+        norm = self.vec(VectorOp.NORM, batch * self.spec.hidden)
+        pre = [("vector", norm), ("qkv", self.gemm(LayerOp.QKV, batch))]
+        act = VectorOp.SWIGLU if self.spec.ffn == "swiglu" else VectorOp.RELU
+        post = [
+            ("xpu_attention", self.xpu_attention(att)),
+            ("proj", self.gemm(LayerOp.PROJ, batch)),
+            ("vector", 2 * self.vec(VectorOp.RESIDUAL, batch * self.spec.hidden) + norm),
+            ("vector", self.vec(act, ffn_batch * self.spec.intermediate // self.tp)),
+            ("ffn1", self.gemm(LayerOp.FFN1, ffn_batch)),
+            ("ffn2", self.gemm(LayerOp.FFN2, ffn_batch)),
+        ]
+        return pre, post
+
+    def qkv_bytes(self, n: int) -> int:
+        s = self.spec
+        return n * (s.heads + 2 * s.kv_heads) * s.head_dim * s.element_bytes // self.tp
+
+    def out_bytes(self, n: int) -> int:
+        s = self.spec
+        return n * s.heads * s.head_dim * s.element_bytes // self.tp
 
 
 @dataclass(frozen=True)
@@ -154,24 +380,59 @@ def _decision_dict(d: DboDecision) -> dict[str, Any]:
     }
 
 
-def _system(
+def _result(
     name: str,
-    spec: ModelSpec,
-    hw: HardwareConfig,
-    xpu: XpuConfig,
+    parts: _Parts,
+    groups: int,
+    sizes: list[int],
+    decisions: list[dict[str, Any]],
+    cycles: int,
+    predicted: float,
+    batch: int,
+    busy: dict[str, int],
+    ops: dict[str, int],
+) -> LibrapimSystem:
+    seconds = cycles / (parts.freq * 1e9)
+    return LibrapimSystem(
+        name=name,
+        groups=groups,
+        group_sizes=sizes,
+        decisions=decisions,
+        cycles=cycles,
+        step_seconds=seconds,
+        predicted_seconds=predicted,
+        tokens_per_s=batch / seconds,
+        busy={d: b / cycles for d, b in busy.items()},
+        ops=ops,
+    )
+
+
+def _pipelined(
+    name: str,
+    parts: _Parts,
     lengths: tuple[int, ...],
     groups: int,
     use_dbo: bool,
-    cache: KernelCache,
+    fixed_m: int | None = None,
+    dex: bool | None = None,
 ) -> LibrapimSystem:
-    freq, layers, e = hw.module.freq_ghz, spec.layers, spec.element_bytes
-    model, thr = dbo_model(spec), dbo_throughput(xpu, hw, e)
+    """NPU+AiM (``groups = 1``), NeuPIMs-like and LibraPIM: per group the layer chain on
+    :func:`~sim.decode_step.hetero.pipeline_schedule`; ``fixed_m`` replaces Algorithm 1's
+    split by ``min(fixed_m, group)`` requests' FFN on PIM in every group. ``dex``: ``None``,
+    PIM and the xPU never conflict; ``True`` / ``False``, PIM's MAC-bound ops stretch by the
+    bank-slice TLM's factor with / without slicing at the group's xPU read load."""
+    spec, layers, e = parts.spec, parts.spec.layers, parts.spec.element_bytes
+    model = dbo_model(spec)
+    thr = dbo_throughput(parts.xpu, parts.hw, e, parts.tp)
     xpu_t, in_t, pim_t, out_t, decisions = [], [], [], [], []
     xpu_pred = pim_pred = 0.0  # Algorithm 1's per-layer busy seconds, summed over the groups
-    for mb in micro_batches(lengths, groups):
+    groups_mb = micro_batches(lengths, groups)
+    for mb in groups_mb:
         d = dynamic_batch_offload(model, thr, len(mb), max(mb))
         decisions.append(_decision_dict(d))
         m, n = (d.m, d.n) if use_dbo else (0, 0)
+        if fixed_m is not None:
+            m, n = min(fixed_m, len(mb)), 0
         if use_dbo:
             xpu_pred, pim_pred = xpu_pred + d.xpu_seconds, pim_pred + d.pim_seconds
         else:
@@ -182,23 +443,33 @@ def _system(
         order = sorted(range(len(mb)), key=lambda i: -mb[i])
         on_xpu = tuple(mb[i] for i in order[:n])
         on_pim = tuple(mb[i] for i in order[n:])
-        pim_setup = DecodeSetup(spec, hw, mb, check_capacity=False)
-        pre, post = _xpu_layer(spec, xpu, freq, len(mb), len(mb) - m, on_xpu)
+        pre, post = parts.pre_post(len(mb), len(mb) - m, on_xpu)
         pim_ops: list[tuple[str, int]] = [("qk", 0), ("softmax", 0), ("sv", 0)]
         if on_pim:
-            _, att, _ = attention_cycles(pim_setup, on_pim, cache)
-            pim_ops = [(k, att[k]) for k in ("qk", "softmax", "sv")]
+            pim_ops = list(parts.attention(on_pim).items())
         if m:
-            fc = layer_timing(pim_setup, tuple(mb[:m]), cache).cycles
-            pim_ops.append(("pim_ffn", fc[str(LayerOp.FFN1)] + fc[str(LayerOp.FFN2)]))
-        qkv_b = len(on_pim) * (spec.heads + 2 * spec.kv_heads) * spec.head_dim * e
-        out_b = len(on_pim) * spec.heads * spec.head_dim * e + m * spec.hidden * e
-        if m:  # the offloaded requests' FFN input goes to PIM too
-            qkv_b += m * spec.hidden * e
+            pim_ops.append(("pim_ffn", parts.pim_ffn_shared(m)))
+        if dex is not None:
+            xpu_cycles = sum(c for _, c in pre + post)
+            read = [LayerOp.QKV, LayerOp.PROJ] + (
+                [LayerOp.FFN1, LayerOp.FFN2] if m < len(mb) else []
+            )
+            shapes = sharded_shapes(spec, parts.tp)
+            wbytes = sum(shapes[op][0] * shapes[op][1] for op in read) * e  # what the xPU reads
+            load = wbytes / parts.hw.module.channels / max(1, xpu_cycles)
+            load /= parts.hw.module.io_bytes_per_cycle
+            stretch = parts.dex_stretch(max(mb), load, dex)
+            pim_ops = [
+                (op, math.ceil(c * stretch) if op in ("qk", "sv", "pim_ffn") else c)
+                for op, c in pim_ops
+            ]
+            decisions[-1].update(xpu_read_load=load, dex_stretch=stretch, sliced=dex)
+        qkv_b = parts.qkv_bytes(len(on_pim)) + m * spec.hidden * e  # FFN inputs go too
+        out_b = parts.out_bytes(len(on_pim)) + m * spec.hidden * e
         xpu_t.append([pre] + [post + pre] * (layers - 1) + [post])
-        in_t.append([[("qkv_transfer", link_cycles(hw, qkv_b, "host"))]] * layers)
+        in_t.append([[("qkv_transfer", parts.link(qkv_b))]] * layers)
         pim_t.append([pim_ops] * layers)
-        out_t.append([link_cycles(hw, out_b, "host")] * layers)
+        out_t.append([parts.link(out_b)] * layers)
     tl = pipeline_schedule(xpu_t, in_t, pim_t, out_t)
     # Prediction: serial, the two devices' sum; pipelined, the busier device bounds each layer.
     per_layer = max(xpu_pred, pim_pred) if groups > 1 else xpu_pred + pim_pred
@@ -207,18 +478,98 @@ def _system(
         for _, _, segs, _ in dev:
             for op, c in segs:
                 ops[op] = ops.get(op, 0) + c
-    seconds = tl.cycles / (freq * 1e9)
-    return LibrapimSystem(
-        name=name,
-        groups=groups,
-        group_sizes=[len(mb) for mb in micro_batches(lengths, groups)],
-        decisions=decisions,
-        cycles=tl.cycles,
-        step_seconds=seconds,
-        predicted_seconds=per_layer * layers,
-        tokens_per_s=len(lengths) / seconds,
-        busy={d: tl.busy(d) / tl.cycles for d in ("xpu", "pim")},
-        ops=ops,
+    return _result(
+        name,
+        parts,
+        groups,
+        [len(mb) for mb in groups_mb],
+        decisions,
+        tl.cycles,
+        per_layer * layers,
+        len(lengths),
+        {dv: tl.busy(dv) for dv in ("xpu", "pim")},
+        ops,
+    )
+
+
+def _best_offload(
+    name: str, parts: _Parts, lengths: tuple[int, ...], groups: int, dex: bool | None
+) -> LibrapimSystem:
+    """LibraPIM with the FFN offload chosen by simulation: every ``m`` in multiples of the
+    banks up to ``Channel_PIM`` (in the Fig. 14 mode PIM's FFN time changes only at those
+    steps while the xPU's falls with every request), and ``m = 0``; the fastest step."""
+    banks, cap = parts.hw.channel.banks, parts.hw.module.channels
+    top = min(cap, max(len(g) for g in micro_batches(lengths, groups)))
+    ms = sorted({0, top, *range(banks, top + 1, banks)})
+    runs = [_pipelined(name, parts, lengths, groups, False, m, dex) for m in ms]
+    best = min(range(len(ms)), key=lambda i: (runs[i].cycles, ms[i]))
+    for d in runs[best].decisions:
+        d.update(case="best-offload", m=min(ms[best], d["batch"]), n=0)
+    return dataclasses.replace(runs[best], predicted_seconds=float("nan"))
+
+
+def _flow(chunks: list[list[int]]) -> int:
+    """Makespan of chunks through serial stages: ``chunks[c][s]`` cycles of stage ``s``;
+    chunk ``c`` enters stage ``s`` when stage ``s`` is free and it has left stage ``s - 1``.
+
+    >>> _flow([[2, 3], [2, 3]])
+    8
+    """
+    free = [0] * len(chunks[0])
+    for stages in chunks:
+        done = 0
+        for s, c in enumerate(stages):
+            done = free[s] = max(free[s], done) + c
+    return max(free)
+
+
+def _coprocess_split(parts: _Parts, batch: int) -> int:
+    """AttAcc's FFN co-processing split: the ``m`` (requests on PIM) minimising
+    ``max(xPU FFN of batch - m, PIM FFN of m)``, both simulated (bisection on the crossing)."""
+    lo, hi = 0, batch  # xPU time falls and PIM time rises with m
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if parts.pim_ffn(mid) < parts.xpu_ffn(batch - mid):
+            lo = mid
+        else:
+            hi = mid
+    return min((lo, hi), key=lambda m: (max(parts.pim_ffn(m), parts.xpu_ffn(batch - m)), m))
+
+
+def _attacc(name: str, parts: _Parts, lengths: tuple[int, ...]) -> LibrapimSystem:
+    """AttAcc-like: one group, serial flow; per layer the QKV GEMM, the Q/K/V transfer, the
+    PIM attention and the output transfer flow per head chunk (the device's KV heads, one
+    chunk each), then projection and the FFN split between xPU and PIM (co-processing)."""
+    spec, e = parts.spec, parts.spec.element_bytes
+    b, kvh = len(lengths), spec.kv_heads // parts.tp
+    att = parts.attention(lengths, kvh)
+    qkv = parts.gemm(LayerOp.QKV, b)
+    chunk = [
+        math.ceil(qkv / kvh),
+        parts.link(parts.qkv_bytes(b) // kvh),
+        sum(att.values()),
+        parts.link(parts.out_bytes(b) // kvh),
+    ]
+    head_flow = _flow([chunk] * kvh)
+    m = _coprocess_split(parts, b)
+    xpu_ffn, pim_ffn = parts.xpu_ffn(b - m), parts.pim_ffn(m)
+    norm = parts.vec(VectorOp.NORM, b * spec.hidden)
+    rest = (
+        norm
+        + parts.gemm(LayerOp.PROJ, b)
+        + 2 * parts.vec(VectorOp.RESIDUAL, b * spec.hidden)
+        + norm
+        + parts.link(m * spec.hidden * e) * 2
+        + max(xpu_ffn, pim_ffn)
+    )
+    per_layer = head_flow + rest
+    cycles = spec.layers * per_layer
+    xpu_busy = spec.layers * (qkv + rest - max(xpu_ffn, pim_ffn) + xpu_ffn)
+    pim_busy = spec.layers * (kvh * sum(att.values()) + pim_ffn)
+    ops = {"head_flow": spec.layers * head_flow, "pim_ffn": spec.layers * pim_ffn}
+    dec = [{"case": "ffn-coprocessing", "batch": b, "m": m, "chunks": kvh}]
+    return _result(
+        name, parts, 1, [b], dec, cycles, float("nan"), b, {"xpu": xpu_busy, "pim": pim_busy}, ops
     )
 
 
@@ -229,44 +580,81 @@ def run_librapim(
     lengths: tuple[int, ...],
     groups: int = 2,
     sched: str = "dcs",
+    tp: int = 1,
+    systems: tuple[str, ...] | None = None,
+    partitions: tuple[str, ...] = ATTENTION_PARTITIONS,
+    slicing: bool = True,
 ) -> dict[str, LibrapimSystem]:
-    """Time one decode step of ``lengths`` on NPU+AiM (serial), with batch pipelining alone
-    (``groups`` groups, no offloading) and on LibraPIM (pipelining + DBO); keys
-    ``"npu+aim"``, ``"pipelined"``, ``"librapim"``.
+    """Time one decode step of ``lengths`` on each of ``systems`` (default all of
+    :data:`SYSTEMS`), ``tp`` devices sharing every layer; keys are the system names.
+    PIM attention uses the fastest of ``partitions`` that maps. ``slicing``: the DEX systems'
+    banks are sliced (default) or, for the comparison, exclusive as in plain AiM.
 
-    Capacity is not checked (the paper's 16 GB does not hold GPT-3's weights either).
+    Capacity is not checked (the paper's 16 GB does not hold the KV of its large points).
     """
+    if not lengths:
+        raise DecodeError("batch = 0: give at least one request")
+    if max(lengths) > spec.context_window:
+        raise DecodeError(
+            f"context {max(lengths)}: beyond {spec.name}'s window; allowed 1 to "
+            f"{spec.context_window}"
+        )
     if isinstance(groups, bool) or not isinstance(groups, int) or not 1 <= groups <= len(lengths):
         raise DecodeError(
             f"groups = {groups!r}: must be an integer from 1 to the batch ({len(lengths)})"
         )
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or spec.kv_heads % tp:
+        raise DecodeError(
+            f"tp = {tp!r}: must be a positive divisor of {spec.name}'s kv_heads ({spec.kv_heads})"
+        )
+    chosen = []
+    for name in systems or tuple(SYSTEMS):
+        try:
+            chosen.append(System(name))
+        except ValueError:
+            raise DecodeError(
+                f"system {name!r} is unknown; allowed: {', '.join(SYSTEMS)}"
+            ) from None
     cache = KernelCache(hw, sched, True, dpa=True, dpa_max_tokens=max(lengths))
-    return {
-        "npu+aim": _system("npu+aim", spec, hw, xpu, lengths, 1, False, cache),
-        "pipelined": _system("pipelined", spec, hw, xpu, lengths, groups, False, cache),
-        "librapim": _system("librapim", spec, hw, xpu, lengths, groups, True, cache),
-    }
+    parts = _Parts(spec, hw, xpu, tp, cache, partitions)
+    out: dict[str, LibrapimSystem] = {}
+    for s in chosen:
+        row = SYSTEMS[s]
+        dex = slicing if row.dex else None
+        if row.head_pipelining:
+            out[s] = _attacc(str(s), parts, lengths)
+        elif s == System.LIBRAPIM_BEST:
+            out[s] = _best_offload(str(s), parts, lengths, groups, dex)
+        else:
+            groups_s = 1 if row.serial else groups
+            out[s] = _pipelined(str(s), parts, lengths, groups_s, row.dbo, None, dex)
+    return out
 
 
 def format_librapim(systems: dict[str, LibrapimSystem]) -> str:
     """A text table: per system its step time, Algorithm 1's prediction, tokens/s, the
-    devices' utilisation and the DBO decision of each batch group."""
-    base = systems["npu+aim"].step_seconds
+    devices' busy fractions and the DBO decision of each LibraPIM batch group."""
+    base = systems["npu+aim"].step_seconds if "npu+aim" in systems else None
     lines = [
-        f"{'system':10s} {'groups':>6s} {'simulated ms':>13s} {'predicted ms':>13s} "
+        f"{'system':13s} {'groups':>6s} {'simulated ms':>13s} {'predicted ms':>13s} "
         f"{'tok/s':>9s} {'speedup':>8s} {'xPU busy':>9s} {'PIM busy':>9s}"
     ]
     for s in systems.values():
+        speed = f"{base / s.step_seconds:7.2f}x" if base else f"{'-':>8s}"
         lines.append(
-            f"{s.name:10s} {s.groups:6d} {s.step_seconds * 1e3:13.3f} "
+            f"{s.name:13s} {s.groups:6d} {s.step_seconds * 1e3:13.3f} "
             f"{s.predicted_seconds * 1e3:13.3f} {s.tokens_per_s:9.1f} "
-            f"{base / s.step_seconds:7.2f}x {s.busy['xpu']:9.1%} {s.busy['pim']:9.1%}"
+            f"{speed} {s.busy['xpu']:9.1%} {s.busy['pim']:9.1%}"
         )
-    lines.append("DBO decisions (LibraPIM, per batch group):")
-    for i, d in enumerate(systems["librapim"].decisions):
-        lines.append(
-            f"  group {i}: B={d['batch']} L={d['seq_len']} {d['case']}: m={d['m']} n={d['n']} "
-            f"(eq.1 m*={d['m_exact']:.2f}, eq.2 n*={d['n_exact']:.2f}"
-            f"{', m capped at the PIM channels' if d['m_capped'] else ''})"
-        )
+    if "attacc" in systems:
+        d = systems["attacc"].decisions[0]
+        lines.append(f"AttAcc: {d['chunks']} head chunks, FFN of {d['m']} requests on PIM")
+    if "librapim" in systems:
+        lines.append("DBO decisions (LibraPIM, per batch group):")
+        for i, d in enumerate(systems["librapim"].decisions):
+            lines.append(
+                f"  group {i}: B={d['batch']} L={d['seq_len']} {d['case']}: m={d['m']} "
+                f"n={d['n']} (eq.1 m*={d['m_exact']:.2f}, eq.2 n*={d['n_exact']:.2f}"
+                f"{', m capped at the PIM channels' if d['m_capped'] else ''})"
+            )
     return "\n".join(lines)

@@ -1,5 +1,5 @@
-"""``pimphony librapim``: one decode step on NPU+AiM (serial) and LibraPIM (batch pipelining +
-Dynamic Batch Offloading), simulated beside Algorithm 1's prediction (``docs/librapim.md``).
+"""``pimphony librapim``: one decode step on the four systems of LibraPIM 6.1 (NPU+AiM, AttAcc-
+like, NeuPIMs-like, LibraPIM), simulated beside Algorithm 1's prediction (``docs/librapim.md``).
 
 The batch is ``--batch`` requests of ``--context`` tokens, or ``--batch`` prompts drawn from
 ``--workload`` (e.g. ``alpaca``) at generation step ``--step`` (each context = prompt + step).
@@ -17,7 +17,13 @@ from models.channel import SCHEDULERS
 from models.config import load_preset
 from models.xpu_config import load_xpu
 from sim.cli import SEED, bounded_int, choice_names
-from sim.decode_step.librapim import format_librapim, run_librapim
+from sim.decode_step.librapim import (
+    DEFAULT_TP,
+    SYSTEMS,
+    format_librapim,
+    run_librapim,
+    weights_per_device,
+)
 from sim.decode_step.setup import DecodeError
 from sim.workloads import generation_context_lengths, load_workload, sample_context_lengths
 
@@ -40,6 +46,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--groups", type=bounded_int(1, 4096), default=2, help="LibraPIM batch groups"
     )
+    parser.add_argument(
+        "--tp",
+        type=bounded_int(1, 1024),
+        default=DEFAULT_TP,
+        help=f"devices sharing every layer (default {DEFAULT_TP}, the NeuPIMs simulator's n_tp)",
+    )
+    parser.add_argument(
+        "--system",
+        action="append",
+        choices=list(SYSTEMS),
+        help="system to time (repeatable; default all four)",
+    )
+    parser.add_argument(
+        "--no-dex",
+        action="store_true",
+        help="LibraPIM's banks exclusive (plain AiM) instead of sliced (bank-slice TLM)",
+    )
     parser.add_argument("--sched", choices=choice_names(SCHEDULERS), default="dcs")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -57,11 +80,19 @@ def batch_lengths(args: argparse.Namespace, window: int) -> tuple[int, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the two systems' step times (or one JSON object)."""
+    """Print the systems' step times (or one JSON object)."""
     spec = load_model(args.model)
     lengths = batch_lengths(args, spec.context_window)
     systems = run_librapim(
-        spec, load_preset(args.preset), load_xpu(args.xpu), lengths, args.groups, args.sched
+        spec,
+        load_preset(args.preset),
+        load_xpu(args.xpu),
+        lengths,
+        args.groups,
+        args.sched,
+        args.tp,
+        tuple(args.system) if args.system else None,
+        slicing=not args.no_dex,
     )
     if args.json:
         out = {
@@ -70,14 +101,17 @@ def run(args: argparse.Namespace) -> int:
             "xpu": args.xpu,
             "batch": len(lengths),
             "max_context": max(lengths),
+            "tp": args.tp,
+            "weight_bytes_per_device": weights_per_device(spec, args.tp),
             "systems": {k: dataclasses.asdict(v) for k, v in systems.items()},
         }
         json.dump(out, sys.stdout, indent=1)
         print()
         return 0
     print(
-        f"{spec.name} on {args.preset} + {args.xpu}: batch {len(lengths)}, contexts "
-        f"{min(lengths)}..{max(lengths)} tokens"
+        f"{spec.name} on {args.preset} + {args.xpu}, one of {args.tp} devices "
+        f"({weights_per_device(spec, args.tp) / 1e9:.1f} GB of weights each, not checked): "
+        f"batch {len(lengths)}, contexts {min(lengths)}..{max(lengths)} tokens"
     )
     print(format_librapim(systems))
     return 0

@@ -1,0 +1,233 @@
+"""``pimphony librapim-fig19``: LibraPIM Fig. 19 shape -- each system's speedup over NPU+AiM
+for GPT3-175B and Llama3-70B over batch x input length (``docs/librapim.md``).
+
+Every point is one :func:`sim.decode_step.librapim.run_librapim` step (every system, the
+same ``tp`` devices, every request at the same context). The report gives per point the step
+times and the speedups, per model and system the arithmetic and geometric means beside the
+paper's averages (6.2x LibraPIM over NPU+AiM, 4.4x over AttAcc, 2.1x over NeuPIMs; 6.2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from compiler.llm import load_model
+from models.config import load_preset
+from models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
+from models.xpu_config import load_xpu
+from sim.decode_step.librapim import DEFAULT_TP, SYSTEMS, System, run_librapim
+from sim.decode_step.setup import DecodeError
+from sim.provenance import provenance
+from sim.report import user_output, user_plot
+
+__all__ = [
+    "FIG19_BATCHES",
+    "FIG19_CONTEXTS",
+    "FIG19_DIR",
+    "FIG19_MODELS",
+    "PAPER_SPEEDUP",
+    "add_arguments",
+    "fig19",
+    "format_fig19",
+    "means",
+    "plot_fig19",
+    "run",
+]
+
+FIG19_DIR = BUILD_DIR / "librapim"
+#: LibraPIM 6.1: "GPT3 175B [5] and Llama3-70B [15]" (our presets with a 4096-token window).
+FIG19_MODELS = ("gpt3-175b-4k", "llama-3.1-70b")
+#: 6.1: "We vary the input sequence length from 16 to 4096 and the batch size from 32 to 384."
+FIG19_BATCHES = (32, 64, 128, 256, 384)
+FIG19_CONTEXTS = (16, 64, 256, 1024, 4096)
+#: Average speedup over NPU+AiM the paper reports or implies (6.2: LibraPIM 6.2x, and 4.4x
+#: over AttAcc, 2.1x over NeuPIMs, so AttAcc 6.2 / 4.4 and NeuPIMs 6.2 / 2.1 over NPU+AiM).
+PAPER_SPEEDUP: dict[str, float] = {
+    System.ATTACC: 6.2 / 4.4,
+    System.NEUPIMS: 6.2 / 2.1,
+    System.LIBRAPIM: 6.2,
+}
+
+
+def fig19(
+    models: Sequence[str] = FIG19_MODELS,
+    batches: Sequence[int] = FIG19_BATCHES,
+    contexts: Sequence[int] = FIG19_CONTEXTS,
+    groups: int = 2,
+    tp: int = DEFAULT_TP,
+    preset: str = "librapim-hbm2",
+    xpu: str = "librapim-npu",
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """One row per (model, batch, context): every system's step ms and speedup over NPU+AiM."""
+    hw, dev = load_preset(preset), load_xpu(xpu)
+    rows = []
+    for name in models:
+        spec = load_model(name)
+        for ctx in contexts:
+            if not 1 <= ctx <= spec.context_window:
+                raise DecodeError(
+                    f"context {ctx}: allowed 1 to {spec.context_window} ({spec.name}'s window)"
+                )
+        for b in batches:
+            for ctx in contexts:
+                systems = run_librapim(spec, hw, dev, (ctx,) * b, min(groups, b), "dcs", tp)
+                base = systems[System.NPU_AIM].step_seconds
+                row: dict[str, Any] = {"model": spec.name, "batch": b, "context": ctx}
+                for s, r in systems.items():
+                    row[f"{s}_ms"] = r.step_seconds * 1e3
+                    row[f"{s}_speedup"] = base / r.step_seconds
+                row["dbo_case"] = systems[System.LIBRAPIM].decisions[0]["case"]
+                row["dbo_m"] = systems[System.LIBRAPIM].decisions[0]["m"]
+                row["dbo_n"] = systems[System.LIBRAPIM].decisions[0]["n"]
+                rows.append(row)
+                if progress:
+                    progress(
+                        f"{spec.name} B={b} L={ctx}: "
+                        + " ".join(f"{s} {row[f'{s}_speedup']:.2f}x" for s in systems)
+                    )
+    return rows
+
+
+def means(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per model (and ``"all"``) and system: arithmetic and geometric mean speedup."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for model in [*dict.fromkeys(r["model"] for r in rows), "all"]:
+        sel = [r for r in rows if model in ("all", r["model"])]
+        out[model] = {}
+        for s in SYSTEMS:
+            xs = [r[f"{s}_speedup"] for r in sel]
+            out[model][str(s)] = {
+                "mean": sum(xs) / len(xs),
+                "geomean": math.exp(sum(math.log(x) for x in xs) / len(xs)),
+            }
+    return out
+
+
+def format_fig19(rows: list[dict[str, Any]]) -> str:
+    """The table, then the means beside the paper's averages."""
+    names = [str(s) for s in SYSTEMS if s != System.NPU_AIM]
+    head = f"{'model':14s} {'B':>4s} {'L':>5s} {'NPU+AiM ms':>11s} " + " ".join(
+        f"{n:>9s}" for n in names
+    )
+    lines = [head + "  DBO case"]
+    for r in rows:
+        lines.append(
+            f"{r['model']:14s} {r['batch']:4d} {r['context']:5d} {r['npu+aim_ms']:11.2f} "
+            + " ".join(f"{r[f'{n}_speedup']:8.2f}x" for n in names)
+            + f"  {r['dbo_case']} m={r['dbo_m']} n={r['dbo_n']}"
+        )
+    lines.append("speedup over NPU+AiM: mean / geomean (paper's average)")
+    for model, per in means(rows).items():
+        lines.append(
+            f"  {model:14s} "
+            + "  ".join(
+                f"{n} {per[n]['mean']:.2f}/{per[n]['geomean']:.2f}"
+                + (f" ({PAPER_SPEEDUP[n]:.2f})" if n in PAPER_SPEEDUP else "")
+                for n in names
+            )
+        )
+    return "\n".join(lines)
+
+
+def to_csv(rows: list[dict[str, Any]]) -> str:
+    """The rows as CSV text (one header line)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+_COLOURS = {
+    System.ATTACC: "#219ebc",
+    System.NEUPIMS: "#8ecae6",
+    System.LIBRAPIM: "#e76f51",
+    System.LIBRAPIM_BEST: "#f4a261",
+}
+
+
+def plot_fig19(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Per model a panel of bars: speedup over NPU+AiM per (batch, input length), the paper's
+    averages as dashed lines."""
+    plt = pyplot()
+    from matplotlib.ticker import ScalarFormatter
+
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    fig, axes = plt.subplots(len(models), 1, figsize=(11, 3.4 * len(models)), squeeze=False)
+    w = 0.2
+    for ax, model in zip(axes[:, 0], models, strict=True):
+        sel = [r for r in rows if r["model"] == model]
+        xs = range(len(sel))
+        for i, (s, colour) in enumerate(_COLOURS.items()):
+            ax.bar([x + (i - 1.5) * w for x in xs], [r[f"{s}_speedup"] for r in sel], w,
+                   color=colour, label=f"{s} (ours)")  # fmt: skip
+            if s in PAPER_SPEEDUP:
+                ax.axhline(PAPER_SPEEDUP[s], color=colour, ls="--", lw=1,
+                           label=f"{s} paper average {PAPER_SPEEDUP[s]:.2f}x")  # fmt: skip
+        ax.axhline(1.0, color="black", lw=0.8)
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(ScalarFormatter())
+        ax.tick_params(axis="y", which="minor", labelsize=6)
+        ax.set_xticks(list(xs), [f"{r['batch']}\n{r['context']}" for r in sel], fontsize=7)
+        ax.set_xlabel("batch size / input length (tokens)")
+        ax.set_ylabel("speedup over NPU+AiM (x, log)")
+        ax.set_title(f"{model}: decode step speedup over NPU+AiM (LibraPIM Fig. 19 shape)")
+        ax.legend(fontsize=6, ncol=2, loc="upper left")
+    fig.tight_layout()
+    return write_figure(fig, path)
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated integers") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: every value must be >= 1")
+    return values
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``librapim-fig19`` subcommand's options."""
+    p.add_argument("--models", default=",".join(FIG19_MODELS), help="comma-separated presets")
+    p.add_argument("--batches", type=_int_list, default=FIG19_BATCHES, help="e.g. 32,64")
+    p.add_argument("--contexts", type=_int_list, default=FIG19_CONTEXTS, help="e.g. 16,4096")
+    p.add_argument("--groups", type=int, default=2, help="batch groups (NeuPIMs, LibraPIM)")
+    p.add_argument("--tp", type=int, default=DEFAULT_TP, help="devices sharing every layer")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--report", type=Path, help=f"JSON path (default {FIG19_DIR}/fig19.json)")
+    p.add_argument("--csv", type=Path, help=f"CSV path (default {FIG19_DIR}/fig19.csv)")
+    p.add_argument("--plot", type=Path, help=f"PNG path (default {FIG19_DIR}/fig19.png)")
+    p.add_argument("--force", action="store_true", help="replace existing output files")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``pimphony librapim-fig19``."""
+    report = user_output(args.report, FIG19_DIR / "fig19.json", args.force)
+    table = user_output(args.csv, FIG19_DIR / "fig19.csv", args.force)
+    plot = user_plot(args.plot, FIG19_DIR / "fig19.png", args.force)
+    progress = None if args.json else (lambda m: print(f"  {m}", flush=True))
+    models = tuple(m for m in args.models.split(",") if m)
+    rows = fig19(models, args.batches, args.contexts, args.groups, args.tp, progress=progress)
+    path = plot_fig19(rows, plot)
+    block = provenance(args, load_preset("librapim-hbm2"), models=list(models))
+    doc = {"rows": rows, "means": means(rows), "paper": PAPER_SPEEDUP, "plot": str(path)}
+    doc["provenance"] = block
+    text = json.dumps(doc, indent=2, default=str)
+    write_atomic(report, (text + "\n").encode())
+    write_atomic(table, to_csv(rows).encode())
+    if args.json:
+        print(text)
+    else:
+        print(format_fig19(rows))
+        print(f"report: {report}\ntable:  {table}\nplot:   {plot}")
+    return 0
