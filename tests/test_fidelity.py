@@ -39,6 +39,8 @@ EXPECTED = {
     "L-fig9": Verdict.TREND,
     "L-fig7a": Verdict.TREND,
     "L-table8": Verdict.TREND,
+    "LP-fig19": Verdict.DIFFERS,
+    "S-fig9": Verdict.REPRODUCED,
 }
 
 

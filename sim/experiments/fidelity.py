@@ -834,6 +834,74 @@ def _table8() -> Measured:
     )
 
 
+# ---- LibraPIM (seed 002) and PIM-SHERPA (seed 004) ---------------------------------------
+
+#: The corners and middle of LibraPIM 6.1's grid (batch 32-384 x input 16-4096): 9 of the 25
+#: points per model, so the row runs in about a minute (`pimphony librapim-fig19` runs all 25).
+_LP_FIG19_BATCHES = (32, 128, 384)
+_LP_FIG19_CONTEXTS = (16, 256, 4096)
+
+
+def _lp_fig19() -> Measured:
+    from sim.experiments.librapim_fig19 import PAPER_SPEEDUP, fig19, means
+
+    rows = fig19(batches=_LP_FIG19_BATCHES, contexts=_LP_FIG19_CONTEXTS)
+    m = means(rows)["all"]
+    speed = {str(k): m[str(k)]["mean"] for k in PAPER_SPEEDUP}
+    lo = min(r["librapim_speedup"] for r in rows)
+    hi = max(r["librapim_speedup"] for r in rows)
+    ours = (
+        ", ".join(f"{k} {v:.2f}x" for k, v in speed.items())
+        + f" (means over NPU+AiM; LibraPIM {lo:.2f}-{hi:.2f}x)"
+    )
+    values = {"mean_speedup": speed, "paper": {str(k): v for k, v in PAPER_SPEEDUP.items()}}
+    if all(_within(speed[str(k)], v, 0.15) for k, v in PAPER_SPEEDUP.items()):
+        return Measured(ours, Verdict.REPRODUCED, values=values)
+    ordered = speed["librapim"] >= speed["neupims"] >= speed["attacc"] >= 1.0
+    return Measured(
+        ours,
+        Verdict.TREND if ordered and speed["librapim"] > 1.5 else Verdict.DIFFERS,
+        "on Table 2's hardware the NPU's FC work dominates every grid point (NPU and PIM "
+        "balance only at L = 1.5 d = 18,432 tokens for GPT-3), so overlapping NPU and PIM can "
+        "gain at most (X + P) / max(X, P) <= 2x over a serial NPU+AiM and offloading ~1.25x "
+        "more; the paper's NeuPIMs 2.95x already exceeds the pipelining bound, so its "
+        "baseline or throughput ratio differs from what Table 2 implies; Algorithm 1's "
+        "peak-FLOP/s split over-offloads FFN to PIM at small batches (docs/librapim.md)",
+        values,
+    )
+
+
+def _sherpa_fig9() -> Measured:
+    from compiler.llm import load_model
+    from models.layout import load_layout
+    from sim.experiments.sherpa import capacity
+
+    layout = load_layout("lpddr5x-pim")
+    paper = {
+        ("llama-3.2-1b", "facil"): 49.2, ("llama-3.2-1b", "ddb"): 47.8,
+        ("llama-3.2-1b", "owr"): 48.5, ("llama-3.2-3b", "ddb"): 49.4,
+        ("llama-3.2-3b", "owr"): 49.7,
+    }  # fmt: skip
+    got = {}
+    for model in ("llama-3.2-1b", "llama-3.2-3b"):
+        r = capacity(load_model(model), layout)["strategies"]
+        for m, k in paper:
+            if m == model:
+                got[(m, k)] = 100 * r[k]["saving_vs_wd"]
+    ours = ", ".join(f"{m} {k}: {v:.1f}% (paper {paper[(m, k)]}%)" for (m, k), v in got.items())
+    values = {f"{m} {k}": v for (m, k), v in got.items()}
+    # Within half a percentage point of every saving the paper states.
+    if all(abs(got[k] - paper[k]) <= 0.5 for k in paper):
+        return Measured(ours, Verdict.REPRODUCED, values=values)
+    return Measured(
+        ours,
+        Verdict.DIFFERS,
+        "the PIM-aware padding (K/V and LM head to 1,024-row multiples: 70 MB for 1B vs the "
+        "paper's 80 MB) or the buffer rule differ (docs/sherpa.md)",
+        values,
+    )
+
+
 CLAIMS: tuple[Claim, ...] = (
     Claim(
         "P-fig7", "PIMphony", "Fig. 7",
@@ -1014,6 +1082,21 @@ CLAIMS: tuple[Claim, ...] = (
         "--partition hfp|itpp --memory static|lazy --micro-batches auto --sched static "
         "--preset lolpim-aimx | --sched pingpong --preset lolpim-aimx-io, best --tp x --pp",
         _table8,
+    ),
+    Claim(
+        "LP-fig19", "LibraPIM", "Fig. 19 / 6.2",
+        "LibraPIM averages 6.2x over NPU+AiM, 4.4x over AttAcc and 2.1x over NeuPIMs "
+        "(so AttAcc 1.41x and NeuPIMs 2.95x over NPU+AiM)",
+        "GPT3-175B and Llama3-70B, batch 32-384, input 16-4096, Table 2's NPU + HBM2-PIM",
+        "pimphony librapim-fig19 --batches 32,128,384 --contexts 16,256,4096  (9 of the 25 "
+        "points per model; tp 8, 2 batch groups, dcs)", _lp_fig19,
+    ),
+    Claim(
+        "S-fig9", "PIM-SHERPA", "Fig. 9 / 6",
+        "DRAM saved against weight duplication: Llama 3.2 1B FACIL-O 49.2%, S-DDB 47.8%, "
+        "S-OWR 48.5%; 3B S-DDB 49.4%, S-OWR 49.7%",
+        "Llama 3.2 1B / 3B, BF16, LPDDR5X-PIM (4 channels x 16 banks)",
+        "pimphony sherpa --model llama-3.2-1b|llama-3.2-3b", _sherpa_fig9,
     ),
 )  # fmt: skip
 
