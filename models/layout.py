@@ -1,8 +1,8 @@
 """Weight layouts in DRAM for a host with PIM banks: the address map, the host-friendly and
 the PIM-aware layout, and the swizzled memory copy between them (PIM-SHERPA, seed 004).
 
-An :class:`AddressMap` splits a physical byte address into bit fields (burst offset,
-channel, rank, bank, column, row), least significant first, as data (``configs/layouts/``).
+An :class:`AddressMap` splits a physical byte address into fields (burst offset, channel,
+rank, bank, column, row), least significant first, as data (``configs/layouts/``).
 A weight matrix ``W`` (``rows`` outputs x ``cols`` inputs, ``y = W @ x``) is stored
 column-major at the granularity of one burst: a 256-bit burst holds ``lanes`` consecutive
 elements of one column (PIMnast, PIM-SHERPA 2.2 and Fig. 3).
@@ -65,9 +65,8 @@ __all__ = [
 
 LAYOUT_DIR = CONFIG_DIR / "layouts"
 
-#: The bit fields of a physical address; ``rank`` may have 0 bits, the others at least 1.
+#: The fields of a physical address.
 ADDRESS_FIELDS = ("offset", "channel", "rank", "bank", "column", "row")
-_MAY_BE_EMPTY = ("rank",)
 
 
 class LayoutError(PimphonyError, ValueError):
@@ -76,19 +75,21 @@ class LayoutError(PimphonyError, ValueError):
 
 @dataclass(frozen=True)
 class AddressMap:
-    """Physical address bit fields, least significant first.
+    """Physical address fields, least significant first, as a mixed-radix number: the
+    address is ``offset + burst x (f1 + n1 x (f2 + n2 x ...))`` over the fields in ``order``
+    (powers of two give the usual bit fields; PIM-SHERPA Fig. 3's toy has 3 columns).
 
     Parameters
     ----------
     order : tuple of str
         Every name of :data:`ADDRESS_FIELDS` once, least significant first; ``offset``
         first (the byte inside one burst).
-    bits : dict
-        Bits per field (``rank`` may be 0).
+    sizes : dict
+        How many values each field takes (``offset``: bytes per burst; ``rank`` may be 1).
     """
 
     order: tuple[str, ...]
-    bits: dict[str, int]
+    sizes: dict[str, int]
 
     def __post_init__(self) -> None:
         if sorted(self.order) != sorted(ADDRESS_FIELDS):
@@ -102,16 +103,16 @@ class AddressMap:
                 "must be the least significant field"
             )
         for name in ADDRESS_FIELDS:
-            b = self.bits.get(name)
-            low = 0 if name in _MAY_BE_EMPTY else 1
-            if isinstance(b, bool) or not isinstance(b, int) or not low <= b <= 40:
+            n = self.sizes.get(name)
+            if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 2**40:
                 raise LayoutError(
-                    f"address_map.{name} = {b!r}: must be an integer number of bits, {low} to 40"
+                    f"address_map.{name} = {n!r}: must be the number of values the field "
+                    "takes, an integer 1 to 2^40"
                 )
 
     def size(self, name: str) -> int:
-        """How many values field ``name`` takes (``2**bits``)."""
-        return 1 << self.bits[name]
+        """How many values field ``name`` takes."""
+        return self.sizes[name]
 
     @property
     def burst_bytes(self) -> int:
@@ -131,13 +132,13 @@ class AddressMap:
     @property
     def capacity_bytes(self) -> int:
         """Bytes the map addresses."""
-        return 1 << sum(self.bits.values())
+        return math.prod(self.sizes[n] for n in ADDRESS_FIELDS)
 
-    def _shifts(self) -> dict[str, int]:
-        shift, out = 0, {}
+    def _strides(self) -> dict[str, int]:
+        stride, out = 1, {}
         for name in self.order:
-            out[name] = shift
-            shift += self.bits[name]
+            out[name] = stride
+            stride *= self.sizes[name]
         return out
 
     def decode(self, address: np.ndarray) -> dict[str, np.ndarray]:
@@ -145,10 +146,7 @@ class AddressMap:
         a = np.asarray(address, dtype=np.int64)
         if (a < 0).any() or (a >= self.capacity_bytes).any():
             raise LayoutError(f"addresses must lie in [0, {self.capacity_bytes})")
-        return {
-            name: (a >> shift) & ((1 << self.bits[name]) - 1)
-            for name, shift in self._shifts().items()
-        }
+        return {name: (a // stride) % self.sizes[name] for name, stride in self._strides().items()}
 
     def encode(self, **fields: Any) -> np.ndarray:
         """The byte addresses of the given fields (arrays broadcast; a missing field is 0)."""
@@ -156,13 +154,13 @@ class AddressMap:
         if unknown:
             raise LayoutError(f"unknown address field {unknown[0]!r}; allowed: {ADDRESS_FIELDS}")
         address = np.zeros((), dtype=np.int64)
-        for name, shift in self._shifts().items():
+        for name, stride in self._strides().items():
             v = np.asarray(fields.get(name, 0), dtype=np.int64)
             if (v < 0).any() or (v >= self.size(name)).any():
                 raise LayoutError(
                     f"address field {name}: values must lie in [0, {self.size(name)})"
                 )
-            address = address + (v << shift)
+            address = address + v * stride
         return address
 
     def unit_of(self, fields: dict[str, np.ndarray]) -> np.ndarray:
@@ -221,9 +219,9 @@ def load_layout(name_or_path: str | Path) -> MemoryLayout:
     reject_unknown_keys(amap, ["order", *ADDRESS_FIELDS], LayoutError, f"{head}[address_map] ")
     order = require_key(amap, "order", LayoutError, f"{head}[address_map] ")
     order = check_value(f"{head}address_map.order = {order!r}", order, list, LayoutError)
-    bits = {k: require_key(amap, k, LayoutError, f"{head}[address_map] ") for k in ADDRESS_FIELDS}
+    sizes = {k: require_key(amap, k, LayoutError, f"{head}[address_map] ") for k in ADDRESS_FIELDS}
     try:
-        return MemoryLayout(name, eb, AddressMap(tuple(order), bits))
+        return MemoryLayout(name, eb, AddressMap(tuple(order), sizes))
     except LayoutError as exc:
         raise LayoutError(f"{head}{exc}") from None
 

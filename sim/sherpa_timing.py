@@ -179,16 +179,16 @@ def load_sherpa_host(name: str | Path) -> SherpaHost:
 def check_agreement(backend: BackendConfig, layout: MemoryLayout) -> None:
     """Refuse a back end and a layout that describe different devices: channels, banks, row
     and burst sizes, rows and element size must agree."""
-    bits = layout.address_map.bits
+    amap = layout.address_map
     pairs = [
-        ("channels", backend.groups, "groups", 1 << bits["channel"], "channel"),
+        ("channels", backend.groups, "groups", amap.size("channel"), "channel"),
         ("banks per channel", backend.group.banks, "group.banks",
-         1 << (bits["bank"] + bits["rank"]), "bank + rank"),
-        ("burst bytes", backend.group.column_bytes, "group.column_bytes", 1 << bits["offset"],
+         amap.size("bank") * amap.size("rank"), "bank x rank"),
+        ("burst bytes", backend.group.column_bytes, "group.column_bytes", amap.burst_bytes,
          "offset"),
-        ("row bytes", backend.group.row_bytes, "group.row_bytes",
-         1 << (bits["offset"] + bits["column"]), "offset + column"),
-        ("rows per bank", backend.group.rows_per_bank, "group.rows_per_bank", 1 << bits["row"],
+        ("row bytes", backend.group.row_bytes, "group.row_bytes", amap.row_bytes,
+         "offset x column"),
+        ("rows per bank", backend.group.rows_per_bank, "group.rows_per_bank", amap.size("row"),
          "row"),
         ("element bytes", backend.core.element_bytes, "core.dtype", layout.element_bytes,
          "element_bytes"),

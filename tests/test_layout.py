@@ -30,7 +30,7 @@ SMALL = MemoryLayout(
     2,
     AddressMap(
         ("offset", "channel", "bank", "column", "rank", "row"),
-        {"offset": 3, "channel": 1, "bank": 2, "column": 2, "rank": 0, "row": 10},
+        {"offset": 8, "channel": 2, "bank": 4, "column": 4, "rank": 1, "row": 1024},
     ),
 )
 
@@ -43,8 +43,8 @@ def test_preset_geometry():
 
 
 def test_address_fields_by_hand():
-    # offset 5 bits | channel 2 | bank 4 | column 6 | rank 0 | row 17
-    a = (3 << 0) | (2 << 5) | (9 << 7) | (40 << 11) | (5 << 17)
+    # offset 32 | channel 4 | bank 16 | column 64 | rank 1 | row
+    a = 3 + 32 * (2 + 4 * (9 + 16 * (40 + 64 * 5)))
     f = LP.address_map.decode(np.array([a]))
     assert {k: int(v[0]) for k, v in f.items()} == {
         "offset": 3, "channel": 2, "bank": 9, "column": 40, "rank": 0, "row": 5,
@@ -56,8 +56,55 @@ def test_address_fields_by_hand():
     assert bursts["bank"].tolist() == [0, 0, 0, 0, 1, 1]
 
 
+#: PIM-SHERPA Fig. 3's toy: one channel, one rank, four banks, one DRAM row, three columns of
+#: 16-element bursts; consecutive bursts fill a bank's columns before the next bank (the
+#: order is the toy's choice: with banks fastest its host-friendly and PIM-aware layouts of
+#: the only matrix that fits would coincide).
+TOY = MemoryLayout(
+    "fig3",
+    2,
+    AddressMap(
+        ("offset", "column", "bank", "channel", "rank", "row"),
+        {"offset": 32, "column": 3, "bank": 4, "channel": 1, "rank": 1, "row": 1},
+    ),
+)
+
+
+def test_fig3_toy_by_hand():
+    """A 64 x 3 matrix: 4 row groups (g) x 3 columns (c) = 12 bursts, all of the toy's DRAM.
+    Host-friendly: column-major burst b = 4c + g at bank b // 3, column b % 3. PIM-aware:
+    group g in bank g (a whole matrix row per bank), column c at column c. SMC moves each
+    burst from the second place to the first."""
+    rows, cols = 64, 3
+    shape = pim_aware_shape(TOY, rows, cols)
+    assert (shape.padded_rows, shape.bytes, shape.padding_bytes) == (64, 12 * 32, 0)
+    w = np.arange(rows * cols, dtype=np.int16).reshape(rows, cols)
+    host = host_friendly_image(w).view(np.int16).reshape(12, 16)  # burst b = address // 32
+    pim = pim_aware_image(w, TOY).view(np.int16).reshape(12, 16)
+    amap = TOY.address_map
+    for g in range(4):
+        for c in range(cols):
+            block = w[16 * g : 16 * g + 16, c]
+            b = 4 * c + g
+            assert np.array_equal(host[b], block)
+            f = amap.decode(np.array([b * 32]))
+            assert (int(f["bank"][0]), int(f["column"][0])) == (b // 3, b % 3)
+            # PIM-aware: bank g holds group g; column c of that bank is burst 3 g + c.
+            assert np.array_equal(pim[3 * g + c], block)
+            f = amap.decode(np.array([(3 * g + c) * 32]))
+            assert (int(f["bank"][0]), int(f["column"][0])) == (g, c)
+    assert not np.array_equal(host, pim)
+    out = swizzled_copy(pim.view(np.uint8).reshape(-1), TOY, rows, cols, np.int16)
+    assert np.array_equal(out, host_friendly_image(w))
+    x = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    wf = (w % 7).astype(np.float16)
+    y = pim_gemv(pim_aware_image(wf, TOY), TOY, rows, cols, x, np.float16)
+    assert np.array_equal(y, wf.astype(np.float32) @ x)
+
+
 def test_pim_aware_placement_by_hand():
-    """SMALL: 8 units of 4 lanes; a 40 x 3 matrix pads to 64 rows (2 groups per unit)."""
+    """SMALL: 8 units of 4 lanes, 4 bursts per DRAM row; a 40 x 3 matrix pads to 64 rows
+    (2 groups per unit)."""
     shape = pim_aware_shape(SMALL, 40, 3)
     assert (shape.padded_rows, shape.groups_per_unit, shape.bursts_per_unit) == (64, 2, 6)
     assert shape.dram_rows == 2 and shape.bytes == 2 * 8 * 32
@@ -129,17 +176,17 @@ def test_bad_inputs(tmp_path):
         pim_aware_image(np.zeros((4, 4), dtype=np.float32), LP)
     with pytest.raises(LayoutError, match=r"must have 131072 bytes"):
         pim_gemv(np.zeros(10, np.uint8), LP, 4, 4, np.zeros(4), np.float16)
-    with pytest.raises(LayoutError, match=r"address_map.bank = 0: must be an integer number of"):
-        dataclasses.replace(LP.address_map, bits={**LP.address_map.bits, "bank": 0})
+    with pytest.raises(LayoutError, match=r"address_map.bank = 0: must be the number of values"):
+        dataclasses.replace(LP.address_map, sizes={**LP.address_map.sizes, "bank": 0})
     with pytest.raises(LayoutError, match="must name each of"):
-        AddressMap(("offset", "channel"), LP.address_map.bits)
+        AddressMap(("offset", "channel"), LP.address_map.sizes)
     with pytest.raises(LayoutError, match="unknown layout 'nope'; available: lpddr5x-pim"):
         load_layout("nope")
     bad = tmp_path / "bad.toml"
     bad.write_text(
         'name = "bad"\nelement_bytes = 2\n[address_map]\n'
         'order = ["offset", "channel", "bank", "column", "rank", "row"]\n'
-        "offset = 5\nchannel = 2\nbank = 4\ncolumn = 6\nrank = 0\nrow = 17\ncolour = 1\n"
+        "offset = 32\nchannel = 4\nbank = 16\ncolumn = 64\nrank = 1\nrow = 1024\ncolour = 1\n"
     )
     with pytest.raises(LayoutError, match=r"\[address_map\] unknown key 'colour'"):
         load_layout(bad)
@@ -150,5 +197,5 @@ def test_bad_inputs(tmp_path):
 
 LP_MAP = (
     '[address_map]\norder = ["offset", "channel", "bank", "column", "rank", "row"]\n'
-    "offset = 5\nchannel = 2\nbank = 4\ncolumn = 6\nrank = 0\nrow = 17\n"
+    "offset = 32\nchannel = 4\nbank = 16\ncolumn = 64\nrank = 1\nrow = 1024\n"
 )

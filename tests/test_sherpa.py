@@ -90,7 +90,7 @@ def test_registry_and_cli(capsys):
     d = json.loads(out)
     assert d["strategies"]["ddb"]["label"] == "S-DDB"
     assert d["provenance"]["model"]["hidden"] == 2048
-    assert d["provenance"]["layout"]["address_map"]["bits"]["bank"] == 4
+    assert d["provenance"]["layout"]["address_map"]["sizes"]["bank"] == 16
     code, out, _ = run_cli(capsys, "sherpa", "--strategy", "owr")
     assert code == 0 and "S-OWR" in out and "S-DDB" not in out
 
@@ -127,7 +127,7 @@ def test_lpddr5x_pim_preset_by_hand():
 
 def test_layout_disagreement_is_refused():
     bad = replace(LP, address_map=AddressMap(LP.address_map.order,
-                                             {**LP.address_map.bits, "bank": 3}))  # fmt: skip
+                                             {**LP.address_map.sizes, "bank": 8}))  # fmt: skip
     with pytest.raises(SherpaError, match=r"banks per channel: group.banks gives 16, .* gives 8"):
         check_agreement(LP5X, bad)
     with pytest.raises(SherpaError, match="element bytes"):
