@@ -295,3 +295,27 @@ def test_end_to_end_is_ttft_plus_decode_steps(capsys):
     assert cell["facil"]["seconds"] == pytest.approx(row["strategies"]["facil"]["ttft_s"] + pim)
     assert cell["host_only_s"] == pytest.approx(row["host_only"]["ttft_s"] + host)
     assert cell["facil"]["speedup"] == pytest.approx(cell["host_only_s"] / cell["facil"]["seconds"])
+
+
+def test_a_strategy_that_does_not_fit_is_refused_with_the_sizes(capsys):
+    """Llama 3.2 3B duplicated needs 12.855 GB: refused on a 12 GB device when timed, while
+    the single-copy strategies run; the capacity report marks what fits."""
+    code, _, err = run_cli(
+        capsys, "sherpa", "--model", "llama-3.2-3b", "--sl", "64", "--device-memory", "12"
+    )
+    assert code == 2
+    assert "WD does not fit: llama-3.2-3b needs 12.855 GB (host-friendly 6.425 + PIM-aware " in err
+    assert "the device memory is 12.000 GB" in err
+    code, out, _ = run_cli(
+        capsys, "sherpa", "--model", "llama-3.2-3b", "--device-memory", "12", "--json"
+    )
+    assert code == 0
+    fits = {k: v["fits"] for k, v in json.loads(out)["strategies"].items()}
+    assert fits == {"wd": False, "facil": True, "ddb": True, "owr": True}
+    code, _, _ = run_cli(
+        capsys, "sherpa", "--model", "llama-3.2-3b", "--sl", "64", "--device-memory", "12",
+        "--strategy", "owr",
+    )  # fmt: skip
+    assert code == 0
+    code, _, err = run_cli(capsys, "sherpa", "--device-memory", "0")
+    assert code == 2 and "--device-memory 0.0: must be a positive number of GB" in err

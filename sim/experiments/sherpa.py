@@ -61,6 +61,7 @@ __all__ = [
     "StrategySpec",
     "add_arguments",
     "capacity",
+    "check_fits",
     "format_capacity",
     "format_timing",
     "plot_timeline",
@@ -177,15 +178,37 @@ def format_capacity(result: dict[str, Any]) -> str:
         f"{result['host_friendly_bytes'] / gb:.3f} GB, PIM-aware "
         f"{result['pim_aware_bytes'] / gb:.3f} GB (padding {result['padding_bytes'] / 1e6:.1f} MB)",
         f"{'strategy':<9} {'host-friendly GB':>16} {'PIM-aware GB':>13} {'buffers MB':>11} "
-        f"{'total GB':>9} {'saving vs WD':>13}",
-    ]
+        f"{'total GB':>9} {'saving vs WD':>13}"
+        + (f" {'fits ' + format(result['device_bytes'] / gb, '.2f') + ' GB':>13}"
+           if "device_bytes" in result else ""),
+    ]  # fmt: skip
     for r in result["strategies"].values():
         lines.append(
             f"{r['label']:<9} {r['host_friendly_bytes'] / gb:>16.3f} "
             f"{r['pim_aware_bytes'] / gb:>13.3f} {r['buffer_bytes'] / 1e6:>11.1f} "
             f"{r['total_bytes'] / gb:>9.3f} {100 * r['saving_vs_wd']:>12.1f}%"
+            + (f" {'yes' if r['fits'] else 'NO':>13}" if "fits" in r else "")
         )
     return "\n".join(lines)
+
+
+def check_fits(result: dict[str, Any], device_bytes: int, strategies: list[str]) -> None:
+    """Mark every strategy of :func:`capacity`'s ``result`` with whether it fits
+    ``device_bytes``; refuse (``SherpaError``, with the sizes) the first of ``strategies`` that
+    does not."""
+    result["device_bytes"] = device_bytes
+    for r in result["strategies"].values():
+        r["fits"] = r["total_bytes"] <= device_bytes
+    for key in strategies:
+        r = result["strategies"][key]
+        if not r["fits"]:
+            gb = 1e9
+            raise SherpaError(
+                f"{r['label']} does not fit: {result['model']} needs {r['total_bytes'] / gb:.3f}"
+                f" GB (host-friendly {r['host_friendly_bytes'] / gb:.3f} + PIM-aware "
+                f"{r['pim_aware_bytes'] / gb:.3f} + buffers {r['buffer_bytes'] / gb:.3f}); the "
+                f"device memory is {device_bytes / gb:.3f} GB (--device-memory)"
+            )
 
 
 def _e2e(ttft: float, spec: ModelSpec, host_dev, backend, sl: int, out: int) -> float:
@@ -438,6 +461,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--timeline", type=Path, default=None, help="write the S-DDB layer timeline here"
     )
+    p.add_argument(
+        "--device-memory",
+        type=float,
+        default=None,
+        help="DRAM the weights and buffers may use, GB (default: the host preset's memory, "
+        "12 GiB on the S24+); strategies that need more are refused for --sl",
+    )
     p.add_argument("--force", action="store_true", help="replace existing plot files")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -449,6 +479,17 @@ def run(args: argparse.Namespace) -> int:
     if args.strategy:
         keep = set(args.strategy)
         result["strategies"] = {k: v for k, v in result["strategies"].items() if k in keep}
+    if args.device_memory is not None and not args.device_memory > 0:
+        raise SherpaError(f"--device-memory {args.device_memory}: must be a positive number of GB")
+    if args.device_memory is not None:
+        device_bytes = int(args.device_memory * 1e9)
+    else:
+        mem = load_xpu(load_sherpa_host(args.host).host_xpu).memory
+        device_bytes = int(mem.capacity_gib * 2**30)
+    check_fits(
+        result, device_bytes,
+        list(result["strategies"]) if args.sl is not None else [],
+    )  # fmt: skip
     if args.sl is None and (args.out_len or args.plot or args.timeline):
         raise SherpaError("--out-len, --plot and --timeline need --sl (the input lengths)")
     plots = {}
