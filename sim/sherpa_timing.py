@@ -109,9 +109,21 @@ class SherpaHost:
 
     @property
     def gemm_share(self) -> float:
-        """The GEMM cores' share of the SIMD throughput (pipes x GHz) of all cores."""
+        """The share of all cores' SIMD throughput (pipes x GHz) a GEMM gets from its threads:
+        each GEMM core's thread takes an equal part of the work, so a GEMM ends when the
+        slowest core finishes its part (PIM-SHERPA 6, Fig. 11: "Because the number of SIMD
+        units on a Cortex-X4 is twice that of an A720, T5 finishes GEMM earlier"):
+        ``threads x min(pipes x GHz) / sum over all cores``."""
         total = sum(c.simd * c.ghz for c in self.cores)
-        return sum(c.simd * c.ghz for c in self.cores if c.gemm) / total
+        rates = [c.simd * c.ghz for c in self.cores if c.gemm]
+        return len(rates) * min(rates) / total
+
+    def gemm_thread_finish(self) -> dict[str, float]:
+        """Each GEMM core's finish time as a fraction of the GEMM's (its equal part at its
+        own speed; the slowest core's is 1)."""
+        rates = {c.name: c.simd * c.ghz for c in self.cores if c.gemm}
+        slowest = min(rates.values())
+        return {name: slowest / r for name, r in rates.items()}
 
     def copy_fraction(self, threads: int) -> float:
         """Fraction of the peak DRAM bandwidth ``threads`` copy threads reach: per thread

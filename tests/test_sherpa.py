@@ -154,7 +154,13 @@ def test_small_gemv_cycles_by_hand():
 
 
 def test_host_preset_by_hand():
-    assert HOST.gemm_share == pytest.approx((2 * 3.08 + 3 * 2.7) / (2 * 3.08 + 2 * 2.9 + 3 * 2.7))
+    # Four GEMM threads with equal parts end with the slowest core (an A720 at 2.7 GHz, one
+    # pipe); the X4 (two pipes, 3.08 GHz) finishes its part at 2.7 / 6.16 of the time.
+    total = 2 * 3.08 + 2 * 2.9 + 3 * 2.7
+    assert HOST.gemm_share == pytest.approx(4 * 2.7 / total)
+    assert HOST.gemm_thread_finish() == pytest.approx(
+        {"X4": 2.7 / 6.16, "A720-2.7a": 1.0, "A720-2.7b": 1.0, "A720-2.7c": 1.0}
+    )
     assert HOST.copy_fraction(2) == 0.25 and HOST.copy_fraction(4) == 0.5  # capped by 1/2
     assert HOST.copy_fraction(1) == 0.125
     # Llama 3.2 1B, all 16 layers' weights, two copy threads: 3 x bytes / (68.264 GB/s / 4).

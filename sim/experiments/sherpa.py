@@ -243,6 +243,7 @@ def timing(
     weight_bytes = spec.layers * sum(o * i for o, i in weight_matrices(spec).values())
     weight_bytes *= spec.element_bytes
     gemm_cores = sum(c.gemm for c in host.cores)
+    gemm_threads = host.gemm_thread_finish()
     paper = PAPER.get(spec.name, {})
     smc = {
         "weight_bytes": weight_bytes,
@@ -300,6 +301,7 @@ def timing(
         "host": host.name,
         "backend": backend.name,
         "gemm_cores": gemm_cores,
+        "gemm_threads": gemm_threads,
         "gemm_peak_gflops": dev.peak_flops(dev.compute.precision) / 1e9,
         "smc": smc,
         "rows": rows,
@@ -399,27 +401,30 @@ def plot_ttft(t: dict[str, Any], path: Path) -> Path:
 
 
 def plot_timeline(t: dict[str, Any], path: Path) -> Path:
-    """S-DDB's copy and compute thread groups over one decoder layer, one panel per input
-    length (Fig. 11 shape); the critical bar of each step is dark."""
+    """S-DDB's copy and GEMM threads over one decoder layer, one panel per input length
+    (Fig. 11 shape); the critical bar of each step (the slowest thread) is dark."""
     rows = [r for r in t["rows"] if "ddb_layer" in r]
     if not rows:
         raise SherpaError("--timeline needs the S-DDB strategy (--strategy ddb)")
     plt = pyplot()
-    fig, axes = plt.subplots(len(rows), 1, figsize=(9, 1.8 + 1.4 * len(rows)), squeeze=False)
+    fig, axes = plt.subplots(len(rows), 1, figsize=(9, 1.8 + 2.2 * len(rows)), squeeze=False)
     colours = {"copy": ("#9ecae1", "#08519c"), "compute": ("#bcbddc", "#54278f")}
+    # One bar row per thread: the copy threads share each copy equally; each GEMM thread
+    # takes an equal part of each GEMM and finishes at its core's speed.
+    threads = [("copy", f"copy T{k}", 1.0) for k in range(t["smc"]["ddb_threads"])]
+    threads += [("compute", f"GEMM on {name}", f) for name, f in t["gemm_threads"].items()]
     for ax, row in zip(axes[:, 0], rows, strict=True):
         start = 0.0
         for x in row["ddb_layer"]:
-            for y, who in ((1, "copy"), (0, "compute")):
-                dur = 1e3 * x[f"{who}_s"]
-                colour = colours[who][x["critical"] == who]
+            for y, (who, _, frac) in enumerate(threads):
+                dur = 1e3 * x[f"{who}_s"] * frac
+                colour = colours[who][x["critical"] == who and frac == 1.0]
                 ax.barh(y, dur, left=start, color=colour, edgecolor="white")
             if x["step"] != ATTENTION:  # too short to label
-                ax.text(start, 1.45, x["step"].upper(), fontsize=7)
+                ax.text(start, len(threads) - 0.4, x["step"].upper(), fontsize=7)
             start += 1e3 * max(x["compute_s"], x["copy_s"])
-        ax.set_yticks([0, 1], [f"compute ({t['gemm_cores']} threads)",
-                               f"copy ({t['smc']['ddb_threads']} threads)"])  # fmt: skip
-        ax.set_ylim(-0.6, 1.8)
+        ax.set_yticks(range(len(threads)), [label for _, label, _ in threads], fontsize=7)
+        ax.set_ylim(-0.6, len(threads) + 0.2)
         ax.set_title(f"SL {row['sl']}", fontsize=9)
         ax.set_xlabel("time in the layer (ms)")
     handles = [
