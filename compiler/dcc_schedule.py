@@ -30,15 +30,18 @@ fewest resources) reproduce its Fig. 4 (``tests/test_dcc_schedule.py``).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import cache
 
 from compiler.kernels import CompileError
 
 __all__ = [
+    "DCC_KERNELS",
     "CoreTile",
     "DccError",
+    "DccKernel",
     "DimensionSet",
     "Draft",
     "Index",
@@ -322,3 +325,58 @@ def core_tiles(part: Part, trip: int) -> dict[tuple[int, int], CoreTile]:
             loop = tuple(v for v in range(trip) if lo <= part.function(v) < hi)
             out[(g, c)] = CoreTile(range(lo, hi), loop, tuple(part.function(v) for v in loop))
     return out
+
+
+def _nest(tensors: dict[str, tuple[int, ...]], loops: dict[str, int], refs: str) -> LoopNest:
+    return LoopNest(
+        tuple(tensors.items()), tuple(loops.items()), tuple(Ref.parse(r) for r in refs.split())
+    )
+
+
+class DccKernel(StrEnum):
+    """The kernels of DCC's evaluation (V), written once as loop nests."""
+
+    GEMV = "gemv"
+    BATCHED_GEMV = "batched-gemv"
+    QK = "qk"
+    SV = "sv"
+    RED = "red"
+    VA = "va"
+    RELU = "relu"
+
+
+#: Each kernel's loop nest from its sizes (the body's references; the innermost loop last).
+DCC_KERNELS: dict[DccKernel, Callable[..., LoopNest]] = {
+    # y[o] += W[o][i] * x[i]
+    DccKernel.GEMV: lambda d_out, d_in: _nest(
+        {"y": (d_out,), "W": (d_out, d_in), "x": (d_in,)},
+        {"o": d_out, "i": d_in},
+        "y[o] W[o][i] x[i]",
+    ),
+    # Y[n][o] += W[o][i] * X[n][i]
+    DccKernel.BATCHED_GEMV: lambda batch, d_out, d_in: _nest(
+        {"Y": (batch, d_out), "W": (d_out, d_in), "X": (batch, d_in)},
+        {"n": batch, "o": d_out, "i": d_in},
+        "Y[n][o] W[o][i] X[n][i]",
+    ),
+    # S[h][t] += Q[h][d] * K[h][t][d]
+    DccKernel.QK: lambda heads, tokens, d_h: _nest(
+        {"S": (heads, tokens), "Q": (heads, d_h), "K": (heads, tokens, d_h)},
+        {"h": heads, "t": tokens, "d": d_h},
+        "S[h][t] Q[h][d] K[h][t][d]",
+    ),
+    # O[h][d] += P[h][t] * V[h][t][d]
+    DccKernel.SV: lambda heads, tokens, d_h: _nest(
+        {"O": (heads, d_h), "P": (heads, tokens), "V": (heads, tokens, d_h)},
+        {"h": heads, "d": d_h, "t": tokens},
+        "O[h][d] P[h][t] V[h][t][d]",
+    ),
+    # r[m] += A[m][n]
+    DccKernel.RED: lambda rows, cols: _nest(
+        {"r": (rows,), "A": (rows, cols)}, {"m": rows, "n": cols}, "r[m] A[m][n]"
+    ),
+    # C[n] = A[n] + B[n]
+    DccKernel.VA: lambda n: _nest({"C": (n,), "A": (n,), "B": (n,)}, {"n": n}, "C[n] A[n] B[n]"),
+    # Y[n] = max(X[n], 0)
+    DccKernel.RELU: lambda n: _nest({"Y": (n,), "X": (n,)}, {"n": n}, "Y[n] X[n]"),
+}

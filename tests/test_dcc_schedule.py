@@ -99,3 +99,32 @@ def test_index_parsing_and_refusals():
         LoopNest((("A", (12,)),), (("b", 12),), (Ref.parse("A[j]"),))
     with pytest.raises(DccError, match="groups = 0"):
         list(drafts(dimension_sets(FIG4), 0, 4))
+
+
+def test_kernels_as_loop_nests_and_their_dimension_sets():
+    """Each kernel written once; its dimension sets are the ones its loops imply."""
+    from compiler.dcc_schedule import DCC_KERNELS, DccKernel
+
+    def names(nest):
+        return [[d for d, _, _ in s.members] for s in dimension_sets(nest)]
+
+    k = DCC_KERNELS
+    assert names(k[DccKernel.GEMV](64, 128)) == [["y0", "W0"], ["W1", "x0"]]
+    assert names(k[DccKernel.BATCHED_GEMV](4, 64, 128)) == [
+        ["Y0", "X0"],
+        ["Y1", "W0"],
+        ["W1", "X1"],
+    ]
+    assert names(k[DccKernel.QK](8, 256, 128)) == [["S0", "Q0", "K0"], ["S1", "K1"], ["Q1", "K2"]]
+    assert names(k[DccKernel.SV](8, 256, 128)) == [["O0", "P0", "V0"], ["O1", "V2"], ["P1", "V1"]]
+    assert names(k[DccKernel.RED](64, 32)) == [["r0", "A0"], ["A1"]]
+    assert names(k[DccKernel.VA](1024)) == [["C0", "A0", "B0"]]
+    assert names(k[DccKernel.RELU](1024)) == [["Y0", "X0"]]
+    assert set(k) == set(DccKernel)
+    # GEMV on 16 cores of 16-way SIMD: rule 2 keeps only drafts whose per-core share of the
+    # input dimension (the innermost loop) is a multiple of 16.
+    nest = k[DccKernel.GEMV](64, 128)
+    sets = dimension_sets(nest)
+    kept, removed = prune(list(drafts(sets, 1, 16)), 16, innermost_set(nest, sets))
+    assert kept and removed[2]
+    assert all((128 / (d[1].groups * d[1].cores)) % 16 == 0 for d in kept)
