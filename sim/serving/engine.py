@@ -37,6 +37,7 @@ from models.system import allreduce_cycles, stage_hop_cycles
 from models.xpu import VectorOp, gemm_cost, ring_allreduce_seconds, vector_cost
 from models.xpu_config import XpuConfig
 from sim.decode_step.admission import kv_allocator
+from sim.decode_step.cycles import StepCycles
 from sim.decode_step.gpu import (
     KV_BLOCK_TOKENS,
     GpuSetup,
@@ -49,7 +50,7 @@ from sim.decode_step.gpu import (
 from sim.decode_step.hetero import HeteroSetup, run_hetero_decode
 from sim.decode_step.kernels import KernelCache
 from sim.decode_step.setup import DecodeSetup
-from sim.decode_step.step import KernelCaches, epu_other_flops, run_decode
+from sim.decode_step.step import KernelCaches, epu_other_flops
 from sim.serving.trace import Request
 
 __all__ = [
@@ -371,6 +372,7 @@ class _PimBackend(_Backend):
             raise ServeError("the pim system needs a PIM preset")
         self.caches = ServingCaches()
         self.gemv_cache = KernelCache(cfg.hw, cfg.sched)
+        self._cycles: StepCycles | None = None
 
     def decode_setup(self, lengths: tuple[int, ...]) -> DecodeSetup:
         """The ``DecodeSetup`` of one step (what ``pimphony decode`` would build)."""
@@ -390,8 +392,12 @@ class _PimBackend(_Backend):
         )
 
     def _step(self, lengths: tuple[int, ...]) -> tuple[float, int | None]:
-        r = run_decode(self.decode_setup(lengths), caches=self.caches)
-        return r.cycles / self.freq_hz(), r.cycles
+        # The cycles-only step (sim.decode_step.cycles): run_decode's cycles without its
+        # report, which serving does not read.
+        if self._cycles is None:
+            self._cycles = StepCycles(self.decode_setup(lengths), self.caches)
+        cycles = self._cycles.cycles(lengths)
+        return cycles / self.freq_hz(), cycles
 
     def pool(self) -> Any:
         c = self.cfg
