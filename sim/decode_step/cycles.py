@@ -103,16 +103,28 @@ class AttentionBlock:
     sv_hub: np.ndarray
 
 
-def _blocks_joined(blocks: Sequence[AttentionBlock]) -> AttentionBlock:
-    """The blocks of a micro-batch's requests as one (rows in request order)."""
-    if len(blocks) == 1:
-        return blocks[0]
-    return AttentionBlock(
-        *(
-            np.concatenate([getattr(b, f.name) for b in blocks])
-            for f in dataclasses.fields(AttentionBlock)
-        )
+_MATRICES = ("qk", "sv", "startup", "qk_kernel", "sv_kernel", "qk_hub", "sv_hub")
+_VECTORS = ("softmax", "post", "after_sv")
+
+
+def _pack(block: AttentionBlock) -> np.ndarray:
+    """``block`` as one int64 array, a row per unit (blocks are kept and joined packed)."""
+    return np.hstack(
+        [getattr(block, f) for f in _MATRICES] + [getattr(block, f)[:, None] for f in _VECTORS]
     )
+
+
+def _unpack(packed: np.ndarray, channels: int) -> AttentionBlock:
+    """The :class:`AttentionBlock` (views) of a packed block of ``channels`` channels."""
+    fields = {f: packed[:, k * channels : (k + 1) * channels] for k, f in enumerate(_MATRICES)}
+    base = len(_MATRICES) * channels
+    fields.update({f: packed[:, base + k] for k, f in enumerate(_VECTORS)})
+    return AttentionBlock(**fields)
+
+
+def _joined(packed: Sequence[np.ndarray]) -> np.ndarray:
+    """Packed blocks as one (rows in order)."""
+    return packed[0] if len(packed) == 1 else np.concatenate(packed)
 
 
 def _hub_instructions(kernel: np.ndarray, hub: np.ndarray) -> int:
@@ -234,7 +246,8 @@ class StepCycles:
         """One layer's attention cycles (``qk + sv + softmax`` of ``LayerTiming``) and, with
         static memory, its command transfer, under ``scheme``."""
         kvh = self._kv_heads
-        a = _blocks_joined([self._block(cache, scheme, t, r * kvh) for r, t in enumerate(mb)])
+        packed = _joined([self._block(cache, scheme, t, r * kvh) for r, t in enumerate(mb)])
+        a = _unpack(packed, self.setup.hw.module.channels)
         cycles = makespan_arrays(a.qk, a.sv, a.softmax, a.post, a.after_sv)
         # DPA: the first attention program of each channel is decoded before its first
         # command (the largest of those start-ups is exposed).
@@ -252,9 +265,10 @@ class StepCycles:
 
     def _block(
         self, cache: KernelCache, scheme: Partition, tokens: int, first_pair: int
-    ) -> AttentionBlock:
-        """The block of a request of ``tokens`` tokens whose first pair is ``first_pair``:
-        its units as ``compiler.plan.attention_units`` cuts them, one row each."""
+    ) -> np.ndarray:
+        """The (packed) block of a request of ``tokens`` tokens whose first pair is
+        ``first_pair``: its units as ``compiler.plan.attention_units`` cuts them, one row
+        each."""
         channels = self.setup.hw.module.channels
         pair_key = PAIR_KEY.get(scheme, _exact_pair)
         key = ("request", scheme, tokens, pair_key(first_pair, channels))
@@ -264,7 +278,7 @@ class StepCycles:
             units = attention_units(
                 cfg, (tokens,), self._kv_heads, spec.head_dim, spec.gqa_group, scheme
             )
-            block = _blocks_joined(
+            block = _joined(
                 [
                     self._unit(cache, scheme, u.kv_head, u.tile, u.tokens, first_pair + u.pair)
                     for u in units
@@ -275,8 +289,8 @@ class StepCycles:
 
     def _unit(
         self, cache: KernelCache, scheme: Partition, kv_head: int, tile: int, tokens: int, pair: int
-    ) -> AttentionBlock:
-        """The row of one unit (score tile ``tile`` of ``tokens`` tokens of pair ``pair``):
+    ) -> np.ndarray:
+        """The (packed) row of one unit (score tile ``tile`` of ``tokens`` tokens of pair ``pair``):
         built once per ``(tokens, PAIR_KEY(pair), tile > 0)``, all a unit's jobs and EPU
         costs depend on (``compiler.plan``'s partitions deal each unit on its own;
         :func:`models.module.attention_tasks` costs a unit from its tokens, its SV parts and
@@ -285,7 +299,8 @@ class StepCycles:
         key = ("unit", scheme, tokens, PAIR_KEY.get(scheme, _exact_pair)(pair, channels), tile > 0)
         row = cache.blocks.get(key)
         if row is None:
-            row = self._build_unit(cache, scheme, AttentionUnit(0, kv_head, tile, tokens, pair))
+            unit = AttentionUnit(0, kv_head, tile, tokens, pair)
+            row = _pack(self._build_unit(cache, scheme, unit))
             cache.blocks[key] = row
         return row
 
