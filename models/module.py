@@ -255,8 +255,9 @@ def makespan_arrays(
 ) -> int:
     """:func:`makespan` over arrays (:func:`task_arrays`), compiled: the same task graph (each
     channel's tasks in :func:`channel_order`), the same event order and EPU policy, so the
-    same end time. Units are numbered by row; a channel's tasks follow the row order."""
-    arrays = [np.ascontiguousarray(a, dtype=np.int64) for a in (qk, sv, sm_cost, post_cost, post)]
+    same end time. Units are numbered by row; a channel's tasks follow the row order. The
+    arrays may be views (columns of one packed array): they are not copied."""
+    arrays = [np.asarray(a, dtype=np.int64) for a in (qk, sv, sm_cost, post_cost, post)]
     end = _makespan_kernel(*arrays)
     if end == _TOO_LONG:  # event keys would overflow int64: the reference simulation
         qk, sv, sm, post_cost, post = arrays
@@ -364,9 +365,9 @@ def _makespan_kernel(qk, sv, sm_cost, post_cost, post):  # noqa: C901, PLR0912, 
     if _bits(bound) + 1 + a_bits + b_bits >= 62:
         return _TOO_LONG
     # Each channel's tasks in channel_order: QK^T of its next unit before SV of this one.
-    order = np.zeros((channels, 2 * n + 1), dtype=np.int64)
+    order = np.empty((channels, 2 * n + 1), dtype=np.int64)  # olen[c] entries used
     olen = np.zeros(channels, dtype=np.int64)
-    mine = np.zeros(n, dtype=np.int64)
+    mine = np.empty(n, dtype=np.int64)
     for c in range(channels):
         m = 0
         for p in range(n):
@@ -399,9 +400,9 @@ def _makespan_kernel(qk, sv, sm_cost, post_cost, post):  # noqa: C901, PLR0912, 
     blocked_on = np.full(channels, -1, dtype=np.int64)
     # At most one event per channel and one of the EPU in flight; each unit is ready on the
     # EPU at most twice (softmax, then reduction/combination).
-    ev = np.zeros(channels + 2, dtype=np.int64)
+    ev = np.empty(channels + 2, dtype=np.int64)
     n_ev = 0
-    ready = np.zeros(2 * n + 1, dtype=np.int64)
+    ready = np.empty(2 * n + 1, dtype=np.int64)
     n_ready = 0
     epu_busy_until = 0
     end = 0

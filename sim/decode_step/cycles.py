@@ -108,7 +108,7 @@ _VECTORS = ("softmax", "post", "after_sv")
 
 
 def _pack(block: AttentionBlock) -> np.ndarray:
-    """``block`` as one int64 array, a row per unit (blocks are kept and joined packed)."""
+    """``block`` as one int64 array, a row per unit (the unit memo keeps rows packed)."""
     return np.hstack(
         [getattr(block, f) for f in _MATRICES] + [getattr(block, f)[:, None] for f in _VECTORS]
     )
@@ -123,8 +123,49 @@ def _unpack(packed: np.ndarray, channels: int) -> AttentionBlock:
 
 
 def _joined(packed: Sequence[np.ndarray]) -> np.ndarray:
-    """Packed blocks as one (rows in order)."""
+    """Packed rows as one array (rows in order)."""
     return packed[0] if len(packed) == 1 else np.concatenate(packed)
+
+
+@dataclass(frozen=True)
+class _RequestBlock:
+    """What a step reads of a request's block: ``tasks``, the rows the makespan reads
+    (``qk``, ``sv``, ``softmax``, ``post``, ``after_sv``, packed); ``hub``, the rows of the
+    HUB count (``qk_kernel``, ``sv_kernel``, ``qk_hub``, ``sv_hub``, packed); per channel,
+    whether the request has a QK^T part there (``has_qk``) and the DPA start-up of its
+    first one (``first_startup``)."""
+
+    tasks: np.ndarray
+    hub: np.ndarray
+    has_qk: np.ndarray
+    first_startup: np.ndarray
+
+    @classmethod
+    def of(cls, block: AttentionBlock) -> _RequestBlock:
+        present = block.qk >= 0
+        first = present.argmax(axis=0)
+        columns = np.arange(present.shape[1])
+        has = present[first, columns] if present.shape[0] else np.zeros(len(columns), bool)
+        return cls(
+            np.hstack([block.qk, block.sv] + [getattr(block, f)[:, None] for f in _VECTORS]),
+            np.hstack([block.qk_kernel, block.sv_kernel, block.qk_hub, block.sv_hub]),
+            has,
+            np.where(has, block.startup[first, columns] if present.shape[0] else 0, 0),
+        )
+
+
+def _first_startup(blocks: Sequence[_RequestBlock]) -> int:
+    """The largest DPA start-up of each channel's first QK^T job (blocks in plan order)."""
+    covered = np.zeros(blocks[0].has_qk.shape, dtype=bool)
+    most = 0
+    for b in blocks:
+        new = b.has_qk & ~covered
+        if new.any():
+            most = max(most, int(b.first_startup[new].max()))
+            covered |= new
+            if covered.all():
+                break
+    return most
 
 
 def _hub_instructions(kernel: np.ndarray, hub: np.ndarray) -> int:
@@ -246,29 +287,38 @@ class StepCycles:
         """One layer's attention cycles (``qk + sv + softmax`` of ``LayerTiming``) and, with
         static memory, its command transfer, under ``scheme``."""
         kvh = self._kv_heads
-        packed = _joined([self._block(cache, scheme, t, r * kvh) for r, t in enumerate(mb)])
-        a = _unpack(packed, self.setup.hw.module.channels)
-        cycles = makespan_arrays(a.qk, a.sv, a.softmax, a.post, a.after_sv)
+        channels = self.setup.hw.module.channels
+        pair_key, known = PAIR_KEY.get(scheme, _exact_pair), cache.blocks
+        blocks = [
+            known.get(("request", scheme, t, pair_key(r * kvh, channels)))
+            or self._block(cache, scheme, t, r * kvh)
+            for r, t in enumerate(mb)
+        ]
+        tasks = _joined([b.tasks for b in blocks])
+        cycles = makespan_arrays(
+            tasks[:, :channels],
+            tasks[:, channels : 2 * channels],
+            tasks[:, 2 * channels],
+            tasks[:, 2 * channels + 1],
+            tasks[:, 2 * channels + 2],
+        )
         # DPA: the first attention program of each channel is decoded before its first
         # command (the largest of those start-ups is exposed).
-        present = a.qk >= 0
-        first = present.argmax(axis=0)
-        columns = np.arange(present.shape[1])
-        has = present[first, columns]
-        cycles += int(a.startup[first, columns][has].max(initial=0))
+        cycles += _first_startup(blocks)
         if self._static:
-            hub = _hub_instructions(a.qk_kernel, a.qk_hub) + _hub_instructions(
-                a.sv_kernel, a.sv_hub
+            hub = _joined([b.hub for b in blocks])
+            count = _hub_instructions(hub[:, :channels], hub[:, 2 * channels : 3 * channels])
+            count += _hub_instructions(
+                hub[:, channels : 2 * channels], hub[:, 3 * channels : 4 * channels]
             )
-            cycles += link_cycles(self.setup.hw, hub * self._hub_bytes, "host")
+            cycles += link_cycles(self.setup.hw, count * self._hub_bytes, "host")
         return cycles
 
     def _block(
         self, cache: KernelCache, scheme: Partition, tokens: int, first_pair: int
-    ) -> np.ndarray:
-        """The (packed) block of a request of ``tokens`` tokens whose first pair is
-        ``first_pair``: its units as ``compiler.plan.attention_units`` cuts them, one row
-        each."""
+    ) -> _RequestBlock:
+        """The block of a request of ``tokens`` tokens whose first pair is ``first_pair``:
+        its units as ``compiler.plan.attention_units`` cuts them, one row each."""
         channels = self.setup.hw.module.channels
         pair_key = PAIR_KEY.get(scheme, _exact_pair)
         key = ("request", scheme, tokens, pair_key(first_pair, channels))
@@ -278,12 +328,11 @@ class StepCycles:
             units = attention_units(
                 cfg, (tokens,), self._kv_heads, spec.head_dim, spec.gqa_group, scheme
             )
-            block = _joined(
-                [
-                    self._unit(cache, scheme, u.kv_head, u.tile, u.tokens, first_pair + u.pair)
-                    for u in units
-                ]
-            )
+            rows = [
+                self._unit(cache, scheme, u.kv_head, u.tile, u.tokens, first_pair + u.pair)
+                for u in units
+            ]
+            block = _RequestBlock.of(_unpack(_joined(rows), cfg.module.channels))
             cache.blocks[key] = block
         return block
 
