@@ -133,12 +133,14 @@ class _RequestBlock:
     (``qk``, ``sv``, ``softmax``, ``post``, ``after_sv``, packed); ``hub``, the rows of the
     HUB count (``qk_kernel``, ``sv_kernel``, ``qk_hub``, ``sv_hub``, packed); per channel,
     whether the request has a QK^T part there (``has_qk``) and the DPA start-up of its
-    first one (``first_startup``)."""
+    first one (``first_startup``); ``uniform_startup``, that start-up if it is the same on
+    every channel with a part (``None`` if not, or without parts)."""
 
     tasks: np.ndarray
     hub: np.ndarray
     has_qk: np.ndarray
     first_startup: np.ndarray
+    uniform_startup: int | None
 
     @classmethod
     def of(cls, block: AttentionBlock) -> _RequestBlock:
@@ -146,16 +148,23 @@ class _RequestBlock:
         first = present.argmax(axis=0)
         columns = np.arange(present.shape[1])
         has = present[first, columns] if present.shape[0] else np.zeros(len(columns), bool)
+        startup = np.where(has, block.startup[first, columns] if present.shape[0] else 0, 0)
+        values = set(startup[has].tolist())
         return cls(
             np.hstack([block.qk, block.sv] + [getattr(block, f)[:, None] for f in _VECTORS]),
             np.hstack([block.qk_kernel, block.sv_kernel, block.qk_hub, block.sv_hub]),
             has,
-            np.where(has, block.startup[first, columns] if present.shape[0] else 0, 0),
+            startup,
+            values.pop() if len(values) == 1 else None,
         )
 
 
 def _first_startup(blocks: Sequence[_RequestBlock]) -> int:
     """The largest DPA start-up of each channel's first QK^T job (blocks in plan order)."""
+    # When every block's first start-ups are one value, every channel's first job has it.
+    uniform = {b.uniform_startup for b in blocks}
+    if len(uniform) == 1 and None not in uniform:
+        return uniform.pop()
     covered = np.zeros(blocks[0].has_qk.shape, dtype=bool)
     most = 0
     for b in blocks:
