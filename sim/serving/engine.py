@@ -5,8 +5,9 @@ requests are admitted in order while the KV memory takes them (the existing allo
 static max-context reservation or lazy 1 MiB chunks; admission never preempts and stops at
 the first request that does not fit); the newly admitted are prefilled (on the xPU when the
 system has one, as PIM GEMVs over the prompt tokens on a PIM-only system, or not at all with
-``prefill=False``); the running batch takes one decode step, timed by the same function
-``pimphony decode`` uses (:func:`sim.decode_step.step.run_decode`,
+``prefill=False``); the running batch takes one decode step, timed as ``pimphony decode``
+times it (PIM only: :class:`sim.decode_step.cycles.StepCycles`, exactly the cycles of
+:func:`sim.decode_step.step.run_decode` without its report;
 :func:`sim.decode_step.hetero.run_hetero_decode`, :func:`sim.decode_step.gpu.run_gpu_decode`);
 finished requests are released, and every other request's KV grows by one token. When lazy
 growth finds no free chunk, the most recently admitted running request is preempted (its
@@ -364,7 +365,8 @@ class _Backend:
 
 
 class _PimBackend(_Backend):
-    """PIM modules only: ``run_decode``; prefill as PIM GEMVs (:func:`pim_prefill_cycles`)."""
+    """PIM modules only: ``run_decode``'s cycles (:class:`StepCycles`); prefill as PIM GEMVs
+    (:func:`pim_prefill_cycles`)."""
 
     def __init__(self, cfg: ServeConfig):
         super().__init__(cfg)
