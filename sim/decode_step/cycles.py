@@ -131,19 +131,20 @@ def _joined(packed: Sequence[np.ndarray]) -> np.ndarray:
 class _RequestBlock:
     """What a step reads of a request's block: ``tasks``, the rows the makespan reads
     (``qk``, ``sv``, ``softmax``, ``post``, ``after_sv``, packed); ``hub``, the rows of the
-    HUB count (``qk_kernel``, ``sv_kernel``, ``qk_hub``, ``sv_hub``, packed); per channel,
+    HUB count (``qk_kernel``, ``sv_kernel``, ``qk_hub``, ``sv_hub``, packed; kept only for
+    static memory, the only policy whose step sends HUB instructions); per channel,
     whether the request has a QK^T part there (``has_qk``) and the DPA start-up of its
     first one (``first_startup``); ``uniform_startup``, that start-up if it is the same on
     every channel with a part (``None`` if not, or without parts)."""
 
     tasks: np.ndarray
-    hub: np.ndarray
+    hub: np.ndarray | None
     has_qk: np.ndarray
     first_startup: np.ndarray
     uniform_startup: int | None
 
     @classmethod
-    def of(cls, block: AttentionBlock) -> _RequestBlock:
+    def of(cls, block: AttentionBlock, hub: bool = True) -> _RequestBlock:
         present = block.qk >= 0
         first = present.argmax(axis=0)
         columns = np.arange(present.shape[1])
@@ -152,7 +153,9 @@ class _RequestBlock:
         values = set(startup[has].tolist())
         return cls(
             np.hstack([block.qk, block.sv] + [getattr(block, f)[:, None] for f in _VECTORS]),
-            np.hstack([block.qk_kernel, block.sv_kernel, block.qk_hub, block.sv_hub]),
+            np.hstack([block.qk_kernel, block.sv_kernel, block.qk_hub, block.sv_hub])
+            if hub
+            else None,
             has,
             startup,
             values.pop() if len(values) == 1 else None,
@@ -315,7 +318,7 @@ class StepCycles:
         # command (the largest of those start-ups is exposed).
         cycles += _first_startup(blocks)
         if self._static:
-            hub = _joined([b.hub for b in blocks])
+            hub = _joined([b.hub for b in blocks])  # static: every block keeps its hub rows
             count = _hub_instructions(hub[:, :channels], hub[:, 2 * channels : 3 * channels])
             count += _hub_instructions(
                 hub[:, channels : 2 * channels], hub[:, 3 * channels : 4 * channels]
@@ -341,7 +344,7 @@ class StepCycles:
                 self._unit(cache, scheme, u.kv_head, u.tile, u.tokens, first_pair + u.pair)
                 for u in units
             ]
-            block = _RequestBlock.of(_unpack(_joined(rows), cfg.module.channels))
+            block = _RequestBlock.of(_unpack(_joined(rows), cfg.module.channels), self._static)
             cache.blocks[key] = block
         return block
 
