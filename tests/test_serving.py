@@ -338,3 +338,15 @@ def test_xpu_pim_and_gpu_steps_equal_their_decode_runs(cfg):
     for lengths, e in zip(res.step_lengths, decode, strict=True):
         assert e[7] == sum(-(-t // 16) for t in lengths) * block
         assert e[6] == sum(lengths) * block // 16
+
+
+def test_bench_serving_row():
+    from sim.experiments.bench import bench_serving
+
+    rows = bench_serving(requests=4, outputs=3, reference_steps=2)
+    assert [r["partition"] for r in rows] == ["tcp", "auto"]
+    for r in rows:
+        # Four ~32K requests fit the 8 modules together: one batch, three decode steps.
+        assert (r["decode_steps"], r["output_tokens"]) == (3, 12)
+        assert r["steps_per_s"] == pytest.approx(3 / r["wall_seconds"])
+        assert r["full_step_seconds"] > 0

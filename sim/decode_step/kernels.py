@@ -70,6 +70,9 @@ class KernelCache:
     _memo: dict = field(default_factory=dict)
     _programs: dict = field(default_factory=dict)
     dpa_refused: dict = field(default_factory=dict)
+    #: Per-request attention blocks of the cycles-only step (``sim.decode_step.cycles``),
+    #: built from this cache's kernels and so valid only with it.
+    blocks: dict = field(default_factory=dict)
 
     def program(self, kind: str, d_h: int, gqa_group: int):
         """The DPA program of an attention kernel, or ``None`` if the encoder refuses it."""

@@ -16,9 +16,10 @@ simulated and ``tests/test_decode_step.py`` checks that the report is the same.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +66,7 @@ __all__ = [
     "LayerTiming",
     "attention_cycles",
     "attention_schedule",
+    "decode_errors",
     "epu_other_flops",
     "layer_timing",
     "plan_tasks",
@@ -604,8 +606,16 @@ def _checked_decode(
     energy: EnergyParams | None = None,
 ) -> DecodeReport:
     """:func:`_run_decode`; a kernel that cannot be mapped says which choice would help."""
-    try:
+    with decode_errors():
         return _run_decode(setup, memoize, progress, cache, energy)
+
+
+@contextlib.contextmanager
+def decode_errors() -> Iterator[None]:
+    """Turn a kernel or partition that cannot be mapped into a :class:`DecodeError` that says
+    which choice would help."""
+    try:
+        yield
     except CompileError as exc:
         hint = (
             "use more --tp (fewer KV heads per module), shorter contexts, another --partition, "

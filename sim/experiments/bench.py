@@ -43,6 +43,7 @@ __all__ = [
     "bench_hetero_decode",
     "bench_memory",
     "bench_rtl",
+    "bench_serving",
     "bench_startup",
     "bench_sweep",
     "bench_tlm",
@@ -375,6 +376,57 @@ def bench_sweep(points: int = SWEEP_POINTS, workers: int = 2) -> list[dict]:
     return rows
 
 
+#: The serving run of :func:`bench_serving`: requests, outputs each, prompts drawn uniformly
+#: from [SERVING_PROMPT_MIN, window - outputs] tokens (LLM-7B-32K), all arriving at 0.
+SERVING_REQUESTS, SERVING_OUTPUTS, SERVING_PROMPT_MIN = 100, 200, 30000
+#: Decode steps of issue 19's serving target: 1,000 requests x 1,000 outputs at a batch of
+#: about 15 (what 8 x 32 GiB modules hold at ~32K tokens).
+SERVING_TARGET_STEPS = 67_000
+
+
+def bench_serving(
+    requests: int = SERVING_REQUESTS, outputs: int = SERVING_OUTPUTS, reference_steps: int = 10
+) -> list[dict]:
+    """Wall time and decode steps/s of a fixed ``pimphony serve`` run (LLM-7B, 8 x
+    aim-32ch-32g, TP 8, TCP and auto, lazy memory, no prefill) on the cycles-only step, and
+    the full ``run_decode`` report of the first ``reference_steps`` of its batches for
+    comparison (the step ``pimphony serve`` timed before ``sim.decode_step.cycles``)."""
+    import numpy as np
+
+    from compiler.llm import load_model
+    from sim.decode_step.setup import DecodeSetup
+    from sim.decode_step.step import run_decode
+    from sim.serving.engine import ServeConfig, serve
+    from sim.serving.trace import Request
+
+    spec, hw = load_model("llm-7b"), load_preset("aim-32ch-32g")
+    rng = np.random.default_rng(0)
+    prompts = rng.integers(SERVING_PROMPT_MIN, spec.context_window - outputs + 1, requests)
+    reqs = [Request(k, 0.0, int(t), outputs) for k, t in enumerate(prompts)]
+    rows = []
+    for partition in ("tcp", "auto"):
+        cfg = ServeConfig("pim", spec, hw, tp=8, partition=partition, prefill=False)
+        res = serve(cfg, reqs, record_lengths=True)
+        steps = len(res.step_lengths)
+        started = time.perf_counter()
+        for lengths in res.step_lengths[:reference_steps]:
+            run_decode(DecodeSetup(spec, hw, lengths, tp=8, partition=partition))
+        full = (time.perf_counter() - started) / min(reference_steps, steps)
+        rows.append(
+            {
+                "partition": partition,
+                "requests": requests,
+                "output_tokens": requests * outputs,
+                "decode_steps": steps,
+                "wall_seconds": res.wall_seconds,
+                "steps_per_s": steps / res.wall_seconds,
+                "full_step_seconds": full,
+                "target_estimate_seconds": SERVING_TARGET_STEPS * res.wall_seconds / steps,
+            }
+        )
+    return rows
+
+
 def _best_wall(cmd: list[str], repeat: int, cwd: str) -> tuple[float, str]:
     best, stderr = float("inf"), ""
     for _ in range(repeat):
@@ -530,6 +582,24 @@ def run(args: argparse.Namespace) -> int:
             f"{r['mode']:<10}{r['points']:>8}{r['failed']:>8}{r['wall_seconds']:>9.1f}"
             f"{r['points_per_s']:>10.1f}"
             for r in bench_sweep()
+        ),
+    )
+    print(
+        f"\nServing (pimphony serve): {SERVING_REQUESTS} requests x {SERVING_OUTPUTS} outputs, "
+        f"prompts {SERVING_PROMPT_MIN:,}-32K tokens, LLM-7B on 8 x aim-32ch-32g (TP 8, lazy, "
+        "no prefill), cycles-only steps; full = one run_decode report per step (the first 10); "
+        f"target = {SERVING_TARGET_STEPS:,} steps (issue 19) at this run's wall time per step",
+        flush=True,
+    )
+    _table(
+        f"{'partition':<10}{'steps':>7}{'wall s':>9}{'steps/s':>9}{'full s/step':>13}"
+        f"{'speedup':>9}{'target est s':>14}",
+        (
+            f"{r['partition']:<10}{r['decode_steps']:>7,}{r['wall_seconds']:>9.1f}"
+            f"{r['steps_per_s']:>9.0f}{r['full_step_seconds']:>13.3f}"
+            f"{r['full_step_seconds'] * r['steps_per_s']:>8.0f}x"
+            f"{r['target_estimate_seconds']:>14.0f}"
+            for r in bench_serving()
         ),
     )
     if args.no_rtl:

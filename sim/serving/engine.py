@@ -5,8 +5,9 @@ requests are admitted in order while the KV memory takes them (the existing allo
 static max-context reservation or lazy 1 MiB chunks; admission never preempts and stops at
 the first request that does not fit); the newly admitted are prefilled (on the xPU when the
 system has one, as PIM GEMVs over the prompt tokens on a PIM-only system, or not at all with
-``prefill=False``); the running batch takes one decode step, timed by the same function
-``pimphony decode`` uses (:func:`sim.decode_step.step.run_decode`,
+``prefill=False``); the running batch takes one decode step, timed as ``pimphony decode``
+times it (PIM only: :class:`sim.decode_step.cycles.StepCycles`, exactly the cycles of
+:func:`sim.decode_step.step.run_decode` without its report;
 :func:`sim.decode_step.hetero.run_hetero_decode`, :func:`sim.decode_step.gpu.run_gpu_decode`);
 finished requests are released, and every other request's KV grows by one token. When lazy
 growth finds no free chunk, the most recently admitted running request is preempted (its
@@ -37,6 +38,7 @@ from models.system import allreduce_cycles, stage_hop_cycles
 from models.xpu import VectorOp, gemm_cost, ring_allreduce_seconds, vector_cost
 from models.xpu_config import XpuConfig
 from sim.decode_step.admission import kv_allocator
+from sim.decode_step.cycles import StepCycles
 from sim.decode_step.gpu import (
     KV_BLOCK_TOKENS,
     GpuSetup,
@@ -49,7 +51,7 @@ from sim.decode_step.gpu import (
 from sim.decode_step.hetero import HeteroSetup, run_hetero_decode
 from sim.decode_step.kernels import KernelCache
 from sim.decode_step.setup import DecodeSetup
-from sim.decode_step.step import KernelCaches, epu_other_flops, run_decode
+from sim.decode_step.step import KernelCaches, epu_other_flops
 from sim.serving.trace import Request
 
 __all__ = [
@@ -363,7 +365,8 @@ class _Backend:
 
 
 class _PimBackend(_Backend):
-    """PIM modules only: ``run_decode``; prefill as PIM GEMVs (:func:`pim_prefill_cycles`)."""
+    """PIM modules only: ``run_decode``'s cycles (:class:`StepCycles`); prefill as PIM GEMVs
+    (:func:`pim_prefill_cycles`)."""
 
     def __init__(self, cfg: ServeConfig):
         super().__init__(cfg)
@@ -371,6 +374,7 @@ class _PimBackend(_Backend):
             raise ServeError("the pim system needs a PIM preset")
         self.caches = ServingCaches()
         self.gemv_cache = KernelCache(cfg.hw, cfg.sched)
+        self._cycles: StepCycles | None = None
 
     def decode_setup(self, lengths: tuple[int, ...]) -> DecodeSetup:
         """The ``DecodeSetup`` of one step (what ``pimphony decode`` would build)."""
@@ -390,8 +394,12 @@ class _PimBackend(_Backend):
         )
 
     def _step(self, lengths: tuple[int, ...]) -> tuple[float, int | None]:
-        r = run_decode(self.decode_setup(lengths), caches=self.caches)
-        return r.cycles / self.freq_hz(), r.cycles
+        # The cycles-only step (sim.decode_step.cycles): run_decode's cycles without its
+        # report, which serving does not read.
+        if self._cycles is None:
+            self._cycles = StepCycles(self.decode_setup(lengths), self.caches)
+        cycles = self._cycles.cycles(lengths)
+        return cycles / self.freq_hz(), cycles
 
     def pool(self) -> Any:
         c = self.cfg

@@ -1,0 +1,415 @@
+"""The cycles of decode steps without their report: ``run_decode(setup).cycles``, fast.
+
+A serving run times tens of thousands of decode steps and reads only each step's cycles
+(``docs/serving.md``). :class:`StepCycles` computes them from the same plans, channel
+kernels, attention task graph and pipeline as :func:`sim.decode_step.step.run_decode`, and
+skips what only the report reads: the three marginal schedules, energy, MACs and activity
+sums, HUB counts under lazy memory and the re-admission of the batch. Equality with
+``run_decode`` is the contract (``tests/test_cycles.py`` checks it on random batches).
+
+What makes it fast, exactly:
+
+- One layer of one micro-batch takes the weight GEMVs, the EPU's other vector work and the
+  all-reduces, all functions of the micro-batch size ``b`` alone (``compiler.plan`` gives
+  every channel the same batched GEMV jobs for any ``b`` requests), memoised on ``b``; plus
+  the attention makespan, its DPA start-up and, with static memory, the command transfer.
+- The attention task graph is a concatenation of per-request *blocks*: a request's units
+  (every KV head's score tiles, ``compiler.plan.attention_units``) and their part cycles on
+  every channel, their EPU costs and their kernels. A block depends on the request's tokens
+  and on its first pair number only as :data:`PAIR_KEY` says, so it is built once per key
+  (kept in the kernel cache, :attr:`KernelCache.blocks`) and a step costs one look-up per
+  request instead of one per channel job.
+- The makespan over the blocks runs compiled (:func:`models.module.makespan_arrays`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from compiler.llm import GEMV_OPS
+from compiler.plan import (
+    PARTITIONS,
+    AttentionUnit,
+    ChannelJob,
+    LayerPlan,
+    Partition,
+    attention_units,
+    candidates,
+    layer_plan,
+    micro_batches,
+    stage_layers,
+)
+from models.hub import epu_cycles, hub_instruction_bytes, link_cycles
+from models.memory import MemoryPolicy
+from models.module import makespan_arrays, task_arrays
+from models.system import allreduce_cycles, pipeline_period, stage_hop_cycles
+from sim.decode_step.kernels import KernelCache, KernelStats
+from sim.decode_step.setup import (
+    MICRO_BATCHES_AUTO,
+    DecodeError,
+    DecodeSetup,
+    micro_batch_candidates,
+)
+from sim.decode_step.step import (
+    KernelCaches,
+    _gemv_op,
+    decode_errors,
+    epu_other_flops,
+    plan_tasks,
+)
+
+__all__ = ["PAIR_KEY", "AttentionBlock", "StepCycles", "decode_cycles"]
+
+
+def _exact_pair(first_pair: int, channels: int) -> int:
+    return first_pair
+
+
+#: What a request's attention jobs depend on besides its tokens, per partition: a function
+#: of its first (request, KV head) pair number and the channels. ``compiler.plan``: TCP
+#: splits every tile's tokens over all channels whatever its pair (``_tcp``); HFP deals pair
+#: ``p`` to channel ``p % channels`` (``_hfp``); ITPP splits K as TCP and deals pair ``p``'s
+#: V output groups to channels ``(p * groups + k) % channels`` (``_itpp``). A partition not
+#: listed keys blocks by the pair itself (always exact, fewer reuses).
+PAIR_KEY: dict[Partition, Callable[[int, int], int]] = {
+    Partition.TCP: lambda first_pair, channels: 0,
+    Partition.HFP: lambda first_pair, channels: first_pair % channels,
+    Partition.ITPP: lambda first_pair, channels: first_pair % channels,
+}
+
+
+@dataclass(frozen=True)
+class AttentionBlock:
+    """One request's attention units on one module under one partition, one row per unit
+    (its KV heads' score tiles, in plan order), as :func:`models.module.task_arrays` gives
+    them, plus what the step adds: ``startup[u, c]``, the DPA start-up of unit ``u``'s QK^T
+    kernel on channel ``c``, and, for HUB instruction counts (static memory), ``qk_kernel``
+    / ``sv_kernel`` (a kernel's ``(tokens, d_h)`` as one int, -1: no part) and ``qk_hub`` /
+    ``sv_hub``, the HUB instructions of that kernel."""
+
+    qk: np.ndarray
+    sv: np.ndarray
+    softmax: np.ndarray
+    post: np.ndarray
+    after_sv: np.ndarray
+    startup: np.ndarray
+    qk_kernel: np.ndarray
+    sv_kernel: np.ndarray
+    qk_hub: np.ndarray
+    sv_hub: np.ndarray
+
+
+_MATRICES = ("qk", "sv", "startup", "qk_kernel", "sv_kernel", "qk_hub", "sv_hub")
+_VECTORS = ("softmax", "post", "after_sv")
+
+
+def _pack(block: AttentionBlock) -> np.ndarray:
+    """``block`` as one int64 array, a row per unit (the unit memo keeps rows packed)."""
+    return np.hstack(
+        [getattr(block, f) for f in _MATRICES] + [getattr(block, f)[:, None] for f in _VECTORS]
+    )
+
+
+def _unpack(packed: np.ndarray, channels: int) -> AttentionBlock:
+    """The :class:`AttentionBlock` (views) of a packed block of ``channels`` channels."""
+    fields = {f: packed[:, k * channels : (k + 1) * channels] for k, f in enumerate(_MATRICES)}
+    base = len(_MATRICES) * channels
+    fields.update({f: packed[:, base + k] for k, f in enumerate(_VECTORS)})
+    return AttentionBlock(**fields)
+
+
+def _joined(packed: Sequence[np.ndarray]) -> np.ndarray:
+    """Packed rows as one array (rows in order)."""
+    return packed[0] if len(packed) == 1 else np.concatenate(packed)
+
+
+@dataclass(frozen=True)
+class _RequestBlock:
+    """What a step reads of a request's block: ``tasks``, the rows the makespan reads
+    (``qk``, ``sv``, ``softmax``, ``post``, ``after_sv``, packed); ``hub``, the rows of the
+    HUB count (``qk_kernel``, ``sv_kernel``, ``qk_hub``, ``sv_hub``, packed; kept only for
+    static memory, the only policy whose step sends HUB instructions); per channel,
+    whether the request has a QK^T part there (``has_qk``) and the DPA start-up of its
+    first one (``first_startup``); ``uniform_startup``, that start-up if it is the same on
+    every channel with a part (``None`` if not, or without parts)."""
+
+    tasks: np.ndarray
+    hub: np.ndarray | None
+    has_qk: np.ndarray
+    first_startup: np.ndarray
+    uniform_startup: int | None
+
+    @classmethod
+    def of(cls, block: AttentionBlock, hub: bool = True) -> _RequestBlock:
+        present = block.qk >= 0
+        first = present.argmax(axis=0)
+        columns = np.arange(present.shape[1])
+        has = present[first, columns] if present.shape[0] else np.zeros(len(columns), bool)
+        startup = np.where(has, block.startup[first, columns] if present.shape[0] else 0, 0)
+        values = set(startup[has].tolist())
+        return cls(
+            np.hstack([block.qk, block.sv] + [getattr(block, f)[:, None] for f in _VECTORS]),
+            np.hstack([block.qk_kernel, block.sv_kernel, block.qk_hub, block.sv_hub])
+            if hub
+            else None,
+            has,
+            startup,
+            values.pop() if len(values) == 1 else None,
+        )
+
+
+def _first_startup(blocks: Sequence[_RequestBlock]) -> int:
+    """The largest DPA start-up of each channel's first QK^T job (blocks in plan order)."""
+    # When every block's first start-ups are one value, every channel's first job has it.
+    uniform = {b.uniform_startup for b in blocks}
+    if len(uniform) == 1 and None not in uniform:
+        return uniform.pop()
+    covered = np.zeros(blocks[0].has_qk.shape, dtype=bool)
+    most = 0
+    for b in blocks:
+        new = b.has_qk & ~covered
+        if new.any():
+            most = max(most, int(b.first_startup[new].max()))
+            covered |= new
+            if covered.all():
+                break
+    return most
+
+
+def _hub_instructions(kernel: np.ndarray, hub: np.ndarray) -> int:
+    """:func:`compiler.hub.instruction_count` of per-channel kernel lists given as columns
+    (``kernel[u, c]``: the kernel of unit ``u`` on channel ``c``, -1: none): the ``j``-th
+    kernels of all channels are one multicast step, each distinct kernel of a step counted
+    once."""
+    present = kernel >= 0
+    if not present.any():
+        return 0
+    position = np.cumsum(present, axis=0)[present] - 1
+    keys = kernel[present]
+    groups = position * (int(keys.max()) + 1) + keys
+    _, first = np.unique(groups, return_index=True)
+    return int(hub[present][first].sum())
+
+
+class StepCycles:
+    """Decode-step cycles of one configuration for any batch: exactly
+    ``run_decode(dataclasses.replace(setup, lengths=lengths)).cycles``.
+
+    ``setup`` gives everything but the batch (its ``lengths`` are not used); ``caches``
+    shares kernels (and blocks) with other steps, as ``run_decode``'s. The batch is not
+    re-admitted (``setup.check_capacity`` is not applied): the caller's allocator holds it.
+    """
+
+    def __init__(self, setup: DecodeSetup, caches: KernelCaches | None = None):
+        self.setup = setup
+        self.caches = caches or KernelCaches()
+        spec, cfg = setup.model, setup.hw
+        self._layers = stage_layers(spec.layers, setup.pp)
+        self._limit = setup.reservation if setup.memory == MemoryPolicy.STATIC else None
+        self._kv_heads = spec.kv_heads // setup.tp
+        self._candidates = candidates(setup.partition)
+        self._static = setup.memory == MemoryPolicy.STATIC
+        self._hub_bytes = hub_instruction_bytes(cfg)
+        self._token_bytes = spec.hidden * spec.element_bytes
+        self._cache_of: dict[int, KernelCache] = {}
+        self._fixed: dict[int, int] = {}
+
+    def cycles(self, lengths: Sequence[int]) -> int:
+        """Cycles of one decode step of the batch ``lengths`` (context tokens per request)."""
+        lengths = tuple(lengths)
+        self._check(lengths)
+        setup = self.setup
+        cache = self._cache(max(lengths))
+        if setup.micro_batches == MICRO_BATCHES_AUTO:
+            counts = micro_batch_candidates(setup.pp, len(lengths))
+        else:
+            counts = [setup.micro_batches or min(setup.pp, len(lengths))]
+        layer_memo: dict[tuple[int, ...], int] = {}
+        with decode_errors():
+            return min(self._period(cache, lengths, m, layer_memo) for m in counts)
+
+    def _check(self, lengths: tuple[int, ...]) -> None:
+        if not lengths:
+            raise DecodeError("the batch is empty: give at least one context length")
+        if min(lengths) < 1:
+            raise DecodeError(f"context lengths {lengths}: each must be a positive int")
+        window = self.setup.model.context_window
+        if max(lengths) > window:
+            raise DecodeError(
+                f"context length {max(lengths)} exceeds {self.setup.model.name}'s "
+                f"context_window {window}"
+            )
+        if self._limit is not None and max(lengths) > self._limit:
+            raise DecodeError(
+                f"context length {max(lengths)} exceeds the static reservation max_context = "
+                f"{self._limit}"
+            )
+
+    def _cache(self, longest: int) -> KernelCache:
+        """The kernel cache ``run_decode`` would use for a batch whose longest context is
+        ``longest`` (DPA programs are encoded for it)."""
+        if longest not in self._cache_of:
+            one = dataclasses.replace(self.setup, lengths=(longest,))
+            self._cache_of[longest] = self.caches.for_setup(one)
+        return self._cache_of[longest]
+
+    def _period(
+        self,
+        cache: KernelCache,
+        lengths: tuple[int, ...],
+        m: int,
+        layer_memo: dict[tuple[int, ...], int],
+    ) -> int:
+        """``run_decode``'s pipeline period with ``m`` micro-batches."""
+        setup = self.setup
+        batches = micro_batches(lengths, m)
+        stage = np.zeros((len(batches), setup.pp), dtype=np.int64)
+        link = np.zeros((len(batches), setup.pp), dtype=np.int64)
+        for i, mb in enumerate(batches):
+            if mb not in layer_memo:
+                layer_memo[mb] = self._layer(cache, mb)
+            vector = len(mb) * self._token_bytes
+            for s, n_layers in enumerate(self._layers):
+                stage[i, s] = n_layers * layer_memo[mb]
+                link[i, s] = stage_hop_cycles(setup.hw, vector, s, setup.pp, setup.tp)
+        return pipeline_period(stage, link).cycles
+
+    def _layer(self, cache: KernelCache, mb: tuple[int, ...]) -> int:
+        """One layer of micro-batch ``mb`` on one TP module (``LayerTiming.total``): with
+        several candidate partitions the fastest."""
+        if len(mb) not in self._fixed:
+            self._fixed[len(mb)] = self._fixed_cycles(cache, mb)
+        return self._fixed[len(mb)] + min(self._attention(cache, p, mb) for p in self._candidates)
+
+    def _fixed_cycles(self, cache: KernelCache, mb: tuple[int, ...]) -> int:
+        """The weight GEMVs (slowest channel each), the EPU's other work and the two
+        all-reduces of one layer of a micro-batch of ``len(mb)`` requests."""
+        setup, b = self.setup, len(mb)
+        plan = layer_plan(setup.model, setup.hw, mb, setup.tp, self._candidates[0])
+        gemv = sum(_gemv_op(plan.gemv[op], cache.run)[0] for op in GEMV_OPS)
+        other = epu_cycles(setup.hw, b * epu_other_flops(setup.model, setup.tp))
+        allreduce = 2 * allreduce_cycles(setup.hw, b * self._token_bytes, setup.tp)
+        return gemv + other + allreduce
+
+    def _attention(self, cache: KernelCache, scheme: Partition, mb: tuple[int, ...]) -> int:
+        """One layer's attention cycles (``qk + sv + softmax`` of ``LayerTiming``) and, with
+        static memory, its command transfer, under ``scheme``."""
+        kvh = self._kv_heads
+        channels = self.setup.hw.module.channels
+        pair_key, known = PAIR_KEY.get(scheme, _exact_pair), cache.blocks
+        blocks = [
+            known.get(("request", scheme, t, pair_key(r * kvh, channels)))
+            or self._block(cache, scheme, t, r * kvh)
+            for r, t in enumerate(mb)
+        ]
+        tasks = _joined([b.tasks for b in blocks])
+        cycles = makespan_arrays(
+            tasks[:, :channels],
+            tasks[:, channels : 2 * channels],
+            tasks[:, 2 * channels],
+            tasks[:, 2 * channels + 1],
+            tasks[:, 2 * channels + 2],
+        )
+        # DPA: the first attention program of each channel is decoded before its first
+        # command (the largest of those start-ups is exposed).
+        cycles += _first_startup(blocks)
+        if self._static:
+            hub = _joined([b.hub for b in blocks])  # static: every block keeps its hub rows
+            count = _hub_instructions(hub[:, :channels], hub[:, 2 * channels : 3 * channels])
+            count += _hub_instructions(
+                hub[:, channels : 2 * channels], hub[:, 3 * channels : 4 * channels]
+            )
+            cycles += link_cycles(self.setup.hw, count * self._hub_bytes, "host")
+        return cycles
+
+    def _block(
+        self, cache: KernelCache, scheme: Partition, tokens: int, first_pair: int
+    ) -> _RequestBlock:
+        """The block of a request of ``tokens`` tokens whose first pair is ``first_pair``:
+        its units as ``compiler.plan.attention_units`` cuts them, one row each."""
+        channels = self.setup.hw.module.channels
+        pair_key = PAIR_KEY.get(scheme, _exact_pair)
+        key = ("request", scheme, tokens, pair_key(first_pair, channels))
+        block = cache.blocks.get(key)
+        if block is None:
+            spec, cfg = self.setup.model, self.setup.hw
+            units = attention_units(
+                cfg, (tokens,), self._kv_heads, spec.head_dim, spec.gqa_group, scheme
+            )
+            rows = [
+                self._unit(cache, scheme, u.kv_head, u.tile, u.tokens, first_pair + u.pair)
+                for u in units
+            ]
+            block = _RequestBlock.of(_unpack(_joined(rows), cfg.module.channels), self._static)
+            cache.blocks[key] = block
+        return block
+
+    def _unit(
+        self, cache: KernelCache, scheme: Partition, kv_head: int, tile: int, tokens: int, pair: int
+    ) -> np.ndarray:
+        """The (packed) row of one unit (score tile ``tile`` of ``tokens`` tokens of pair ``pair``):
+        built once per ``(tokens, PAIR_KEY(pair), tile > 0)``, all a unit's jobs and EPU
+        costs depend on (``compiler.plan``'s partitions deal each unit on its own;
+        :func:`models.module.attention_tasks` costs a unit from its tokens, its SV parts and
+        whether it is a pair's first tile)."""
+        channels = self.setup.hw.module.channels
+        key = ("unit", scheme, tokens, PAIR_KEY.get(scheme, _exact_pair)(pair, channels), tile > 0)
+        row = cache.blocks.get(key)
+        if row is None:
+            unit = AttentionUnit(0, kv_head, tile, tokens, pair)
+            row = _pack(self._build_unit(cache, scheme, unit))
+            cache.blocks[key] = row
+        return row
+
+    def _build_unit(
+        self, cache: KernelCache, scheme: Partition, unit: AttentionUnit
+    ) -> AttentionBlock:
+        """One unit's jobs exactly as ``compiler.plan.layer_plan`` makes them, timed by
+        :func:`sim.decode_step.step.plan_tasks` (zero rows if it has no job)."""
+        spec, cfg = self.setup.model, self.setup.hw
+        d_h, g = spec.head_dim, spec.gqa_group
+        spec_p = PARTITIONS[scheme]
+        assert spec_p.jobs is not None
+        jobs: dict[str, list[list[ChannelJob]]] = {}
+        for kind in ("qk", "sv"):
+            jobs[kind] = [[] for _ in range(cfg.module.channels)]
+            spec_p.jobs(cfg, kind, (unit,), d_h, g, jobs[kind])
+        plan = LayerPlan(
+            {}, jobs["qk"], jobs["sv"], self._kv_heads, g, d_h, (unit.tokens,), scheme.value,
+            (unit,), spec_p.sv_reduction,
+        )  # fmt: skip
+        stats: dict[tuple, KernelStats] = {}
+
+        def run(job: ChannelJob) -> KernelStats:  # cache.run by the job's kind and shape
+            shape = (job.kind, job.tokens, job.d_h, job.gqa_group)
+            if shape not in stats:
+                stats[shape] = cache.run(job)
+            return stats[shape]
+
+        qk, sv, softmax, post, after_sv = task_arrays(plan_tasks(plan, cfg, run))
+        extra = {
+            name: np.full(qk.shape, -1 if "kernel" in name else 0, dtype=np.int64)
+            for name in ("startup", "qk_kernel", "sv_kernel", "qk_hub", "sv_hub")
+        }
+        for kind in ("qk", "sv"):
+            for c, channel_jobs in enumerate(jobs[kind]):
+                for j in channel_jobs:
+                    # One job per unit and channel (as the partitions make them) is what lets
+                    # a row hold a unit's jobs; checked, not assumed.
+                    if extra[f"{kind}_kernel"][0, c] >= 0:
+                        raise AssertionError(f"two {kind} jobs of one unit on channel {c}")
+                    st = run(j)
+                    extra[f"{kind}_kernel"][0, c] = j.tokens * (d_h + 1) + j.d_h
+                    extra[f"{kind}_hub"][0, c] = st.hub_instructions
+                    if kind == "qk":
+                        extra["startup"][0, c] = st.dpa_startup
+        return AttentionBlock(qk, sv, softmax, post, after_sv, **extra)
+
+
+def decode_cycles(setup: DecodeSetup, caches: KernelCaches | None = None) -> int:
+    """``run_decode(setup).cycles`` without the report (:class:`StepCycles`)."""
+    return StepCycles(setup, caches).cycles(setup.lengths)

@@ -1,0 +1,163 @@
+"""The cycles-only decode step (sim/decode_step/cycles.py) equals ``run_decode``'s cycles."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import numpy as np
+import pytest
+
+from compiler.plan import PARTITIONS, Partition, layer_plan
+from models.config import load_preset
+from sim.decode_step.cycles import (
+    PAIR_KEY,
+    AttentionBlock,
+    StepCycles,
+    _first_startup,
+    _RequestBlock,
+    decode_cycles,
+)
+from sim.decode_step.setup import DecodeError, DecodeSetup
+from sim.decode_step.step import KernelCaches, run_decode
+from sim.serving.engine import ServingCaches
+from tests.test_decode_step import TINY
+
+#: TINY without GQA (one query head per KV head).
+TINY_MHA = dataclasses.replace(TINY, name="tiny-mha", kv_heads=8)
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return load_preset("aim-16ch")
+
+
+@pytest.fixture(scope="module")
+def tiled(cfg):
+    # A 32 KiB GPR: score tiles of at most 3008 (TCP), 3968 (ITPP) and 128 (HFP) tokens at
+    # GQA 2 (7104, 8064, 384 without GQA), so pairs are cut into several tiles
+    # (online-softmax combination on the EPU).
+    return cfg.replace(**{"module.gpr_bytes": 32768})
+
+
+# (model, hardware fixture, partition, memory, tp, pp, micro_batches)
+CONFIGS = [
+    (TINY, "cfg", "tcp", "lazy", 1, 1, None),
+    (TINY, "cfg", "hfp", "lazy", 2, 1, None),
+    (TINY, "cfg", "auto", "static", 2, 1, None),
+    (TINY, "cfg", "itpp", "lazy", 1, 2, "auto"),
+    (TINY, "tiled", "auto", "lazy", 1, 1, None),
+    (TINY, "tiled", "tcp", "static", 2, 3, "auto"),
+    (TINY, "tiled", "hfp", "static", 1, 2, 2),
+    (TINY_MHA, "cfg", "tcp", "lazy", 2, 1, None),
+    (TINY_MHA, "cfg", "auto", "lazy", 1, 3, None),
+    (TINY_MHA, "tiled", "hfp", "lazy", 1, 1, None),
+    (TINY_MHA, "tiled", "itpp", "static", 2, 1, None),
+]
+
+
+@pytest.mark.parametrize(("model", "hw", "partition", "memory", "tp", "pp", "mbs"), CONFIGS)
+def test_step_cycles_equal_run_decode(request, model, hw, partition, memory, tp, pp, mbs):
+    """Random batches, one shared StepCycles (blocks reused at other batch positions and
+    across steps) against a fresh ``run_decode`` each."""
+    hw = request.getfixturevalue(hw)
+    rng = random.Random(f"{model.name}-{hw.module.gpr_bytes}-{partition}-{memory}-{tp}-{pp}")
+    pool = [rng.randint(1, 4000) for _ in range(5)] + [1, 16, 17, 4000]
+    base = DecodeSetup(model, hw, (1,), tp, pp, partition, memory=memory, micro_batches=mbs)
+    steps = StepCycles(base, ServingCaches())
+    for _ in range(6):
+        lengths = tuple(rng.choice(pool) + rng.randint(0, 2) for _ in range(rng.randint(1, 7)))
+        lengths = tuple(min(t, model.context_window) for t in lengths)
+        setup = dataclasses.replace(base, lengths=lengths)
+        assert steps.cycles(lengths) == run_decode(setup).cycles, lengths
+
+
+def test_decode_cycles_is_run_decode(cfg):
+    setup = DecodeSetup(TINY, cfg, (700, 33, 2048), tp=2, partition="auto")
+    assert decode_cycles(setup) == run_decode(setup).cycles
+    caches = KernelCaches()
+    assert decode_cycles(setup, caches) == run_decode(setup, caches=caches).cycles
+
+
+def test_blocks_are_reused_by_token_count(cfg):
+    """TCP: one unit row and one request block per token count, whatever the request's
+    position; HFP: per token count and first pair modulo the channels."""
+    base = DecodeSetup(TINY, cfg, (1,), tp=1, partition="tcp")
+    steps = StepCycles(base)
+    for lengths in [(500, 900), (900, 500, 500), (500,), (900, 900, 900, 500)]:
+        steps.cycles(lengths)
+    # KernelCaches key by the longest context: three batches share the cache of 900.
+    blocks = steps._cache(900).blocks
+    assert sorted(k[2] for k in blocks if k[0] == "request") == [500, 900]
+    assert sorted(k[2] for k in blocks if k[0] == "unit") == [500, 900]  # 4 KV heads, 1 row
+    assert [k[2] for k in steps._cache(500).blocks if k[0] == "request"] == [500]
+    hfp = StepCycles(dataclasses.replace(base, partition="hfp"))
+    hfp.cycles((500,) * 5)  # 4 KV heads each: first pairs 0, 4, 8, 12, 16 on 16 channels
+    keys = {k for k in hfp._cache(500).blocks if k[0] == "request"}
+    assert keys == {("request", Partition.HFP, 500, p) for p in (0, 4, 8, 12)}
+
+
+@pytest.mark.parametrize("scheme", [Partition.TCP, Partition.HFP, Partition.ITPP])
+def test_pair_key_is_what_a_requests_jobs_depend_on(cfg, scheme):
+    """In one layer plan, two requests with the same tokens and the same PAIR_KEY of their
+    first pair get the same jobs on every channel; under HFP another key moves them."""
+    channels, kvh = cfg.module.channels, TINY.kv_heads
+    n = channels + 3  # request n - 1 starts at pair (n - 1) * kvh, congruent mod channels?
+    plan = layer_plan(TINY, cfg, (1000,) * n, tp=1, partition=scheme.value)
+
+    def jobs_of(r: int) -> list[list[tuple]]:
+        return [
+            [(j.kind, j.tokens, j.d_h, j.kv_head, j.tile) for j in (*qk, *sv) if j.request == r]
+            for qk, sv in zip(plan.qk, plan.sv, strict=True)
+        ]
+
+    key = PAIR_KEY[scheme]
+    same = [r for r in range(1, n) if key(r * kvh, channels) == key(0, channels)]
+    other = [r for r in range(1, n) if key(r * kvh, channels) != key(0, channels)]
+    assert same
+    for r in same:
+        assert jobs_of(r) == jobs_of(0)
+    if scheme == Partition.HFP:
+        assert other and all(jobs_of(r) != jobs_of(0) for r in other)
+    assert set(PAIR_KEY) == {p for p, s in PARTITIONS.items() if s.jobs is not None}
+
+
+def test_step_cycles_errors(cfg):
+    steps = StepCycles(DecodeSetup(TINY, cfg, (1,), memory="static", max_context=2000))
+    with pytest.raises(DecodeError, match="the batch is empty"):
+        steps.cycles(())
+    with pytest.raises(DecodeError, match="context length 5000 exceeds tiny's context_window"):
+        steps.cycles((10, 5000))
+    with pytest.raises(DecodeError, match="exceeds the static reservation max_context = 2000"):
+        steps.cycles((2001,))
+    with pytest.raises(DecodeError, match="each must be a positive int"):
+        steps.cycles((0, 3))
+    small = cfg.replace(**{"module.gpr_bytes": 2048})
+    with pytest.raises(DecodeError, match="cannot hold one tile of scores in the GPR"):
+        StepCycles(DecodeSetup(TINY, small, (1,), partition="hfp")).cycles((100,))
+
+
+def test_first_startup_is_each_channels_first_qk_job():
+    """Per channel the first QK^T job of the joined blocks (request order) sets the DPA
+    start-up; the largest counts: checked on random blocks against the joined rows."""
+    rng = np.random.default_rng(3)
+    channels = 6
+    for _ in range(200):
+        blocks, rows = [], []
+        for _ in range(rng.integers(1, 5)):
+            n = int(rng.integers(1, 4))
+            qk = np.where(rng.random((n, channels)) < 0.4, 5, -1)
+            startup = np.where(qk >= 0, rng.choice([3, 3, 7], (n, channels)), 0)
+            zeros = np.zeros((n, channels), dtype=np.int64)
+            vec = np.zeros(n, dtype=np.int64)
+            block = AttentionBlock(qk, qk, vec, vec, vec, startup, zeros, zeros, zeros, zeros)
+            blocks.append(_RequestBlock.of(block))
+            rows.append((qk, startup))
+        qk = np.concatenate([q for q, _ in rows])
+        startup = np.concatenate([s for _, s in rows])
+        firsts = [
+            startup[np.flatnonzero(qk[:, c] >= 0)[0], c]
+            for c in range(channels)
+            if (qk[:, c] >= 0).any()
+        ]
+        assert _first_startup(blocks) == max(firsts, default=0)
