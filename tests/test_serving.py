@@ -350,3 +350,16 @@ def test_bench_serving_row():
         assert (r["decode_steps"], r["output_tokens"]) == (3, 12)
         assert r["steps_per_s"] == pytest.approx(3 / r["wall_seconds"])
         assert r["full_step_seconds"] > 0
+
+
+def test_fig17_serving_shape_small():
+    """PIMphony Fig. 17 as serving runs, on a small slice: (a) throughput rises with the
+    capacity, the queue is twice what the memory admits; (b) PIMphony beats CENT more at the
+    longer context."""
+    from sim.serving.fig17 import fig17a_rows, fig17b_rows
+
+    a = fig17a_rows(modules=(8, 16), outputs=4)
+    assert a[1]["tokens_per_s"] > 1.8 * a[0]["tokens_per_s"]
+    assert [r["requests"] for r in a] == [2 * round(r["mean_batch"]) for r in a]
+    b = fig17b_rows(contexts=(4096, 65536), outputs=4)
+    assert 1 < b[0]["speedup"] < b[1]["speedup"]
