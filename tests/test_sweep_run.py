@@ -87,6 +87,16 @@ def test_serial_sweep_values_cache_and_failures(tmp_path):
     assert pq.read_table(out / "results.parquet").to_pylist() == rows
 
 
+def test_cache_key_covers_files_an_option_names(tmp_path):
+    """A point naming a file (a model config, a contexts file) gets a new key when the file
+    changes."""
+    f = tmp_path / "lengths.txt"
+    f.write_text("1024\n")
+    a = inputs_key("decode", {"contexts": str(f)}, "d1")
+    f.write_text("2048\n")
+    assert inputs_key("decode", {"contexts": str(f)}, "d1") != a
+
+
 def test_cache_key_covers_options_and_inputs():
     a = inputs_key("run", {"dout": 32}, "d1")
     assert a == inputs_key("run", {"dout": 32}, "d1")

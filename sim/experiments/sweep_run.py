@@ -10,8 +10,9 @@ Every point is checked with the command's own parser before anything runs.
 Each point runs ``pimphony COMMAND OPTIONS --json`` in a Ray task (a local Ray on this
 machine's cores by default, or the cluster at ``--address``; ``--serial`` runs in this
 process). Its report is cached under ``OUT/points/KEY.json``, ``KEY`` a hash of its fully
-resolved inputs: the command and options, the contents of ``configs/`` and the source of
-pimphony itself, so an edited preset or a code change reruns the point and nothing else does.
+resolved inputs: the command and options, the contents of any file an option names, of
+``configs/`` and of pimphony's source, so an edited input or a code change reruns the point and
+nothing else does.
 A rerun or an interrupted sweep therefore resumes without recomputing. A failing point is
 recorded with its error and does not stop the sweep (failures are not cached: a rerun tries
 them again). The results table ``OUT/results.parquet`` has one row per point: every option,
@@ -207,9 +208,23 @@ def inputs_digest() -> str:
     return _digest(files, ROOT)
 
 
+def _named_files(options: dict[str, Any]) -> dict[str, str]:
+    """SHA-256 of every file an option value names (a model's config.json, a contexts file,
+    a preset given by path): editing one of them changes the point."""
+    out = {}
+    for key, value in options.items():
+        if isinstance(value, str) and Path(value).is_file():
+            out[key] = hashlib.sha256(Path(value).read_bytes()).hexdigest()
+    return out
+
+
 def inputs_key(command: str, options: dict[str, Any], digest: str) -> str:
-    """The cache key of a point: its command, options and the inputs digest."""
-    text = json.dumps({"command": command, "options": options, "inputs": digest}, sort_keys=True)
+    """The cache key of a point: its command, options, the contents of the files they name
+    and the inputs digest (``configs/`` and pimphony's source)."""
+    text = json.dumps(
+        {"command": command, "options": options, "files": _named_files(options), "inputs": digest},
+        sort_keys=True,
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
