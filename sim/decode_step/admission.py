@@ -17,7 +17,7 @@ from sim.decode_step.setup import DecodeError, DecodeSetup
 __all__ = ["admit", "dpa_buffers", "fill_batch", "kv_allocator", "queue_batches"]
 
 
-def _allocator(
+def kv_allocator(
     model: ModelSpec,
     hw: HardwareConfig,
     modules: int,
@@ -27,7 +27,7 @@ def _allocator(
 ) -> Any:
     """An empty KV allocator of ``memory`` policy over ``modules`` modules (weights placed
     unless ``weights`` is off: an xPU holds them), or ``None`` when the weights alone exceed
-    the modules."""
+    the modules; the one :func:`admit`, :func:`fill_batch` and the serving loop use."""
     geom = ChunkGeometry.from_config(hw, modules)
     weight_bytes = model.resident_weight_bytes if weights else 0
     if weight_bytes > geom.total_bytes:
@@ -41,19 +41,6 @@ def _allocator(
         weight_bytes=weight_bytes,
         max_context=limit,
     )
-
-
-def kv_allocator(
-    model: ModelSpec,
-    hw: HardwareConfig,
-    modules: int,
-    memory: str,
-    max_context: int,
-    weights: bool = True,
-) -> Any:
-    """The empty KV allocator :func:`admit` and :func:`fill_batch` use (``None`` when the
-    weights alone exceed the modules)."""
-    return _allocator(model, hw, modules, memory, max_context, weights)
 
 
 def _where(model: ModelSpec, hw: HardwareConfig, modules: int, weights: bool = True) -> str:
@@ -70,7 +57,7 @@ def admit(setup: DecodeSetup, weights: bool = True) -> dict[str, Any]:
     """Allocate the batch's KV caches (beside the weights unless ``weights`` is off); the
     memory part of the report."""
     spec, cfg = setup.model, setup.hw
-    alloc = _allocator(spec, cfg, setup.modules, setup.memory, setup.reservation, weights)
+    alloc = kv_allocator(spec, cfg, setup.modules, setup.memory, setup.reservation, weights)
     where = _where(spec, cfg, setup.modules, weights)
     if alloc is None:
         if setup.check_capacity:
@@ -122,7 +109,7 @@ def fill_batch(
     """
     if memory not in MEMORY_POLICIES:
         raise DecodeError(f"memory {memory!r} is unknown; allowed: {', '.join(MEMORY_POLICIES)}")
-    alloc = _allocator(model, hw, modules, memory, max_context or model.context_window, weights)
+    alloc = kv_allocator(model, hw, modules, memory, max_context or model.context_window, weights)
     where = _where(model, hw, modules, weights)
     if alloc is None:
         raise DecodeError(f"not even one request fits: the weights alone exceed {where}")
