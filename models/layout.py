@@ -306,15 +306,33 @@ def pim_aware_address(
     )
 
 
+def _check_dtype(layout: MemoryLayout, dtype: np.dtype) -> np.dtype:
+    """``dtype`` if its elements are the layout's size."""
+    dtype = np.dtype(dtype)
+    if dtype.itemsize != layout.element_bytes:
+        raise LayoutError(
+            f"elements of {dtype} are {dtype.itemsize} bytes; the layout {layout.name!r} holds "
+            f"{layout.element_bytes}-byte elements"
+        )
+    return dtype
+
+
+def _check_image(image: np.ndarray, shape: PimAwareShape) -> np.ndarray:
+    """``image`` as bytes if it is the PIM-aware region of a matrix of ``shape``."""
+    image = np.asarray(image, dtype=np.uint8)
+    if image.shape != (shape.bytes,):
+        raise LayoutError(
+            f"a PIM-aware image of a {shape.rows} x {shape.cols} matrix must have {shape.bytes} "
+            f"bytes, got {image.size}"
+        )
+    return image
+
+
 def _element_view(w: np.ndarray, layout: MemoryLayout) -> np.ndarray:
     w = np.asarray(w)
     if w.ndim != 2:
         raise LayoutError(f"a weight matrix must be 2-D, got shape {w.shape}")
-    if w.dtype.itemsize != layout.element_bytes:
-        raise LayoutError(
-            f"matrix elements are {w.dtype.itemsize} bytes ({w.dtype}); the layout "
-            f"{layout.name!r} holds {layout.element_bytes}-byte elements"
-        )
+    _check_dtype(layout, w.dtype)
     return w
 
 
@@ -337,19 +355,8 @@ def swizzled_copy(
     PIM-aware image is ``image``: for every destination element, in column-major order, the
     source is the PIM-aware address of its coordinates (PIM-SHERPA 4.2, Fig. 6)."""
     shape = pim_aware_shape(layout, rows, cols)
-    dtype = np.dtype(dtype)
-    if dtype.itemsize != layout.element_bytes:
-        raise LayoutError(
-            f"dtype {dtype} has {dtype.itemsize}-byte elements; the layout {layout.name!r} "
-            f"holds {layout.element_bytes}"
-        )
-    image = np.asarray(image, dtype=np.uint8)
-    if image.shape != (shape.bytes,):
-        raise LayoutError(
-            f"a PIM-aware image of a {rows} x {cols} matrix has {shape.bytes} bytes, got "
-            f"{image.size}"
-        )
-    src = image.view(dtype)
+    dtype = _check_dtype(layout, dtype)
+    src = _check_image(image, shape).view(dtype)
     c, r = np.divmod(np.arange(rows * cols, dtype=np.int64), rows)  # column-major order
     out = src[pim_aware_address(layout, shape, r, c) // layout.element_bytes]
     return out.view(np.uint8)
@@ -366,10 +373,8 @@ def pim_gemv(image: np.ndarray, layout: MemoryLayout, rows: int, cols: int, x: n
     x = np.asarray(x, dtype=np.float32)
     if x.shape != (cols,):
         raise LayoutError(f"x must have shape ({cols},), got {x.shape}")
-    dtype = np.dtype(dtype)
-    image = np.asarray(image, dtype=np.uint8)
-    if image.shape != (shape.bytes,):
-        raise LayoutError(f"the PIM-aware image must have {shape.bytes} bytes, got {image.size}")
+    dtype = _check_dtype(layout, dtype)
+    image = _check_image(image, shape)
     bursts = image.view(dtype).reshape(-1, layout.lanes).astype(np.float32)
     f = amap.decode(np.arange(bursts.shape[0], dtype=np.int64) * amap.burst_bytes)
     unit = amap.unit_of(f)

@@ -121,14 +121,19 @@ def _buffer_bytes(spec: ModelSpec, holds_qkvo: bool) -> int:
     return size * spec.element_bytes
 
 
-def capacity(spec: ModelSpec, layout: MemoryLayout) -> dict[str, Any]:
-    """DRAM bytes per strategy: host-friendly and PIM-aware weights, padding, buffers, and
-    the saving against WD."""
+def _check_element_size(spec: ModelSpec, layout: MemoryLayout) -> None:
+    """Refuse a model whose weights are not the layout's element size."""
     if spec.element_bytes != layout.element_bytes:
         raise SherpaError(
             f"model {spec.name!r} has {spec.element_bytes}-byte weights; layout "
             f"{layout.name!r} holds {layout.element_bytes}-byte elements"
         )
+
+
+def capacity(spec: ModelSpec, layout: MemoryLayout) -> dict[str, Any]:
+    """DRAM bytes per strategy: host-friendly and PIM-aware weights, padding, buffers, and
+    the saving against WD."""
+    _check_element_size(spec, layout)
     eb = spec.element_bytes
     mats = {f"layer.{k}": v for k, v in weight_matrices(spec).items()}
     per_layer = {k: pim_aware_shape(layout, *v) for k, v in mats.items()}
@@ -232,11 +237,7 @@ def timing(
     host = load_sherpa_host(host_name)
     backend, layout = load_backend(host.backend), load_layout(host.layout)
     check_agreement(backend, layout)
-    if spec.element_bytes != layout.element_bytes:
-        raise SherpaError(
-            f"model {spec.name!r} has {spec.element_bytes}-byte weights; layout "
-            f"{layout.name!r} holds {layout.element_bytes}-byte elements"
-        )
+    _check_element_size(spec, layout)
     host_dev = load_xpu(host.host_xpu)
     chosen = strategies or list(Strategy)
     peak = host_dev.memory.bandwidth_gbps

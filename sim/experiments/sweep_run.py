@@ -446,27 +446,25 @@ def run(args: argparse.Namespace) -> int:
         raise SweepError(f"--workers {args.workers}: must be at least 1")
     out = args.out or BUILD_DIR / "sweeps" / sweep.name
     _check_out(out, sweep, args.force)
-    if args.address and args.address != "auto" and not args.serial:
-        _check_reachable(args.address)
-    bar = None
-    if not args.json:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(sweep.points), unit="point", desc=sweep.name)
+    bars = []  # the progress bar, opened at the first finished point (after Ray has started)
 
     def progress(counts: dict[str, int], elapsed: float) -> None:
-        if bar is not None:
-            bar.n = counts["cached"] + counts["done"] + counts["failed"]
-            bar.set_postfix(done=counts["done"], failed=counts["failed"], cached=counts["cached"])
-            bar.refresh()
+        if args.json:
+            return
+        if not bars:
+            from tqdm import tqdm
 
-    if bar is not None:
-        progress({"cached": 0, "done": 0, "failed": 0}, 0.0)
+            bars.append(tqdm(total=len(sweep.points), unit="point", desc=sweep.name))
+        bar = bars[0]
+        bar.n = counts["cached"] + counts["done"] + counts["failed"]
+        bar.set_postfix(done=counts["done"], failed=counts["failed"], cached=counts["cached"])
+        bar.refresh()
+
     summary = run_sweep(
         sweep, out, serial=args.serial, address=args.address, workers=args.workers,
         progress=progress,
     )  # fmt: skip
-    if bar is not None:
+    for bar in bars:
         bar.close()
     if sweep.plot:
         import pyarrow.parquet as pq
