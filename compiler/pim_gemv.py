@@ -46,12 +46,16 @@ from models.hbm_pim import (
 __all__ = [
     "JUMP_MAX",
     "PIM_ROWS",
+    "Emitter",
     "GemvLayout",
     "PimGemvError",
     "PimKernel",
     "gemv_layout",
     "gemv_program",
+    "lane_tree_sum",
     "lower_gemv",
+    "mode_entry",
+    "mode_exit",
     "place_weights",
     "read_outputs",
     "result_address",
@@ -220,7 +224,7 @@ def result_address(lay: GemvLayout, j: int, b: int, e: int) -> tuple[int, int]:
     return lin // lay.cols, lin % lay.cols
 
 
-class _Emitter:
+class Emitter:
     """Commands with an open-page controller's row handling: PRE + ACT when a column command
     needs another row than the open one."""
 
@@ -229,9 +233,11 @@ class _Emitter:
         self.open = -1
 
     def cmd(self, op: Op, bank: int = 0, row: int = 0, col: int = 0, data: int = -1) -> None:
+        """Append one command as is."""
         self.rows.append((int(op), bank, row, col, data))
 
     def column(self, op: Op, bank: int, row: int, col: int, data: int = -1) -> None:
+        """Append a column command, opening its row first if another one is open."""
         if self.open != row:
             if self.open >= 0:
                 self.cmd(Op.PRE)
@@ -240,12 +246,44 @@ class _Emitter:
         self.cmd(op, bank, row, col, data)
 
     def array(self) -> np.ndarray:
+        """The commands as a :data:`models.hbm_pim.COMMAND_DTYPE` array."""
         out = np.zeros(len(self.rows), dtype=COMMAND_DTYPE)
         if self.rows:
             cols = list(zip(*self.rows, strict=True))
             for name, values in zip(("op", "bank", "row", "col", "data"), cols, strict=True):
                 out[name] = values
         return out
+
+
+def mode_entry(cfg: BackendConfig, em: Emitter, zero: int, crf: range) -> None:
+    """SB -> AB (ACT, WR, PRE on each entry bank), then the CRF writes (payload rows
+    ``crf``) on the register row; ``zero`` is an all-zero payload row."""
+    per_bg = cfg.group.banks // cfg.group.bank_groups
+    for bg, b in AB_ENTRY_BANKS:
+        bank = bg * per_bg + b
+        em.cmd(Op.ACT, bank, AB_ENTRY_ROW)
+        em.cmd(Op.WR, bank, AB_ENTRY_ROW, MODE_COLUMN, zero)
+        em.cmd(Op.PRE, bank)
+    for k, src in enumerate(crf):
+        em.column(Op.WR, 0, cfg.group.register_row, CRF_COLUMNS.start + k, src)
+
+
+def mode_exit(cfg: BackendConfig, em: Emitter, zero: int) -> None:
+    """Close the open row, then AB -> SB (the two exit-bank writes)."""
+    per_bg = cfg.group.banks // cfg.group.bank_groups
+    em.cmd(Op.PRE)
+    em.open = -1
+    for bg, b in SB_ENTRY_BANKS:
+        em.column(Op.WR, bg * per_bg + b, SB_ENTRY_ROW, MODE_COLUMN, zero)
+
+
+def lane_tree_sum(lanes: np.ndarray) -> np.ndarray:
+    """The last axis summed by an FP16 adder tree (halves added pairwise, as PIMSimulator's
+    host reduction)."""
+    while lanes.shape[-1] > 1:
+        half = lanes.shape[-1] // 2
+        lanes = lanes[..., :half] + lanes[..., half : 2 * half]
+    return lanes[..., 0]
 
 
 def lower_gemv(
@@ -284,16 +322,9 @@ def lower_gemv(
     grf_a = xp.reshape(batch, lay.in_tiles, lay.input_regs, c.lanes).view(np.uint16)
     payload = np.concatenate([zero, on, crf, grf_a.reshape(-1, c.lanes)])
     P_ZERO, P_ON, P_CRF, P_GRF = 0, 1, 2, 2 + len(crf)
-    per_bg = g.banks // g.bank_groups
     reg = g.register_row
-    em = _Emitter()
-    for bg, b in AB_ENTRY_BANKS:
-        bank = bg * per_bg + b
-        em.cmd(Op.ACT, bank, AB_ENTRY_ROW)
-        em.cmd(Op.WR, bank, AB_ENTRY_ROW, MODE_COLUMN, P_ZERO)
-        em.cmd(Op.PRE, bank)
-    for k in range(len(crf)):
-        em.column(Op.WR, 0, reg, CRF_COLUMNS.start + k, P_CRF + k)
+    em = Emitter()
+    mode_entry(cfg, em, P_ZERO, range(P_CRF, P_GRF))
     order = sorted(range(lay.in_tiles), key=lambda i: (i % lay.banks_per_unit, i))
     for j in range(lay.out_tiles):
         for b in range(batch):
@@ -311,10 +342,7 @@ def lower_gemv(
             for e in range(lay.output_regs):
                 em.column(Op.WR, 0, *result_address(lay, j, b, e), P_ZERO)
             em.column(Op.WR, 0, reg, CTRL_COLUMN, P_ZERO)
-    em.cmd(Op.PRE)
-    em.open = -1
-    for bg, b in SB_ENTRY_BANKS:
-        em.column(Op.WR, bg * per_bg + b, SB_ENTRY_ROW, MODE_COLUMN, P_ZERO)
+    mode_exit(cfg, em, P_ZERO)
     return PimKernel(lay, em.array(), payload, tuple(prog))
 
 
@@ -356,9 +384,6 @@ def read_outputs(lay: GemvLayout, st: PimState) -> np.ndarray:
             for e in range(R):
                 row, col = result_address(lay, j, b, e)
                 lanes = st.row(row)[:, :: lay.banks_per_unit, col, :]  # (ch, u, lanes)
-                while lanes.shape[-1] > 1:
-                    half = lanes.shape[-1] // 2
-                    lanes = lanes[..., :half] + lanes[..., half : 2 * half]
                 o = j * C * U * R + np.arange(C)[:, None] * U * R + np.arange(U)[None, :] * R + e
-                y[b, o.ravel()] = lanes[..., 0].ravel()
+                y[b, o.ravel()] = lane_tree_sum(lanes).ravel()
     return y[:, : lay.dout]

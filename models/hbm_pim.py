@@ -34,6 +34,7 @@ __all__ = [
     "AB_ENTRY_ROW",
     "COMMAND_DTYPE",
     "CRF_COLUMNS",
+    "FPU_OPS",
     "CTRL_COLUMN",
     "GRF_A_COLUMNS",
     "GRF_B_COLUMNS",
@@ -82,8 +83,11 @@ class Mode(IntEnum):
 
 class Instr(IntEnum):
     """CRF instruction opcodes: the subset the kernels here use of FIMDRAM's ADD, MUL, MAC,
-    MAD, MOV, FILL, NOP, JUMP, EXIT (PIMSimulator ``src/PIMCmd.h``). The encoding is ours
-    (:func:`encode_instr`)."""
+    MAD, MOV, FILL, NOP, JUMP, EXIT (Lee et al. ISCA 2021; PIMSimulator ``src/PIMCmd.h``).
+    The encoding is ours (:func:`encode_instr`). Semantics as PIMSimulator's
+    ``PIMBlock``/``PIMRank::doPIMBlock``: ``ADD dst, src0, src1`` is a lane-wise FP16 sum;
+    ``MOV``/``FILL`` copy a vector and, with the ReLU flag, zero every lane whose sign bit is
+    set."""
 
     NOP = 0
     MAC = 1
@@ -91,6 +95,7 @@ class Instr(IntEnum):
     FILL = 3  # bank -> register, triggered by a RD
     JUMP = 4
     EXIT = 5
+    ADD = 6  # dst = src0 + src1 (a bank operand: triggered by a RD)
 
 
 class Bank(IntEnum):
@@ -130,6 +135,11 @@ SB_ENTRY_BANKS = ((0, 0), (0, 1))
 
 _OPC_SHIFT, _DST_SHIFT, _SRC0_SHIFT, _SRC1_SHIFT, _AAM_SHIFT = 28, 25, 22, 19, 18
 _IMM0_BITS, _IMM1_BITS = 7, 11
+_RELU_BIT = 12  # PIMSimulator PIMCmd::fromInt: isRelu_ is bit 12 of a FILL or MOV word
+_RELU_OPS = (Instr.MOV, Instr.FILL)
+#: Instructions that run through the FPU pipeline (their results need core.pipeline_drain
+#: triggers before a MOV reads them; PIMSimulator's kernels put NOPs after MAC and ADD).
+FPU_OPS = (Instr.MAC, Instr.ADD)
 
 
 def encode_instr(
@@ -141,14 +151,18 @@ def encode_instr(
     aam: bool = False,
     imm0: int = 0,
     imm1: int = 0,
+    relu: bool = False,
 ) -> int:
     """A 32-bit CRF word: opcode [31:28], dst [27:25], src0 [24:22], src1 [21:19], AAM [18],
-    imm0 [17:11] (JUMP: how far back), imm1 [10:0] (JUMP: extra iterations, NOP: count)."""
+    imm0 [17:11] (JUMP: how far back), imm1 [10:0] (JUMP: extra iterations, NOP: count);
+    for FILL and MOV, bit 12 is the ReLU flag (PIMSimulator's position)."""
     if not 0 <= imm0 < 1 << _IMM0_BITS or not 0 <= imm1 < 1 << _IMM1_BITS:
         raise HbmPimError(
             f"{op.name}: imm0 = {imm0} (0 to {(1 << _IMM0_BITS) - 1}) or imm1 = {imm1} "
             f"(0 to {(1 << _IMM1_BITS) - 1}) out of range"
         )
+    if relu and (op not in _RELU_OPS or imm0 or imm1):
+        raise HbmPimError(f"{op.name}: the ReLU flag exists on FILL and MOV (without imm) only")
     return (
         int(op) << _OPC_SHIFT
         | int(dst) << _DST_SHIFT
@@ -157,6 +171,7 @@ def encode_instr(
         | int(aam) << _AAM_SHIFT
         | imm0 << (_IMM1_BITS)
         | imm1
+        | int(relu) << _RELU_BIT
     )
 
 
@@ -171,19 +186,23 @@ class Decoded:
     aam: bool
     imm0: int
     imm1: int
+    relu: bool = False
 
 
 def decode_instr(word: int) -> Decoded:
     """The fields of CRF word ``word`` (:func:`encode_instr`'s layout)."""
     try:
+        op = Instr(word >> _OPC_SHIFT & 0xF)
+        relu = op in _RELU_OPS and bool(word >> _RELU_BIT & 1)
         return Decoded(
-            Instr(word >> _OPC_SHIFT & 0xF),
+            op,
             Bank(word >> _DST_SHIFT & 7),
             Bank(word >> _SRC0_SHIFT & 7),
             Bank(word >> _SRC1_SHIFT & 7),
             bool(word >> _AAM_SHIFT & 1),
-            word >> _IMM1_BITS & ((1 << _IMM0_BITS) - 1),
-            word & ((1 << _IMM1_BITS) - 1),
+            0 if relu else word >> _IMM1_BITS & ((1 << _IMM0_BITS) - 1),
+            0 if relu else word & ((1 << _IMM1_BITS) - 1),
+            relu,
         )
     except ValueError:
         raise HbmPimError(f"CRF word {word:#010x}: unknown opcode or operand") from None
@@ -410,7 +429,13 @@ class PimState:
 
 
 class _Unit:
-    """The CRF sequencer shared by every unit of a group (they run in lockstep)."""
+    """The CRF sequencer shared by every unit of a group (they run in lockstep).
+
+    Each JUMP keeps its own repeat counter (keyed by its CRF slot), so loops nest: an outer
+    JUMP re-enters an inner loop with a fresh count, as PIMSimulator's kernels rely on (an
+    outer JUMP around the element-wise body). The FPU drain is tracked per register file:
+    a MOV out of GRF_A or GRF_B waits ``pipeline_drain`` triggers after the last MAC/ADD that
+    wrote that file."""
 
     def __init__(self, cfg: BackendConfig, st: PimState) -> None:
         self.cfg, self.st = cfg, st
@@ -418,7 +443,9 @@ class _Unit:
         self.reset()
 
     def reset(self) -> None:
-        self.pc, self.loops, self.nop_left, self.drain = 0, -1, -1, 0
+        self.pc, self.nop_left = 0, -1
+        self.loops: dict[int, int] = {}
+        self.drain: dict[Bank, tuple[int, Instr]] = {}
 
     def _resolve(self, k: int, cmd: np.void) -> Decoded:
         for _ in range(self.cfg.core.crf_entries + 1):
@@ -426,13 +453,12 @@ class _Unit:
                 raise _fail(k, cmd, f"CRF program counter {self.pc} past the program")
             ins = decode_instr(self.st.crf[self.pc])
             if ins.op is Instr.JUMP:
-                if self.loops < 0:
-                    self.loops = ins.imm1
-                if self.loops > 0:
-                    self.loops -= 1
+                left = self.loops.get(self.pc, ins.imm1)
+                if left > 0:
+                    self.loops[self.pc] = left - 1
                     self.pc -= ins.imm0
                 else:
-                    self.loops = -1
+                    self.loops.pop(self.pc, None)
                     self.pc += 1
                 continue
             if ins.op is Instr.EXIT:
@@ -454,6 +480,14 @@ class _Unit:
             )  # fmt: skip
         return self.st.row(int(cmd["row"]))[:, pos :: self.per, int(cmd["col"]), :]
 
+    def _operand(self, k: int, cmd: np.void, which: Bank, a: int, b: int) -> np.ndarray:
+        """A view of operand ``which``: a register entry (index from AAM) or the bank vector."""
+        if which is Bank.GRF_A:
+            return self.st.grf_a[:, :, a, :]
+        if which is Bank.GRF_B:
+            return self.st.grf_b[:, :, b, :]
+        return self._bank_slice(k, cmd, which)
+
     def _aam(self, cmd: np.void) -> tuple[int, int]:
         """(GRF_A, GRF_B) indices from the address (address-aligned mode): GRF_B from the
         column's low bits, GRF_A from the bits above, row bits included."""
@@ -465,7 +499,7 @@ class _Unit:
         ins = self._resolve(k, cmd)
         self.st.triggers += 1
         drain = self.drain
-        self.drain = max(0, self.drain - 1)
+        self.drain = {f: (n - 1, op) for f, (n, op) in drain.items() if n > 1}
         if ins.op is Instr.NOP:
             if self.nop_left < 0:
                 self.nop_left = max(1, ins.imm1)
@@ -475,7 +509,7 @@ class _Unit:
                 self.pc += 1
             return
         a, b = self._aam(cmd) if ins.aam else (0, 0)
-        if ins.op in (Instr.MAC, Instr.FILL) and not is_read:
+        if ins.op in (Instr.MAC, Instr.FILL, Instr.ADD) and not is_read:
             raise _fail(k, cmd, f"{ins.op.name} is triggered by a RD, not a WR")
         if ins.op is Instr.MOV and is_read:
             raise _fail(k, cmd, "MOV (register to bank) is triggered by a WR, not a RD")
@@ -484,19 +518,23 @@ class _Unit:
             acc = self.st.grf_b[:, :, b, :]
             self.st.grf_b[:, :, b, :] = acc + w * self.st.grf_a[:, :, a, :]
             self.st.macs += 1
-            self.drain = self.cfg.core.pipeline_drain
-        elif ins.op is Instr.FILL:
-            regs = self._regs(ins.dst)
-            regs[:, :, a if ins.dst is Bank.GRF_A else b, :] = self._bank_slice(k, cmd, ins.src0)
-        elif ins.op is Instr.MOV:
-            if ins.src0 is Bank.GRF_B and drain > 0:
+        elif ins.op is Instr.ADD:
+            total = self._operand(k, cmd, ins.src0, a, b) + self._operand(k, cmd, ins.src1, a, b)
+            self._operand(k, cmd, ins.dst, a, b)[...] = total
+        elif ins.op in _RELU_OPS:
+            if ins.op is Instr.MOV and ins.src0 in drain:
+                left, last = drain[ins.src0]
                 raise _fail(
-                    k, cmd, f"MOV reads GRF_B {self.cfg.core.pipeline_drain - drain} trigger(s) "
-                    f"after the last MAC; the FPU pipeline needs core.pipeline_drain = "
-                    f"{self.cfg.core.pipeline_drain} (issue dummy reads)"
+                    k, cmd, f"MOV reads {ins.src0.name} {self.cfg.core.pipeline_drain - left} "
+                    f"trigger(s) after the last {last.name}; the FPU pipeline needs "
+                    f"core.pipeline_drain = {self.cfg.core.pipeline_drain} (issue dummy reads)"
                 )  # fmt: skip
-            src = self._regs(ins.src0)[:, :, a if ins.src0 is Bank.GRF_A else b, :]
-            self._bank_slice(k, cmd, ins.dst)[...] = src
+            vec = self._operand(k, cmd, ins.src0, a, b).copy()
+            if ins.relu:  # PIMSimulator doPIMBlock: a lane with its sign bit set becomes 0
+                vec[vec.view(np.uint16) >= 0x8000] = 0
+            self._operand(k, cmd, ins.dst, a, b)[...] = vec
+        if ins.op in FPU_OPS and self.cfg.core.pipeline_drain:
+            self.drain[ins.dst] = (self.cfg.core.pipeline_drain, ins.op)
         self.pc += 1
 
 
