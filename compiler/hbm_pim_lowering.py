@@ -1,0 +1,516 @@
+"""DCC's kernels lowered to one HBM-PIM group (a pseudo-channel): the back end's group lowerings.
+
+``GROUP_LOWERINGS[kernel](cfg, sizes, cores)`` gives the :class:`GroupProgram` of one group's
+share (``/work/notes/dcc_contract.md``): ``sizes`` per dimension set, ``cores`` PIM units per
+set, each unit taking ``ceil(size / cores)`` of each set (unit ``u`` is core coordinate
+``unravel_index(u, cores)``; the last coordinates may hold less or nothing). Every unit runs
+the same broadcast stream on its own banks (padding where its share is short); units beyond
+``prod(cores)`` and empty shares compute on whatever their banks hold and are not read.
+
+- GEMV / batched GEMV (``n, o, i``): PIM-SHERPA Algorithm 1 per unit. When every unit uses
+  the same inputs (``c_n = c_i = 1``) they are broadcast into GRF_A through the register row
+  (:func:`compiler.pim_gemv.lower_gemv`, unchanged); otherwise each unit's input rows lie in
+  its own banks and a bank-triggered ``FILL`` loads them, so units take different inputs.
+  A split of ``i`` leaves partial sums the host adds, with the 16 lanes of each output.
+- RED (``m, n``): rows resident in the unit's first bank; ``FILL`` the first vector of 8 rows
+  into GRF_B, ``ADD`` the rest, ``MOV`` the 8 lane-vectors back; the host sums lanes and the
+  ``n`` split's partials.
+- VA (``n``): ``FILL`` A, ``ADD`` B, drain, ``MOV`` C, 8 vectors per round.
+- RELU (``n``): ``FILL`` X, ``MOV`` Y with the ReLU flag, 8 vectors per round.
+
+:func:`run_group` places a share's tensors where ``inputs`` says, runs the stream on
+:func:`models.hbm_pim.execute`, reads ``outputs`` and applies the host's adds. ``docs/dcc.md``
+lists the CRF programs and a cycle count derived by hand.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from compiler.dcc_lowering import GroupProgram
+from compiler.dcc_schedule import DCC_KERNELS, DccKernel
+from compiler.pim_gemv import (
+    JUMP_MAX,
+    PIM_ROWS,
+    Emitter,
+    PimGemvError,
+    gemv_layout,
+    lower_gemv,
+    mode_entry,
+    mode_exit,
+    result_address,
+    weight_address,
+)
+from models.backends import BackendConfig
+from models.errors import PimphonyError
+from models.hbm_pim import (
+    CTRL_COLUMN,
+    Bank,
+    Instr,
+    Op,
+    PimState,
+    check_backend,
+    encode_instr,
+    execute,
+    instr_payload,
+    time_stream,
+)
+
+__all__ = ["GROUP_LOWERINGS", "HbmPimLoweringError", "run_group"]
+
+
+class HbmPimLoweringError(PimGemvError):
+    """A DCC kernel share (sizes, core split) that one HBM-PIM group cannot run."""
+
+
+@dataclass(frozen=True)
+class _Lowered:
+    """A group program with what running it needs: payload rows, and for every listed
+    input/output vector the flat tensor index of each lane (-1: padding / not read)."""
+
+    program: GroupProgram
+    payload: np.ndarray
+    gather: dict[str, np.ndarray]
+    scatter: dict[str, np.ndarray]
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _check(cfg: BackendConfig, kernel: DccKernel, sizes: tuple, cores: tuple) -> None:
+    try:
+        check_backend(cfg)
+    except PimphonyError as exc:
+        raise HbmPimLoweringError(str(exc)) from None
+    sets = len(inspect.signature(DCC_KERNELS[kernel]).parameters)
+    for name, value in (("sizes", sizes), ("cores", cores)):
+        if len(value) != sets or any(
+            isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1 for v in value
+        ):
+            raise HbmPimLoweringError(
+                f"{kernel}: {name} = {tuple(value)!r}: expected {sets} positive integer(s), one "
+                "per dimension set"
+            )
+    units = cfg.cores_per_group
+    if math.prod(cores) > units:
+        raise HbmPimLoweringError(
+            f"{kernel}: cores = {tuple(cores)!r} asks for {math.prod(cores)} PIM units; a group "
+            f"of back end {cfg.name!r} has {units} ({cfg.group.banks} banks / "
+            f"{cfg.core.banks} per unit)"
+        )
+
+
+def _units(cores: tuple[int, ...], shares: tuple[int, ...], sizes: tuple[int, ...]):
+    """Per used unit: (unit, starts, real extents); a unit with an empty share is skipped."""
+    for u in range(math.prod(cores)):
+        coord = np.unravel_index(u, cores)
+        starts = tuple(int(k) * s for k, s in zip(coord, shares, strict=True))
+        real = tuple(max(0, min(s, n - a)) for a, s, n in zip(starts, shares, sizes, strict=True))
+        if min(real) > 0:
+            yield u, starts, real
+
+
+def _jump(distance: int, extra: int) -> list[int]:
+    """A JUMP repeating the previous ``distance`` instructions ``extra`` more times."""
+    return [encode_instr(Instr.JUMP, imm0=distance, imm1=extra)] if extra else []
+
+
+def _repeat(body: list[int], times: int) -> list[int]:
+    """``body`` run ``times`` times: the body and a JUMP back, as often as JUMP_MAX needs."""
+    out: list[int] = []
+    while times:
+        n = min(times, JUMP_MAX + 1)
+        out += body + _jump(len(body), n - 1)
+        times -= n
+    return out
+
+
+def _fits_crf(cfg: BackendConfig, kernel: DccKernel, prog: list[int], why: str) -> None:
+    if len(prog) > cfg.core.crf_entries:
+        raise HbmPimLoweringError(
+            f"{kernel}: the program needs {len(prog)} CRF instructions ({why}); the CRF holds "
+            f"{cfg.core.crf_entries}"
+        )
+
+
+def _fits_rows(kernel: DccKernel, rows: int, what: str) -> None:
+    if rows > PIM_ROWS:
+        raise HbmPimLoweringError(
+            f"{kernel}: {what} needs {rows:,} rows of a bank; {PIM_ROWS:,} rows trigger PIM "
+            "(use more cores or groups)"
+        )
+
+
+def _program(
+    cfg: BackendConfig,
+    kernel: DccKernel,
+    sizes: tuple[int, ...],
+    cores: tuple[int, ...],
+    em: Emitter,
+    payload: np.ndarray,
+    gather: dict[str, tuple[np.ndarray, np.ndarray]],
+    scatter: dict[str, tuple[np.ndarray, np.ndarray]],
+) -> _Lowered:
+    stream = em.array()
+    tl = time_stream(cfg, stream)
+    inputs = {k: a for k, (a, _) in gather.items()}
+    outputs = {k: a for k, (a, _) in scatter.items()}
+    host_ops = 0
+    for _, idx in scatter.values():
+        valid = idx[idx >= 0]
+        host_ops += len(valid) - len(np.unique(valid))
+    prog = GroupProgram(stream, tl.cycles, tl.counts, inputs, outputs, int(host_ops))
+    return _Lowered(
+        prog,
+        payload,
+        {k: i for k, (_, i) in gather.items()},
+        {k: i for k, (_, i) in scatter.items()},
+    )
+
+
+def _addresses(bank: np.ndarray, row: np.ndarray, col: np.ndarray) -> np.ndarray:
+    return np.stack([np.ravel(bank), np.ravel(row), np.ravel(col)], axis=1).astype(np.int64)
+
+
+def _frame(cfg: BackendConfig, prog: list[int]) -> tuple[Emitter, np.ndarray, int, int]:
+    """An emitter after mode entry and the CRF writes; the payload (zero, PIM-on, CRF rows)."""
+    lanes = cfg.core.lanes
+    crf = instr_payload(prog, lanes)
+    zero = np.zeros((1, lanes), np.uint16)
+    on = zero.copy()
+    on[0, :2] = 1  # PIM on, GRF_B zeroed
+    em = Emitter()
+    mode_entry(cfg, em, 0, range(2, 2 + len(crf)))
+    return em, np.concatenate([zero, on, crf]), 0, 1
+
+
+# ----------------------------------------------------------------------------- GEMV
+
+
+def _lower_gemv_like(
+    cfg: BackendConfig,
+    kernel: DccKernel,
+    sizes: tuple[int, int, int],
+    cores: tuple[int, int, int],
+    names: tuple[str, str, str],
+    x: np.ndarray | None,
+) -> _Lowered:
+    """``Y[n] = W @ X[n]`` with ``sizes = (n, o, i)`` and ``cores = (c_n, c_o, c_i)``."""
+    n, o, i = sizes
+    c = cfg.core
+    U, bpu, L, A, R = cfg.cores_per_group, c.banks, c.lanes, c.input_regs, c.output_regs
+    shares = tuple(_ceil(s, k) for s, k in zip(sizes, cores, strict=True))
+    nsh, osh, ish = shares
+    J, T, cols = _ceil(osh, R), _ceil(ish, A * L), cfg.group.columns_per_row
+    slots = _ceil(T, bpu)
+    broadcast = cores[0] == 1 and cores[2] == 1
+    w_rows = _ceil(J * slots * A * R, cols)
+    r_rows = _ceil(J * nsh * R, cols)
+    in_base = _ceil((w_rows + r_rows) * cols, A * R) * A * R
+    in_end = in_base + _ceil(nsh * slots, R) * A * R
+    rows = w_rows + r_rows if broadcast else _ceil(in_end, cols)
+    _fits_rows(kernel, rows, f"a unit's share (n {nsh}, o {osh}, i {ish})")
+    out_name, w_name, x_name = names
+    if broadcast:
+        xs = np.zeros((n, i), np.float16) if x is None else x.reshape(n, i)
+        try:
+            k = lower_gemv(cfg, U * osh, ish, xs, batch=n, channels=1)
+        except PimGemvError as exc:
+            raise HbmPimLoweringError(f"{kernel}: {exc}") from None
+        lay, payload = k.layout, k.payload
+        em = Emitter()
+        em.rows = [tuple(int(v) for v in r) for r in k.stream.tolist()]
+    else:
+        lay = gemv_layout(cfg, U * osh, ish, nsh, channels=1)
+        prog: list[int] = []
+        for pos in range(bpu):
+            body = [encode_instr(Instr.FILL, Bank.GRF_A, Bank(pos), aam=True)] + _jump(1, A - 1)
+            body += [encode_instr(Instr.MAC, Bank.GRF_B, Bank(pos), Bank.GRF_A, aam=True)]
+            body += _jump(1, A * R - 1)
+            prog += _repeat(body, len(range(pos, T, bpu)))
+        if c.pipeline_drain:
+            prog.append(encode_instr(Instr.NOP, imm1=c.pipeline_drain))
+        prog += [encode_instr(Instr.MOV, Bank.EVEN, Bank.GRF_B, aam=True)] + _jump(1, R - 1)
+        prog.append(encode_instr(Instr.EXIT))
+        _fits_crf(cfg, kernel, prog, f"{T} input tiles over {bpu} bank positions")
+        em, payload, zero, on = _frame(cfg, prog)
+        reg = cfg.group.register_row
+        order = sorted(range(T), key=lambda t: (t % bpu, t))
+        for j in range(J):
+            for b in range(nsh):
+                em.column(Op.WR, 0, reg, CTRL_COLUMN, on)
+                last = (0, 0, 0)
+                for t in order:
+                    q = b * slots + t // bpu
+                    for a in range(A):
+                        lin = in_base + q // R * A * R + a * R + q % R
+                        em.column(Op.RD, t % bpu, lin // cols, lin % cols)  # FILL GRF_A[a]
+                    for v in range(A * R):
+                        last = weight_address(lay, j, t, v)
+                        em.column(Op.RD, *last)  # MAC
+                for _ in range(c.pipeline_drain):
+                    em.column(Op.RD, *last)  # dummy reads for the NOP
+                for e in range(R):
+                    em.column(Op.WR, 0, *result_address(lay, j, b, e), zero)  # MOV
+                em.column(Op.WR, 0, reg, CTRL_COLUMN, zero)
+        mode_exit(cfg, em, zero)
+    lanes = np.arange(L)
+    w_addr, w_idx, x_addr, x_idx, y_addr, y_idx = [], [], [], [], [], []
+    for u, (n0, o0, i0), (nr, orl, ir) in _units(cores, shares, sizes):
+        # weight vector v = a * R + e of (output tile j, input tile t): W[o_e, 16 a ...]
+        j, t, v = np.meshgrid(np.arange(J), np.arange(T), np.arange(A * R), indexing="ij")
+        ol = j * R + v % R
+        il = t[..., None] * A * L + (v // R)[..., None] * L + lanes
+        real = (ol[..., None] < orl) & (il < ir)
+        keep = real.any(axis=-1)
+        pos, row, col = weight_address(lay, j[keep], t[keep], v[keep])
+        w_addr.append(_addresses(u * bpu + pos, row, col))
+        w_idx.append(np.where(real[keep], (o0 + ol[keep])[:, None] * i + i0 + il[keep], -1))
+        if not broadcast:  # every input vector of the unit's real batch rows (zeros pad)
+            b, t, a = np.meshgrid(np.arange(nr), np.arange(T), np.arange(A), indexing="ij")
+            q = b * slots + t // bpu
+            lin = in_base + q // R * A * R + a * R + q % R
+            x_addr.append(_addresses(u * bpu + t % bpu, lin // cols, lin % cols))
+            il = (t * A * L + a * L).ravel()[:, None] + lanes
+            x_idx.append(np.where(il < ir, (n0 + b.ravel())[:, None] * i + i0 + il, -1))
+        b, ol = np.meshgrid(np.arange(nr), np.arange(orl), indexing="ij")
+        row, col = result_address(lay, ol // R, b, ol % R)
+        y_addr.append(_addresses(np.full(row.shape, u * bpu), row, col))
+        flat = ((n0 + b) * o + o0 + ol).ravel()
+        y_idx.append(np.repeat(flat[:, None], L, axis=1))
+    gather = {w_name: (np.concatenate(w_addr), np.concatenate(w_idx))}
+    if not broadcast:
+        gather[x_name] = (np.concatenate(x_addr), np.concatenate(x_idx))
+    scatter = {out_name: (np.concatenate(y_addr), np.concatenate(y_idx))}
+    return _program(cfg, kernel, sizes, cores, em, payload, gather, scatter)
+
+
+def _gemv(cfg, sizes, cores, arrays=None) -> _Lowered:
+    _check(cfg, DccKernel.GEMV, sizes, cores)
+    x = None if arrays is None else arrays["x"]
+    return _lower_gemv_like(cfg, DccKernel.GEMV, (1, *sizes), (1, *cores), ("y", "W", "x"), x)
+
+
+def _batched_gemv(cfg, sizes, cores, arrays=None) -> _Lowered:
+    _check(cfg, DccKernel.BATCHED_GEMV, sizes, cores)
+    x = None if arrays is None else arrays["X"]
+    return _lower_gemv_like(cfg, DccKernel.BATCHED_GEMV, sizes, cores, ("Y", "W", "X"), x)
+
+
+# ----------------------------------------------------------------------------- element-wise
+
+
+def _elementwise(
+    cfg: BackendConfig,
+    kernel: DccKernel,
+    sizes: tuple[int, ...],
+    cores: tuple[int, ...],
+    steps: list[tuple[str, Op, int]],
+    prog_body: list[int],
+    stride: int,
+) -> _Lowered:
+    """Rounds of ``R`` vectors per unit in the unit's first bank: step ``s`` of round ``c``
+    addresses columns ``stride * c + s * R + e`` (e < R); a step is (tensor, RD/WR, drain
+    reads after it). Inputs are the RD steps' tensors, the output the WR step's."""
+    (size,), c = sizes, cfg.core
+    R, L, bpu, cols = c.output_regs, c.lanes, c.banks, cfg.group.columns_per_row
+    (share,) = (_ceil(size, cores[0]),)
+    vectors = _ceil(share, L)
+    rounds = _ceil(vectors, R)
+    _fits_rows(kernel, _ceil(rounds * stride, cols), f"a unit's share of {share:,} elements")
+    prog = _repeat(prog_body, rounds) + [encode_instr(Instr.EXIT)]
+    _fits_crf(cfg, kernel, prog, f"{rounds:,} rounds of {R} vectors")
+    em, payload, zero, on = _frame(cfg, prog)
+    reg = cfg.group.register_row
+    em.column(Op.WR, 0, reg, CTRL_COLUMN, on)
+    for r in range(rounds):
+        for s, (_, op, drain) in enumerate(steps):
+            for e in range(R):
+                lin = stride * r + s * R + e
+                em.column(op, 0, lin // cols, lin % cols, zero if op is Op.WR else -1)
+            for _ in range(drain):
+                em.column(Op.RD, 0, lin // cols, lin % cols)
+    em.column(Op.WR, 0, reg, CTRL_COLUMN, zero)
+    mode_exit(cfg, em, zero)
+    gather: dict[str, tuple[list, list]] = {name: ([], []) for name, _, _ in steps}
+    for u, (n0,), (nr,) in _units(cores, (share,), sizes):
+        v = np.arange(_ceil(nr, L))
+        idx = v[:, None] * L + np.arange(L)
+        for s, (name, _, _) in enumerate(steps):
+            lin = stride * (v // R) + s * R + v % R
+            gather[name][0].append(_addresses(np.full(v.shape, u * bpu), lin // cols, lin % cols))
+            gather[name][1].append(np.where(idx < nr, n0 + idx, -1))
+    parts = {k: (np.concatenate(a), np.concatenate(i)) for k, (a, i) in gather.items()}
+    out = next(name for name, op, _ in steps if op is Op.WR)
+    scatter = {out: parts.pop(out)}
+    return _program(cfg, kernel, sizes, cores, em, payload, parts, scatter)
+
+
+def _va(cfg, sizes, cores, arrays=None) -> _Lowered:
+    _check(cfg, DccKernel.VA, sizes, cores)
+    c = cfg.core
+    R, drain = c.output_regs, c.pipeline_drain
+    body = [encode_instr(Instr.FILL, Bank.GRF_B, Bank.EVEN, aam=True)] + _jump(1, R - 1)
+    body += [encode_instr(Instr.ADD, Bank.GRF_B, Bank.GRF_B, Bank.EVEN, aam=True)]
+    body += _jump(1, R - 1) + ([encode_instr(Instr.NOP, imm1=drain)] if drain else [])
+    body += [encode_instr(Instr.MOV, Bank.EVEN, Bank.GRF_B, aam=True)] + _jump(1, R - 1)
+    steps = [("A", Op.RD, 0), ("B", Op.RD, drain), ("C", Op.WR, 0)]
+    return _elementwise(cfg, DccKernel.VA, sizes, cores, steps, body, 3 * R)
+
+
+def _relu(cfg, sizes, cores, arrays=None) -> _Lowered:
+    _check(cfg, DccKernel.RELU, sizes, cores)
+    R = cfg.core.output_regs
+    body = [encode_instr(Instr.FILL, Bank.GRF_B, Bank.EVEN, aam=True)] + _jump(1, R - 1)
+    body += [encode_instr(Instr.MOV, Bank.EVEN, Bank.GRF_B, aam=True, relu=True)]
+    body += _jump(1, R - 1)
+    steps = [("X", Op.RD, 0), ("Y", Op.WR, 0)]
+    return _elementwise(cfg, DccKernel.RELU, sizes, cores, steps, body, 2 * R)
+
+
+# ----------------------------------------------------------------------------- RED
+
+
+def _red(cfg, sizes, cores, arrays=None) -> _Lowered:
+    """``r[m] = sum_n A[m][n]``: rounds of ``R`` rows; row ``e``'s ``K`` vectors at columns
+    ``R K c + R k + e`` (FILL the first, ADD the rest into GRF_B[e]), results after them."""
+    kernel = DccKernel.RED
+    _check(cfg, kernel, sizes, cores)
+    m, n = sizes
+    c = cfg.core
+    R, L, bpu, cols, drain = c.output_regs, c.lanes, c.banks, cfg.group.columns_per_row, 0
+    shares = (_ceil(m, cores[0]), _ceil(n, cores[1]))
+    K = _ceil(shares[1], L)
+    rounds = _ceil(shares[0], R)
+    res_base = rounds * R * K
+    _fits_rows(kernel, _ceil(res_base + rounds * R, cols), f"a unit's share {shares}")
+    body = [encode_instr(Instr.FILL, Bank.GRF_B, Bank.EVEN, aam=True)] + _jump(1, R - 1)
+    left = R * (K - 1)
+    while left:
+        k = min(left, JUMP_MAX + 1)
+        body += [encode_instr(Instr.ADD, Bank.GRF_B, Bank.GRF_B, Bank.EVEN, aam=True)]
+        body += _jump(1, k - 1)
+        left -= k
+    if K > 1 and c.pipeline_drain:
+        drain = c.pipeline_drain
+        body.append(encode_instr(Instr.NOP, imm1=drain))
+    body += [encode_instr(Instr.MOV, Bank.EVEN, Bank.GRF_B, aam=True)] + _jump(1, R - 1)
+    prog = _repeat(body, rounds) + [encode_instr(Instr.EXIT)]
+    _fits_crf(cfg, kernel, prog, f"{K} vectors per row, {rounds} rounds of {R} rows")
+    em, payload, zero, on = _frame(cfg, prog)
+    reg = cfg.group.register_row
+    em.column(Op.WR, 0, reg, CTRL_COLUMN, on)
+    for r in range(rounds):
+        for lin in range(r * R * K, (r + 1) * R * K):
+            em.column(Op.RD, 0, lin // cols, lin % cols)
+        for _ in range(drain):
+            em.column(Op.RD, 0, lin // cols, lin % cols)
+        for e in range(R):
+            lin = res_base + r * R + e
+            em.column(Op.WR, 0, lin // cols, lin % cols, zero)
+    em.column(Op.WR, 0, reg, CTRL_COLUMN, zero)
+    mode_exit(cfg, em, zero)
+    a_addr, a_idx, r_addr, r_idx = [], [], [], []
+    lanes = np.arange(L)
+    for u, (m0, n0), (mr, nr) in _units(cores, shares, sizes):
+        ml, k = np.meshgrid(np.arange(mr), np.arange(K), indexing="ij")
+        ml, k = ml.ravel(), k.ravel()
+        lin = ml // R * R * K + k * R + ml % R
+        a_addr.append(_addresses(np.full(lin.shape, u * bpu), lin // cols, lin % cols))
+        nl = k[:, None] * L + lanes
+        a_idx.append(np.where(nl < nr, (m0 + ml)[:, None] * n + n0 + nl, -1))
+        ml = np.arange(mr)
+        lin = res_base + ml
+        r_addr.append(_addresses(np.full(lin.shape, u * bpu), lin // cols, lin % cols))
+        r_idx.append(np.repeat((m0 + ml)[:, None], L, axis=1))
+    gather = {"A": (np.concatenate(a_addr), np.concatenate(a_idx))}
+    scatter = {"r": (np.concatenate(r_addr), np.concatenate(r_idx))}
+    return _program(cfg, kernel, sizes, cores, em, payload, gather, scatter)
+
+
+_LOWER: dict[DccKernel, Callable[..., _Lowered]] = {
+    DccKernel.GEMV: _gemv,
+    DccKernel.BATCHED_GEMV: _batched_gemv,
+    DccKernel.RED: _red,
+    DccKernel.VA: _va,
+    DccKernel.RELU: _relu,
+}
+
+GROUP_LOWERINGS: dict[
+    DccKernel, Callable[[BackendConfig, tuple[int, ...], tuple[int, ...]], GroupProgram]
+] = {
+    kernel: (lambda cfg, sizes, cores, _f=f: _f(cfg, tuple(sizes), tuple(cores)).program)
+    for kernel, f in _LOWER.items()
+}
+"""The HBM-PIM group lowering of each DCC kernel it runs (QK^T and SV: not lowered here)."""
+
+
+def run_group(
+    cfg: BackendConfig,
+    kernel: DccKernel,
+    sizes: tuple[int, ...],
+    cores: tuple[int, ...],
+    arrays: dict[str, np.ndarray],
+    *,
+    garbage: np.random.Generator | None = None,
+) -> dict[str, np.ndarray]:
+    """The share's output tensor computed on the functional model: ``arrays`` (the loop
+    nest's input tensors of this share, FP16) placed where ``inputs`` says, the stream
+    executed, ``outputs`` read back and the host's adds applied (in FP32, then FP16).
+
+    With ``garbage``, every bank row the stream touches first holds random finite values, so
+    a result equal to numpy shows ``inputs`` lists everything the program depends on.
+    """
+    if kernel not in _LOWER:
+        raise HbmPimLoweringError(
+            f"kernel {str(kernel)!r} has no HBM-PIM group lowering (lowered: "
+            f"{', '.join(map(str, _LOWER))})"
+        )
+    sizes, cores = tuple(sizes), tuple(cores)
+    _check(cfg, kernel, sizes, cores)
+    nest = DCC_KERNELS[kernel](*sizes)
+    shapes = dict(nest.tensors)
+    out_name = nest.refs[0].tensor
+    want = {k: v for k, v in shapes.items() if k != out_name}
+    if set(arrays) != set(want):
+        raise HbmPimLoweringError(
+            f"{kernel}: arrays {sorted(arrays)} given; the share needs {sorted(want)}"
+        )
+    vals = {}
+    for name, shape in want.items():
+        a = np.asarray(arrays[name])
+        if a.shape != tuple(shape):
+            raise HbmPimLoweringError(
+                f"{kernel}: {name} of shape {a.shape}: the share {sizes} needs {tuple(shape)}"
+            )
+        vals[name] = a.astype(np.float16)
+    low = _LOWER[kernel](cfg, sizes, cores, vals)
+    st = PimState.for_backend(cfg, 1)
+    if garbage is not None:
+        rows = np.unique(low.program.stream["row"])
+        for r in rows[rows < PIM_ROWS].tolist():
+            st.row(r)[...] = garbage.integers(-4, 5, st.row(r).shape).astype(np.float16)
+    for name, addr in low.program.inputs.items():
+        flat = vals[name].ravel()
+        idx = low.gather[name]
+        vec = np.where(idx >= 0, flat[np.maximum(idx, 0)], np.float16(0)).astype(np.float16)
+        for r in np.unique(addr[:, 1]).tolist():
+            sel = addr[:, 1] == r
+            st.row(r)[0, addr[sel, 0], addr[sel, 2], :] = vec[sel]
+    execute(cfg, low.program.stream, low.payload, st)
+    (addr,) = low.program.outputs.values()
+    idx = low.scatter[out_name]
+    got = np.zeros((len(addr), cfg.core.lanes), np.float32)
+    for r in np.unique(addr[:, 1]).tolist():
+        sel = addr[:, 1] == r
+        got[sel] = st.row(r)[0, addr[sel, 0], addr[sel, 2], :]
+    out = np.zeros(math.prod(shapes[out_name]), np.float32)
+    valid = idx >= 0
+    np.add.at(out, idx[valid], got[valid])
+    return {out_name: out.astype(np.float16).reshape(shapes[out_name])}
