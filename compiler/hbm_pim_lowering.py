@@ -149,15 +149,13 @@ def _fits_rows(kernel: DccKernel, rows: int, what: str) -> None:
 
 def _program(
     cfg: BackendConfig,
-    kernel: DccKernel,
-    sizes: tuple[int, ...],
-    cores: tuple[int, ...],
-    em: Emitter,
+    stream: np.ndarray,
     payload: np.ndarray,
     gather: dict[str, tuple[np.ndarray, np.ndarray]],
     scatter: dict[str, tuple[np.ndarray, np.ndarray]],
 ) -> _Lowered:
-    stream = em.array()
+    """Time ``stream``; inputs/outputs from the (addresses, lane indices) pairs; the host's
+    adds are the read lanes beyond one per output element."""
     tl = time_stream(cfg, stream)
     inputs = {k: a for k, (a, _) in gather.items()}
     outputs = {k: a for k, (a, _) in scatter.items()}
@@ -223,9 +221,7 @@ def _lower_gemv_like(
             k = lower_gemv(cfg, U * osh, ish, xs, batch=n, channels=1)
         except PimGemvError as exc:
             raise HbmPimLoweringError(f"{kernel}: {exc}") from None
-        lay, payload = k.layout, k.payload
-        em = Emitter()
-        em.rows = [tuple(int(v) for v in r) for r in k.stream.tolist()]
+        lay, payload, stream = k.layout, k.payload, k.stream
     else:
         lay = gemv_layout(cfg, U * osh, ish, nsh, channels=1)
         prog: list[int] = []
@@ -260,6 +256,7 @@ def _lower_gemv_like(
                     em.column(Op.WR, 0, *result_address(lay, j, b, e), zero)  # MOV
                 em.column(Op.WR, 0, reg, CTRL_COLUMN, zero)
         mode_exit(cfg, em, zero)
+        stream = em.array()
     lanes = np.arange(L)
     w_addr, w_idx, x_addr, x_idx, y_addr, y_idx = [], [], [], [], [], []
     for u, (n0, o0, i0), (nr, orl, ir) in _units(cores, shares, sizes):
@@ -288,7 +285,7 @@ def _lower_gemv_like(
     if not broadcast:
         gather[x_name] = (np.concatenate(x_addr), np.concatenate(x_idx))
     scatter = {out_name: (np.concatenate(y_addr), np.concatenate(y_idx))}
-    return _program(cfg, kernel, sizes, cores, em, payload, gather, scatter)
+    return _program(cfg, stream, payload, gather, scatter)
 
 
 def _gemv(cfg, sizes, cores, arrays=None) -> _Lowered:
@@ -349,7 +346,7 @@ def _elementwise(
     parts = {k: (np.concatenate(a), np.concatenate(i)) for k, (a, i) in gather.items()}
     out = next(name for name, op, _ in steps if op is Op.WR)
     scatter = {out: parts.pop(out)}
-    return _program(cfg, kernel, sizes, cores, em, payload, parts, scatter)
+    return _program(cfg, em.array(), payload, parts, scatter)
 
 
 def _va(cfg, sizes, cores, arrays=None) -> _Lowered:
@@ -431,7 +428,7 @@ def _red(cfg, sizes, cores, arrays=None) -> _Lowered:
         r_idx.append(np.repeat((m0 + ml)[:, None], L, axis=1))
     gather = {"A": (np.concatenate(a_addr), np.concatenate(a_idx))}
     scatter = {"r": (np.concatenate(r_addr), np.concatenate(r_idx))}
-    return _program(cfg, kernel, sizes, cores, em, payload, gather, scatter)
+    return _program(cfg, em.array(), payload, gather, scatter)
 
 
 _LOWER: dict[DccKernel, Callable[..., _Lowered]] = {
