@@ -23,7 +23,7 @@ from enum import StrEnum
 import numpy as np
 
 from compiler.pim_gemv import GemvLayout, result_address, weight_address
-from models.backends import BackendConfig
+from models.backends import BackendConfig, BackendKind
 from models.errors import PimphonyError
 from models.hbm_pim import COMMAND_DTYPE, Op, check_backend, time_stream
 
@@ -35,6 +35,7 @@ __all__ = [
     "access_stream",
     "gemv_output_addresses",
     "gemv_weight_addresses",
+    "group_access_cycles",
     "rearrangement_cost",
     "rearrangement_seconds",
 ]
@@ -132,6 +133,39 @@ def access_stream(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> np.ndarr
     return out
 
 
+def _hbm_pim_access(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> tuple[int, dict]:
+    try:
+        check_backend(cfg)
+    except PimphonyError as exc:
+        raise RearrangeError(str(exc)) from None
+    tl = time_stream(cfg, access_stream(cfg, addresses, op))
+    return tl.cycles, tl.counts
+
+
+def _attacc_access(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> tuple[int, dict]:
+    from models import attacc
+
+    tl = attacc.time_stream(cfg, attacc.access_stream(cfg, addresses, op.name))
+    return tl.cycles, tl.counts
+
+
+#: How each back-end kind times one group's single-bank host accesses.
+GROUP_ACCESS = {BackendKind.HBM_PIM: _hbm_pim_access, BackendKind.ATTACC: _attacc_access}
+
+
+def group_access_cycles(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> tuple[int, dict]:
+    """(cycles, commands per op) of one group's single-bank ``op`` (WR: lay data out, RD: read
+    results back) of the vectors at ``addresses`` (``(n, 3)``: bank, row, column), on the back
+    end's command-level model."""
+    if cfg.kind not in GROUP_ACCESS:
+        allowed = ", ".join(k.value for k in GROUP_ACCESS)
+        raise RearrangeError(
+            f"back end {cfg.name} ({cfg.kind.value}): no command-level host access model; "
+            f"allowed kinds: {allowed}"
+        )
+    return GROUP_ACCESS[cfg.kind](cfg, addresses, op)
+
+
 def gemv_weight_addresses(lay: GemvLayout) -> np.ndarray:
     """(bank, row, column) of every weight vector one group holds in the GEMV's PIM layout."""
     out = []
@@ -166,21 +200,18 @@ def rearrangement_cost(
     """Cost of moving the vectors at ``addresses`` (the same in each of ``channels`` groups)
     between host and PIM layout: ``op`` WR lays data out in the banks, RD reads results back.
     ``strategy`` defaults to staged if the host has on-chip memory, else direct."""
-    try:
-        check_backend(cfg)
-    except PimphonyError as exc:
-        raise RearrangeError(str(exc)) from None
+    if len(addresses) == 0:
+        raise RearrangeError("no addresses to move")
+    cycles, counts = group_access_cycles(cfg, addresses, op)
     t = cfg.timing
     assert t is not None
     onchip = cfg.system.onchip_bytes
     strategy = strategy or (Strategy.STAGED if onchip else Strategy.DIRECT)
-    stream = access_stream(cfg, addresses, op)
-    tl = time_stream(cfg, stream)
-    channel_s = tl.cycles / (t.freq_ghz * 1e9)
+    channel_s = cycles / (t.freq_ghz * 1e9)
     nbytes = len(np.unique(addresses, axis=0)) * cfg.group.column_bytes * channels
     mem = cfg.host().memory
     host_s, total_s, rounds = rearrangement_seconds(
         strategy, nbytes, mem.bandwidth_gbps * mem.efficiency, channel_s, channels, onchip
     )
     return RearrangeCost(strategy, nbytes, channels, host_s, channel_s, rounds, total_s,
-                         tl.cycles, tl.counts)  # fmt: skip
+                         cycles, counts)  # fmt: skip

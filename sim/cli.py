@@ -143,6 +143,11 @@ COMMANDS: tuple[Command, ...] = (
         "sim.pim_gemv",
     ),
     Command(
+        "tune",
+        "DCC: the best mapping of a kernel on a PIM back end, vs its default and the GPU",
+        "sim.tune",
+    ),
+    Command(
         "sweep-run",
         "a design-space sweep file, each point a Ray task, cached and resumable",
         "sim.experiments.sweep_run",

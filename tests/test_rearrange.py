@@ -80,5 +80,5 @@ def test_refusals() -> None:
         access_stream(HBM, np.zeros((0, 3)), Op.WR)
     with pytest.raises(RearrangeError, match="onchip_bytes = 2, channels = 4"):
         rearrangement_seconds(Strategy.STAGED, 100, 1.0, 1.0, 4, 2)
-    with pytest.raises(RearrangeError, match="'attacc' is of kind 'attacc', not an HBM-PIM"):
-        rearrangement_cost(load_backend("attacc"), np.array([(0, 0, 0)]), 1)
+    with pytest.raises(RearrangeError, match=r"aim \(aim\): no command-level host access model"):
+        rearrangement_cost(load_backend("aim"), np.array([(0, 0, 0)]), 1)

@@ -1,0 +1,329 @@
+"""What a DCC tiling draft costs on a back end: compute from the command-level model, plus the
+data rearrangement it implies (DCC IV-B/C/D, the simulator that labels drafts).
+
+A draft (:mod:`compiler.dcc_schedule`) gives every dimension set ``groups`` PIM groups and
+``cores`` cores per group. The worst group's share (:func:`group_share`: per set
+``ceil(trip / groups)`` loop values over ``cores`` cores) is lowered by the back end's group
+lowering (``GROUP_LOWERINGS`` of :mod:`compiler.hbm_pim_lowering` or
+:mod:`compiler.attacc_lowering`) into one group's command stream and timed on the back end's
+command-level model; groups run in parallel on their own buses, so that is the kernel's
+compute time. Around it (:class:`DraftCost`):
+
+- **rearrangement in**: the data the program needs in its banks (``GroupProgram.inputs``)
+  moved from host layout by :func:`compiler.rearrange.rearrangement_cost` (single-bank writes
+  timed on the model, host reads at the host's memory bandwidth, staged through on-chip
+  memory or direct), to every group the draft uses: a tensor without a dimension in a set
+  split over groups is copied to each of them (it is in each group's ``inputs``);
+- **rearrangement out**: the results read back (``GroupProgram.outputs``);
+- **host**: the additions the host does afterwards, within a group (``host_ops``: lane sums,
+  partial sums of a reduction split over cores) and across groups (a reduction set split over
+  groups leaves one partial result per group), as the host xPU's element-wise add.
+
+The end-to-end time is their sum (DCC II-B: steps 1-3 of Fig. 1 run one after the other).
+Programs and channel-side rearrangement times are memoised per (back end, kernel, share).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import cache
+
+import numpy as np
+
+from compiler.dcc_lowering import GroupProgram
+from compiler.dcc_schedule import (
+    DCC_KERNELS,
+    DccError,
+    DccKernel,
+    Draft,
+    LoopNest,
+    dimension_sets,
+)
+from compiler.rearrange import Strategy, group_access_cycles, rearrangement_seconds
+from models.backends import BackendConfig, BackendKind
+from models.hbm_pim import Op
+from models.xpu import VectorOp, gemv_cost, vector_cost
+
+__all__ = [
+    "BACKEND_LOWERINGS",
+    "GPU_KERNELS",
+    "DraftCost",
+    "GroupShare",
+    "Placement",
+    "RESIDENT",
+    "draft_cost",
+    "gpu_seconds",
+    "group_share",
+    "kernel_nest",
+    "lowerings",
+]
+
+Lowering = Callable[[BackendConfig, tuple[int, ...], tuple[int, ...]], GroupProgram]
+
+
+def lowerings(kind: BackendKind) -> dict[DccKernel, Lowering]:
+    """The group lowerings of back-end ``kind`` (imported on first use)."""
+    if kind not in BACKEND_LOWERINGS:
+        allowed = ", ".join(k.value for k in BACKEND_LOWERINGS)
+        raise DccError(f"back end kind {kind.value!r} has no DCC lowerings; allowed: {allowed}")
+    return BACKEND_LOWERINGS[kind]()
+
+
+def _hbm_pim() -> dict[DccKernel, Lowering]:
+    from compiler.hbm_pim_lowering import GROUP_LOWERINGS
+
+    return GROUP_LOWERINGS
+
+
+def _attacc() -> dict[DccKernel, Lowering]:
+    from compiler.attacc_lowering import GROUP_LOWERINGS
+
+    return GROUP_LOWERINGS
+
+
+#: Where each back-end kind's group lowerings live.
+BACKEND_LOWERINGS: dict[BackendKind, Callable[[], dict[DccKernel, Lowering]]] = {
+    BackendKind.HBM_PIM: _hbm_pim,
+    BackendKind.ATTACC: _attacc,
+}
+
+
+@cache
+def kernel_nest(kernel: DccKernel, sizes: tuple[int, ...]) -> LoopNest:
+    """The loop nest of ``kernel`` at ``sizes`` (refused with the kernel's size names)."""
+    build = DCC_KERNELS[DccKernel(kernel)]
+    names = build.__code__.co_varnames[: build.__code__.co_argcount]
+    if len(sizes) != len(names):
+        raise DccError(
+            f"kernel {kernel}: {len(sizes)} size(s) given, expected {len(names)} "
+            f"({', '.join(names)})"
+        )
+    for name, n in zip(names, sizes, strict=True):
+        if n < 1:
+            raise DccError(f"kernel {kernel}: {name} = {n}: must be at least 1")
+    return build(*sizes)
+
+
+@dataclass(frozen=True)
+class GroupShare:
+    """The worst group's share of a draft: loop values per set, cores per set, and the
+    groups the draft uses (with how many of them a reduction is split over)."""
+
+    sizes: tuple[int, ...]
+    cores: tuple[int, ...]
+    groups: int
+    reduction_groups: int
+
+
+def _set_vars(nest: LoopNest) -> list[str]:
+    """The loop variable of each dimension set (every DCC kernel's set has one)."""
+    out = []
+    for ds in dimension_sets(nest):
+        names = {f.var for _, _, fs in ds.members for f in fs}
+        if len(names) != 1:
+            raise DccError(
+                f"dimension set with loop variables {sorted(names)}: only one is lowered"
+            )
+        out.append(names.pop())
+    return out
+
+
+def _output_tensor(nest: LoopNest) -> str:
+    """The tensor the body writes: the first reference (``y[o] += ...``)."""
+    return nest.refs[0].tensor
+
+
+def group_share(cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], draft: Draft):
+    """:class:`GroupShare` of ``draft`` for ``kernel`` at ``sizes`` on ``cfg``; refuses drafts
+    that do not fit the back end or use a non-identity index function."""
+    nest = kernel_nest(kernel, sizes)
+    variables = _set_vars(nest)
+    if len(draft) != len(variables):
+        raise DccError(
+            f"draft has {len(draft)} part(s); kernel {kernel} has {len(variables)} dimension sets"
+        )
+    trips = dict(nest.loops)
+    out_vars = {f.var for r in nest.refs[:1] for f in r.index}
+    groups = math.prod(p.groups for p in draft)
+    cores = math.prod(p.cores for p in draft)
+    if groups > cfg.groups:
+        raise DccError(f"draft uses {groups} groups; back end {cfg.name} has {cfg.groups}")
+    if cores > cfg.cores_per_group:
+        raise DccError(
+            f"draft uses {cores} cores per group; back end {cfg.name} has {cfg.cores_per_group}"
+        )
+    for p in draft:
+        if p.function.scale != 1 or p.function.offset != 0:
+            raise DccError(
+                f"part {p}: index function {p.function} is not the identity; only identity "
+                "mappings are lowered"
+            )
+    share = tuple(-(-trips[v] // p.groups) for v, p in zip(variables, draft, strict=True))
+    red = math.prod(p.groups for v, p in zip(variables, draft, strict=True) if v not in out_vars)
+    return GroupShare(share, tuple(p.cores for p in draft), groups, red)
+
+
+@cache
+def _program(cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], cores: tuple[int, ...]):
+    return lowerings(cfg.kind)[kernel](cfg, sizes, cores)
+
+
+@cache
+def _channel_seconds(
+    cfg: BackendConfig,
+    kernel: DccKernel,
+    sizes: tuple[int, ...],
+    cores: tuple[int, ...],
+    op: Op,
+    skip: frozenset[str],
+) -> tuple[float, int]:
+    """(seconds, bytes) of one group's single-bank accesses to the vectors its program needs
+    in its banks (``op`` WR: ``inputs``) or leaves there (RD: ``outputs``), but for the
+    tensors in ``skip``."""
+    prog = _program(cfg, kernel, sizes, cores)
+    tensors = prog.inputs if op is Op.WR else prog.outputs
+    arrays = [a for name, a in tensors.items() if len(a) and name not in skip]
+    if not arrays:
+        return 0.0, 0
+    addresses = np.unique(np.concatenate(arrays), axis=0)
+    cycles, _ = group_access_cycles(cfg, addresses, op)
+    assert cfg.timing is not None
+    return cycles / (cfg.timing.freq_ghz * 1e9), len(addresses) * cfg.group.column_bytes
+
+
+def _move_seconds(
+    cfg: BackendConfig,
+    share: GroupShare,
+    kernel: DccKernel,
+    op: Op,
+    strategy: Strategy,
+    skip: frozenset[str],
+) -> tuple[float, int]:
+    """(seconds, bytes) of moving one direction's vectors between host and every group the
+    draft uses (each group's share alike), but for the tensors in ``skip``."""
+    channel_s, group_bytes = _channel_seconds(cfg, kernel, share.sizes, share.cores, op, skip)
+    if not group_bytes:
+        return 0.0, 0
+    mem = cfg.host().memory
+    _, total, _ = rearrangement_seconds(
+        strategy,
+        group_bytes * share.groups,
+        mem.bandwidth_gbps * mem.efficiency,
+        channel_s,
+        share.groups,
+        cfg.system.onchip_bytes,
+    )
+    return total, group_bytes * share.groups
+
+
+class Placement(StrEnum):
+    """Which inputs a kernel call rearranges from host layout."""
+
+    RESIDENT = "resident"  # weights / KV cache already in PIM layout (placed once); the rest
+    EVERY_CALL = "every-call"  # every input, weights included
+
+
+#: Tensors of each kernel that live in PIM memory between calls (an LLM's weights and KV
+#: cache: placed in the draft's layout once, when loaded or written), not moved per call
+#: under ``Placement.RESIDENT``.
+RESIDENT: dict[DccKernel, frozenset[str]] = {
+    DccKernel.GEMV: frozenset({"W"}),
+    DccKernel.BATCHED_GEMV: frozenset({"W"}),
+    DccKernel.QK: frozenset({"K"}),
+    DccKernel.SV: frozenset({"V"}),
+    DccKernel.RED: frozenset(),
+    DccKernel.VA: frozenset(),
+    DccKernel.RELU: frozenset(),
+}
+
+
+@dataclass(frozen=True)
+class DraftCost:
+    """End-to-end seconds of one draft and what they are made of."""
+
+    backend: str
+    kernel: DccKernel
+    sizes: tuple[int, ...]
+    draft: Draft
+    share: GroupShare
+    strategy: Strategy
+    placement: Placement
+    compute_s: float
+    rearrange_in_s: float
+    rearrange_out_s: float
+    host_s: float
+    bytes_in: int
+    bytes_out: int
+    cycles: int
+    counts: dict[str, int]
+
+    @property
+    def rearrange_s(self) -> float:
+        """Both rearrangements."""
+        return self.rearrange_in_s + self.rearrange_out_s
+
+    @property
+    def total_s(self) -> float:
+        """Rearrangement in + compute + rearrangement out + host additions."""
+        return self.rearrange_in_s + self.compute_s + self.rearrange_out_s + self.host_s
+
+
+def draft_cost(
+    cfg: BackendConfig,
+    kernel: DccKernel,
+    sizes: tuple[int, ...],
+    draft: Draft,
+    strategy: Strategy | None = None,
+    placement: Placement = Placement.RESIDENT,
+) -> DraftCost:
+    """Simulate ``draft`` of ``kernel`` at ``sizes`` on ``cfg`` (:class:`DraftCost`);
+    ``placement`` says whether the kernel's weights / KV cache are already in PIM layout."""
+    if cfg.timing is None:
+        raise DccError(f"back end {cfg.name} has no [timing]: no command-level model to time")
+    kernel = DccKernel(kernel)
+    sizes = tuple(int(s) for s in sizes)
+    share = group_share(cfg, kernel, sizes, draft)
+    prog = _program(cfg, kernel, share.sizes, share.cores)
+    strategy = strategy or (Strategy.STAGED if cfg.system.onchip_bytes else Strategy.DIRECT)
+    placement = Placement(placement)
+    resident = RESIDENT[kernel] if placement is Placement.RESIDENT else frozenset()
+    in_s, in_b = _move_seconds(cfg, share, kernel, Op.WR, strategy, resident)
+    out_s, out_b = _move_seconds(cfg, share, kernel, Op.RD, strategy, frozenset())
+    nest = kernel_nest(kernel, sizes)
+    out_elems = math.prod(dict(nest.tensors)[_output_tensor(nest)])
+    adds = prog.host_ops * share.groups + out_elems * (share.reduction_groups - 1)
+    host = cfg.host()
+    host_s = vector_cost(host, VectorOp.RESIDUAL, adds).seconds if adds else 0.0
+    compute_s = prog.cycles / (cfg.timing.freq_ghz * 1e9)
+    return DraftCost(
+        cfg.name, kernel, sizes, draft, share, strategy, placement, compute_s,
+        in_s, out_s, host_s, in_b, out_b, prog.cycles, dict(prog.counts),
+    )  # fmt: skip
+
+
+def _gpu_red(host, rows: int, cols: int) -> float:
+    # r = A @ ones: the GPU reads A once, exactly a GEMV's traffic
+    return gemv_cost(host, 1, cols, rows).seconds
+
+
+#: Each kernel's time on the host GPU alone (the xPU roofline of ``models/xpu.py``), from the
+#: kernel's sizes.
+GPU_KERNELS: dict[DccKernel, Callable[..., float]] = {
+    DccKernel.GEMV: lambda h, d_out, d_in: gemv_cost(h, 1, d_in, d_out).seconds,
+    DccKernel.BATCHED_GEMV: lambda h, b, d_out, d_in: gemv_cost(h, b, d_in, d_out).seconds,
+    # one GEMV per head: K (t x d) times q, or V^T (d x t) times p
+    DccKernel.QK: lambda h, heads, t, d: heads * gemv_cost(h, 1, d, t).seconds,
+    DccKernel.SV: lambda h, heads, t, d: heads * gemv_cost(h, 1, t, d).seconds,
+    DccKernel.RED: _gpu_red,
+    DccKernel.VA: lambda h, n: vector_cost(h, VectorOp.RESIDUAL, n).seconds,
+    DccKernel.RELU: lambda h, n: vector_cost(h, VectorOp.RELU, n).seconds,
+}
+
+
+def gpu_seconds(cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...]) -> float:
+    """Seconds of ``kernel`` at ``sizes`` on the back end's host GPU (no PIM)."""
+    kernel_nest(kernel, tuple(sizes))  # validates the sizes
+    return GPU_KERNELS[DccKernel(kernel)](cfg.host(), *sizes)

@@ -1,0 +1,160 @@
+"""DCC's search over tiling drafts: the best draft end to end, the compute-centric choice, and
+the back end's default mapping (DCC IV-B/D, V "Comparison Points").
+
+:func:`search` generates a kernel's drafts on a back end (groups = all PIM groups of the
+system, cores = the back end's cores per group), prunes them (rules 1-3, SIMD width = the
+core's lanes along the innermost loop's set) unless asked not to, and simulates each with
+:func:`compiler.dcc_cost.draft_cost`. Drafts a back end cannot run (a share beyond its rows,
+more cores than a lowering supports) are skipped and counted, never silently: the result
+says how many and why.
+
+Choices (:class:`Objective`): ``end-to-end`` (DCC: rearrangement + compute + host) and
+``compute`` (the compute-centric choice of a TVM-like flow, DCC II-B / Fig. 2: least compute
+time, then its rearrangement is paid whatever it is).
+
+The default mapping (:func:`default_draft`, DCC V): "distributes different batches or
+attention heads across 16 channels, partitions the first tensor dimension across 16 bank
+groups per channel, and partitions the second tensor dimension across 4 banks per bank
+group" (AttAcc's; DCC gives HBM-PIM the same "data distribution and processing
+assignment"). On a back end: the batch or head set over one device's groups, the next set over
+the bank groups' cores and the one after over the cores within a bank group.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from compiler.dcc_cost import DraftCost, Placement, draft_cost, kernel_nest
+from compiler.dcc_schedule import (
+    DccError,
+    DccKernel,
+    Draft,
+    Part,
+    dimension_sets,
+    drafts,
+    innermost_set,
+    prune,
+)
+from compiler.rearrange import Strategy
+from models.backends import BackendConfig
+from models.errors import PimphonyError
+
+__all__ = [
+    "BATCH_VARIABLES",
+    "Objective",
+    "SearchResult",
+    "best",
+    "default_draft",
+    "kernel_drafts",
+    "search",
+]
+
+#: Loop variables that are batches or attention heads (DCC V: spread over the channels).
+BATCH_VARIABLES = frozenset({"n", "h"})
+
+
+class Objective(StrEnum):
+    """What a search minimises."""
+
+    END_TO_END = "end-to-end"  # DCC: rearrangement + compute + host
+    COMPUTE = "compute"  # compute-centric (DCC II-B, Fig. 2's TVM-based point)
+
+
+#: The time each objective ranks drafts by.
+OBJECTIVES = {
+    Objective.END_TO_END: lambda c: c.total_s,
+    Objective.COMPUTE: lambda c: (c.compute_s, c.total_s),
+}
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Every simulated draft of one search, and what was skipped."""
+
+    costs: tuple[DraftCost, ...]
+    generated: int
+    pruned: int
+    skipped: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def kernel_drafts(
+    cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], pruned: bool = True
+) -> tuple[list[Draft], int]:
+    """(drafts to simulate, drafts generated) of ``kernel`` at ``sizes`` on ``cfg``."""
+    nest = kernel_nest(kernel, sizes)
+    sets = dimension_sets(nest)
+    every = list(drafts(sets, cfg.groups, cfg.cores_per_group))
+    if not pruned:
+        return every, len(every)
+    kept, _ = prune(every, simd=cfg.core.lanes, vector_set=innermost_set(nest, sets))
+    return kept, len(every)
+
+
+def search(
+    cfg: BackendConfig,
+    kernel: DccKernel,
+    sizes: tuple[int, ...],
+    pruned: bool = True,
+    strategy: Strategy | None = None,
+    candidates: list[Draft] | None = None,
+    placement: Placement = Placement.RESIDENT,
+) -> SearchResult:
+    """Simulate every (pruned) draft of ``kernel`` at ``sizes``; drafts the back end refuses
+    are counted in ``skipped`` by reason."""
+    start = time.perf_counter()
+    if candidates is None:
+        candidates, generated = kernel_drafts(cfg, kernel, sizes, pruned)
+    else:
+        generated = len(candidates)
+    costs = []
+    skipped: Counter[str] = Counter()
+    for d in candidates:
+        try:
+            costs.append(draft_cost(cfg, kernel, sizes, d, strategy, placement))
+        except PimphonyError as exc:
+            skipped[_reason(str(exc))] += 1
+    if not costs:
+        reasons = "; ".join(f"{n} x {r}" for r, n in skipped.most_common(3))
+        raise DccError(
+            f"kernel {kernel} {sizes} on {cfg.name}: none of {len(candidates)} drafts runs "
+            f"({reasons})"
+        )
+    return SearchResult(
+        tuple(costs), generated, len(candidates), dict(skipped), time.perf_counter() - start
+    )
+
+
+def _reason(message: str) -> str:
+    """A refusal's message without its numbers, to count drafts by reason."""
+    return "".join("#" if ch.isdigit() else ch for ch in message).split(":")[0][:80]
+
+
+def best(result: SearchResult, objective: Objective = Objective.END_TO_END) -> DraftCost:
+    """The draft ``objective`` picks (ties: the first in search order)."""
+    return min(result.costs, key=OBJECTIVES[Objective(objective)])
+
+
+def default_draft(cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...]) -> Draft:
+    """The back end's default mapping of ``kernel`` (DCC V, module docstring) as a draft."""
+    nest = kernel_nest(kernel, sizes)
+    sets = dimension_sets(nest)
+    trips = dict(nest.loops)
+    g = cfg.group
+    per_bg = max(1, g.banks // g.bank_groups // cfg.core.banks)  # cores within a bank group
+    across_bg = cfg.cores_per_group // per_bg  # bank groups' worth of cores
+    spread = [across_bg, per_bg]
+    parts: list[Part] = []
+    for ds in sets:
+        dim, size, f = ds.mappings()[0]
+        var = f.var
+        if var in BATCH_VARIABLES:
+            parts.append(Part(min(cfg.system.groups_per_device, trips[var]), 1, dim, size, f))
+        elif spread:
+            parts.append(Part(1, spread.pop(0), dim, size, f))
+        else:
+            parts.append(Part(1, 1, dim, size, f))
+    return tuple(parts)

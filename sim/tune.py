@@ -1,0 +1,218 @@
+"""``pimphony tune``: DCC's best mapping of one kernel on a PIM back end (``docs/dcc.md``).
+
+Generates the kernel's tiling drafts, prunes them, simulates each on the back end's
+command-level model (compute) and its host bus (rearrangement), and prints the best drafts
+split into compute, rearrangement and host time; the chosen mapping; the back end's default
+mapping (DCC V) and the compute-centric choice, each with DCC's speedup over it; and the host
+GPU alone. ``--exhaustive`` simulates every draft without pruning and says whether the pruned
+search found the same best.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from typing import Any
+
+from compiler.dcc_cost import DraftCost, Placement, draft_cost, gpu_seconds, kernel_nest
+from compiler.dcc_schedule import DccKernel, dimension_sets
+from compiler.dcc_tune import Objective, best, default_draft, search
+from compiler.rearrange import Strategy
+from models.backends import available_backends, load_backend
+from models.errors import PimphonyError
+from models.fileio import check_writable, write_atomic
+from sim.cli import bounded_int, choice_names
+from sim.provenance import provenance
+
+__all__ = ["ShapeError", "add_arguments", "cost_row", "run", "tune_report"]
+
+
+class ShapeError(PimphonyError, ValueError):
+    """``--shape`` is not a comma-separated list of positive integers."""
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected comma-separated integers, e.g. 4096,4096"
+        ) from None
+    return values
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``pimphony tune``."""
+    p.add_argument("--kernel", required=True, choices=choice_names(DccKernel), help="kernel")
+    p.add_argument(
+        "--shape",
+        required=True,
+        type=_shape,
+        help="the kernel's sizes, comma-separated: gemv d_out,d_in; batched-gemv "
+        "batch,d_out,d_in; qk / sv heads,tokens,d_h; red rows,cols; va / relu n",
+    )
+    p.add_argument(
+        "--backend",
+        default="hbm-pim",
+        help=f"back end ({', '.join(available_backends())}) or a .toml path",
+    )
+    p.add_argument("--top", type=bounded_int(1, 1000), default=5, help="drafts to list")
+    p.add_argument(
+        "--strategy",
+        choices=choice_names(Strategy),
+        default=None,
+        help="rearrangement strategy (default: staged if the host has on-chip memory)",
+    )
+    p.add_argument(
+        "--placement",
+        choices=choice_names(Placement),
+        default=str(Placement.RESIDENT),
+        help="resident: weights / KV cache already in PIM layout (placed once); every-call: "
+        "every input is rearranged per call",
+    )
+    p.add_argument(
+        "--exhaustive",
+        action="store_true",
+        help="also simulate every draft without pruning and compare the best",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--out", default=None, help="also write the JSON report to this file")
+    p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+
+
+def cost_row(c: DraftCost) -> dict[str, Any]:
+    """One simulated draft as plain data (times in microseconds)."""
+    return {
+        "draft": " ".join(str(p) for p in c.draft),
+        "groups": c.share.groups,
+        "group_share": list(c.share.sizes),
+        "cores": list(c.share.cores),
+        "compute_us": c.compute_s * 1e6,
+        "rearrange_in_us": c.rearrange_in_s * 1e6,
+        "rearrange_out_us": c.rearrange_out_s * 1e6,
+        "host_us": c.host_s * 1e6,
+        "total_us": c.total_s * 1e6,
+        "bytes_in": c.bytes_in,
+        "bytes_out": c.bytes_out,
+        "cycles": c.cycles,
+    }
+
+
+def tune_report(
+    backend: str,
+    kernel: str,
+    shape: tuple[int, ...],
+    top: int = 5,
+    strategy: str | None = None,
+    exhaustive: bool = False,
+    placement: str = Placement.RESIDENT,
+) -> dict[str, Any]:
+    """The search's results as plain data (see the module docstring)."""
+    cfg = load_backend(backend)
+    k = DccKernel(kernel)
+    kernel_nest(k, shape)
+    strat = Strategy(strategy) if strategy else None
+    place = Placement(placement)
+    res = search(cfg, k, shape, pruned=True, strategy=strat, placement=place)
+    ranked = sorted(res.costs, key=lambda c: c.total_s)
+    chosen = best(res, Objective.END_TO_END)
+    centric = best(res, Objective.COMPUTE)
+    default = draft_cost(cfg, k, shape, default_draft(cfg, k, shape), strat, place)
+    gpu = gpu_seconds(cfg, k, shape)
+    nest = kernel_nest(k, shape)
+    report: dict[str, Any] = {
+        "backend": cfg.name,
+        "kernel": str(k),
+        "shape": list(shape),
+        "placement": str(place),
+        "system": {"groups": cfg.groups, "cores_per_group": cfg.cores_per_group},
+        "dimension_sets": [[m[0] for m in ds.members] for ds in dimension_sets(nest)],
+        "drafts": {
+            "generated": res.generated,
+            "after_pruning": res.pruned,
+            "simulated": len(res.costs),
+            "refused": res.skipped,
+            "search_seconds": res.seconds,
+        },
+        "top": [cost_row(c) for c in ranked[:top]],
+        "chosen": cost_row(chosen),
+        "default": cost_row(default),
+        "compute_centric": cost_row(centric),
+        "gpu_us": gpu * 1e6,
+        "speedup": {
+            "over_default": default.total_s / chosen.total_s,
+            "over_compute_centric": centric.total_s / chosen.total_s,
+            "over_gpu": gpu / chosen.total_s,
+            "default_over_gpu": gpu / default.total_s,
+        },
+    }
+    if exhaustive:
+        full = search(cfg, k, shape, pruned=False, strategy=strat, placement=place)
+        fb = best(full, Objective.END_TO_END)
+        report["exhaustive"] = {
+            "generated": full.generated,
+            "simulated": len(full.costs),
+            "search_seconds": full.seconds,
+            "best": cost_row(fb),
+            "same_best_time": fb.total_s == chosen.total_s,
+            "pruned_over_exhaustive": chosen.total_s / fb.total_s,
+        }
+    return report
+
+
+def _line(name: str, r: dict[str, Any]) -> str:
+    return (
+        f"  {name:<16} {r['total_us']:>10.2f} us = in {r['rearrange_in_us']:.2f} + compute "
+        f"{r['compute_us']:.2f} + out {r['rearrange_out_us']:.2f} + host {r['host_us']:.2f}  "
+        f"{r['draft']}"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the report (or write it as JSON)."""
+    if args.out:
+        check_writable(args.out, args.force)  # refuse before the search, not after
+    report = tune_report(
+        args.backend,
+        args.kernel,
+        args.shape,
+        args.top,
+        args.strategy,
+        args.exhaustive,
+        args.placement,
+    )
+    cfg = load_backend(args.backend)
+    report["provenance"] = provenance(
+        args, backend={"name": cfg.name, "values": dataclasses.asdict(cfg)}
+    )
+    text = json.dumps(report, indent=2, default=str)
+    if args.out:
+        write_atomic(args.out, (text + "\n").encode(), overwrite=args.force)
+    if args.json:
+        print(text)
+        return 0
+    r, d = report, report["drafts"]
+    print(f"tune {r['kernel']} {tuple(r['shape'])} on {r['backend']}: {r['system']['groups']} "
+          f"groups x {r['system']['cores_per_group']} cores")  # fmt: skip
+    refused = sum(d["refused"].values())
+    print(f"  drafts: {d['generated']:,} generated, {d['after_pruning']:,} after pruning, "
+          f"{d['simulated']:,} simulated ({refused:,} refused), "
+          f"{d['search_seconds']:.1f} s")  # fmt: skip
+    for i, row in enumerate(r["top"], 1):
+        print(_line(f"#{i}", row))
+    print(_line("chosen (DCC)", r["chosen"]))
+    print(_line("default (DCC V)", r["default"]))
+    print(_line("compute-centric", r["compute_centric"]))
+    s = r["speedup"]
+    print(f"  GPU alone: {r['gpu_us']:.2f} us")
+    print(f"  speedup: {s['over_default']:.2f}x over default, {s['over_compute_centric']:.2f}x "
+          f"over compute-centric, {s['over_gpu']:.2f}x over GPU "
+          f"(default {s['default_over_gpu']:.2f}x)")  # fmt: skip
+    if "exhaustive" in r:
+        e = r["exhaustive"]
+        print(f"  exhaustive: {e['simulated']:,} drafts in {e['search_seconds']:.1f} s; best "
+              f"{e['best']['total_us']:.2f} us; pruned search "
+              f"{'finds the same' if e['same_best_time'] else 'is'} "
+              f"{e['pruned_over_exhaustive']:.3f}x of it")  # fmt: skip
+    return 0
