@@ -20,16 +20,11 @@ from compiler.dcc_schedule import DccKernel, dimension_sets
 from compiler.dcc_tune import Objective, best, default_draft, search
 from compiler.rearrange import Strategy
 from models.backends import available_backends, load_backend
-from models.errors import PimphonyError
 from models.fileio import check_writable, write_atomic
 from sim.cli import bounded_int, choice_names
 from sim.provenance import provenance
 
-__all__ = ["ShapeError", "add_arguments", "cost_row", "run", "tune_report"]
-
-
-class ShapeError(PimphonyError, ValueError):
-    """``--shape`` is not a comma-separated list of positive integers."""
+__all__ = ["add_arguments", "cost_row", "run", "tune_report"]
 
 
 def _shape(text: str) -> tuple[int, ...]:

@@ -1,0 +1,144 @@
+"""DCC draft costs (compiler/dcc_cost.py): the worst group's share by hand, each part of the
+end-to-end time recomputed from its definition, placement, refusals, the GPU roofline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from compiler.dcc_cost import (
+    DraftCost,
+    Placement,
+    draft_cost,
+    gpu_seconds,
+    group_share,
+    kernel_nest,
+)
+from compiler.dcc_schedule import DccError, DccKernel, Index, Part
+from compiler.hbm_pim_lowering import GROUP_LOWERINGS
+from compiler.rearrange import Strategy, access_stream, rearrangement_seconds
+from models.backends import load_backend
+from models.hbm_pim import Op, time_stream
+from models.xpu import VectorOp, vector_cost
+
+HBM = load_backend("hbm-pim")  # 5 devices x 16 pseudo-channels = 80 groups of 8 units
+
+
+def small_backend(tmp_path: Path, groups: int = 2) -> Path:
+    """hbm-pim with one device of ``groups`` pseudo-channels (searches stay small)."""
+    path = tmp_path / "hbm-pim-small.toml"
+    path.write_text(
+        f'extends = "hbm-pim"\nname = "hbm-pim-small"\n[system]\ndevices = 1\n'
+        f"groups_per_device = {groups}\n"
+    )
+    return path
+
+
+def gemv_draft(g_o: int, c_o: int, g_i: int, c_i: int) -> tuple[Part, Part]:
+    return (
+        Part(g_o, c_o, "y0", 1024, Index("o")),
+        Part(g_i, c_i, "W1", 1024, Index("i")),
+    )
+
+
+def test_group_share_by_hand() -> None:
+    # o: 1024 over 20 groups -> 52 (51.2 rounded up) on 7 cores; i: 1024 over 4 groups -> 256
+    s = group_share(HBM, DccKernel.GEMV, (1024, 1024), gemv_draft(20, 7, 4, 1))
+    assert (s.sizes, s.cores, s.groups, s.reduction_groups) == ((52, 256), (7, 1), 80, 4)
+    # batched GEMV: the batch set n is not a reduction; splitting it over groups leaves none
+    nest = kernel_nest(DccKernel.BATCHED_GEMV, (8, 256, 512))
+    assert [loop for loop, _ in nest.loops] == ["n", "o", "i"]
+    d = (
+        Part(4, 1, "Y0", 8, Index("n")),
+        Part(2, 4, "Y1", 256, Index("o")),
+        Part(1, 2, "W1", 512, Index("i")),
+    )
+    s = group_share(HBM, DccKernel.BATCHED_GEMV, (8, 256, 512), d)
+    assert (s.sizes, s.cores, s.groups, s.reduction_groups) == ((2, 128, 512), (1, 4, 2), 8, 1)
+
+
+def test_cost_parts_from_their_definitions() -> None:
+    """Every-call placement, reduction split over 2 groups and 2 cores (FILL path)."""
+    sizes, d = (256, 512), gemv_draft(4, 2, 2, 2)
+    c = draft_cost(HBM, DccKernel.GEMV, sizes, d, Strategy.STAGED, Placement.EVERY_CALL)
+    assert isinstance(c, DraftCost)
+    share = c.share
+    assert (share.sizes, share.cores, share.groups) == ((64, 256), (2, 2), 8)
+    prog = GROUP_LOWERINGS[DccKernel.GEMV](HBM, (64, 256), (2, 2))
+    f = HBM.timing.freq_ghz * 1e9
+    assert c.cycles == prog.cycles and c.compute_s == pytest.approx(prog.cycles / f)
+    # rearrangement in: one group's single-bank writes of W and x, staged over the 8 groups
+    addr = np.unique(np.concatenate([a for a in prog.inputs.values() if len(a)]), axis=0)
+    assert {"W", "x"} <= set(prog.inputs)
+    cycles = time_stream(HBM, access_stream(HBM, addr, Op.WR)).cycles
+    nbytes = len(addr) * HBM.group.column_bytes * 8
+    mem = HBM.host().memory
+    _, want, _ = rearrangement_seconds(
+        Strategy.STAGED, nbytes, mem.bandwidth_gbps * mem.efficiency, cycles / f, 8,
+        HBM.system.onchip_bytes,
+    )  # fmt: skip
+    assert c.rearrange_in_s == pytest.approx(want) and c.bytes_in == nbytes
+    # host: the program's lane and core sums in each group, plus one partial per extra group
+    adds = prog.host_ops * 8 + 256 * (2 - 1)
+    assert c.host_s == pytest.approx(vector_cost(HBM.host(), VectorOp.RESIDUAL, adds).seconds)
+    assert c.total_s == pytest.approx(c.rearrange_in_s + c.compute_s + c.rearrange_out_s + c.host_s)
+    # resident placement: W is already in PIM layout, only x moves
+    r = draft_cost(HBM, DccKernel.GEMV, sizes, d, Strategy.STAGED, Placement.RESIDENT)
+    assert 0 < r.bytes_in < c.bytes_in
+    x = np.unique(prog.inputs["x"], axis=0)
+    assert r.bytes_in == len(x) * HBM.group.column_bytes * 8
+    assert r.compute_s == c.compute_s and r.rearrange_out_s == c.rearrange_out_s
+
+
+def test_broadcast_gemv_moves_no_inputs_when_resident() -> None:
+    # c_i = 1: x is written into GRF_A by the stream itself, W is resident
+    c = draft_cost(HBM, DccKernel.GEMV, (1024, 1024), gemv_draft(16, 8, 1, 1))
+    assert c.bytes_in == 0 and c.rearrange_in_s == 0
+    assert c.bytes_out > 0 and c.host_s > 0  # 16-lane partial sums come back and are added
+
+
+def test_direct_is_slower_than_staged_for_many_groups() -> None:
+    d = gemv_draft(16, 8, 1, 1)
+    args = (HBM, DccKernel.GEMV, (1024, 1024), d)
+    staged = draft_cost(*args, Strategy.STAGED, Placement.EVERY_CALL)
+    direct = draft_cost(*args, Strategy.DIRECT, Placement.EVERY_CALL)
+    assert direct.rearrange_in_s > staged.rearrange_in_s
+    assert direct.compute_s == staged.compute_s
+
+
+@pytest.mark.parametrize(
+    "kernel, sizes, draft, message",
+    [
+        (DccKernel.GEMV, (1024, 1024), gemv_draft(81, 1, 1, 1), "uses 81 groups; back end"),
+        (DccKernel.GEMV, (1024, 1024), gemv_draft(1, 3, 1, 3), "uses 9 cores per group"),
+        (DccKernel.GEMV, (1024, 1024), gemv_draft(1, 1, 1, 1)[:1], "1 part"),
+        (DccKernel.GEMV, (1024,), gemv_draft(1, 1, 1, 1), r"1 size\(s\) given, expected 2"),
+        (DccKernel.VA, (0,), (Part(1, 1, "C0", 1, Index("n")),), "n = 0: must be at least 1"),
+        (
+            DccKernel.GEMV,
+            (1024, 1024),
+            (Part(1, 1, "y0", 1024, Index("o", 2)), Part(1, 1, "W1", 1024, Index("i"))),
+            "index function o\\*2 is not the identity",
+        ),
+    ],
+)
+def test_refusals(kernel, sizes, draft, message) -> None:
+    with pytest.raises(DccError, match=message):
+        draft_cost(HBM, kernel, sizes, draft)
+
+
+def test_back_end_without_timing_is_refused() -> None:
+    with pytest.raises(DccError, match="no \\[timing\\]"):
+        draft_cost(load_backend("aim"), DccKernel.GEMV, (64, 64), gemv_draft(1, 1, 1, 1))
+
+
+def test_gpu_roofline_by_hand() -> None:
+    # a memory-bound GEMV: the weights' bytes at 2,039 GB/s x 0.85 (configs/xpu/a100-80gb)
+    t = gpu_seconds(HBM, DccKernel.GEMV, (4096, 4096))
+    weights = 4096 * 4096 * 2
+    assert weights / (2039e9 * 0.85) <= t < 1.01 * weights / (2039e9 * 0.85)
+    # VA reads two vectors and writes one
+    n = 1 << 20
+    assert gpu_seconds(HBM, DccKernel.VA, (n,)) == pytest.approx(3 * n * 2 / (2039e9 * 0.85))

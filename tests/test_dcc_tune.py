@@ -1,0 +1,109 @@
+"""DCC's search (compiler/dcc_tune.py) and ``pimphony tune``: the pruned search finds the
+exhaustive search's best on small shapes, the objectives pick what they say, the default
+mapping is one of the generated drafts, and the command's output and refusals."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from compiler.dcc_cost import draft_cost
+from compiler.dcc_schedule import DccError, DccKernel, Index, Part
+from compiler.dcc_tune import Objective, best, default_draft, kernel_drafts, search
+from models.backends import load_backend
+from sim.cli import main
+from tests.helpers import run_cli
+from tests.test_dcc_cost import small_backend
+
+HBM = load_backend("hbm-pim")
+
+
+@pytest.mark.parametrize(
+    "kernel, sizes",
+    [
+        (DccKernel.GEMV, (64, 256)),
+        (DccKernel.BATCHED_GEMV, (2, 32, 128)),
+        (DccKernel.RED, (64, 128)),
+        (DccKernel.VA, (512,)),
+        (DccKernel.RELU, (300,)),
+    ],
+)
+def test_pruned_search_finds_the_exhaustive_best(tmp_path: Path, kernel, sizes) -> None:
+    cfg = load_backend(small_backend(tmp_path))
+    pruned = search(cfg, kernel, sizes, pruned=True)
+    full = search(cfg, kernel, sizes, pruned=False)
+    assert pruned.pruned < full.generated == pruned.generated
+    assert best(pruned).total_s == best(full).total_s
+
+
+def test_objectives(tmp_path: Path) -> None:
+    cfg = load_backend(small_backend(tmp_path))
+    res = search(cfg, DccKernel.GEMV, (64, 512), pruned=False)
+    e2e, comp = best(res, Objective.END_TO_END), best(res, Objective.COMPUTE)
+    assert e2e.total_s == min(c.total_s for c in res.costs)
+    assert comp.compute_s == min(c.compute_s for c in res.costs)
+    assert e2e.total_s <= comp.total_s and comp.compute_s <= e2e.compute_s
+
+
+def test_default_draft_is_dcc_v_mapping() -> None:
+    # hbm-pim: 4 bank groups x 4 banks, a unit per 2 banks -> first dimension over 4, second
+    # over 2; heads over one device's 16 pseudo-channels
+    d = default_draft(HBM, DccKernel.GEMV, (1024, 1024))
+    assert [(p.groups, p.cores, p.dim) for p in d] == [(1, 4, "y0"), (1, 2, "W1")]
+    d = default_draft(HBM, DccKernel.BATCHED_GEMV, (32, 1024, 1024))
+    assert [(p.groups, p.cores) for p in d] == [(16, 1), (1, 4), (1, 2)]
+    attacc = load_backend("attacc")  # 16 bank groups x 4 banks, a GEMV unit per bank
+    d = default_draft(attacc, DccKernel.BATCHED_GEMV, (4, 512, 128))
+    assert [(p.groups, p.cores) for p in d] == [(4, 1), (1, 16), (1, 4)]
+    every, _ = kernel_drafts(HBM, DccKernel.GEMV, (1024, 1024), pruned=False)
+    assert default_draft(HBM, DccKernel.GEMV, (1024, 1024)) in every
+
+
+def test_search_refuses_when_nothing_runs() -> None:
+    too_many_rows = (Part(1, 1, "C0", 1 << 22, Index("n")),)  # 4M elements in one unit's bank
+    with pytest.raises(DccError, match="none of 1 drafts runs"):
+        search(HBM, DccKernel.VA, (1 << 22,), candidates=[too_many_rows])
+
+
+def test_tune_command(tmp_path: Path, capsys) -> None:
+    cfg = small_backend(tmp_path)
+    out = tmp_path / "tune.json"
+    args = ["tune", "--kernel", "gemv", "--shape", "64,256", "--backend", str(cfg)]
+    assert main([*args, "--exhaustive", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "chosen (DCC)" in text and "default (DCC V)" in text
+    assert "pruned search finds the same" in text
+    report = json.loads(out.read_text())
+    chosen = report["chosen"]
+    assert chosen["total_us"] == pytest.approx(
+        chosen["rearrange_in_us"] + chosen["compute_us"] + chosen["rearrange_out_us"]
+        + chosen["host_us"]
+    )  # fmt: skip
+    assert report["speedup"]["over_default"] >= 1.0
+    assert report["provenance"]["command"]
+    # the same draft simulated directly costs the same
+    d = default_draft(load_backend(cfg), DccKernel.GEMV, (64, 256))
+    direct = draft_cost(load_backend(cfg), DccKernel.GEMV, (64, 256), d)
+    assert report["default"]["total_us"] == pytest.approx(direct.total_s * 1e6)
+    # an existing --out is refused before the search, and kept
+    before = out.read_text()
+    assert main([*args, "--out", str(out)]) != 0
+    assert "pass --force" in capsys.readouterr().err
+    assert out.read_text() == before
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--kernel", "gemv", "--shape", "64,x"], "expected comma-separated integers"),
+        (["--kernel", "gemv", "--shape", "64"], r"1 size\(s\) given, expected 2"),
+        (["--kernel", "conv", "--shape", "64"], "invalid choice: 'conv'"),
+        (["--kernel", "gemv", "--shape", "64,64", "--backend", "aim"], "no \\[timing\\]"),
+    ],
+)
+def test_tune_refusals(extra, message, capsys) -> None:
+    rc, _, err = run_cli(capsys, "tune", *extra)
+    assert rc != 0 and re.search(message, err), err
