@@ -25,6 +25,12 @@ the rest of the run. The cycles before the first activation are not in the stati
 are taken as 0 (the first ACT at cycle 0), which overstates active standby by at most that
 many cycles x (``act_standby_power`` - ``pre_standby_power``). The row left open at the end is
 closed by the PRE already charged with its ACT; its residency ends with the run.
+
+A ``kind = "hbm"`` preset (:class:`HbmEnergyParams`, ``configs/energy/hbm-pim.toml``) states
+energies per bit of the HBM data path (cells, column decoder -> bank-group mux -> global I/O
+-> TSV -> interposer), per PIM MAC and the IDD standby currents; it converts AiM commands on
+HBM2 (the same interface as :class:`EnergyParams`) and HBM-PIM command streams
+(:func:`hbm_pim_activity`, :func:`hbm_pim_energy`).
 """
 
 from __future__ import annotations
@@ -451,10 +457,10 @@ def _from_raw(raw: dict[str, Any], source: str) -> EnergyParams | HbmEnergyParam
     src = require_key(raw, "source", EnergyConfigError, head)
     check_value(f"{head}source = {src!r}", src, str, EnergyConfigError)
     counts: dict[str, int | None] = {}
-    for i, key in enumerate(structure):
-        value = raw.get(key) if i == len(structure) - 1 else None
-        if i < len(structure) - 1:  # the last structure key (a module total) is optional
-            value = require_key(raw, key, EnergyConfigError, head)
+    *required, optional = structure  # the last structure key (a module total) is optional
+    for key in structure:
+        value = require_key(raw, key, EnergyConfigError, head) if key in required else None
+        value = raw.get(optional) if key == optional else value
         if value is not None:
             check_value(f"{head}{key} = {value!r}", value, int, EnergyConfigError)
         counts[key] = value
