@@ -113,11 +113,11 @@ def test_small_gemv_by_hand():
 def test_parts_sum_to_total_and_channels_scale():
     cfg, p = load_backend("hbm-pim"), _params()
     k = lower_gemv(cfg, 512, 1024, channels=4)
-    e = hbm_pim_energy(_run(cfg, k, 8 * 64), cfg, p)
+    e = hbm_pim_energy(_run(cfg, k, 2 * 8 * 64), cfg, p)  # J = 2, T = 8 tiles
     assert sum(e.parts.values()) == e.total
     d = e.to_dict("pJ")
     assert sum(v for key, v in d.items() if key not in ("unit", "total")) == d["total"]
-    one = hbm_pim_energy(_run(cfg, lower_gemv(cfg, 128, 1024, channels=1), 8 * 64), cfg, p)
+    one = hbm_pim_energy(_run(cfg, lower_gemv(cfg, 128, 1024, channels=1), 2 * 8 * 64), cfg, p)
     assert e.total == pytest.approx(4 * one.total)  # the same stream on 4 pseudo-channels
 
 
