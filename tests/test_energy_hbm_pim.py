@@ -249,3 +249,17 @@ def test_pim_gemv_energy_cli():
     bad = _cli("pim-gemv", "--dout", "64", "--din", "128", "--energy", "aim-cent")
     assert bad.returncode != 0
     assert "not of kind 'hbm'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_channel_run_on_hbm2_uses_the_hbm_preset():
+    """`pimphony run --preset librapim-hbm2 --energy hbm-pim`: the AiM channel TLM's counts x
+    the per-command energies above (MAC 1,884.16, WR_INP 204.8, RD_OUT 778.24 pJ)."""
+    out = _cli("run", "--kernel", "qk", "--tokens", "256", "--dh", "128", "--preset",
+               "librapim-hbm2", "--energy", "hbm-pim", "--json")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    e, c = doc["energy"], doc["counts"]
+    assert e["per_command"]["stacks_per_module"] == 8
+    assert e["mac"] == pytest.approx(c["MAC"] * 1884.16)
+    assert e["io"] == pytest.approx(c["WR_INP"] * 204.8 + c["RD_OUT"] * 778.24)
+    assert e["activation"] == pytest.approx(doc["row_switches"] * 14417.92)
