@@ -25,6 +25,12 @@ the rest of the run. The cycles before the first activation are not in the stati
 are taken as 0 (the first ACT at cycle 0), which overstates active standby by at most that
 many cycles x (``act_standby_power`` - ``pre_standby_power``). The row left open at the end is
 closed by the PRE already charged with its ACT; its residency ends with the run.
+
+A ``kind = "hbm"`` preset (:class:`HbmEnergyParams`, ``configs/energy/hbm-pim.toml``) states
+energies per bit of the HBM data path (cells, column decoder -> bank-group mux -> global I/O
+-> TSV -> interposer), per PIM MAC and the IDD standby currents; it converts AiM commands on
+HBM2 (the same interface as :class:`EnergyParams`) and HBM-PIM command streams
+(:func:`hbm_pim_activity`, :func:`hbm_pim_energy`).
 """
 
 from __future__ import annotations
@@ -33,7 +39,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from models.config import (
     CONFIG_DIR,
@@ -47,22 +55,34 @@ from models.config import (
 )
 from models.isa import Op
 
+if TYPE_CHECKING:
+    from models.backends import BackendConfig
+
 __all__ = [
     "DEFAULT_ENERGY",
     "ENERGY_DIR",
     "ENERGY_FIELDS",
+    "FIELDS_OF",
+    "HBM_FIELDS",
     "PARTS",
     "UNITS",
+    "ActBasis",
     "ChannelActivity",
     "Energy",
     "EnergyConfigError",
+    "EnergyKind",
     "EnergyParams",
+    "HbmAccess",
+    "HbmEnergyParams",
+    "HbmPimActivity",
     "Part",
     "available_energy_presets",
     "background_energy",
     "channel_activity",
     "channel_energy",
     "dynamic_energy",
+    "hbm_pim_activity",
+    "hbm_pim_energy",
     "load_energy",
     "load_energy_config",
 ]
@@ -97,6 +117,9 @@ UNITS: dict[str, dict[str, float]] = {
     "ratio": {"x": 1.0},
     "energy_per_bit": {"pJ/bit": 1.0, "fJ/bit": 1e-3, "nJ/bit": 1e3},
     "energy_per_flop": {"pJ/FLOP": 1.0, "fJ/FLOP": 1e-3, "nJ/FLOP": 1e3},
+    "energy_per_mac": {"pJ/MAC": 1.0, "fJ/MAC": 1e-3, "nJ/MAC": 1e3},
+    "current": {"mA": 1.0, "A": 1e3, "uA": 1e-3},
+    "voltage": {"V": 1.0, "mV": 1e-3},
 }
 
 #: Every value of ``[values]``: (unit kind, what it may be per, meaning).
@@ -115,8 +138,44 @@ ENERGY_FIELDS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "internode_link_energy": ("energy_per_bit", ("bit",), "module <-> module"),
     "epu_energy": ("energy_per_flop", ("FLOP",), "HUB EPU arithmetic"),
 }
+
+#: The ``kind = "hbm"`` preset (``configs/energy/hbm-pim.toml``): energy per bit moved along an
+#: HBM's data path (cells -> column decoder -> bank-group mux -> global I/O -> TSV ->
+#: interposer), per PIM MAC, and the standby currents of a channel.
+HBM_FIELDS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "cell_act_energy": ("energy_per_bit", ("bit",), "ACT+PRE, per bit of the opened row"),
+    "cell_column_energy": ("energy_per_bit", ("bit",), "cells <-> column decoder (RD/WR)"),
+    "bank_to_bg_mux_energy": ("energy_per_bit", ("bit",), "column decoder -> bank-group mux"),
+    "bg_mux_to_gio_energy": ("energy_per_bit", ("bit",), "bank-group mux -> global I/O mux"),
+    "tsv_energy": ("energy_per_bit", ("bit",), "through-silicon vias"),
+    "interposer_energy": ("energy_per_bit", ("bit",), "silicon interposer I/O"),
+    "alu_energy": ("energy_per_mac", ("MAC",), "one FP16 MAC of a PIM lane"),
+    "vdd": ("voltage", ("stack",), "supply of the IDD currents"),
+    "idd3n": ("current", ("channel", "pseudo-channel"), "active standby current"),
+    "idd2n": ("current", ("channel", "pseudo-channel"), "precharge standby current"),
+    "host_link_energy": ("energy_per_bit", ("bit",), "device <-> host"),
+    "internode_link_energy": ("energy_per_bit", ("bit",), "device <-> device"),
+    "epu_energy": ("energy_per_flop", ("FLOP",), "extra processing unit arithmetic"),
+}
+
+
+class EnergyKind(StrEnum):
+    """What an energy preset describes (its ``kind``; ``aim`` if not stated)."""
+
+    AIM = "aim"  # powers x windows per command (CENT's calculator, GDDR6-PIM)
+    HBM = "hbm"  # energies per bit of the HBM data path, IDD standby currents
+
+
+#: Each kind's ``[values]`` fields and its structure keys (besides name, source, kind, values).
+FIELDS_OF: dict[EnergyKind, tuple[dict[str, tuple[str, tuple[str, ...], str]], tuple[str, ...]]]
+FIELDS_OF = {
+    EnergyKind.AIM: (ENERGY_FIELDS, ("channels_per_chip", "chips_per_module")),
+    EnergyKind.HBM: (
+        HBM_FIELDS,
+        ("channels_per_stack", "pseudo_channels_per_channel", "stacks_per_device"),
+    ),
+}
 _ENTRY_KEYS = ("value", "unit", "per", "source")
-_TOP = ("name", "source", "channels_per_chip", "chips_per_module", "values")
 
 
 def available_energy_presets() -> list[str]:
@@ -222,13 +281,141 @@ class EnergyParams:
 
     def link_pj(self, nbytes: float, link: str) -> float:
         """``nbytes`` over the ``host`` or ``internode`` link, pJ."""
-        key = {"host": "host_link_energy", "internode": "internode_link_energy"}.get(link)
-        if key is None:
-            raise ValueError(f"link {link!r} is unknown; allowed: host, internode")
-        return self.values[key] * 8 * nbytes
+        return _link_pj(self.values, nbytes, link)
+
+    def standby_mw(self, cfg: HardwareConfig) -> tuple[float, float]:
+        """Active and precharged standby power of one channel of ``cfg``, mW."""
+        return self.values["act_standby_power"], self.values["pre_standby_power"]
 
 
-def load_energy(name: str | Path = DEFAULT_ENERGY) -> EnergyParams:
+def _link_pj(values: Mapping[str, float], nbytes: float, link: str) -> float:
+    key = {"host": "host_link_energy", "internode": "internode_link_energy"}.get(link)
+    if key is None:
+        raise ValueError(f"link {link!r} is unknown; allowed: host, internode")
+    return values[key] * 8 * nbytes
+
+
+class ActBasis(StrEnum):
+    """How the per-bit activation energy of an ``hbm`` preset is charged."""
+
+    ROW = "row"  # per ACT: the bits of the row it opens (our reading; default)
+    ACCESSED = "accessed"  # per bit a column command moves to or from the cells (AttAcc's)
+
+
+@dataclass(frozen=True)
+class HbmEnergyParams:
+    """A validated ``kind = "hbm"`` preset: energies per bit of the HBM data path (pJ/bit),
+    per PIM MAC (pJ/MAC), ``vdd`` (V) and standby currents ``idd3n``/``idd2n`` (mA per
+    *pseudo-channel*: a per-channel value is divided by ``pseudo_channels_per_channel``).
+
+    A group of the hardware is a pseudo-channel (HBM-PIM back ends) or a channel (the AiM
+    channel TLM on HBM2, e.g. ``librapim-hbm2``); :meth:`group_pchs` says which. Stacks per
+    device = groups / (``channels_per_stack`` x pseudo-channels per group); a stated
+    ``stacks_per_device`` must equal it.
+    """
+
+    name: str
+    source: str
+    channels_per_stack: int
+    pseudo_channels_per_channel: int
+    stacks_per_device: int | None
+    values: dict[str, float]
+    sources: dict[str, str]
+
+    kind = EnergyKind.HBM
+
+    @property
+    def host_path(self) -> float:
+        """pJ/bit from the column decoder to the host: BG mux, GIO, TSV, interposer."""
+        v = self.values
+        return (
+            v["bank_to_bg_mux_energy"]
+            + v["bg_mux_to_gio_energy"]
+            + v["tsv_energy"]
+            + v["interposer_energy"]
+        )
+
+    @property
+    def channels_per_chip(self) -> int:
+        """Channels of one stack (the ``chip`` of the AiM presets' reports)."""
+        return self.channels_per_stack
+
+    def group_pchs(self, cfg: HardwareConfig | BackendConfig) -> int:
+        """Pseudo-channels in one group of ``cfg``: 1 for a back end whose group is a
+        pseudo-channel, ``pseudo_channels_per_channel`` for a channel."""
+        kind = getattr(getattr(cfg, "group", None), "kind", "channel")
+        return 1 if kind == "pseudo-channel" else self.pseudo_channels_per_channel
+
+    def _groups(self, cfg: HardwareConfig | BackendConfig) -> int:
+        system = getattr(cfg, "system", None)
+        return system.groups_per_device if system is not None else cfg.module.channels
+
+    def chips(self, cfg: HardwareConfig | BackendConfig) -> int:
+        """Stacks of one device (module) of ``cfg``; refuses a split that is not whole and a
+        stated ``stacks_per_device`` that differs."""
+        groups = self._groups(cfg)
+        per_stack = self.channels_per_stack * self.pseudo_channels_per_channel
+        per_stack //= self.group_pchs(cfg)
+        if groups % per_stack:
+            raise EnergyConfigError(
+                f"energy preset {self.name}: a stack holds {per_stack} groups "
+                f"(channels_per_stack = {self.channels_per_stack}), which does not divide the "
+                f"{groups} groups of {cfg.name}; allowed: a stack size dividing {groups}"
+            )
+        stacks = groups // per_stack
+        if self.stacks_per_device is not None and self.stacks_per_device != stacks:
+            raise EnergyConfigError(
+                f"energy preset {self.name}: stacks_per_device = {self.stacks_per_device} but "
+                f"{cfg.name} has {groups} groups / {per_stack} per stack; allowed: {stacks}"
+            )
+        return stacks
+
+    def standby_mw(self, cfg: HardwareConfig | BackendConfig) -> tuple[float, float]:
+        """Active (VDD x IDD3N) and precharged (VDD x IDD2N) standby power of one group of
+        ``cfg``, mW (V x mA), per-pseudo-channel currents x the group's pseudo-channels."""
+        v, n = self.values, self.group_pchs(cfg)
+        return v["vdd"] * v["idd3n"] * n, v["vdd"] * v["idd2n"] * n
+
+    def act_pre_pj_per_bank(self, row_bytes: int) -> float:
+        """``E_ACT+PRE`` of one bank, pJ: ``cell_act_energy`` x the row's bits."""
+        return self.values["cell_act_energy"] * 8 * row_bytes
+
+    def row_switch_pj(self, cfg: HardwareConfig) -> float:
+        """One all-bank row switch of an AiM channel, pJ: ``banks`` x ACT+PRE per bank."""
+        return cfg.channel.banks * self.act_pre_pj_per_bank(cfg.channel.row_bytes)
+
+    def op_pj(self, cfg: HardwareConfig) -> dict[str, float]:
+        """AiM commands on HBM, pJ. MAC: every bank reads a column (cell energy; the unit
+        sits at the bank, as the AttAcc simulator's bank-level PIM) and its lanes MAC once;
+        WR_INP: host -> Global Buffer over the interposer and TSV; RD_OUT: output registers
+        at the banks -> host over the whole path from the column decoder (no cell access)."""
+        v, bits = self.values, 8 * cfg.channel.column_bytes
+        lanes = cfg.channel.column_bytes // 2  # FP16 lanes of one column (AiM: 16)
+        return {
+            "MAC": cfg.channel.banks * (bits * v["cell_column_energy"] + lanes * v["alu_energy"]),
+            "RD_OUT": bits * self.host_path,
+            "WR_INP": bits * (v["tsv_energy"] + v["interposer_energy"]),
+        }
+
+    def per_command(self, cfg: HardwareConfig) -> dict[str, Any]:
+        """Per-command energies and per-channel powers on ``cfg`` (JSON-ready, for reports)."""
+        act, pre = self.standby_mw(cfg)
+        return {
+            "preset": self.name,
+            "stacks_per_module": self.chips(cfg),
+            "act_pre_pj_per_bank": self.act_pre_pj_per_bank(cfg.channel.row_bytes),
+            "row_switch_pj": self.row_switch_pj(cfg),
+            **{f"{op.lower()}_pj": pj for op, pj in self.op_pj(cfg).items()},
+            "act_standby_mw_per_channel": act,
+            "pre_standby_mw_per_channel": pre,
+        }
+
+    def link_pj(self, nbytes: float, link: str) -> float:
+        """``nbytes`` over the ``host`` or ``internode`` link, pJ."""
+        return _link_pj(self.values, nbytes, link)
+
+
+def load_energy(name: str | Path = DEFAULT_ENERGY) -> EnergyParams | HbmEnergyParams:
     """Load a shipped energy preset by name (``aim-cent``) or a path to a TOML file."""
     path = find_toml(str(name), ENERGY_DIR, EnergyConfigError, "energy preset", _available)
     return load_energy_config(path)
@@ -238,7 +425,7 @@ def _available() -> list[str]:
     return available_energy_presets()
 
 
-def load_energy_config(path: str | Path) -> EnergyParams:
+def load_energy_config(path: str | Path) -> EnergyParams | HbmEnergyParams:
     """Load and validate an energy preset file (``extends`` resolved).
 
     Errors (:class:`EnergyConfigError`) name the file, the field, the value and what is
@@ -249,27 +436,46 @@ def load_energy_config(path: str | Path) -> EnergyParams:
     return _from_raw(raw, str(path))
 
 
-def _from_raw(raw: dict[str, Any], source: str) -> EnergyParams:
+def _from_raw(raw: dict[str, Any], source: str) -> EnergyParams | HbmEnergyParams:
     head = f"{source}: "
-    reject_unknown_keys(raw, _TOP, EnergyConfigError, head, " at top level")
+    kind_raw = raw.get("kind", str(EnergyKind.AIM))
+    try:
+        kind = EnergyKind(kind_raw)
+    except ValueError:
+        raise EnergyConfigError(
+            f"{head}kind = {kind_raw!r} is unknown; allowed: {', '.join(EnergyKind)}"
+        ) from None
+    table_of, structure = FIELDS_OF[kind]
+    reject_unknown_keys(
+        raw, ("name", "source", "kind", *structure, "values"), EnergyConfigError, head,
+        " at top level",
+    )  # fmt: skip
     name = check_value(
         f"{head}name = {raw.get('name')!r}", require_key(raw, "name", EnergyConfigError, head),
         str, EnergyConfigError,
     )  # fmt: skip
     src = require_key(raw, "source", EnergyConfigError, head)
     check_value(f"{head}source = {src!r}", src, str, EnergyConfigError)
-    cpc = require_key(raw, "channels_per_chip", EnergyConfigError, head)
-    check_value(f"{head}channels_per_chip = {cpc!r}", cpc, int, EnergyConfigError)
-    chips = raw.get("chips_per_module")
-    if chips is not None:
-        check_value(f"{head}chips_per_module = {chips!r}", chips, int, EnergyConfigError)
+    counts: dict[str, int | None] = {}
+    *required, optional = structure  # the last structure key (a module total) is optional
+    for key in structure:
+        value = require_key(raw, key, EnergyConfigError, head) if key in required else None
+        value = raw.get(optional) if key == optional else value
+        if value is not None:
+            check_value(f"{head}{key} = {value!r}", value, int, EnergyConfigError)
+        counts[key] = value
     table = require_key(raw, "values", EnergyConfigError, head, section=True)
     if not isinstance(table, dict):
         raise EnergyConfigError(f"{head}[values] must be a table, got {type(table).__name__}")
-    reject_unknown_keys(table, list(ENERGY_FIELDS), EnergyConfigError, f"{head}[values] ")
+    reject_unknown_keys(table, list(table_of), EnergyConfigError, f"{head}[values] ")
+    # what a per-unit value is divided by to reach the canonical unit's ``per``
+    divisor = {
+        EnergyKind.AIM: {"chip": counts.get("channels_per_chip")},
+        EnergyKind.HBM: {"channel": counts.get("pseudo_channels_per_channel")},
+    }[kind]
     values: dict[str, float] = {}
     sources: dict[str, str] = {}
-    for key, (kind, pers, _meaning) in ENERGY_FIELDS.items():
+    for key, (unit_kind, pers, _meaning) in table_of.items():
         entry = require_key(table, key, EnergyConfigError, f"{head}[values] ")
         where = f"{head}[values] {key}"
         if not isinstance(entry, dict):
@@ -280,10 +486,10 @@ def _from_raw(raw: dict[str, Any], source: str) -> EnergyParams:
         for k in _ENTRY_KEYS:
             require_key(entry, k, EnergyConfigError, f"{where}: ")
         unit, per, cite = entry["unit"], entry["per"], entry["source"]
-        allowed = UNITS[kind]
+        allowed = UNITS[unit_kind]
         if unit not in allowed:
             raise EnergyConfigError(
-                f"{where}.unit = {unit!r}: not a unit of {kind.replace('_', ' ')}; "
+                f"{where}.unit = {unit!r}: not a unit of {unit_kind.replace('_', ' ')}; "
                 f"allowed: {', '.join(allowed)}"
             )
         if per not in pers:
@@ -296,11 +502,23 @@ def _from_raw(raw: dict[str, Any], source: str) -> EnergyParams:
             zero_ok=True,
         )  # fmt: skip
         value *= allowed[unit]
-        if per == "chip":
-            value /= cpc
+        value /= divisor.get(per) or 1
         values[key] = value
         sources[key] = cite
-    return EnergyParams(name, src, cpc, chips, values, sources)
+    if kind is EnergyKind.HBM:
+        return HbmEnergyParams(
+            name,
+            src,
+            int(counts["channels_per_stack"] or 0),
+            int(counts["pseudo_channels_per_channel"] or 0),
+            counts["stacks_per_device"],
+            values,
+            sources,
+        )
+    return EnergyParams(
+        name, src, int(counts["channels_per_chip"] or 0), counts["chips_per_module"], values,
+        sources,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -401,7 +619,9 @@ def channel_activity(summary: Mapping[str, Any], cfg: HardwareConfig) -> Channel
     return ChannelActivity(counts, switches, cycles - pre, pre)
 
 
-def dynamic_energy(act: ChannelActivity, cfg: HardwareConfig, params: EnergyParams) -> Energy:
+def dynamic_energy(
+    act: ChannelActivity, cfg: HardwareConfig, params: EnergyParams | HbmEnergyParams
+) -> Energy:
     """MAC, I/O and activation energy of ``act`` (pJ): counts x per-command energies."""
     c, pj = act.counts, params.op_pj(cfg)
     return Energy(
@@ -412,21 +632,162 @@ def dynamic_energy(act: ChannelActivity, cfg: HardwareConfig, params: EnergyPara
 
 
 def background_energy(
-    active_cycles: float, precharged_cycles: float, cfg: HardwareConfig, params: EnergyParams
+    active_cycles: float,
+    precharged_cycles: float,
+    cfg: HardwareConfig,
+    params: EnergyParams | HbmEnergyParams,
 ) -> float:
     """Standby energy, pJ: (``act_standby_power`` x active + ``pre_standby_power`` x
     precharged channel-cycles) x tCK (mW x ns = pJ)."""
     if active_cycles < 0 or precharged_cycles < 0:
         raise ValueError(f"residency must be >= 0, got {active_cycles}, {precharged_cycles}")
     t_ck_ns = 1.0 / cfg.module.freq_ghz
-    v = params.values
-    return (
-        v["act_standby_power"] * active_cycles + v["pre_standby_power"] * precharged_cycles
-    ) * t_ck_ns
+    act, pre = params.standby_mw(cfg)
+    return (act * active_cycles + pre * precharged_cycles) * t_ck_ns
 
 
-def channel_energy(act: ChannelActivity, cfg: HardwareConfig, params: EnergyParams) -> Energy:
+def channel_energy(
+    act: ChannelActivity, cfg: HardwareConfig, params: EnergyParams | HbmEnergyParams
+) -> Energy:
     """Energy of channel activity ``act`` (pJ): dynamic parts plus its background."""
     bg = background_energy(act.active_cycles, act.precharged_cycles, cfg, params)
     d = dynamic_energy(act, cfg, params)
     return Energy(mac=d.mac, io=d.io, activation=d.activation, background=bg)
+
+
+class HbmAccess(StrEnum):
+    """What one RD/WR of an HBM-PIM stream moves, for energy (:func:`hbm_pim_activity`)."""
+
+    TRIGGER = "trigger"  # AB-PIM RD/WR of a bank row: each unit's column, cells <-> unit
+    REGISTER = "register"  # RD/WR of the register row in AB modes: host <-> the units
+    HOST = "host"  # SB RD/WR and mode-change writes: one bank's column <-> host
+    BROADCAST = "broadcast"  # AB (PIM off) RD/WR of a bank row: host <-> every bank
+
+
+@dataclass(frozen=True)
+class HbmPimActivity:
+    """What the energy model reads of one HBM-PIM stream run on ``groups`` pseudo-channels
+    (each runs the same stream, :mod:`models.hbm_pim`): per group ``bank_activations`` (an
+    all-bank ACT counts every bank), ``accesses`` per :class:`HbmAccess`, ``macs`` (MAC
+    triggers; each MACs every lane of every unit), and the residency of ``cycles``."""
+
+    groups: int
+    bank_activations: int
+    accesses: Mapping[str, int]
+    macs: int
+    active_cycles: int
+    precharged_cycles: int
+
+    @property
+    def cycles(self) -> int:
+        """Cycles of the run."""
+        return self.active_cycles + self.precharged_cycles
+
+
+def hbm_pim_activity(
+    cfg: BackendConfig,
+    stream: np.ndarray,
+    payload: np.ndarray,
+    issue: np.ndarray,
+    cycles: int,
+    macs: int,
+    groups: int = 1,
+) -> HbmPimActivity:
+    """Classify ``stream`` (``models.hbm_pim.COMMAND_DTYPE``) for energy; ``issue`` and
+    ``cycles`` are its :func:`models.hbm_pim.time_stream` timeline, ``payload`` the data its
+    WRs name (the control word's PIM bit says whether AB-mode column commands trigger),
+    ``macs`` its MAC triggers (from the kernel: which triggers MAC depends on the program).
+
+    Residency: precharged from cycle 0 to the first ACT, and from every PRE that closes the
+    last open bank to the next ACT (or the end); active otherwise.
+    """
+    from models.hbm_pim import (
+        AB_ENTRY_ROW,
+        CTRL_COLUMN,
+        MODE_COLUMN,
+        SB_ENTRY_ROW,
+        Mode,
+        _modes,
+    )
+    from models.hbm_pim import Op as HbmOp
+
+    g = cfg.group
+    modes = _modes(cfg, stream).tolist()
+    ops, banks = stream["op"].tolist(), stream["bank"].tolist()
+    rows, cols, data = stream["row"].tolist(), stream["col"].tolist(), stream["data"].tolist()
+    is_open = [False] * g.banks
+    n_open = 0
+    closed_since = 0  # cycle the channel last became all-precharged (-1: a row is open)
+    precharged = 0
+    activations = 0
+    acc = dict.fromkeys((str(a) for a in HbmAccess), 0)
+    pim_on = False
+    for k, op in enumerate(ops):
+        ab = modes[k] != Mode.SB
+        if op in (HbmOp.ACT, HbmOp.PRE):
+            sel = range(g.banks) if ab else (banks[k],)
+            if op == HbmOp.ACT:
+                activations += len(sel)
+                if n_open == 0:
+                    precharged += int(issue[k]) - closed_since
+            for b in sel:
+                n_open += (op == HbmOp.ACT) - is_open[b]
+                is_open[b] = op == HbmOp.ACT
+            if op == HbmOp.PRE and n_open == 0:
+                closed_since = int(issue[k])
+            continue
+        row, col = rows[k], cols[k]
+        if ab and row == g.register_row:
+            if op == HbmOp.WR and col == CTRL_COLUMN:
+                pim_on = bool(int(payload[data[k]][0]) & 1)
+            kind = HbmAccess.REGISTER
+        elif col == MODE_COLUMN and row in (AB_ENTRY_ROW, SB_ENTRY_ROW) and op == HbmOp.WR:
+            kind = HbmAccess.HOST
+        elif ab:
+            kind = HbmAccess.TRIGGER if pim_on else HbmAccess.BROADCAST
+        else:
+            kind = HbmAccess.HOST
+        acc[str(kind)] += 1
+    if n_open == 0:
+        precharged += cycles - closed_since
+    return HbmPimActivity(groups, activations, acc, macs, cycles - precharged, precharged)
+
+
+def hbm_pim_energy(
+    act: HbmPimActivity,
+    cfg: BackendConfig,
+    params: HbmEnergyParams,
+    basis: ActBasis = ActBasis.ROW,
+) -> Energy:
+    """Energy of ``act`` on back end ``cfg`` (pJ, all its groups), ``docs/energy.md``:
+
+    - MAC: ``macs`` x units x lanes x ``alu_energy`` + triggers x units x column bits x
+      ``cell_column_energy`` (each unit moves one column between its bank and itself);
+    - I/O: register accesses x column bits x the host path (column decoder -> BG mux -> GIO
+      -> TSV -> interposer), host accesses x column bits x (cell + host path), broadcasts x
+      column bits x (host path + banks x cell);
+    - activation: ``ROW``, bank activations x row bits x ``cell_act_energy``; ``ACCESSED``,
+      every bit moved to or from the cells x ``cell_act_energy``;
+    - background: (VDD IDD3N x active + VDD IDD2N x precharged) x tCK per group.
+    """
+    v, g, c = params.values, cfg.group, cfg.core
+    assert cfg.timing is not None
+    bits = 8 * g.column_bytes
+    units = g.banks // c.banks
+    a = act.accesses
+    trig, reg, host, bcast = (a[str(k)] for k in HbmAccess)
+    mac = (
+        act.macs * units * c.lanes * v["alu_energy"] + trig * units * bits * v["cell_column_energy"]
+    )
+    io = bits * (
+        reg * params.host_path
+        + host * (v["cell_column_energy"] + params.host_path)
+        + bcast * (params.host_path + g.banks * v["cell_column_energy"])
+    )
+    if basis is ActBasis.ROW:
+        activation = act.bank_activations * params.act_pre_pj_per_bank(g.row_bytes)
+    else:
+        activation = bits * (trig * units + host + bcast * g.banks) * v["cell_act_energy"]
+    p_act, p_pre = params.standby_mw(cfg)
+    background = (p_act * act.active_cycles + p_pre * act.precharged_cycles) / cfg.timing.freq_ghz
+    return Energy(mac=mac, io=io, activation=activation, background=background).scaled(act.groups)

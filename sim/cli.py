@@ -133,6 +133,11 @@ COMMANDS: tuple[Command, ...] = (
         "sim.experiments.librapim_fig19",
     ),
     Command(
+        "librapim-energy",
+        "LibraPIM Fig. 22 shape: decode energy by part of the four systems (HBM energy preset)",
+        "sim.experiments.librapim_energy",
+    ),
+    Command(
         "sherpa",
         "PIM-SHERPA: DRAM capacity of WD, FACIL-O, S-DDB and S-OWR (Fig. 9)",
         "sim.experiments.sherpa",

@@ -25,6 +25,7 @@ from compiler.rearrange import (
     rearrangement_cost,
 )
 from models.backends import available_backends, load_backend
+from models.energy import ActBasis, HbmEnergyParams, hbm_pim_activity, hbm_pim_energy, load_energy
 from models.errors import PimphonyError
 from models.hbm_pim import Op, execute, time_stream
 from sim.cli import SEED, bounded_int
@@ -62,6 +63,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also time host layout -> PIM layout of the weights and the results' read-back",
     )
     p.add_argument("--seed", type=SEED, default=0, help="seed of --check's values")
+    p.add_argument(
+        "--energy",
+        metavar="PRESET",
+        help="also report energy with this kind = hbm preset (e.g. hbm-pim) or .toml path",
+    )
+    p.add_argument(
+        "--act-basis",
+        choices=[str(b) for b in ActBasis],
+        default=str(ActBasis.ROW),
+        help="charge activation per opened row (default) or per bit moved (AttAcc's reading)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -72,9 +84,12 @@ def gemv_report(
     batch: int = 1,
     channels: int | None = None,
     rearrange: bool = False,
+    energy: str | None = None,
+    act_basis: str = str(ActBasis.ROW),
 ) -> dict[str, Any]:
     """Cycles, counts, utilisation and bandwidth of one lowered GEMV (no values); with
-    ``rearrange``, the weights' layout (staged and direct) and the results' read-back."""
+    ``rearrange``, the weights' layout (staged and direct) and the results' read-back; with
+    ``energy`` (a ``kind = "hbm"`` preset), its energy by part (``docs/energy.md``)."""
     cfg = load_backend(backend)
     k = lower_gemv(cfg, dout, din, batch=batch, channels=channels)
     tl = time_stream(cfg, k.stream)
@@ -103,6 +118,8 @@ def gemv_report(
         "peak_gbps": peak,
         "rows_per_bank": lay.weight_rows + lay.result_rows,
     }
+    if energy is not None:
+        report["energy"] = _energy(cfg, k, tl, macs, energy, ActBasis(act_basis))
     if rearrange:
         weights = gemv_weight_addresses(lay)
         moves = {
@@ -127,6 +144,31 @@ def gemv_report(
     return report
 
 
+def _energy(cfg, k, tl, macs: int, preset: str, basis: ActBasis) -> dict[str, Any]:
+    params = load_energy(preset)
+    if not isinstance(params, HbmEnergyParams):
+        raise PimphonyError(
+            f"--energy {preset}: a {params.name!r} preset is not of kind 'hbm'; allowed: an "
+            "HBM preset such as hbm-pim"
+        )
+    stacks = params.chips(cfg)
+    act = hbm_pim_activity(cfg, k.stream, k.payload, tl.issue, tl.cycles, macs, k.layout.channels)
+    e = hbm_pim_energy(act, cfg, params, basis)
+    return {
+        "preset": params.name,
+        "act_basis": str(basis),
+        "stacks_per_device": stacks,
+        "pseudo_channels": act.groups,
+        "bank_activations_per_channel": act.bank_activations,
+        "accesses_per_channel": dict(act.accesses),
+        "active_cycles": act.active_cycles,
+        "precharged_cycles": act.precharged_cycles,
+        "pj": e.to_dict("pJ"),
+        "pj_per_mac": e.total / (macs * act.groups * (cfg.group.banks // cfg.core.banks)
+                                 * cfg.core.lanes),
+    }  # fmt: skip
+
+
 def _check(backend: str, dout: int, din: int, batch: int, channels: int | None, seed: int) -> int:
     cfg = load_backend(backend)
     rng = np.random.default_rng(seed)
@@ -145,7 +187,14 @@ def _check(backend: str, dout: int, din: int, batch: int, channels: int | None, 
 def run(args: argparse.Namespace) -> int:
     """Print the report (and the check's verdict)."""
     report = gemv_report(
-        args.backend, args.dout, args.din, args.batch, args.channels, args.rearrange
+        args.backend,
+        args.dout,
+        args.din,
+        args.batch,
+        args.channels,
+        args.rearrange,
+        args.energy,
+        args.act_basis,
     )
     if args.check:
         macs = _check(args.backend, args.dout, args.din, args.batch, args.channels, args.seed)
@@ -169,6 +218,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"  MAC triggers: {r['mac_triggers']:,}, MAC utilisation {r['mac_utilisation']:.1%} "
           f"(of one per tCCD_L), useful {r['useful_fraction']:.1%}")  # fmt: skip
     print(f"  weights: {r['weight_gbps']:.1f} GB/s achieved of {r['peak_gbps']:.1f} GB/s peak")
+    if "energy" in r:
+        e = r["energy"]["pj"]
+        print(f"  energy ({r['energy']['preset']}, activation per {r['energy']['act_basis']}): "
+              f"{e['total'] / 1e6:.3f} uJ = MAC {e['mac'] / 1e6:.3f} + I/O {e['io'] / 1e6:.3f} "
+              f"+ ACT/PRE {e['activation'] / 1e6:.3f} + background "
+              f"{e['background'] / 1e6:.3f} uJ; {r['energy']['pj_per_mac']:.3f} pJ per lane "
+              "MAC")  # fmt: skip
     for name, m in r.get("rearrange", {}).items():
         print(f"  {name.replace('_', ' ')}: {m['total_us']:.2f} us ({m['strategy']}: host "
               f"{m['host_us']:.2f} us, one channel {m['channel_us']:.2f} us, "

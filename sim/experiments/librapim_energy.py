@@ -1,0 +1,471 @@
+"""``pimphony librapim-energy``: LibraPIM Fig. 22 shape -- energy of a decode step of the
+LibraPIM systems (NPU+AiM, AttAcc, NeuPIMs, LibraPIM) by part (``docs/energy.md``).
+
+Every point is one :func:`sim.decode_step.librapim.run_librapim` step (the systems' times and
+decisions, not modified). Its energy is re-derived from what each system ran, per device and
+layer, then x layers x ``tp`` devices:
+
+* **PIM MAC / I/O / activation**: the channel kernels of the system's PIM work (attention of
+  the requests left on PIM, in the partition :func:`~sim.decode_step.step.attention_cycles`
+  picks, the fastest as the system's timing does; AttAcc's co-processed FFN GEMVs; LibraPIM's
+  offloaded FFN in the Fig. 14 mode), their :class:`models.energy.ChannelActivity` from the
+  kernel cache, converted with the HBM energy preset (``hbm-pim``: AiM commands on HBM2);
+* **background**: every channel of every device over the step, active for its kernels'
+  active residency and precharged for the rest;
+* **EPU**: softmax FLOPs; **NPU**: issued FLOPs and DRAM bytes of every xPU op the system
+  runs (QKV, projection, FFN of the requests not offloaded, vector ops, moved attention),
+  at the preset's PIM ALU energy per MAC and its full-path DRAM energy per byte (the AttAcc
+  simulator charges its GPU with the same two values); **links**: Q/K/V and attention
+  outputs (and offloaded FFN inputs/outputs) at the preset's ``host_link_energy``.
+
+The paper (6.5): energy at batch 128, Llama3-70B; "with DBO enabled, LibraPIM shows higher
+energy consumption for shorter sequences ... an average overhead of approximately 20%" over
+NeuPIMs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from compiler.kernels import gemv_max_batch
+from compiler.llm import LayerOp, ModelSpec, load_model
+from compiler.plan import (
+    DecodeMappingError,
+    GemvJob,
+    PartitionError,
+    layer_plan,
+    micro_batches,
+    split_evenly,
+)
+from models.config import HardwareConfig, load_preset
+from models.energy import (
+    PARTS,
+    ChannelActivity,
+    Energy,
+    HbmEnergyParams,
+    background_energy,
+    dynamic_energy,
+    load_energy,
+)
+from models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
+from models.hub import SOFTMAX_FLOPS_PER_SCORE
+from models.xpu import VectorOp, XpuCost, attention_cost, gemm_cost, vector_cost
+from models.xpu_config import XpuConfig, XpuEnergy, load_xpu
+from sim.decode_step.energy import xpu_energy
+from sim.decode_step.kernels import KernelCache
+from sim.decode_step.librapim import (
+    ATTENTION_PARTITIONS,
+    DEFAULT_TP,
+    SYSTEMS,
+    LibrapimSystem,
+    System,
+    run_librapim,
+    sharded_shapes,
+)
+from sim.decode_step.setup import DecodeError, DecodeSetup
+from sim.decode_step.step import attention_cycles
+from sim.experiments.librapim_fig19 import FIG19_CONTEXTS
+from sim.provenance import provenance
+from sim.report import user_output, user_plot
+
+__all__ = [
+    "FIG22_BATCH",
+    "FIG22_DIR",
+    "FIG22_MODEL",
+    "PAPER_DBO_OVER_NEUPIMS",
+    "add_arguments",
+    "fig22",
+    "format_fig22",
+    "npu_energy_params",
+    "plot_fig22",
+    "run",
+    "system_energy",
+]
+
+FIG22_DIR = BUILD_DIR / "librapim"
+#: LibraPIM 6.5 / Fig. 22: "Energy consumption in Llama3-70B", "under the batch size of 128".
+FIG22_MODEL = "llama-3.1-70b"
+FIG22_BATCH = 128
+#: 6.5: LibraPIM with DBO vs NeuPIMs, "an average overhead of approximately 20%".
+PAPER_DBO_OVER_NEUPIMS = 1.20
+#: The bars' parts, in stacking order (``Energy`` fields; ``xpu`` is the NPU).
+BAR_PARTS = ("xpu", "mac", "io", "activation", "background", "epu", "links")
+_LABELS = {
+    "xpu": "NPU",
+    "mac": "PIM MAC",
+    "io": "PIM I/O",
+    "activation": "ACT/PRE",
+    "background": "background",
+    "epu": "EPU (softmax)",
+    "links": "links",
+}
+
+
+def npu_energy_params(params: HbmEnergyParams) -> XpuEnergy:
+    """The NPU's activity energy from the HBM preset: ``alu_energy`` / 2 per FLOP and the
+    full path per DRAM byte, 8 x (cell ACT + cell column + column decoder -> host), the two
+    values the AttAcc simulator charges its GPU with (``ENERGY_TABLE['GPU']`` 'alu', 'mem');
+    its L1/L2/register terms are not modelled (our cost model counts no on-chip traffic)."""
+    v = params.values
+    return XpuEnergy(
+        pj_per_flop=v["alu_energy"] / 2,
+        pj_per_dram_byte=8 * (v["cell_act_energy"] + v["cell_column_energy"] + params.host_path),
+    )
+
+
+def _attention_activity(
+    spec: ModelSpec, hw: HardwareConfig, tp: int, lengths: tuple[int, ...], cache: KernelCache
+) -> tuple[ChannelActivity, str]:
+    """One layer's PIM attention of ``lengths`` on one (1/``tp``-of-the-heads) device: the
+    fastest partition, as ``sim.decode_step.librapim`` picks it; its kernels' activity."""
+    best: tuple[int, str] | None = None
+    key = tuple(sorted(lengths))
+    for part in ATTENTION_PARTITIONS:
+        try:
+            setup = DecodeSetup(spec, hw, key, tp=tp, partition=part, check_capacity=False)
+            chosen, att, _ = attention_cycles(setup, key, cache)
+        except (PartitionError, DecodeMappingError):
+            continue
+        total = sum(att[k] for k in ("qk", "softmax", "sv"))
+        if best is None or total < best[0]:
+            best = (total, chosen)
+    if best is None:
+        raise DecodeError(f"no attention partition maps {spec.name} on this PIM")
+    plan = layer_plan(spec, hw, key, tp, best[1])
+    act = ChannelActivity.zero()
+    for jobs in (*plan.qk, *plan.sv):
+        for j in jobs:
+            act += cache.run(j).activity
+    return act, best[1]
+
+
+def _ffn_gemv_activity(
+    spec: ModelSpec, hw: HardwareConfig, tp: int, m: int, cache: KernelCache
+) -> ChannelActivity:
+    """AttAcc's co-processed FFN of ``m`` requests on one device: the FFN GEMVs (each bank
+    reads its weights per request), all channels."""
+    act = ChannelActivity.zero()
+    if m:
+        plan = layer_plan(spec, hw, (1,) * m, tp)
+        for op in (LayerOp.FFN1, LayerOp.FFN2):
+            for jobs in plan.gemv[op]:
+                for j in jobs:
+                    act += cache.run(j).activity
+    return act
+
+
+def _ffn_shared_activity(
+    spec: ModelSpec, hw: HardwareConfig, tp: int, m: int, cache: KernelCache
+) -> ChannelActivity:
+    """LibraPIM's offloaded FFN of ``m`` requests (Fig. 14 mode) on one device: per channel
+    GEMVs whose matrix is the inputs and whose vectors are the channel's weight rows, as
+    ``sim.decode_step.librapim`` times them; all channels."""
+    act = ChannelActivity.zero()
+    if not m:
+        return act
+    for op in (LayerOp.FFN1, LayerOp.FFN2):
+        d_out, d_in = sharded_shapes(spec, tp)[op]
+        most = max(1, gemv_max_batch(hw, m, d_in))
+        for rows in split_evenly(d_out, hw.module.channels, 1):
+            sizes = [most] * (rows // most) + ([rows % most] if rows % most else [])
+            for k in sizes:
+                act += cache.run(GemvJob(m, d_in, k)).activity
+    return act
+
+
+def _xpu_costs(
+    spec: ModelSpec, xpu: XpuConfig, tp: int, batch: int, ffn_batch: int, on_xpu: tuple[int, ...]
+) -> dict[str, tuple[XpuCost, int]]:
+    """One layer's xPU ops for a group of ``batch`` requests, ``ffn_batch`` of them with their
+    FFN on the xPU and attention of contexts ``on_xpu`` moved there (one device)."""
+    shapes = sharded_shapes(spec, tp)
+    act = VectorOp.SWIGLU if spec.ffn == "swiglu" else VectorOp.RELU
+    costs: dict[str, tuple[XpuCost, int]] = {
+        "norm": (vector_cost(xpu, VectorOp.NORM, batch * spec.hidden), 2),
+        "residual": (vector_cost(xpu, VectorOp.RESIDUAL, batch * spec.hidden), 2),
+    }
+    for op, m in ((LayerOp.QKV, batch), (LayerOp.PROJ, batch), (LayerOp.FFN1, ffn_batch),
+                  (LayerOp.FFN2, ffn_batch)):  # fmt: skip
+        if m:
+            d_out, d_in = shapes[op]
+            costs[str(op)] = (gemm_cost(xpu, m, d_in, d_out), 1)
+    if ffn_batch:
+        costs["act"] = (vector_cost(xpu, act, ffn_batch * spec.intermediate // tp), 1)
+    if on_xpu:
+        att = attention_cost(
+            xpu, list(on_xpu), spec.heads // tp, spec.kv_heads // tp, spec.head_dim
+        )
+        costs["attention"] = (att, 1)
+    return costs
+
+
+def _qkv_out_bytes(spec: ModelSpec, tp: int, n: int) -> int:
+    """Q/K/V to PIM and attention outputs back for ``n`` requests on one device (bytes), as
+    ``sim.decode_step.librapim`` sends them."""
+    e = spec.element_bytes
+    qkv = n * (spec.heads + 2 * spec.kv_heads) * spec.head_dim * e // tp
+    return qkv + n * spec.heads * spec.head_dim * e // tp
+
+
+def system_energy(
+    spec: ModelSpec,
+    hw: HardwareConfig,
+    xpu: XpuConfig,
+    tp: int,
+    lengths: tuple[int, ...],
+    result: LibrapimSystem,
+    params: HbmEnergyParams,
+    cache: KernelCache,
+) -> dict[str, Any]:
+    """Energy of one system's step (``result``) on ``tp`` devices: parts in J, J per token,
+    the PIM activity's counts. ``cache`` must time kernels as ``run_librapim``'s does."""
+    e_bytes = spec.element_bytes
+    npu = dataclasses.replace(xpu, energy=npu_energy_params(params))
+    pim = ChannelActivity.zero()
+    costs: dict[str, tuple[XpuCost, int]] = {}
+    link_bytes = 0
+    softmax_scores = 0
+    if result.name == System.ATTACC:
+        b = len(lengths)
+        m = int(result.decisions[0]["m"])
+        chunks = int(result.decisions[0]["chunks"])
+        att, _ = _attention_activity(spec, hw, tp * chunks, lengths, cache)
+        pim = att.scaled(chunks) + _ffn_gemv_activity(spec, hw, tp, m, cache)
+        softmax_scores = sum(lengths)
+        for k, (c, n) in _xpu_costs(spec, xpu, tp, b, b - m, ()).items():
+            costs[k] = (c, n)
+        link_bytes = _qkv_out_bytes(spec, tp, b) + 2 * m * spec.hidden * e_bytes
+    else:
+        for i, mb in enumerate(micro_batches(lengths, result.groups)):
+            d = result.decisions[i]
+            use = SYSTEMS[System(result.name)].dbo
+            m, n = (int(d["m"]), int(d["n"])) if use else (0, 0)
+            order = sorted(range(len(mb)), key=lambda r: -mb[r])
+            on_xpu = tuple(mb[r] for r in order[:n])
+            on_pim = tuple(mb[r] for r in order[n:])
+            if on_pim:
+                pim += _attention_activity(spec, hw, tp, on_pim, cache)[0]
+            pim += _ffn_shared_activity(spec, hw, tp, m, cache)
+            softmax_scores += sum(on_pim)
+            for k, (c, cnt) in _xpu_costs(spec, xpu, tp, len(mb), len(mb) - m, on_xpu).items():
+                costs[f"{k}.{i}"] = (c, cnt)
+            link_bytes += _qkv_out_bytes(spec, tp, len(on_pim)) + 2 * m * spec.hidden * e_bytes
+    layers = spec.layers
+    pim = pim.scaled(layers)
+    channel_cycles = hw.module.channels * result.cycles
+    if pim.active_cycles > channel_cycles:
+        raise DecodeError(
+            f"{result.name}: {pim.active_cycles} active channel-cycles exceed the step's "
+            f"{channel_cycles}"
+        )
+    dyn = dynamic_energy(pim, hw, params)
+    npu_e = xpu_energy(npu, costs)
+    assert npu_e is not None
+    softmax_flops = SOFTMAX_FLOPS_PER_SCORE * (spec.heads // tp) * softmax_scores * layers
+    device = Energy(
+        mac=dyn.mac,
+        io=dyn.io,
+        activation=dyn.activation,
+        background=background_energy(
+            pim.active_cycles, channel_cycles - pim.active_cycles, hw, params
+        ),
+        epu=softmax_flops * params.values["epu_energy"],
+        xpu=npu_e.xpu * layers,
+        links=params.link_pj(link_bytes * layers, "host"),
+    )
+    total = device.scaled(tp)
+    out = total.to_dict("J")
+    return {
+        "parts_j": out,
+        "joules_per_step": out["total"],
+        "joules_per_token": out["total"] / len(lengths),
+        "pim_counts_per_device": {k: int(v) for k, v in pim.counts.items() if v},
+        "row_switches_per_device": pim.row_switches,
+        "pim_active_fraction": pim.active_cycles / channel_cycles,
+        "step_ms": result.step_seconds * 1e3,
+    }
+
+
+def fig22(
+    models: Sequence[str] = (FIG22_MODEL,),
+    batches: Sequence[int] = (FIG22_BATCH,),
+    contexts: Sequence[int] = FIG19_CONTEXTS,
+    groups: int = 2,
+    tp: int = DEFAULT_TP,
+    energy: str = "hbm-pim",
+    preset: str = "librapim-hbm2",
+    xpu: str = "librapim-npu",
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """One row per (model, batch, context): each paper system's energy by part."""
+    hw, dev = load_preset(preset), load_xpu(xpu)
+    params = load_energy(energy)
+    if not isinstance(params, HbmEnergyParams):
+        raise DecodeError(
+            f"energy preset {params.name!r} is not of kind 'hbm'; LibraPIM's PIM is HBM2: use "
+            "an HBM preset such as hbm-pim"
+        )
+    stacks = params.chips(hw)
+    names = [s for s in SYSTEMS if s != System.LIBRAPIM_BEST]
+    rows = []
+    for name in models:
+        spec = load_model(name)
+        for b in batches:
+            for ctx in contexts:
+                lengths = (ctx,) * b
+                systems = run_librapim(spec, hw, dev, lengths, min(groups, b), "dcs", tp, names)
+                cache = KernelCache(hw, "dcs", True, dpa=True, dpa_max_tokens=max(lengths))
+                row: dict[str, Any] = {
+                    "model": spec.name, "batch": b, "context": ctx, "stacks_per_device": stacks,
+                    "systems": {
+                        s: system_energy(spec, hw, dev, tp, lengths, r, params, cache)
+                        for s, r in systems.items()
+                    },
+                    "dbo": [
+                        {k: d[k] for k in ("case", "m", "n")}
+                        for d in systems[System.LIBRAPIM].decisions
+                    ],
+                }  # fmt: skip
+                base = row["systems"][System.NEUPIMS]["joules_per_step"]
+                for e in row["systems"].values():
+                    e["vs_neupims"] = e["joules_per_step"] / base
+                rows.append(row)
+                if progress:
+                    progress(
+                        f"{spec.name} B={b} L={ctx}: "
+                        + " ".join(
+                            f"{s} {e['joules_per_token']:.3f} J/tok"
+                            for s, e in row["systems"].items()
+                        )
+                    )
+    return rows
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean over the rows of each system's energy relative to NeuPIMs."""
+    systems = rows[0]["systems"]
+    return {s: sum(r["systems"][s]["vs_neupims"] for r in rows) / len(rows) for s in systems}
+
+
+def format_fig22(rows: list[dict[str, Any]]) -> str:
+    """Per point and system: J per token by part, and the ratio to NeuPIMs."""
+    head = f"{'model':14s} {'B':>4s} {'L':>5s} {'system':9s} {'J/token':>8s} " + " ".join(
+        f"{_LABELS[p]:>10.10s}" for p in BAR_PARTS
+    )
+    lines = [head + "  vs NeuPIMs"]
+    for r in rows:
+        for s, e in r["systems"].items():
+            parts = e["parts_j"]
+            lines.append(
+                f"{r['model']:14s} {r['batch']:4d} {r['context']:5d} {s:9s} "
+                f"{e['joules_per_token']:8.4f} "
+                + " ".join(f"{parts[p] / r['batch']:10.4f}" for p in BAR_PARTS)
+                + f"  {e['vs_neupims']:.2f}x"
+            )
+    mean = summary(rows)
+    lines.append(
+        "mean energy vs NeuPIMs: "
+        + ", ".join(f"{s} {v:.2f}x" for s, v in mean.items())
+        + f" (paper: LibraPIM ~{PAPER_DBO_OVER_NEUPIMS:.2f}x)"
+    )
+    return "\n".join(lines)
+
+
+_COLOURS = {
+    "xpu": "#264653",
+    "mac": "#e76f51",
+    "io": "#f4a261",
+    "activation": "#e9c46a",
+    "background": "#8ecae6",
+    "epu": "#2a9d8f",
+    "links": "#adb5bd",
+}
+
+
+def plot_fig22(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Stacked bars: per point (x) the systems side by side, J per token by part."""
+    plt = pyplot()
+    systems = list(rows[0]["systems"])
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.6 * len(rows) * len(systems) / 2), 4.2))
+    w = 0.8 / len(systems)
+    for i, s in enumerate(systems):
+        xs = [x + (i - (len(systems) - 1) / 2) * w for x in range(len(rows))]
+        bottom = [0.0] * len(rows)
+        for p in BAR_PARTS:
+            h = [r["systems"][s]["parts_j"][p] / r["batch"] for r in rows]
+            ax.bar(xs, h, w, bottom=bottom, color=_COLOURS[p], edgecolor="white", lw=0.3,
+                   label=_LABELS[p] if i == 0 else None)  # fmt: skip
+            bottom = [b + v for b, v in zip(bottom, h, strict=True)]
+        for x, top in zip(xs, bottom, strict=True):
+            ax.text(x, top, s, rotation=90, ha="center", va="bottom", fontsize=6)
+    ax.set_xticks(
+        list(range(len(rows))),
+        [f"{r['model']}\nB {r['batch']}, L {r['context']}" for r in rows],
+        fontsize=7,
+    )
+    ax.set_xlabel("model, batch size, input length (tokens)")
+    ax.set_ylabel("energy per generated token (J)")
+    ax.set_title("Decode-step energy by part (LibraPIM Fig. 22 shape; NPU+AiM, AttAcc, NeuPIMs, "
+                 "LibraPIM)", fontsize=9)  # fmt: skip
+    ax.legend(fontsize=7, ncol=4, loc="upper left")
+    ax.margins(y=0.15)
+    fig.tight_layout()
+    return write_figure(fig, path)
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated integers") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: every value must be >= 1")
+    return values
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``librapim-energy`` subcommand's options."""
+    p.add_argument("--models", default=FIG22_MODEL, help="comma-separated model presets")
+    p.add_argument("--batches", type=_int_list, default=(FIG22_BATCH,), help="e.g. 128")
+    p.add_argument("--contexts", type=_int_list, default=FIG19_CONTEXTS, help="e.g. 16,4096")
+    p.add_argument("--groups", type=int, default=2, help="batch groups (NeuPIMs, LibraPIM)")
+    p.add_argument("--tp", type=int, default=DEFAULT_TP, help="devices sharing every layer")
+    p.add_argument("--energy", default="hbm-pim", help="kind = hbm energy preset or .toml")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--report", type=Path, help=f"JSON path (default {FIG22_DIR}/fig22.json)")
+    p.add_argument("--plot", type=Path, help=f"PNG path (default {FIG22_DIR}/fig22.png)")
+    p.add_argument("--force", action="store_true", help="replace existing output files")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``pimphony librapim-energy``."""
+    report = user_output(args.report, FIG22_DIR / "fig22.json", args.force)
+    plot = user_plot(args.plot, FIG22_DIR / "fig22.png", args.force)
+    progress = None if args.json else (lambda m: print(f"  {m}", flush=True))
+    models = tuple(m for m in args.models.split(",") if m)
+    rows = fig22(
+        models, args.batches, args.contexts, args.groups, args.tp, args.energy, progress=progress
+    )
+    path = plot_fig22(rows, plot)
+    block = provenance(args, load_preset("librapim-hbm2"), models=list(models))
+    doc = {
+        "rows": rows,
+        "mean_vs_neupims": summary(rows),
+        "paper": {"librapim_vs_neupims": PAPER_DBO_OVER_NEUPIMS},
+        "parts": [str(p) for p in PARTS],
+        "plot": str(path),
+        "provenance": block,
+    }
+    text = json.dumps(doc, indent=2, default=str)
+    write_atomic(report, (text + "\n").encode())
+    if args.json:
+        print(text)
+    else:
+        print(format_fig22(rows))
+        print(f"report: {report}\nplot:   {plot}")
+    return 0
