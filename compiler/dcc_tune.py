@@ -16,8 +16,11 @@ The default mapping (:func:`default_draft`, DCC V): "distributes different batch
 attention heads across 16 channels, partitions the first tensor dimension across 16 bank
 groups per channel, and partitions the second tensor dimension across 4 banks per bank
 group" (AttAcc's; DCC gives HBM-PIM the same "data distribution and processing
-assignment"). On a back end: the batch or head set over one device's groups, the next set over
-the bank groups' cores and the one after over the cores within a bank group.
+assignment"). On a back end: the batch or head set (:data:`BATCH_SETS`) over one device's
+groups, the next set over the bank groups' cores and the one after over the cores within a
+bank group; a one-dimensional kernel (VA, ReLU) spreads its dimension over all the group's
+cores. A kernel without a batch or head set uses one group: the mapping has nothing to
+spread over channels.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from models.backends import BackendConfig
 from models.errors import PimphonyError
 
 __all__ = [
-    "BATCH_VARIABLES",
+    "BATCH_SETS",
     "Objective",
     "SearchResult",
     "best",
@@ -52,8 +55,13 @@ __all__ = [
     "search",
 ]
 
-#: Loop variables that are batches or attention heads (DCC V: spread over the channels).
-BATCH_VARIABLES = frozenset({"n", "h"})
+#: The loop variable of each kernel that is a batch or attention heads (DCC V: the default
+#: spreads it over one device's channels); kernels without one have none.
+BATCH_SETS: dict[DccKernel, str] = {
+    DccKernel.BATCHED_GEMV: "n",
+    DccKernel.QK: "h",
+    DccKernel.SV: "h",
+}
 
 
 class Objective(StrEnum):
@@ -146,13 +154,15 @@ def default_draft(cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...])
     g = cfg.group
     per_bg = max(1, g.banks // g.bank_groups // cfg.core.banks)  # cores within a bank group
     across_bg = cfg.cores_per_group // per_bg  # bank groups' worth of cores
-    spread = [across_bg, per_bg]
+    batch = BATCH_SETS.get(DccKernel(kernel))
+    tensor_sets = sum(1 for ds in sets if ds.mappings()[0][2].var != batch)
+    # a one-dimensional tensor spreads its one dimension over both: every core of the group
+    spread = [across_bg, per_bg] if tensor_sets > 1 else [cfg.cores_per_group]
     parts: list[Part] = []
     for ds in sets:
         dim, size, f = ds.mappings()[0]
-        var = f.var
-        if var in BATCH_VARIABLES:
-            parts.append(Part(min(cfg.system.groups_per_device, trips[var]), 1, dim, size, f))
+        if f.var == batch:
+            parts.append(Part(min(cfg.system.groups_per_device, trips[f.var]), 1, dim, size, f))
         elif spread:
             parts.append(Part(1, spread.pop(0), dim, size, f))
         else:

@@ -58,6 +58,8 @@ def test_default_draft_is_dcc_v_mapping() -> None:
     attacc = load_backend("attacc")  # 16 bank groups x 4 banks, a GEMV unit per bank
     d = default_draft(attacc, DccKernel.BATCHED_GEMV, (4, 512, 128))
     assert [(p.groups, p.cores) for p in d] == [(4, 1), (1, 16), (1, 4)]
+    d = default_draft(HBM, DccKernel.VA, (4096,))  # VA's n is not a batch
+    assert [(p.groups, p.cores) for p in d] == [(1, 8)]
     every, _ = kernel_drafts(HBM, DccKernel.GEMV, (1024, 1024), pruned=False)
     assert default_draft(HBM, DccKernel.GEMV, (1024, 1024)) in every
 
