@@ -1,0 +1,30 @@
+"""DCC group lowerings: what a back end's lowering of one PIM group's share returns.
+
+``/work/notes/dcc_contract.md`` (issue 17): every back end provides ``GROUP_LOWERINGS``,
+keyed by :class:`compiler.dcc_schedule.DccKernel`, each ``(cfg, sizes, cores) ->``
+:class:`GroupProgram`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["GroupProgram"]
+
+
+@dataclass(frozen=True)
+class GroupProgram:
+    """One PIM group's command stream for its share of a kernel, and where its data lives."""
+
+    stream: np.ndarray  # the back end's command array for ONE group
+    cycles: int  # the back end's time_stream(cfg, stream) end-to-end cycles
+    counts: dict[str, int]  # commands per opcode
+    inputs: dict[str, np.ndarray]  # tensor name -> (n, 3) int64 (bank, row, column) of every
+    #   column vector of that input the group's banks must hold
+    #   (weights, and inputs that go through banks); empty
+    #   for inputs written into registers/buffers by the stream
+    outputs: dict[str, np.ndarray]  # tensor name -> (n, 3) (bank, row, column) the host reads back
+    host_ops: int  # elementwise adds the host does afterwards (lane sums,
+    #   partial sums of a split reduction), 0 if none
