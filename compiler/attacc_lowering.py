@@ -354,7 +354,9 @@ class _Builder:
                 if b in done:
                     continue
                 bg = np.flatnonzero(self.lv.bank_group == self.lv.bank_group[b])
-                whole = all(x in members or not used[x] or x >= self.active for x in bg.tolist())
+                # idle banks (beyond the cores) hold zero weights; a core idle in this set may
+                # hold products of broadcast inputs, so it must not be summed
+                whole = all(x in members or x >= self.active for x in bg.tolist())
                 scope = Scope.GROUP if whole and len(bg) > 1 else Scope.BANK
                 self.emit(
                     Op.MVSB, bank=b, src=entry, dst=slot, mode=int(scope), add=0 if first else 1
