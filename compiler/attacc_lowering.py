@@ -31,6 +31,7 @@ all-bank MACs address equal offsets in every bank (DCC IV-C).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -69,7 +70,9 @@ __all__ = [
     "UNSUPPORTED",
     "AttAccLoweringError",
     "default_draft",
+    "lower_attention",
     "lower_group",
+    "run_attention",
     "run_group",
 ]
 
@@ -262,7 +265,8 @@ class _Builder:
     cmds: list[tuple] = field(default_factory=list)
     payload: list[np.ndarray] = field(default_factory=list)  # (lanes,) gathers into gb_tensor
     vectors: dict[tuple, int] = field(default_factory=dict)  # weight key -> vector index
-    placed: list[tuple[int, np.ndarray]] = field(default_factory=list)  # (vector, (banks, L))
+    placed: list[tuple[str, int, np.ndarray]] = field(default_factory=list)  # tensor, vector,
+    #   (banks, lanes) gathers
     reads: list[np.ndarray] = field(default_factory=list)  # (lanes,) gathers into the output
     slot_map: dict[int, np.ndarray] = field(default_factory=dict)
     open_row: int = -1
@@ -275,20 +279,28 @@ class _Builder:
     def emit(self, op: Op, **fields: int) -> None:
         self.cmds.append(command(op, **fields))
 
-    def address(self, key: tuple, gather: np.ndarray) -> tuple[int, int]:
-        """(row, column) of weight vector ``key`` (``gather``: (banks, lanes)), placed in
-        the order the MACs first read it."""
+    def address(self, tensor: str, key: tuple, gather: np.ndarray) -> tuple[int, int]:
+        """(row, column) of vector ``key`` of ``tensor`` (``gather``: (banks, lanes)), placed
+        in the order the MACs first read it."""
+        key = (tensor, *key)
         if key not in self.vectors:
             self.vectors[key] = len(self.vectors)
-            self.placed.append((self.vectors[key], gather))
+            self.placed.append((tensor, self.vectors[key], gather))
         v = self.vectors[key]
         cols = self.cfg.group.columns_per_row
         return self.row_base + v // cols, v % cols
 
     def mac(
-        self, key: tuple, gather: np.ndarray, src: int, dst: int, lane: int, mode: MacMode
+        self,
+        tensor: str,
+        key: tuple,
+        gather: np.ndarray,
+        src: int,
+        dst: int,
+        lane: int,
+        mode: MacMode,
     ) -> None:
-        row, col = self.address(key, gather)
+        row, col = self.address(tensor, key, gather)
         if row != self.open_row:
             if self.open_row >= 0:
                 self.emit(Op.PREA)
@@ -301,21 +313,22 @@ class _Builder:
             self.emit(Op.PREA)
             self.open_row = -1
 
-    def wrgb(self, entry: int, gathers: np.ndarray) -> None:
-        """GEMV-buffer entry ``entry`` of every active bank gets ``gathers[bank]`` (lanes),
-        by the fewer commands of two plans: per bank index, one broadcast to that index in
-        every bank group if they all need the same vector (the score GEMV's traces), or per
-        bank group, one broadcast to its banks if they need the same (the context GEMV's);
-        else one write per bank. Banks with nothing to hold are free."""
+    def plan(self, gathers: np.ndarray) -> list[tuple[int, Scope, int]]:
+        """How to give every active bank ``gathers[bank]`` (lanes) with the fewest commands:
+        per bank index, one broadcast to that index in every bank group if they all need the
+        same vector (the score GEMV's WRGBs), or per bank group, one broadcast to its banks
+        (the context GEMV's MVGBs); else one command per bank. Banks with nothing to hold
+        are free. Returns (address bank, scope, bank whose vector is sent)."""
         need = [b for b in range(self.active) if (gathers[b] != PAD).any()]
         if not need:
-            return
+            return []
         per = self.lv.per_group
         plans: list[list[tuple[int, Scope, int]]] = []
-        for scope, key in (
+        keys = (
             (Scope.INDEX, lambda b: b % per),
             (Scope.GROUP, lambda b: int(self.lv.bank_group[b])),
-        ):
+        )
+        for scope, key in keys:
             plan: list[tuple[int, Scope, int]] = []
             sets: dict[int, list[int]] = {}
             for b in need:
@@ -326,22 +339,36 @@ class _Builder:
                 else:
                     plan.extend((b, Scope.BANK, b) for b in banks)
             plans.append(plan)
-        for bank, scope, src in min(plans, key=len):
+        return min(plans, key=len)
+
+    def wrgb(self, entry: int, gathers: np.ndarray) -> None:
+        """WRGBs of GEMV-buffer entry ``entry`` (:meth:`plan`), the data from the host."""
+        for bank, scope, src in self.plan(gathers):
             self.payload.append(gathers[src])
             self.emit(Op.WRGB, bank=bank, dst=entry, data=len(self.payload) - 1, mode=int(scope))
 
-    def mvsb(self, entry: int, outs: np.ndarray, slot: int, used: np.ndarray) -> int:
+    def mvsb(
+        self,
+        entry: int,
+        outs: np.ndarray,
+        slot: int,
+        used: np.ndarray,
+        slot_of: Callable[[np.ndarray], int] | None = None,
+    ) -> int:
         """Move accumulator ``entry`` of every active bank (``outs[bank]``: the output
         indices of its lanes) to softmax-buffer slots from ``slot``: banks holding the same
         outputs are summed into one slot (a whole bank group through its adder tree, other
         banks added one by one; a bank whose reduction share is all padding, ``used[b]``
-        false, has nothing to add). Returns the next free slot."""
+        false, has nothing to add; ``slot_of(outputs)``, if given, names the slot). Returns
+        the next free slot."""
         groups: dict[bytes, list[int]] = {}
         for b in range(self.active):
             if (outs[b] != PAD).any() and used[b]:
                 groups.setdefault(outs[b].tobytes(), []).append(b)
         slots = self.cfg.group.buffer_bytes // self.cfg.group.column_bytes
         for banks in groups.values():
+            if slot_of is not None:
+                slot = slot_of(outs[banks[0]])
             if slot >= slots:
                 raise AttAccLoweringError(
                     f"the share needs more than the {slots} softmax-buffer entries "
@@ -367,11 +394,11 @@ class _Builder:
             slot += 1
         return slot
 
-    def read_slots(self, n: int) -> None:
-        """RDSB of slots 0..n-1, their addresses spread over pseudo-channels and bank groups
-        (:func:`models.attacc.interleave`) so the reads go one per cycle."""
+    def read_slots(self, start: int, stop: int) -> None:
+        """RDSB of slots ``start`` .. ``stop - 1``, their addresses spread over pseudo-channels
+        and bank groups (:func:`models.attacc.interleave`) so the reads go one per cycle."""
         order = interleave(self.cfg)
-        for s in range(n):
+        for s in range(start, stop):
             self.emit(Op.RDSB, bank=int(order[s % len(order)]), src=s)
             self.reads.append(self.slot_map[s])
         self.slot_map.clear()
@@ -389,11 +416,17 @@ def _pad_lanes(a: np.ndarray, lanes: int) -> np.ndarray:
 def _emit_job(
     bld: _Builder,
     job: _Job,
+    *,
+    key: tuple = (),
     read_back: bool = True,
-    gb_from: Callable[[int, int], None] | None = None,
+    gb_from: Callable[[int, int, int], None] | None = None,
+    slot_of: Callable[[np.ndarray], int] | None = None,
+    slot_base: int = 0,
 ) -> None:
-    """The stream of ``job`` (DOT or AXPY), pass by pass. ``gb_from(s, tile)``, if given,
-    fills the GEMV buffer for set ``s``'s input tile instead of WRGBs (attention)."""
+    """The stream of ``job`` (DOT or AXPY), pass by pass: GEMV-buffer fills, MACs, moves to
+    the softmax buffer from slot ``slot_base`` (or at ``slot_of``), reads (``read_back``).
+    ``gb_from(s, v, entry)``, if given, fills entry ``entry`` with vector ``v`` of set ``s``
+    instead of WRGBs (attention: MVGB); ``key`` keeps the weight vectors of jobs apart."""
     c = bld.cfg.core
     L, IR, OR = c.lanes, c.input_regs, c.output_regs
     gbv = _pad_lanes(job.gb, L)  # (banks, S, vr, L)
@@ -419,7 +452,7 @@ def _emit_job(
                 if tiles > 1 or p == 0:
                     for v in vecs:
                         if gb_from is not None:
-                            gb_from(s, v)
+                            gb_from(s, v, v - t * IR)
                         else:
                             bld.wrgb(v - t * IR, gbv[:, s, v])
                 if dot:
@@ -427,7 +460,8 @@ def _emit_job(
                         for o in range(e * L, min(job.out.shape[2], (e + 1) * L)):
                             for v in vecs:
                                 bld.mac(
-                                    (sw, o, v),
+                                    job.weight,
+                                    (*key, sw, o, v),
                                     wv[:, sw, o, v],
                                     v - t * IR,
                                     e - p * OR,
@@ -439,18 +473,19 @@ def _emit_job(
                         for r in range(v * L, min(job.gb.shape[2], (v + 1) * L)):
                             for e in entries:
                                 bld.mac(
-                                    (sw, r, e),
+                                    job.weight,
+                                    (*key, sw, r, e),
                                     wv[:, sw, r, e],
                                     v - t * IR,
                                     e - p * OR,
                                     r % L,
                                     MacMode.AXPY,
                                 )
-            slot = 0
+            slot = slot_base
             for e in entries:
-                slot = bld.mvsb(e - p * OR, outs[:, s, e], slot, used[:, s])
+                slot = bld.mvsb(e - p * OR, outs[:, s, e], slot, used[:, s], slot_of)
             if read_back:
-                bld.read_slots(slot)
+                bld.read_slots(slot_base, slot)
     bld.close()
 
 
@@ -506,33 +541,36 @@ def _finish(cfg: BackendConfig, bld: _Builder, job: _Job) -> _Lowered:
     g = cfg.group
     rows = -(-len(bld.vectors) // g.columns_per_row)
     if bld.row_base + rows > g.rows_per_bank:
+        names = " and ".join(sorted({t for t, _, _ in bld.placed}))
         raise AttAccLoweringError(
-            f"the share's {job.weight} needs {bld.row_base + rows:,} rows per bank "
+            f"the share's {names} needs {bld.row_base + rows:,} rows per bank "
             f"({len(bld.vectors):,} vectors of {g.column_bytes} B); a bank has "
             f"{g.rows_per_bank:,} (group.rows_per_bank)"
         )
     stream = np.array(bld.cmds, dtype=COMMAND_DTYPE)
     tl = time_stream(cfg, stream)
-    addr, gath = [], []
-    cols = g.columns_per_row
-    for v, gather in bld.placed:
+    cols, L = g.columns_per_row, cfg.core.lanes
+    found: dict[str, tuple[list, list]] = {}
+    for tensor, v, gather in bld.placed:
+        addr, gath = found.setdefault(tensor, ([], []))
         for b in np.flatnonzero((gather != PAD).any(axis=1)):
             addr.append((int(b), bld.row_base + v // cols, v % cols))
             gath.append(gather[b])
-    L = cfg.core.lanes
-    addresses = np.array(addr, np.int64).reshape(-1, 3)
-    gathers = np.array(gath, np.int64).reshape(-1, L)
+    placed = {
+        t: (np.array(a, np.int64).reshape(-1, 3), np.array(x, np.int64).reshape(-1, L))
+        for t, (a, x) in found.items()
+    }
     program = GroupProgram(
         stream=stream,
         cycles=tl.cycles,
         counts={k: v for k, v in tl.counts.items() if v},
-        inputs={job.weight: addresses},
+        inputs={t: a for t, (a, _) in placed.items()},
         outputs={},
         host_ops=0,
     )
     payload = np.array(bld.payload, np.int64).reshape(-1, L)
     reads = np.array(bld.reads, np.int64).reshape(-1, L)
-    return _Lowered(program, job, payload, {job.weight: (addresses, gathers)}, reads)
+    return _Lowered(program, job, payload, placed, reads)
 
 
 def _lower(
@@ -627,6 +665,110 @@ def _gather_reads(st: AttAccState, reads: np.ndarray, shape: tuple[int, ...]) ->
     ok = reads != PAD
     out[reads[ok]] = got[ok]
     return out.reshape(shape)
+
+
+def _attention(
+    cfg: BackendConfig, sizes: tuple[int, int, int], cores: tuple[int, int, int]
+) -> tuple[_Lowered, tuple[int, ...]]:
+    """Attention of one group's share: per head, QK^T with the scores left in the softmax
+    buffer (entry = token // lanes), SFM over them, MVGB of the probabilities into the GEMV
+    buffers, SV, its results read back. ``sizes`` = (heads, tokens, d_h), ``cores`` =
+    (heads, tokens, d_h) cores; the bank holding K[h][t-slice][d-slice] holds V's same slice."""
+    H, T, D = (int(x) for x in sizes)
+    c_h, c_t, c_d = (int(x) for x in cores)
+    _check(cfg, DccKernel.QK, (H, T, D), (c_h, c_t, c_d))
+    L = cfg.core.lanes
+    slots = cfg.group.buffer_bytes // cfg.group.column_bytes
+    if c_h != 1:
+        raise AttAccLoweringError(
+            f"attention cores = {tuple(cores)}: the channel's one softmax unit takes one head "
+            "at a time, so heads are not split over cores (cores[0] must be 1; heads go to "
+            "other groups)"
+        )
+    lt = -(-T // c_t)
+    if c_t > 1 and lt % L:
+        raise AttAccLoweringError(
+            f"attention: tokens = {T} over {c_t} cores gives {lt} per core, not a multiple of "
+            f"{L}: a core's probabilities must be whole softmax-buffer entries (MVGB moves one "
+            "entry into a GEMV-buffer entry)"
+        )
+    p_slots = -(-T // L)
+    # SV's results per pass: an accumulator's worth of d_h per core, c_d cores
+    ld = -(-D // c_d)
+    out_slots = min(-(-ld // L), cfg.core.output_regs) * c_d
+    # the probabilities fit the GEMV buffers at once: all MVGBs precede the first result
+    # move, which may then reuse their entries; else they must stay
+    base = 0 if -(-lt // L) <= cfg.core.input_regs else p_slots
+    if max(p_slots, base + out_slots) > slots:
+        raise AttAccLoweringError(
+            f"attention: {T} scores take {p_slots} softmax-buffer entries and SV's results "
+            f"{out_slots} more from entry {base}; the buffer has {slots} (group.buffer_bytes "
+            f"= {cfg.group.buffer_bytes})"
+        )
+    qk = _job(cfg, DccKernel.QK, (H, T, D), (1, c_t, c_d))
+    sv = _job(cfg, DccKernel.SV, (H, D, T), (1, c_d, c_t))
+    bld = _Builder(cfg, Levels.of(cfg), qk.active)
+    pv = _pad_lanes(sv.gb, L)  # (banks, H, vectors, lanes): P indices h * T + t
+
+    def head(job: _Job, h: int) -> _Job:
+        return dataclasses.replace(
+            job,
+            weights=job.weights[:, h : h + 1],
+            gb=job.gb[:, h : h + 1],
+            out=job.out[:, h : h + 1],
+        )
+
+    for h in range(H):
+
+        def score_slot(outs: np.ndarray, h: int = h) -> int:
+            return int(outs[outs != PAD].min() - h * T) // L
+
+        _emit_job(bld, head(qk, h), key=("qk", h), read_back=False, slot_of=score_slot)
+        bld.slot_map.clear()
+        bld.emit(Op.SFM, src=0, n=T)
+
+        def from_buffer(s: int, v: int, entry: int, h: int = h) -> None:
+            gathers = pv[:, h, v]
+            for bank, scope, src in bld.plan(gathers):
+                g = gathers[src]
+                bld.emit(
+                    Op.MVGB,
+                    bank=bank,
+                    src=int(g[g != PAD].min() - h * T) // L,
+                    dst=entry,
+                    mode=int(scope),
+                )
+
+        _emit_job(bld, head(sv, h), key=("sv", h), gb_from=from_buffer, slot_base=base)
+    low = _finish(cfg, bld, sv)
+    return dataclasses.replace(low, job=dataclasses.replace(sv, gb_tensor="Q")), (H, T, D)
+
+
+def lower_attention(
+    cfg: BackendConfig, sizes: tuple[int, int, int], cores: tuple[int, int, int]
+) -> GroupProgram:
+    """DCC's ATTN on one AttAcc group: QK^T, softmax on the channel's softmax unit, SV
+    (:func:`run_attention`). ``sizes`` = (heads, tokens, d_h) of the group's share,
+    ``cores`` per set as for QK^T (heads, tokens, d_h; heads must be 1)."""
+    return _attention(cfg, sizes, cores)[0].program
+
+
+def run_attention(
+    cfg: BackendConfig,
+    sizes: tuple[int, int, int],
+    cores: tuple[int, int, int],
+    arrays: dict[str, np.ndarray],
+) -> dict[str, np.ndarray]:
+    """``O[h] = softmax(K[h] Q[h]) V[h]`` on values (no 1/sqrt(d_h) scale: the caller folds it
+    into Q): K and V placed in the banks, Q written by WRGBs."""
+    low, (H, T, D) = _attention(cfg, sizes, cores)
+    shapes = {"Q": (H, D), "K": (H, T, D), "V": (H, T, D), "O": (H, D)}
+    missing = {"Q", "K", "V"} - set(arrays)
+    if missing:
+        raise AttAccLoweringError(f"run_attention needs arrays {sorted(missing)}")
+    st, payload = _place(cfg, low, arrays, shapes)
+    execute(cfg, low.program.stream, payload, st)
+    return {"O": _gather_reads(st, low.reads, shapes["O"])}
 
 
 #: AttAcc's default mapping (DCC V): per kernel, (groups, cores) of each dimension set as a

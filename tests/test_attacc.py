@@ -16,7 +16,9 @@ from compiler.attacc_lowering import (
     AttAccLoweringError,
     _nest,
     default_draft,
+    lower_attention,
     lower_group,
+    run_attention,
     run_group,
 )
 from compiler.dcc_schedule import DCC_KERNELS, DccKernel, dimension_sets, drafts
@@ -330,3 +332,68 @@ def test_macab_spacing_and_row_rules() -> None:
         execute(ATT, s[1:2], np.zeros((0, 16), np.uint16), AttAccState.for_backend(ATT))
     with pytest.raises(AttAccError, match="MACAB has no operand"):
         command(Op.MACAB, bank=3)
+
+
+def _attention_numpy(a: dict[str, np.ndarray]) -> np.ndarray:
+    f = {k: v.astype(np.float64) for k, v in a.items()}
+    s = np.einsum("hd,htd->ht", f["Q"], f["K"])
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    return np.einsum("ht,htd->hd", p, f["V"])
+
+
+@pytest.mark.parametrize(
+    ("sizes", "cores"),
+    [((1, 16, 16), (1, 1, 1)), ((2, 256, 128), (1, 16, 4)), ((1, 100, 64), (1, 1, 4)),
+     ((2, 64, 128), (1, 4, 16)), ((1, 600, 32), (1, 1, 2))],
+)  # fmt: skip
+def test_attention_close_to_numpy(sizes: tuple, cores: tuple) -> None:
+    """QK^T, SFM on the softmax unit, MVGB of the probabilities, SV: FP16 scores and
+    probabilities (the unit computes in float32 and stores FP16), so a tolerance."""
+    H, T, D = sizes
+    rng = np.random.default_rng(T)
+    a = {
+        "Q": (rng.standard_normal((H, D)) / 4).astype(np.float16),
+        "K": (rng.standard_normal((H, T, D)) / 4).astype(np.float16),
+        "V": rng.standard_normal((H, T, D)).astype(np.float16),
+    }
+    got = run_attention(ATT, sizes, cores, a)["O"].astype(np.float64)
+    ref = _attention_numpy(a)
+    assert np.max(np.abs(got - ref)) < 0.01 * np.max(np.abs(ref))
+    # a wrong softmax (none at all) is far off
+    assert np.max(np.abs(got - np.einsum("ht,htd->hd", np.ones((H, T)) / T, a["V"]))) > 1e-3
+
+
+def test_attention_counts_default_mapping() -> None:
+    """One head of 4096 tokens, d_h 128, on the default mapping (tokens over the 16 bank
+    groups, d_h over the 4 banks): per bank 256 tokens x 32 d_h."""
+    k = lower_attention(ATT, (1, 4096, 128), (1, 16, 4))
+    tok, vec_dh = 4096 // 16, 128 // 4 // 16  # 2 vectors of d_h per bank
+    assert k.counts == {
+        "WRGB": 2 * 4,  # Q: 2 entries per bank index, broadcast over bank groups
+        "ACTAB": 2 * tok * vec_dh // 32,  # K then V: 512 vectors each, 32 per row
+        "PREA": 2 * tok * vec_dh // 32,
+        "MACAB": 2 * tok * vec_dh,  # QK: 2 per token; SV: 2 output vectors per token
+        "MVSB": 4096 // 16 + 4 * vec_dh * 16,  # a bank group's 16 scores; SV: 16 partials
+        "SFM": 1,
+        "MVGB": 16 * tok // 16,  # 16 entries per bank group, broadcast to its 4 banks
+        "RDSB": 4 * vec_dh,
+    }
+    assert set(k.inputs) == {"K", "V"} and k.outputs == {}
+    sfm = np.flatnonzero(k.stream["op"] == Op.SFM)[0]
+    mvgb = np.flatnonzero(k.stream["op"] == Op.MVGB)[0]
+    tl = time_stream(ATT, k.stream)
+    assert tl.issue[mvgb] >= tl.issue[sfm] + 4096 // 16  # the softmax unit: 16 per cycle
+
+
+@pytest.mark.parametrize(
+    ("sizes", "cores", "message"),
+    [
+        ((2, 64, 64), (2, 4, 4), r"one softmax unit takes one head at a time.*cores\[0\] must"),
+        ((1, 100, 64), (1, 4, 4), "tokens = 100 over 4 cores gives 25 per core, not a multiple"),
+        ((1, 8192, 64), (1, 16, 4), "8192 scores take 512 softmax-buffer entries"),
+    ],
+)
+def test_attention_refusals(sizes: tuple, cores: tuple, message: str) -> None:
+    with pytest.raises(AttAccLoweringError, match=message):
+        lower_attention(ATT, sizes, cores)
