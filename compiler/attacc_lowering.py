@@ -270,11 +270,6 @@ class _Builder:
     reads: list[np.ndarray] = field(default_factory=list)  # (lanes,) gathers into the output
     slot_map: dict[int, np.ndarray] = field(default_factory=dict)
     open_row: int = -1
-    row_base: int = 0
-
-    @property
-    def lanes(self) -> int:
-        return self.cfg.core.lanes
 
     def emit(self, op: Op, **fields: int) -> None:
         self.cmds.append(command(op, **fields))
@@ -288,7 +283,7 @@ class _Builder:
             self.placed.append((tensor, self.vectors[key], gather))
         v = self.vectors[key]
         cols = self.cfg.group.columns_per_row
-        return self.row_base + v // cols, v % cols
+        return v // cols, v % cols
 
     def mac(
         self,
@@ -319,7 +314,7 @@ class _Builder:
         same vector (the score GEMV's WRGBs), or per bank group, one broadcast to its banks
         (the context GEMV's MVGBs); else one command per bank. Banks with nothing to hold
         are free. Returns (address bank, scope, bank whose vector is sent)."""
-        need = [b for b in range(self.active) if (gathers[b] != PAD).any()]
+        need = np.flatnonzero((gathers[: self.active] != PAD).any(axis=1)).tolist()
         if not need:
             return []
         per = self.lv.per_group
@@ -328,13 +323,14 @@ class _Builder:
             (Scope.INDEX, lambda b: b % per),
             (Scope.GROUP, lambda b: int(self.lv.bank_group[b])),
         )
+        rows = {b: gathers[b].tobytes() for b in need}
         for scope, key in keys:
             plan: list[tuple[int, Scope, int]] = []
             sets: dict[int, list[int]] = {}
             for b in need:
                 sets.setdefault(key(b), []).append(b)
             for banks in sets.values():
-                if all(np.array_equal(gathers[b], gathers[banks[0]]) for b in banks):
+                if len({rows[b] for b in banks}) == 1:
                     plan.append((banks[0], scope, banks[0]))
                 else:
                     plan.extend((b, Scope.BANK, b) for b in banks)
@@ -540,26 +536,23 @@ def _check(
 def _finish(cfg: BackendConfig, bld: _Builder, job: _Job) -> _Lowered:
     g = cfg.group
     rows = -(-len(bld.vectors) // g.columns_per_row)
-    if bld.row_base + rows > g.rows_per_bank:
+    if rows > g.rows_per_bank:
         names = " and ".join(sorted({t for t, _, _ in bld.placed}))
         raise AttAccLoweringError(
-            f"the share's {names} needs {bld.row_base + rows:,} rows per bank "
+            f"the share's {names} needs {rows:,} rows per bank "
             f"({len(bld.vectors):,} vectors of {g.column_bytes} B); a bank has "
             f"{g.rows_per_bank:,} (group.rows_per_bank)"
         )
     stream = np.array(bld.cmds, dtype=COMMAND_DTYPE)
     tl = time_stream(cfg, stream)
     cols, L = g.columns_per_row, cfg.core.lanes
-    found: dict[str, tuple[list, list]] = {}
-    for tensor, v, gather in bld.placed:
-        addr, gath = found.setdefault(tensor, ([], []))
-        for b in np.flatnonzero((gather != PAD).any(axis=1)):
-            addr.append((int(b), bld.row_base + v // cols, v % cols))
-            gath.append(gather[b])
-    placed = {
-        t: (np.array(a, np.int64).reshape(-1, 3), np.array(x, np.int64).reshape(-1, L))
-        for t, (a, x) in found.items()
-    }
+    placed = {}
+    for tensor in dict.fromkeys(t for t, _, _ in bld.placed):
+        vec = np.array([v for t, v, _ in bld.placed if t == tensor], np.int64)
+        gathers = np.stack([x for t, _, x in bld.placed if t == tensor])  # (n, banks, lanes)
+        vi, bank = np.nonzero((gathers != PAD).any(axis=2))
+        addr = np.stack([bank, vec[vi] // cols, vec[vi] % cols], axis=1).astype(np.int64)
+        placed[tensor] = (addr, gathers[vi, bank].reshape(-1, L))
     program = GroupProgram(
         stream=stream,
         cycles=tl.cycles,
