@@ -1,4 +1,4 @@
-"""What a back end's DCC group lowering returns (issue 17, ``/work/notes/dcc_contract.md``).
+"""What a back end's DCC group lowering returns (issue 17, ``docs/dcc.md``).
 
 Each back end has a ``GROUP_LOWERINGS`` table keyed by
 :class:`compiler.dcc_schedule.DccKernel`: ``GROUP_LOWERINGS[kernel](cfg, sizes, cores)`` lowers

@@ -145,7 +145,7 @@ def _hbm_pim_access(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> tuple[
 def _attacc_access(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> tuple[int, dict]:
     from models import attacc
 
-    tl = attacc.time_stream(cfg, attacc.access_stream(cfg, addresses, op.name))
+    tl = attacc.time_stream(cfg, attacc.access_stream(cfg, addresses, attacc.Op(int(op))))
     return tl.cycles, tl.counts
 
 

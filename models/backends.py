@@ -8,14 +8,16 @@ bank(s), SIMD width d and registers). A back end is a preset in ``configs/backen
 fills the three in, loaded by the strict TOML helpers of :mod:`models.config`.
 
 A back end of kind ``aim`` names a hardware preset (``hardware = "aim-16ch"``) and takes its
-group and core from it, so no AiM number is stated twice. The other kinds state ``[group]``
-and ``[core]``; a back end whose command-level model exists (``hbm-pim``:
-:mod:`models.hbm_pim`) adds ``[timing]``. ``docs/dcc.md`` cites every value.
+group and core from it, so no AiM number is stated twice. The other kinds state ``[group]``,
+``[core]`` and ``[timing]`` (their command-level models: ``hbm-pim`` :mod:`models.hbm_pim`,
+``attacc`` :mod:`models.attacc`). A field with a default may be left out (``GroupSpec``'s
+``pseudo_channels`` and ``ranks``, ``PimTiming``'s ``tCCD_AB``). ``docs/dcc.md`` cites every
+value.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -110,7 +112,11 @@ class GroupSpec:
     ``broadcast``: group-level commands reach every core at once. ``units``: group-level
     compute units (e.g. ``softmax``); ``buffer_bytes``: group buffers (0: none).
     ``register_row``: the reserved row whose columns are the cores' registers and mode
-    registers (command-level models only; 0 where there is none).
+    registers (command-level models only; 0 where there is none). ``pseudo_channels``: data
+    buses of ``bus_bits / pseudo_channels`` pins each (an AttAcc channel has two JEDEC HBM3
+    pseudo-channels); ``ranks``: ranks per pseudo-channel; the bank groups are split evenly
+    over pseudo-channels x ranks (bank group ``g`` is in rank ``g // (bank_groups / (pseudo_
+    channels x ranks))``).
     """
 
     kind: str
@@ -125,6 +131,8 @@ class GroupSpec:
     units: tuple[str, ...]
     buffer_bytes: int
     register_row: int
+    pseudo_channels: int = 1
+    ranks: int = 1
 
     @property
     def columns_per_row(self) -> int:
@@ -175,7 +183,8 @@ class PimTiming:
     JEDEC names; ``BL`` is the burst length in beats (a column occupies the bus ``BL / 2``
     cycles, double data rate), ``tRTRS`` the read-to-write bus turnaround. Read-to-write and
     write-to-read spacing follow DRAMSim2 (the controller PIMSimulator builds on):
-    ``RL + BL/2 + tRTRS - WL`` and ``WL + BL/2 + tWTR_L``.
+    ``RL + BL/2 + tRTRS - WL`` and ``WL + BL/2 + tWTR_L``. ``tCCD_AB``: the spacing of
+    all-bank MAC commands (AttAcc's power-constrained nCCDAB; 0 where there are none).
     """
 
     freq_ghz: float
@@ -196,6 +205,7 @@ class PimTiming:
     WL: int
     BL: int
     tRTRS: int
+    tCCD_AB: int = 0
 
     @property
     def burst_cycles(self) -> int:
@@ -263,7 +273,7 @@ class BackendConfig:
 BACKEND_SECTIONS: dict[BackendKind, tuple[str, ...]] = {
     BackendKind.AIM: ("system",),
     BackendKind.HBM_PIM: ("system", "group", "core", "timing"),
-    BackendKind.ATTACC: ("system", "group", "core"),
+    BackendKind.ATTACC: ("system", "group", "core", "timing"),
 }
 
 _SECTION_CLASSES: dict[str, type] = {
@@ -292,6 +302,8 @@ BACKEND_FIELD_RANGES: dict[str, dict[str, tuple[float, float, str]]] = {
         "pin_gbps": (0.01, 100.0, "Gb/s per pin"),
         "buffer_bytes": (0, 1 << 30, "bytes"),
         "register_row": (0, (1 << 24) - 1, "row"),
+        "pseudo_channels": (1, 16, "pseudo-channels"),
+        "ranks": (1, 16, "ranks"),
     },
     "core": {
         "banks": (1, 64, "banks"),
@@ -312,6 +324,7 @@ BACKEND_FIELD_RANGES: dict[str, dict[str, tuple[float, float, str]]] = {
             )
         },
         "tRTRS": (0, 10_000, "cycles"),
+        "tCCD_AB": (0, 10_000, "cycles"),
     },
 }  # fmt: skip
 
@@ -373,6 +386,9 @@ def _build(source: str, section: str, table: Any, derived: dict[str, Any] | None
     values: dict[str, Any] = dict(derived)
     for f in fields(cls):
         if f.name in derived:
+            continue
+        if f.name not in table and f.default is not MISSING:
+            values[f.name] = f.default
             continue
         value = require_key(table, f.name, BackendConfigError, head)
         kind = _ENUMS.get(f.name, bool if f.type == "bool" else f.type)
@@ -480,6 +496,12 @@ def _check_relations(cfg: BackendConfig, source: str) -> None:
         raise BackendConfigError(f"{source}: [system] host_xpu: {exc}") from None
     if g.banks % g.bank_groups:
         fail("group", "bank_groups", g.bank_groups, f"must divide banks = {g.banks}")
+    if g.bank_groups % (g.pseudo_channels * g.ranks):
+        fail("group", "bank_groups", g.bank_groups, f"must split evenly over pseudo_channels x "
+             f"ranks = {g.pseudo_channels} x {g.ranks}")  # fmt: skip
+    if g.bus_bits % g.pseudo_channels:
+        fail("group", "pseudo_channels", g.pseudo_channels, f"must divide bus_bits = "
+             f"{g.bus_bits}")  # fmt: skip
     if g.banks % c.banks:
         fail("core", "banks", c.banks, f"must divide the group's banks = {g.banks}")
     if g.row_bytes % g.column_bytes:
@@ -528,15 +550,19 @@ def _check_relations(cfg: BackendConfig, source: str) -> None:
     if t.burst_cycles > t.tCCD_S:
         fail("timing", "BL", t.BL, f"a burst of BL/2 = {t.burst_cycles} cycles must fit in "
              f"tCCD_S = {t.tCCD_S}")  # fmt: skip
-    timed = g.column_bytes * t.freq_ghz / t.burst_cycles
+    timed = g.pseudo_channels * g.column_bytes * t.freq_ghz / t.burst_cycles
     if abs(timed - g.bus_gbps) > 1e-6 * timed:
+        per = f"{g.pseudo_channels} x " if g.pseudo_channels > 1 else ""
         fail(
             "group",
             "pin_gbps",
             g.pin_gbps,
-            f"the bus moves {g.bus_gbps:g} GB/s but the timing moves {g.column_bytes} B per "
+            f"the bus moves {g.bus_gbps:g} GB/s but the timing moves {per}{g.column_bytes} B per "
             f"BL/2 = {t.burst_cycles} cycles at {t.freq_ghz:g} GHz = {timed:g} GB/s",
         )
+    if cfg.kind is BackendKind.ATTACC and t.tCCD_AB < 1:
+        fail("timing", "tCCD_AB", t.tCCD_AB, "an AttAcc back end issues all-bank MACs: its "
+             "spacing must be >= 1")  # fmt: skip
     if c.input_regs < 1 or c.output_regs < 1:
         fail("core", "input_regs", c.input_regs, "a command-level core needs >= 1 input and "
              "output register")  # fmt: skip

@@ -68,7 +68,14 @@ def test_attacc_numbers() -> None:
     # HBM3 at 5.2 Gb/s x 1024 pins = 665.6 GB/s per device (16 channels of 64 DQ)
     assert b.group.bus_gbps * b.system.groups_per_device == pytest.approx(665.6)
     assert 5 * b.system.device_bytes == 80 * 2**30
-    assert b.timing is None
+    t = b.timing
+    assert t is not None and t.tCCD_AB == 6
+    # two pseudo-channels of 32 DQ: each moves 32 B per nBL = 2 cycles at 1.3 GHz
+    assert b.group.pseudo_channels * b.group.column_bytes * t.freq_ghz / t.burst_cycles == (
+        pytest.approx(b.group.bus_gbps)
+    )
+    # 16 bank groups = 2 pCH x 2 ranks x 4 bank groups of the simulator's channel
+    assert (b.group.pseudo_channels, b.group.ranks, b.group.bank_groups) == (2, 2, 16)
 
 
 def test_hbm_pim_hbm3_extends_hbm_pim() -> None:
@@ -134,7 +141,10 @@ def _set(key: str, value: str):
         ("hbm-pim", _set("crf_entries", "0"), "a SIMD core runs a CRF program"),
         ("hbm-pim", _set("broadcast", "1"), "broadcast = 1: must be true or false"),
         ("hbm-pim", lambda t: t + "\nhardware = 'aim-16ch'\n", "unknown key 'hardware'"),
-        ("attacc", lambda t: t + "\n[timing]\nfreq_ghz = 1.0\n", "[timing] is not allowed"),
+        ("aim", lambda t: t + "\n[timing]\nfreq_ghz = 1.0\n", "[timing] is not allowed"),
+        ("attacc", _set("tCCD_AB", "0"), "tCCD_AB = 0: an AttAcc back end issues all-bank"),
+        ("attacc", _set("ranks", "3"), "bank_groups = 16: must split evenly over pseudo_ch"),
+        ("attacc", _set("pseudo_channels", "1"), "the bus moves 41.6 GB/s but the timing mo"),
         (
             "aim",
             lambda t: t.replace("[system]", "[system]\ndevice_bytes = 1"),

@@ -1,0 +1,399 @@
+"""The AttAcc command-level model (models/attacc.py) and its DCC lowerings
+(compiler/attacc_lowering.py): hand-timed streams, closed-form counts, values == numpy."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compiler.attacc_lowering import (
+    GROUP_LOWERINGS,
+    AttAccLoweringError,
+    _nest,
+    default_draft,
+    lower_attention,
+    lower_group,
+    run_attention,
+    run_group,
+)
+from compiler.dcc_schedule import DCC_KERNELS, DccKernel, dimension_sets, drafts
+from models.attacc import (
+    COMMAND_DTYPE,
+    AttAccError,
+    AttAccState,
+    MacMode,
+    Op,
+    Scope,
+    access_stream,
+    command,
+    execute,
+    interleave,
+    time_stream,
+)
+from models.backends import load_backend
+
+ATT = load_backend("attacc")
+
+
+def _numpy(kernel: DccKernel, a: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The loop nest's result in float64."""
+    f = {k: v.astype(np.float64) for k, v in a.items()}
+    return {
+        DccKernel.GEMV: lambda: {"y": f["W"] @ f["x"]},
+        DccKernel.BATCHED_GEMV: lambda: {"Y": f["X"] @ f["W"].T},
+        DccKernel.QK: lambda: {"S": np.einsum("hd,htd->ht", f["Q"], f["K"])},
+        DccKernel.SV: lambda: {"O": np.einsum("ht,htd->hd", f["P"], f["V"])},
+        DccKernel.RED: lambda: {"r": f["A"].sum(axis=1)},
+    }[kernel]()
+
+
+def _arrays(kernel: DccKernel, sizes: tuple[int, ...], seed: int) -> dict[str, np.ndarray]:
+    # small integers: every FP16 product and partial sum is exact, so any mapping error shows
+    rng = np.random.default_rng(seed)
+    return {
+        name: rng.integers(-3, 4, shape).astype(np.float16)
+        for name, shape in _nest(kernel, sizes).tensors
+    }
+
+
+def test_small_gemv_cycles_by_hand() -> None:
+    """GEMV 64 x 128 on the default mapping: 16 bank groups x 4 outputs, 4 banks x 32 inputs
+    (two 16-element vectors per bank). Stream: 8 WRGB (2 entries x 4 bank indices, each a
+    broadcast to every bank group), ACTAB, 8 MACAB (4 outputs x 2 vectors, one row), 16 MVSB
+    (one per bank group, its 4 banks summed), 16 RDSB, PREA."""
+    t = ATT.timing
+    assert t is not None
+    k = lower_group(ATT, DccKernel.GEMV, (64, 128), (16, 4))
+    ops = k.stream["op"]
+    assert [Op(o).name for o in ops[:10]] == ["WRGB"] * 8 + ["ACTAB", "MACAB"]
+    tl = time_stream(ATT, k.stream)
+    bus = t.burst_cycles
+    # WRGBs all carry bank group 0 (the simulator's broadcast address): tCCD_L apart
+    last_wrgb = 7 * t.tCCD_L
+    gb_ready = last_wrgb + t.WL + bus
+    act = last_wrgb + 1
+    first_mac = max(act + t.tRCD_RD, gb_ready)
+    last_mac = first_mac + 7 * t.tCCD_AB
+    # MVSB: accumulators ready tCCD_AB after the last MAC; 8 bank groups of pseudo-channel 0
+    # then 8 of pseudo-channel 1 (its bus is free: one cycle after the previous command)
+    mvsb0 = last_mac + t.tCCD_AB
+    assert bus == t.tCCD_S  # within a pseudo-channel: another rank or bank group, nBL apart
+    last_mvsb_p0 = mvsb0 + 7 * bus
+    last_mvsb = last_mvsb_p0 + 1 + 7 * bus
+    # RDSB: after the last move lands (+ nBL); addresses alternate pseudo-channels: 1/cycle
+    first_rdsb = last_mvsb + bus
+    last_rdsb = first_rdsb + 15
+    end = last_rdsb + t.RL + bus
+    prea = last_rdsb + 1
+    assert prea >= act + t.tRAS and prea >= last_mac + t.tRTP
+    assert prea + t.tRP < end
+    np.testing.assert_array_equal(tl.issue[:8], np.arange(8) * t.tCCD_L)
+    assert (act, first_mac, last_mac, mvsb0, last_mvsb, first_rdsb) == (29, 48, 90, 96, 125, 127)
+    assert tl.cycles == k.cycles == end == 163
+    assert k.counts == {"ACTAB": 1, "PREA": 1, "MACAB": 8, "WRGB": 8, "MVSB": 16, "RDSB": 16}
+    # the weights: 64 outputs x 2 vectors x 4 banks... one 32 B vector per (output, 16 inputs)
+    assert k.inputs["W"].shape == (64 * 128 // 16, 3)
+    assert k.outputs == {} and k.host_ops == 0
+
+
+@pytest.mark.parametrize(("dout", "din"), [(64, 128), (256, 512), (1024, 4096), (100, 300)])
+def test_gemv_counts_closed_form(dout: int, din: int) -> None:
+    """Default mapping (16 bank groups x 4 banks), GEMV-buffer of IR = 16 entries, one
+    16-lane accumulator: lo = ceil(dout / 16) outputs and li = ceil(din / 4) inputs per bank,
+    vr = ceil(li / 16) vectors per output, T = ceil(vr / IR) input tiles, P = ceil(lo / 16)
+    passes of 16 outputs."""
+    c = ATT.core
+    lo, li = -(-dout // 16), -(-din // 4)
+    vr = -(-li // c.lanes)
+    T = -(-vr // c.input_regs)
+    P = -(-lo // c.lanes)
+    k = lower_group(ATT, DccKernel.GEMV, (dout, din), (16, 4))
+    # bank groups holding outputs in pass p (the last ones may hold only padding)
+    groups = sum(
+        sum(1 for g in range(16) if g * lo + p * c.lanes < dout and p * c.lanes < lo)
+        for p in range(P)
+    )
+    rows = -(-lo * vr // ATT.group.columns_per_row)
+    assert k.counts == {
+        "ACTAB": rows,
+        "PREA": rows,
+        "MACAB": lo * vr,
+        "WRGB": 4 * (vr if T == 1 else P * vr),  # a broadcast per bank index and entry
+        "MVSB": groups,  # one per bank group per pass: the adder tree sums its 4 banks
+        "RDSB": groups,
+    }
+
+
+KERNEL_SIZES = {
+    DccKernel.GEMV: st.tuples(st.integers(1, 80), st.integers(1, 300)),
+    DccKernel.BATCHED_GEMV: st.tuples(st.integers(1, 3), st.integers(1, 40), st.integers(1, 90)),
+    DccKernel.QK: st.tuples(st.integers(1, 3), st.integers(1, 50), st.integers(1, 70)),
+    DccKernel.SV: st.tuples(st.integers(1, 3), st.integers(1, 50), st.integers(1, 70)),
+    DccKernel.RED: st.tuples(st.integers(1, 80), st.integers(1, 300)),
+}
+
+
+@st.composite
+def _cases(draw, kernel: DccKernel):
+    sizes = draw(KERNEL_SIZES[kernel])
+    cores: list[int] = []
+    left = ATT.cores_per_group
+    for _ in sizes:
+        c = draw(st.integers(1, min(left, 20)))
+        cores.append(c)
+        left //= c
+    return sizes, tuple(cores), draw(st.integers(0, 1000))
+
+
+@pytest.mark.parametrize("kernel", list(GROUP_LOWERINGS))
+@settings(max_examples=12, deadline=None)
+@given(data=st.data())
+def test_values_equal_numpy(kernel: DccKernel, data) -> None:
+    sizes, cores, seed = data.draw(_cases(kernel))
+    arrays = _arrays(kernel, sizes, seed)
+    got = run_group(ATT, kernel, sizes, cores, arrays)
+    want = _numpy(kernel, arrays)
+    assert got.keys() == want.keys()
+    for name in want:
+        np.testing.assert_array_equal(got[name].astype(np.float64), want[name])
+
+
+@pytest.mark.parametrize(
+    ("kernel", "sizes", "cores"),
+    [
+        (DccKernel.GEMV, (64, 4096), (16, 4)),  # 4 input tiles: the GEMV buffer is reloaded
+        (DccKernel.GEMV, (300, 2000), (8, 8)),  # 8 banks share outputs: 2 bank groups each
+        (DccKernel.GEMV, (1000, 100), (64, 1)),
+        (DccKernel.QK, (2, 256, 128), (1, 16, 4)),
+        (DccKernel.SV, (2, 128, 256), (1, 4, 16)),
+        (DccKernel.RED, (40, 1000), (4, 16)),
+    ],
+)
+def test_values_equal_numpy_larger(kernel: DccKernel, sizes: tuple, cores: tuple) -> None:
+    arrays = _arrays(kernel, sizes, 7)
+    got = run_group(ATT, kernel, sizes, cores, arrays)
+    for name, want in _numpy(kernel, arrays).items():
+        np.testing.assert_array_equal(got[name].astype(np.float64), want)
+
+
+def test_gemv_random_fp16_close_to_numpy() -> None:
+    rng = np.random.default_rng(3)
+    a = {
+        "W": (rng.standard_normal((128, 512)) / 16).astype(np.float16),
+        "x": rng.standard_normal(512).astype(np.float16),
+    }
+    y = run_group(ATT, DccKernel.GEMV, (128, 512), (16, 4), a)["y"].astype(np.float64)
+    ref = _numpy(DccKernel.GEMV, a)["y"]
+    # FP16 adder trees of 16 products, 8 accumulations per bank, 4 banks summed: < 1%
+    assert np.max(np.abs(y - ref)) < 0.01 * np.max(np.abs(ref))
+
+
+def test_split_reduction_uses_the_accumulator() -> None:
+    """RED 16 x 256 with n over 8 cores: each output's 8 partial sums meet in the softmax
+    buffer, 4 + 4 through two bank groups' adder trees; with n over 2 cores, one add each."""
+    k = lower_group(ATT, DccKernel.RED, (16, 256), (8, 8))
+    m = k.stream[k.stream["op"] == Op.MVSB]
+    assert set(m["mode"].tolist()) == {Scope.GROUP} and len(m) == 2 * 8
+    assert m["add"].tolist() == [0, 1] * 8
+    k = lower_group(ATT, DccKernel.RED, (16, 256), (8, 2))
+    m = k.stream[k.stream["op"] == Op.MVSB]
+    assert set(m["mode"].tolist()) == {Scope.BANK} and m["add"].tolist() == [0, 1] * 8
+
+
+def test_sv_broadcasts_per_bank_group() -> None:
+    """SV on the default mapping: each bank group holds its tokens' probabilities in all 4
+    banks (a bank-group broadcast, the simulator's MVGB per bank group), 16 tokens a vector."""
+    k = lower_group(ATT, DccKernel.SV, (1, 128, 256), (1, 4, 16))
+    w = k.stream[k.stream["op"] == Op.WRGB]
+    assert set(w["mode"].tolist()) == {Scope.GROUP} and len(w) == 16  # 16 tokens per group
+    assert k.counts["MACAB"] == 16 * 2  # 16 tokens x 2 output vectors (32 d per bank)
+
+
+@pytest.mark.parametrize(
+    ("kernel", "sizes", "cores", "message"),
+    [
+        (DccKernel.VA, (64,), (1,), "va cannot run on AttAcc: vector addition needs a near-b"),
+        (DccKernel.RELU, (64,), (1,), "relu cannot run on AttAcc"),
+        (DccKernel.GEMV, (64, 64), (16, 8), r"cores = \(16, 8\): 128 cores, more than the 64"),
+        (DccKernel.GEMV, (64, 64), (16,), "gemv has 2 dimension sets; got sizes = "),
+        (DccKernel.GEMV, (0, 64), (1, 1), r"sizes = \(0, 64\), cores = \(1, 1\): every entry"),
+    ],
+)
+def test_refusals(kernel: DccKernel, sizes: tuple, cores: tuple, message: str) -> None:
+    with pytest.raises(AttAccLoweringError, match=message):
+        lower_group(ATT, kernel, sizes, cores)
+
+
+def test_shares_that_do_not_fit() -> None:
+    small = dataclasses.replace(ATT, group=dataclasses.replace(ATT.group, rows_per_bank=2))
+    need = r"W needs 96 rows per bank \(3,072 vectors of 32 B\); a bank has 2"
+    with pytest.raises(AttAccLoweringError, match=need):
+        lower_group(small, DccKernel.GEMV, (48, 1024), (1, 1))
+    tiny = dataclasses.replace(ATT, group=dataclasses.replace(ATT.group, buffer_bytes=64))
+    with pytest.raises(AttAccLoweringError, match="more than the 2 softmax-buffer entries"):
+        lower_group(tiny, DccKernel.GEMV, (64, 64), (16, 4))
+    with pytest.raises(AttAccLoweringError, match="not an AttAcc back end"):
+        lower_group(load_backend("hbm-pim"), DccKernel.GEMV, (64, 64), (1, 1))
+
+
+@pytest.mark.parametrize(
+    ("kernel", "sizes", "groups", "bound"),
+    [
+        (DccKernel.GEMV, (256, 512), 1, 16),
+        (DccKernel.RED, (64, 1024), 1, 16),
+        # batches / heads over min(size, 16) channels; the search is bounded to those groups
+        # (with 16 groups the 3-set searches take seconds)
+        (DccKernel.BATCHED_GEMV, (2, 64, 128), 2, 2),
+        (DccKernel.QK, (2, 256, 128), 2, 2),
+        (DccKernel.SV, (2, 256, 128), 2, 2),
+    ],
+)
+def test_default_draft_is_a_draft(kernel: DccKernel, sizes: tuple, groups: int, bound: int) -> None:
+    d = default_draft(kernel, sizes, ATT)
+    sets = dimension_sets(DCC_KERNELS[kernel](*sizes))
+    assert d in set(drafts(sets, bound, ATT.cores_per_group))
+    assert math.prod(p.cores for p in d) == 64  # every bank works
+    assert math.prod(p.groups for p in d) == groups
+
+
+def test_default_draft_lands_as_attacc_places_data() -> None:
+    """QK^T default: heads over channels; tokens over the 16 bank groups, d_h over the 4
+    banks of a group (the simulator's score layout): bank 4 g + b holds tokens of group g and
+    d_h slice b."""
+    d = default_draft(DccKernel.QK, (16, 256, 128))
+    assert [(p.groups, p.cores, p.dim) for p in d] == [(16, 1, "K0"), (1, 16, "K1"), (1, 4, "K2")]
+    share = (1, 256, 128)
+    k = lower_group(ATT, DccKernel.QK, share, tuple(p.cores for p in d))
+    addr = k.inputs["K"]
+    for bank in (0, 5, 63):
+        rows = addr[addr[:, 0] == bank]
+        assert len(rows) == 16 * 2  # 16 tokens x 32 d_h (two vectors)
+    with pytest.raises(AttAccLoweringError, match="relu has no AttAcc default mapping"):
+        default_draft(DccKernel.RELU, (64,))
+
+
+def test_access_stream_timed_by_hand() -> None:
+    """Writes of two columns to banks 0 and 4 (bank groups 0 and 1 of rank 0)."""
+    t = ATT.timing
+    assert t is not None
+    s = access_stream(ATT, np.array([[0, 0, 0], [0, 0, 1], [4, 0, 0], [4, 0, 1]]), Op.WR)
+    assert [Op(o).name for o in s["op"]] == ["ACT"] * 2 + ["WR"] * 4 + ["PRE"] * 2
+    tl = time_stream(ATT, s)
+    act1 = max(1, 2, t.tRRD_S)  # two-cycle ACT, then tRRD_S to another bank group
+    wr = [t.tRCD_WR, act1 + t.tRCD_WR]
+    wr += [wr[1] + t.tCCD_S, wr[1] + 2 * t.tCCD_S]  # bank 0 again: tCCD_L after its first
+    assert wr[2] == wr[0] + t.tCCD_L
+    pre = [wr[2] + t.write_to_precharge, wr[3] + t.write_to_precharge]
+    np.testing.assert_array_equal(tl.issue, [0, act1, *wr, *pre])
+    assert tl.cycles == pre[1] + t.tRP == 73
+
+
+def test_access_stream_fills_both_pseudo_channels() -> None:
+    """A full row of every bank: consecutive writes alternate pseudo-channels, so after the
+    ACTs the WRs go one per cycle (2,048 WRs) and the channel's two buses both carry data."""
+    addr = np.array([(b, 3, c) for b in range(64) for c in range(32)])
+    s = access_stream(ATT, addr, Op.WR)
+    wr = np.flatnonzero(s["op"] == Op.WR)
+    tl = time_stream(ATT, s)
+    assert len(wr) == 2048 and np.all(np.diff(tl.issue[wr]) == 1)
+    assert interleave(ATT)[:4].tolist() == [0, 32, 16, 48]  # pCH0, pCH1, rank 1 of each
+    with pytest.raises(AttAccError, match="not MACAB"):
+        access_stream(ATT, addr, Op.MACAB)
+
+
+def test_macab_spacing_and_row_rules() -> None:
+    t = ATT.timing
+    assert t is not None
+    s = np.array(
+        [
+            command(Op.ACTAB, row=5),
+            *(
+                command(Op.MACAB, row=5, col=c, src=0, dst=0, lane=c, mode=int(MacMode.DOT))
+                for c in range(3)
+            ),
+            command(Op.PREA),
+        ],
+        dtype=COMMAND_DTYPE,
+    )
+    tl = time_stream(ATT, s)
+    macs = [t.tRCD_RD + k * t.tCCD_AB for k in range(3)]
+    np.testing.assert_array_equal(tl.issue, [0, *macs, max(t.tRAS, macs[-1] + t.tRTP)])
+    st_ = AttAccState.for_backend(ATT)
+    st_.row(5)[:, :3, :] = 1
+    st_.gb[:, 0, :] = 2
+    execute(ATT, s, np.zeros((0, 16), np.uint16), st_)
+    assert np.all(st_.acc[:, 0, :3] == 32) and st_.macs == 3  # 16 lanes x 1 x 2
+    with pytest.raises(AttAccError, match=r"command 0 \(MACAB row=5 .*row 5 is not open in eve"):
+        execute(ATT, s[1:2], np.zeros((0, 16), np.uint16), AttAccState.for_backend(ATT))
+    with pytest.raises(AttAccError, match="MACAB has no operand"):
+        command(Op.MACAB, bank=3)
+
+
+def _attention_numpy(a: dict[str, np.ndarray]) -> np.ndarray:
+    f = {k: v.astype(np.float64) for k, v in a.items()}
+    s = np.einsum("hd,htd->ht", f["Q"], f["K"])
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    return np.einsum("ht,htd->hd", p, f["V"])
+
+
+@pytest.mark.parametrize(
+    ("sizes", "cores"),
+    [((1, 16, 16), (1, 1, 1)), ((2, 256, 128), (1, 16, 4)), ((1, 100, 64), (1, 1, 4)),
+     ((2, 64, 128), (1, 4, 16)), ((1, 600, 32), (1, 1, 2))],
+)  # fmt: skip
+def test_attention_close_to_numpy(sizes: tuple, cores: tuple) -> None:
+    """QK^T, SFM on the softmax unit, MVGB of the probabilities, SV: FP16 scores and
+    probabilities (the unit computes in float32 and stores FP16), so a tolerance."""
+    H, T, D = sizes
+    rng = np.random.default_rng(T)
+    a = {
+        "Q": (rng.standard_normal((H, D)) / 4).astype(np.float16),
+        "K": (rng.standard_normal((H, T, D)) / 4).astype(np.float16),
+        "V": rng.standard_normal((H, T, D)).astype(np.float16),
+    }
+    got = run_attention(ATT, sizes, cores, a)["O"].astype(np.float64)
+    ref = _attention_numpy(a)
+    assert np.max(np.abs(got - ref)) < 0.01 * np.max(np.abs(ref))
+    # a wrong softmax (none at all) is far off
+    assert np.max(np.abs(got - np.einsum("ht,htd->hd", np.ones((H, T)) / T, a["V"]))) > 1e-3
+
+
+def test_attention_counts_default_mapping() -> None:
+    """One head of 4096 tokens, d_h 128, on the default mapping (tokens over the 16 bank
+    groups, d_h over the 4 banks): per bank 256 tokens x 32 d_h."""
+    k = lower_attention(ATT, (1, 4096, 128), (1, 16, 4))
+    tok, vec_dh = 4096 // 16, 128 // 4 // 16  # 2 vectors of d_h per bank
+    assert k.counts == {
+        "WRGB": 2 * 4,  # Q: 2 entries per bank index, broadcast over bank groups
+        "ACTAB": 2 * tok * vec_dh // 32,  # K then V: 512 vectors each, 32 per row
+        "PREA": 2 * tok * vec_dh // 32,
+        "MACAB": 2 * tok * vec_dh,  # QK: 2 per token; SV: 2 output vectors per token
+        "MVSB": 4096 // 16 + 4 * vec_dh * 16,  # a bank group's 16 scores; SV: 16 partials
+        "SFM": 1,
+        "MVGB": 16 * tok // 16,  # 16 entries per bank group, broadcast to its 4 banks
+        "RDSB": 4 * vec_dh,
+    }
+    assert set(k.inputs) == {"K", "V"} and k.outputs == {}
+    sfm = np.flatnonzero(k.stream["op"] == Op.SFM)[0]
+    mvgb = np.flatnonzero(k.stream["op"] == Op.MVGB)[0]
+    tl = time_stream(ATT, k.stream)
+    assert tl.issue[mvgb] >= tl.issue[sfm] + 4096 // 16  # the softmax unit: 16 per cycle
+
+
+@pytest.mark.parametrize(
+    ("sizes", "cores", "message"),
+    [
+        ((2, 64, 64), (2, 4, 4), r"one softmax unit takes one head at a time.*cores\[0\] must"),
+        ((1, 100, 64), (1, 4, 4), "tokens = 100 over 4 cores gives 25 per core, not a multiple"),
+        ((1, 8192, 64), (1, 16, 4), "8192 scores take 512 softmax-buffer entries"),
+    ],
+)
+def test_attention_refusals(sizes: tuple, cores: tuple, message: str) -> None:
+    with pytest.raises(AttAccLoweringError, match=message):
+        lower_attention(ATT, sizes, cores)
