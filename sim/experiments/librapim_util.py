@@ -339,8 +339,8 @@ def format_fig9(rows: list[Row], summary: dict[str, Any]) -> str:
 
 
 def plot_fig9(rows: list[Row], path: Path) -> Path:
-    """Per batch a panel: PIM and NPU utilisation vs input length, ideal pipelining (solid)
-    vs exclusive bank access (dashed)."""
+    """Per batch a panel: PIM and NPU utilisation and PIM's busy share vs input length,
+    ideal pipelining (solid) vs exclusive bank access (dashed)."""
     plt = pyplot()
     bs = sorted({r["batch"] for r in rows})
     fig, axes = plt.subplots(1, len(bs), figsize=(5.5 * len(bs), 4), squeeze=False)
@@ -353,6 +353,8 @@ def plot_fig9(rows: list[Row], path: Path) -> Path:
                     label=f"PIM, {label}")  # fmt: skip
             ax.plot(xs, [100 * r["util_xpu"] for r in sel], "s" + ls, color="#023047",
                     label=f"NPU, {label}")  # fmt: skip
+            ax.plot(xs, [100 * r["busy_pim"] for r in sel], "^" + ls, color="#e76f51",
+                    label=f"PIM busy (time share), {label}")  # fmt: skip
         ax.set_xscale("log", base=2)
         ax.set_ylim(0, 105)
         ax.set_xlabel("input length (tokens)")
