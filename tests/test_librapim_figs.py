@@ -12,6 +12,7 @@ import pytest
 from compiler.llm import LayerOp, gemv_shapes, load_model
 from models.config import load_preset
 from models.dbo import DboThroughput, solve_ffn_offload, solve_mha_offload
+from models.xpu import gemm_cost
 from models.xpu_config import load_xpu
 from sim.decode_step.kernels import KernelCache
 from sim.decode_step.librapim import (
@@ -20,6 +21,8 @@ from sim.decode_step.librapim import (
     measured_throughput,
     run_librapim,
 )
+from sim.decode_step.setup import DecodeError
+from sim.experiments.librapim_fig21 import scaled_npu
 from sim.experiments.librapim_util import step_row
 from tests.helpers import run_cli
 
@@ -159,3 +162,67 @@ def test_fig20_cli_writes_json_and_png(capsys, tmp_path):
     assert rc != 0 and "--force" in err
     rc, _, err = run_cli(capsys, "librapim-figs", "--figure", "fig20", "--systems", "tpu")
     assert rc == 2 and "unknown system(s) tpu" in err
+
+
+@pytest.mark.parametrize("figure", ["fig7", "fig9"])
+def test_fig7_and_fig9_cli(capsys, tmp_path, figure):
+    rep, png = tmp_path / "f.json", tmp_path / "f.png"
+    rc, out, err = run_cli(
+        capsys,
+        *("librapim-figs", "--figure", figure, "--model", SPEC, "--batches", "2,4"),
+        *("--contexts", "16,64", "--tp", "1", "--report", str(rep), "--plot", str(png)),
+    )
+    assert (rc, err) == (0, "")
+    doc = json.loads(rep.read_text())
+    assert png.stat().st_size > 0 and doc["provenance"]["model"] == SPEC
+    assert len(doc["rows"]) == 4 * (1 if figure == "fig7" else 2)
+    for r in doc["rows"]:
+        assert r["idle_pim"] == pytest.approx(1 - r["busy_pim"])
+    if figure == "fig7":
+        assert "PIM idle fraction" in out and doc["summary"]["small_short"]["batch"] == 2
+    else:
+        for s in doc["summary"].values():  # exclusive banks: PIM busy longer, same MACs
+            assert s["busy_pim_exclusive"] > s["busy_pim_ideal"]
+            assert s["step_ms_exclusive"] >= s["step_ms_ideal"]
+
+
+def test_fig21_npus_scale_the_array_and_the_flop_ratio_sets_compute_bound_time(npu):
+    """scaled_npu: peak 2 x 8 x size^2 x 1 GHz, lanes 2 x size (width) or 128 (fixed); a
+    compute-bound GEMM whose shape tiles both arrays exactly takes (64 / 32)^2 = 4x longer
+    on 32 x 32 arrays, the FLOP ratio; a memory-bound one takes the same time."""
+    small, base, big = (scaled_npu(npu, s) for s in (32, 64, 256))
+    assert small.peak_flops() == 2 * 8 * 32 * 32 * 1e9
+    assert base.peak_flops() == npu.peak_flops() and base.vector == npu.vector
+    assert big.peak_flops() == 2 * 8 * 256 * 256 * 1e9
+    assert (small.vector.lanes, big.vector.lanes) == (64, 512)
+    assert big.vector_flops == 8 * 512 * 1e9
+    assert scaled_npu(npu, 256, "fixed").vector.lanes == 128
+    c32, c64 = (gemm_cost(d, 4096, 4096, 4096) for d in (small, base))
+    assert c32.bound == c64.bound == "compute"
+    assert c32.seconds == pytest.approx(4 * c64.seconds, rel=1e-12)
+    m32, m64 = (gemm_cost(d, 1, 4096, 4096) for d in (small, base))
+    assert m32.bound == m64.bound == "memory" and m32.seconds == m64.seconds
+    with pytest.raises(DecodeError, match="array size 0"):
+        scaled_npu(npu, 0)
+    with pytest.raises(DecodeError, match="vector scaling 'x'"):
+        scaled_npu(npu, 32, "x")
+
+
+def test_fig21_cli_normalises_to_the_smallest_array_without_dbo(capsys, tmp_path):
+    rep, png = tmp_path / "f.json", tmp_path / "f.png"
+    rc, out, err = run_cli(
+        capsys,
+        *("librapim-figs", "--figure", "fig21", "--model", SPEC, "--batches", "4"),
+        *("--contexts", "64", "--sizes", "32,64", "--tp", "1"),
+        *("--report", str(rep), "--plot", str(png)),
+    )
+    assert (rc, err) == (0, "")
+    rows = json.loads(rep.read_text())["rows"]
+    assert {(r["array"], r["system"]) for r in rows} == {
+        (a, s) for a in (32, 64) for s in ("librapim-no-dbo", "librapim")
+    }
+    ref = [r for r in rows if (r["array"], r["system"]) == (32, "librapim-no-dbo")][0]
+    assert ref["normalised"] == 1.0
+    for r in rows:
+        assert r["normalised"] == pytest.approx(r["tokens_per_s"] / ref["tokens_per_s"])
+    assert "w/o DBO" in out
