@@ -226,3 +226,21 @@ def test_fig21_cli_normalises_to_the_smallest_array_without_dbo(capsys, tmp_path
     for r in rows:
         assert r["normalised"] == pytest.approx(r["tokens_per_s"] / ref["tokens_per_s"])
     assert "w/o DBO" in out
+
+
+def test_dbo_cli_reports_predicted_and_simulated_for_both_variants(capsys, tmp_path):
+    rep, png = tmp_path / "f.json", tmp_path / "f.png"
+    rc, out, err = run_cli(
+        capsys,
+        *("librapim-figs", "--figure", "dbo", "--model", SPEC, "--batches", "8"),
+        *("--contexts", "1024", "--tp", "1", "--report", str(rep), "--plot", str(png)),
+    )
+    assert (rc, err) == (0, "")
+    doc = json.loads(rep.read_text())
+    assert {r["system"] for r in doc["rows"]} == {"librapim", "librapim-measured"}
+    for r in doc["rows"]:
+        assert r["predicted_ms"] > 0 and r["step_ms"] > 0
+    for name, s in doc["summary"].items():
+        ratio = [r["predicted_ms"] / r["step_ms"] for r in doc["rows"] if r["system"] == name]
+        assert s["predicted_over_simulated_mean"] == pytest.approx(sum(ratio) / len(ratio))
+    assert "predicted/simulated mean" in out
