@@ -23,7 +23,7 @@ from sim.decode_step.librapim import (
 )
 from sim.decode_step.setup import DecodeError
 from sim.experiments.librapim_fig21 import scaled_npu
-from sim.experiments.librapim_util import step_row
+from sim.experiments.librapim_util import step_row, sweep
 from tests.helpers import run_cli
 
 SPEC = "llm-1.8b"
@@ -244,3 +244,26 @@ def test_dbo_cli_reports_predicted_and_simulated_for_both_variants(capsys, tmp_p
         ratio = [r["predicted_ms"] / r["step_ms"] for r in doc["rows"] if r["system"] == name]
         assert s["predicted_over_simulated_mean"] == pytest.approx(sum(ratio) / len(ratio))
     assert "predicted/simulated mean" in out
+
+
+def test_fig21_step_gemm_time_follows_the_flop_ratio(hw2, npu):
+    """In a step: at 256 requests both NPUs are compute-bound, so the QKV GEMM (3072 x 2048,
+    whole tiles on both) takes 4x the cycles on 32 x 32 arrays (ceil per op: within 1e-4)."""
+    spec = load_model(SPEC)
+    ops = {
+        s: run_librapim(spec, hw2, scaled_npu(npu, s), (16,) * 256, systems=("npu+aim",))[
+            "npu+aim"
+        ].ops
+        for s in (32, 64)
+    }
+    assert ops[32]["qkv"] == pytest.approx(4 * ops[64]["qkv"], rel=1e-4)
+
+
+def test_paper_directions_that_hold_on_gpt3():
+    """GPT3-175B, the claims our model reproduces: NPU+AiM's PIM idles > 80% at B = 32,
+    L = 16 (Fig. 7) and LibraPIM's PIM is > 25% utilised at B = 128, L = 16, NeuPIMs' is
+    not (Fig. 20)."""
+    rows = sweep("gpt3-175b-4k", (32,), (16,), ("npu+aim",))
+    assert rows[0]["idle_pim"] > 0.8
+    rows = {r["system"]: r for r in sweep("gpt3-175b-4k", (128,), (16,), ("neupims", "librapim"))}
+    assert rows["librapim"]["util_pim_mac"] > 0.25 > rows["neupims"]["util_pim_mac"]

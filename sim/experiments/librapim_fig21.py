@@ -75,8 +75,9 @@ def scaled_npu(base: XpuConfig, size: int, vector_scaling: str = "width") -> Xpu
 def run_fig21(
     args: argparse.Namespace, progress: Callable[[str], None] | None = None
 ) -> list[dict[str, Any]]:
-    """The sweep over ``args.sizes`` NPUs; each row gains ``array`` and ``normalised``
-    (tokens/s over the smallest array's without DBO at the same batch)."""
+    """The sweep over ``args.sizes`` NPUs; each row gains ``array`` and ``normalised``:
+    tokens/s over that of the first of ``args.systems`` (by default ``librapim-no-dbo``) on
+    the smallest array at the same batch and input."""
     base = load_xpu("librapim-npu")
     npus = {s: scaled_npu(base, s, args.vector_scaling) for s in args.sizes}
     rows = sweep(
