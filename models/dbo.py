@@ -127,17 +127,29 @@ class DboThroughput:
         ``FLOPS_PIM``: the PIM's throughput (FLOP/s), all channels.
     pim_channels : int
         ``Channel_PIM``: PIM channels (the small-batch threshold and the FFN offload cap).
+    pim_ffn_flops : float or None
+        PIM's throughput on an offloaded FFN (FLOP/s) when it differs from its attention
+        throughput (attainable rates measured on the channel model); ``None``: ``pim_flops``,
+        Algorithm 1's single ``FLOPS_PIM``.
     """
 
     xpu_flops: float
     xpu_gemv_flops: float
     pim_flops: float
     pim_channels: int
+    pim_ffn_flops: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("xpu_flops", "xpu_gemv_flops", "pim_flops"):
             _positive_float(name, getattr(self, name), "FLOP/s")
         _positive_int("pim_channels", self.pim_channels)
+        if self.pim_ffn_flops is not None:
+            _positive_float("pim_ffn_flops", self.pim_ffn_flops, "FLOP/s")
+
+    @property
+    def ffn_pim_flops(self) -> float:
+        """PIM's throughput on an offloaded FFN (FLOP/s): ``pim_ffn_flops`` or ``pim_flops``."""
+        return self.pim_flops if self.pim_ffn_flops is None else self.pim_ffn_flops
 
 
 @dataclass(frozen=True)
@@ -191,7 +203,8 @@ def solve_ffn_offload(
 
     With ``a = t_QKV + t_Proj``, ``f = K_FFN d_model d_ff`` (FLOPs of one request's FFN):
     ``a + f (B - m) / F_xPU = t_MHA,PIM + f m / F_PIM`` gives
-    ``m = (a + f B / F_xPU - t_MHA,PIM) / (f / F_xPU + f / F_PIM)``.
+    ``m = (a + f B / F_xPU - t_MHA,PIM) / (f / F_xPU + f / F_PIM)``; ``F_PIM`` here is
+    ``hw.ffn_pim_flops`` (equal to the attention's unless a measured FFN rate is given).
 
     Returns
     -------
@@ -200,7 +213,7 @@ def solve_ffn_offload(
     """
     t = _times(model, hw, batch, seq_len)
     f = model.k_ffn * model.d_model * model.d_ff
-    xs, ps = f / hw.xpu_flops, f / hw.pim_flops
+    xs, ps = f / hw.xpu_flops, f / hw.ffn_pim_flops
     lhs0 = t["t_qkv_xpu"] + t["t_proj_xpu"] + t["t_ffn_xpu"]
     return (lhs0 - t["t_mha_pim"]) / (xs + ps), xs, ps
 
@@ -258,7 +271,7 @@ def dynamic_batch_offload(
     nan = math.nan
     common = {"batch": batch, "seq_len": seq_len, "before": t}
     if batch < hw.pim_channels:
-        f = t["t_ffn_xpu"] * hw.xpu_flops / hw.pim_flops  # the group's FFN at PIM throughput
+        f = t["t_ffn_xpu"] * hw.xpu_flops / hw.ffn_pim_flops  # the group's FFN on PIM
         return DboDecision(
             DboCase.SMALL_BATCH,
             m=batch,

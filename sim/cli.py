@@ -138,6 +138,11 @@ COMMANDS: tuple[Command, ...] = (
         "sim.experiments.librapim_energy",
     ),
     Command(
+        "librapim-figs",
+        "LibraPIM Figs. 20, 7, 9, 21 and DBO on measured rates (--figure), JSON + PNG",
+        "sim.experiments.librapim_figs",
+    ),
+    Command(
         "sherpa",
         "PIM-SHERPA: DRAM capacity of WD, FACIL-O, S-DDB and S-OWR (Fig. 9)",
         "sim.experiments.sherpa",

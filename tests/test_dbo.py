@@ -165,3 +165,18 @@ def test_bad_model_parameters_are_refused():
     with pytest.raises(DboError, match=r"context_window = 0: must be an integer >= 1 \(tokens\)"):
         DboModel(2, 4, 6, 2, 4, 4, 0)
     assert issubclass(DboError, PimphonyError) and issubclass(DboError, ValueError)
+
+
+def test_a_separate_pim_ffn_rate_enters_equation_1_and_the_small_batch_branch():
+    # PIM's FFN at 0.5 FLOP/s, its attention at 1: L = 5, eq. 1:
+    # 256 + 32 (8 - m) = 320 + 64 m -> m = 192 / 96 = 2 (with one rate it is 3).
+    hw = DboThroughput(1.0, 0.5, 1.0, 4, pim_ffn_flops=0.5)
+    assert hw.ffn_pim_flops == 0.5 and HW.ffn_pim_flops == HW.pim_flops
+    d = dynamic_batch_offload(TOY, hw, 8, 5)
+    assert (d.case, d.m_exact, d.m) == (DboCase.LONGER_FFN, 2.0, 2)
+    assert d.xpu_seconds == d.pim_seconds == 448.0
+    # small batch (B = 3, L = 10): attention 240 plus the group's FFN 96 FLOPs at 0.5 = 192
+    d = dynamic_batch_offload(TOY, hw, 3, 10)
+    assert (d.case, d.pim_seconds) == (DboCase.SMALL_BATCH, 432.0)
+    with pytest.raises(DboError, match=r"pim_ffn_flops = -1\.0: must be a finite number"):
+        DboThroughput(1.0, 0.5, 1.0, 4, pim_ffn_flops=-1.0)

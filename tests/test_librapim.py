@@ -19,6 +19,8 @@ from sim.decode_step.hetero import HeteroSetup, run_hetero_decode
 from sim.decode_step.kernels import KernelCache
 from sim.decode_step.librapim import (
     SYSTEMS,
+    BankAccess,
+    Offload,
     System,
     _flow,
     _Parts,
@@ -127,18 +129,23 @@ def test_tensor_parallel_shapes_gpt3():
 
 
 def test_registry_has_the_four_systems_of_6_1():
-    assert list(SYSTEMS) == ["npu+aim", "attacc", "neupims", "librapim", "librapim-best"]
+    assert list(SYSTEMS)[:4] == ["npu+aim", "attacc", "neupims", "librapim"]
     flags = {
-        s: (r.serial, r.head_pipelining, r.ffn_coprocessing, r.dbo, r.dex)
+        s: (r.serial, r.head_pipelining, r.ffn_coprocessing, r.offload, r.banks)
         for s, r in SYSTEMS.items()
     }
+    x, sl, d = BankAccess.EXCLUSIVE, BankAccess.SLICED, BankAccess.DUAL
     assert flags == {
-        System.NPU_AIM: (True, False, False, False, False),
-        System.ATTACC: (True, True, True, False, False),
-        System.NEUPIMS: (False, False, False, False, False),
-        System.LIBRAPIM: (False, False, False, True, True),
-        System.LIBRAPIM_BEST: (False, False, False, True, True),
+        System.NPU_AIM: (True, False, False, Offload.NONE, x),
+        System.ATTACC: (True, True, True, Offload.NONE, x),
+        System.NEUPIMS: (False, False, False, Offload.NONE, d),
+        System.LIBRAPIM: (False, False, False, Offload.ALGORITHM_1, sl),
+        System.LIBRAPIM_BEST: (False, False, False, Offload.BEST, sl),
+        System.AIM_PIPELINED: (False, False, False, Offload.NONE, x),
+        System.LIBRAPIM_NO_DBO: (False, False, False, Offload.NONE, sl),
+        System.LIBRAPIM_MEASURED: (False, False, False, Offload.MEASURED, sl),
     }
+    assert [s for s, r in SYSTEMS.items() if r.dbo] == ["librapim", "librapim-measured"]
 
 
 def test_flow_is_a_stage_pipeline():
@@ -231,7 +238,7 @@ def test_best_offload_is_never_slower_than_no_offload(hbm2):
     cache = KernelCache(hbm2, "dcs", True, dpa=True, dpa_max_tokens=512)
     parts = _Parts(spec, hbm2, xpu, 1, cache)
     for m in (0, 16, 32):
-        assert best.cycles <= _pipelined("x", parts, lengths, 2, False, m, True).cycles
+        assert best.cycles <= _pipelined("x", parts, lengths, 2, Offload.NONE, m, True).cycles
     assert {d["case"] for d in best.decisions} == {"best-offload"}
     assert best.decisions[0]["m"] in (0, 16, 32)
 
@@ -269,7 +276,7 @@ def test_cli_workload_step_json(capsys):
     report = json.loads(out)
     prompts = sample_context_lengths(load_workload("alpaca"), 8, seed=3)
     assert report["max_context"] == int(prompts.max()) + 5  # prompt + 5 generated tokens
-    assert set(report["systems"]) == {"npu+aim", "attacc", "neupims", "librapim", "librapim-best"}
+    assert set(report["systems"]) == set(SYSTEMS)
     assert [d["case"] for d in report["systems"]["librapim"]["decisions"]] == ["small-batch"] * 2
 
 

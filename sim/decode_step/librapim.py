@@ -17,6 +17,16 @@ model, the PIM channel TLM through :func:`sim.decode_step.step.attention_cycles`
   the xPU's read load (DEX; ``slicing=False``: exclusive AiM banks).
 * **librapim-best**: an analysis row, not a paper system: LibraPIM with the FFN offload that
   simulates fastest (how much any offloading rule could gain on this hardware).
+* **aim-pipelined**: batch pipelining on plain AiM banks (exclusive access, LibraPIM 3.2 /
+  Fig. 9's exclusive case), no offloading.
+* **librapim-no-dbo**: LibraPIM without DBO (batch pipelining + DEX; Fig. 21's "w/o DBO").
+* **librapim-measured**: LibraPIM with Algorithm 1 fed the attainable throughputs measured
+  on the models at the group's load (:func:`measured_throughput`) instead of peak FLOP/s.
+
+Each system's step also reports the devices' utilisation (:class:`LibrapimSystem`): the
+xPU's achieved matrix FLOP/s over its peak, PIM's MAC-issue utilisation (MAC commands the
+channel TLM issued x ``tCCD`` over channels x step cycles) and PIM's useful FLOP/s over its
+peak.
 
 The system is ``tp`` such devices sharing every layer Megatron-style (each device: ``1/tp``
 of the heads and of the FC matrices), as the NeuPIMs simulator LibraPIM builds on runs
@@ -40,6 +50,7 @@ from compiler.plan import (
     DecodeMappingError,
     GemvJob,
     PartitionError,
+    layer_plan,
     micro_batches,
     split_evenly,
 )
@@ -58,12 +69,15 @@ __all__ = [
     "ATTENTION_PARTITIONS",
     "DEFAULT_TP",
     "SYSTEMS",
+    "BankAccess",
     "LibrapimSystem",
+    "Offload",
     "System",
     "SystemSpec",
     "dbo_model",
     "dbo_throughput",
     "format_librapim",
+    "measured_throughput",
     "run_librapim",
     "sharded_shapes",
     "weights_per_device",
@@ -80,46 +94,94 @@ DEFAULT_TP = 8
 
 
 class System(StrEnum):
-    """The four systems of LibraPIM 6.1, and LibraPIM with the best offload (analysis)."""
+    """The four systems of LibraPIM 6.1 and the analysis rows (module docstring)."""
 
     NPU_AIM = "npu+aim"
     ATTACC = "attacc"
     NEUPIMS = "neupims"
     LIBRAPIM = "librapim"
     LIBRAPIM_BEST = "librapim-best"
+    AIM_PIPELINED = "aim-pipelined"
+    LIBRAPIM_NO_DBO = "librapim-no-dbo"
+    LIBRAPIM_MEASURED = "librapim-measured"
+
+
+class BankAccess(StrEnum):
+    """How PIM's MACs and the xPU's weight reads share a bank when the two overlap."""
+
+    EXCLUSIVE = "exclusive"  # AiM: "either ... PIM or serves read requests" (3.2)
+    SLICED = "sliced"  # DEX: bank slicing (4.2), the bank-slice TLM's factor
+    DUAL = "dual-row-buffer"  # NeuPIMs: reads and PIM concurrent, no conflict
+
+
+#: The bank-slice TLM mode that slows a pipelined system's PIM (``None``: no conflict).
+_SLICE_MODE: dict[BankAccess, bool | None] = {
+    BankAccess.EXCLUSIVE: False,
+    BankAccess.SLICED: True,
+    BankAccess.DUAL: None,
+}
+
+
+class Offload(StrEnum):
+    """How a pipelined system moves work between the devices."""
+
+    NONE = "none"
+    ALGORITHM_1 = "algorithm-1"  # DBO with the presets' peak throughputs
+    MEASURED = "algorithm-1-measured"  # DBO with attainable throughputs (measured_throughput)
+    BEST = "best"  # FFN offload chosen by simulation (analysis)
 
 
 @dataclass(frozen=True)
 class SystemSpec:
     """What one system does: serial or batch-pipelined, head-level pipelining, FFN
-    co-processing, DBO, and whether PIM and the xPU's weight reads share sliced banks (DEX:
-    PIM slowed as the bank-slice TLM says at the xPU's read load; otherwise no conflict)."""
+    co-processing, its offload rule, and how PIM and the xPU's weight reads share the banks
+    (in a serial flow the two never overlap, so ``banks`` then costs nothing)."""
 
     serial: bool
     head_pipelining: bool
     ffn_coprocessing: bool
-    dbo: bool
-    dex: bool
+    offload: Offload
+    banks: BankAccess
     summary: str
 
+    @property
+    def dbo(self) -> bool:
+        """Whether Algorithm 1 chooses the split (peak or measured throughputs)."""
+        return self.offload in (Offload.ALGORITHM_1, Offload.MEASURED)
+
+
+_X, _S, _D = BankAccess.EXCLUSIVE, BankAccess.SLICED, BankAccess.DUAL
 
 #: The registry (``docs/librapim.md`` quotes the paper for every row).
 SYSTEMS: dict[System, SystemSpec] = {
-    System.NPU_AIM: SystemSpec(True, False, False, False, False, "serial, exclusive bank access"),
+    System.NPU_AIM: SystemSpec(
+        True, False, False, Offload.NONE, _X, "serial, exclusive bank access"
+    ),
     System.ATTACC: SystemSpec(
-        True, True, True, False, False, "serial flow, head-level pipelining, FFN co-processing"
+        True, True, True, Offload.NONE, _X, "serial flow, head-level pipelining, FFN co-processing"
     ),
     System.NEUPIMS: SystemSpec(
-        False, False, False, False, False, "batch pipelining, dual row buffers (concurrent reads)"
+        False, False, False, Offload.NONE, _D, "batch pipelining, dual row buffers"
     ),
-    System.LIBRAPIM: SystemSpec(False, False, False, True, True, "batch pipelining + DEX + DBO"),
+    System.LIBRAPIM: SystemSpec(
+        False, False, False, Offload.ALGORITHM_1, _S, "batch pipelining + DEX + DBO"
+    ),
     System.LIBRAPIM_BEST: SystemSpec(
+        False, False, False, Offload.BEST, _S, "LibraPIM, FFN offload chosen by simulation"
+    ),
+    System.AIM_PIPELINED: SystemSpec(
+        False, False, False, Offload.NONE, _X, "batch pipelining on exclusive AiM banks"
+    ),
+    System.LIBRAPIM_NO_DBO: SystemSpec(
+        False, False, False, Offload.NONE, _S, "batch pipelining + DEX, no DBO"
+    ),
+    System.LIBRAPIM_MEASURED: SystemSpec(
         False,
         False,
         False,
-        True,
-        True,
-        "LibraPIM, FFN offload chosen by simulation (not Algorithm 1)",
+        Offload.MEASURED,
+        _S,
+        "LibraPIM, Algorithm 1 fed measured throughputs",
     ),
 }
 
@@ -193,6 +255,8 @@ class _Parts:
     cache: KernelCache
     partitions: tuple[str, ...] = ATTENTION_PARTITIONS
     _att: dict = field(default_factory=dict)
+    _att_part: dict = field(default_factory=dict)
+    _att_macs: dict = field(default_factory=dict)
     _dex: dict = field(default_factory=dict)
     _ffn: dict = field(default_factory=dict)
 
@@ -203,6 +267,21 @@ class _Parts:
     def gemm(self, op: LayerOp, m: int) -> int:
         d_out, d_in = sharded_shapes(self.spec, self.tp)[op]
         return _cycles(gemm_cost(self.xpu, m, d_in, d_out).seconds, self.freq) if m else 0
+
+    def gemm_flops(self, op: LayerOp, m: int) -> int:
+        """Useful FLOPs of one FC GEMM of ``m`` requests on one device."""
+        d_out, d_in = sharded_shapes(self.spec, self.tp)[op]
+        return 2 * m * d_in * d_out
+
+    def ffn_flops(self, m: int) -> int:
+        """Useful FLOPs of one layer's FFN GEMMs of ``m`` requests on one device."""
+        return self.gemm_flops(LayerOp.FFN1, m) + self.gemm_flops(LayerOp.FFN2, m)
+
+    def attention_flops(self, contexts: tuple[int, ...]) -> int:
+        """Useful matrix FLOPs of one layer's attention (QK^T and SV, 2 per multiply-
+        accumulate) for ``contexts`` on one device's ``heads / tp`` query heads."""
+        s = self.spec
+        return 4 * (s.heads // self.tp) * s.head_dim * sum(contexts)
 
     def vec(self, op: VectorOp, n: int) -> int:
         return _cycles(vector_cost(self.xpu, op, n).seconds, self.freq) if n else 0
@@ -238,20 +317,43 @@ class _Parts:
                 split = {k: att[k] for k in ("qk", "softmax", "sv")}
                 if best is None or sum(split.values()) < sum(best.values()):
                     best = split
+                    self._att_part[key] = part
             if best is None:
                 raise DecodeError(f"no attention partition maps {self.spec.name} on this PIM")
             self._att[key] = best
         return self._att[key]
 
+    def attention_macs(self, lengths: tuple[int, ...], chunks: int = 1) -> int:
+        """MAC commands the channel TLM issues, over all channels, for :meth:`attention`'s
+        layer (same partition)."""
+        if not lengths:
+            return 0
+        key = (tuple(sorted(lengths)), chunks)
+        if key not in self._att_macs:
+            self.attention(lengths, chunks)
+            plan = layer_plan(self.spec, self.hw, key[0], self.tp * chunks, self._att_part[key])
+            self._att_macs[key] = sum(
+                self.cache.run(j).macs for jobs in (*plan.qk, *plan.sv) for j in jobs
+            )
+        return self._att_macs[key]
+
     def pim_ffn(self, m: int) -> int:
         """PIM cycles of one layer's FFN GEMVs for ``m`` requests on one device (channel TLM,
         weight-stationary: every bank reads its share of the weights per request)."""
+        return self._pim_ffn(m)[0]
+
+    def pim_ffn_macs(self, m: int) -> int:
+        """MAC commands, all channels, of :meth:`pim_ffn`."""
+        return self._pim_ffn(m)[1]
+
+    def _pim_ffn(self, m: int) -> tuple[int, int]:
         if not m:
-            return 0
+            return 0, 0
         if m not in self._ffn:
             setup = DecodeSetup(self.spec, self.hw, (1,) * m, tp=self.tp, check_capacity=False)
-            fc = layer_timing(setup, (1,) * m, self.cache).cycles
-            self._ffn[m] = fc[str(LayerOp.FFN1)] + fc[str(LayerOp.FFN2)]
+            lt = layer_timing(setup, (1,) * m, self.cache)
+            ops = (str(LayerOp.FFN1), str(LayerOp.FFN2))
+            self._ffn[m] = (sum(lt.cycles[o] for o in ops), sum(lt.macs[o] for o in ops))
         return self._ffn[m]
 
     def pim_ffn_shared(self, m: int) -> int:
@@ -260,22 +362,29 @@ class _Parts:
         the banks hold the requests' input vectors. On the channel TLM this is a GEMV whose
         matrix is the ``m x d_in`` inputs and whose vectors are the channel's weight rows
         (as many per kernel as the GPR holds); the busiest channel's sum."""
+        return self._pim_ffn_shared(m)[0]
+
+    def pim_ffn_shared_macs(self, m: int) -> int:
+        """MAC commands, all channels, of :meth:`pim_ffn_shared`."""
+        return self._pim_ffn_shared(m)[1]
+
+    def _pim_ffn_shared(self, m: int) -> tuple[int, int]:
         if not m:
-            return 0
+            return 0, 0
         key = ("shared", m)
         if key not in self._ffn:
-            total = 0
+            total = macs = 0
             for op in (LayerOp.FFN1, LayerOp.FFN2):
                 d_out, d_in = sharded_shapes(self.spec, self.tp)[op]
                 most = max(1, gemv_max_batch(self.hw, m, d_in))
                 busiest = 0
                 for rows in split_evenly(d_out, self.hw.module.channels, 1):
                     sizes = [most] * (rows // most) + ([rows % most] if rows % most else [])
-                    busiest = max(
-                        busiest, sum(self.cache.run(GemvJob(m, d_in, k)).cycles for k in sizes)
-                    )
+                    runs = [self.cache.run(GemvJob(m, d_in, k)) for k in sizes]
+                    busiest = max(busiest, sum(r.cycles for r in runs))
+                    macs += sum(r.macs for r in runs)
                 total += busiest
-            self._ffn[key] = total
+            self._ffn[key] = (total, macs)
         return self._ffn[key]
 
     def dex_stretch(self, tokens: int, load: float, sliced: bool) -> float:
@@ -351,7 +460,16 @@ class _Parts:
 
 @dataclass(frozen=True)
 class LibrapimSystem:
-    """One system's simulated step beside Algorithm 1's prediction."""
+    """One system's simulated step beside Algorithm 1's prediction.
+
+    ``busy``: fraction of the step each device works. ``work``: the step's useful xPU matrix
+    FLOPs (``xpu_flops``: FC GEMMs and attention moved to the xPU), PIM MAC commands issued
+    on all channels (``pim_macs``, from the channel TLM) and PIM's useful FLOPs
+    (``pim_flops``). ``utilisation``: ``xpu`` = ``xpu_flops / (matrix peak x step)``,
+    ``pim_mac_issue`` = ``pim_macs x tCCD / (channels x step cycles)`` (one all-bank MAC per
+    ``tCCD`` per channel is the peak), ``pim_flops`` = ``pim_flops / (PIM peak x step)``
+    (below ``pim_mac_issue`` by the padding of partly filled MACs).
+    """
 
     name: str
     groups: int
@@ -363,6 +481,8 @@ class LibrapimSystem:
     tokens_per_s: float
     busy: dict[str, float] = field(default_factory=dict)  # fraction of the step each works
     ops: dict[str, int] = field(default_factory=dict)
+    work: dict[str, int] = field(default_factory=dict)
+    utilisation: dict[str, float] = field(default_factory=dict)
 
 
 def _decision_dict(d: DboDecision) -> dict[str, Any]:
@@ -391,8 +511,11 @@ def _result(
     batch: int,
     busy: dict[str, int],
     ops: dict[str, int],
+    work: dict[str, int],
 ) -> LibrapimSystem:
     seconds = cycles / (parts.freq * 1e9)
+    hw = parts.hw
+    pim_peak = dbo_throughput(parts.xpu, hw, parts.spec.element_bytes).pim_flops
     return LibrapimSystem(
         name=name,
         groups=groups,
@@ -404,6 +527,39 @@ def _result(
         tokens_per_s=batch / seconds,
         busy={d: b / cycles for d, b in busy.items()},
         ops=ops,
+        work=work,
+        utilisation={
+            "xpu": work["xpu_flops"] / (parts.xpu.peak_flops() * seconds),
+            "pim_mac_issue": work["pim_macs"] * hw.timing.tCCD / (hw.module.channels * cycles),
+            "pim_flops": work["pim_flops"] / (pim_peak * seconds),
+        },
+    )
+
+
+def measured_throughput(parts: _Parts, lengths: tuple[int, ...]) -> DboThroughput:
+    """Attainable throughputs of a batch group ``lengths`` for Algorithm 1, measured on the
+    models at the group's load (``tp`` devices, as :func:`dbo_throughput`):
+
+    * ``FLOPS_xPU``: the FC GEMMs' FLOPs of the whole group over their xPU cost-model time;
+    * ``FLOPS_xPU_GEMV``: the group's attention FLOPs over the xPU's attention time;
+    * ``FLOPS_PIM``: the group's attention FLOPs over its PIM time (channel TLM, no DEX
+      stretch: sliced banks cost about 1%);
+    * PIM's FFN rate: the FFN FLOPs of one full Fig. 14 pass (``banks`` requests) over its
+      channel-TLM time (in that mode PIM's FFN time steps every ``banks`` requests, so a
+      full pass is its best per-request rate).
+    """
+    b, hz, tp = len(lengths), parts.freq * 1e9, parts.tp
+    fc = (LayerOp.QKV, LayerOp.PROJ, LayerOp.FFN1, LayerOp.FFN2)
+    x_flops = sum(parts.gemm_flops(op, b) for op in fc)
+    x_cycles = sum(parts.gemm(op, b) for op in fc)
+    a_flops = parts.attention_flops(lengths)
+    banks = parts.hw.channel.banks
+    return DboThroughput(
+        xpu_flops=tp * x_flops * hz / x_cycles,
+        xpu_gemv_flops=tp * a_flops * hz / parts.xpu_attention(lengths),
+        pim_flops=tp * a_flops * hz / sum(parts.attention(lengths).values()),
+        pim_channels=parts.hw.module.channels,
+        pim_ffn_flops=tp * parts.ffn_flops(banks) * hz / parts.pim_ffn_shared(banks),
     )
 
 
@@ -412,24 +568,31 @@ def _pipelined(
     parts: _Parts,
     lengths: tuple[int, ...],
     groups: int,
-    use_dbo: bool,
+    offload: Offload,
     fixed_m: int | None = None,
     dex: bool | None = None,
 ) -> LibrapimSystem:
-    """NPU+AiM (``groups = 1``), NeuPIMs-like and LibraPIM: per group the layer chain on
-    :func:`~sim.decode_step.hetero.pipeline_schedule`; ``fixed_m`` replaces Algorithm 1's
-    split by ``min(fixed_m, group)`` requests' FFN on PIM in every group. ``dex``: ``None``,
-    PIM and the xPU never conflict; ``True`` / ``False``, PIM's MAC-bound ops stretch by the
-    bank-slice TLM's factor with / without slicing at the group's xPU read load."""
+    """NPU+AiM (``groups = 1``), the pipelined systems and LibraPIM: per group the layer
+    chain on :func:`~sim.decode_step.hetero.pipeline_schedule`. ``offload``: Algorithm 1's
+    split with peak (``ALGORITHM_1``) or measured (``MEASURED``) throughputs, or none;
+    ``fixed_m`` instead puts ``min(fixed_m, group)`` requests' FFN on PIM in every group.
+    ``dex``: ``None``, PIM and the xPU never conflict; ``True`` / ``False``, PIM's MAC-bound
+    ops stretch by the bank-slice TLM's factor with / without slicing at the group's xPU read
+    load."""
     spec, layers, e = parts.spec, parts.spec.layers, parts.spec.element_bytes
     model = dbo_model(spec)
-    thr = dbo_throughput(parts.xpu, parts.hw, e, parts.tp)
+    peak = dbo_throughput(parts.xpu, parts.hw, e, parts.tp)
+    use_dbo = offload in (Offload.ALGORITHM_1, Offload.MEASURED)
     xpu_t, in_t, pim_t, out_t, decisions = [], [], [], [], []
     xpu_pred = pim_pred = 0.0  # Algorithm 1's per-layer busy seconds, summed over the groups
+    work = dict.fromkeys(("xpu_flops", "pim_macs", "pim_flops"), 0)
     groups_mb = micro_batches(lengths, groups)
     for mb in groups_mb:
+        thr = measured_throughput(parts, mb) if offload == Offload.MEASURED else peak
         d = dynamic_batch_offload(model, thr, len(mb), max(mb))
         decisions.append(_decision_dict(d))
+        if offload == Offload.MEASURED:
+            decisions[-1]["throughput"] = dataclasses.asdict(thr)
         m, n = (d.m, d.n) if use_dbo else (0, 0)
         if fixed_m is not None:
             m, n = min(fixed_m, len(mb)), 0
@@ -444,6 +607,13 @@ def _pipelined(
         on_xpu = tuple(mb[i] for i in order[:n])
         on_pim = tuple(mb[i] for i in order[n:])
         pre, post = parts.pre_post(len(mb), len(mb) - m, on_xpu)
+        fc = [(LayerOp.QKV, len(mb)), (LayerOp.PROJ, len(mb))]
+        fc += [(LayerOp.FFN1, len(mb) - m), (LayerOp.FFN2, len(mb) - m)]
+        work["xpu_flops"] += layers * (
+            sum(parts.gemm_flops(op, k) for op, k in fc) + parts.attention_flops(on_xpu)
+        )
+        work["pim_macs"] += layers * (parts.attention_macs(on_pim) + parts.pim_ffn_shared_macs(m))
+        work["pim_flops"] += layers * (parts.attention_flops(on_pim) + parts.ffn_flops(m))
         pim_ops: list[tuple[str, int]] = [("qk", 0), ("softmax", 0), ("sv", 0)]
         if on_pim:
             pim_ops = list(parts.attention(on_pim).items())
@@ -489,6 +659,7 @@ def _pipelined(
         len(lengths),
         {dv: tl.busy(dv) for dv in ("xpu", "pim")},
         ops,
+        work,
     )
 
 
@@ -501,7 +672,7 @@ def _best_offload(
     banks, cap = parts.hw.channel.banks, parts.hw.module.channels
     top = min(cap, max(len(g) for g in micro_batches(lengths, groups)))
     ms = sorted({0, top, *range(banks, top + 1, banks)})
-    runs = [_pipelined(name, parts, lengths, groups, False, m, dex) for m in ms]
+    runs = [_pipelined(name, parts, lengths, groups, Offload.NONE, m, dex) for m in ms]
     best = min(range(len(ms)), key=lambda i: (runs[i].cycles, ms[i]))
     for d in runs[best].decisions:
         d.update(case="best-offload", m=min(ms[best], d["batch"]), n=0)
@@ -568,9 +739,15 @@ def _attacc(name: str, parts: _Parts, lengths: tuple[int, ...]) -> LibrapimSyste
     pim_busy = spec.layers * (kvh * sum(att.values()) + pim_ffn)
     ops = {"head_flow": spec.layers * head_flow, "pim_ffn": spec.layers * pim_ffn}
     dec = [{"case": "ffn-coprocessing", "batch": b, "m": m, "chunks": kvh}]
-    return _result(
-        name, parts, 1, [b], dec, cycles, float("nan"), b, {"xpu": xpu_busy, "pim": pim_busy}, ops
-    )
+    fc = [(LayerOp.QKV, b), (LayerOp.PROJ, b), (LayerOp.FFN1, b - m), (LayerOp.FFN2, b - m)]
+    work = {
+        "xpu_flops": spec.layers * sum(parts.gemm_flops(op, k) for op, k in fc),
+        "pim_macs": spec.layers
+        * (kvh * parts.attention_macs(lengths, kvh) + parts.pim_ffn_macs(m)),
+        "pim_flops": spec.layers * (parts.attention_flops(lengths) + parts.ffn_flops(m)),
+    }
+    busy = {"xpu": xpu_busy, "pim": pim_busy}
+    return _result(name, parts, 1, [b], dec, cycles, float("nan"), b, busy, ops, work)
 
 
 def run_librapim(
@@ -588,7 +765,8 @@ def run_librapim(
     """Time one decode step of ``lengths`` on each of ``systems`` (default all of
     :data:`SYSTEMS`), ``tp`` devices sharing every layer; keys are the system names.
     PIM attention uses the fastest of ``partitions`` that maps. ``slicing``: the DEX systems'
-    banks are sliced (default) or, for the comparison, exclusive as in plain AiM.
+    banks are sliced (default) or, for the comparison, exclusive as in plain AiM
+    (``aim-pipelined`` is exclusive either way).
 
     Capacity is not checked (the paper's 16 GB does not hold the KV of its large points).
     """
@@ -620,38 +798,46 @@ def run_librapim(
     out: dict[str, LibrapimSystem] = {}
     for s in chosen:
         row = SYSTEMS[s]
-        dex = slicing if row.dex else None
+        banks = row.banks
+        if banks == BankAccess.SLICED and not slicing:
+            banks = BankAccess.EXCLUSIVE
+        dex = None if row.serial else _SLICE_MODE[banks]  # serial: reads and PIM never overlap
         if row.head_pipelining:
             out[s] = _attacc(str(s), parts, lengths)
-        elif s == System.LIBRAPIM_BEST:
+        elif row.offload == Offload.BEST:
             out[s] = _best_offload(str(s), parts, lengths, groups, dex)
         else:
             groups_s = 1 if row.serial else groups
-            out[s] = _pipelined(str(s), parts, lengths, groups_s, row.dbo, None, dex)
+            out[s] = _pipelined(str(s), parts, lengths, groups_s, row.offload, None, dex)
     return out
 
 
 def format_librapim(systems: dict[str, LibrapimSystem]) -> str:
     """A text table: per system its step time, Algorithm 1's prediction, tokens/s, the
-    devices' busy fractions and the DBO decision of each LibraPIM batch group."""
+    devices' busy fractions and utilisation (xPU FLOP/s, PIM MAC issue) and the DBO decision
+    of each LibraPIM batch group."""
     base = systems["npu+aim"].step_seconds if "npu+aim" in systems else None
     lines = [
-        f"{'system':13s} {'groups':>6s} {'simulated ms':>13s} {'predicted ms':>13s} "
-        f"{'tok/s':>9s} {'speedup':>8s} {'xPU busy':>9s} {'PIM busy':>9s}"
+        f"{'system':17s} {'groups':>6s} {'simulated ms':>13s} {'predicted ms':>13s} "
+        f"{'tok/s':>9s} {'speedup':>8s} {'xPU busy':>9s} {'PIM busy':>9s} "
+        f"{'xPU util':>9s} {'PIM MAC':>8s}"
     ]
     for s in systems.values():
         speed = f"{base / s.step_seconds:7.2f}x" if base else f"{'-':>8s}"
         lines.append(
-            f"{s.name:13s} {s.groups:6d} {s.step_seconds * 1e3:13.3f} "
+            f"{s.name:17s} {s.groups:6d} {s.step_seconds * 1e3:13.3f} "
             f"{s.predicted_seconds * 1e3:13.3f} {s.tokens_per_s:9.1f} "
-            f"{speed} {s.busy['xpu']:9.1%} {s.busy['pim']:9.1%}"
+            f"{speed} {s.busy['xpu']:9.1%} {s.busy['pim']:9.1%} "
+            f"{s.utilisation['xpu']:9.1%} {s.utilisation['pim_mac_issue']:8.1%}"
         )
     if "attacc" in systems:
         d = systems["attacc"].decisions[0]
         lines.append(f"AttAcc: {d['chunks']} head chunks, FFN of {d['m']} requests on PIM")
-    if "librapim" in systems:
-        lines.append("DBO decisions (LibraPIM, per batch group):")
-        for i, d in enumerate(systems["librapim"].decisions):
+    for name in ("librapim", "librapim-measured"):
+        if name not in systems:
+            continue
+        lines.append(f"DBO decisions ({name}, per batch group):")
+        for i, d in enumerate(systems[name].decisions):
             lines.append(
                 f"  group {i}: B={d['batch']} L={d['seq_len']} {d['case']}: m={d['m']} "
                 f"n={d['n']} (eq.1 m*={d['m_exact']:.2f}, eq.2 n*={d['n_exact']:.2f}"

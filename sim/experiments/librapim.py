@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--system",
         action="append",
         choices=list(SYSTEMS),
-        help="system to time (repeatable; default all four)",
+        help="system to time (repeatable; default every registry row)",
     )
     parser.add_argument(
         "--no-dex",

@@ -22,7 +22,7 @@ from compiler.llm import load_model
 from models.config import load_preset
 from models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
 from models.xpu_config import load_xpu
-from sim.decode_step.librapim import DEFAULT_TP, SYSTEMS, System, run_librapim
+from sim.decode_step.librapim import DEFAULT_TP, System, run_librapim
 from sim.decode_step.setup import DecodeError
 from sim.provenance import provenance
 from sim.report import user_output, user_plot
@@ -32,6 +32,7 @@ __all__ = [
     "FIG19_CONTEXTS",
     "FIG19_DIR",
     "FIG19_MODELS",
+    "FIG19_SYSTEMS",
     "PAPER_SPEEDUP",
     "add_arguments",
     "fig19",
@@ -47,6 +48,15 @@ FIG19_MODELS = ("gpt3-175b-4k", "llama-3.1-70b")
 #: 6.1: "We vary the input sequence length from 16 to 4096 and the batch size from 32 to 384."
 FIG19_BATCHES = (32, 64, 128, 256, 384)
 FIG19_CONTEXTS = (16, 64, 256, 1024, 4096)
+#: The systems of Fig. 19 (6.1) and the best-offload analysis row; the other registry rows
+#: belong to Figs. 9, 21 and the DBO variant (``pimphony librapim-figs``).
+FIG19_SYSTEMS = (
+    System.NPU_AIM,
+    System.ATTACC,
+    System.NEUPIMS,
+    System.LIBRAPIM,
+    System.LIBRAPIM_BEST,
+)
 #: Average speedup over NPU+AiM the paper reports or implies (6.2: LibraPIM 6.2x, and 4.4x
 #: over AttAcc, 2.1x over NeuPIMs, so AttAcc 6.2 / 4.4 and NeuPIMs 6.2 / 2.1 over NPU+AiM).
 PAPER_SPEEDUP: dict[str, float] = {
@@ -78,7 +88,9 @@ def fig19(
                 )
         for b in batches:
             for ctx in contexts:
-                systems = run_librapim(spec, hw, dev, (ctx,) * b, min(groups, b), "dcs", tp)
+                systems = run_librapim(
+                    spec, hw, dev, (ctx,) * b, min(groups, b), "dcs", tp, FIG19_SYSTEMS
+                )
                 base = systems[System.NPU_AIM].step_seconds
                 row: dict[str, Any] = {"model": spec.name, "batch": b, "context": ctx}
                 for s, r in systems.items():
@@ -102,7 +114,7 @@ def means(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
     for model in [*dict.fromkeys(r["model"] for r in rows), "all"]:
         sel = [r for r in rows if model in ("all", r["model"])]
         out[model] = {}
-        for s in SYSTEMS:
+        for s in FIG19_SYSTEMS:
             xs = [r[f"{s}_speedup"] for r in sel]
             out[model][str(s)] = {
                 "mean": sum(xs) / len(xs),
@@ -113,7 +125,7 @@ def means(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
 
 def format_fig19(rows: list[dict[str, Any]]) -> str:
     """The table, then the means beside the paper's averages."""
-    names = [str(s) for s in SYSTEMS if s != System.NPU_AIM]
+    names = [str(s) for s in FIG19_SYSTEMS if s != System.NPU_AIM]
     head = f"{'model':14s} {'B':>4s} {'L':>5s} {'NPU+AiM ms':>11s} " + " ".join(
         f"{n:>9s}" for n in names
     )

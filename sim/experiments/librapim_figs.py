@@ -1,0 +1,214 @@
+"""``pimphony librapim-figs``: LibraPIM's result figures beyond Fig. 19 (``docs/librapim.md``).
+
+``--figure`` picks one row of :data:`FIGURES`:
+
+* ``fig20``: PIM and NPU utilisation vs input length at batch 128 (6.3, Fig. 20);
+* ``fig7``: idle fraction of the NPU and PIM of NPU+AiM over batch x input length (3.1);
+* ``fig9``: utilisation with ideal batch pipelining (dual row buffers) vs exclusive bank
+  access, B = 32 and 256 (3.3);
+* ``fig21``: normalised performance for systolic arrays of 32 to 256, input 512, with and
+  without DBO (6.4; :mod:`sim.experiments.librapim_fig21`);
+* ``dbo``: Algorithm 1's predicted step beside the simulated one, peak vs measured
+  throughputs (:mod:`sim.experiments.librapim_dbo`).
+
+Every figure is a sweep of :func:`sim.decode_step.librapim.run_librapim` steps (one row per
+model, xPU, system, batch and input length; every request at the same length). Utilisation
+is the step's (:class:`~sim.decode_step.librapim.LibrapimSystem`): the NPU's useful matrix
+FLOP/s over its peak; PIM's MAC commands, counted by the channel TLM, x ``tCCD`` over
+channels x step cycles. Idle is ``1 - busy``, busy the fraction of the step a device works.
+Each run writes a JSON report with provenance and a PNG under ``build/librapim/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from models.config import load_preset
+from models.fileio import write_atomic
+from sim.cli import choice_names
+from sim.decode_step.librapim import DEFAULT_TP, SYSTEMS, System
+from sim.experiments import librapim_dbo, librapim_fig21, librapim_util
+from sim.experiments.librapim_fig19 import FIG19_DIR, _int_list
+from sim.experiments.librapim_util import sweep
+from sim.provenance import provenance
+from sim.report import user_output, user_plot
+
+__all__ = ["FIGURES", "Figure", "FigureSpec", "add_arguments", "run"]
+
+
+class Figure(StrEnum):
+    """The figures ``pimphony librapim-figs`` makes."""
+
+    FIG20 = "fig20"
+    FIG7 = "fig7"
+    FIG9 = "fig9"
+    FIG21 = "fig21"
+    DBO = "dbo"
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    """One figure: its default sweep, how to run it, summarise it, print and plot it.
+
+    ``run(args, progress)`` returns the rows; ``summary(rows)`` the numbers set beside the
+    paper's (JSON-ready); ``format(rows, summary)`` the text; ``plot(rows, path)`` the PNG.
+    """
+
+    title: str
+    batches: tuple[int, ...]
+    contexts: tuple[int, ...]
+    systems: tuple[str, ...]
+    run: Callable[[argparse.Namespace, Callable[[str], None] | None], list[dict[str, Any]]]
+    summary: Callable[[list[dict[str, Any]]], dict[str, Any]]
+    format: Callable[[list[dict[str, Any]], dict[str, Any]], str]
+    plot: Callable[[list[dict[str, Any]], Path], Path]
+    paper: dict[str, Any] = field(default_factory=dict)
+
+
+def _sweep_args(
+    args: argparse.Namespace, progress: Callable[[str], None] | None
+) -> list[dict[str, Any]]:
+    """The sweep of a figure whose rows only vary batch, context and system."""
+    return sweep(
+        args.model,
+        args.batches,
+        args.contexts,
+        args.systems,
+        groups=args.groups,
+        tp=args.tp,
+        progress=progress,
+    )
+
+
+_S = System
+
+#: The registry of figures.
+FIGURES: dict[Figure, FigureSpec] = {
+    Figure.FIG20: FigureSpec(
+        "PIM and NPU utilisation vs input length, batch 128 (Fig. 20)",
+        (128,),
+        (16, 32, 64, 128, 256, 512, 1024, 2048, 4096),
+        (_S.NPU_AIM, _S.ATTACC, _S.NEUPIMS, _S.LIBRAPIM),
+        _sweep_args,
+        librapim_util.fig20_summary,
+        librapim_util.format_fig20,
+        librapim_util.plot_fig20,
+        librapim_util.FIG20_PAPER,
+    ),
+    Figure.FIG7: FigureSpec(
+        "idle fraction of NPU and PIM, NPU+AiM, batch x input length (Fig. 7)",
+        (32, 64, 128, 256, 384),
+        (16, 64, 256, 1024, 4096),
+        (_S.NPU_AIM,),
+        _sweep_args,
+        librapim_util.fig7_summary,
+        librapim_util.format_fig7,
+        librapim_util.plot_fig7,
+        librapim_util.FIG7_PAPER,
+    ),
+    Figure.FIG9: FigureSpec(
+        "utilisation, ideal pipelining vs exclusive bank access (Fig. 9)",
+        (32, 256),
+        (16, 64, 256, 512, 1024, 2048, 4096),
+        (_S.NEUPIMS, _S.AIM_PIPELINED),
+        _sweep_args,
+        librapim_util.fig9_summary,
+        librapim_util.format_fig9,
+        librapim_util.plot_fig9,
+        librapim_util.FIG9_PAPER,
+    ),
+    Figure.FIG21: FigureSpec(
+        "normalised performance vs systolic array size, input 512 (Fig. 21)",
+        (32, 256),
+        (512,),
+        (_S.LIBRAPIM_NO_DBO, _S.LIBRAPIM),
+        librapim_fig21.run_fig21,
+        librapim_fig21.fig21_summary,
+        librapim_fig21.format_fig21,
+        librapim_fig21.plot_fig21,
+        librapim_fig21.FIG21_PAPER,
+    ),
+    Figure.DBO: FigureSpec(
+        "Algorithm 1 predicted vs simulated step, peak vs measured throughputs",
+        (32, 128, 384),
+        (16, 256, 4096),
+        (_S.LIBRAPIM, _S.LIBRAPIM_MEASURED),
+        _sweep_args,
+        librapim_dbo.dbo_summary,
+        librapim_dbo.format_dbo,
+        librapim_dbo.plot_dbo,
+    ),
+}
+
+
+def _systems(text: str) -> tuple[str, ...]:
+    names = tuple(x for x in text.split(",") if x)
+    bad = [n for n in names if n not in SYSTEMS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: unknown system(s) {', '.join(bad) or '(none given)'}; allowed: "
+            f"{', '.join(SYSTEMS)}"
+        )
+    return names
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``librapim-figs`` subcommand's options."""
+    p.add_argument("--figure", required=True, choices=choice_names(Figure), help="which figure")
+    p.add_argument("--model", default="gpt3-175b-4k", help="model preset (default GPT3-175B)")
+    p.add_argument("--batches", type=_int_list, help="e.g. 32,256 (default: the figure's)")
+    p.add_argument("--contexts", type=_int_list, help="input lengths (default: the figure's)")
+    p.add_argument("--systems", type=_systems, help="comma-separated (default: the figure's)")
+    p.add_argument(
+        "--sizes", type=_int_list, default=(32, 64, 128, 256), help="fig21: systolic array sizes"
+    )
+    p.add_argument(
+        "--vector-scaling",
+        choices=["width", "fixed"],
+        default="width",
+        help="fig21: vector lanes scale with the array width (default) or stay Table 2's",
+    )
+    p.add_argument("--groups", type=int, default=2, help="batch groups of pipelined systems")
+    p.add_argument("--tp", type=int, default=DEFAULT_TP, help="devices sharing every layer")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--report", type=Path, help=f"JSON path (default {FIG19_DIR}/<figure>.json)")
+    p.add_argument("--plot", type=Path, help=f"PNG path (default {FIG19_DIR}/<figure>.png)")
+    p.add_argument("--force", action="store_true", help="replace existing output files")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``pimphony librapim-figs``."""
+    fig = Figure(args.figure)
+    spec = FIGURES[fig]
+    report = user_output(args.report, FIG19_DIR / f"{fig}.json", args.force)
+    plot = user_plot(args.plot, FIG19_DIR / f"{fig}.png", args.force)
+    args.batches = args.batches or spec.batches
+    args.contexts = args.contexts or spec.contexts
+    args.systems = args.systems or spec.systems
+    progress = None if args.json else (lambda m: print(f"  {m}", flush=True))
+    rows = spec.run(args, progress)
+    summary = spec.summary(rows)
+    path = spec.plot(rows, plot)
+    doc = {
+        "figure": str(fig),
+        "title": spec.title,
+        "rows": rows,
+        "summary": summary,
+        "paper": spec.paper,
+        "plot": str(path),
+        "provenance": provenance(args, load_preset("librapim-hbm2"), model=args.model),
+    }
+    text = json.dumps(doc, indent=2, default=str)
+    write_atomic(report, (text + "\n").encode())
+    if args.json:
+        print(text)
+    else:
+        print(spec.format(rows, summary))
+        print(f"report: {report}\nplot:   {plot}")
+    return 0
