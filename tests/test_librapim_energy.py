@@ -37,7 +37,7 @@ def test_parts_sum_and_pim_dynamic_energy_is_counts_times_command_energy(rows):
     assert isinstance(p, HbmEnergyParams)
     spec = load_model("llm-1.8b")
     (row,) = rows
-    assert set(row["systems"]) == {"npu+aim", "attacc", "neupims", "librapim"}
+    assert set(row["systems"]) == {"npu+aim", "attacc", "neupims", "librapim", "librapim-no-dbo"}
     for s, e in row["systems"].items():
         parts = e["parts_j"]
         assert sum(parts[k] for k in BAR_PARTS) == pytest.approx(parts["total"], rel=1e-12), s
@@ -76,7 +76,13 @@ def test_cli_writes_report_and_plot(capsys, tmp_path):
     assert (rc, err) == (0, "")
     doc = json.loads(report.read_text())
     assert doc["provenance"] and doc["paper"]["librapim_vs_neupims"] == 1.2
-    assert set(doc["mean_vs_neupims"]) == {"npu+aim", "attacc", "neupims", "librapim"}
+    assert set(doc["mean_vs_neupims"]) == {
+        "npu+aim",
+        "attacc",
+        "neupims",
+        "librapim",
+        "librapim-no-dbo",
+    }
     assert plot.stat().st_size > 0 and "vs NeuPIMs" in out
     rc, _, err = run_cli(
         capsys, "librapim-energy", "--models", "llm-1.8b", "--batches", "8", "--contexts", "64",

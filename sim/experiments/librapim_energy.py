@@ -74,6 +74,7 @@ from sim.provenance import provenance
 from sim.report import user_output, user_plot
 
 __all__ = [
+    "FIG22_SYSTEMS",
     "FIG22_BATCH",
     "FIG22_DIR",
     "FIG22_MODEL",
@@ -104,6 +105,17 @@ _LABELS = {
     "epu": "EPU (softmax)",
     "links": "links",
 }
+
+
+#: Fig. 22's systems (the four of Fig. 19) and LibraPIM without DBO, the paper's
+#: "DBO costs ~20% more energy" comparison.
+FIG22_SYSTEMS = (
+    System.NPU_AIM,
+    System.ATTACC,
+    System.NEUPIMS,
+    System.LIBRAPIM,
+    System.LIBRAPIM_NO_DBO,
+)
 
 
 def npu_energy_params(params: HbmEnergyParams) -> XpuEnergy:
@@ -311,7 +323,7 @@ def fig22(
             "an HBM preset such as hbm-pim"
         )
     stacks = params.chips(hw)
-    names = [s for s in SYSTEMS if s != System.LIBRAPIM_BEST]
+    names = list(FIG22_SYSTEMS)
     rows = []
     for name in models:
         spec = load_model(name)
