@@ -1,8 +1,8 @@
-"""DCC kernels lowered to one AttAcc group (:mod:`models.attacc`), and AttAcc's default mapping.
+"""DCC kernels lowered to one AttAcc group (:mod:`models.attacc`).
 
-Per the contract of :mod:`compiler.dcc_lowering`: ``GROUP_LOWERINGS[kernel](cfg, sizes, cores)`` lowers one
-group's share (``sizes`` per dimension set, ``cores`` per set, product <= 64) to a
-:class:`compiler.dcc_lowering.GroupProgram`; :func:`run_group` runs it on values.
+Per the contract of :mod:`compiler.dcc_lowering`, ``GROUP_LOWERINGS[kernel](cfg, sizes,
+cores)`` lowers one group's share (``sizes`` per dimension set, ``cores`` per set, product
+<= 64) to a :class:`compiler.dcc_lowering.GroupProgram`; :func:`run_group` runs it on values.
 
 Cores are banks. They are numbered in the order of the dimensions of the tensor that lives
 in the banks (W, K, V, A), so its first split dimension spreads over bank groups and its
@@ -26,7 +26,7 @@ all-bank MACs address equal offsets in every bank (DCC IV-C).
 * Softmax and attention: :func:`lower_attention` chains QK^T (scores stay in the softmax
   buffer), ``SFM`` per head and ``MVGB`` of the probabilities into the GEMV buffers, and SV.
 
-:func:`default_draft` is AttAcc's default mapping as a :data:`compiler.dcc_schedule.Draft`.
+:func:`compiler.dcc_tune.default_draft` gives AttAcc's default mapping as a draft.
 """
 
 from __future__ import annotations
@@ -43,9 +43,6 @@ from compiler.dcc_schedule import (
     DCC_KERNELS,
     DccError,
     DccKernel,
-    Draft,
-    Part,
-    dimension_sets,
 )
 from models.attacc import (
     COMMAND_DTYPE,
@@ -65,11 +62,9 @@ from models.backends import BackendConfig
 
 __all__ = [
     "CORE_ORDER",
-    "DEFAULT_SPLIT",
     "GROUP_LOWERINGS",
     "UNSUPPORTED",
     "AttAccLoweringError",
-    "default_draft",
     "lower_attention",
     "lower_group",
     "run_attention",
@@ -762,58 +757,3 @@ def run_attention(
     st, payload = _place(cfg, low, arrays, shapes)
     execute(cfg, low.program.stream, payload, st)
     return {"O": _gather_reads(st, low.reads, shapes["O"])}
-
-
-#: AttAcc's default mapping (DCC V): per kernel, (groups, cores) of each dimension set as a
-#: function of its size: batches or heads across the 16 channels, the bank tensor's first
-#: dimension across the 16 bank groups, its second across the 4 banks of a group.
-DEFAULT_SPLIT: dict[DccKernel, tuple[str, ...]] = {
-    DccKernel.GEMV: ("bank_groups", "banks"),
-    DccKernel.BATCHED_GEMV: ("channels", "bank_groups", "banks"),
-    DccKernel.QK: ("channels", "bank_groups", "banks"),
-    DccKernel.SV: ("channels", "banks", "bank_groups"),
-    DccKernel.RED: ("bank_groups", "banks"),
-}
-
-
-def default_draft(
-    kernel: DccKernel, sizes: tuple[int, ...], cfg: BackendConfig | None = None
-) -> Draft:
-    """AttAcc's default mapping of ``kernel`` at ``sizes`` (the kernel's, in
-    :data:`DCC_KERNELS` order) as a draft (one :class:`Part` per
-    dimension set, the bank tensor's dimension as the representative): batches / heads over
-    ``min(size, channels per device)`` groups; the bank tensor's first dimension over the
-    16 bank groups' cores, its second over the 4 banks of a group (``cfg``: the ``attacc``
-    preset's numbers; default: 16 channels, 16 bank groups, 4 banks)."""
-    kernel = DccKernel(kernel)
-    if kernel not in DEFAULT_SPLIT:
-        raise AttAccLoweringError(
-            f"kernel {kernel!s} has no AttAcc default mapping: "
-            f"{UNSUPPORTED.get(kernel, 'not an AttAcc kernel')}"
-        )
-    channels, bank_groups, banks = 16, 16, 4
-    if cfg is not None:
-        g = cfg.group
-        channels, bank_groups = cfg.system.groups_per_device, g.bank_groups
-        banks = g.banks // g.bank_groups
-    sets = dimension_sets(DCC_KERNELS[kernel](*sizes))
-    bank_tensor = _job_tensor(kernel)
-    parts = []
-    for ds, role in zip(sets, DEFAULT_SPLIT[kernel], strict=True):
-        dim, n, f = next(
-            ((d, n, f) for d, n, f in ds.mappings() if d.startswith(bank_tensor)), ds.mappings()[0]
-        )
-        groups = min(n, channels) if role == "channels" else 1
-        cores = {"channels": 1, "bank_groups": bank_groups, "banks": banks}[role]
-        parts.append(Part(groups, cores, dim, n, f))
-    return tuple(parts)
-
-
-def _job_tensor(kernel: DccKernel) -> str:
-    return {
-        DccKernel.GEMV: "W",
-        DccKernel.BATCHED_GEMV: "W",
-        DccKernel.QK: "K",
-        DccKernel.SV: "V",
-        DccKernel.RED: "A",
-    }[kernel]

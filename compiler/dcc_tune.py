@@ -46,6 +46,7 @@ from models.backends import BackendConfig
 from models.errors import PimphonyError
 
 __all__ = [
+    "BANK_TENSOR",
     "BATCH_SETS",
     "Objective",
     "SearchResult",
@@ -54,6 +55,19 @@ __all__ = [
     "kernel_drafts",
     "search",
 ]
+
+#: The tensor each kernel keeps in the banks (the matrix of a GEMV, K or V, the reduced or
+#: element-wise input): its dimension order is the "first" and "second tensor dimension" of
+#: the default mapping.
+BANK_TENSOR: dict[DccKernel, str] = {
+    DccKernel.GEMV: "W",
+    DccKernel.BATCHED_GEMV: "W",
+    DccKernel.QK: "K",
+    DccKernel.SV: "V",
+    DccKernel.RED: "A",
+    DccKernel.VA: "A",
+    DccKernel.RELU: "X",
+}
 
 #: The loop variable of each kernel that is a batch or attention heads (DCC V: the default
 #: spreads it over one device's channels); kernels without one have none.
@@ -147,24 +161,33 @@ def best(result: SearchResult, objective: Objective = Objective.END_TO_END) -> D
 
 
 def default_draft(cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...]) -> Draft:
-    """The back end's default mapping of ``kernel`` (DCC V, module docstring) as a draft."""
+    """The back end's default mapping of ``kernel`` (DCC V, module docstring) as a draft: one
+    :class:`Part` per dimension set, the bank tensor's (:data:`BANK_TENSOR`) dimension as the
+    representative; the batch / head set over ``min(size, groups per device)`` groups; the
+    bank tensor's first other dimension over the bank groups' cores, its second over the
+    cores within a bank group (a one-dimensional tensor: all the group's cores)."""
+    kernel = DccKernel(kernel)
     nest = kernel_nest(kernel, sizes)
     sets = dimension_sets(nest)
     trips = dict(nest.loops)
     g = cfg.group
     per_bg = max(1, g.banks // g.bank_groups // cfg.core.banks)  # cores within a bank group
     across_bg = cfg.cores_per_group // per_bg  # bank groups' worth of cores
-    batch = BATCH_SETS.get(DccKernel(kernel))
-    tensor_sets = sum(1 for ds in sets if ds.mappings()[0][2].var != batch)
-    # a one-dimensional tensor spreads its one dimension over both: every core of the group
-    spread = [across_bg, per_bg] if tensor_sets > 1 else [cfg.cores_per_group]
+    tensor, batch = BANK_TENSOR[kernel], BATCH_SETS.get(kernel)
+    reps = [
+        next(((d, n, f) for d, n, f in ds.mappings() if d.startswith(tensor)), ds.mappings()[0])
+        for ds in sets
+    ]
+    # the bank tensor's dimensions in its own order (the "first" and "second" of DCC V)
+    order = sorted(
+        (k for k, (_, _, f) in enumerate(reps) if f.var != batch), key=lambda k: reps[k][0]
+    )
+    spread = [across_bg, per_bg] if len(order) > 1 else [cfg.cores_per_group]
+    cores = {k: spread[i] if i < len(spread) else 1 for i, k in enumerate(order)}
     parts: list[Part] = []
-    for ds in sets:
-        dim, size, f = ds.mappings()[0]
+    for k, (dim, size, f) in enumerate(reps):
         if f.var == batch:
             parts.append(Part(min(cfg.system.groups_per_device, trips[f.var]), 1, dim, size, f))
-        elif spread:
-            parts.append(Part(1, spread.pop(0), dim, size, f))
         else:
-            parts.append(Part(1, 1, dim, size, f))
+            parts.append(Part(1, cores[k], dim, size, f))
     return tuple(parts)

@@ -52,12 +52,14 @@ def test_default_draft_is_dcc_v_mapping() -> None:
     # hbm-pim: 4 bank groups x 4 banks, a unit per 2 banks -> first dimension over 4, second
     # over 2; heads over one device's 16 pseudo-channels
     d = default_draft(HBM, DccKernel.GEMV, (1024, 1024))
-    assert [(p.groups, p.cores, p.dim) for p in d] == [(1, 4, "y0"), (1, 2, "W1")]
+    assert [(p.groups, p.cores, p.dim) for p in d] == [(1, 4, "W0"), (1, 2, "W1")]
     d = default_draft(HBM, DccKernel.BATCHED_GEMV, (32, 1024, 1024))
     assert [(p.groups, p.cores) for p in d] == [(16, 1), (1, 4), (1, 2)]
     attacc = load_backend("attacc")  # 16 bank groups x 4 banks, a GEMV unit per bank
     d = default_draft(attacc, DccKernel.BATCHED_GEMV, (4, 512, 128))
     assert [(p.groups, p.cores) for p in d] == [(4, 1), (1, 16), (1, 4)]
+    d = default_draft(attacc, DccKernel.SV, (2, 256, 128))  # V[h][t][d]: t first, then d
+    assert [(p.groups, p.cores, p.dim) for p in d] == [(2, 1, "V0"), (1, 4, "V2"), (1, 16, "V1")]
     d = default_draft(HBM, DccKernel.VA, (4096,))  # VA's n is not a batch
     assert [(p.groups, p.cores) for p in d] == [(1, 8)]
     every, _ = kernel_drafts(HBM, DccKernel.GEMV, (1024, 1024), pruned=False)
