@@ -40,6 +40,7 @@ from compiler.pim_gemv import (
     Emitter,
     PimGemvError,
     gemv_layout,
+    gemv_passes,
     lower_gemv,
     mode_entry,
     mode_exit,
@@ -236,25 +237,10 @@ def _lower_gemv_like(
         prog.append(encode_instr(Instr.EXIT))
         _fits_crf(cfg, kernel, prog, f"{T} input tiles over {bpu} bank positions")
         em, payload, zero, on = _frame(cfg, prog)
-        reg = cfg.group.register_row
-        order = sorted(range(T), key=lambda t: (t % bpu, t))
-        for j in range(J):
-            for b in range(nsh):
-                em.column(Op.WR, 0, reg, CTRL_COLUMN, on)
-                last = (0, 0, 0)
-                for t in order:
-                    q = b * slots + t // bpu
-                    for a in range(A):
-                        lin = in_base + q // R * A * R + a * R + q % R
-                        em.column(Op.RD, t % bpu, lin // cols, lin % cols)  # FILL GRF_A[a]
-                    for v in range(A * R):
-                        last = weight_address(lay, j, t, v)
-                        em.column(Op.RD, *last)  # MAC
-                for _ in range(c.pipeline_drain):
-                    em.column(Op.RD, *last)  # dummy reads for the NOP
-                for e in range(R):
-                    em.column(Op.WR, 0, *result_address(lay, j, b, e), zero)  # MOV
-                em.column(Op.WR, 0, reg, CTRL_COLUMN, zero)
+        b, t, a = np.arange(nsh)[:, None, None], np.arange(T)[:, None], np.arange(A)
+        q = b * slots + t // bpu
+        lin = in_base + q // R * A * R + a * R + q % R  # FILL GRF_A[a] from the unit's bank
+        gemv_passes(cfg, lay, em, (int(Op.RD), t % bpu, lin // cols, lin % cols, -1), on, zero)
         mode_exit(cfg, em, zero)
         stream = em.array()
     lanes = np.arange(L)
@@ -326,13 +312,19 @@ def _elementwise(
     em, payload, zero, on = _frame(cfg, prog)
     reg = cfg.group.register_row
     em.column(Op.WR, 0, reg, CTRL_COLUMN, on)
-    for r in range(rounds):
-        for s, (_, op, drain) in enumerate(steps):
-            for e in range(R):
-                lin = stride * r + s * R + e
-                em.column(op, 0, lin // cols, lin % cols, zero if op is Op.WR else -1)
-            for _ in range(drain):
-                em.column(Op.RD, 0, lin // cols, lin % cols)
+    r = np.arange(rounds)[:, None]
+    ops, lins, data = [], [], []
+    for s, (_, op, drain) in enumerate(steps):  # R vectors, then the drain's reads of the last
+        e = np.minimum(np.arange(R + drain), R - 1)
+        ops.append(
+            np.broadcast_to(np.where(np.arange(R + drain) < R, int(op), int(Op.RD)), e.shape)
+        )
+        lins.append(stride * r + s * R + e)
+        data.append(np.where(ops[-1] == int(Op.WR), zero, -1))
+    lin = np.concatenate([np.broadcast_to(x, (rounds, x.shape[-1])) for x in lins], axis=1)
+    op_ = np.concatenate([np.broadcast_to(x, (rounds, x.shape[-1])) for x in ops], axis=1)
+    dat = np.concatenate([np.broadcast_to(x, (rounds, x.shape[-1])) for x in data], axis=1)
+    em.columns(op_, 0, lin // cols, lin % cols, dat)
     em.column(Op.WR, 0, reg, CTRL_COLUMN, zero)
     mode_exit(cfg, em, zero)
     gather: dict[str, tuple[list, list]] = {name: ([], []) for name, _, _ in steps}
@@ -403,14 +395,12 @@ def _red(cfg, sizes, cores, arrays=None) -> _Lowered:
     em, payload, zero, on = _frame(cfg, prog)
     reg = cfg.group.register_row
     em.column(Op.WR, 0, reg, CTRL_COLUMN, on)
-    for r in range(rounds):
-        for lin in range(r * R * K, (r + 1) * R * K):
-            em.column(Op.RD, 0, lin // cols, lin % cols)
-        for _ in range(drain):
-            em.column(Op.RD, 0, lin // cols, lin % cols)
-        for e in range(R):
-            lin = res_base + r * R + e
-            em.column(Op.WR, 0, lin // cols, lin % cols, zero)
+    r = np.arange(rounds)[:, None]
+    reads = r * R * K + np.minimum(np.arange(R * K + drain), R * K - 1)  # then the drain's
+    lin = np.concatenate([reads, res_base + r * R + np.arange(R)], axis=1)
+    op_ = np.repeat([int(Op.RD), int(Op.WR)], [R * K + drain, R])
+    em.columns(np.broadcast_to(op_, lin.shape), 0, lin // cols, lin % cols,
+               np.broadcast_to(np.where(op_ == int(Op.WR), zero, -1), lin.shape))  # fmt: skip
     em.column(Op.WR, 0, reg, CTRL_COLUMN, zero)
     mode_exit(cfg, em, zero)
     a_addr, a_idx, r_addr, r_idx = [], [], [], []
