@@ -245,27 +245,33 @@ def _lower_gemv_like(
         stream = em.array()
     lanes = np.arange(L)
     w_addr, w_idx, x_addr, x_idx, y_addr, y_idx = [], [], [], [], [], []
+    # the same grids for every unit: weight vector v = a * R + e of (output tile j, input
+    # tile t) is W[o_e, 16 a ...]; a unit keeps the vectors its real share touches
+    j, t, v = (g.ravel() for g in np.meshgrid(np.arange(J), np.arange(T), np.arange(A * R),
+                                              indexing="ij"))  # fmt: skip
+    w_ol = j * R + v % R
+    w_il = t[:, None] * A * L + (v // R)[:, None] * L + lanes
+    w_pos, w_row, w_col = weight_address(lay, j, t, v)
+    if not broadcast:  # every input vector of the unit's real batch rows (zeros pad)
+        b, t, a = (g.ravel() for g in np.meshgrid(np.arange(nsh), np.arange(T), np.arange(A),
+                                                  indexing="ij"))  # fmt: skip
+        q = b * slots + t // bpu
+        lin = in_base + q // R * A * R + a * R + q % R
+        x_pos, x_row, x_col, x_b = t % bpu, lin // cols, lin % cols, b
+        x_il = (t * A * L + a * L)[:, None] + lanes
+    y_b, y_ol = np.meshgrid(np.arange(nsh), np.arange(osh), indexing="ij")
+    y_row, y_col = result_address(lay, y_ol // R, y_b, y_ol % R)
     for u, (n0, o0, i0), (nr, orl, ir) in _units(cores, shares, sizes):
-        # weight vector v = a * R + e of (output tile j, input tile t): W[o_e, 16 a ...]
-        j, t, v = np.meshgrid(np.arange(J), np.arange(T), np.arange(A * R), indexing="ij")
-        ol = j * R + v % R
-        il = t[..., None] * A * L + (v // R)[..., None] * L + lanes
-        real = (ol[..., None] < orl) & (il < ir)
+        real = (w_ol[:, None] < orl) & (w_il < ir)
         keep = real.any(axis=-1)
-        pos, row, col = weight_address(lay, j[keep], t[keep], v[keep])
-        w_addr.append(_addresses(u * bpu + pos, row, col))
-        w_idx.append(np.where(real[keep], (o0 + ol[keep])[:, None] * i + i0 + il[keep], -1))
-        if not broadcast:  # every input vector of the unit's real batch rows (zeros pad)
-            b, t, a = np.meshgrid(np.arange(nr), np.arange(T), np.arange(A), indexing="ij")
-            q = b * slots + t // bpu
-            lin = in_base + q // R * A * R + a * R + q % R
-            x_addr.append(_addresses(u * bpu + t % bpu, lin // cols, lin % cols))
-            il = (t * A * L + a * L).ravel()[:, None] + lanes
-            x_idx.append(np.where(il < ir, (n0 + b.ravel())[:, None] * i + i0 + il, -1))
-        b, ol = np.meshgrid(np.arange(nr), np.arange(orl), indexing="ij")
-        row, col = result_address(lay, ol // R, b, ol % R)
-        y_addr.append(_addresses(np.full(row.shape, u * bpu), row, col))
-        flat = ((n0 + b) * o + o0 + ol).ravel()
+        w_addr.append(_addresses(u * bpu + w_pos[keep], w_row[keep], w_col[keep]))
+        w_idx.append(np.where(real[keep], (o0 + w_ol[keep])[:, None] * i + i0 + w_il[keep], -1))
+        if not broadcast:
+            m = nr * T * A  # the first nr batch rows
+            x_addr.append(_addresses(u * bpu + x_pos[:m], x_row[:m], x_col[:m]))
+            x_idx.append(np.where(x_il[:m] < ir, (n0 + x_b[:m])[:, None] * i + i0 + x_il[:m], -1))
+        y_addr.append(_addresses(np.full(nr * orl, u * bpu), y_row[:nr, :orl], y_col[:nr, :orl]))
+        flat = ((n0 + y_b[:nr, :orl]) * o + o0 + y_ol[:nr, :orl]).ravel()
         y_idx.append(np.repeat(flat[:, None], L, axis=1))
     gather = {w_name: (np.concatenate(w_addr), np.concatenate(w_idx))}
     if not broadcast:
