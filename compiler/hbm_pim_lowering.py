@@ -199,8 +199,11 @@ def _lower_gemv_like(
     cores: tuple[int, int, int],
     names: tuple[str, str, str],
     x: np.ndarray | None,
+    w_flat: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray] | None = None,
 ) -> _Lowered:
-    """``Y[n] = W @ X[n]`` with ``sizes = (n, o, i)`` and ``cores = (c_n, c_o, c_i)``."""
+    """``Y[n] = W @ X[n]`` with ``sizes = (n, o, i)`` and ``cores = (c_n, c_o, c_i)``; with
+    ``w_flat`` (the flat index in the weight tensor of element (n, o, i)) every ``n`` has its
+    own matrix ``W_n`` (attention's heads), held one after the other in the unit's banks."""
     n, o, i = sizes
     c = cfg.core
     U, bpu, L, A, R = cfg.cores_per_group, c.banks, c.lanes, c.input_regs, c.output_regs
@@ -209,7 +212,8 @@ def _lower_gemv_like(
     J, T, cols = _ceil(osh, R), _ceil(ish, A * L), cfg.group.columns_per_row
     slots = _ceil(T, bpu)
     broadcast = cores[0] == 1 and cores[2] == 1
-    w_rows = _ceil(J * slots * A * R, cols)
+    per_row = w_flat is not None
+    w_rows = _ceil((nsh if per_row else 1) * J * slots * A * R, cols)
     r_rows = _ceil(J * nsh * R, cols)
     in_base = _ceil((w_rows + r_rows) * cols, A * R) * A * R
     in_end = in_base + _ceil(nsh * slots, R) * A * R
@@ -219,12 +223,12 @@ def _lower_gemv_like(
     if broadcast:
         xs = np.zeros((n, i), np.float16) if x is None else x.reshape(n, i)
         try:
-            k = lower_gemv(cfg, U * osh, ish, xs, batch=n, channels=1)
+            k = lower_gemv(cfg, U * osh, ish, xs, batch=n, channels=1, per_batch=per_row)
         except PimGemvError as exc:
             raise HbmPimLoweringError(f"{kernel}: {exc}") from None
         lay, payload, stream = k.layout, k.payload, k.stream
     else:
-        lay = gemv_layout(cfg, U * osh, ish, nsh, channels=1)
+        lay = gemv_layout(cfg, U * osh, ish, nsh, channels=1, per_batch=per_row)
         prog: list[int] = []
         for pos in range(bpu):
             body = [encode_instr(Instr.FILL, Bank.GRF_A, Bank(pos), aam=True)] + _jump(1, A - 1)
@@ -264,8 +268,17 @@ def _lower_gemv_like(
     for u, (n0, o0, i0), (nr, orl, ir) in _units(cores, shares, sizes):
         real = (w_ol[:, None] < orl) & (w_il < ir)
         keep = real.any(axis=-1)
-        w_addr.append(_addresses(u * bpu + w_pos[keep], w_row[keep], w_col[keep]))
-        w_idx.append(np.where(real[keep], (o0 + w_ol[keep])[:, None] * i + i0 + w_il[keep], -1))
+        if per_row:  # the unit's real batch rows, each its own matrix
+            b = np.arange(nr)[:, None]
+            lin = (w_row[keep] * cols + w_col[keep]) + b * lay.set_vectors
+            w_addr.append(_addresses(np.broadcast_to(u * bpu + w_pos[keep], lin.shape),
+                                     lin // cols, lin % cols))  # fmt: skip
+            flat = w_flat(n0 + b[..., None], o0 + w_ol[keep][:, None], i0 + w_il[keep])
+            w_idx.append(np.where(real[keep], flat, -1).reshape(-1, L))
+        else:
+            w_addr.append(_addresses(u * bpu + w_pos[keep], w_row[keep], w_col[keep]))
+            flat = (o0 + w_ol[keep])[:, None] * i + i0 + w_il[keep]
+            w_idx.append(np.where(real[keep], flat, -1))
         if not broadcast:
             m = nr * T * A  # the first nr batch rows
             x_addr.append(_addresses(u * bpu + x_pos[:m], x_row[:m], x_col[:m]))
@@ -290,6 +303,27 @@ def _batched_gemv(cfg, sizes, cores, arrays=None) -> _Lowered:
     _check(cfg, DccKernel.BATCHED_GEMV, sizes, cores)
     x = None if arrays is None else arrays["X"]
     return _lower_gemv_like(cfg, DccKernel.BATCHED_GEMV, sizes, cores, ("Y", "W", "X"), x)
+
+
+def _qk(cfg, sizes, cores, arrays=None) -> _Lowered:
+    """``S[h][t] = sum_d Q[h][d] K[h][t][d]``: per head a GEMV of ``K_h`` (t x d) and
+    ``q_h``; sets ``(h, t, d)`` are the batched GEMV's ``(n, o, i)``, K resident per head."""
+    _check(cfg, DccKernel.QK, sizes, cores)
+    h, t, d = sizes
+    x = None if arrays is None else arrays["Q"]
+    return _lower_gemv_like(cfg, DccKernel.QK, sizes, cores, ("S", "K", "Q"), x,
+                            w_flat=lambda hh, tt, dd: (hh * t + tt) * d + dd)  # fmt: skip
+
+
+def _sv(cfg, sizes, cores, arrays=None) -> _Lowered:
+    """``O[h][d] = sum_t P[h][t] V[h][t][d]``: per head a GEMV of ``V_h^T`` (d x t) and
+    ``p_h``; sets ``(h, d, t)`` are the batched GEMV's ``(n, o, i)``, V resident per head
+    (its PIM layout is V_h^T's: the host's rearrangement transposes)."""
+    _check(cfg, DccKernel.SV, sizes, cores)
+    h, d, t = sizes
+    x = None if arrays is None else arrays["P"]
+    return _lower_gemv_like(cfg, DccKernel.SV, sizes, cores, ("O", "V", "P"), x,
+                            w_flat=lambda hh, dd, tt: (hh * t + tt) * d + dd)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- element-wise
@@ -430,6 +464,8 @@ def _red(cfg, sizes, cores, arrays=None) -> _Lowered:
 _LOWER: dict[DccKernel, Callable[..., _Lowered]] = {
     DccKernel.GEMV: _gemv,
     DccKernel.BATCHED_GEMV: _batched_gemv,
+    DccKernel.QK: _qk,
+    DccKernel.SV: _sv,
     DccKernel.RED: _red,
     DccKernel.VA: _va,
     DccKernel.RELU: _relu,
@@ -441,7 +477,12 @@ GROUP_LOWERINGS: dict[
     kernel: (lambda cfg, sizes, cores, _f=f: _f(cfg, tuple(sizes), tuple(cores)).program)
     for kernel, f in _LOWER.items()
 }
-"""The HBM-PIM group lowering of each DCC kernel it runs (QK^T and SV: not lowered here)."""
+"""The HBM-PIM group lowering of each DCC kernel (all seven of :class:`DccKernel`)."""
+
+
+#: Which set's size each argument of ``DCC_KERNELS[kernel]`` takes, where the sets are not in
+#: the builder's order: SV's sets are ``(h, d, t)``, its builder takes (heads, tokens, d_h).
+_NEST_ARGS: dict[DccKernel, tuple[int, ...]] = {DccKernel.SV: (0, 2, 1)}
 
 
 def run_group(
@@ -467,7 +508,7 @@ def run_group(
         )
     sizes, cores = tuple(sizes), tuple(cores)
     _check(cfg, kernel, sizes, cores)
-    nest = DCC_KERNELS[kernel](*sizes)
+    nest = DCC_KERNELS[kernel](*(sizes[k] for k in _NEST_ARGS.get(kernel, range(len(sizes)))))
     shapes = dict(nest.tensors)
     out_name = nest.refs[0].tensor
     want = {k: v for k, v in shapes.items() if k != out_name}

@@ -92,6 +92,12 @@ class GemvLayout:
     in_tiles: int
     weight_rows: int
     result_rows: int
+    weight_sets: int = 1  # weight matrices held: 1 (shared) or batch (one per batch row)
+
+    @property
+    def set_vectors(self) -> int:
+        """Weight vectors of one matrix per bank position: out_tiles x slots x A x R."""
+        return self.out_tiles * self.slots * self.tile_vectors
 
     @property
     def tile_vectors(self) -> int:
@@ -139,11 +145,18 @@ class PimKernel:
 
 
 def gemv_layout(
-    cfg: BackendConfig, dout: int, din: int, batch: int = 1, channels: int | None = None
+    cfg: BackendConfig,
+    dout: int,
+    din: int,
+    batch: int = 1,
+    channels: int | None = None,
+    *,
+    per_batch: bool = False,
 ) -> GemvLayout:
     """Tile sizes and row use of ``(dout, din)`` x ``batch`` on ``channels`` groups (default:
-    one device's); :class:`PimGemvError` if a size is not positive or the weights and results
-    do not fit the PIM rows of a bank."""
+    one device's); with ``per_batch`` each batch row has its own matrix (attention's
+    per-head K or V), held one after the other. :class:`PimGemvError` if a size is not
+    positive or the weights and results do not fit the PIM rows of a bank."""
     try:
         check_backend(cfg)
     except PimphonyError as exc:
@@ -168,7 +181,8 @@ def gemv_layout(
     out_tiles = -(-dout // (channels * units * c.output_regs))
     in_tiles = -(-din // (c.input_regs * c.lanes))
     slots = -(-in_tiles // c.banks)
-    weight_vectors = out_tiles * slots * c.input_regs * c.output_regs
+    weight_sets = batch if per_batch else 1
+    weight_vectors = weight_sets * out_tiles * slots * c.input_regs * c.output_regs
     weight_rows = -(-weight_vectors // cols)
     result_rows = -(-(out_tiles * batch * c.output_regs) // cols)
     if weight_rows + result_rows > PIM_ROWS:
@@ -180,7 +194,7 @@ def gemv_layout(
         )
     return GemvLayout(
         dout, din, batch, channels, units, c.banks, c.lanes, c.input_regs, c.output_regs,
-        cols, out_tiles, in_tiles, weight_rows, result_rows,
+        cols, out_tiles, in_tiles, weight_rows, result_rows, weight_sets,
     )  # fmt: skip
 
 
@@ -211,10 +225,11 @@ def gemv_program(cfg: BackendConfig, lay: GemvLayout) -> list[int]:
     return prog
 
 
-def weight_address(lay: GemvLayout, j: int, i: int, t: int) -> tuple[int, int, int]:
+def weight_address(lay: GemvLayout, j: int, i: int, t: int, s: int = 0) -> tuple[int, int, int]:
     """(bank position, row, column) of weight vector ``t`` of output tile ``j``, input tile
-    ``i``: position ``i % banks_per_unit``, slot ``j x slots + i // banks_per_unit``."""
-    lin = (j * lay.slots + i // lay.banks_per_unit) * lay.tile_vectors + t
+    ``i`` of matrix ``s`` (0 unless ``weight_sets > 1``): position ``i % banks_per_unit``,
+    slot ``j x slots + i // banks_per_unit`` after ``s`` matrices."""
+    lin = s * lay.set_vectors + (j * lay.slots + i // lay.banks_per_unit) * lay.tile_vectors + t
     return i % lay.banks_per_unit, lin // lay.cols, lin % lay.cols
 
 
@@ -340,11 +355,13 @@ def gemv_passes(
     reg, drain = cfg.group.register_row, cfg.core.pipeline_drain
     order = np.array(sorted(range(T), key=lambda i: (i % lay.banks_per_unit, i)))
     j = np.arange(J)[:, None, None, None]
+    s = np.arange(B)[:, None, None] if lay.weight_sets > 1 else 0  # batch row b's matrix
     tiles = (J, B, T, A * R)
-    pos, row, col = weight_address(lay, j, order[:, None], np.arange(A * R))
+    pos, row, col = weight_address(lay, j, order[:, None], np.arange(A * R), s)
     mac = (np.broadcast_to(v, tiles) for v in (int(Op.RD), pos, row, col, -1))
     inp = (np.broadcast_to(np.broadcast_to(v, (B, T, A))[:, order], (J, B, T, A)) for v in inputs)
-    last = weight_address(lay, j[..., 0], order[-1], A * R - 1)  # the dummy reads' address
+    s_last = s[..., 0] if lay.weight_sets > 1 else 0
+    last = weight_address(lay, j[..., 0], order[-1], A * R - 1, s_last)  # the dummy reads
     e = np.arange(R)
     res_row, res_col = result_address(lay, j[..., 0], np.arange(B)[:, None], e)
     segments = [
@@ -371,8 +388,10 @@ def lower_gemv(
     *,
     batch: int = 1,
     channels: int | None = None,
+    per_batch: bool = False,
 ) -> PimKernel:
-    """The command stream of ``Y = W @ X`` (``x``: ``(batch, din)``, zeros if None).
+    """The command stream of ``Y = W @ X`` (``x``: ``(batch, din)``, zeros if None); with
+    ``per_batch``, ``Y[b] = W_b @ X[b]``, each batch row's pass reading its own matrix.
 
     Order: SB -> AB (ACT, WR, PRE on each entry bank), CRF program, then per output tile
     and batch row: PIM on (GRF_B zeroed), per input tile ``input_regs`` GRF_A writes and its
@@ -380,7 +399,7 @@ def lower_gemv(
     MOV writes, PIM off; finally AB -> SB. Register writes need the register row open, so
     each input tile costs a row switch each way (as PIMSimulator issues them).
     """
-    lay = gemv_layout(cfg, dout, din, batch, channels)
+    lay = gemv_layout(cfg, dout, din, batch, channels, per_batch=per_batch)
     g, c = cfg.group, cfg.core
     if x is None:
         x = np.zeros((batch, din), dtype=np.float16)
@@ -413,6 +432,11 @@ def lower_gemv(
 def place_weights(cfg: BackendConfig, lay: GemvLayout, w: np.ndarray) -> PimState:
     """A state whose banks hold ``w`` (``(dout, din)``, FP16) in the PIM layout."""
     w = np.asarray(w)
+    if lay.weight_sets != 1:
+        raise PimGemvError(
+            f"the layout holds {lay.weight_sets} matrices (one per batch row); place_weights "
+            "places one"
+        )
     if w.shape != (lay.dout, lay.din):
         raise PimGemvError(f"weights of shape {w.shape}: expected ({lay.dout}, {lay.din})")
     st = PimState.for_backend(cfg, lay.channels)
