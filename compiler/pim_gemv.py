@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from models.backends import BackendConfig
 from models.errors import PimphonyError
@@ -272,7 +273,9 @@ class Emitter:
             self.blocks.append(out)
             self.rows = []
 
-    def columns(self, op, bank, row, col, data=-1) -> None:
+    def columns(
+        self, op: ArrayLike, bank: ArrayLike, row: ArrayLike, col: ArrayLike, data: ArrayLike = -1
+    ) -> None:
         """Append column commands given as arrays (broadcast to one length), each handled as
         :meth:`column` would: a PRE (if a row is open) and an ACT before every row change."""
         op, bank, row, col, data = np.broadcast_arrays(

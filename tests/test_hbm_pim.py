@@ -16,6 +16,7 @@ from compiler.dcc_schedule import DccKernel
 from compiler.hbm_pim_lowering import GROUP_LOWERINGS
 from compiler.pim_gemv import (
     PIM_ROWS,
+    Emitter,
     PimGemvError,
     gemv_layout,
     lower_gemv,
@@ -455,3 +456,25 @@ def test_compiled_timing_mode_changes_and_empty() -> None:
 def test_bank_outside_the_group_is_refused() -> None:
     with pytest.raises(HbmPimError, match=r"command 1 \(RD bank=16 row=0 col=0\): bank 16 >= "):
         time_stream(HBM, _stream((Op.ACT, 0), (Op.RD, 16)))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([Op.RD, Op.WR]), st.integers(0, 15), st.integers(0, 3),
+                          st.integers(0, 31)), max_size=40),
+       st.integers(0, 40), st.booleans())  # fmt: skip
+def test_emitter_columns_equal_one_by_one(cmds, cut: int, opened: bool) -> None:
+    """Emitter.columns (vectorised row switches) == Emitter.column per command, after single
+    commands and with or without a row already open."""
+    one, many = Emitter(), Emitter()
+    for em in (one, many):
+        em.cmd(Op.ACT, 3, 9)
+        em.open = 9 if opened else -1
+    for op, bank, row, col in cmds:
+        one.column(op, bank, row, col, 7 if op is Op.WR else -1)
+    head, tail = cmds[:cut], cmds[cut:]
+    for part in (head, tail):
+        if part:
+            op, bank, row, col = (np.array([int(c[k]) for c in part]) for k in range(4))
+            many.columns(op, bank, row, col, np.where(op == int(Op.WR), 7, -1))
+    np.testing.assert_array_equal(many.array(), one.array())
+    assert many.open == one.open
