@@ -478,3 +478,23 @@ def test_emitter_columns_equal_one_by_one(cmds, cut: int, opened: bool) -> None:
             many.columns(op, bank, row, col, np.where(op == int(Op.WR), 7, -1))
     np.testing.assert_array_equal(many.array(), one.array())
     assert many.open == one.open
+
+
+@pytest.mark.parametrize(
+    ("kernel", "sizes", "cores", "cycles"),
+    [
+        (DccKernel.GEMV, (64, 1024), (4, 2), 3_807),
+        (DccKernel.BATCHED_GEMV, (4, 64, 1024), (2, 4, 1), 13_903),
+        (DccKernel.QK, (8, 512, 128), (1, 8, 1), 32_107),
+        (DccKernel.SV, (8, 128, 512), (8, 1, 1), 28_783),
+        (DccKernel.RED, (64, 2048), (1, 8), 6_101),
+        (DccKernel.VA, (16_384,), (1,), 20_965),
+        (DccKernel.RELU, (16_384,), (8,), 2_009),
+    ],
+)  # fmt: skip
+def test_compiled_timing_on_the_documented_shares(kernel, sizes, cores, cycles) -> None:
+    """The shares of docs/dcc.md's split table (thousands of commands each): compiled ==
+    reference, and the documented cycles."""
+    p = GROUP_LOWERINGS[kernel](HBM, sizes, cores)
+    _same_timing(HBM, p.stream)
+    assert p.cycles == cycles
