@@ -352,18 +352,13 @@ def _elementwise(
     em, payload, zero, on = _frame(cfg, prog)
     reg = cfg.group.register_row
     em.column(Op.WR, 0, reg, CTRL_COLUMN, on)
-    r = np.arange(rounds)[:, None]
-    ops, lins, data = [], [], []
-    for s, (_, op, drain) in enumerate(steps):  # R vectors, then the drain's reads of the last
-        e = np.minimum(np.arange(R + drain), R - 1)
-        ops.append(
-            np.broadcast_to(np.where(np.arange(R + drain) < R, int(op), int(Op.RD)), e.shape)
-        )
-        lins.append(stride * r + s * R + e)
-        data.append(np.where(ops[-1] == int(Op.WR), zero, -1))
-    lin = np.concatenate([np.broadcast_to(x, (rounds, x.shape[-1])) for x in lins], axis=1)
-    op_ = np.concatenate([np.broadcast_to(x, (rounds, x.shape[-1])) for x in ops], axis=1)
-    dat = np.concatenate([np.broadcast_to(x, (rounds, x.shape[-1])) for x in data], axis=1)
+    # one round: per step its R vectors, then the drain's dummy reads of the last one
+    ops = np.concatenate([[int(op)] * R + [int(Op.RD)] * drain for _, op, drain in steps])
+    col_of = np.concatenate([s * R + np.minimum(np.arange(R + d), R - 1)
+                             for s, (_, _, d) in enumerate(steps)])  # fmt: skip
+    lin = stride * np.arange(rounds)[:, None] + col_of
+    op_ = np.broadcast_to(ops, lin.shape)
+    dat = np.where(op_ == int(Op.WR), zero, -1)
     em.columns(op_, 0, lin // cols, lin % cols, dat)
     em.column(Op.WR, 0, reg, CTRL_COLUMN, zero)
     mode_exit(cfg, em, zero)
