@@ -40,6 +40,7 @@ from compiler.pim_gemv import (
     Emitter,
     PimGemvError,
     gemv_layout,
+    gemv_passes,
     lower_gemv,
     mode_entry,
     mode_exit,
@@ -198,8 +199,11 @@ def _lower_gemv_like(
     cores: tuple[int, int, int],
     names: tuple[str, str, str],
     x: np.ndarray | None,
+    w_flat: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray] | None = None,
 ) -> _Lowered:
-    """``Y[n] = W @ X[n]`` with ``sizes = (n, o, i)`` and ``cores = (c_n, c_o, c_i)``."""
+    """``Y[n] = W @ X[n]`` with ``sizes = (n, o, i)`` and ``cores = (c_n, c_o, c_i)``; with
+    ``w_flat`` (the flat index in the weight tensor of element (n, o, i)) every ``n`` has its
+    own matrix ``W_n`` (attention's heads), held one after the other in the unit's banks."""
     n, o, i = sizes
     c = cfg.core
     U, bpu, L, A, R = cfg.cores_per_group, c.banks, c.lanes, c.input_regs, c.output_regs
@@ -208,7 +212,8 @@ def _lower_gemv_like(
     J, T, cols = _ceil(osh, R), _ceil(ish, A * L), cfg.group.columns_per_row
     slots = _ceil(T, bpu)
     broadcast = cores[0] == 1 and cores[2] == 1
-    w_rows = _ceil(J * slots * A * R, cols)
+    per_row = w_flat is not None
+    w_rows = _ceil((nsh if per_row else 1) * J * slots * A * R, cols)
     r_rows = _ceil(J * nsh * R, cols)
     in_base = _ceil((w_rows + r_rows) * cols, A * R) * A * R
     in_end = in_base + _ceil(nsh * slots, R) * A * R
@@ -218,12 +223,12 @@ def _lower_gemv_like(
     if broadcast:
         xs = np.zeros((n, i), np.float16) if x is None else x.reshape(n, i)
         try:
-            k = lower_gemv(cfg, U * osh, ish, xs, batch=n, channels=1)
+            k = lower_gemv(cfg, U * osh, ish, xs, batch=n, channels=1, per_batch=per_row)
         except PimGemvError as exc:
             raise HbmPimLoweringError(f"{kernel}: {exc}") from None
         lay, payload, stream = k.layout, k.payload, k.stream
     else:
-        lay = gemv_layout(cfg, U * osh, ish, nsh, channels=1)
+        lay = gemv_layout(cfg, U * osh, ish, nsh, channels=1, per_batch=per_row)
         prog: list[int] = []
         for pos in range(bpu):
             body = [encode_instr(Instr.FILL, Bank.GRF_A, Bank(pos), aam=True)] + _jump(1, A - 1)
@@ -236,50 +241,50 @@ def _lower_gemv_like(
         prog.append(encode_instr(Instr.EXIT))
         _fits_crf(cfg, kernel, prog, f"{T} input tiles over {bpu} bank positions")
         em, payload, zero, on = _frame(cfg, prog)
-        reg = cfg.group.register_row
-        order = sorted(range(T), key=lambda t: (t % bpu, t))
-        for j in range(J):
-            for b in range(nsh):
-                em.column(Op.WR, 0, reg, CTRL_COLUMN, on)
-                last = (0, 0, 0)
-                for t in order:
-                    q = b * slots + t // bpu
-                    for a in range(A):
-                        lin = in_base + q // R * A * R + a * R + q % R
-                        em.column(Op.RD, t % bpu, lin // cols, lin % cols)  # FILL GRF_A[a]
-                    for v in range(A * R):
-                        last = weight_address(lay, j, t, v)
-                        em.column(Op.RD, *last)  # MAC
-                for _ in range(c.pipeline_drain):
-                    em.column(Op.RD, *last)  # dummy reads for the NOP
-                for e in range(R):
-                    em.column(Op.WR, 0, *result_address(lay, j, b, e), zero)  # MOV
-                em.column(Op.WR, 0, reg, CTRL_COLUMN, zero)
+        b, t, a = np.arange(nsh)[:, None, None], np.arange(T)[:, None], np.arange(A)
+        q = b * slots + t // bpu
+        lin = in_base + q // R * A * R + a * R + q % R  # FILL GRF_A[a] from the unit's bank
+        gemv_passes(cfg, lay, em, (int(Op.RD), t % bpu, lin // cols, lin % cols, -1), on, zero)
         mode_exit(cfg, em, zero)
         stream = em.array()
     lanes = np.arange(L)
     w_addr, w_idx, x_addr, x_idx, y_addr, y_idx = [], [], [], [], [], []
+    # the same grids for every unit: weight vector v = a * R + e of (output tile j, input
+    # tile t) is W[o_e, 16 a ...]; a unit keeps the vectors its real share touches
+    j, t, v = (g.ravel() for g in np.meshgrid(np.arange(J), np.arange(T), np.arange(A * R),
+                                              indexing="ij"))  # fmt: skip
+    w_ol = j * R + v % R
+    w_il = t[:, None] * A * L + (v // R)[:, None] * L + lanes
+    w_pos, w_row, w_col = weight_address(lay, j, t, v)
+    if not broadcast:  # every input vector of the unit's real batch rows (zeros pad)
+        b, t, a = (g.ravel() for g in np.meshgrid(np.arange(nsh), np.arange(T), np.arange(A),
+                                                  indexing="ij"))  # fmt: skip
+        q = b * slots + t // bpu
+        lin = in_base + q // R * A * R + a * R + q % R
+        x_pos, x_row, x_col, x_b = t % bpu, lin // cols, lin % cols, b
+        x_il = (t * A * L + a * L)[:, None] + lanes
+    y_b, y_ol = np.meshgrid(np.arange(nsh), np.arange(osh), indexing="ij")
+    y_row, y_col = result_address(lay, y_ol // R, y_b, y_ol % R)
     for u, (n0, o0, i0), (nr, orl, ir) in _units(cores, shares, sizes):
-        # weight vector v = a * R + e of (output tile j, input tile t): W[o_e, 16 a ...]
-        j, t, v = np.meshgrid(np.arange(J), np.arange(T), np.arange(A * R), indexing="ij")
-        ol = j * R + v % R
-        il = t[..., None] * A * L + (v // R)[..., None] * L + lanes
-        real = (ol[..., None] < orl) & (il < ir)
+        real = (w_ol[:, None] < orl) & (w_il < ir)
         keep = real.any(axis=-1)
-        pos, row, col = weight_address(lay, j[keep], t[keep], v[keep])
-        w_addr.append(_addresses(u * bpu + pos, row, col))
-        w_idx.append(np.where(real[keep], (o0 + ol[keep])[:, None] * i + i0 + il[keep], -1))
-        if not broadcast:  # every input vector of the unit's real batch rows (zeros pad)
-            b, t, a = np.meshgrid(np.arange(nr), np.arange(T), np.arange(A), indexing="ij")
-            q = b * slots + t // bpu
-            lin = in_base + q // R * A * R + a * R + q % R
-            x_addr.append(_addresses(u * bpu + t % bpu, lin // cols, lin % cols))
-            il = (t * A * L + a * L).ravel()[:, None] + lanes
-            x_idx.append(np.where(il < ir, (n0 + b.ravel())[:, None] * i + i0 + il, -1))
-        b, ol = np.meshgrid(np.arange(nr), np.arange(orl), indexing="ij")
-        row, col = result_address(lay, ol // R, b, ol % R)
-        y_addr.append(_addresses(np.full(row.shape, u * bpu), row, col))
-        flat = ((n0 + b) * o + o0 + ol).ravel()
+        if per_row:  # the unit's real batch rows, each its own matrix
+            b = np.arange(nr)[:, None]
+            lin = (w_row[keep] * cols + w_col[keep]) + b * lay.set_vectors
+            w_addr.append(_addresses(np.broadcast_to(u * bpu + w_pos[keep], lin.shape),
+                                     lin // cols, lin % cols))  # fmt: skip
+            flat = w_flat(n0 + b[..., None], o0 + w_ol[keep][:, None], i0 + w_il[keep])
+            w_idx.append(np.where(real[keep], flat, -1).reshape(-1, L))
+        else:
+            w_addr.append(_addresses(u * bpu + w_pos[keep], w_row[keep], w_col[keep]))
+            flat = (o0 + w_ol[keep])[:, None] * i + i0 + w_il[keep]
+            w_idx.append(np.where(real[keep], flat, -1))
+        if not broadcast:
+            m = nr * T * A  # the first nr batch rows
+            x_addr.append(_addresses(u * bpu + x_pos[:m], x_row[:m], x_col[:m]))
+            x_idx.append(np.where(x_il[:m] < ir, (n0 + x_b[:m])[:, None] * i + i0 + x_il[:m], -1))
+        y_addr.append(_addresses(np.full(nr * orl, u * bpu), y_row[:nr, :orl], y_col[:nr, :orl]))
+        flat = ((n0 + y_b[:nr, :orl]) * o + o0 + y_ol[:nr, :orl]).ravel()
         y_idx.append(np.repeat(flat[:, None], L, axis=1))
     gather = {w_name: (np.concatenate(w_addr), np.concatenate(w_idx))}
     if not broadcast:
@@ -298,6 +303,27 @@ def _batched_gemv(cfg, sizes, cores, arrays=None) -> _Lowered:
     _check(cfg, DccKernel.BATCHED_GEMV, sizes, cores)
     x = None if arrays is None else arrays["X"]
     return _lower_gemv_like(cfg, DccKernel.BATCHED_GEMV, sizes, cores, ("Y", "W", "X"), x)
+
+
+def _qk(cfg, sizes, cores, arrays=None) -> _Lowered:
+    """``S[h][t] = sum_d Q[h][d] K[h][t][d]``: per head a GEMV of ``K_h`` (t x d) and
+    ``q_h``; sets ``(h, t, d)`` are the batched GEMV's ``(n, o, i)``, K resident per head."""
+    _check(cfg, DccKernel.QK, sizes, cores)
+    h, t, d = sizes
+    x = None if arrays is None else arrays["Q"]
+    return _lower_gemv_like(cfg, DccKernel.QK, sizes, cores, ("S", "K", "Q"), x,
+                            w_flat=lambda hh, tt, dd: (hh * t + tt) * d + dd)  # fmt: skip
+
+
+def _sv(cfg, sizes, cores, arrays=None) -> _Lowered:
+    """``O[h][d] = sum_t P[h][t] V[h][t][d]``: per head a GEMV of ``V_h^T`` (d x t) and
+    ``p_h``; sets ``(h, d, t)`` are the batched GEMV's ``(n, o, i)``, V resident per head
+    (its PIM layout is V_h^T's: the host's rearrangement transposes)."""
+    _check(cfg, DccKernel.SV, sizes, cores)
+    h, d, t = sizes
+    x = None if arrays is None else arrays["P"]
+    return _lower_gemv_like(cfg, DccKernel.SV, sizes, cores, ("O", "V", "P"), x,
+                            w_flat=lambda hh, dd, tt: (hh * t + tt) * d + dd)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- element-wise
@@ -326,13 +352,14 @@ def _elementwise(
     em, payload, zero, on = _frame(cfg, prog)
     reg = cfg.group.register_row
     em.column(Op.WR, 0, reg, CTRL_COLUMN, on)
-    for r in range(rounds):
-        for s, (_, op, drain) in enumerate(steps):
-            for e in range(R):
-                lin = stride * r + s * R + e
-                em.column(op, 0, lin // cols, lin % cols, zero if op is Op.WR else -1)
-            for _ in range(drain):
-                em.column(Op.RD, 0, lin // cols, lin % cols)
+    # one round: per step its R vectors, then the drain's dummy reads of the last one
+    ops = np.concatenate([[int(op)] * R + [int(Op.RD)] * drain for _, op, drain in steps])
+    col_of = np.concatenate([s * R + np.minimum(np.arange(R + d), R - 1)
+                             for s, (_, _, d) in enumerate(steps)])  # fmt: skip
+    lin = stride * np.arange(rounds)[:, None] + col_of
+    op_ = np.broadcast_to(ops, lin.shape)
+    dat = np.where(op_ == int(Op.WR), zero, -1)
+    em.columns(op_, 0, lin // cols, lin % cols, dat)
     em.column(Op.WR, 0, reg, CTRL_COLUMN, zero)
     mode_exit(cfg, em, zero)
     gather: dict[str, tuple[list, list]] = {name: ([], []) for name, _, _ in steps}
@@ -403,14 +430,12 @@ def _red(cfg, sizes, cores, arrays=None) -> _Lowered:
     em, payload, zero, on = _frame(cfg, prog)
     reg = cfg.group.register_row
     em.column(Op.WR, 0, reg, CTRL_COLUMN, on)
-    for r in range(rounds):
-        for lin in range(r * R * K, (r + 1) * R * K):
-            em.column(Op.RD, 0, lin // cols, lin % cols)
-        for _ in range(drain):
-            em.column(Op.RD, 0, lin // cols, lin % cols)
-        for e in range(R):
-            lin = res_base + r * R + e
-            em.column(Op.WR, 0, lin // cols, lin % cols, zero)
+    r = np.arange(rounds)[:, None]
+    reads = r * R * K + np.minimum(np.arange(R * K + drain), R * K - 1)  # then the drain's
+    lin = np.concatenate([reads, res_base + r * R + np.arange(R)], axis=1)
+    op_ = np.repeat([int(Op.RD), int(Op.WR)], [R * K + drain, R])
+    em.columns(np.broadcast_to(op_, lin.shape), 0, lin // cols, lin % cols,
+               np.broadcast_to(np.where(op_ == int(Op.WR), zero, -1), lin.shape))  # fmt: skip
     em.column(Op.WR, 0, reg, CTRL_COLUMN, zero)
     mode_exit(cfg, em, zero)
     a_addr, a_idx, r_addr, r_idx = [], [], [], []
@@ -434,6 +459,8 @@ def _red(cfg, sizes, cores, arrays=None) -> _Lowered:
 _LOWER: dict[DccKernel, Callable[..., _Lowered]] = {
     DccKernel.GEMV: _gemv,
     DccKernel.BATCHED_GEMV: _batched_gemv,
+    DccKernel.QK: _qk,
+    DccKernel.SV: _sv,
     DccKernel.RED: _red,
     DccKernel.VA: _va,
     DccKernel.RELU: _relu,
@@ -445,7 +472,12 @@ GROUP_LOWERINGS: dict[
     kernel: (lambda cfg, sizes, cores, _f=f: _f(cfg, tuple(sizes), tuple(cores)).program)
     for kernel, f in _LOWER.items()
 }
-"""The HBM-PIM group lowering of each DCC kernel it runs (QK^T and SV: not lowered here)."""
+"""The HBM-PIM group lowering of each DCC kernel (all seven of :class:`DccKernel`)."""
+
+
+#: Which set's size each argument of ``DCC_KERNELS[kernel]`` takes, where the sets are not in
+#: the builder's order: SV's sets are ``(h, d, t)``, its builder takes (heads, tokens, d_h).
+_NEST_ARGS: dict[DccKernel, tuple[int, ...]] = {DccKernel.SV: (0, 2, 1)}
 
 
 def run_group(
@@ -471,7 +503,7 @@ def run_group(
         )
     sizes, cores = tuple(sizes), tuple(cores)
     _check(cfg, kernel, sizes, cores)
-    nest = DCC_KERNELS[kernel](*sizes)
+    nest = DCC_KERNELS[kernel](*(sizes[k] for k in _NEST_ARGS.get(kernel, range(len(sizes)))))
     shapes = dict(nest.tensors)
     out_name = nest.refs[0].tensor
     want = {k: v for k, v in shapes.items() if k != out_name}

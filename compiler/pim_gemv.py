@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from models.backends import BackendConfig
 from models.errors import PimphonyError
@@ -51,6 +52,7 @@ __all__ = [
     "PimGemvError",
     "PimKernel",
     "gemv_layout",
+    "gemv_passes",
     "gemv_program",
     "lane_tree_sum",
     "lower_gemv",
@@ -91,6 +93,12 @@ class GemvLayout:
     in_tiles: int
     weight_rows: int
     result_rows: int
+    weight_sets: int = 1  # weight matrices held: 1 (shared) or batch (one per batch row)
+
+    @property
+    def set_vectors(self) -> int:
+        """Weight vectors of one matrix per bank position: out_tiles x slots x A x R."""
+        return self.out_tiles * self.slots * self.tile_vectors
 
     @property
     def tile_vectors(self) -> int:
@@ -138,11 +146,18 @@ class PimKernel:
 
 
 def gemv_layout(
-    cfg: BackendConfig, dout: int, din: int, batch: int = 1, channels: int | None = None
+    cfg: BackendConfig,
+    dout: int,
+    din: int,
+    batch: int = 1,
+    channels: int | None = None,
+    *,
+    per_batch: bool = False,
 ) -> GemvLayout:
     """Tile sizes and row use of ``(dout, din)`` x ``batch`` on ``channels`` groups (default:
-    one device's); :class:`PimGemvError` if a size is not positive or the weights and results
-    do not fit the PIM rows of a bank."""
+    one device's); with ``per_batch`` each batch row has its own matrix (attention's
+    per-head K or V), held one after the other. :class:`PimGemvError` if a size is not
+    positive or the weights and results do not fit the PIM rows of a bank."""
     try:
         check_backend(cfg)
     except PimphonyError as exc:
@@ -167,7 +182,8 @@ def gemv_layout(
     out_tiles = -(-dout // (channels * units * c.output_regs))
     in_tiles = -(-din // (c.input_regs * c.lanes))
     slots = -(-in_tiles // c.banks)
-    weight_vectors = out_tiles * slots * c.input_regs * c.output_regs
+    weight_sets = batch if per_batch else 1
+    weight_vectors = weight_sets * out_tiles * slots * c.input_regs * c.output_regs
     weight_rows = -(-weight_vectors // cols)
     result_rows = -(-(out_tiles * batch * c.output_regs) // cols)
     if weight_rows + result_rows > PIM_ROWS:
@@ -179,7 +195,7 @@ def gemv_layout(
         )
     return GemvLayout(
         dout, din, batch, channels, units, c.banks, c.lanes, c.input_regs, c.output_regs,
-        cols, out_tiles, in_tiles, weight_rows, result_rows,
+        cols, out_tiles, in_tiles, weight_rows, result_rows, weight_sets,
     )  # fmt: skip
 
 
@@ -210,10 +226,11 @@ def gemv_program(cfg: BackendConfig, lay: GemvLayout) -> list[int]:
     return prog
 
 
-def weight_address(lay: GemvLayout, j: int, i: int, t: int) -> tuple[int, int, int]:
+def weight_address(lay: GemvLayout, j: int, i: int, t: int, s: int = 0) -> tuple[int, int, int]:
     """(bank position, row, column) of weight vector ``t`` of output tile ``j``, input tile
-    ``i``: position ``i % banks_per_unit``, slot ``j x slots + i // banks_per_unit``."""
-    lin = (j * lay.slots + i // lay.banks_per_unit) * lay.tile_vectors + t
+    ``i`` of matrix ``s`` (0 unless ``weight_sets > 1``): position ``i % banks_per_unit``,
+    slot ``j x slots + i // banks_per_unit`` after ``s`` matrices."""
+    lin = s * lay.set_vectors + (j * lay.slots + i // lay.banks_per_unit) * lay.tile_vectors + t
     return i % lay.banks_per_unit, lin // lay.cols, lin % lay.cols
 
 
@@ -226,10 +243,12 @@ def result_address(lay: GemvLayout, j: int, b: int, e: int) -> tuple[int, int]:
 
 class Emitter:
     """Commands with an open-page controller's row handling: PRE + ACT when a column command
-    needs another row than the open one."""
+    needs another row than the open one. Commands are kept as blocks of
+    :data:`models.hbm_pim.COMMAND_DTYPE` (:meth:`columns` appends many at once)."""
 
     def __init__(self) -> None:
-        self.rows: list[tuple[int, int, int, int, int]] = []
+        self.rows: list[tuple[int, int, int, int, int]] = []  # single commands not yet a block
+        self.blocks: list[np.ndarray] = []
         self.open = -1
 
     def cmd(self, op: Op, bank: int = 0, row: int = 0, col: int = 0, data: int = -1) -> None:
@@ -245,14 +264,52 @@ class Emitter:
             self.open = row
         self.cmd(op, bank, row, col, data)
 
+    def _flush(self) -> None:
+        if self.rows:
+            out = np.zeros(len(self.rows), dtype=COMMAND_DTYPE)
+            cols = list(zip(*self.rows, strict=True))
+            for name, values in zip(COMMAND_DTYPE.names, cols, strict=True):
+                out[name] = values
+            self.blocks.append(out)
+            self.rows = []
+
+    def columns(
+        self, op: ArrayLike, bank: ArrayLike, row: ArrayLike, col: ArrayLike, data: ArrayLike = -1
+    ) -> None:
+        """Append column commands given as arrays (broadcast to one length), each handled as
+        :meth:`column` would: a PRE (if a row is open) and an ACT before every row change."""
+        op, bank, row, col, data = np.broadcast_arrays(
+            *(np.ravel(a) for a in (op, bank, row, col, data))
+        )
+        n = len(row)
+        if n == 0:
+            return
+        self._flush()
+        before = np.empty(n, dtype=np.int64)
+        before[0], before[1:] = self.open, row[:-1]
+        switch = row != before
+        pre = switch & (before >= 0)
+        # place of each column command: after every PRE / ACT inserted up to it
+        at = np.arange(n) + np.cumsum(switch) + np.cumsum(pre)
+        out = np.zeros(n + int(switch.sum()) + int(pre.sum()), dtype=COMMAND_DTYPE)
+        for name, values in zip(COMMAND_DTYPE.names, (op, bank, row, col, data), strict=True):
+            out[name][at] = values
+        acts = at[switch] - 1
+        out["op"][acts] = int(Op.ACT)
+        out["row"][acts] = row[switch]
+        out["data"][acts] = -1
+        pres = at[pre] - 2
+        out["op"][pres] = int(Op.PRE)
+        out["data"][pres] = -1
+        self.blocks.append(out)
+        self.open = int(row[-1])
+
     def array(self) -> np.ndarray:
         """The commands as a :data:`models.hbm_pim.COMMAND_DTYPE` array."""
-        out = np.zeros(len(self.rows), dtype=COMMAND_DTYPE)
-        if self.rows:
-            cols = list(zip(*self.rows, strict=True))
-            for name, values in zip(("op", "bank", "row", "col", "data"), cols, strict=True):
-                out[name] = values
-        return out
+        self._flush()
+        if not self.blocks:
+            return np.zeros(0, dtype=COMMAND_DTYPE)
+        return np.concatenate(self.blocks)
 
 
 def mode_entry(cfg: BackendConfig, em: Emitter, zero: int, crf: range) -> None:
@@ -286,6 +343,46 @@ def lane_tree_sum(lanes: np.ndarray) -> np.ndarray:
     return lanes[..., 0]
 
 
+def gemv_passes(
+    cfg: BackendConfig, lay: GemvLayout, em: Emitter, inputs: tuple, on: int, off: int
+) -> None:
+    """Append Algorithm 1's loop to ``em``: per output tile and batch row, the control word
+    (payload row ``on``: PIM on, GRF_B zeroed), per input tile (even bank's first) its
+    ``input_regs`` input commands and ``input_regs x output_regs`` MAC reads, the drain's dummy
+    reads, ``output_regs`` MOV writes to the result row, the control word ``off``.
+
+    ``inputs``: (op, bank, row, col, data) of input command ``a`` of batch row ``b`` and input
+    tile ``i``, each broadcastable to ``(batch, in_tiles, input_regs)`` (GRF_A writes through
+    the register row, or bank reads that FILL GRF_A)."""
+    J, B, T, A, R = lay.out_tiles, lay.batch, lay.in_tiles, lay.input_regs, lay.output_regs
+    reg, drain = cfg.group.register_row, cfg.core.pipeline_drain
+    order = np.array(sorted(range(T), key=lambda i: (i % lay.banks_per_unit, i)))
+    j = np.arange(J)[:, None, None, None]
+    s = np.arange(B)[:, None, None] if lay.weight_sets > 1 else 0  # batch row b's matrix
+    tiles = (J, B, T, A * R)
+    pos, row, col = weight_address(lay, j, order[:, None], np.arange(A * R), s)
+    mac = (np.broadcast_to(v, tiles) for v in (int(Op.RD), pos, row, col, -1))
+    inp = (np.broadcast_to(np.broadcast_to(v, (B, T, A))[:, order], (J, B, T, A)) for v in inputs)
+    s_last = s[..., 0] if lay.weight_sets > 1 else 0
+    last = weight_address(lay, j[..., 0], order[-1], A * R - 1, s_last)  # the dummy reads
+    e = np.arange(R)
+    res_row, res_col = result_address(lay, j[..., 0], np.arange(B)[:, None], e)
+    segments = [
+        ((J, B, 1), (int(Op.WR), 0, reg, CTRL_COLUMN, on)),
+        ((J, B, T * (A + A * R)), tuple(
+            np.concatenate([x, m], axis=3).reshape(J, B, -1) for x, m in zip(inp, mac, strict=True)
+        )),
+        ((J, B, drain), (int(Op.RD), *last, -1)),
+        ((J, B, R), (int(Op.WR), 0, res_row, res_col, off)),
+        ((J, B, 1), (int(Op.WR), 0, reg, CTRL_COLUMN, off)),
+    ]  # fmt: skip
+    fields = [
+        np.concatenate([np.broadcast_to(seg[1][f], seg[0]) for seg in segments], axis=2)
+        for f in range(5)
+    ]
+    em.columns(*fields)
+
+
 def lower_gemv(
     cfg: BackendConfig,
     dout: int,
@@ -294,8 +391,10 @@ def lower_gemv(
     *,
     batch: int = 1,
     channels: int | None = None,
+    per_batch: bool = False,
 ) -> PimKernel:
-    """The command stream of ``Y = W @ X`` (``x``: ``(batch, din)``, zeros if None).
+    """The command stream of ``Y = W @ X`` (``x``: ``(batch, din)``, zeros if None); with
+    ``per_batch``, ``Y[b] = W_b @ X[b]``, each batch row's pass reading its own matrix.
 
     Order: SB -> AB (ACT, WR, PRE on each entry bank), CRF program, then per output tile
     and batch row: PIM on (GRF_B zeroed), per input tile ``input_regs`` GRF_A writes and its
@@ -303,7 +402,7 @@ def lower_gemv(
     MOV writes, PIM off; finally AB -> SB. Register writes need the register row open, so
     each input tile costs a row switch each way (as PIMSimulator issues them).
     """
-    lay = gemv_layout(cfg, dout, din, batch, channels)
+    lay = gemv_layout(cfg, dout, din, batch, channels, per_batch=per_batch)
     g, c = cfg.group, cfg.core
     if x is None:
         x = np.zeros((batch, din), dtype=np.float16)
@@ -325,23 +424,10 @@ def lower_gemv(
     reg = g.register_row
     em = Emitter()
     mode_entry(cfg, em, P_ZERO, range(P_CRF, P_GRF))
-    order = sorted(range(lay.in_tiles), key=lambda i: (i % lay.banks_per_unit, i))
-    for j in range(lay.out_tiles):
-        for b in range(batch):
-            em.column(Op.WR, 0, reg, CTRL_COLUMN, P_ON)
-            last = (0, 0, 0)
-            for i in order:
-                for a in range(lay.input_regs):
-                    src = P_GRF + (b * lay.in_tiles + i) * lay.input_regs + a
-                    em.column(Op.WR, 0, reg, GRF_A_COLUMNS.start + a, src)
-                for t in range(lay.tile_vectors):
-                    last = weight_address(lay, j, i, t)
-                    em.column(Op.RD, *last)
-            for _ in range(c.pipeline_drain):
-                em.column(Op.RD, *last)  # dummy reads: the NOP consumes them
-            for e in range(lay.output_regs):
-                em.column(Op.WR, 0, *result_address(lay, j, b, e), P_ZERO)
-            em.column(Op.WR, 0, reg, CTRL_COLUMN, P_ZERO)
+    a = np.arange(lay.input_regs)
+    grf = P_GRF + (np.arange(batch)[:, None, None] * lay.in_tiles
+                   + np.arange(lay.in_tiles)[:, None]) * lay.input_regs + a  # fmt: skip
+    gemv_passes(cfg, lay, em, (int(Op.WR), 0, reg, GRF_A_COLUMNS.start + a, grf), P_ON, P_ZERO)
     mode_exit(cfg, em, P_ZERO)
     return PimKernel(lay, em.array(), payload, tuple(prog))
 
@@ -349,6 +435,11 @@ def lower_gemv(
 def place_weights(cfg: BackendConfig, lay: GemvLayout, w: np.ndarray) -> PimState:
     """A state whose banks hold ``w`` (``(dout, din)``, FP16) in the PIM layout."""
     w = np.asarray(w)
+    if lay.weight_sets != 1:
+        raise PimGemvError(
+            f"the layout holds {lay.weight_sets} matrices (one per batch row); place_weights "
+            "places one"
+        )
     if w.shape != (lay.dout, lay.din):
         raise PimGemvError(f"weights of shape {w.shape}: expected ({lay.dout}, {lay.din})")
     st = PimState.for_backend(cfg, lay.channels)

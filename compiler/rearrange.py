@@ -33,6 +33,7 @@ __all__ = [
     "RearrangeError",
     "Strategy",
     "access_stream",
+    "access_stream_reference",
     "gemv_output_addresses",
     "gemv_weight_addresses",
     "group_access_cycles",
@@ -109,6 +110,46 @@ def access_stream(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> np.ndarr
     every bank that has data there opened (bank groups interleaved), its columns issued
     round-robin over those banks (consecutive commands in different bank groups), then the
     banks precharged."""
+    if len(addresses) == 0:
+        raise RearrangeError("no addresses to move")
+    g = cfg.group
+    per_bg = g.banks // g.bank_groups
+    addr = np.asarray(addresses, dtype=np.int64)
+    addr = addr[np.lexsort((addr[:, 2], addr[:, 1], addr[:, 0]))]  # by bank, row, column
+    addr = addr[np.append(True, (addr[1:] != addr[:-1]).any(axis=1))]  # each address once
+    bank, row, col = addr[:, 0], addr[:, 1], addr[:, 2]
+    # bank-group interleaved order of banks: 0, per_bg, 2 per_bg, ..., 1, per_bg + 1, ...
+    rank = np.empty(g.banks, dtype=np.int64)
+    rank[np.arange(g.banks).reshape(g.bank_groups, per_bg).T.ravel()] = np.arange(g.banks)
+    # k: a column's place among its (bank, row)'s columns (addr is sorted by bank, row, col)
+    first = np.ones(len(addr), dtype=bool)
+    first[1:] = (bank[1:] != bank[:-1]) | (row[1:] != row[:-1])
+    starts = np.flatnonzero(first)
+    k = np.arange(len(addr)) - np.repeat(starts, np.diff(np.append(starts, len(addr))))
+    # per row: the ACTs of its banks (phase 0), its columns by (k, bank rank) (1), PREs (2)
+    ob, orow = bank[starts], row[starts]
+    n_open = len(starts)
+    key_row = np.concatenate([orow, row, orow])
+    key_phase = np.repeat([0, 1, 2], [n_open, len(addr), n_open])
+    key_k = np.concatenate([np.zeros(n_open, np.int64), k, np.zeros(n_open, np.int64)])
+    all_bank = np.concatenate([ob, bank, ob])
+    order = np.lexsort((rank[all_bank], key_k, key_phase, key_row))
+    phase = key_phase[order]
+    out = np.zeros(len(order), dtype=COMMAND_DTYPE)
+    out["op"] = np.array([int(Op.ACT), int(op), int(Op.PRE)])[phase]
+    out["bank"] = all_bank[order]
+    out["row"] = np.where(phase == 2, 0, key_row[order])
+    out["col"] = np.where(phase == 1, np.concatenate([ob * 0, col, ob * 0])[order], 0)
+    out["data"] = np.where(phase == 1, 0 if op is Op.WR else -1, -1)
+    return out
+
+
+def access_stream_reference(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> np.ndarray:
+    """Single-bank (SB mode) RDs or WRs of ``addresses`` (``(n, 3)``: bank, row, column) of
+    one group, as a controller with open rows would issue them: rows in order; within a row,
+    every bank that has data there opened (bank groups interleaved), its columns issued
+    round-robin over those banks (consecutive commands in different bank groups), then the
+    banks precharged. The plain-Python reference of :func:`access_stream` (same stream)."""
     if len(addresses) == 0:
         raise RearrangeError("no addresses to move")
     g = cfg.group

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 import numpy as np
+from numba import njit
 
 from models.backends import BackendConfig, BackendKind, PimDtype
 from models.errors import PimphonyError
@@ -56,7 +57,10 @@ __all__ = [
     "encode_instr",
     "execute",
     "instr_payload",
+    "modes",
+    "modes_reference",
     "time_stream",
+    "time_stream_reference",
 ]
 
 
@@ -287,8 +291,9 @@ class Timeline:
     counts: dict[str, int]
 
 
-def _modes(cfg: BackendConfig, stream: np.ndarray) -> np.ndarray:
-    """The mode each command is issued in (mode changes take effect after their command)."""
+def modes_reference(cfg: BackendConfig, stream: np.ndarray) -> np.ndarray:
+    """The mode each command is issued in (mode changes take effect after their command):
+    the plain-Python reference of :func:`modes`, command by command."""
     entry = {_bank_index(cfg, *p) for p in AB_ENTRY_BANKS}
     exit_ = {_bank_index(cfg, *p) for p in SB_ENTRY_BANKS}
     mode, marks = Mode.SB, set()
@@ -309,8 +314,10 @@ def _modes(cfg: BackendConfig, stream: np.ndarray) -> np.ndarray:
     return out
 
 
-def time_stream(cfg: BackendConfig, stream: np.ndarray) -> Timeline:
-    """Issue each command in order at the first cycle every rule allows.
+def time_stream_reference(cfg: BackendConfig, stream: np.ndarray) -> Timeline:
+    """The plain-Python reference of :func:`time_stream` (same rules, same cycles; kept to
+    test the compiled path against). Issue each command in order at the first cycle every
+    rule allows.
 
     Rules (``docs/dcc.md``): one command per cycle, in stream order; ACT waits tRP after its
     bank's PRE, tRC after its previous ACT, tRRD_S/L after any ACT (same bank group: L) and
@@ -326,7 +333,7 @@ def time_stream(cfg: BackendConfig, stream: np.ndarray) -> Timeline:
     assert t is not None
     nb = g.banks
     per_bg = nb // g.bank_groups
-    modes = _modes(cfg, stream).tolist()
+    modes = modes_reference(cfg, stream).tolist()
     never = -(1 << 40)
     # per-bank times as Python lists: a command touches one bank or all of them
     act, pre, rd, wr = ([never] * nb for _ in range(4))
@@ -388,6 +395,177 @@ def time_stream(cfg: BackendConfig, stream: np.ndarray) -> Timeline:
         end = max(end, done)
     counts = {o.name: int(np.count_nonzero(stream["op"] == o)) for o in Op}
     return Timeline(issue=issue, cycles=int(end) if len(stream) else 0, counts=counts)
+
+
+# ----------------------------------------------------------------------------- compiled path
+# time_stream and modes run the references' rules compiled by numba (`pimphony tune` times
+# thousands of streams); tests/test_hbm_pim.py checks them equal on random legal streams.
+
+_WR = int(Op.WR)
+
+
+@njit(cache=True)
+def _modes_kernel(op, bank, row, col, entry, exit_, ab_row, sb_row, mode_col):
+    """Per command the mode it issues in; ``entry`` / ``exit_``: per bank, is it a mode bank."""
+    n, nb = op.shape[0], entry.shape[0]
+    n_entry, n_exit = entry.sum(), exit_.sum()
+    out = np.empty(n, dtype=np.uint8)
+    marks = np.zeros(nb, dtype=np.bool_)
+    marked, mode = 0, 0
+    for k in range(n):
+        out[k] = mode
+        b = bank[k]
+        if op[k] != _WR or col[k] != mode_col or b >= nb:
+            continue
+        if mode == 0 and row[k] == ab_row and entry[b]:
+            if not marks[b]:
+                marks[b] = True
+                marked += 1
+            if marked == n_entry:
+                mode, marked = 1, 0
+                marks[:] = False
+        elif mode == 1 and row[k] == sb_row and exit_[b]:
+            if not marks[b]:
+                marks[b] = True
+                marked += 1
+            if marked == n_exit:
+                mode, marked = 0, 0
+                marks[:] = False
+    return out
+
+
+def modes(cfg: BackendConfig, stream: np.ndarray) -> np.ndarray:
+    """The mode (:class:`Mode` value, uint8) each command is issued in; mode changes take
+    effect after their command."""
+    nb = cfg.group.banks
+    entry, exit_ = np.zeros(nb, dtype=np.bool_), np.zeros(nb, dtype=np.bool_)
+    entry[[_bank_index(cfg, *p) for p in AB_ENTRY_BANKS]] = True
+    exit_[[_bank_index(cfg, *p) for p in SB_ENTRY_BANKS]] = True
+    if len(stream) == 0:
+        return np.empty(0, dtype=np.uint8)
+    return _modes_kernel(
+        stream["op"].astype(np.int64), stream["bank"].astype(np.int64),
+        stream["row"].astype(np.int64), stream["col"].astype(np.int64),
+        entry, exit_, AB_ENTRY_ROW, SB_ENTRY_ROW, MODE_COLUMN,
+    )  # fmt: skip
+
+
+@njit(cache=True)
+def _time_kernel(op, bank, mode, nb, per_bg, p):
+    """Issue cycles and the end cycle of a stream (:func:`time_stream_reference`'s rules);
+    ``p``: the timing parameters in :func:`_timing_params`' order."""
+    tRP, tRC, tRRD_L, tRRD_S, tFAW, tRCD_RD, tRCD_WR = p[0], p[1], p[2], p[3], p[4], p[5], p[6]
+    tRAS, tRTP, wr_pre, tCCD_L, tCCD_S = p[7], p[8], p[9], p[10], p[11]
+    wr_rd, rd_wr, rd_done, wr_done = p[12], p[13], p[14], p[15]
+    never = -(1 << 40)
+    act = np.full(nb, never, dtype=np.int64)
+    pre = np.full(nb, never, dtype=np.int64)
+    rd = np.full(nb, never, dtype=np.int64)
+    wr = np.full(nb, never, dtype=np.int64)
+    acts = np.zeros(4, dtype=np.int64)  # ring of the last four ACTs
+    n_acts = 0
+    last_act, last_act_bg = never, -1
+    last_col, last_col_bg = never, -1
+    last_rd_any, last_wr_any = never, never
+    n = op.shape[0]
+    issue = np.empty(n, dtype=np.int64)
+    prev, end = -1, 0
+    for k in range(n):
+        o = op[k]
+        ab = mode[k] != 0
+        if ab:
+            lo, hi, bg = 0, nb, -1
+        else:
+            lo, hi = bank[k], bank[k] + 1
+            bg = bank[k] // per_bg
+        at = prev + 1
+        if o == 0:  # ACT
+            for b in range(lo, hi):
+                at = max(at, pre[b] + tRP, act[b] + tRC)
+            at = max(at, last_act + (tRRD_L if ab or bg == last_act_bg else tRRD_S))
+            if n_acts >= 4:
+                at = max(at, acts[n_acts % 4] + tFAW)
+            for b in range(lo, hi):
+                act[b] = at
+            acts[n_acts % 4] = at
+            n_acts += 1
+            last_act, last_act_bg = at, bg
+            done = at + tRCD_RD
+        elif o == 1:  # PRE
+            for b in range(lo, hi):
+                at = max(at, act[b] + tRAS, rd[b] + tRTP, wr[b] + wr_pre)
+            for b in range(lo, hi):
+                pre[b] = at
+            done = at + tRP
+        else:
+            at = max(at, last_col + (tCCD_L if ab or bg == last_col_bg else tCCD_S))
+            opened = never
+            for b in range(lo, hi):
+                opened = max(opened, act[b])
+            if o == 2:  # RD
+                at = max(at, opened + tRCD_RD, last_wr_any + wr_rd)
+                for b in range(lo, hi):
+                    rd[b] = at
+                last_rd_any = at
+                done = at + rd_done
+            else:
+                at = max(at, opened + tRCD_WR, last_rd_any + rd_wr)
+                for b in range(lo, hi):
+                    wr[b] = at
+                last_wr_any = at
+                done = at + wr_done
+            last_col, last_col_bg = at, bg
+        issue[k] = at
+        prev = at
+        end = max(end, done)
+    return issue, end
+
+
+def _timing_params(cfg: BackendConfig) -> np.ndarray:
+    t = cfg.timing
+    assert t is not None
+    return np.array(
+        [t.tRP, t.tRC, t.tRRD_L, t.tRRD_S, t.tFAW, t.tRCD_RD, t.tRCD_WR, t.tRAS, t.tRTP,
+         t.write_to_precharge, t.tCCD_L, t.tCCD_S, t.write_to_read, t.read_to_write,
+         t.RL + t.burst_cycles, t.WL + t.burst_cycles],
+        dtype=np.int64,
+    )  # fmt: skip
+
+
+def time_stream(cfg: BackendConfig, stream: np.ndarray) -> Timeline:
+    """Issue each command in order at the first cycle every rule allows.
+
+    Rules (``docs/dcc.md``): one command per cycle, in stream order; ACT waits tRP after its
+    bank's PRE, tRC after its previous ACT, tRRD_S/L after any ACT (same bank group: L) and
+    tFAW after the fourth-last; RD/WR wait tRCD_RD/tRCD_WR after the ACT, tCCD_L after the
+    previous column command (tCCD_S in SB mode across bank groups; AB modes always L), a RD
+    WL + BL/2 + tWTR_L after a WR and a WR RL + BL/2 + tRTRS - WL after a RD; PRE waits tRAS,
+    tRTP after a RD and WL + BL/2 + tWR after a WR. In AB modes ACT/PRE/RD/WR address every
+    bank; an all-bank ACT counts once for tRRD/tFAW. The kernel ends when the last command
+    completes: a RD RL + BL/2, a WR WL + BL/2, an ACT tRCD_RD and a PRE tRP after issue.
+    Compiled (numba); :func:`time_stream_reference` is the same in plain Python.
+    """
+    check_backend(cfg)
+    g = cfg.group
+    op = stream["op"].astype(np.int64)
+    counts = dict(
+        zip(
+            (o.name for o in Op),
+            np.bincount(op, minlength=len(Op))[: len(Op)].tolist(),
+            strict=True,
+        )
+    )
+    if len(stream) == 0:
+        return Timeline(issue=np.empty(0, dtype=np.int64), cycles=0, counts=counts)
+    mode = modes(cfg, stream)
+    bank = stream["bank"].astype(np.int64)
+    bad = np.flatnonzero((mode == Mode.SB) & (bank >= g.banks))
+    if len(bad):
+        raise _fail(int(bad[0]), stream[bad[0]], f"bank {int(bank[bad[0]])} >= banks = {g.banks}")
+    issue, end = _time_kernel(
+        op, bank, mode, g.banks, g.banks // g.bank_groups, _timing_params(cfg)
+    )
+    return Timeline(issue=issue, cycles=int(end), counts=counts)
 
 
 @dataclass
@@ -551,14 +729,14 @@ def execute(
             f"back end {cfg.name!r}: core.dtype = {str(c.dtype)!r}: values are computed in FP16 "
             "only (numpy has no bfloat16); time_stream times any data type"
         )
-    modes = _modes(cfg, stream)
+    issued_in = modes(cfg, stream)
     open_row = np.full(g.banks, -1, dtype=np.int64)
     unit = _Unit(cfg, state)
     pim_on = False
     for k in range(len(stream)):
         cmd = stream[k]
         op, bank, row, col = Op(int(cmd["op"])), int(cmd["bank"]), int(cmd["row"]), int(cmd["col"])
-        mode = Mode(int(modes[k]))
+        mode = Mode(int(issued_in[k]))
         if mode is not Mode.SB and pim_on:
             mode = Mode.AB_PIM
         sel = slice(None) if mode is not Mode.SB else slice(bank, bank + 1)

@@ -4,30 +4,47 @@ cycles by hand, command counts in closed form, values against numpy, specific er
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
+from compiler.dcc_schedule import DccKernel
+from compiler.hbm_pim_lowering import GROUP_LOWERINGS
 from compiler.pim_gemv import (
     PIM_ROWS,
+    Emitter,
     PimGemvError,
     gemv_layout,
     lower_gemv,
     place_weights,
     read_outputs,
 )
-from models.backends import PimDtype, load_backend
+from compiler.rearrange import access_stream
+from models.backends import PimDtype, PimTiming, load_backend
 from models.hbm_pim import (
+    AB_ENTRY_BANKS,
+    AB_ENTRY_ROW,
     COMMAND_DTYPE,
+    MODE_COLUMN,
+    SB_ENTRY_BANKS,
+    SB_ENTRY_ROW,
     Bank,
     HbmPimError,
     Instr,
+    Mode,
     Op,
     PimState,
     decode_instr,
     encode_instr,
     execute,
+    modes,
+    modes_reference,
     time_stream,
+    time_stream_reference,
 )
 
 HBM = load_backend("hbm-pim")
@@ -311,3 +328,173 @@ def test_bf16_values_are_refused() -> None:
     assert time_stream(cfg, k.stream).cycles == 733
     with pytest.raises(HbmPimError, match="core.dtype = 'bf16': values are computed in FP16"):
         execute(cfg, k.stream, k.payload, PimState.for_backend(cfg, 1))
+
+
+# ----------------------------------------------------------------------------- compiled timing
+# time_stream / modes (numba) against their plain-Python references, on the streams every
+# lowering emits, on random single-bank accesses and on random command mixes with mode
+# changes, with the presets' timing and with random timing (every parameter must reach its rule).
+
+_BACKENDS = [load_backend(n) for n in ("hbm-pim", "hbm-pim-hbm3", "lpddr5x-pim")]
+_TIMING = [f.name for f in dataclasses.fields(PimTiming) if f.name != "freq_ghz"]
+#: Small sizes per dimension set of each lowered kernel (streams the reference times quickly).
+_SIZES = {
+    DccKernel.GEMV: (200, 1200),
+    DccKernel.BATCHED_GEMV: (3, 100, 600),
+    DccKernel.QK: (3, 100, 200),
+    DccKernel.SV: (3, 100, 200),
+    DccKernel.RED: (100, 2000),
+    DccKernel.VA: (20000,),
+    DccKernel.RELU: (20000,),
+}
+
+
+@st.composite
+def _backend(draw):
+    cfg = draw(st.sampled_from(_BACKENDS))
+    if draw(st.booleans()):
+        assert cfg.timing is not None
+        spread = st.one_of(st.integers(1, 60), st.integers(100, 300))  # some rules dominate
+        vals = {f: draw(spread) for f in _TIMING}
+        cfg = dataclasses.replace(cfg, timing=dataclasses.replace(cfg.timing, **vals))
+    return cfg
+
+
+@st.composite
+def _lowered_stream(draw, cfg):
+    kernel = draw(st.sampled_from(sorted(GROUP_LOWERINGS)))
+    sizes = tuple(draw(st.integers(1, m)) for m in _SIZES[kernel])
+    cores = [1] * len(sizes)
+    for _ in range(draw(st.integers(0, 3))):
+        cores[draw(st.integers(0, len(sizes) - 1))] *= 2
+    assume(math.prod(cores) <= cfg.cores_per_group)
+    return GROUP_LOWERINGS[kernel](cfg, sizes, tuple(cores)).stream
+
+
+@st.composite
+def _gemv_stream(draw, cfg):
+    dout, din = draw(st.integers(1, 600)), draw(st.integers(1, 600))
+    batch, channels = draw(st.integers(1, 3)), draw(st.integers(1, 4))
+    return lower_gemv(cfg, dout, din, batch=batch, channels=channels).stream
+
+
+@st.composite
+def _access_stream(draw, cfg):
+    n = draw(st.integers(1, 300))
+    g = cfg.group
+    addr = np.stack([draw(arrays(np.int64, n, elements=st.integers(0, hi - 1)))
+                     for hi in (g.banks, 4, g.columns_per_row)], axis=1)  # fmt: skip
+    return access_stream(cfg, addr, draw(st.sampled_from([Op.RD, Op.WR])))
+
+
+@st.composite
+def _command_mix(draw, cfg):
+    """Any commands, addresses drawn so that mode entry / exit writes (complete or partial,
+    repeated banks, several entries) occur often."""
+    n = draw(st.integers(1, 400))
+    per_bg = cfg.group.banks // cfg.group.bank_groups
+    mode_banks = sorted({bg * per_bg + b for bg, b in AB_ENTRY_BANKS + SB_ENTRY_BANKS})
+    bank = st.one_of(st.sampled_from(mode_banks), st.integers(0, cfg.group.banks - 1))
+    rows = [0, 1, AB_ENTRY_ROW, SB_ENTRY_ROW, cfg.group.register_row]
+    out = np.zeros(n, dtype=COMMAND_DTYPE)
+    out["op"] = draw(arrays(np.uint8, n, elements=st.sampled_from([int(o) for o in Op])))
+    out["bank"] = draw(arrays(np.uint16, n, elements=bank))
+    out["row"] = draw(arrays(np.uint32, n, elements=st.sampled_from(rows)))
+    out["col"] = draw(arrays(np.uint16, n, elements=st.sampled_from([0, MODE_COLUMN])))
+    return out
+
+
+def _same_timing(cfg, stream) -> None:
+    np.testing.assert_array_equal(modes(cfg, stream), modes_reference(cfg, stream))
+    fast, ref = time_stream(cfg, stream), time_stream_reference(cfg, stream)
+    np.testing.assert_array_equal(fast.issue, ref.issue)
+    assert (fast.cycles, fast.counts) == (ref.cycles, ref.counts)
+
+
+@st.composite
+def _stream_of(draw, kinds):
+    cfg = draw(_backend())
+    return cfg, draw(draw(st.sampled_from(kinds))(cfg))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_stream_of([_lowered_stream, _gemv_stream]))
+def test_compiled_timing_equals_reference_on_lowerings(case) -> None:
+    """Every group lowering's stream and lower_gemv's (batch, channels)."""
+    _same_timing(*case)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_stream_of([_access_stream, _command_mix]))
+def test_compiled_timing_equals_reference_on_accesses_and_mixes(case) -> None:
+    """Rearrangement accesses (single-bank, many bank groups: tRRD_S/L, tFAW, tCCD_S/L) and
+    random command mixes across mode changes."""
+    _same_timing(*case)
+
+
+def test_compiled_timing_mode_changes_and_empty() -> None:
+    """Entry needs all four entry banks (a repeated bank does not count twice), afresh after
+    an exit; modes change after the completing write; an empty stream takes no time."""
+    per_bg = HBM.group.banks // HBM.group.bank_groups
+    e = [bg * per_bg + b for bg, b in AB_ENTRY_BANKS]
+    x = [bg * per_bg + b for bg, b in SB_ENTRY_BANKS]
+    enter = [(Op.WR, b, AB_ENTRY_ROW, MODE_COLUMN) for b in (e[0], e[0], e[1], e[2], e[3])]
+    leave = [(Op.WR, b, SB_ENTRY_ROW, MODE_COLUMN) for b in x]
+    s = _stream(*enter, *leave, (Op.RD, 0), *enter[1:4], (Op.RD, 0), enter[4], (Op.RD, 0))
+    sb, ab = Mode.SB, Mode.AB
+    want = [sb] * 5 + [ab] * 2 + [sb] * 5 + [sb, ab]
+    assert modes(HBM, s).tolist() == modes_reference(HBM, s).tolist() == want
+    # the first all-bank ACT after single-bank ones spaces tRRD_L (AB modes: always "same")
+    slow = dataclasses.replace(HBM.timing, tRC=1, tRRD_L=100, tRRD_S=1)
+    cfg = dataclasses.replace(HBM, timing=slow)
+    s = _stream((Op.ACT, 4), *enter[1:], (Op.ACT, 0))
+    assert time_stream(cfg, s).issue[-1] == time_stream_reference(cfg, s).issue[-1] == 100
+    tl = time_stream(HBM, s[:0])
+    assert (tl.cycles, tl.issue.shape, tl.counts) == (0, (0,), dict.fromkeys(Op.__members__, 0))
+
+
+def test_bank_outside_the_group_is_refused() -> None:
+    with pytest.raises(HbmPimError, match=r"command 1 \(RD bank=16 row=0 col=0\): bank 16 >= "):
+        time_stream(HBM, _stream((Op.ACT, 0), (Op.RD, 16)))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([Op.RD, Op.WR]), st.integers(0, 15), st.integers(0, 3),
+                          st.integers(0, 31)), max_size=40),
+       st.integers(0, 40), st.booleans())  # fmt: skip
+def test_emitter_columns_equal_one_by_one(cmds, cut: int, opened: bool) -> None:
+    """Emitter.columns (vectorised row switches) == Emitter.column per command, after single
+    commands and with or without a row already open."""
+    one, many = Emitter(), Emitter()
+    for em in (one, many):
+        em.cmd(Op.ACT, 3, 9)
+        em.open = 9 if opened else -1
+    for op, bank, row, col in cmds:
+        one.column(op, bank, row, col, 7 if op is Op.WR else -1)
+    head, tail = cmds[:cut], cmds[cut:]
+    for part in (head, tail):
+        if part:
+            op, bank, row, col = (np.array([int(c[k]) for c in part]) for k in range(4))
+            many.columns(op, bank, row, col, np.where(op == int(Op.WR), 7, -1))
+    np.testing.assert_array_equal(many.array(), one.array())
+    assert many.open == one.open
+
+
+@pytest.mark.parametrize(
+    ("kernel", "sizes", "cores", "cycles"),
+    [
+        (DccKernel.GEMV, (64, 1024), (4, 2), 3_807),
+        (DccKernel.BATCHED_GEMV, (4, 64, 1024), (2, 4, 1), 13_903),
+        (DccKernel.QK, (8, 512, 128), (1, 8, 1), 32_107),
+        (DccKernel.SV, (8, 128, 512), (8, 1, 1), 28_783),
+        (DccKernel.RED, (64, 2048), (1, 8), 6_101),
+        (DccKernel.VA, (16_384,), (1,), 20_965),
+        (DccKernel.RELU, (16_384,), (8,), 2_009),
+    ],
+)  # fmt: skip
+def test_compiled_timing_on_the_documented_shares(kernel, sizes, cores, cycles) -> None:
+    """The shares of docs/dcc.md's split table (thousands of commands each): compiled ==
+    reference, and the documented cycles."""
+    p = GROUP_LOWERINGS[kernel](HBM, sizes, cores)
+    _same_timing(HBM, p.stream)
+    assert p.cycles == cycles

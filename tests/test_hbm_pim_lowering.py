@@ -279,8 +279,8 @@ def test_refusals(kernel, sizes, cores, message) -> None:
 
 
 def test_run_group_refusals() -> None:
-    with pytest.raises(HbmPimLoweringError, match="kernel 'qk' has no HBM-PIM group lowering"):
-        run_group(HBM, DccKernel.QK, (1, 8, 16), (1, 1, 1), {})
+    with pytest.raises(HbmPimLoweringError, match="kernel 'softmax' has no HBM-PIM group"):
+        run_group(HBM, "softmax", (1, 8, 16), (1, 1, 1), {})  # type: ignore[arg-type]
     with pytest.raises(HbmPimLoweringError, match=r"W of shape \(3, 4\): the share \(4, 4\) "
                        r"needs \(4, 4\)"):  # fmt: skip
         run_group(HBM, DccKernel.GEMV, (4, 4), (1, 1), {"W": np.zeros((3, 4)), "x": np.zeros(4)})
@@ -288,3 +288,92 @@ def test_run_group_refusals() -> None:
         run_group(HBM, DccKernel.GEMV, (4, 4), (1, 1), {"W": np.zeros((4, 4))})
     with pytest.raises(HbmPimLoweringError, match="'attacc' is of kind 'attacc'"):
         GROUP_LOWERINGS[DccKernel.VA](load_backend("attacc"), (16,), (1,))
+
+
+# ----------------------------------------------------------------------------- QK and SV
+
+
+@st.composite
+def _attn_case(draw):
+    sizes = (draw(st.integers(1, 4)), draw(st.integers(1, 40)), draw(st.integers(1, 260)))
+    return sizes, _cores(draw, 3), draw(st.integers(0, 2**32 - 1))
+
+
+@FAST
+@given(_attn_case())
+def test_qk_equals_numpy(case) -> None:
+    """S[h][t] = sum_d Q[h][d] K[h][t][d]; sets (h, t, d)."""
+    (h, t, d), cores, seed = case
+    rng = np.random.default_rng(seed)
+    q, k = _ints(rng, h, d), _ints(rng, h, t, d)
+    s = run_group(HBM, DccKernel.QK, (h, t, d), cores, {"Q": q, "K": k}, garbage=rng)["S"]
+    want = np.einsum("hd,htd->ht", q.astype(np.float64), k.astype(np.float64))
+    np.testing.assert_array_equal(s.astype(np.float64), want)
+
+
+@FAST
+@given(_attn_case())
+def test_sv_equals_numpy(case) -> None:
+    """O[h][d] = sum_t P[h][t] V[h][t][d]; sets (h, d, t): here sizes (h, d, t)."""
+    (h, t, d), cores, seed = case
+    rng = np.random.default_rng(seed)
+    p, v = _ints(rng, h, t), _ints(rng, h, t, d)
+    o = run_group(HBM, DccKernel.SV, (h, d, t), cores, {"P": p, "V": v}, garbage=rng)["O"]
+    want = np.einsum("ht,htd->hd", p.astype(np.float64), v.astype(np.float64))
+    np.testing.assert_array_equal(o.astype(np.float64), want)
+
+
+def test_qk_heads_over_the_register_row_counts_closed_form() -> None:
+    """QK of 4 heads x 256 tokens x 128 over 8 token cores: every unit uses the same head's
+    q at a time, so q_h goes through the register row (Algorithm 1 per head, heads looped):
+    P = J x h passes of one input tile, K_h's 64 vectors per (tile, unit) after K_(h-1)'s."""
+    h, t, d = 4, 256, 128
+    p = GROUP_LOWERINGS[DccKernel.QK](HBM, (h, t, d), (1, 8, 1))
+    j, tiles = _ceil(t // 8, R), _ceil(d, A * L)  # 4 output tiles, 1 input tile
+    passes = j * h
+    assert p.counts["RD"] == passes * (A * R * tiles + D)
+    assert p.counts["WR"] == 4 + 1 + passes * (2 + A * tiles + R) + 2
+    assert p.counts["ACT"] == 4 + 1 + passes * (3 * tiles + 1) + 1
+    assert p.counts["PRE"] == p.counts["ACT"] - 1
+    assert set(p.inputs) == {"K"}  # Q is written into GRF_A by the stream
+    assert len(p.inputs["K"]) == h * t * d // L  # every K vector once, no padding
+    assert len(np.unique(p.inputs["K"], axis=0)) == len(p.inputs["K"])  # a place per head
+    assert len(p.outputs["S"]) == h * t and p.host_ops == h * t * (L - 1)
+    # the same counts as a batched GEMV of h rows sharing one matrix: only addresses differ
+    shared = GROUP_LOWERINGS[DccKernel.BATCHED_GEMV](HBM, (h, t, d), (1, 8, 1))
+    assert shared.counts == p.counts and not np.array_equal(shared.stream, p.stream)
+
+
+def test_sv_heads_over_units_counts_closed_form() -> None:
+    """SV of 4 heads x 300 tokens x 64 with 2 head cores x 4 d_h cores: units take different
+    heads, so p_h lies in their banks and a FILL loads it per input tile (the FILL path)."""
+    h, t, d = 4, 300, 64
+    p = GROUP_LOWERINGS[DccKernel.SV](HBM, (h, d, t), (2, 4, 1))
+    nsh, dsh = 2, 16
+    j, tiles = _ceil(dsh, R), _ceil(t, A * L)  # 2 output tiles, 3 input tiles
+    passes = j * nsh
+    per_pos = [len(range(pos, tiles, 2)) for pos in range(2)]  # [2, 1]
+    instrs = sum(4 + (k > 1) for k in per_pos if k) + 4
+    assert p.counts["RD"] == passes * (tiles * (A + A * R) + D)
+    assert p.counts["WR"] == 4 + _ceil(instrs, 8) + passes * (2 + R) + 2
+    assert set(p.inputs) == {"V", "P"}
+    # each unit: its 2 heads' 16 x ceil(300 / 16) V^T vectors; its heads' p (3 tiles x 8)
+    assert len(p.inputs["V"]) == 8 * nsh * dsh * _ceil(t, L)
+    assert len(p.inputs["P"]) == 8 * nsh * tiles * A
+    assert len(p.outputs["O"]) == h * d and p.host_ops == h * d * (L - 1)
+
+
+@pytest.mark.parametrize(
+    ("kernel", "sizes", "cores", "message"),
+    [
+        (DccKernel.QK, (2, 64, 128), (2, 2, 4), r"qk: cores = \(2, 2, 4\) asks for 16 PIM units"),
+        # 32 heads x 64 output tiles x 64 vectors / 32 columns + 512 result rows
+        (DccKernel.QK, (32, 4096, 128), (1, 8, 1), r"qk: a unit's share \(n 32, o 512, i 128\) "
+         r"needs 4,608 rows of a bank"),
+        (DccKernel.SV, (1, 64, 300_000), (1, 8, 1), r"sv: the GEMV program needs .* CRF holds"),
+        (DccKernel.SV, (2, 64), (1, 1), r"sv: sizes = \(2, 64\): expected 3 positive"),
+    ],
+)  # fmt: skip
+def test_attention_refusals(kernel, sizes, cores, message) -> None:
+    with pytest.raises(HbmPimLoweringError, match=message):
+        GROUP_LOWERINGS[kernel](HBM, sizes, cores)

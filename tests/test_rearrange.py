@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from compiler.pim_gemv import gemv_layout
 from compiler.rearrange import (
     RearrangeError,
     Strategy,
     access_stream,
+    access_stream_reference,
     gemv_output_addresses,
     gemv_weight_addresses,
     rearrangement_cost,
@@ -82,3 +85,19 @@ def test_refusals() -> None:
         rearrangement_seconds(Strategy.STAGED, 100, 1.0, 1.0, 4, 2)
     with pytest.raises(RearrangeError, match=r"aim \(aim\): no command-level host access model"):
         rearrangement_cost(load_backend("aim"), np.array([(0, 0, 0)]), 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["hbm-pim", "hbm-pim-hbm3", "lpddr5x-pim"]), st.integers(1, 400),
+       st.integers(1, 6), st.sampled_from([Op.RD, Op.WR]), st.integers(0, 2**32 - 1))  # fmt: skip
+def test_access_stream_equals_reference(name: str, n: int, rows: int, op: Op, seed: int) -> None:
+    """The vectorised stream is the reference's, command for command (repeated addresses,
+    banks with different column counts in one row, several rows)."""
+    cfg = load_backend(name)
+    rng = np.random.default_rng(seed)
+    g = cfg.group
+    addr = np.stack([rng.integers(0, g.banks, n), rng.integers(0, rows, n) * 37,
+                     rng.integers(0, g.columns_per_row, n)], axis=1)  # fmt: skip
+    fast, ref = access_stream(cfg, addr, op), access_stream_reference(cfg, addr, op)
+    assert fast.dtype == ref.dtype
+    np.testing.assert_array_equal(fast, ref)
