@@ -24,7 +24,6 @@ a share that does not fit a bank): such drafts are skipped and counted.
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import time
@@ -36,8 +35,9 @@ from typing import Any
 
 import numpy as np
 
+from compiler.dcc_cost import draft_cost
+from compiler.dcc_cost import kernel_nest as cost_kernel_nest
 from compiler.dcc_schedule import (
-    DCC_KERNELS,
     DccError,
     DccKernel,
     DimensionSet,
@@ -46,11 +46,10 @@ from compiler.dcc_schedule import (
     LoopNest,
     Part,
     dimension_sets,
-    drafts,
     innermost_set,
     parse_index,
-    prune,
 )
+from compiler.dcc_tune import kernel_drafts as tune_kernel_drafts
 from models.backends import BackendConfig, BackendKind
 from models.errors import PimphonyError
 from models.fileio import write_atomic
@@ -77,6 +76,7 @@ __all__ = [
     "holdout",
     "kernel_drafts",
     "kernel_nest",
+    "simulated_seconds",
     "train_predictor",
 ]
 
@@ -110,33 +110,25 @@ def _kernel(kernel: DccKernel | str) -> DccKernel:
         raise DccError(f"kernel {kernel!r}: unknown; allowed: {allowed}") from None
 
 
-def _size_names(kernel: DccKernel) -> list[str]:
-    return list(inspect.signature(DCC_KERNELS[kernel]).parameters)
-
-
 def kernel_nest(
     kernel: DccKernel | str, sizes: Sequence[int], cfg: BackendConfig | None = None
 ) -> LoopNest:
-    """The loop nest of ``kernel`` at ``sizes`` (:class:`DccError` for an unknown kernel, the
-    wrong number of sizes, a size below 1, or tensors larger than ``cfg``'s PIM memory)."""
+    """The loop nest of ``kernel`` at ``sizes`` (:func:`compiler.dcc_cost.kernel_nest`), also
+    refusing an unknown kernel, a size that is no integer, and tensors larger than ``cfg``'s
+    PIM memory (:class:`DccError`)."""
     k = _kernel(kernel)
-    names = _size_names(k)
     sizes = tuple(sizes)
-    if len(sizes) != len(names):
-        raise DccError(
-            f"{k}: takes {len(names)} size(s) ({', '.join(names)}), got {len(sizes)}: {sizes}"
-        )
-    for name, n in zip(names, sizes, strict=True):
-        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
-            raise DccError(f"{k}: {name} = {n!r}; a size must be an integer >= 1")
-    nest = DCC_KERNELS[k](*(int(n) for n in sizes))
+    for n in sizes:
+        if isinstance(n, bool) or not isinstance(n, int | np.integer):
+            raise DccError(f"kernel {k}: size {n!r} in {sizes}: sizes are integers")
+    nest = cost_kernel_nest(k, tuple(int(n) for n in sizes))
     if cfg is not None:
         need = sum(math.prod(shape) for _, shape in nest.tensors) * cfg.core.element_bytes
         have = cfg.system.devices * cfg.system.device_bytes
         if need > have:
             raise DccError(
-                f"{k} {' x '.join(map(str, sizes))}: its tensors hold {need:,} B, more than "
-                f"back end {cfg.name}'s {have:,} B ({cfg.system.devices} device(s) x "
+                f"kernel {k} {' x '.join(map(str, sizes))}: its tensors hold {need:,} B, more "
+                f"than back end {cfg.name}'s {have:,} B ({cfg.system.devices} device(s) x "
                 f"{cfg.system.device_bytes:,} B)"
             )
     return nest
@@ -145,11 +137,10 @@ def kernel_nest(
 def kernel_drafts(
     cfg: BackendConfig, kernel: DccKernel | str, sizes: Sequence[int], pruned: bool = True
 ) -> list[Draft]:
-    """Every draft of ``kernel`` at ``sizes`` on ``cfg`` (all its groups, its cores per
-    group), in search order; with ``pruned`` the survivors of rules 1-3 (rule 2 at the core's
-    SIMD width)."""
+    """:func:`compiler.dcc_tune.kernel_drafts` after :func:`kernel_nest`'s checks, memoised
+    (the features, the search and the lookup table ask for the same drafts)."""
     k = _kernel(kernel)
-    kernel_nest(k, sizes, cfg)  # the checks, before the cache sees the arguments
+    kernel_nest(k, sizes, cfg)
     return list(_drafts(cfg, k, tuple(int(n) for n in sizes), pruned))
 
 
@@ -157,12 +148,15 @@ def kernel_drafts(
 def _drafts(
     cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], pruned: bool
 ) -> tuple[Draft, ...]:
-    nest = kernel_nest(kernel, sizes, cfg)
-    sets = dimension_sets(nest)
-    every = list(drafts(sets, cfg.groups, cfg.cores_per_group))
-    if not pruned:
-        return tuple(every)
-    return tuple(prune(every, cfg.core.lanes, innermost_set(nest, sets))[0])
+    return tuple(tune_kernel_drafts(cfg, kernel, sizes, pruned)[0])
+
+
+def simulated_seconds(
+    cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], draft: Draft
+) -> float:
+    """The simulator as a :data:`Label`: :func:`compiler.dcc_cost.draft_cost`'s end-to-end
+    ``total_s`` (its default strategy and placement)."""
+    return draft_cost(cfg, kernel, sizes, draft).total_s
 
 
 # --------------------------------------------------------------------------- features
@@ -598,7 +592,10 @@ def holdout(
 class SearchComparison:
     """One shape: the exhaustive best (every draft labelled) and the pruned + predicted pick
     (its labelled time). ``same_draft``: the very same draft; ``agree``: equal labelled time
-    (a rule-1 twin of the best, with another representative dimension, also agrees)."""
+    (a rule-1 twin of the best, with another representative dimension, also agrees).
+    ``pruned_best_s``: the best labelled time among the pruned drafts, so a loss is told
+    apart as pruning's (``pruned_best_s > exhaustive_s``) or the predictor's. Wall times:
+    labelling every draft; generating, pruning and predicting (no labelling)."""
 
     sizes: tuple[int, ...]
     exhaustive: Draft
@@ -609,6 +606,7 @@ class SearchComparison:
     predicted_s: float  # the predictor's estimate
     predicted_label_s: float  # the labeller's time of the predicted pick
     pruned: int
+    pruned_best_s: float
     exhaustive_wall_s: float
     predicted_wall_s: float
 
@@ -635,7 +633,7 @@ def compare_search(
     label: Label,
     predictor: Predictor,
 ) -> SearchComparison:
-    """Exhaustive search vs pruned + predicted search for one shape. If the labeller refuses
+    """Exhaustive search vs pruned + predicted search for one shape. If the labeller refused
     the predicted pick, the next by predicted time is taken."""
     k = _kernel(kernel)
     sizes = tuple(sizes)
@@ -651,16 +649,15 @@ def compare_search(
     t1 = time.perf_counter()
     pool = kernel_drafts(cfg, k, sizes)
     p = predictor.predict(cfg, k, sizes, pool)
-    for j in np.argsort(p, kind="stable"):
-        got, lt, _, _ = _label_all(cfg, k, sizes, [pool[j]], label)
-        if got:
-            break
-    else:
-        raise DccError(f"{k} {sizes} on {cfg.name}: the labeller refused every pruned draft")
     t2 = time.perf_counter()
+    labels = dict(zip(ds, ts, strict=True))
+    order = [j for j in np.argsort(p, kind="stable") if pool[j] in labels]
+    if not order:
+        raise DccError(f"{k} {sizes} on {cfg.name}: the labeller refused every pruned draft")
+    j = order[0]
     return SearchComparison(
-        sizes, ds[i], ts[i], len(every), refused, pool[j], float(p[j]), lt[0], len(pool),
-        t1 - t0, t2 - t1,
+        sizes, ds[i], ts[i], len(every), refused, pool[j], float(p[j]), labels[pool[j]],
+        len(pool), min(labels[d] for d in pool if d in labels), t1 - t0, t2 - t1,
     )  # fmt: skip
 
 

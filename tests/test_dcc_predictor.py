@@ -155,11 +155,13 @@ def _arity(kernel):
 def test_bad_inputs_are_refused_by_name():
     with pytest.raises(DccError, match=r"kernel 'conv': unknown; allowed: gemv, batched-gemv"):
         kernel_drafts(HBM, "conv", (4, 4))
-    with pytest.raises(DccError, match=r"gemv: takes 2 size\(s\) \(d_out, d_in\), got 3"):
+    with pytest.raises(
+        DccError, match=r"kernel gemv: 3 size\(s\) given, expected 2 \(d_out, d_in\)"
+    ):
         kernel_drafts(HBM, "gemv", (4, 4, 4))
-    with pytest.raises(DccError, match=r"gemv: d_in = 0; a size must be an integer >= 1"):
+    with pytest.raises(DccError, match=r"kernel gemv: d_in = 0: must be at least 1"):
         kernel_drafts(HBM, "gemv", (4, 0))
-    with pytest.raises(DccError, match=r"d_out = 2.5"):
+    with pytest.raises(DccError, match=r"kernel gemv: size 2.5 in \(2.5, 4\): sizes are integers"):
         draft_features("gemv", (2.5, 4), (), HBM)
     # (2^17 x 2^17 + 2 x 2^17) FP16 = 2^35 + 2^19 B: more than hbm-pim's 5 x 6 GiB
     with pytest.raises(DccError, match=r"34,360,262,656 B, more than back end hbm-pim's "
@@ -237,6 +239,7 @@ def test_pruned_predicted_search_finds_the_exhaustive_best_on_small_shapes():
         pruned = kernel_drafts(HBM1, "gemv", row.sizes)
         assert row.drafts == 4000 and row.pruned == len(pruned) < row.drafts
         assert min(roofline_label(HBM1, "gemv", row.sizes, d) for d in pruned) == row.exhaustive_s
+        assert row.pruned_best_s == row.exhaustive_s
         assert row.agree and row.ratio == 1.0, (row.sizes, row.exhaustive, row.predicted)
     assert summary.agree == len(SMALL) and summary.geomean_ratio == 1.0
     # The search does what it says: the exhaustive best is the minimum of every label.
@@ -315,7 +318,7 @@ def test_lookup_table_round_trip_and_run_time_extension(tmp_path, small_predicto
         (lambda raw: {k: v for k, v in raw.items() if k != "entries"},
          "top: field 'entries' is missing"),
         (lambda raw: _entry(raw, kernel="conv"), r"entries\[0\]: kernel 'conv': unknown"),
-        (lambda raw: _entry(raw, sizes=[64]), r"entries\[0\]: gemv: takes 2 size"),
+        (lambda raw: _entry(raw, sizes=[64]), r"entries\[0\]: kernel gemv: 1 size\(s\) given"),
         (lambda raw: _entry(raw, origin="guess"), r"entries\[0\].origin = 'guess'"),
         (lambda raw: _entry(raw, drafts="many"), r"entries\[0\].drafts = 'many': wrong type"),
         (lambda raw: _part(raw, dim="Q0"), r"entries\[0\].draft\[0\].dim = 'Q0': not in this"),
