@@ -566,8 +566,13 @@ def holdout(
     for shape in test_shapes:
         sizes = tuple(shape)
         t0 = time.perf_counter()
-        ds, ts, _, _ = _label_all(cfg, k, sizes, kernel_drafts(cfg, k, sizes), label)
+        ds, ts, refused, first = _label_all(cfg, k, sizes, kernel_drafts(cfg, k, sizes), label)
         spent += time.perf_counter() - t0
+        if not ds:
+            raise DccError(
+                f"{k} {sizes} on {cfg.name}: the labeller refused all {refused} pruned drafts "
+                f"(first: {first})"
+            )
         p = pred.predict(cfg, k, sizes, ds)
         chosen, best = ts[int(np.argmin(p))], min(ts)
         agree += chosen == best
