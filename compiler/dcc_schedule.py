@@ -268,7 +268,8 @@ def prune(
             removed[1].append(k)
         else:
             seen[key] = k
-    alive = [k for k in alive if k not in set(removed[1])]
+    gone = set(removed[1])
+    alive = [k for k in alive if k not in gone]
     # Rule 2: per-core length of every set a multiple of the SIMD width d (if any draft is).
     if simd > 1 and vector_set is not None:
 
@@ -278,7 +279,8 @@ def prune(
 
         keep = [k for k in alive if aligned(k)]
         if keep:
-            removed[2] = [k for k in alive if k not in set(keep)]
+            kept = set(keep)
+            removed[2] = [k for k in alive if k not in kept]
             alive = keep
     # Rule 3: the same worst per-core length per group in every set: keep the fewest
     # groups x cores (then the first).
@@ -295,7 +297,8 @@ def prune(
                 best[key] = k
             else:
                 removed[3].append(k)
-    alive = [k for k in alive if k not in set(removed[3])]
+    gone = set(removed[3])
+    alive = [k for k in alive if k not in gone]
     for rule in removed:
         removed[rule].sort()
     return [all_drafts[k] for k in alive], removed
