@@ -28,14 +28,14 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from compiler.dcc_cost import draft_cost
+from compiler.dcc_cost import Placement, draft_cost
 from compiler.dcc_cost import kernel_nest as cost_kernel_nest
 from compiler.dcc_schedule import (
     DccError,
@@ -49,7 +49,9 @@ from compiler.dcc_schedule import (
     innermost_set,
     parse_index,
 )
+from compiler.dcc_tune import SearchResult, generated_count, search
 from compiler.dcc_tune import kernel_drafts as tune_kernel_drafts
+from compiler.rearrange import Strategy
 from models.backends import BackendConfig, BackendKind
 from models.errors import PimphonyError
 from models.fileio import write_atomic
@@ -65,6 +67,7 @@ __all__ = [
     "Label",
     "LookupTable",
     "LookupTableError",
+    "PredictedSearch",
     "Predictor",
     "Samples",
     "SearchComparison",
@@ -76,6 +79,7 @@ __all__ = [
     "holdout",
     "kernel_drafts",
     "kernel_nest",
+    "predicted_search",
     "simulated_seconds",
     "train_predictor",
 ]
@@ -866,3 +870,68 @@ def _parse_part(p: Any, s: DimensionSet, where: str, at: str, need) -> Part:
     if g < 1 or c < 1:
         raise LookupTableError(f"{where}: {at}: groups = {g}, cores = {c}; both must be >= 1")
     return Part(g, c, dim, size, f)
+
+
+# --------------------------------------------------------------------------- the tuned search
+
+
+@dataclass(frozen=True)
+class PredictedSearch:
+    """DCC's search at run time (IV-D): ``sampled`` drafts simulated to train the predictor,
+    every candidate predicted, the ``verify`` best predicted simulated; the chosen draft is
+    the best simulated of all that were."""
+
+    result: SearchResult
+    candidates: int
+    sampled: int
+    verified: int
+    predicted_s: dict[Draft, float]
+    info: dict[str, Any]
+
+
+def predicted_search(
+    cfg: BackendConfig,
+    kernel: DccKernel | str,
+    sizes: Sequence[int],
+    budget: int = 300,
+    verify: int = 10,
+    strategy: Strategy | None = None,
+    placement: Placement = Placement.RESIDENT,
+    n_estimators: int = DEFAULT_N_ESTIMATORS,
+    seed: int = 0,
+) -> PredictedSearch:
+    """Search ``kernel`` at ``sizes`` on ``cfg`` simulating at most ``budget + verify`` drafts:
+    all of them if the pruned drafts are no more than ``budget``, else ``budget`` drawn at
+    random (``seed``) to train a predictor, then the ``verify`` best predicted."""
+    k = _kernel(kernel)
+    sizes = tuple(int(n) for n in sizes)
+    if budget < 1 or verify < 1:
+        raise DccError(f"budget = {budget}, verify = {verify}: both must be at least 1")
+    pool = kernel_drafts(cfg, k, sizes)
+    sets = dimension_sets(kernel_nest(k, sizes, cfg))
+    total = generated_count(sets, cfg.groups, cfg.cores_per_group)
+    t0 = time.perf_counter()
+    if len(pool) <= budget:
+        res = search(cfg, k, sizes, strategy=strategy, candidates=pool, placement=placement)
+        res = replace(res, generated=total, seconds=time.perf_counter() - t0)
+        return PredictedSearch(res, len(pool), len(pool), 0, {}, {"predictor": "not needed"})
+
+    def label(c: BackendConfig, kk: DccKernel, s: tuple[int, ...], d: Draft) -> float:
+        return draft_cost(c, kk, s, d, strategy, placement).total_s
+
+    samples = collect(cfg, k, [sizes], label, budget, seed)
+    model = train_predictor(samples, n_estimators=n_estimators, seed=seed)
+    predicted = model.predict(cfg, k, sizes, pool)
+    order = np.argsort(predicted, kind="stable")[:verify]
+    chosen = [pool[i] for i in order]
+    sampled = {row[3] for row in samples.rows}
+    res = search(
+        cfg, k, sizes, strategy=strategy, placement=placement,
+        candidates=[*chosen, *(d for d in pool if d in sampled and d not in set(chosen))],
+    )  # fmt: skip
+    res = replace(res, generated=total, seconds=time.perf_counter() - t0)
+    info = dict(model.info, label_s=round(samples.label_s, 3), refused=samples.refused)
+    return PredictedSearch(
+        res, len(pool), len(samples.rows), len(chosen),
+        {pool[i]: float(predicted[i]) for i in range(len(pool))}, info,
+    )  # fmt: skip

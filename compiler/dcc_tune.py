@@ -25,15 +25,19 @@ spread over channels.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cache
 
 from compiler.dcc_cost import DraftCost, Placement, draft_cost, kernel_nest
 from compiler.dcc_schedule import (
     DccError,
     DccKernel,
+    DimensionSet,
     Draft,
     Part,
     dimension_sets,
@@ -51,7 +55,9 @@ __all__ = [
     "Objective",
     "SearchResult",
     "best",
+    "compact_drafts",
     "default_draft",
+    "generated_count",
     "kernel_drafts",
     "search",
 ]
@@ -103,17 +109,64 @@ class SearchResult:
     seconds: float = 0.0
 
 
+def _fewest(n: int, limit: int) -> list[int]:
+    """Every ``k <= limit`` that is the fewest giving its share ``ceil(n / k)``."""
+    return [k for k in range(1, min(n, limit) + 1) if k == 1 or -(-n // k) < -(-n // (k - 1))]
+
+
+def compact_drafts(sets: list[DimensionSet], trips: list[int], groups: int, cores: int):
+    """The drafts of :func:`compiler.dcc_schedule.drafts` whose every part uses the fewest
+    groups for its group share and the fewest cores for its core share (rule 3 applied per
+    set while generating: more groups or cores for the same shares add resources, not
+    parallelism), in the same search order."""
+
+    def walk(i: int, g_left: int, c_left: int, head: tuple) -> Iterator[Draft]:
+        if i == len(sets):
+            yield head
+            return
+        for g in _fewest(trips[i], g_left):
+            share = -(-trips[i] // g)
+            for c in _fewest(share, c_left):
+                for dim, size, f in sets[i].mappings():
+                    yield from walk(i + 1, g_left // g, c_left // c,
+                                    (*head, Part(g, c, dim, size, f)))  # fmt: skip
+
+    yield from walk(0, groups, cores, ())
+
+
+@cache
+def _count(n_sets: int, groups: int, cores: int) -> int:
+    """How many allocations :func:`compiler.dcc_schedule.drafts` enumerates."""
+    if n_sets == 0:
+        return 1
+    return sum(
+        _count(n_sets - 1, groups // g, cores // c)
+        for g in range(1, groups + 1)
+        for c in range(1, cores + 1)
+    )
+
+
+def generated_count(sets: list[DimensionSet], groups: int, cores: int) -> int:
+    """Drafts the full generator would enumerate (without enumerating them)."""
+    return _count(len(sets), groups, cores) * math.prod(len(s.mappings()) for s in sets)
+
+
 def kernel_drafts(
     cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], pruned: bool = True
 ) -> tuple[list[Draft], int]:
-    """(drafts to simulate, drafts generated) of ``kernel`` at ``sizes`` on ``cfg``."""
+    """(drafts to simulate, drafts the full generator enumerates) of ``kernel`` at ``sizes``
+    on ``cfg``: every draft (``pruned=False``, the exhaustive search), or the compact
+    generation (:func:`compact_drafts`) through pruning rules 1-3."""
     nest = kernel_nest(kernel, sizes)
     sets = dimension_sets(nest)
-    every = list(drafts(sets, cfg.groups, cfg.cores_per_group))
+    total = generated_count(sets, cfg.groups, cfg.cores_per_group)
     if not pruned:
-        return every, len(every)
-    kept, _ = prune(every, simd=cfg.core.lanes, vector_set=innermost_set(nest, sets))
-    return kept, len(every)
+        return list(drafts(sets, cfg.groups, cfg.cores_per_group)), total
+    trips = dict(nest.loops)
+    set_trips = [trips[ds.mappings()[0][2].var] for ds in sets]
+    compact = list(compact_drafts(sets, set_trips, cfg.groups, cfg.cores_per_group))
+    kept, _ = prune(compact, simd=cfg.core.lanes, vector_set=innermost_set(nest, sets))
+    return kept, total
 
 
 def search(
