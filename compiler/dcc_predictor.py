@@ -430,13 +430,14 @@ def collect(
     if per_shape < 1:
         raise DccError(f"per_shape = {per_shape}; must be at least 1")
     rng = np.random.default_rng(seed)
-    xs, ys, rows, refused, spent = [], [], [], 0, 0.0
+    xs, ys, rows, refused, spent, why = [], [], [], 0, 0.0, ""
     for shape in shapes:
         sizes = tuple(int(n) for n in shape)
         pool = kernel_drafts(cfg, k, sizes)
         pick = sorted(rng.choice(len(pool), min(per_shape, len(pool)), replace=False))
         t0 = time.perf_counter()
-        ds, ts, r, _ = _label_all(cfg, k, sizes, [pool[i] for i in pick], label)
+        ds, ts, r, first = _label_all(cfg, k, sizes, [pool[i] for i in pick], label)
+        why = why or first
         spent += time.perf_counter() - t0
         refused += r
         if ds:
@@ -444,7 +445,9 @@ def collect(
             ys += ts
             rows += [(cfg.name, k, sizes, d) for d in ds]
     if not rows:
-        raise DccError(f"{k} on {cfg.name}: no draft could be labelled ({refused} refused)")
+        raise DccError(
+            f"{k} on {cfg.name}: no draft could be labelled ({refused} refused; first: {why})"
+        )
     return Samples(np.vstack(xs), np.asarray(ys), tuple(rows), refused, spent)
 
 

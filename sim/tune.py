@@ -1,7 +1,9 @@
 """``pimphony tune``: DCC's best mapping of one kernel on a PIM back end (``docs/dcc.md``).
 
 Generates the kernel's tiling drafts, prunes them, simulates each on the back end's
-command-level model (compute) and its host bus (rearrangement), and prints the best drafts
+command-level model (compute) and its host bus (rearrangement) -- or, when more than
+``--budget`` survive pruning, simulates ``--budget`` of them to train DCC's XGBoost predictor,
+predicts all and simulates the ``--verify`` best predicted (DCC IV-D) -- and prints the best drafts
 split into compute, rearrangement and host time; the chosen mapping; the back end's default
 mapping (DCC V) and the compute-centric choice, each with DCC's speedup over it; and the host
 GPU alone. ``--exhaustive`` simulates every draft without pruning and says whether the pruned
@@ -16,6 +18,7 @@ import json
 from typing import Any
 
 from compiler.dcc_cost import DraftCost, Placement, draft_cost, gpu_seconds, kernel_nest
+from compiler.dcc_predictor import predicted_search
 from compiler.dcc_schedule import DccKernel, dimension_sets
 from compiler.dcc_tune import Objective, best, default_draft, search
 from compiler.rearrange import Strategy
@@ -67,6 +70,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "every input is rearranged per call",
     )
     p.add_argument(
+        "--budget",
+        type=bounded_int(1, 100_000),
+        default=300,
+        help="drafts simulated to train the predictor when more survive pruning (DCC IV-D)",
+    )
+    p.add_argument(
+        "--verify",
+        type=bounded_int(1, 1000),
+        default=10,
+        help="best predicted drafts simulated before choosing",
+    )
+    p.add_argument(
         "--exhaustive",
         action="store_true",
         help="also simulate every draft without pruning and compare the best",
@@ -76,9 +91,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
 
 
-def cost_row(c: DraftCost) -> dict[str, Any]:
-    """One simulated draft as plain data (times in microseconds)."""
+def cost_row(c: DraftCost, predicted_s: float | None = None) -> dict[str, Any]:
+    """One simulated draft as plain data (times in microseconds; the predictor's, if any)."""
     return {
+        "predicted_us": None if predicted_s is None else predicted_s * 1e6,
         "draft": " ".join(str(p) for p in c.draft),
         "groups": c.share.groups,
         "group_share": list(c.share.sizes),
@@ -102,6 +118,8 @@ def tune_report(
     strategy: str | None = None,
     exhaustive: bool = False,
     placement: str = Placement.RESIDENT,
+    budget: int = 300,
+    verify: int = 10,
 ) -> dict[str, Any]:
     """The search's results as plain data (see the module docstring)."""
     cfg = load_backend(backend)
@@ -109,7 +127,8 @@ def tune_report(
     kernel_nest(k, shape)
     strat = Strategy(strategy) if strategy else None
     place = Placement(placement)
-    res = search(cfg, k, shape, pruned=True, strategy=strat, placement=place)
+    ps = predicted_search(cfg, k, shape, budget, verify, strat, place)
+    res = ps.result
     ranked = sorted(res.costs, key=lambda c: c.total_s)
     chosen = best(res, Objective.END_TO_END)
     centric = best(res, Objective.COMPUTE)
@@ -127,10 +146,13 @@ def tune_report(
             "generated": res.generated,
             "after_pruning": res.pruned,
             "simulated": len(res.costs),
+            "sampled_for_predictor": ps.sampled if ps.verified else 0,
+            "verified_predicted_best": ps.verified,
             "refused": res.skipped,
             "search_seconds": res.seconds,
         },
-        "top": [cost_row(c) for c in ranked[:top]],
+        "predictor": ps.info,
+        "top": [cost_row(c, ps.predicted_s.get(c.draft)) for c in ranked[:top]],
         "chosen": cost_row(chosen),
         "default": cost_row(default),
         "compute_centric": cost_row(centric),
@@ -176,6 +198,8 @@ def run(args: argparse.Namespace) -> int:
         args.strategy,
         args.exhaustive,
         args.placement,
+        args.budget,
+        args.verify,
     )
     cfg = load_backend(args.backend)
     report["provenance"] = provenance(
@@ -194,8 +218,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"  drafts: {d['generated']:,} generated, {d['after_pruning']:,} after pruning, "
           f"{d['simulated']:,} simulated ({refused:,} refused), "
           f"{d['search_seconds']:.1f} s")  # fmt: skip
+    if d["verified_predicted_best"]:
+        p = r["predictor"]
+        print(f"  predictor: {d['sampled_for_predictor']:,} drafts simulated to train "
+              f"({p['n_estimators']} rounds, {p['train_s']:.1f} s), every draft predicted, "
+              f"the {d['verified_predicted_best']} best predicted simulated")  # fmt: skip
     for i, row in enumerate(r["top"], 1):
-        print(_line(f"#{i}", row))
+        pred = f" (predicted {row['predicted_us']:.2f})" if row["predicted_us"] else ""
+        print(_line(f"#{i}", row) + pred)
     print(_line("chosen (DCC)", r["chosen"]))
     print(_line("default (DCC V)", r["default"]))
     print(_line("compute-centric", r["compute_centric"]))

@@ -185,7 +185,7 @@ def test_refused_drafts_are_skipped_and_counted():
     pool = kernel_drafts(HBM1, "va", (256,))
     assert s.refused == sum(d[0].groups > 1 for d in pool) > 0
     assert len(s.rows) == len(pool) - s.refused
-    with pytest.raises(DccError, match=r"no draft could be labelled \(\d+ refused\)"):
+    with pytest.raises(DccError, match=r"labelled \(\d+ refused; first: never fits\)"):
         collect(HBM1, "va", [(256,)], _refuse, 10)
 
 
@@ -387,3 +387,23 @@ def test_real_labels_gemv_on_hbm_pim():
     assert all(1 <= r <= 1 / 0.9401 for r in rep.ratios)
     assert row.pruned_best_s == row.exhaustive_s
     assert 1 <= row.ratio <= 1 / 0.9401
+
+
+def test_predicted_search_simulates_budget_plus_verify(tmp_path) -> None:
+    """Above the budget: ``budget`` sampled + ``verify`` predicted drafts are simulated and
+    the choice is the best simulated; at or below it, every draft is (the plain search)."""
+    from compiler.dcc_predictor import predicted_search
+    from compiler.dcc_tune import best, search
+    from tests.test_dcc_cost import small_backend
+
+    cfg = load_backend(small_backend(tmp_path))
+    sizes = (64, 512)
+    full = search(cfg, DccKernel.GEMV, sizes)
+    n = len(full.costs)
+    ps = predicted_search(cfg, DccKernel.GEMV, sizes, budget=n // 2, verify=3, n_estimators=50)
+    assert ps.candidates == n and ps.sampled == n // 2 and ps.verified == 3
+    assert n // 2 <= len(ps.result.costs) <= n // 2 + 3
+    assert best(ps.result).total_s == min(c.total_s for c in ps.result.costs)
+    assert len(ps.predicted_s) == n
+    every = predicted_search(cfg, DccKernel.GEMV, sizes, budget=n, verify=3)
+    assert every.verified == 0 and best(every.result).total_s == best(full).total_s
