@@ -16,8 +16,9 @@ The default mapping (:func:`default_draft`, DCC V): "distributes different batch
 attention heads across 16 channels, partitions the first tensor dimension across 16 bank
 groups per channel, and partitions the second tensor dimension across 4 banks per bank
 group" (AttAcc's; DCC gives HBM-PIM the same "data distribution and processing
-assignment"). On a back end: the batch or head set (:data:`BATCH_SETS`) over one device's
-groups, the next set over the bank groups' cores and the one after over the cores within a
+assignment"). On a back end: the batch or head set (:data:`BATCH_SETS`) over the system's
+groups (DCC V's "16 channels" are one device's; its system has five devices), the next set
+over the bank groups' cores and the one after over the cores within a
 bank group; a one-dimensional kernel (VA, ReLU) spreads its dimension over all the group's
 cores. A kernel without a batch or head set uses one group: the mapping has nothing to
 spread over channels.
@@ -216,7 +217,8 @@ def best(result: SearchResult, objective: Objective = Objective.END_TO_END) -> D
 def default_draft(cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...]) -> Draft:
     """The back end's default mapping of ``kernel`` (DCC V, module docstring) as a draft: one
     :class:`Part` per dimension set, the bank tensor's (:data:`BANK_TENSOR`) dimension as the
-    representative; the batch / head set over ``min(size, groups per device)`` groups; the
+    representative; the batch / head set over ``min(size, groups)`` groups (every device's
+    channels: DCC V's "16 channels" are one device's, and its system has five); the
     bank tensor's first other dimension over the bank groups' cores, its second over the
     cores within a bank group (a one-dimensional tensor: all the group's cores)."""
     kernel = DccKernel(kernel)
@@ -240,7 +242,7 @@ def default_draft(cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...])
     parts: list[Part] = []
     for k, (dim, size, f) in enumerate(reps):
         if f.var == batch:
-            parts.append(Part(min(cfg.system.groups_per_device, trips[f.var]), 1, dim, size, f))
+            parts.append(Part(min(cfg.groups, trips[f.var]), 1, dim, size, f))
         else:
             parts.append(Part(1, cores[k], dim, size, f))
     return tuple(parts)

@@ -50,11 +50,11 @@ def test_objectives(tmp_path: Path) -> None:
 
 def test_default_draft_is_dcc_v_mapping() -> None:
     # hbm-pim: 4 bank groups x 4 banks, a unit per 2 banks -> first dimension over 4, second
-    # over 2; heads over one device's 16 pseudo-channels
+    # over 2; batches over all 80 pseudo-channels (32 here)
     d = default_draft(HBM, DccKernel.GEMV, (1024, 1024))
     assert [(p.groups, p.cores, p.dim) for p in d] == [(1, 4, "W0"), (1, 2, "W1")]
     d = default_draft(HBM, DccKernel.BATCHED_GEMV, (32, 1024, 1024))
-    assert [(p.groups, p.cores) for p in d] == [(16, 1), (1, 4), (1, 2)]
+    assert [(p.groups, p.cores) for p in d] == [(32, 1), (1, 4), (1, 2)]
     attacc = load_backend("attacc")  # 16 bank groups x 4 banks, a GEMV unit per bank
     d = default_draft(attacc, DccKernel.BATCHED_GEMV, (4, 512, 128))
     assert [(p.groups, p.cores) for p in d] == [(4, 1), (1, 16), (1, 4)]
