@@ -158,6 +158,11 @@ COMMANDS: tuple[Command, ...] = (
         "sim.tune",
     ),
     Command(
+        "dcc-figs",
+        "DCC Figs. 2, 6, 7, 9 shapes: DCC vs default mapping, compute-centric and GPU",
+        "sim.experiments.dcc_figs",
+    ),
+    Command(
         "sweep-run",
         "a design-space sweep file, each point a Ray task, cached and resumable",
         "sim.experiments.sweep_run",
