@@ -229,7 +229,8 @@ def instr_payload(words: list[int], lanes: int) -> np.ndarray:
 OTHER_MODELS: dict[BackendKind, str] = {
     BackendKind.AIM: "it runs on the AiM channel TLM (models/channel.py): "
     "pimphony run --kernel gemv --preset {cfg.hardware}",
-    BackendKind.ATTACC: "its command-level model is not written yet (docs/dcc.md)",
+    BackendKind.ATTACC: "it has its own command-level model (models/attacc.py): "
+    "pimphony tune --backend attacc --kernel gemv --shape 1024,1024",
 }
 
 

@@ -35,7 +35,8 @@ def test_refusals_exit_2(capsys) -> None:
     assert (rc, out) == (2, "")
     assert (
         err == "pimphony pim-gemv: error: back end 'attacc' is of kind 'attacc', not an HBM-PIM "
-        "back end with [timing]: its command-level model is not written yet (docs/dcc.md)\n"
+        "back end with [timing]: it has its own command-level model (models/attacc.py): "
+        "pimphony tune --backend attacc --kernel gemv --shape 1024,1024\n"
     )
     rc, _, err = run_cli(capsys, "pim-gemv", "--backend", "aim")
     assert rc == 2 and "pimphony run --kernel gemv --preset aim-16ch" in err
