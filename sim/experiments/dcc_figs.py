@@ -32,6 +32,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from compiler.dcc_cost import Placement
 from models.fileio import BUILD_DIR, check_writable, pyplot, write_atomic, write_figure
 from sim.cli import choice_names
@@ -105,7 +107,8 @@ def _geomean(xs: list[float]) -> float:
 def figure_rows(fig: Figure) -> list[dict[str, Any]]:
     """One row per point: the case and the tune report's times and speedups."""
     rows = []
-    for backend, kernel, shape, placement, label in FIGURES[Figure(fig)]():
+    cases = FIGURES[Figure(fig)]()
+    for backend, kernel, shape, placement, label in tqdm(cases, desc=f"dcc {fig}", unit="point"):
         r = tune_report(backend, kernel, shape, top=1, placement=placement)
         c, t = r["chosen"], r["compute_centric"]
         rows.append(
