@@ -23,6 +23,7 @@ from compiler.dcc_schedule import DccKernel, dimension_sets
 from compiler.dcc_tune import Objective, best, default_draft, search
 from compiler.rearrange import Strategy
 from models.backends import available_backends, load_backend
+from models.errors import PimphonyError
 from models.fileio import check_writable, write_atomic
 from sim.cli import bounded_int, choice_names
 from sim.provenance import provenance
@@ -132,7 +133,12 @@ def tune_report(
     ranked = sorted(res.costs, key=lambda c: c.total_s)
     chosen = best(res, Objective.END_TO_END)
     centric = best(res, Objective.COMPUTE)
-    default = draft_cost(cfg, k, shape, default_draft(cfg, k, shape), strat, place)
+    dd = default_draft(cfg, k, shape)
+    try:
+        default: DraftCost | None = draft_cost(cfg, k, shape, dd, strat, place)
+        refused = ""
+    except PimphonyError as exc:  # the default mapping may not fit where DCC's does
+        default, refused = None, f"{' '.join(str(p) for p in dd)}: {exc}"
     gpu = gpu_seconds(cfg, k, shape)
     nest = kernel_nest(k, shape)
     report: dict[str, Any] = {
@@ -154,14 +160,15 @@ def tune_report(
         "predictor": ps.info,
         "top": [cost_row(c, ps.predicted_s.get(c.draft)) for c in ranked[:top]],
         "chosen": cost_row(chosen),
-        "default": cost_row(default),
+        "default": cost_row(default) if default else None,
+        "default_refused": refused,
         "compute_centric": cost_row(centric),
         "gpu_us": gpu * 1e6,
         "speedup": {
-            "over_default": default.total_s / chosen.total_s,
+            "over_default": default.total_s / chosen.total_s if default else None,
             "over_compute_centric": centric.total_s / chosen.total_s,
             "over_gpu": gpu / chosen.total_s,
-            "default_over_gpu": gpu / default.total_s,
+            "default_over_gpu": gpu / default.total_s if default else None,
         },
     }
     if exhaustive:
@@ -227,13 +234,17 @@ def run(args: argparse.Namespace) -> int:
         pred = f" (predicted {row['predicted_us']:.2f})" if row["predicted_us"] else ""
         print(_line(f"#{i}", row) + pred)
     print(_line("chosen (DCC)", r["chosen"]))
-    print(_line("default (DCC V)", r["default"]))
+    if r["default"]:
+        print(_line("default (DCC V)", r["default"]))
+    else:
+        print(f"  default (DCC V)  cannot run: {r['default_refused']}")
     print(_line("compute-centric", r["compute_centric"]))
     s = r["speedup"]
     print(f"  GPU alone: {r['gpu_us']:.2f} us")
-    print(f"  speedup: {s['over_default']:.2f}x over default, {s['over_compute_centric']:.2f}x "
-          f"over compute-centric, {s['over_gpu']:.2f}x over GPU "
-          f"(default {s['default_over_gpu']:.2f}x)")  # fmt: skip
+    over = f"{s['over_default']:.2f}x" if s["over_default"] else "-"
+    dg = f"{s['default_over_gpu']:.2f}x" if s["default_over_gpu"] else "-"
+    print(f"  speedup: {over} over default, {s['over_compute_centric']:.2f}x "
+          f"over compute-centric, {s['over_gpu']:.2f}x over GPU (default {dg})")  # fmt: skip
     if "exhaustive" in r:
         e = r["exhaustive"]
         print(f"  exhaustive: {e['simulated']:,} drafts in {e['search_seconds']:.1f} s; best "

@@ -100,8 +100,10 @@ FIGURES: dict[Figure, Callable[[], list[Case]]] = {
 }
 
 
-def _geomean(xs: list[float]) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+def _geomean(xs: list[float | None]) -> float:
+    """Geometric mean of the values that exist (a default mapping that cannot run has none)."""
+    xs = [x for x in xs if x]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
 def figure_rows(fig: Figure) -> list[dict[str, Any]]:
@@ -119,7 +121,8 @@ def figure_rows(fig: Figure) -> list[dict[str, Any]]:
                 "shape": list(shape),
                 "placement": placement,
                 "dcc_us": c["total_us"],
-                "default_us": r["default"]["total_us"],
+                "default_us": r["default"]["total_us"] if r["default"] else None,
+                "default_refused": r["default_refused"],
                 "compute_centric_us": t["total_us"],
                 "gpu_us": r["gpu_us"],
                 "dcc_over_default": r["speedup"]["over_default"],
@@ -174,7 +177,7 @@ def plot(fig: Figure, rows: list[dict[str, Any]], path: Path) -> Path:
         ylabel = "speedup over GPU (x)"
     w = 0.8 / len(series)
     for i, (label, key) in enumerate(series):
-        ax.bar([x + (i - (len(series) - 1) / 2) * w for x in xs], [r[key] for r in rows], w,
+        ax.bar([x + (i - (len(series) - 1) / 2) * w for x in xs], [r[key] or 0 for r in rows], w,
                label=label)  # fmt: skip
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xticks(list(xs), names, rotation=60, ha="right", fontsize=7)
@@ -204,9 +207,10 @@ def run(args: argparse.Namespace) -> int:
     rows = figure_rows(fig)
     for r in rows:
         print(f"{r.get('kernel', r['kernel_run']):>12} {r['size']:>9} B{r['batch']:<3} "
-              f"{r['backend']:<8} DCC {r['dcc_us']:10.2f} us  default {r['default_us']:10.2f} "
-              f"us  T {r['compute_centric_us']:10.2f} us  GPU {r['gpu_us']:9.2f} us  "
-              f"DCC/default {r['dcc_over_default']:6.2f}x  "
+              f"{r['backend']:<8} DCC {r['dcc_us']:10.2f} us  default "
+              f"{r['default_us'] or float('nan'):10.2f} us  "
+              f"T {r['compute_centric_us']:10.2f} us  GPU {r['gpu_us']:9.2f} us  "
+              f"DCC/default {r['dcc_over_default'] or float('nan'):6.2f}x  "
               f"DCC/GPU {r['dcc_over_gpu']:5.2f}x")  # fmt: skip
     s = summary(fig, rows)
     paper = PAPER[fig]
