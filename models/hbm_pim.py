@@ -316,18 +316,8 @@ def modes_reference(cfg: BackendConfig, stream: np.ndarray) -> np.ndarray:
 
 
 def time_stream_reference(cfg: BackendConfig, stream: np.ndarray) -> Timeline:
-    """The plain-Python reference of :func:`time_stream` (same rules, same cycles; kept to
-    test the compiled path against). Issue each command in order at the first cycle every
-    rule allows.
-
-    Rules (``docs/dcc.md``): one command per cycle, in stream order; ACT waits tRP after its
-    bank's PRE, tRC after its previous ACT, tRRD_S/L after any ACT (same bank group: L) and
-    tFAW after the fourth-last; RD/WR wait tRCD_RD/tRCD_WR after the ACT, tCCD_L after the
-    previous column command (tCCD_S in SB mode across bank groups; AB modes always L), a RD
-    WL + BL/2 + tWTR_L after a WR and a WR RL + BL/2 + tRTRS - WL after a RD; PRE waits tRAS,
-    tRTP after a RD and WL + BL/2 + tWR after a WR. In AB modes ACT/PRE/RD/WR address every
-    bank; an all-bank ACT counts once for tRRD/tFAW. The kernel ends when the last command
-    completes: a RD RL + BL/2, a WR WL + BL/2, an ACT tRCD_RD and a PRE tRP after issue.
+    """The plain-Python reference of :func:`time_stream`: the same rules (listed there), the
+    same cycles; kept to test the compiled path against.
     """
     check_backend(cfg)
     t, g = cfg.timing, cfg.group

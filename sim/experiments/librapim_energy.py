@@ -69,7 +69,7 @@ from sim.decode_step.librapim import (
 )
 from sim.decode_step.setup import DecodeError, DecodeSetup
 from sim.decode_step.step import attention_cycles
-from sim.experiments.librapim_fig19 import FIG19_CONTEXTS
+from sim.experiments.librapim_fig19 import FIG19_CONTEXTS, _int_list
 from sim.provenance import provenance
 from sim.report import user_output, user_plot
 
@@ -428,16 +428,6 @@ def plot_fig22(rows: list[dict[str, Any]], path: Path) -> Path:
     ax.margins(y=0.15)
     fig.tight_layout()
     return write_figure(fig, path)
-
-
-def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated integers") from None
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: every value must be >= 1")
-    return values
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
