@@ -132,7 +132,7 @@ def figure_rows(fig: Figure) -> list[dict[str, Any]]:
                 "rearrangement_share_T": (t["rearrange_in_us"] + t["rearrange_out_us"])
                 / t["total_us"],
                 "dcc_draft": c["draft"],
-                "default_draft": r["default"]["draft"],
+                "default_draft": r["default"]["draft"] if r["default"] else None,
             }
         )
     return rows
