@@ -111,3 +111,13 @@ def test_tune_command(tmp_path: Path, capsys) -> None:
 def test_tune_refusals(extra, message, capsys) -> None:
     rc, _, err = run_cli(capsys, "tune", *extra)
     assert rc != 0 and re.search(message, err), err
+
+
+def test_tune_reports_a_default_that_cannot_run(capsys) -> None:
+    """RED 4096 x 4096 on hbm-pim: the default puts all rows in one group (4 x 2 units), a
+    unit's share needs more than the 4,096 PIM rows; DCC's mapping runs."""
+    rc, out, _ = run_cli(capsys, "tune", "--kernel", "red", "--shape", "4096,4096",
+                         "--budget", "20", "--verify", "2")  # fmt: skip
+    assert rc == 0
+    assert "default (DCC V)  cannot run: [1, 4, A0^m] [1, 2, A1^n]: red: a unit's share" in out
+    assert "speedup: - over default" in out
