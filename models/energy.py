@@ -707,12 +707,12 @@ def hbm_pim_activity(
         MODE_COLUMN,
         SB_ENTRY_ROW,
         Mode,
-        _modes,
+        modes,
     )
     from models.hbm_pim import Op as HbmOp
 
     g = cfg.group
-    modes = _modes(cfg, stream).tolist()
+    mode_of = modes(cfg, stream).tolist()
     ops, banks = stream["op"].tolist(), stream["bank"].tolist()
     rows, cols, data = stream["row"].tolist(), stream["col"].tolist(), stream["data"].tolist()
     is_open = [False] * g.banks
@@ -723,7 +723,7 @@ def hbm_pim_activity(
     acc = dict.fromkeys((str(a) for a in HbmAccess), 0)
     pim_on = False
     for k, op in enumerate(ops):
-        ab = modes[k] != Mode.SB
+        ab = mode_of[k] != Mode.SB
         if op in (HbmOp.ACT, HbmOp.PRE):
             sel = range(g.banks) if ab else (banks[k],)
             if op == HbmOp.ACT:
