@@ -207,11 +207,10 @@ def _move_seconds(
     channel_s, group_bytes = _channel_seconds(cfg, kernel, share.sizes, share.cores, op, skip)
     if not group_bytes:
         return 0.0, 0
-    mem = cfg.host().memory
     _, total, _ = rearrangement_seconds(
         strategy,
         group_bytes * share.groups,
-        mem.bandwidth_gbps * mem.efficiency,
+        cfg.host_gbps,
         channel_s,
         share.groups,
         cfg.system.onchip_bytes,

@@ -250,9 +250,8 @@ def rearrangement_cost(
     strategy = strategy or (Strategy.STAGED if onchip else Strategy.DIRECT)
     channel_s = cycles / (t.freq_ghz * 1e9)
     nbytes = len(np.unique(addresses, axis=0)) * cfg.group.column_bytes * channels
-    mem = cfg.host().memory
     host_s, total_s, rounds = rearrangement_seconds(
-        strategy, nbytes, mem.bandwidth_gbps * mem.efficiency, channel_s, channels, onchip
+        strategy, nbytes, cfg.host_gbps, channel_s, channels, onchip
     )
     return RearrangeCost(strategy, nbytes, channels, host_s, channel_s, rounds, total_s,
                          cycles, counts)  # fmt: skip

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, fields
 from enum import StrEnum
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -264,8 +265,19 @@ class BackendConfig:
         return self.group.bus_gbps * self.groups
 
     def host(self) -> XpuConfig:
-        """The host xPU preset."""
-        return load_xpu(self.system.host_xpu)
+        """The host xPU preset (read once per name: a search asks for it per draft)."""
+        return _host_xpu(self.system.host_xpu)
+
+    @property
+    def host_gbps(self) -> float:
+        """The bandwidth the host reads its memory at: peak x efficiency cap, GB/s."""
+        mem = self.host().memory
+        return mem.bandwidth_gbps * mem.efficiency
+
+
+@cache
+def _host_xpu(name: str) -> XpuConfig:
+    return load_xpu(name)
 
 
 #: Sections a back end of each kind states (an ``aim`` back end takes group and core from
