@@ -882,11 +882,14 @@ def _lp_fig20() -> Measured:
     paper = FIG20_PAPER["at_longest"]
     rows = sweep(_LP_FIG20_MODEL, (128,), (4096,), tuple(paper))
     got = {r["system"]: {"pim": r["util_pim_mac"], "npu": r["util_xpu"]} for r in rows}
-    ours = ", ".join(
-        f"{s} PIM {100 * got[s]['pim']:.1f}% / NPU {100 * got[s]['npu']:.1f}% "
-        f"({100 * p['pim']:.0f}% / {100 * p['npu']:.0f}%)"
-        for s, p in paper.items()
-    ) + " -- ours (paper)"
+    ours = (
+        ", ".join(
+            f"{s} PIM {100 * got[s]['pim']:.1f}% / NPU {100 * got[s]['npu']:.1f}% "
+            f"({100 * p['pim']:.0f}% / {100 * p['npu']:.0f}%)"
+            for s, p in paper.items()
+        )
+        + " -- ours (paper)"
+    )
     values = {str(s): v for s, v in got.items()}
     lib, others = got[System.LIBRAPIM], [got[s] for s in paper if s != System.LIBRAPIM]
     # Within 5 points of every one of the six utilisations.
