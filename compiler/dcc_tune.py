@@ -74,6 +74,9 @@ BANK_TENSOR: dict[DccKernel, str] = {
     DccKernel.RED: "A",
     DccKernel.VA: "A",
     DccKernel.RELU: "X",
+    DccKernel.BATCHED_RED: "A",
+    DccKernel.BATCHED_VA: "A",
+    DccKernel.BATCHED_RELU: "X",
 }
 
 #: The loop variable of each kernel that is a batch or attention heads (DCC V: the default
@@ -82,6 +85,9 @@ BATCH_SETS: dict[DccKernel, str] = {
     DccKernel.BATCHED_GEMV: "n",
     DccKernel.QK: "h",
     DccKernel.SV: "h",
+    DccKernel.BATCHED_RED: "b",
+    DccKernel.BATCHED_VA: "b",
+    DccKernel.BATCHED_RELU: "b",
 }
 
 
