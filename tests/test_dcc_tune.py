@@ -72,8 +72,13 @@ def test_default_draft_is_dcc_v_mapping() -> None:
 def test_default_draft_of_the_batched_kernels() -> None:
     """Batches over the pseudo-channels (DCC V); then RED's A[b][m][n]: m over the bank groups'
     4 units, n over the 2 units of a bank group; VA / RELU's one dimension over all 8."""
-    d = default_draft(HBM, DccKernel.BATCHED_RED, (4, 1, 1024))
+    d = default_draft(HBM, DccKernel.BATCHED_RED, (4, 3, 1024))
     assert [(p.groups, p.cores, p.dim) for p in d] == [(4, 1, "A0"), (1, 4, "A1"), (1, 2, "A2")]
+    # a row of one element per batch: A[b][1][n] is A[b][n], n over all 8 units as VA's
+    d = default_draft(HBM, DccKernel.BATCHED_RED, (4, 1, 1024))
+    assert [(p.groups, p.cores, p.dim) for p in d] == [(4, 1, "A0"), (1, 1, "A1"), (1, 8, "A2")]
+    d = default_draft(HBM, DccKernel.RED, (1, 1024))
+    assert [(p.groups, p.cores) for p in d] == [(1, 1), (1, 8)]
     for kernel, tensor in ((DccKernel.BATCHED_VA, "A"), (DccKernel.BATCHED_RELU, "X")):
         d = default_draft(HBM, kernel, (2, 4096))
         assert [(p.groups, p.cores, p.dim) for p in d] == [
@@ -140,7 +145,7 @@ def test_tune_batched_red(tmp_path: Path, capsys) -> None:
     assert rc == 0, err
     r = json.loads(out)
     assert r["dimension_sets"] == [["r0", "A0"], ["r1", "A1"], ["A2"]]
-    assert r["default"]["draft"] == "[2, 1, A0^b] [1, 4, A1^m] [1, 2, A2^n]"
+    assert r["default"]["draft"] == "[2, 1, A0^b] [1, 1, A1^m] [1, 8, A2^n]"
     assert r["speedup"]["over_default"] >= 1.0
     rc, _, err = run_cli(capsys, "tune", "--kernel", "batched-red", "--shape", "2,1,64",
                          "--backend", "attacc")  # fmt: skip

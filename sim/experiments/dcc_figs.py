@@ -241,8 +241,14 @@ def plot(fig: Figure, rows: list[dict[str, Any]], path: Path) -> Path:
     by_panel = fig in (Figure.FIG6, Figure.FIG7)
     names = list(dict.fromkeys(panel(r) for r in rows)) if by_panel else [""]
     groups = [[r for r in rows if not by_panel or panel(r) == n] for n in names]
-    f, axes = plt.subplots(1, len(names), figsize=(max(6.0, 0.55 * len(rows) + 1.5), 4.0),
-                           squeeze=False, sharey=by_panel)  # fmt: skip
+    ncols = min(2, len(names))
+    nrows = -(-len(names) // ncols)
+    width = max(6.0, 0.55 * max(len(g) for g in groups) * ncols + 1.5)
+    f, axes = plt.subplots(nrows, ncols, figsize=(width, 4.0 * nrows), squeeze=False,
+                           sharey=by_panel)  # fmt: skip
+    flat = list(axes.ravel())
+    for ax in flat[len(names) :]:
+        ax.set_visible(False)
     if fig is Figure.FIG2:
         series = [("DCC over compute-centric", "dcc_over_compute_centric")]
         ylabel = "speedup (x)"
@@ -253,7 +259,7 @@ def plot(fig: Figure, rows: list[dict[str, Any]], path: Path) -> Path:
         series = [("default mapping", "default_over_gpu"), ("DCC", "dcc_over_gpu")]
         ylabel = "speedup over GPU (x, log)"
     w = 0.8 / len(series)
-    for ax, name, sel in zip(axes[0], names, groups, strict=True):
+    for ax, name, sel in zip(flat[: len(names)], names, groups, strict=True):
         xs = range(len(sel))
         for i, (label, key) in enumerate(series):
             ax.bar([x + (i - (len(series) - 1) / 2) * w for x in xs],
@@ -265,8 +271,8 @@ def plot(fig: Figure, rows: list[dict[str, Any]], path: Path) -> Path:
             ax.set_yscale("log")
             ax.set_title(name, fontsize=9)
         ax.set_xlabel("kernel, size, batch, back end")
-    axes[0][0].set_ylabel(ylabel)
-    axes[0][0].legend(fontsize=7)
+        ax.set_ylabel(ylabel)
+    flat[0].legend(fontsize=7)
     f.suptitle(f"DCC {fig.value.replace('fig', 'Fig. ')} shape (pimphony dcc-figs); sizes: "
                "heads x outputs (GEMV), rows x cols, or elements per batch row")  # fmt: skip
     f.tight_layout()
