@@ -429,7 +429,12 @@ def _red_like(kernel: DccKernel):
     """RED ``r[m] = sum_n A[m][n]`` (sets ``m, n``) or batched RED ``r[b][m]`` (``b, m, n``):
     rounds of ``R`` rows (a unit's ``b_s x m_s`` rows, batch row outermost: the batch folds
     into the rows); row ``e``'s ``K`` vectors at columns ``R K c + R k + e`` (FILL the first,
-    ADD the rest into GRF_B[e]), results after them."""
+    ADD the rest into GRF_B[e]), results after them.
+
+    A unit with fewer than ``R`` rows would leave GRF_B entries (and their triggers) to
+    padding rows: each row is then folded into ``f`` segments of ``ceil(K / f)`` vectors
+    (``f = ceil(K / ceil(K / (R // rows)))``, every segment non-empty), one GRF_B entry each,
+    and the host adds the ``f`` lane-vectors of a row with its lanes."""
 
     def lower(cfg, sizes, cores, arrays=None) -> _Lowered:
         _check(cfg, kernel, sizes, cores)
@@ -439,8 +444,11 @@ def _red_like(kernel: DccKernel):
         c = cfg.core
         R, L, bpu, cols, drain = c.output_regs, c.lanes, c.banks, cfg.group.columns_per_row, 0
         shares = (_ceil(b, cb[0]), _ceil(m, cb[1]), _ceil(n, cb[2]))
-        K = _ceil(shares[2], L)
-        rounds = _ceil(shares[0] * shares[1], R)
+        rows_u = shares[0] * shares[1]
+        K0 = _ceil(shares[2], L)  # vectors of a row
+        fold = _ceil(K0, _ceil(K0, R // rows_u)) if rows_u < R else 1
+        K = _ceil(K0, fold)  # vectors per GRF_B entry
+        rounds = _ceil(rows_u * fold, R)
         res_base = rounds * R * K
         shown = shares if batched else shares[1:]
         _fits_rows(kernel, _ceil(res_base + rounds * R, cols), f"a unit's share {shown}")
@@ -475,15 +483,17 @@ def _red_like(kernel: DccKernel):
                                                      indexing="ij"))  # fmt: skip
             rows = bb * shares[1] + mm  # the unit's row (batch row outermost)
             row = (b0 + bb) * m + m0 + mm  # its row of r (flat over b, m)
-            ml, k = (g.ravel() for g in np.meshgrid(rows, np.arange(K), indexing="ij"))
-            fl = np.repeat(row, K)
-            lin = ml // R * R * K + k * R + ml % R
+            # vector v of a row: segment v // K, its GRF_B entry (virtual row) e
+            ml, v = (g.ravel() for g in np.meshgrid(rows, np.arange(fold * K), indexing="ij"))
+            e, k = ml * fold + v // K, v % K
+            fl = np.repeat(row, fold * K)
+            lin = e // R * R * K + k * R + e % R
             a_addr.append(_addresses(np.full(lin.shape, u * bpu), lin // cols, lin % cols))
-            nl = k[:, None] * L + lanes
+            nl = v[:, None] * L + lanes
             a_idx.append(np.where(nl < nr, fl[:, None] * n + n0 + nl, -1))
-            lin = res_base + rows
+            lin = res_base + (rows[:, None] * fold + np.arange(fold)).ravel()
             r_addr.append(_addresses(np.full(lin.shape, u * bpu), lin // cols, lin % cols))
-            r_idx.append(np.repeat(row[:, None], L, axis=1))
+            r_idx.append(np.repeat(np.repeat(row, fold)[:, None], L, axis=1))
         gather = {"A": (np.concatenate(a_addr), np.concatenate(a_idx))}
         scatter = {"r": (np.concatenate(r_addr), np.concatenate(r_idx))}
         return _program(cfg, em.array(), payload, gather, scatter)

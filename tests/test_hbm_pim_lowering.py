@@ -161,18 +161,41 @@ def test_va_relu_counts_closed_form(n: int, c: int) -> None:
 def test_red_counts_closed_form(sizes: tuple[int, int], cores: tuple[int, int]) -> None:
     m, n = sizes
     msh, nsh = -(-m // cores[0]), -(-n // cores[1])
-    rounds, k = -(-msh // R), -(-nsh // L)
+    f = _fold(msh, _ceil(nsh, L))
+    rounds, k = _ceil(msh * f, R), _ceil(_ceil(nsh, L), f)
     p = GROUP_LOWERINGS[DccKernel.RED](HBM, sizes, cores)
     body = 4 + (3 if k > 1 else 0)  # FILL, JUMP, [ADD, JUMP, NOP], MOV, JUMP
     crf = -(-(body + (rounds > 1) + 1) // 8)
     assert p.counts["RD"] == rounds * (R * k + (D if k > 1 else 0))
     assert p.counts["WR"] == 4 + crf + 2 + rounds * R + 2
-    # every row: its 16 lanes from each of the non-empty column shares
-    assert p.host_ops == m * (L * -(-n // nsh) - 1)
-    # every vector of every real row in each column share (zeros pad); a lane vector per
-    # row and column share back
-    assert len(p.inputs["A"]) == m * k * -(-n // nsh)
-    assert len(p.outputs["r"]) == m * -(-n // nsh)
+    # every row: its 16 lanes of each segment from each of the non-empty column shares
+    assert p.host_ops == m * (L * f * -(-n // nsh) - 1)
+    # every vector of every real row's segments in each column share (zeros pad); a lane
+    # vector per row, segment and column share back
+    assert len(p.inputs["A"]) == m * f * k * -(-n // nsh)
+    assert len(p.outputs["r"]) == m * f * -(-n // nsh)
+
+
+def _fold(rows: int, k: int) -> int:
+    """Segments a RED row of ``k`` vectors is folded into on a unit holding ``rows`` < R rows."""
+    return _ceil(k, _ceil(k, R // rows)) if rows < R else 1
+
+
+def test_red_short_rows_fold_over_the_registers() -> None:
+    """One row of 128 elements on one unit: 8 vectors, one per GRF_B entry (8 FILLs; no ADD,
+    no drain), 8 lane-vectors back, the host adds 8 x 16 lanes. Without the fold the round
+    would read 8 rows x 8 vectors, 7 of the rows padding."""
+    p = GROUP_LOWERINGS[DccKernel.RED](HBM, (1, 128), (1, 1))
+    assert p.counts["RD"] == R and p.host_ops == R * L - 1 and len(p.outputs["r"]) == R
+    # the same triggers as VA's FILL / MOV round without its ADDs: the 414-cycle frame
+    assert p.cycles == GROUP_LOWERINGS[DccKernel.RED](HBM, (8, 16), (1, 1)).cycles
+    # 3 rows of 7 vectors: R // 3 = 2 segments of 4 vectors (the second ends in padding)
+    p = GROUP_LOWERINGS[DccKernel.RED](HBM, (3, 100), (1, 1))
+    assert p.counts["RD"] == R * 4 + D and len(p.inputs["A"]) == 3 * 2 * 4
+    rng = np.random.default_rng(3)
+    a = _ints(rng, 3, 100)
+    r = run_group(HBM, DccKernel.RED, (3, 100), (1, 1), {"A": a}, garbage=rng)["r"]
+    np.testing.assert_array_equal(r.astype(np.float64), a.astype(np.float64).sum(axis=1))
 
 
 def test_gemv_without_input_split_is_pim_sherpa_algorithm_1() -> None:
@@ -265,7 +288,7 @@ def test_va_needs_the_drain() -> None:
         (DccKernel.VA, (800_000,), (1,), r"va: a unit's share of 800,000 elements needs 4,688 "
          f"rows of a bank; {PIM_ROWS:,} rows trigger PIM"),
         # 8 x 3,399 ADDs in 14 loops of <= 2,048: 2 + 28 + NOP + MOV, JUMP + EXIT
-        (DccKernel.RED, (1, 54_400), (1, 1), r"red: the program needs 34 CRF instructions "
+        (DccKernel.RED, (8, 54_400), (1, 1), r"red: the program needs 34 CRF instructions "
          r"\(3400 vectors per row, 1 rounds of 8 rows\); the CRF holds 32"),
         (DccKernel.GEMV, (64, 200_000), (8, 1), r"gemv: the GEMV program needs .* CRF holds 32"),
         # 64 output tiles x 137 slots x 64 weight vectors / 32 columns = 17,536 rows
@@ -485,14 +508,16 @@ def test_batched_red_counts_closed_form(sizes, cores) -> None:
     """The batch folds into the rows: R_m = ceil(b_s m_s / 8) rounds of RED's program."""
     b, m, n = sizes
     bs, ms, ns = (_ceil(s, c) for s, c in zip(sizes, cores, strict=True))
-    rounds, k = _ceil(bs * ms, R), _ceil(ns, L)
+    f = _fold(bs * ms, _ceil(ns, L))
+    rounds, k = _ceil(bs * ms * f, R), _ceil(_ceil(ns, L), f)
     p = GROUP_LOWERINGS[DccKernel.BATCHED_RED](HBM, sizes, cores)
     assert p.counts["RD"] == rounds * (R * k + (D if k > 1 else 0))
     crf = _ceil(4 + (3 if k > 1 else 0) + (rounds > 1) + 1, 8)
     assert p.counts["WR"] == 4 + crf + 2 + rounds * R + 2
     shares = _ceil(n, ns)  # non-empty column shares
-    assert p.host_ops == b * m * (L * shares - 1)
-    assert len(p.inputs["A"]) == b * m * k * shares and len(p.outputs["r"]) == b * m * shares
+    assert p.host_ops == b * m * (L * f * shares - 1)
+    assert len(p.inputs["A"]) == b * m * f * k * shares
+    assert len(p.outputs["r"]) == b * m * f * shares
 
 
 def test_batched_elementwise_pads_each_batch_row() -> None:
