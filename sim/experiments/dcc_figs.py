@@ -272,10 +272,11 @@ def plot(fig: Figure, rows: list[dict[str, Any]], path: Path) -> Path:
             ax.set_title(name, fontsize=9)
         ax.set_xlabel("kernel, size, batch, back end")
         ax.set_ylabel(ylabel)
-    flat[0].legend(fontsize=7)
-    f.suptitle(f"DCC {fig.value.replace('fig', 'Fig. ')} shape (pimphony dcc-figs); sizes: "
-               "heads x outputs (GEMV), rows x cols, or elements per batch row")  # fmt: skip
-    f.tight_layout()
+    f.legend(*flat[0].get_legend_handles_labels(), loc="upper right", fontsize=8)
+    f.suptitle(f"DCC {fig.value.replace('fig', 'Fig. ')} shape (pimphony dcc-figs)\nsizes: heads "
+               "x outputs (GEMV), rows x cols, or elements per batch row", x=0.02, ha="left",
+               fontsize=10)  # fmt: skip
+    f.tight_layout(rect=(0, 0, 1, 0.93 if len(names) < 3 else 0.96))
     return write_figure(f, path)
 
 
