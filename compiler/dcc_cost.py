@@ -172,7 +172,7 @@ def _program(cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], core
     if kernel not in table:
         raise DccError(
             f"kernel {kernel} has no group lowering on back end {cfg.name} (kind "
-            f"{cfg.kind.value} lowers: {', '.join(map(str, table))})"
+            f"{cfg.kind.value} lowers only {', '.join(map(str, table))})"
         )
     return table[kernel](cfg, sizes, cores)
 

@@ -161,5 +161,5 @@ def test_kernel_without_a_lowering_is_refused_by_name() -> None:
     d = (Part(1, 1, "r0", 2, Index("b")), Part(1, 1, "r1", 1, Index("m")),
          Part(1, 1, "A2", 64, Index("n")))  # fmt: skip
     with pytest.raises(DccError, match=r"kernel batched-red has no group lowering on back end "
-                       r"attacc \(kind attacc lowers: gemv, .*red"):  # fmt: skip
+                       r"attacc \(kind attacc lowers only gemv, .*red"):  # fmt: skip
         draft_cost(attacc, DccKernel.BATCHED_RED, (2, 1, 64), d)
