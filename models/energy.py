@@ -250,6 +250,8 @@ class EnergyParams:
     values: dict[str, float]
     sources: dict[str, str]
 
+    kind = EnergyKind.AIM
+
     @property
     def act_pre_pj_per_bank(self) -> float:
         """``E_ACT+PRE`` of one bank, pJ: ``act_power`` (mW per channel) x ``t_rc`` (ns)."""
