@@ -188,3 +188,73 @@ def test_stack_count_is_checked_against_the_back_end(tmp_path):
     path.write_text(text.replace("[values]", "channels_per_stack = 12\n[values]", 1))
     with pytest.raises(EnergyConfigError, match="does not divide the 16 groups"):
         load_energy_config(path).chips(ATT)
+
+
+def test_simulator_formula_by_hand():
+    """The AttAcc simulator's own energy of the 64 x 128 GEMV's commands (WRGB 8, MVSB 16,
+    MACAB 8; 8,192 useful MACs): bytes x its 'io' values, 8 x 32 B x 64 banks x (0.11 +
+    0.44) x 8 pJ/B of cells, 8,192 x 0.32 -- against our dynamic energy under its own
+    activation reading, which charges the same cells and MACs but I/O per bit (x 8) and the
+    RDSBs that carry the results out."""
+    from sim.experiments.attacc_energy import simulator_formula
+
+    k = lower_group(ATT, DccKernel.GEMV, (64, 128), (16, 4))
+    a = _activity(k.stream)
+    io = 32 * 8 * INTERPOSER + 32 * (8 + 16) * (TSV + BG_GIO + BANK_BG)
+    cells = 8 * 32 * 64 * (CELL_ACT + CELL_COL) * 8
+    assert simulator_formula(dict(a.counts), _params(), 64 * 128) == pytest.approx(
+        io + cells + 8192 * ALU
+    )
+    ours = attacc_energy(a, ATT, _params(), ActBasis.ACCESSED)
+    assert ours.mac + ours.activation == pytest.approx(cells + 8192 * ALU)
+    assert ours.io == pytest.approx(8 * io + 16 * BITS * INTERPOSER)
+
+
+def test_attacc_energy_command(tmp_path):
+    """`pimphony attacc-energy`: docs/dcc.md's cycles, parts summing to each total, the
+    scale-1 point of the standby sweep equal to the preset's total, background rising with
+    the currents and nothing else moving."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-m", "sim.cli", "attacc-energy", "--json"], capture_output=True,
+        text=True, cwd=tmp_path, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    rows = {r["kernel"]: r for r in json.loads(out.stdout)["rows"]}
+    assert rows["ATTN 1 x 4096 x 128"]["cycles"] == 8866
+    assert rows["GEMV 1024 x 4096"]["cycles"] == 33841
+    for r in rows.values():
+        pj = r["row"]["pj"]
+        assert pj["total"] == pytest.approx(
+            sum(v for k, v in pj.items() if k not in ("unit", "total")), rel=1e-12
+        )
+        s = r["idd_scale"]
+        assert s["1.0"]["total"] == pytest.approx(pj["total"], rel=1e-12)
+        low, high = s["0.25"], s["4.0"]
+        assert low["background_share"] < high["background_share"]
+        dynamic = pj["total"] - pj["background"]
+        assert high["total"] - dynamic == pytest.approx(4 * pj["background"], rel=1e-9)
+    assert rows["ATTN 1 x 4096 x 128"]["row"]["pj"]["epu"] == pytest.approx(
+        4096 * (5 * 0.16 + 2 * 16 * 0.0034 / 8)
+    )
+
+
+def test_hbm3_preset_idle_and_stack_count(tmp_path):
+    """hbm-pim-hbm3 on its back end: two idle pseudo-channels for 1,000 cycles cost 2 x 24 mW
+    x 1,000 / 1.3 GHz; a stated stack count other than 1 is refused."""
+    from models.energy import HbmPimActivity, hbm_pim_energy
+
+    h3, p = load_backend("hbm-pim-hbm3"), load_energy("hbm-pim-hbm3")
+    zero = dict.fromkeys(("trigger", "register", "host", "broadcast"), 0)
+    e = hbm_pim_energy(HbmPimActivity(2, 0, zero, 0, 0, 1000), h3, p)
+    assert e.total == e.background == pytest.approx(2 * 24.0 * 1000 / 1.3, rel=1e-12)
+    path = tmp_path / "s.toml"
+    text = (ENERGY_DIR / "hbm-pim-hbm3.toml").read_text()
+    path.write_text(text.replace("[values]", "stacks_per_device = 2\n[values]", 1))
+    with pytest.raises(EnergyConfigError, match="has 32 groups / 32 per stack; allowed: 1"):
+        load_energy_config(path).chips(h3)
