@@ -838,27 +838,17 @@ def hbm_pim_activity(
     mode_of = modes(cfg, stream).tolist()
     ops, banks = stream["op"].tolist(), stream["bank"].tolist()
     rows, cols, data = stream["row"].tolist(), stream["col"].tolist(), stream["data"].tolist()
-    is_open = [False] * g.banks
-    n_open = 0
-    closed_since = 0  # cycle the channel last became all-precharged (-1: a row is open)
-    precharged = 0
-    activations = 0
+    # an ACT / PRE in an all-bank mode opens / closes every bank
+    all_bank = {int(HbmOp.ACT): _ALL_ACT, int(HbmOp.PRE): _ALL_PRE}
+    row_ops = [all_bank.get(op, op) if mode_of[k] != Mode.SB else op for k, op in enumerate(ops)]
+    codes = (int(HbmOp.ACT), int(HbmOp.PRE), _ALL_ACT, _ALL_PRE)
+    activations, precharged = _residency(row_ops, banks, issue, cycles, g.banks, codes)
     acc = dict.fromkeys((str(a) for a in HbmAccess), 0)
     pim_on = False
     for k, op in enumerate(ops):
-        ab = mode_of[k] != Mode.SB
         if op in (HbmOp.ACT, HbmOp.PRE):
-            sel = range(g.banks) if ab else (banks[k],)
-            if op == HbmOp.ACT:
-                activations += len(sel)
-                if n_open == 0:
-                    precharged += int(issue[k]) - closed_since
-            for b in sel:
-                n_open += (op == HbmOp.ACT) - is_open[b]
-                is_open[b] = op == HbmOp.ACT
-            if op == HbmOp.PRE and n_open == 0:
-                closed_since = int(issue[k])
             continue
+        ab = mode_of[k] != Mode.SB
         row, col = rows[k], cols[k]
         if ab and row == g.register_row:
             if op == HbmOp.WR and col == CTRL_COLUMN:
@@ -871,8 +861,6 @@ def hbm_pim_activity(
         else:
             kind = HbmAccess.HOST
         acc[str(kind)] += 1
-    if n_open == 0:
-        precharged += cycles - closed_since
     return HbmPimActivity(groups, activations, acc, macs, cycles - precharged, precharged)
 
 
@@ -934,6 +922,9 @@ class AttAccActivity:
     def cycles(self) -> int:
         """Cycles of the run."""
         return self.active_cycles + self.precharged_cycles
+
+
+_ALL_ACT, _ALL_PRE = -1, -2  # all-bank ACT / PRE of a model whose ACT and PRE are per bank
 
 
 def _residency(
