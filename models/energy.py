@@ -606,12 +606,13 @@ def _from_raw(raw: dict[str, Any], source: str) -> EnergyParams | HbmEnergyParam
                 f"{where}.per = {per!r}: {key} cannot be per {per}; allowed: {', '.join(pers)}"
             )
         denominator = unit.partition("/")[2]
-        if denominator and _PER_OF_DENOMINATOR.get(denominator, denominator) != per:
-            wants = _PER_OF_DENOMINATOR.get(denominator, denominator)
+        wants = _PER_OF_DENOMINATOR.get(denominator, denominator)
+        if denominator and wants != per:
+            fits = [u for u in allowed if _PER_OF_DENOMINATOR.get(u.partition("/")[2]) == per
+                    or u.partition("/")[2] == per]  # fmt: skip
             raise EnergyConfigError(
-                f"{where}.per = {per!r} contradicts unit {unit!r} (per {wants}); allowed: a "
-                f"unit per {per} ({', '.join(u for u in allowed if u.endswith('/' + per))}) "
-                f"or per = {wants!r}"
+                f"{where}.per = {per!r} contradicts unit {unit!r} (per {wants}); allowed: "
+                f"per = {wants!r}" + (f", or a unit per {per} ({', '.join(fits)})" if fits else "")
             )
         check_value(f"{where}.source = {cite!r}", cite, str, EnergyConfigError)
         value = check_value(
