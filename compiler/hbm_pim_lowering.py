@@ -64,7 +64,7 @@ from models.hbm_pim import (
     time_stream,
 )
 
-__all__ = ["GROUP_LOWERINGS", "HbmPimLoweringError", "run_group"]
+__all__ = ["GROUP_LOWERINGS", "HbmPimLoweringError", "lower_group", "run_group"]
 
 
 class HbmPimLoweringError(PimGemvError):
@@ -522,6 +522,19 @@ GROUP_LOWERINGS: dict[
 }
 """The HBM-PIM group lowering of each DCC kernel it runs: GEMV, batched GEMV, QK^T, SV, RED, VA,
 RELU and the batched RED, VA and RELU."""
+
+
+def lower_group(
+    cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], cores: tuple[int, ...]
+) -> tuple[GroupProgram, np.ndarray]:
+    """One HBM-PIM group's program for its share ``sizes`` of ``kernel`` on ``cores``, and the
+    payload rows its WRs name (what :func:`models.hbm_pim.execute` and the energy model's
+    access classification read besides the stream)."""
+    kernel = DccKernel(kernel)
+    if kernel not in _LOWER:
+        raise HbmPimLoweringError(f"kernel {str(kernel)!r} has no HBM-PIM group lowering")
+    low = _LOWER[kernel](cfg, tuple(sizes), tuple(cores))
+    return low.program, low.payload
 
 
 #: Which set's size each argument of ``DCC_KERNELS[kernel]`` takes, where the sets are not in

@@ -130,6 +130,12 @@ class GemvLayout:
         """Inputs after padding to whole input tiles."""
         return self.in_tiles * self.inputs_per_tile
 
+    @property
+    def mac_triggers(self) -> int:
+        """MAC triggers of the whole GEMV on one group: every (output tile, batch row, input
+        tile) runs ``tile_vectors`` of them."""
+        return self.out_tiles * self.batch * self.in_tiles * self.tile_vectors
+
     def macs_per_pass(self, position: int) -> int:
         """MAC triggers of bank position ``position`` per (output tile, batch row)."""
         return len(range(position, self.in_tiles, self.banks_per_unit)) * self.tile_vectors

@@ -30,7 +30,11 @@ A ``kind = "hbm"`` preset (:class:`HbmEnergyParams`, ``configs/energy/hbm-pim.to
 energies per bit of the HBM data path (cells, column decoder -> bank-group mux -> global I/O
 -> TSV -> interposer), per PIM MAC and the IDD standby currents; it converts AiM commands on
 HBM2 (the same interface as :class:`EnergyParams`) and HBM-PIM command streams
-(:func:`hbm_pim_activity`, :func:`hbm_pim_energy`).
+(:func:`hbm_pim_activity`, :func:`hbm_pim_energy`). ``kind = "attacc"``
+(:class:`AttAccEnergyParams`) adds AttAcc's softmax unit and buffer and converts AttAcc
+streams (:func:`attacc_activity`, :func:`attacc_energy`); ``kind = "lpddr"``
+(:class:`LpddrEnergyParams`) puts the package's data pins in place of TSV and interposer and
+states standby powers per channel (LPDDR5X-PIM, PIM-SHERPA).
 """
 
 from __future__ import annotations
@@ -59,14 +63,18 @@ if TYPE_CHECKING:
     from models.backends import BackendConfig
 
 __all__ = [
+    "ATTACC_FIELDS",
     "DEFAULT_ENERGY",
     "ENERGY_DIR",
     "ENERGY_FIELDS",
     "FIELDS_OF",
     "HBM_FIELDS",
+    "LPDDR_FIELDS",
     "PARTS",
     "UNITS",
     "ActBasis",
+    "AttAccActivity",
+    "AttAccEnergyParams",
     "ChannelActivity",
     "Energy",
     "EnergyConfigError",
@@ -75,7 +83,10 @@ __all__ = [
     "HbmAccess",
     "HbmEnergyParams",
     "HbmPimActivity",
+    "LpddrEnergyParams",
     "Part",
+    "attacc_activity",
+    "attacc_energy",
     "available_energy_presets",
     "background_energy",
     "channel_activity",
@@ -115,12 +126,17 @@ UNITS: dict[str, dict[str, float]] = {
     "power": {"mW": 1.0, "W": 1e3, "uW": 1e-3},
     "time": {"ns": 1.0, "ps": 1e-3, "us": 1e3},
     "ratio": {"x": 1.0},
-    "energy_per_bit": {"pJ/bit": 1.0, "fJ/bit": 1e-3, "nJ/bit": 1e3},
+    "energy_per_bit": {"pJ/bit": 1.0, "fJ/bit": 1e-3, "nJ/bit": 1e3, "pJ/B": 0.125},
     "energy_per_flop": {"pJ/FLOP": 1.0, "fJ/FLOP": 1e-3, "nJ/FLOP": 1e3},
     "energy_per_mac": {"pJ/MAC": 1.0, "fJ/MAC": 1e-3, "nJ/MAC": 1e3},
     "current": {"mA": 1.0, "A": 1e3, "uA": 1e-3},
     "voltage": {"V": 1.0, "mV": 1e-3},
+    "flops_per_element": {"FLOP": 1.0},
 }
+
+#: What a unit's denominator says a value is per (``pJ/B`` is per byte): a ``per`` that
+#: contradicts its own unit is refused.
+_PER_OF_DENOMINATOR = {"B": "byte"}
 
 #: Every value of ``[values]``: (unit kind, what it may be per, meaning).
 ENERGY_FIELDS: dict[str, tuple[str, tuple[str, ...], str]] = {
@@ -159,21 +175,46 @@ HBM_FIELDS: dict[str, tuple[str, tuple[str, ...], str]] = {
 }
 
 
+#: The ``kind = "attacc"`` preset (``configs/energy/attacc.toml``): the HBM path plus AttAcc's
+#: softmax unit and its buffer (the AttAcc simulator's softmax layer: FLOPs per element and
+#: SRAM bytes).
+ATTACC_FIELDS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    **HBM_FIELDS,
+    "softmax_flops": ("flops_per_element", ("element",), "softmax-unit FLOPs per element"),
+    "buffer_energy": ("energy_per_bit", ("bit", "byte"), "softmax-buffer SRAM, read or written"),
+}
+
+_ON_DIE = ("cell_act_energy", "cell_column_energy", "bank_to_bg_mux_energy", "bg_mux_to_gio_energy")
+#: The ``kind = "lpddr"`` preset (``configs/energy/lpddr5x-pim.toml``): the same on-die path
+#: as HBM, the package's data pins instead of TSV + interposer, and standby powers per
+#: channel (LPDDR has several supply rails: the preset sums VDD x IDD over them).
+LPDDR_FIELDS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    **{k: HBM_FIELDS[k] for k in _ON_DIE},
+    "dq_energy": ("energy_per_bit", ("bit",), "global I/O -> the package's data pins -> host"),
+    "alu_energy": HBM_FIELDS["alu_energy"],
+    "act_standby_power": ("power", ("channel",), "background with a row open, all rails"),
+    "pre_standby_power": ("power", ("channel",), "background with all banks closed, all rails"),
+    **{k: HBM_FIELDS[k] for k in ("host_link_energy", "internode_link_energy", "epu_energy")},
+}
+
+
 class EnergyKind(StrEnum):
     """What an energy preset describes (its ``kind``; ``aim`` if not stated)."""
 
     AIM = "aim"  # powers x windows per command (CENT's calculator, GDDR6-PIM)
     HBM = "hbm"  # energies per bit of the HBM data path, IDD standby currents
+    ATTACC = "attacc"  # the HBM path plus AttAcc's softmax unit and buffer
+    LPDDR = "lpddr"  # the on-die path, package pins, standby powers per channel
 
 
+_HBM_STRUCTURE = ("channels_per_stack", "pseudo_channels_per_channel", "stacks_per_device")
 #: Each kind's ``[values]`` fields and its structure keys (besides name, source, kind, values).
 FIELDS_OF: dict[EnergyKind, tuple[dict[str, tuple[str, tuple[str, ...], str]], tuple[str, ...]]]
 FIELDS_OF = {
     EnergyKind.AIM: (ENERGY_FIELDS, ("channels_per_chip", "chips_per_module")),
-    EnergyKind.HBM: (
-        HBM_FIELDS,
-        ("channels_per_stack", "pseudo_channels_per_channel", "stacks_per_device"),
-    ),
+    EnergyKind.HBM: (HBM_FIELDS, _HBM_STRUCTURE),
+    EnergyKind.ATTACC: (ATTACC_FIELDS, _HBM_STRUCTURE),
+    EnergyKind.LPDDR: (LPDDR_FIELDS, ("channels_per_package", "packages_per_device")),
 }
 _ENTRY_KEYS = ("value", "unit", "per", "source")
 
@@ -208,6 +249,8 @@ class EnergyParams:
     chips_per_module: int | None
     values: dict[str, float]
     sources: dict[str, str]
+
+    kind = EnergyKind.AIM
 
     @property
     def act_pre_pj_per_bank(self) -> float:
@@ -323,16 +366,28 @@ class HbmEnergyParams:
     sources: dict[str, str]
 
     kind = EnergyKind.HBM
+    unit_name = "stack"  # what ``channels_per_stack`` and ``chips`` count
+
+    @property
+    def device_io(self) -> float:
+        """pJ/bit between the DRAM die's global I/O and the host: TSV + interposer."""
+        return self.values["tsv_energy"] + self.values["interposer_energy"]
 
     @property
     def host_path(self) -> float:
-        """pJ/bit from the column decoder to the host: BG mux, GIO, TSV, interposer."""
+        """pJ/bit from the column decoder to the host: BG mux, GIO, then :attr:`device_io`."""
         v = self.values
-        return (
-            v["bank_to_bg_mux_energy"]
-            + v["bg_mux_to_gio_energy"]
-            + v["tsv_energy"]
-            + v["interposer_energy"]
+        return v["bank_to_bg_mux_energy"] + v["bg_mux_to_gio_energy"] + self.device_io
+
+    def host_access(self, nbytes: float) -> Energy:
+        """The host streaming ``nbytes`` to or from the cells over the normal path, pJ: I/O =
+        bits x (column + :attr:`host_path`), activation = bits x ``cell_act_energy`` (whole
+        rows are read or written, so the row and accessed readings of :class:`ActBasis`
+        agree)."""
+        v, bits = self.values, 8 * nbytes
+        return Energy(
+            io=bits * (v["cell_column_energy"] + self.host_path),
+            activation=bits * v["cell_act_energy"],
         )
 
     @property
@@ -341,10 +396,14 @@ class HbmEnergyParams:
         return self.channels_per_stack
 
     def group_pchs(self, cfg: HardwareConfig | BackendConfig) -> int:
-        """Pseudo-channels in one group of ``cfg``: 1 for a back end whose group is a
-        pseudo-channel, ``pseudo_channels_per_channel`` for a channel."""
-        kind = getattr(getattr(cfg, "group", None), "kind", "channel")
-        return 1 if kind == "pseudo-channel" else self.pseudo_channels_per_channel
+        """Pseudo-channels in one group of ``cfg``: a back end whose group is a pseudo-channel
+        states how many JEDEC pseudo-channels it spans (``group.pseudo_channels``: 1 for
+        HBM-PIM, 2 for AttAcc's 64-bit channel); a channel has
+        ``pseudo_channels_per_channel``."""
+        group = getattr(cfg, "group", None)
+        if getattr(group, "kind", "channel") == "pseudo-channel":
+            return int(group.pseudo_channels)
+        return self.pseudo_channels_per_channel
 
     def _groups(self, cfg: HardwareConfig | BackendConfig) -> int:
         system = getattr(cfg, "system", None)
@@ -356,17 +415,18 @@ class HbmEnergyParams:
         groups = self._groups(cfg)
         per_stack = self.channels_per_stack * self.pseudo_channels_per_channel
         per_stack //= self.group_pchs(cfg)
+        u = self.unit_name
         if groups % per_stack:
             raise EnergyConfigError(
-                f"energy preset {self.name}: a stack holds {per_stack} groups "
-                f"(channels_per_stack = {self.channels_per_stack}), which does not divide the "
-                f"{groups} groups of {cfg.name}; allowed: a stack size dividing {groups}"
+                f"energy preset {self.name}: a {u} holds {per_stack} groups "
+                f"(channels_per_{u} = {self.channels_per_stack}), which does not divide the "
+                f"{groups} groups of {cfg.name}; allowed: a {u} size dividing {groups}"
             )
         stacks = groups // per_stack
         if self.stacks_per_device is not None and self.stacks_per_device != stacks:
             raise EnergyConfigError(
-                f"energy preset {self.name}: stacks_per_device = {self.stacks_per_device} but "
-                f"{cfg.name} has {groups} groups / {per_stack} per stack; allowed: {stacks}"
+                f"energy preset {self.name}: {u}s_per_device = {self.stacks_per_device} but "
+                f"{cfg.name} has {groups} groups / {per_stack} per {u}; allowed: {stacks}"
             )
         return stacks
 
@@ -394,7 +454,7 @@ class HbmEnergyParams:
         return {
             "MAC": cfg.channel.banks * (bits * v["cell_column_energy"] + lanes * v["alu_energy"]),
             "RD_OUT": bits * self.host_path,
-            "WR_INP": bits * (v["tsv_energy"] + v["interposer_energy"]),
+            "WR_INP": bits * self.device_io,
         }
 
     def per_command(self, cfg: HardwareConfig) -> dict[str, Any]:
@@ -413,6 +473,53 @@ class HbmEnergyParams:
     def link_pj(self, nbytes: float, link: str) -> float:
         """``nbytes`` over the ``host`` or ``internode`` link, pJ."""
         return _link_pj(self.values, nbytes, link)
+
+
+@dataclass(frozen=True)
+class AttAccEnergyParams(HbmEnergyParams):
+    """A validated ``kind = "attacc"`` preset: :class:`HbmEnergyParams` plus the softmax unit
+    (``softmax_flops`` per element at ``epu_energy`` pJ/FLOP) and its buffer
+    (``buffer_energy`` pJ/bit); :func:`attacc_energy` converts AttAcc streams with it."""
+
+    kind = EnergyKind.ATTACC
+
+    def softmax_pj(self, elements: int, element_bytes: int = 2) -> float:
+        """The softmax unit on ``elements`` scores, pJ: their FLOPs x ``epu_energy`` plus each
+        element read from and written back to the buffer (the AttAcc simulator's softmax
+        layer: input and output of ``element_bytes`` each) x ``buffer_energy``."""
+        v = self.values
+        flops = v["softmax_flops"] * v["epu_energy"]
+        return elements * (flops + 2 * 8 * element_bytes * v["buffer_energy"])
+
+
+@dataclass(frozen=True)
+class LpddrEnergyParams(HbmEnergyParams):
+    """A validated ``kind = "lpddr"`` preset: the on-die path of :class:`HbmEnergyParams`,
+    ``dq_energy`` for the package pins (no TSV or interposer), and standby powers per channel
+    (``act_standby_power`` / ``pre_standby_power``, mW, all supply rails summed). A ``stack``
+    here is a package of ``channels_per_package`` channels; a channel has no pseudo-channels.
+    """
+
+    kind = EnergyKind.LPDDR
+    unit_name = "package"
+
+    @property
+    def device_io(self) -> float:
+        """pJ/bit between the die's global I/O and the host: the package's data pins."""
+        return self.values["dq_energy"]
+
+    def standby_mw(self, cfg: HardwareConfig | BackendConfig) -> tuple[float, float]:
+        """Active and precharged standby power of one group (channel) of ``cfg``, mW."""
+        n = self.group_pchs(cfg)
+        return self.values["act_standby_power"] * n, self.values["pre_standby_power"] * n
+
+
+#: The parameter class of each per-bit preset kind.
+_HBM_LIKE: dict[EnergyKind, type[HbmEnergyParams]] = {
+    EnergyKind.HBM: HbmEnergyParams,
+    EnergyKind.ATTACC: AttAccEnergyParams,
+    EnergyKind.LPDDR: LpddrEnergyParams,
+}
 
 
 def load_energy(name: str | Path = DEFAULT_ENERGY) -> EnergyParams | HbmEnergyParams:
@@ -472,6 +579,8 @@ def _from_raw(raw: dict[str, Any], source: str) -> EnergyParams | HbmEnergyParam
     divisor = {
         EnergyKind.AIM: {"chip": counts.get("channels_per_chip")},
         EnergyKind.HBM: {"channel": counts.get("pseudo_channels_per_channel")},
+        EnergyKind.ATTACC: {"channel": counts.get("pseudo_channels_per_channel")},
+        EnergyKind.LPDDR: {},
     }[kind]
     values: dict[str, float] = {}
     sources: dict[str, str] = {}
@@ -496,6 +605,15 @@ def _from_raw(raw: dict[str, Any], source: str) -> EnergyParams | HbmEnergyParam
             raise EnergyConfigError(
                 f"{where}.per = {per!r}: {key} cannot be per {per}; allowed: {', '.join(pers)}"
             )
+        denominator = unit.partition("/")[2]
+        wants = _PER_OF_DENOMINATOR.get(denominator, denominator)
+        if denominator and wants != per:
+            fits = [u for u in allowed if _PER_OF_DENOMINATOR.get(u.partition("/")[2]) == per
+                    or u.partition("/")[2] == per]  # fmt: skip
+            raise EnergyConfigError(
+                f"{where}.per = {per!r} contradicts unit {unit!r} (per {wants}); allowed: "
+                f"per = {wants!r}" + (f", or a unit per {per} ({', '.join(fits)})" if fits else "")
+            )
         check_value(f"{where}.source = {cite!r}", cite, str, EnergyConfigError)
         value = check_value(
             f"{where}.value = {entry['value']!r}", entry["value"], float, EnergyConfigError,
@@ -505,8 +623,14 @@ def _from_raw(raw: dict[str, Any], source: str) -> EnergyParams | HbmEnergyParam
         value /= divisor.get(per) or 1
         values[key] = value
         sources[key] = cite
-    if kind is EnergyKind.HBM:
-        return HbmEnergyParams(
+    if kind is EnergyKind.LPDDR:  # a channel has no pseudo-channels
+        counts = {
+            "channels_per_stack": counts["channels_per_package"],
+            "pseudo_channels_per_channel": 1,
+            "stacks_per_device": counts["packages_per_device"],
+        }
+    if kind in _HBM_LIKE:
+        return _HBM_LIKE[kind](
             name,
             src,
             int(counts["channels_per_stack"] or 0),
@@ -715,27 +839,17 @@ def hbm_pim_activity(
     mode_of = modes(cfg, stream).tolist()
     ops, banks = stream["op"].tolist(), stream["bank"].tolist()
     rows, cols, data = stream["row"].tolist(), stream["col"].tolist(), stream["data"].tolist()
-    is_open = [False] * g.banks
-    n_open = 0
-    closed_since = 0  # cycle the channel last became all-precharged (-1: a row is open)
-    precharged = 0
-    activations = 0
+    # an ACT / PRE in an all-bank mode opens / closes every bank
+    all_bank = {int(HbmOp.ACT): _ALL_ACT, int(HbmOp.PRE): _ALL_PRE}
+    row_ops = [all_bank.get(op, op) if mode_of[k] != Mode.SB else op for k, op in enumerate(ops)]
+    codes = (int(HbmOp.ACT), int(HbmOp.PRE), _ALL_ACT, _ALL_PRE)
+    activations, precharged = _residency(row_ops, banks, issue, cycles, g.banks, codes)
     acc = dict.fromkeys((str(a) for a in HbmAccess), 0)
     pim_on = False
     for k, op in enumerate(ops):
-        ab = mode_of[k] != Mode.SB
         if op in (HbmOp.ACT, HbmOp.PRE):
-            sel = range(g.banks) if ab else (banks[k],)
-            if op == HbmOp.ACT:
-                activations += len(sel)
-                if n_open == 0:
-                    precharged += int(issue[k]) - closed_since
-            for b in sel:
-                n_open += (op == HbmOp.ACT) - is_open[b]
-                is_open[b] = op == HbmOp.ACT
-            if op == HbmOp.PRE and n_open == 0:
-                closed_since = int(issue[k])
             continue
+        ab = mode_of[k] != Mode.SB
         row, col = rows[k], cols[k]
         if ab and row == g.register_row:
             if op == HbmOp.WR and col == CTRL_COLUMN:
@@ -748,8 +862,6 @@ def hbm_pim_activity(
         else:
             kind = HbmAccess.HOST
         acc[str(kind)] += 1
-    if n_open == 0:
-        precharged += cycles - closed_since
     return HbmPimActivity(groups, activations, acc, macs, cycles - precharged, precharged)
 
 
@@ -791,3 +903,119 @@ def hbm_pim_energy(
     p_act, p_pre = params.standby_mw(cfg)
     background = (p_act * act.active_cycles + p_pre * act.precharged_cycles) / cfg.timing.freq_ghz
     return Energy(mac=mac, io=io, activation=activation, background=background).scaled(act.groups)
+
+
+@dataclass(frozen=True)
+class AttAccActivity:
+    """What the energy model reads of one AttAcc stream run on ``groups`` channels (each runs
+    the same stream, :mod:`models.attacc`): per group the commands per opcode name,
+    ``bank_activations`` (ACT 1, ACTAB every bank), ``softmax_elements`` (the ``n`` of every
+    SFM) and the residency of the run's cycles."""
+
+    groups: int
+    counts: Mapping[str, int]
+    bank_activations: int
+    softmax_elements: int
+    active_cycles: int
+    precharged_cycles: int
+
+    @property
+    def cycles(self) -> int:
+        """Cycles of the run."""
+        return self.active_cycles + self.precharged_cycles
+
+
+_ALL_ACT, _ALL_PRE = -1, -2  # all-bank ACT / PRE of a model whose ACT and PRE are per bank
+
+
+def _residency(
+    ops: list[int], banks: list[int], issue: np.ndarray, cycles: int, nbanks: int, codes: tuple
+) -> tuple[int, int]:
+    """(bank activations, precharged cycles) of a timed stream whose opcodes ``codes`` =
+    (ACT, PRE, all-bank ACT, all-bank PRE): precharged from cycle 0 to the first activation
+    and from every precharge that closes the last open bank to the next activation (or the
+    end); a command not in ``codes`` changes no bank."""
+    act, pre, act_all, pre_all = codes
+    is_open = [False] * nbanks
+    n_open = closed_since = precharged = activations = 0
+    for k, op in enumerate(ops):
+        if op not in codes:
+            continue
+        opens = op in (act, act_all)
+        sel = range(nbanks) if op in (act_all, pre_all) else (banks[k],)
+        if opens:
+            activations += len(sel)
+            if n_open == 0:
+                precharged += int(issue[k]) - closed_since
+        for b in sel:
+            n_open += opens - is_open[b]
+            is_open[b] = opens
+        if not opens and n_open == 0:
+            closed_since = int(issue[k])
+    if n_open == 0:
+        precharged += cycles - closed_since
+    return activations, precharged
+
+
+def attacc_activity(
+    cfg: BackendConfig, stream: np.ndarray, issue: np.ndarray, cycles: int, groups: int = 1
+) -> AttAccActivity:
+    """Classify an AttAcc ``stream`` (``models.attacc.COMMAND_DTYPE``) for energy; ``issue``
+    and ``cycles`` are its :func:`models.attacc.time_stream` timeline. Residency: precharged
+    from cycle 0 to the first ACT/ACTAB and from every PRE/PREA that closes the last open
+    bank to the next activation (or the end); active otherwise."""
+    from models.attacc import Op as AttOp
+
+    ops = stream["op"].tolist()
+    counts = {o.name: int(np.count_nonzero(stream["op"] == o)) for o in AttOp}
+    codes = (int(AttOp.ACT), int(AttOp.PRE), int(AttOp.ACTAB), int(AttOp.PREA))
+    activations, precharged = _residency(
+        ops, stream["bank"].tolist(), issue, cycles, cfg.group.banks, codes
+    )
+    softmax = int(stream["n"][stream["op"] == AttOp.SFM].sum())
+    return AttAccActivity(groups, counts, activations, softmax, cycles - precharged, precharged)
+
+
+def attacc_energy(
+    act: AttAccActivity,
+    cfg: BackendConfig,
+    params: AttAccEnergyParams,
+    basis: ActBasis = ActBasis.ROW,
+) -> Energy:
+    """Energy of ``act`` on AttAcc back end ``cfg`` (pJ, all its groups), ``docs/energy.md``.
+    With b = the bits of a column and B = the banks of a group:
+
+    - MAC: MACAB x B x (b x ``cell_column_energy`` + lanes x ``alu_energy``): every bank's
+      GEMV unit reads one column and MACs every lane;
+    - I/O (the AttAcc simulator's traffic classes): WRGB x b x the whole host path (host ->
+      interposer -> TSV -> GIO -> BG mux -> the banks' GEMV buffers; one column per command,
+      broadcast or not, as the simulator counts it); MVSB and MVGB x b x (BG mux + GIO + TSV)
+      (banks <-> the softmax buffer on the buffer die); RDSB x b x interposer (buffer die ->
+      host); single-bank RD/WR x b x (cell column + host path);
+    - activation: ``ROW``, bank activations x row bits x ``cell_act_energy``; ``ACCESSED``,
+      every bit moved to or from the cells (MACAB x B + RD + WR columns) x it;
+    - EPU: the softmax unit, :meth:`AttAccEnergyParams.softmax_pj` of the SFM elements;
+    - background: (VDD IDD3N x active + VDD IDD2N x precharged) x tCK per group.
+    """
+    v, g, c = params.values, cfg.group, cfg.core
+    assert cfg.timing is not None
+    bits = 8 * g.column_bytes
+    n = act.counts
+    mac = n["MACAB"] * g.banks * (bits * v["cell_column_energy"] + c.lanes * v["alu_energy"])
+    bank_side = v["bank_to_bg_mux_energy"] + v["bg_mux_to_gio_energy"] + v["tsv_energy"]
+    io = bits * (
+        n["WRGB"] * params.host_path
+        + (n["MVSB"] + n["MVGB"]) * bank_side
+        + n["RDSB"] * v["interposer_energy"]
+        + (n["RD"] + n["WR"]) * (v["cell_column_energy"] + params.host_path)
+    )
+    if basis is ActBasis.ROW:
+        activation = act.bank_activations * params.act_pre_pj_per_bank(g.row_bytes)
+    else:
+        columns = n["MACAB"] * g.banks + n["RD"] + n["WR"]
+        activation = bits * columns * v["cell_act_energy"]
+    p_act, p_pre = params.standby_mw(cfg)
+    background = (p_act * act.active_cycles + p_pre * act.precharged_cycles) / cfg.timing.freq_ghz
+    epu = params.softmax_pj(act.softmax_elements, c.element_bytes)
+    e = Energy(mac=mac, io=io, activation=activation, background=background, epu=epu)
+    return e.scaled(act.groups)

@@ -138,6 +138,11 @@ COMMANDS: tuple[Command, ...] = (
         "sim.experiments.librapim_energy",
     ),
     Command(
+        "attacc-energy",
+        "AttAcc kernels' energy by part on one group, beside the AttAcc simulator's formula",
+        "sim.experiments.attacc_energy",
+    ),
+    Command(
         "librapim-figs",
         "LibraPIM Figs. 20, 7, 9, 21 and DBO on measured rates (--figure), JSON + PNG",
         "sim.experiments.librapim_figs",

@@ -96,7 +96,7 @@ def gemv_report(
     t, lay = cfg.timing, k.layout
     assert t is not None
     seconds = tl.cycles / (t.freq_ghz * 1e9)
-    macs = lay.out_tiles * batch * lay.in_tiles * lay.tile_vectors
+    macs = lay.mac_triggers
     weight_bytes = dout * din * cfg.core.element_bytes
     peak = lay.channels * lay.units * cfg.group.column_bytes * t.freq_ghz / t.tCCD_L
     report = {

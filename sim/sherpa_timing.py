@@ -61,6 +61,7 @@ __all__ = [
     "decode_seconds",
     "end_to_end",
     "gemm_device",
+    "gemv_slices",
     "layer_gemm_seconds",
     "lm_head_seconds",
     "load_sherpa_host",
@@ -245,9 +246,9 @@ def smc_seconds(host: SherpaHost, peak_gbps: float, nbytes: float, threads: int)
 
 
 @cache
-def _gemv_cycles(backend: str, dout: int, din: int) -> tuple[int, int]:
-    """(cycles, slices) of ``W (dout x din) @ x`` on every channel of ``backend``: the fewest
-    equal output slices whose weights fit the PIM rows, each slice's stream timed."""
+def gemv_slices(backend: str, dout: int, din: int) -> tuple[int, ...]:
+    """Output rows of each slice of ``W (dout x din) @ x`` on every channel of ``backend``:
+    the fewest equal slices whose weights fit the PIM rows (the last one may be shorter)."""
     cfg = load_backend(backend)
     try:
         gemv_layout(cfg, 1, din)  # anything wrong but the size is wrong for every slice
@@ -259,11 +260,18 @@ def _gemv_cycles(backend: str, dout: int, din: int) -> tuple[int, int]:
             gemv_layout(cfg, rows, din)
         except PimGemvError:
             continue  # too many weight rows per bank: one more slice
-        last = dout - (parts - 1) * rows
-        cycles = (parts - 1) * time_stream(cfg, lower_gemv(cfg, rows, din).stream).cycles
-        cycles += time_stream(cfg, lower_gemv(cfg, last, din).stream).cycles
-        return cycles, parts
+        return (rows,) * (parts - 1) + (dout - (parts - 1) * rows,)
     raise SherpaError(f"GEMV {dout} x {din} does not fit back end {backend!r}")  # pragma: no cover
+
+
+@cache
+def _gemv_cycles(backend: str, dout: int, din: int) -> tuple[int, int]:
+    """(cycles, slices) of ``W (dout x din) @ x`` on every channel of ``backend``: each of
+    :func:`gemv_slices`' streams timed."""
+    cfg = load_backend(backend)
+    slices = gemv_slices(backend, dout, din)
+    timed = {r: time_stream(cfg, lower_gemv(cfg, r, din).stream).cycles for r in set(slices)}
+    return sum(timed[r] for r in slices), len(slices)
 
 
 def pim_gemv_seconds(backend: BackendConfig, dout: int, din: int) -> float:

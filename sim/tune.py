@@ -27,6 +27,7 @@ from models.errors import PimphonyError
 from models.fileio import check_writable, write_atomic
 from sim.cli import bounded_int, choice_names
 from sim.provenance import provenance
+from sim.tune_energy import energy_lines, tune_energy
 
 __all__ = ["add_arguments", "cost_row", "run", "tune_report"]
 
@@ -88,6 +89,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also simulate every draft without pruning and compare the best",
     )
+    p.add_argument(
+        "--energy",
+        nargs="?",
+        const="",
+        default=None,
+        help="also report the chosen and default drafts' energy; optionally the energy preset "
+        "(default: the one named like the back end; docs/energy.md)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--out", default=None, help="also write the JSON report to this file")
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
@@ -122,6 +131,7 @@ def tune_report(
     placement: str = Placement.RESIDENT,
     budget: int = 300,
     verify: int = 10,
+    energy: str | None = None,
 ) -> dict[str, Any]:
     """The search's results as plain data (see the module docstring)."""
     cfg = load_backend(backend)
@@ -172,6 +182,8 @@ def tune_report(
             "default_over_gpu": gpu / default.total_s if default else None,
         },
     }
+    if energy is not None:  # docs/energy.md: the drafts' energy (sim/tune_energy.py)
+        report["energy"] = tune_energy(cfg, {"chosen": chosen, "default": default}, energy)
     if exhaustive:
         full = search(cfg, k, shape, pruned=False, strategy=strat, placement=place)
         fb = best(full, Objective.END_TO_END)
@@ -208,6 +220,7 @@ def run(args: argparse.Namespace) -> int:
         args.placement,
         args.budget,
         args.verify,
+        args.energy,
     )
     cfg = load_backend(args.backend)
     report["provenance"] = provenance(
@@ -246,6 +259,8 @@ def run(args: argparse.Namespace) -> int:
     dg = f"{s['default_over_gpu']:.2f}x" if s["default_over_gpu"] else "-"
     print(f"  speedup: {over} over default, {s['over_compute_centric']:.2f}x "
           f"over compute-centric, {s['over_gpu']:.2f}x over GPU (default {dg})")  # fmt: skip
+    if "energy" in r:
+        print("\n".join(energy_lines(r["energy"])))
     if "exhaustive" in r:
         e = r["exhaustive"]
         print(f"  exhaustive: {e['simulated']:,} drafts in {e['search_seconds']:.1f} s; best "

@@ -14,11 +14,13 @@ import sys
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from compiler.llm import load_model
 from compiler.plan import PARTITIONS
 from models.channel import SCHEDULERS
 from models.config import load_preset
+from models.energy import DEFAULT_ENERGY, available_energy_presets, load_energy
 from models.fileio import BUILD_DIR, write_atomic
 from models.memory import MEMORY_POLICIES
 from models.xpu_config import load_xpu
@@ -199,6 +201,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="--system xpu+pim: sub-batches the xPU and PIM pipeline over (default 1: serial), "
         "or 'auto' (time K = 1..8 and powers of two up to the batch; keep the fastest)",
     )
+    p.add_argument(
+        "--energy",
+        default=DEFAULT_ENERGY,
+        help=f"--system pim / xpu+pim: energy preset of the PIM modules "
+        f"({', '.join(available_energy_presets())}) or a .toml path (default {DEFAULT_ENERGY}; "
+        "docs/energy.md)",
+    )
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--report", type=Path, help=f"JSON report path (default {DECODE_DIR}/...)")
     p.add_argument("--plot", type=Path, help=f"PNG breakdown path (default {DECODE_DIR}/...)")
@@ -329,12 +338,12 @@ def run(args: argparse.Namespace) -> int:
 _SYSTEM_OPTIONS: dict[System, tuple[str, ...]] = {
     System.PIM: (
         "modules", "tp", "pp", "micro_batches", "partition", "sched", "memory", "max_context",
-        "preset", "ignore_capacity",
+        "preset", "ignore_capacity", "energy",
     ),
     System.GPU: ("gpu", "gpus", "gpu_memory_fraction"),
     System.XPU_PIM: (
         "modules", "tp", "partition", "sched", "memory", "max_context", "preset",
-        "ignore_capacity", "xpu", "sub_batches",
+        "ignore_capacity", "xpu", "sub_batches", "energy",
     ),
 }  # fmt: skip
 
@@ -368,14 +377,31 @@ def _refuse_other_systems_options(args: argparse.Namespace, system: System) -> N
 #: Options only ``--system gpu`` reads; a PIM report's provenance leaves them out, so that it
 #: stays what it was before the GPU baseline existed (tests/golden).
 _GPU_ONLY = ("system", "gpu", "gpus", "gpu_memory_fraction", "xpu", "sub_batches")
-#: Options only ``--system xpu+pim`` reads; a GPU report's provenance leaves them out.
-_XPU_PIM_ONLY = ("xpu", "sub_batches")
+
+
+def _energy_params(args: argparse.Namespace, hw) -> tuple[Any, argparse.Namespace]:
+    """The ``--energy`` preset, checked against the PIM hardware (its chip or stack count
+    must fit: :class:`~models.energy.EnergyConfigError` otherwise), and ``args`` for the
+    provenance: ``energy`` left out at its default, so that default reports stay what they
+    were before the option existed (tests/golden; the report's energy block names the
+    preset)."""
+    params = load_energy(args.energy)
+    params.chips(hw)
+    if args.energy == DEFAULT_ENERGY:
+        args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "energy"})
+    return params, args
+
+
+#: Options a GPU step does not read (only ``--system xpu+pim``, or the PIM systems' energy
+#: preset); a GPU report's provenance leaves them out.
+_XPU_PIM_ONLY = ("xpu", "sub_batches", "energy")
 
 
 def _run_pim(args: argparse.Namespace) -> int:
     """``pimphony decode`` on PIM modules (the default system)."""
     args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in _GPU_ONLY})
     setup = setup_from_args(args)
+    params, args = _energy_params(args, setup.hw)
     stem = report_stem(setup)
     json_path = user_output(args.report, DECODE_DIR / f"{stem}.json", args.force)
     png_path = user_plot(args.plot, DECODE_DIR / f"{stem}.png", args.force)
@@ -383,7 +409,7 @@ def _run_pim(args: argparse.Namespace) -> int:
         raise DecodeError(f"--report and --plot both name {json_path}; give two files")
     progress = None if args.json else (lambda msg: print(f"  {msg}", flush=True))
     report = dataclasses.replace(
-        run_decode(setup, progress=progress),
+        run_decode(setup, progress=progress, energy=params),
         provenance=provenance(
             args,
             setup.hw,
@@ -438,13 +464,14 @@ def _run_xpu_pim(args: argparse.Namespace) -> int:
         **{k: v for k, v in vars(args).items() if k not in ("gpu", "gpus", "gpu_memory_fraction")}
     )
     setup = hetero_setup_from_args(args)
+    params, args = _energy_params(args, setup.pim.hw)
     stem = hetero_report_stem(setup)
     json_path = user_output(args.report, DECODE_DIR / f"{stem}.json", args.force)
     png_path = user_plot(args.plot, DECODE_DIR / f"{stem}.png", args.force)
     if json_path.resolve() == png_path.resolve():
         raise DecodeError(f"--report and --plot both name {json_path}; give two files")
     report = dataclasses.replace(
-        run_hetero_decode(setup),
+        run_hetero_decode(setup, params=params),
         provenance=provenance(
             args,
             setup.pim.hw,

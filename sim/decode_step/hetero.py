@@ -37,6 +37,7 @@ import numpy as np
 
 from compiler.llm import LayerOp, gemv_shapes
 from compiler.plan import micro_batches
+from models.energy import EnergyParams
 from models.fileio import pyplot, write_figure
 from models.hub import link_cycles
 from models.xpu import VectorOp, gemm_cost, vector_cost
@@ -292,15 +293,18 @@ class HeteroReport:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
-def run_hetero_decode(setup: HeteroSetup, cache: KernelCache | None = None) -> HeteroReport:
+def run_hetero_decode(
+    setup: HeteroSetup, cache: KernelCache | None = None, params: EnergyParams | None = None
+) -> HeteroReport:
     """Time one xPU+PIM decode step of ``setup`` (``docs/decode.md``, xPU+PIM).
 
     With ``sub_batches="auto"`` every K of :func:`sub_batch_candidates` is timed and the report
     of the fewest cycles is returned (ties: the smaller K); its ``sub_batch_search`` lists the
-    candidates' cycles.
+    candidates' cycles. ``params``: the energy preset of the PIM side (default
+    :data:`models.energy.DEFAULT_ENERGY`).
     """
     if setup.sub_batches != SUB_BATCHES_AUTO:
-        return _run_fixed(setup, cache)
+        return _run_fixed(setup, cache, params=params)
     pim = setup.pim
     cache = cache or _cache(pim)
     # Candidates are timed without their energy; only the chosen K's is reported.
@@ -309,7 +313,7 @@ def run_hetero_decode(setup: HeteroSetup, cache: KernelCache | None = None) -> H
         for k in sub_batch_candidates(len(pim.lengths))
     }
     best = min(reports, key=lambda k: (reports[k].cycles, k))
-    chosen = _run_fixed(dataclasses.replace(setup, sub_batches=best), cache)
+    chosen = _run_fixed(dataclasses.replace(setup, sub_batches=best), cache, params=params)
     search = {
         "rule": f"every K from 1 to {SUB_BATCHES_EXHAUSTIVE}, then powers of two and the batch",
         "chosen": best,
@@ -326,7 +330,10 @@ def _cache(pim: DecodeSetup) -> KernelCache:
 
 
 def _run_fixed(
-    setup: HeteroSetup, cache: KernelCache | None = None, energy: bool = True
+    setup: HeteroSetup,
+    cache: KernelCache | None = None,
+    energy: bool = True,
+    params: EnergyParams | None = None,
 ) -> HeteroReport:
     """One step at the setup's fixed K (its energy block empty without ``energy``)."""
     pim_setup, spec = setup.pim, setup.pim.model
@@ -407,7 +414,7 @@ def _run_fixed(
             "xpu_capacity_bytes": setup.xpu.capacity_bytes,
         },
         energy=hetero_energy(
-            setup, cache, busy["pim"], tl.cycles, in_bytes + out_bytes, ops["cmd_transfer"]
+            setup, cache, busy["pim"], tl.cycles, in_bytes + out_bytes, ops["cmd_transfer"], params
         )
         if energy
         else {},

@@ -37,6 +37,13 @@ from models.xpu_config import load_xpu
 from sim.cli import choice_names
 from sim.provenance import provenance
 from sim.report import parse_list, user_plot
+from sim.sherpa_energy import (
+    energy_rows,
+    format_energy,
+    plot_sensitivity,
+    sensitivity,
+    sherpa_params,
+)
 from sim.sherpa_timing import (
     ATTENTION,
     Prefill,
@@ -474,6 +481,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="DRAM the weights and buffers may use, GB (default: the host preset's memory, "
         "12 GiB on the S24+); strategies that need more are refused for --sl",
     )
+    p.add_argument(
+        "--energy",
+        nargs="?",
+        const="",
+        default=None,
+        help="with --sl: prefill and decode energy, optionally the energy preset (default: the "
+        "one named like the back end, lpddr5x-pim; docs/energy.md)",
+    )
+    p.add_argument(
+        "--energy-plot",
+        type=Path,
+        default=None,
+        help="with --sl: write decode energy per token vs the preset's choices, scaled (PNG)",
+    )
     p.add_argument("--force", action="store_true", help="replace existing plot files")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -496,13 +517,19 @@ def run(args: argparse.Namespace) -> int:
         result, device_bytes,
         list(result["strategies"]) if args.sl is not None else [],
     )  # fmt: skip
-    if args.sl is None and (args.out_len or args.plot or args.timeline):
-        raise SherpaError("--out-len, --plot and --timeline need --sl (the input lengths)")
+    wants_energy = args.energy is not None or args.energy_plot is not None
+    if args.sl is None and (args.out_len or args.plot or args.timeline or wants_energy):
+        raise SherpaError(
+            "--out-len, --plot, --timeline, --energy and --energy-plot need --sl (the input "
+            "lengths)"
+        )
     plots = {}
     if args.plot is not None:
         plots["plot"] = user_plot(args.plot, args.plot, args.force)
     if args.timeline is not None:
         plots["timeline"] = user_plot(args.timeline, args.timeline, args.force)
+    if args.energy_plot is not None:
+        plots["energy_plot"] = user_plot(args.energy_plot, args.energy_plot, args.force)
     timed = None
     if args.sl is not None:
         sls = parse_list("--sl", args.sl, int, SherpaError)
@@ -513,6 +540,15 @@ def run(args: argparse.Namespace) -> int:
             plots["plot"] = plot_ttft(timed, plots["plot"])
         if "timeline" in plots:
             plots["timeline"] = plot_timeline(timed, plots["timeline"])
+        if wants_energy:  # docs/energy.md (sim/sherpa_energy.py)
+            params = sherpa_params(load_backend(timed["backend"]), args.energy or None)
+            ways = {k: STRATEGIES[Strategy(k)].prefill for k in timed["rows"][0]["strategies"]}
+            timed["energy"] = energy_rows(spec, args.host, timed, params, ways)
+        if "energy_plot" in plots:
+            s = sensitivity(spec, args.host, sls[0], params)
+            timed["energy"]["sensitivity"] = s
+            title = f"PIM-SHERPA decode energy vs the {params.name} choices, {spec.name}"
+            plots["energy_plot"] = plot_sensitivity(s, title, plots["energy_plot"])
     if args.json:
         extra: dict[str, Any] = {"model": asdict(spec), "layout": asdict(layout)}
         if timed is not None:
@@ -528,6 +564,9 @@ def run(args: argparse.Namespace) -> int:
         print(format_capacity(result))
         if timed is not None:
             print(format_timing(timed))
+            if "energy" in timed:
+                labels = {k: v["label"] for k, v in timed["rows"][0]["strategies"].items()}
+                print(format_energy(timed["energy"], labels))
         for k, v in plots.items():
             print(f"{k}: {v}")
     return 0
