@@ -166,7 +166,8 @@ def test_spec_is_frozen_and_validated_on_construction():
 
 def test_unknown_name_lists_available(tmp_path):
     with pytest.raises(
-        ModelSpecError, match=r"unknown model .llm-8b.; available: gemma3-27b, gpt3-13b-4k, gpt3-175b, "
+        ModelSpecError,
+        match=r"unknown model .llm-8b.; available: gemma3-27b, gpt3-13b-4k, gpt3-175b, ",
     ):
         load_model("llm-8b")
     with pytest.raises(ModelSpecError, match="no such model file"):
