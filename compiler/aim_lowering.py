@@ -283,6 +283,18 @@ def _matrix(plan: _Plan, a: np.ndarray, banks: int) -> np.ndarray:
     return out
 
 
+def _bank_vectors(plan: _Plan, cols: int) -> np.ndarray:
+    """(bank, row, column) of every bank-matrix vector holding data: output group ``g`` of
+    the compiled GEMV is in banks ``k`` with ``k L + g < n_out``; every input tile holds data."""
+    g, _, a = plan.gemvs[0][3].tile_addresses()
+    held = np.minimum(plan.active, -(-(plan.n_out - g) // plan.per_core))  # banks with data
+    first = np.repeat(np.cumsum(held) - held, held)
+    bank = np.arange(int(held.sum())) - first
+    row, col = np.repeat(a // cols, held), np.repeat(a % cols, held)
+    one = np.stack([bank, row, col], axis=1).astype(np.int64)
+    return np.concatenate([one + np.array([0, h * plan.rows, 0]) for h in range(plan.heads)])
+
+
 def lower_group(
     cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], cores: tuple[int, ...]
 ) -> GroupProgram:
@@ -292,14 +304,7 @@ def lower_group(
     hw = hardware(cfg)
     stream = _stream(plan)
     res = run_channel(stream, hw, SCHEDULER, validate=False, record=False)
-    banks, e = hw.channel.banks, hw.channel.mac_elements
-    # the bank matrix's vectors holding data: the image of an indicator matrix
-    image = plan.gemvs[0][3].matrix_image(_matrix(plan, np.ones((plan.n_out, plan.n_in)), banks))
-    addr = np.argwhere(image.reshape(plan.rows, banks, -1, e).any(axis=3))  # (row, bank, col)
-    per_head = addr[:, [1, 0, 2]].astype(np.int64)
-    bank_vectors = np.concatenate(
-        [per_head + np.array([0, h * plan.rows, 0], dtype=np.int64) for h in range(plan.heads)]
-    )
+    bank_vectors = _bank_vectors(plan, hw.channel.columns_per_row)
     empty = np.zeros((0, 3), dtype=np.int64)
     inputs = {plan.form.bank: bank_vectors}
     if plan.form.gbuf:
