@@ -75,6 +75,22 @@ def test_gemv_16x32_on_four_banks_by_hand() -> None:
     assert_close(y[None], w, x[None])
 
 
+def test_bank_vectors_by_hand() -> None:
+    # 60 x 100 on 7 cores: 9 outputs a bank (bank 6 holds the last 6), compiled as a GEMV of
+    # 16 x 9 = 144 outputs: 9 output groups x 7 input tiles, group g's tiles at columns
+    # 7g .. 7g + 6 of row 0. Banks 0-5 hold 63 vectors, bank 6 the 42 of groups 0-5.
+    w = lower_group(AIM, DccKernel.GEMV, (60, 100), (7, 1)).inputs["W"]
+    assert len(w) == 60 * 7
+    for b in range(7):
+        mine = sorted(map(tuple, w[w[:, 0] == b].tolist()))
+        assert mine == [(b, 0, c) for c in range(63 if b < 6 else 42)]
+    # three heads of K (50 tokens x 40 on 16 banks): a head's matrix is 4 output groups x 3
+    # input tiles = 12 columns of one row, head h in row h; 50 tokens x 3 vectors a head
+    k = lower_group(AIM, DccKernel.QK, (3, 50, 40), (1, 16, 1)).inputs["K"]
+    assert len(k) == 3 * 50 * 3
+    assert sorted(set(k[:, 1].tolist())) == [0, 1, 2]
+
+
 def test_rearrangement_writes_by_hand() -> None:
     # 32 vectors (banks 0-15, row 0, columns 0-1) in (row, column, bank) order on
     # models/bank_slice's single-bank path: requests accepted at 0..31, the host owns the
