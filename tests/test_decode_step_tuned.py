@@ -78,7 +78,10 @@ def test_tuned_wins_on_a_small_model() -> None:
     assert t.cycles < fixed.cycles
     used = {r["op"]: r for r in t.mapping["gemv"] if r["used"] == "tuned"}
     assert "proj" in used and used["proj"]["channels"][1] > 1
-    assert t.mapping["lookup_table"]["entries"] >= 4
+    assert t.mapping["dcc_backend"] == tuned.module_backend(HW).name
+    for r in t.mapping["gemv"]:  # every op's shape is in the lookup table now
+        key = (r["batch"], r["d_out"], r["d_in"])
+        assert tuned.TABLE.get(t.mapping["dcc_backend"], DccKernel.BATCHED_GEMV, key)
 
 
 def test_a_slower_draft_is_not_used(monkeypatch) -> None:
@@ -119,6 +122,12 @@ def test_the_bound_keeps_the_best_of_all_candidates() -> None:
         objective[d] = c.compute_s + tuned._epu_seconds(HW, c)
         assert tuned._bound(HW, d, shape) <= objective[d] * (1 + 1e-12)  # a lower bound
     assert objective[draft] == min(objective.values())
+
+
+def test_tuned_step_is_the_same_without_memoisation() -> None:
+    setup = DecodeSetup(TINY, HW, (512, 200), mapping="tuned")
+    a, b = run_decode(setup), run_decode(setup, memoize=False)
+    assert a.cycles == b.cycles and a.ops == b.ops and a.mapping == b.mapping
 
 
 def test_fixed_report_has_no_mapping_block() -> None:

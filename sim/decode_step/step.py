@@ -358,7 +358,6 @@ def _run_decode(
     the same hardware, scheduler, memory policy and lengths are reused)."""
     started = time.perf_counter()
     tuned = setup.mapping == Mapping.TUNED
-    entries_before = len(_tuned().TABLE) if tuned else 0
     cfg, spec = setup.hw, setup.model
     say = progress or (lambda _m: None)
     memory = admit(setup)
@@ -518,11 +517,7 @@ def _run_decode(
             "wall_seconds": time.perf_counter() - started,
         },
         energy=energy_block,
-        mapping=(
-            _tuned().mapping_report(setup, list(mapping_rows.values()), entries_before)
-            if tuned
-            else {}
-        ),
+        mapping=(_tuned().mapping_report(setup, list(mapping_rows.values())) if tuned else {}),
     )
 
 

@@ -187,7 +187,8 @@ def tune_gemvs(hw: HardwareConfig, plan: LayerPlan, run: Callable[[Any], Any]) -
         row: dict[str, Any] = {
             "op": str(op), "batch": batch, "d_out": d_out, "d_in": d_in,
             "fixed_cycles": fixed_cycles, "dcc_draft": None, "channels": None,
-            "tuned_cycles": None, "reduce_cycles": 0, "used": "fixed", "dcc": how,
+            "tuned_cycles": None, "reduce_cycles": 0, "used": "fixed",
+            "refused": how if draft is None else None,
         }  # fmt: skip
         jobs[op], reduce[op] = fixed, 0
         if draft is not None:
@@ -208,14 +209,14 @@ def tune_gemvs(hw: HardwareConfig, plan: LayerPlan, run: Callable[[Any], Any]) -
     return GemvTuning(jobs, reduce, flops, tuple(rows))
 
 
-def mapping_report(setup: Any, rows: list[dict[str, Any]], entries_before: int) -> dict[str, Any]:
+def mapping_report(setup: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The report's ``mapping`` block of a tuned step: the rows of every op and micro-batch
-    size, and what the lookup table holds."""
+    size (the same whether a shape was searched or looked up)."""
     return {
         "mapping": "tuned",
+        "dcc_backend": module_backend(setup.hw).name,
         "gemv": sorted(rows, key=lambda r: (r["batch"], GEMV_OPS.index(r["op"]))),
         "attention": "fixed (see sim/decode_step/tuned.py)",
-        "lookup_table": {"entries": len(TABLE), "added_by_this_step": len(TABLE) - entries_before},
     }
 
 
@@ -226,7 +227,8 @@ def mapping_lines(block: dict[str, Any]) -> list[str]:
     lines = ["mapping: tuned (DCC on the module as an AiM back end; attention fixed)"]
     for r in block["gemv"]:
         tuned = "-" if r["tuned_cycles"] is None else f"{r['tuned_cycles']:,}"
-        where = f"{r['channels'][0]} x {r['channels'][1]} channels" if r["channels"] else r["dcc"]
+        ch = r["channels"]
+        where = f"{ch[0]} x {ch[1]} channels" if ch else r["refused"]
         lines.append(
             f"  {r['op']:<5} B{r['batch']} {r['d_out']}x{r['d_in']}: fixed {r['fixed_cycles']:,}, "
             f"DCC {tuned} ({where}, d_out x d_in) -> {r['used']} {r['speedup']:.3f}x"
