@@ -40,7 +40,7 @@ whose inputs and outputs do not fit the GPR runs as several GEMVs of at most
 here of equal size and one pass size, since the weight layout depends on the pass size and all
 of them read one copy of the matrix. GPR addresses are offset per GEMV so that one functional
 image holds them all; each GEMV alone fits the GPR. The channel is timed on
-:func:`models.channel. run_channel` with :data:`SCHEDULER` (DCS, whose per-entry dependencies
+:func:`models.channel.run_channel` with :data:`SCHEDULER` (DCS, whose per-entry dependencies
 keep the GBuf / OBuf reuse between consecutive GEMVs correct).
 
 **Data.** ``inputs``: the bank matrix's column vectors (bank, row, column) that hold data
@@ -235,11 +235,11 @@ def _plan(cfg: BackendConfig, kernel: DccKernel, sizes, cores) -> _Plan:
         # weight layout depends on it, and every GEMV reads the same copy of the matrix
         most = max(1, min(batch, gemv_max_batch(hw, banks * per_core, n_in)))
         k = -(-batch // most)
-        sizes_ = [batch // k + (1 if j < batch % k else 0) for j in range(k)]
-        chunks = [(sum(sizes_[:j]), n) for j, n in enumerate(sizes_)]
-        small = min(sizes_)
-        passes = min(small, gemv_pass_size(hw, banks * per_core, n_in, small))
-        progs = {n: compile_gemv(hw, banks * per_core, n_in, n, passes) for n in set(sizes_)}
+        parts = [batch // k + (1 if j < batch % k else 0) for j in range(k)]
+        chunks = [(sum(parts[:j]), n) for j, n in enumerate(parts)]
+        small = min(parts)
+        pass_size = min(small, gemv_pass_size(hw, banks * per_core, n_in, small))
+        progs = {n: compile_gemv(hw, banks * per_core, n_in, n, pass_size) for n in set(parts)}
     except CompileError as exc:
         raise AimLoweringError(f"kernel {kernel} share {sizes} on {cfg.name}: {exc}") from None
     rows = progs[chunks[0][1]].plan.rows
