@@ -22,6 +22,7 @@ b-gemv    W (o x i)        X[n] (row reuse)     Y[n]         o          i       
 qk        K[h] (t x d)     Q[h]                 S[h]         t          d          h
 sv        V[h]^T (d x t)   P[h]                 O[h]         d          t          h
 red       A (m x n)        ones                 r            m          n          --
+b-red     A[b] (m x n)     ones                 r[b]         m          n          b
 ========  ===============  ===================  ===========  =========  =========  =========
 
 **Cores.** Only the "banks on" set may be split over cores: a MAC reads one GBuf entry in
@@ -46,8 +47,8 @@ keep the GBuf / OBuf reuse between consecutive GEMVs correct).
 **Data.** ``inputs``: the bank matrix's column vectors (bank, row, column) that hold data
 (padding excluded); the vector tensor is written into the GBuf by the stream (``[]``).
 ``outputs`` is empty and ``host_ops`` 0: RD_OUT moves every finished output (a bank's MAC tree
-sums all 16 lanes) to the GPR inside the stream. VA and ReLU are refused: the command set has
-no element-wise operation (:data:`UNSUPPORTED`).
+sums all 16 lanes) to the GPR inside the stream. VA and ReLU (batched or not) are refused: the
+command set has no element-wise operation (:data:`UNSUPPORTED`).
 
 :func:`default_draft` is AiM's fixed mapping as a DCC draft (``compiler.kernels`` and
 ``compiler.plan``: outputs over all banks; GEMV outputs over the channels, attention tokens
@@ -107,6 +108,10 @@ UNSUPPORTED: dict[DccKernel, str] = {
     DccKernel.VA: "vector addition needs an element-wise add, and the MAC is an all-bank dot "
     "product",
     DccKernel.RELU: "ReLU needs an element-wise max, and the MAC is an all-bank dot product",
+    DccKernel.BATCHED_VA: "vector addition needs an element-wise add, and the MAC is an "
+    "all-bank dot product",
+    DccKernel.BATCHED_RELU: "ReLU needs an element-wise max, and the MAC is an all-bank dot "
+    "product",
 }
 
 
@@ -133,6 +138,7 @@ FORMS: dict[DccKernel, Form] = {
     DccKernel.QK: Form(1, 2, 0, None, "K", "Q", "S"),  # sets h, t, d
     DccKernel.SV: Form(1, 2, 0, None, "V", "P", "O"),  # sets h, d, t
     DccKernel.RED: Form(0, 1, None, None, "A", "", "r"),
+    DccKernel.BATCHED_RED: Form(1, 2, 0, None, "A", "", "r"),  # sets b, m, n: A[b] each
 }
 
 
@@ -345,6 +351,8 @@ def _operands(kernel: DccKernel, plan: _Plan, arrays: dict[str, np.ndarray], siz
     )
     if kernel is DccKernel.QK:  # K[h] (t x d), Q[h]
         return [(a[h], x[h][None]) for h in range(plan.heads)]
+    if kernel is DccKernel.BATCHED_RED:  # A[b] (m x n), ones
+        return [(a[b], x[None]) for b in range(plan.heads)]
     if kernel is DccKernel.SV:  # V[h]^T (d x t), P[h]
         return [(a[h].T, x[h][None]) for h in range(plan.heads)]
     return [(a, np.atleast_2d(x))]
@@ -379,7 +387,7 @@ def run_group(
     for (h, first, n, p), base in zip(plan.gemvs, plan.gpr_base, strict=True):
         span = p.plan.gpr_out_base + p.plan.heads * p.plan.groups
         rows[h, first : first + n] = p.read_outputs(out[base : base + span])[:, order]
-    if kernel in (DccKernel.QK, DccKernel.SV):
+    if plan.form.head_set is not None:  # qk, sv, batched-red: one row per head
         result = rows[:, 0]
     elif kernel is DccKernel.BATCHED_GEMV:
         result = rows[0]
@@ -397,6 +405,7 @@ CHANNEL_SET: dict[DccKernel, tuple[int, bool]] = {
     DccKernel.QK: (1, True),
     DccKernel.SV: (2, False),
     DccKernel.RED: (0, True),
+    DccKernel.BATCHED_RED: (1, True),
 }
 
 

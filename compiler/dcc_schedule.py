@@ -346,6 +346,9 @@ class DccKernel(StrEnum):
     RED = "red"
     VA = "va"
     RELU = "relu"
+    BATCHED_RED = "batched-red"
+    BATCHED_VA = "batched-va"
+    BATCHED_RELU = "batched-relu"
 
 
 #: Each kernel's loop nest from its sizes (the body's references; the innermost loop last).
@@ -382,4 +385,20 @@ DCC_KERNELS: dict[DccKernel, Callable[..., LoopNest]] = {
     DccKernel.VA: lambda n: _nest({"C": (n,), "A": (n,), "B": (n,)}, {"n": n}, "C[n] A[n] B[n]"),
     # Y[n] = max(X[n], 0)
     DccKernel.RELU: lambda n: _nest({"Y": (n,), "X": (n,)}, {"n": n}, "Y[n] X[n]"),
+    # r[b][m] += A[b][m][n]: RED per batch row (DCC V, Fig. 7's "batch size")
+    DccKernel.BATCHED_RED: lambda batch, rows, cols: _nest(
+        {"r": (batch, rows), "A": (batch, rows, cols)},
+        {"b": batch, "m": rows, "n": cols},
+        "r[b][m] A[b][m][n]",
+    ),
+    # C[b][n] = A[b][n] + B[b][n]
+    DccKernel.BATCHED_VA: lambda batch, n: _nest(
+        {"C": (batch, n), "A": (batch, n), "B": (batch, n)},
+        {"b": batch, "n": n},
+        "C[b][n] A[b][n] B[b][n]",
+    ),
+    # Y[b][n] = max(X[b][n], 0)
+    DccKernel.BATCHED_RELU: lambda batch, n: _nest(
+        {"Y": (batch, n), "X": (batch, n)}, {"b": batch, "n": n}, "Y[b][n] X[b][n]"
+    ),
 }

@@ -76,6 +76,9 @@ BANK_TENSOR: dict[DccKernel, str] = {
     DccKernel.RED: "A",
     DccKernel.VA: "A",
     DccKernel.RELU: "X",
+    DccKernel.BATCHED_RED: "A",
+    DccKernel.BATCHED_VA: "A",
+    DccKernel.BATCHED_RELU: "X",
 }
 
 #: The loop variable of each kernel that is a batch or attention heads (DCC V: the default
@@ -84,6 +87,9 @@ BATCH_SETS: dict[DccKernel, str] = {
     DccKernel.BATCHED_GEMV: "n",
     DccKernel.QK: "h",
     DccKernel.SV: "h",
+    DccKernel.BATCHED_RED: "b",
+    DccKernel.BATCHED_VA: "b",
+    DccKernel.BATCHED_RELU: "b",
 }
 
 
@@ -241,7 +247,9 @@ def default_draft(cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...])
     representative; the batch / head set over ``min(size, groups)`` groups (every device's
     channels: DCC V's "16 channels" are one device's, and its system has five); the
     bank tensor's first other dimension over the bank groups' cores, its second over the
-    cores within a bank group (a one-dimensional tensor: all the group's cores)."""
+    cores within a bank group (a one-dimensional tensor: all the group's cores); a dimension
+    of extent 1 is no dimension to spread (Fig. 7's RED of a length-N vector per batch row,
+    ``batched-red`` (B, 1, N), spreads N as VA does)."""
     kernel = DccKernel(kernel)
     if cfg.kind in BACKEND_DEFAULTS:
         return BACKEND_DEFAULTS[cfg.kind][1](cfg, kernel, tuple(sizes))
@@ -256,9 +264,11 @@ def default_draft(cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...])
         next(((d, n, f) for d, n, f in ds.mappings() if d.startswith(tensor)), ds.mappings()[0])
         for ds in sets
     ]
-    # the bank tensor's dimensions in its own order (the "first" and "second" of DCC V)
+    # the bank tensor's dimensions in its own order (the "first" and "second" of DCC V); one
+    # of extent 1 has nothing to spread and is skipped (A[b][1][n] is the tensor A[b][n])
     order = sorted(
-        (k for k, (_, _, f) in enumerate(reps) if f.var != batch), key=lambda k: reps[k][0]
+        (k for k, (_, _, f) in enumerate(reps) if f.var != batch and trips[f.var] > 1),
+        key=lambda k: reps[k][0],
     )
     spread = [across_bg, per_bg] if len(order) > 1 else [cfg.cores_per_group]
     cores = {k: spread[i] if i < len(spread) else 1 for i, k in enumerate(order)}
@@ -267,5 +277,5 @@ def default_draft(cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...])
         if f.var == batch:
             parts.append(Part(min(cfg.groups, trips[f.var]), 1, dim, size, f))
         else:
-            parts.append(Part(1, cores[k], dim, size, f))
+            parts.append(Part(1, cores.get(k, 1), dim, size, f))
     return tuple(parts)

@@ -17,6 +17,8 @@ the same broadcast stream on its own banks (padding where its share is short); u
   ``n`` split's partials.
 - VA (``n``): ``FILL`` A, ``ADD`` B, drain, ``MOV`` C, 8 vectors per round.
 - RELU (``n``): ``FILL`` X, ``MOV`` Y with the ReLU flag, 8 vectors per round.
+- Batched RED (``b, m, n``), VA and RELU (``b, n``): the same programs; a unit's batch rows
+  fold into its rows (RED) or rounds (VA, RELU), batch row outermost.
 
 :func:`run_group` places a share's tensors where ``inputs`` says, runs the stream on
 :func:`models.hbm_pim.execute`, reads ``outputs`` and applies the host's adds. ``docs/dcc.md``
@@ -163,7 +165,10 @@ def _program(
     host_ops = 0
     for _, idx in scatter.values():
         valid = idx[idx >= 0]
-        host_ops += len(valid) - len(np.unique(valid))
+        if len(valid):  # distinct elements by a mark per index (np.unique sorts or hashes)
+            seen = np.zeros(int(valid.max()) + 1, bool)
+            seen[valid] = True
+            host_ops += len(valid) - int(np.count_nonzero(seen))
     prog = GroupProgram(stream, tl.cycles, tl.counts, inputs, outputs, int(host_ops))
     return _Lowered(
         prog,
@@ -340,13 +345,20 @@ def _elementwise(
 ) -> _Lowered:
     """Rounds of ``R`` vectors per unit in the unit's first bank: step ``s`` of round ``c``
     addresses columns ``stride * c + s * R + e`` (e < R); a step is (tensor, RD/WR, drain
-    reads after it). Inputs are the RD steps' tensors, the output the WR step's."""
-    (size,), c = sizes, cfg.core
+    reads after it). Inputs are the RD steps' tensors, the output the WR step's.
+
+    ``sizes`` / ``cores`` are ``(n,)`` or, with a batch set, ``(b, n)``: the batch folds into
+    the rounds (a unit's ``b_s`` batch rows, each its own ``ceil(n_s / lanes)`` vectors, one
+    after the other: a vector never spans two batch rows, as SIMD runs along ``n``)."""
+    batched = len(sizes) == 2
+    (b, n), cb = (sizes if batched else (1, *sizes)), (cores if batched else (1, *cores))
+    c = cfg.core
     R, L, bpu, cols = c.output_regs, c.lanes, c.banks, cfg.group.columns_per_row
-    (share,) = (_ceil(size, cores[0]),)
-    vectors = _ceil(share, L)
-    rounds = _ceil(vectors, R)
-    _fits_rows(kernel, _ceil(rounds * stride, cols), f"a unit's share of {share:,} elements")
+    shares = (_ceil(b, cb[0]), _ceil(n, cb[1]))
+    K = _ceil(shares[1], L)  # vectors per batch row
+    rounds = _ceil(shares[0] * K, R)
+    what = f"{shares[0]:,} x {shares[1]:,}" if batched else f"{shares[1]:,}"
+    _fits_rows(kernel, _ceil(rounds * stride, cols), f"a unit's share of {what} elements")
     prog = _repeat(prog_body, rounds) + [encode_instr(Instr.EXIT)]
     _fits_crf(cfg, kernel, prog, f"{rounds:,} rounds of {R} vectors")
     em, payload, zero, on = _frame(cfg, prog)
@@ -363,97 +375,130 @@ def _elementwise(
     em.column(Op.WR, 0, reg, CTRL_COLUMN, zero)
     mode_exit(cfg, em, zero)
     gather: dict[str, tuple[list, list]] = {name: ([], []) for name, _, _ in steps}
-    for u, (n0,), (nr,) in _units(cores, (share,), sizes):
-        v = np.arange(_ceil(nr, L))
-        idx = v[:, None] * L + np.arange(L)
+    for u, (b0, n0), (br, nr) in _units(cb, shares, (b, n)):
+        bb, k = (g.ravel() for g in np.meshgrid(np.arange(br), np.arange(_ceil(nr, L)),
+                                                indexing="ij"))  # fmt: skip
+        v = bb * K + k  # the unit's vector of (batch row, vector of the row)
+        idx = k[:, None] * L + np.arange(L)
         for s, (name, _, _) in enumerate(steps):
             lin = stride * (v // R) + s * R + v % R
             gather[name][0].append(_addresses(np.full(v.shape, u * bpu), lin // cols, lin % cols))
-            gather[name][1].append(np.where(idx < nr, n0 + idx, -1))
+            gather[name][1].append(np.where(idx < nr, (b0 + bb)[:, None] * n + n0 + idx, -1))
     parts = {k: (np.concatenate(a), np.concatenate(i)) for k, (a, i) in gather.items()}
     out = next(name for name, op, _ in steps if op is Op.WR)
     scatter = {out: parts.pop(out)}
     return _program(cfg, em.array(), payload, parts, scatter)
 
 
-def _va(cfg, sizes, cores, arrays=None) -> _Lowered:
-    _check(cfg, DccKernel.VA, sizes, cores)
-    c = cfg.core
-    R, drain = c.output_regs, c.pipeline_drain
-    body = [encode_instr(Instr.FILL, Bank.GRF_B, Bank.EVEN, aam=True)] + _jump(1, R - 1)
-    body += [encode_instr(Instr.ADD, Bank.GRF_B, Bank.GRF_B, Bank.EVEN, aam=True)]
-    body += _jump(1, R - 1) + ([encode_instr(Instr.NOP, imm1=drain)] if drain else [])
-    body += [encode_instr(Instr.MOV, Bank.EVEN, Bank.GRF_B, aam=True)] + _jump(1, R - 1)
-    steps = [("A", Op.RD, 0), ("B", Op.RD, drain), ("C", Op.WR, 0)]
-    return _elementwise(cfg, DccKernel.VA, sizes, cores, steps, body, 3 * R)
+def _va_like(kernel: DccKernel):
+    """VA (``n``) or batched VA (``b, n``): FILL A, ADD B, drain, MOV C."""
+
+    def lower(cfg, sizes, cores, arrays=None) -> _Lowered:
+        _check(cfg, kernel, sizes, cores)
+        c = cfg.core
+        R, drain = c.output_regs, c.pipeline_drain
+        body = [encode_instr(Instr.FILL, Bank.GRF_B, Bank.EVEN, aam=True)] + _jump(1, R - 1)
+        body += [encode_instr(Instr.ADD, Bank.GRF_B, Bank.GRF_B, Bank.EVEN, aam=True)]
+        body += _jump(1, R - 1) + ([encode_instr(Instr.NOP, imm1=drain)] if drain else [])
+        body += [encode_instr(Instr.MOV, Bank.EVEN, Bank.GRF_B, aam=True)] + _jump(1, R - 1)
+        steps = [("A", Op.RD, 0), ("B", Op.RD, drain), ("C", Op.WR, 0)]
+        return _elementwise(cfg, kernel, sizes, cores, steps, body, 3 * R)
+
+    return lower
 
 
-def _relu(cfg, sizes, cores, arrays=None) -> _Lowered:
-    _check(cfg, DccKernel.RELU, sizes, cores)
-    R = cfg.core.output_regs
-    body = [encode_instr(Instr.FILL, Bank.GRF_B, Bank.EVEN, aam=True)] + _jump(1, R - 1)
-    body += [encode_instr(Instr.MOV, Bank.EVEN, Bank.GRF_B, aam=True, relu=True)]
-    body += _jump(1, R - 1)
-    steps = [("X", Op.RD, 0), ("Y", Op.WR, 0)]
-    return _elementwise(cfg, DccKernel.RELU, sizes, cores, steps, body, 2 * R)
+def _relu_like(kernel: DccKernel):
+    """RELU (``n``) or batched RELU (``b, n``): FILL X, MOV Y with the ReLU flag."""
+
+    def lower(cfg, sizes, cores, arrays=None) -> _Lowered:
+        _check(cfg, kernel, sizes, cores)
+        R = cfg.core.output_regs
+        body = [encode_instr(Instr.FILL, Bank.GRF_B, Bank.EVEN, aam=True)] + _jump(1, R - 1)
+        body += [encode_instr(Instr.MOV, Bank.EVEN, Bank.GRF_B, aam=True, relu=True)]
+        body += _jump(1, R - 1)
+        steps = [("X", Op.RD, 0), ("Y", Op.WR, 0)]
+        return _elementwise(cfg, kernel, sizes, cores, steps, body, 2 * R)
+
+    return lower
 
 
 # ----------------------------------------------------------------------------- RED
 
 
-def _red(cfg, sizes, cores, arrays=None) -> _Lowered:
-    """``r[m] = sum_n A[m][n]``: rounds of ``R`` rows; row ``e``'s ``K`` vectors at columns
-    ``R K c + R k + e`` (FILL the first, ADD the rest into GRF_B[e]), results after them."""
-    kernel = DccKernel.RED
-    _check(cfg, kernel, sizes, cores)
-    m, n = sizes
-    c = cfg.core
-    R, L, bpu, cols, drain = c.output_regs, c.lanes, c.banks, cfg.group.columns_per_row, 0
-    shares = (_ceil(m, cores[0]), _ceil(n, cores[1]))
-    K = _ceil(shares[1], L)
-    rounds = _ceil(shares[0], R)
-    res_base = rounds * R * K
-    _fits_rows(kernel, _ceil(res_base + rounds * R, cols), f"a unit's share {shares}")
-    body = [encode_instr(Instr.FILL, Bank.GRF_B, Bank.EVEN, aam=True)] + _jump(1, R - 1)
-    left = R * (K - 1)
-    while left:
-        k = min(left, JUMP_MAX + 1)
-        body += [encode_instr(Instr.ADD, Bank.GRF_B, Bank.GRF_B, Bank.EVEN, aam=True)]
-        body += _jump(1, k - 1)
-        left -= k
-    if K > 1 and c.pipeline_drain:
-        drain = c.pipeline_drain
-        body.append(encode_instr(Instr.NOP, imm1=drain))
-    body += [encode_instr(Instr.MOV, Bank.EVEN, Bank.GRF_B, aam=True)] + _jump(1, R - 1)
-    prog = _repeat(body, rounds) + [encode_instr(Instr.EXIT)]
-    _fits_crf(cfg, kernel, prog, f"{K} vectors per row, {rounds} rounds of {R} rows")
-    em, payload, zero, on = _frame(cfg, prog)
-    reg = cfg.group.register_row
-    em.column(Op.WR, 0, reg, CTRL_COLUMN, on)
-    r = np.arange(rounds)[:, None]
-    reads = r * R * K + np.minimum(np.arange(R * K + drain), R * K - 1)  # then the drain's
-    lin = np.concatenate([reads, res_base + r * R + np.arange(R)], axis=1)
-    op_ = np.repeat([int(Op.RD), int(Op.WR)], [R * K + drain, R])
-    em.columns(np.broadcast_to(op_, lin.shape), 0, lin // cols, lin % cols,
-               np.broadcast_to(np.where(op_ == int(Op.WR), zero, -1), lin.shape))  # fmt: skip
-    em.column(Op.WR, 0, reg, CTRL_COLUMN, zero)
-    mode_exit(cfg, em, zero)
-    a_addr, a_idx, r_addr, r_idx = [], [], [], []
-    lanes = np.arange(L)
-    for u, (m0, n0), (mr, nr) in _units(cores, shares, sizes):
-        ml, k = np.meshgrid(np.arange(mr), np.arange(K), indexing="ij")
-        ml, k = ml.ravel(), k.ravel()
-        lin = ml // R * R * K + k * R + ml % R
-        a_addr.append(_addresses(np.full(lin.shape, u * bpu), lin // cols, lin % cols))
-        nl = k[:, None] * L + lanes
-        a_idx.append(np.where(nl < nr, (m0 + ml)[:, None] * n + n0 + nl, -1))
-        ml = np.arange(mr)
-        lin = res_base + ml
-        r_addr.append(_addresses(np.full(lin.shape, u * bpu), lin // cols, lin % cols))
-        r_idx.append(np.repeat((m0 + ml)[:, None], L, axis=1))
-    gather = {"A": (np.concatenate(a_addr), np.concatenate(a_idx))}
-    scatter = {"r": (np.concatenate(r_addr), np.concatenate(r_idx))}
-    return _program(cfg, em.array(), payload, gather, scatter)
+def _red_like(kernel: DccKernel):
+    """RED ``r[m] = sum_n A[m][n]`` (sets ``m, n``) or batched RED ``r[b][m]`` (``b, m, n``):
+    rounds of ``R`` rows (a unit's ``b_s x m_s`` rows, batch row outermost: the batch folds
+    into the rows); row ``e``'s ``K`` vectors at columns ``R K c + R k + e`` (FILL the first,
+    ADD the rest into GRF_B[e]), results after them.
+
+    A unit with fewer than ``R`` rows would leave GRF_B entries (and their triggers) to
+    padding rows: each row is then folded into ``f`` segments of ``ceil(K / f)`` vectors
+    (``f = ceil(K / ceil(K / (R // rows)))``, every segment non-empty), one GRF_B entry each,
+    and the host adds the ``f`` lane-vectors of a row with its lanes."""
+
+    def lower(cfg, sizes, cores, arrays=None) -> _Lowered:
+        _check(cfg, kernel, sizes, cores)
+        batched = len(sizes) == 3
+        b, m, n = sizes if batched else (1, *sizes)
+        cb = cores if batched else (1, *cores)
+        c = cfg.core
+        R, L, bpu, cols, drain = c.output_regs, c.lanes, c.banks, cfg.group.columns_per_row, 0
+        shares = (_ceil(b, cb[0]), _ceil(m, cb[1]), _ceil(n, cb[2]))
+        rows_u = shares[0] * shares[1]
+        K0 = _ceil(shares[2], L)  # vectors of a row
+        fold = _ceil(K0, _ceil(K0, R // rows_u)) if rows_u < R else 1
+        K = _ceil(K0, fold)  # vectors per GRF_B entry
+        rounds = _ceil(rows_u * fold, R)
+        res_base = rounds * R * K
+        shown = shares if batched else shares[1:]
+        _fits_rows(kernel, _ceil(res_base + rounds * R, cols), f"a unit's share {shown}")
+        body = [encode_instr(Instr.FILL, Bank.GRF_B, Bank.EVEN, aam=True)] + _jump(1, R - 1)
+        left = R * (K - 1)
+        while left:
+            k = min(left, JUMP_MAX + 1)
+            body += [encode_instr(Instr.ADD, Bank.GRF_B, Bank.GRF_B, Bank.EVEN, aam=True)]
+            body += _jump(1, k - 1)
+            left -= k
+        if K > 1 and c.pipeline_drain:
+            drain = c.pipeline_drain
+            body.append(encode_instr(Instr.NOP, imm1=drain))
+        body += [encode_instr(Instr.MOV, Bank.EVEN, Bank.GRF_B, aam=True)] + _jump(1, R - 1)
+        prog = _repeat(body, rounds) + [encode_instr(Instr.EXIT)]
+        _fits_crf(cfg, kernel, prog, f"{K} vectors per row, {rounds} rounds of {R} rows")
+        em, payload, zero, on = _frame(cfg, prog)
+        reg = cfg.group.register_row
+        em.column(Op.WR, 0, reg, CTRL_COLUMN, on)
+        r = np.arange(rounds)[:, None]
+        reads = r * R * K + np.minimum(np.arange(R * K + drain), R * K - 1)  # then the drain's
+        lin = np.concatenate([reads, res_base + r * R + np.arange(R)], axis=1)
+        op_ = np.repeat([int(Op.RD), int(Op.WR)], [R * K + drain, R])
+        em.columns(np.broadcast_to(op_, lin.shape), 0, lin // cols, lin % cols,
+                   np.broadcast_to(np.where(op_ == int(Op.WR), zero, -1), lin.shape))  # fmt: skip
+        em.column(Op.WR, 0, reg, CTRL_COLUMN, zero)
+        mode_exit(cfg, em, zero)
+        a_addr, a_idx, r_addr, r_idx = [], [], [], []
+        lanes = np.arange(L)
+        for u, (b0, m0, n0), (br, mr, nr) in _units(cb, shares, (b, m, n)):
+            bb, mm = (g.ravel() for g in np.meshgrid(np.arange(br), np.arange(mr),
+                                                     indexing="ij"))  # fmt: skip
+            rows = bb * shares[1] + mm  # the unit's row (batch row outermost)
+            row = (b0 + bb) * m + m0 + mm  # its row of r (flat over b, m)
+            # vector v of a row: segment v // K, its GRF_B entry (virtual row) e
+            ml, v = (g.ravel() for g in np.meshgrid(rows, np.arange(fold * K), indexing="ij"))
+            e, k = ml * fold + v // K, v % K
+            fl = np.repeat(row, fold * K)
+            lin = e // R * R * K + k * R + e % R
+            a_addr.append(_addresses(np.full(lin.shape, u * bpu), lin // cols, lin % cols))
+            nl = v[:, None] * L + lanes
+            a_idx.append(np.where(nl < nr, fl[:, None] * n + n0 + nl, -1))
+            lin = res_base + (rows[:, None] * fold + np.arange(fold)).ravel()
+            r_addr.append(_addresses(np.full(lin.shape, u * bpu), lin // cols, lin % cols))
+            r_idx.append(np.repeat(np.repeat(row, fold)[:, None], L, axis=1))
+        gather = {"A": (np.concatenate(a_addr), np.concatenate(a_idx))}
+        scatter = {"r": (np.concatenate(r_addr), np.concatenate(r_idx))}
+        return _program(cfg, em.array(), payload, gather, scatter)
+
+    return lower
 
 
 _LOWER: dict[DccKernel, Callable[..., _Lowered]] = {
@@ -461,9 +506,12 @@ _LOWER: dict[DccKernel, Callable[..., _Lowered]] = {
     DccKernel.BATCHED_GEMV: _batched_gemv,
     DccKernel.QK: _qk,
     DccKernel.SV: _sv,
-    DccKernel.RED: _red,
-    DccKernel.VA: _va,
-    DccKernel.RELU: _relu,
+    DccKernel.RED: _red_like(DccKernel.RED),
+    DccKernel.VA: _va_like(DccKernel.VA),
+    DccKernel.RELU: _relu_like(DccKernel.RELU),
+    DccKernel.BATCHED_RED: _red_like(DccKernel.BATCHED_RED),
+    DccKernel.BATCHED_VA: _va_like(DccKernel.BATCHED_VA),
+    DccKernel.BATCHED_RELU: _relu_like(DccKernel.BATCHED_RELU),
 }
 
 GROUP_LOWERINGS: dict[
@@ -472,7 +520,8 @@ GROUP_LOWERINGS: dict[
     kernel: (lambda cfg, sizes, cores, _f=f: _f(cfg, tuple(sizes), tuple(cores)).program)
     for kernel, f in _LOWER.items()
 }
-"""The HBM-PIM group lowering of each DCC kernel (all seven of :class:`DccKernel`)."""
+"""The HBM-PIM group lowering of each DCC kernel it runs: GEMV, batched GEMV, QK^T, SV, RED, VA,
+RELU and the batched RED, VA and RELU."""
 
 
 #: Which set's size each argument of ``DCC_KERNELS[kernel]`` takes, where the sets are not in

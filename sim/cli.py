@@ -163,6 +163,11 @@ COMMANDS: tuple[Command, ...] = (
         "sim.experiments.dcc_figs",
     ),
     Command(
+        "dcc-fig8",
+        "DCC Fig. 8 shape: generation time by phase, GPU vs AttAcc Base/Full with and without DCC",
+        "sim.experiments.dcc_fig8",
+    ),
+    Command(
         "sweep-run",
         "a design-space sweep file, each point a Ray task, cached and resumable",
         "sim.experiments.sweep_run",

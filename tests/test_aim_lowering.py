@@ -116,6 +116,7 @@ def test_rearrangement_writes_by_hand() -> None:
         (DccKernel.QK, (3, 50, 40), (1, 16, 1)),  # three heads, three matrices
         (DccKernel.SV, (3, 40, 50), (1, 9, 1)),  # sets h, d, t
         (DccKernel.RED, (60, 100), (16, 1)),
+        (DccKernel.BATCHED_RED, (3, 60, 100), (1, 16, 1)),  # a matrix per batch row
     ],
 )
 def test_results_equal_numpy(kernel, sizes, cores) -> None:
@@ -139,10 +140,15 @@ def test_results_equal_numpy(kernel, sizes, cores) -> None:
         o = run_group(AIM, kernel, sizes, cores, {"V": v, "P": p})["O"]
         for j in range(h):
             assert_close(o[j][None], v[j].T, p[j][None])
-    else:
+    elif kernel is DccKernel.RED:
         a = fp16(*sizes)
         r = run_group(AIM, kernel, sizes, cores, {"A": a})["r"]
         assert_close(r[None], a, np.ones((1, sizes[1]), np.float16))
+    else:
+        a = fp16(*sizes)
+        r = run_group(AIM, kernel, sizes, cores, {"A": a})["r"]
+        for b in range(sizes[0]):
+            assert_close(r[b][None], a[b], np.ones((1, sizes[2]), np.float16))
 
 
 def test_batch_beyond_the_gpr_runs_as_several_gemvs() -> None:
@@ -167,6 +173,7 @@ def test_batch_beyond_the_gpr_runs_as_several_gemvs() -> None:
     [
         (DccKernel.VA, (64,), (16,), r"AiM cannot run va .*element-wise add"),
         (DccKernel.RELU, (64,), (16,), r"AiM cannot run relu .*element-wise max"),
+        (DccKernel.BATCHED_VA, (2, 64), (1, 16), r"AiM cannot run batched-va .*element-wise"),
         (DccKernel.GEMV, (64, 128), (4, 2), r"set i over 2 cores: AiM's MAC reads one GBuf"),
         (DccKernel.BATCHED_GEMV, (4, 64, 128), (2, 8, 1), r"set n over 2 cores"),
         (DccKernel.QK, (2, 64, 128), (2, 8, 1), r"set h over 2 cores"),

@@ -145,3 +145,24 @@ def test_gpu_roofline_by_hand() -> None:
     # VA reads two vectors and writes one
     n = 1 << 20
     assert gpu_seconds(HBM, DccKernel.VA, (n,)) == pytest.approx(3 * n * 2 / (2039e9 * 0.85))
+    # the batched kernels: the same bytes as their unbatched kernel over batch x rows
+    assert gpu_seconds(HBM, DccKernel.BATCHED_VA, (4, n // 4)) == gpu_seconds(
+        HBM, DccKernel.VA, (n,)
+    )
+    assert gpu_seconds(HBM, DccKernel.BATCHED_RELU, (2, 4096)) == pytest.approx(
+        2 * 2 * 4096 * 2 / (2039e9 * 0.85)
+    )
+    assert gpu_seconds(HBM, DccKernel.BATCHED_RED, (4, 3, 1024)) == gpu_seconds(
+        HBM, DccKernel.RED, (12, 1024)
+    )
+
+
+def test_kernel_without_a_lowering_is_refused_by_name() -> None:
+    """AttAcc lowers neither VA nor the batched RED (its RED lowering is unbatched): a
+    specific refusal, not a KeyError."""
+    attacc = load_backend("attacc")
+    d = (Part(1, 1, "r0", 2, Index("b")), Part(1, 1, "r1", 1, Index("m")),
+         Part(1, 1, "A2", 64, Index("n")))  # fmt: skip
+    with pytest.raises(DccError, match=r"kernel batched-red has no group lowering on back end "
+                       r"attacc \(kind attacc lowers only gemv, .*red"):  # fmt: skip
+        draft_cost(attacc, DccKernel.BATCHED_RED, (2, 1, 64), d)

@@ -19,15 +19,52 @@ from tests.test_dcc_cost import small_backend
 
 def test_readings_of_the_paper_sizes() -> None:
     fig7 = FIGURES[Figure.FIG7]()
-    assert len(fig7) == 8  # 4 sizes x batches 1 and 4
-    backend, kernel, shape, placement, label = fig7[-1]
-    assert (backend, kernel, shape, label) == ("hbm-pim", "qk", (256, 4096, 128),
-                                               {"batch": 4, "size": "64x4096"})  # fmt: skip
+    # GEMV: 4 sizes x batches 1 and 4; RED, VA, RELU: 3 tensor sizes x batches 1, 2, 4
+    assert [dcc_figs.panel(c[4]) for c in fig7] == ["GEMV"] * 8 + ["RED"] * 9 + ["VA"] * 9 + [
+        "RELU"
+    ] * 9
+    backend, kernel, shape, placement, label = fig7[7]
+    assert (backend, kernel, shape) == ("hbm-pim", "qk", (256, 4096, 128))
+    assert label == {"batch": 4, "size": "64x4096", "kernel": "GEMV"}
     assert placement == Placement.RESIDENT
+    cases = {(c[1], c[2]): c[4] for c in fig7}
+    assert cases[("batched-red", (2, 1, 4096))] == {"batch": 2, "size": "4096", "kernel": "RED"}
+    assert cases[("batched-va", (4, 1024))]["kernel"] == "VA"
+    assert cases[("batched-relu", (1, 2048))]["kernel"] == "RELU"
     fig2 = FIGURES[Figure.FIG2]()
     assert {c[1] for c in fig2} == {"red", "batched-gemv"}
     assert all(c[3] == Placement.EVERY_CALL for c in fig2)
     assert ("hbm-pim", "red", (16 * 256, 2048)) in {c[:3] for c in fig2}
+
+
+def test_fig7_panels_and_their_summary(tmp_path: Path, capsys, monkeypatch) -> None:
+    """--panels runs only the named panels; the summary has one set of geomeans per panel
+    (GEMV's unprefixed, as the paper's text names them)."""
+    cfg = str(small_backend(tmp_path))
+    gemv = {"batch": 1, "size": "2x64", "kernel": "GEMV"}
+    cases = [(cfg, "qk", (2, 64, 128), "resident", gemv)] + [
+        (cfg, "batched-va", (b, 512), "resident", {"batch": b, "size": "512", "kernel": "VA"})
+        for b in (2, 1)
+    ]
+    monkeypatch.setitem(FIGURES, Figure.FIG7, lambda: cases)
+    report, png = tmp_path / "f.json", tmp_path / "f.png"
+    rc, out, err = run_cli(capsys, "dcc-figs", "--figure", "fig7", "--panels", "va",
+                           "--report", report, "--plot", png)  # fmt: skip
+    assert rc == 0, err
+    doc = json.loads(report.read_text())
+    assert [r["kernel"] for r in doc["rows"]] == ["VA", "VA"]
+    s = doc["summary"]
+    assert set(s) == {"VA_default_over_gpu_geomean", "VA_dcc_over_gpu_geomean",
+                      "VA_dcc_over_default_geomean"}  # fmt: skip
+    want = math.sqrt(doc["rows"][0]["dcc_over_default"] * doc["rows"][1]["dcc_over_default"])
+    assert s["VA_dcc_over_default_geomean"] == pytest.approx(want)
+    assert "VA_dcc_over_default_geomean" in out and "(paper 1.69)" in out
+    rc, _, err = run_cli(capsys, "dcc-figs", "--figure", "fig7", "--panels", "GEMV,ATTN",
+                         "--report", report, "--plot", png, "--force")  # fmt: skip
+    assert rc == 2 and "--panels GEMV,ATTN: figure fig7 has panels GEMV, VA; ATTN is not one" in err
+    full = summary(Figure.FIG7, [{**r, "kernel": "GEMV"} for r in doc["rows"]])
+    assert set(full) == {"default_over_gpu_geomean", "dcc_over_gpu_geomean",
+                         "dcc_over_default_geomean"}  # fmt: skip
 
 
 def test_figure_run_writes_rows_and_summary(tmp_path: Path, capsys, monkeypatch) -> None:

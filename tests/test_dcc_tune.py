@@ -29,6 +29,9 @@ HBM = load_backend("hbm-pim")
         (DccKernel.RED, (64, 128)),
         (DccKernel.VA, (512,)),
         (DccKernel.RELU, (300,)),
+        (DccKernel.BATCHED_RED, (2, 3, 64)),
+        (DccKernel.BATCHED_VA, (2, 200)),
+        (DccKernel.BATCHED_RELU, (3, 100)),
     ],
 )
 def test_pruned_search_finds_the_exhaustive_best(tmp_path: Path, kernel, sizes) -> None:
@@ -64,6 +67,28 @@ def test_default_draft_is_dcc_v_mapping() -> None:
     assert [(p.groups, p.cores) for p in d] == [(1, 8)]
     every, _ = kernel_drafts(HBM, DccKernel.GEMV, (1024, 1024), pruned=False)
     assert default_draft(HBM, DccKernel.GEMV, (1024, 1024)) in every
+
+
+def test_default_draft_of_the_batched_kernels() -> None:
+    """Batches over the pseudo-channels (DCC V); then RED's A[b][m][n]: m over the bank groups'
+    4 units, n over the 2 units of a bank group; VA / RELU's one dimension over all 8."""
+    d = default_draft(HBM, DccKernel.BATCHED_RED, (4, 3, 1024))
+    assert [(p.groups, p.cores, p.dim) for p in d] == [(4, 1, "A0"), (1, 4, "A1"), (1, 2, "A2")]
+    # a row of one element per batch: A[b][1][n] is A[b][n], n over all 8 units as VA's
+    d = default_draft(HBM, DccKernel.BATCHED_RED, (4, 1, 1024))
+    assert [(p.groups, p.cores, p.dim) for p in d] == [(4, 1, "A0"), (1, 1, "A1"), (1, 8, "A2")]
+    d = default_draft(HBM, DccKernel.RED, (1, 1024))
+    assert [(p.groups, p.cores) for p in d] == [(1, 1), (1, 8)]
+    for kernel, tensor in ((DccKernel.BATCHED_VA, "A"), (DccKernel.BATCHED_RELU, "X")):
+        d = default_draft(HBM, kernel, (2, 4096))
+        assert [(p.groups, p.cores, p.dim) for p in d] == [
+            (2, 1, f"{tensor}0"),
+            (1, 8, f"{tensor}1"),
+        ]
+    d = default_draft(HBM, DccKernel.BATCHED_VA, (100, 64))  # more batches than the 80 groups
+    assert d[0].groups == 80
+    every, _ = kernel_drafts(HBM, DccKernel.BATCHED_RED, (4, 1, 1024), pruned=False)
+    assert default_draft(HBM, DccKernel.BATCHED_RED, (4, 1, 1024)) in every
 
 
 def test_search_refuses_when_nothing_runs() -> None:
@@ -111,6 +136,20 @@ def test_tune_command(tmp_path: Path, capsys) -> None:
 def test_tune_refusals(extra, message, capsys) -> None:
     rc, _, err = run_cli(capsys, "tune", *extra)
     assert rc != 0 and re.search(message, err), err
+
+
+def test_tune_batched_red(tmp_path: Path, capsys) -> None:
+    cfg = small_backend(tmp_path)
+    rc, out, err = run_cli(capsys, "tune", "--kernel", "batched-red", "--shape", "2,1,1024",
+                           "--backend", str(cfg), "--json")  # fmt: skip
+    assert rc == 0, err
+    r = json.loads(out)
+    assert r["dimension_sets"] == [["r0", "A0"], ["r1", "A1"], ["A2"]]
+    assert r["default"]["draft"] == "[2, 1, A0^b] [1, 1, A1^m] [1, 8, A2^n]"
+    assert r["speedup"]["over_default"] >= 1.0
+    rc, _, err = run_cli(capsys, "tune", "--kernel", "batched-red", "--shape", "2,1,64",
+                         "--backend", "attacc")  # fmt: skip
+    assert rc == 2 and "kernel batched-red has no group lowering on back end attacc" in err
 
 
 def test_tune_reports_a_default_that_cannot_run(capsys) -> None:

@@ -40,6 +40,9 @@ EXPECTED = {
     "L-fig7a": Verdict.TREND,
     "L-table8": Verdict.TREND,
     "LP-fig19": Verdict.DIFFERS,
+    "LP-fig20": Verdict.DIFFERS,
+    "LP-fig21": Verdict.TREND,
+    "LP-fig22": Verdict.TREND,
     "S-fig9": Verdict.REPRODUCED,
 }
 

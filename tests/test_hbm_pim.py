@@ -346,6 +346,9 @@ _SIZES = {
     DccKernel.RED: (100, 2000),
     DccKernel.VA: (20000,),
     DccKernel.RELU: (20000,),
+    DccKernel.BATCHED_RED: (3, 40, 2000),
+    DccKernel.BATCHED_VA: (3, 8000),
+    DccKernel.BATCHED_RELU: (3, 8000),
 }
 
 

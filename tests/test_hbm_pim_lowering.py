@@ -161,18 +161,41 @@ def test_va_relu_counts_closed_form(n: int, c: int) -> None:
 def test_red_counts_closed_form(sizes: tuple[int, int], cores: tuple[int, int]) -> None:
     m, n = sizes
     msh, nsh = -(-m // cores[0]), -(-n // cores[1])
-    rounds, k = -(-msh // R), -(-nsh // L)
+    f = _fold(msh, _ceil(nsh, L))
+    rounds, k = _ceil(msh * f, R), _ceil(_ceil(nsh, L), f)
     p = GROUP_LOWERINGS[DccKernel.RED](HBM, sizes, cores)
     body = 4 + (3 if k > 1 else 0)  # FILL, JUMP, [ADD, JUMP, NOP], MOV, JUMP
     crf = -(-(body + (rounds > 1) + 1) // 8)
     assert p.counts["RD"] == rounds * (R * k + (D if k > 1 else 0))
     assert p.counts["WR"] == 4 + crf + 2 + rounds * R + 2
-    # every row: its 16 lanes from each of the non-empty column shares
-    assert p.host_ops == m * (L * -(-n // nsh) - 1)
-    # every vector of every real row in each column share (zeros pad); a lane vector per
-    # row and column share back
-    assert len(p.inputs["A"]) == m * k * -(-n // nsh)
-    assert len(p.outputs["r"]) == m * -(-n // nsh)
+    # every row: its 16 lanes of each segment from each of the non-empty column shares
+    assert p.host_ops == m * (L * f * -(-n // nsh) - 1)
+    # every vector of every real row's segments in each column share (zeros pad); a lane
+    # vector per row, segment and column share back
+    assert len(p.inputs["A"]) == m * f * k * -(-n // nsh)
+    assert len(p.outputs["r"]) == m * f * -(-n // nsh)
+
+
+def _fold(rows: int, k: int) -> int:
+    """Segments a RED row of ``k`` vectors is folded into on a unit holding ``rows`` < R rows."""
+    return _ceil(k, _ceil(k, R // rows)) if rows < R else 1
+
+
+def test_red_short_rows_fold_over_the_registers() -> None:
+    """One row of 128 elements on one unit: 8 vectors, one per GRF_B entry (8 FILLs; no ADD,
+    no drain), 8 lane-vectors back, the host adds 8 x 16 lanes. Without the fold the round
+    would read 8 rows x 8 vectors, 7 of the rows padding."""
+    p = GROUP_LOWERINGS[DccKernel.RED](HBM, (1, 128), (1, 1))
+    assert p.counts["RD"] == R and p.host_ops == R * L - 1 and len(p.outputs["r"]) == R
+    # the same triggers as VA's FILL / MOV round without its ADDs: the 414-cycle frame
+    assert p.cycles == GROUP_LOWERINGS[DccKernel.RED](HBM, (8, 16), (1, 1)).cycles
+    # 3 rows of 7 vectors: R // 3 = 2 segments of 4 vectors (the second ends in padding)
+    p = GROUP_LOWERINGS[DccKernel.RED](HBM, (3, 100), (1, 1))
+    assert p.counts["RD"] == R * 4 + D and len(p.inputs["A"]) == 3 * 2 * 4
+    rng = np.random.default_rng(3)
+    a = _ints(rng, 3, 100)
+    r = run_group(HBM, DccKernel.RED, (3, 100), (1, 1), {"A": a}, garbage=rng)["r"]
+    np.testing.assert_array_equal(r.astype(np.float64), a.astype(np.float64).sum(axis=1))
 
 
 def test_gemv_without_input_split_is_pim_sherpa_algorithm_1() -> None:
@@ -265,7 +288,7 @@ def test_va_needs_the_drain() -> None:
         (DccKernel.VA, (800_000,), (1,), r"va: a unit's share of 800,000 elements needs 4,688 "
          f"rows of a bank; {PIM_ROWS:,} rows trigger PIM"),
         # 8 x 3,399 ADDs in 14 loops of <= 2,048: 2 + 28 + NOP + MOV, JUMP + EXIT
-        (DccKernel.RED, (1, 54_400), (1, 1), r"red: the program needs 34 CRF instructions "
+        (DccKernel.RED, (8, 54_400), (1, 1), r"red: the program needs 34 CRF instructions "
          r"\(3400 vectors per row, 1 rounds of 8 rows\); the CRF holds 32"),
         (DccKernel.GEMV, (64, 200_000), (8, 1), r"gemv: the GEMV program needs .* CRF holds 32"),
         # 64 output tiles x 137 slots x 64 weight vectors / 32 columns = 17,536 rows
@@ -375,5 +398,146 @@ def test_sv_heads_over_units_counts_closed_form() -> None:
     ],
 )  # fmt: skip
 def test_attention_refusals(kernel, sizes, cores, message) -> None:
+    with pytest.raises(HbmPimLoweringError, match=message):
+        GROUP_LOWERINGS[kernel](HBM, sizes, cores)
+
+
+# --------------------------------------------------------------------- batched RED, VA, RELU
+
+
+@st.composite
+def _bred_case(draw):
+    sizes = (draw(st.integers(1, 5)), draw(st.integers(1, 12)), draw(st.integers(1, 200)))
+    return sizes, _cores(draw, 3), draw(st.integers(0, 2**32 - 1))
+
+
+@st.composite
+def _bn_case(draw):
+    sizes = (draw(st.integers(1, 6)), draw(st.integers(1, 700)))
+    return sizes, _cores(draw, 2), draw(st.integers(0, 2**32 - 1))
+
+
+@FAST
+@given(_bred_case())
+def test_batched_red_equals_numpy(case) -> None:
+    sizes, cores, seed = case
+    rng = np.random.default_rng(seed)
+    a = _ints(rng, *sizes)
+    r = run_group(HBM, DccKernel.BATCHED_RED, sizes, cores, {"A": a}, garbage=rng)["r"]
+    np.testing.assert_array_equal(r.astype(np.float64), a.astype(np.float64).sum(axis=2))
+
+
+@FAST
+@given(_bn_case())
+def test_batched_va_and_relu_equal_numpy(case) -> None:
+    sizes, cores, seed = case
+    rng = np.random.default_rng(seed)
+    a, b = (rng.standard_normal(sizes) * 4).astype(np.float16), _ints(rng, *sizes)
+    c = run_group(HBM, DccKernel.BATCHED_VA, sizes, cores, {"A": a, "B": b}, garbage=rng)["C"]
+    np.testing.assert_array_equal(c, a + b)
+    y = run_group(HBM, DccKernel.BATCHED_RELU, sizes, cores, {"X": a}, garbage=rng)["Y"]
+    np.testing.assert_array_equal(y, np.maximum(a, 0))
+
+
+def test_batched_va_cycles_by_hand() -> None:
+    """Batched VA of 5 rows x 200 over (1, 8) units: each unit 5 rows x 25 elements = 2 vectors
+    per row, 10 vectors: two rounds of 8 (stride 24 columns: round 0 in columns 0-23 of row 0;
+    round 1's A in columns 24-31 of row 0, its B and C in columns 0-15 of row 1, so a row
+    switch between its FILLs and ADDs). Program 9 instructions (the round loop's JUMP): two CRF
+    writes. The same frame as ``test_va_cycles_by_hand``."""
+    t = HBM.timing
+    assert t is not None
+    sizes, cores = (5, 200), (1, 8)
+    p = GROUP_LOWERINGS[DccKernel.BATCHED_VA](HBM, sizes, cores)
+    wr_visit = t.tRCD_WR + t.write_to_precharge
+    pre_entry = 3 * (wr_visit + 1) + wr_visit  # 147
+    act_reg = pre_entry + t.tRP
+    wr_on = act_reg + t.tRCD_WR + 2 * t.tCCD_L  # two CRF writes, then PIM on
+    act_row0 = wr_on + t.write_to_precharge + t.tRP
+    fill0 = max(act_row0 + t.tRCD_RD, wr_on + t.write_to_read)
+    last_rd = fill0 + (8 + 8 + D - 1) * t.tCCD_L  # round 0: FILL, ADD, drain
+    mov0 = max(last_rd + t.tCCD_L, last_rd + t.read_to_write)
+    last_mov = mov0 + 7 * t.tCCD_L
+    fill1 = max(last_mov + t.tCCD_L, last_mov + t.write_to_read)  # round 1, still row 0
+    last_fill1 = fill1 + 7 * t.tCCD_L
+    pre_row0 = max(last_fill1 + t.tRTP, act_row0 + t.tRAS, last_mov + t.write_to_precharge)
+    act_row1 = pre_row0 + t.tRP
+    add1 = act_row1 + t.tRCD_RD
+    last_rd1 = add1 + (8 + D - 1) * t.tCCD_L
+    mov1 = last_rd1 + t.read_to_write
+    last_mov1 = mov1 + 7 * t.tCCD_L
+    act_off = last_mov1 + t.write_to_precharge + t.tRP
+    wr_off = act_off + t.tRCD_WR
+    act_exit = wr_off + t.write_to_precharge + t.tRP
+    last = act_exit + t.tRCD_WR + t.tCCD_L
+    assert p.cycles == last + t.WL + t.burst_cycles == 641
+    assert time_stream(HBM, p.stream).cycles == p.cycles
+    assert p.counts == {"ACT": 9, "PRE": 8, "RD": 2 * (2 * R + D), "WR": 4 + 2 + 2 + 2 * R + 2}
+    # every unit: 5 rows x 2 vectors of A and B, C read back the same; no host adds
+    assert [len(p.inputs[k]) for k in "AB"] == [U * 5 * 2] * 2 and len(p.outputs["C"]) == 80
+    assert p.host_ops == 0
+    rng = np.random.default_rng(7)
+    a, b = _ints(rng, *sizes), _ints(rng, *sizes)
+    got = run_group(HBM, DccKernel.BATCHED_VA, sizes, cores, {"A": a, "B": b}, garbage=rng)
+    np.testing.assert_array_equal(got["C"], a + b)
+
+
+@pytest.mark.parametrize(
+    ("kernel", "batched", "sizes", "cores"),
+    [
+        (DccKernel.RED, DccKernel.BATCHED_RED, (30, 70), (2, 4)),
+        (DccKernel.RED, DccKernel.BATCHED_RED, (5, 600), (1, 8)),
+        (DccKernel.VA, DccKernel.BATCHED_VA, (1000,), (3,)),
+        (DccKernel.RELU, DccKernel.BATCHED_RELU, (40_000,), (8,)),
+    ],
+)
+def test_batch_of_one_is_the_unbatched_program(kernel, batched, sizes, cores) -> None:
+    one = GROUP_LOWERINGS[kernel](HBM, sizes, cores)
+    b1 = GROUP_LOWERINGS[batched](HBM, (1, *sizes), (1, *cores))
+    np.testing.assert_array_equal(one.stream, b1.stream)
+    assert (one.cycles, one.counts, one.host_ops) == (b1.cycles, b1.counts, b1.host_ops)
+    for mine, theirs in ((one.inputs, b1.inputs), (one.outputs, b1.outputs)):
+        assert mine.keys() == theirs.keys()
+        for k in mine:
+            np.testing.assert_array_equal(mine[k], theirs[k])
+
+
+@pytest.mark.parametrize(("sizes", "cores"), [((3, 20, 100), (1, 8, 1)), ((4, 9, 70), (2, 2, 2)),
+                                              ((2, 1, 1000), (2, 1, 4))])  # fmt: skip
+def test_batched_red_counts_closed_form(sizes, cores) -> None:
+    """The batch folds into the rows: R_m = ceil(b_s m_s / 8) rounds of RED's program."""
+    b, m, n = sizes
+    bs, ms, ns = (_ceil(s, c) for s, c in zip(sizes, cores, strict=True))
+    f = _fold(bs * ms, _ceil(ns, L))
+    rounds, k = _ceil(bs * ms * f, R), _ceil(_ceil(ns, L), f)
+    p = GROUP_LOWERINGS[DccKernel.BATCHED_RED](HBM, sizes, cores)
+    assert p.counts["RD"] == rounds * (R * k + (D if k > 1 else 0))
+    crf = _ceil(4 + (3 if k > 1 else 0) + (rounds > 1) + 1, 8)
+    assert p.counts["WR"] == 4 + crf + 2 + rounds * R + 2
+    shares = _ceil(n, ns)  # non-empty column shares
+    assert p.host_ops == b * m * (L * f * shares - 1)
+    assert len(p.inputs["A"]) == b * m * f * k * shares
+    assert len(p.outputs["r"]) == b * m * f * shares
+
+
+def test_batched_elementwise_pads_each_batch_row() -> None:
+    """A vector never spans two batch rows: 3 rows of 20 on one unit are 3 x 2 vectors (not
+    ceil(60 / 16) = 4), so a share not a multiple of 16 wastes lanes in every row."""
+    p = GROUP_LOWERINGS[DccKernel.BATCHED_RELU](HBM, (3, 20), (1, 1))
+    assert len(p.inputs["X"]) == 6 and p.counts["RD"] == R  # one round of 8 FILLs
+    p = GROUP_LOWERINGS[DccKernel.BATCHED_RELU](HBM, (3, 32), (1, 1))
+    assert len(p.inputs["X"]) == 6
+
+
+@pytest.mark.parametrize(
+    ("kernel", "sizes", "cores", "message"),
+    [
+        (DccKernel.BATCHED_VA, (2, 400_000), (1, 1), r"batched-va: a unit's share of 2 x "
+         r"400,000 elements needs 4,688 rows of a bank"),
+        (DccKernel.BATCHED_RED, (2, 4, 64), (2, 2, 4), r"cores = \(2, 2, 4\) asks for 16 PIM"),
+        (DccKernel.BATCHED_RELU, (4,), (1,), r"sizes = \(4,\): expected 2 positive integer"),
+    ],
+)  # fmt: skip
+def test_batched_refusals(kernel, sizes, cores, message) -> None:
     with pytest.raises(HbmPimLoweringError, match=message):
         GROUP_LOWERINGS[kernel](HBM, sizes, cores)

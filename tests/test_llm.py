@@ -46,9 +46,12 @@ EXPECTED = {
     # PIM-SHERPA Fig. 4
     "qwen3-8b": (36, 32, 8, 4096, 12288, 128, 40960, 151936),
     "gemma3-27b": (62, 32, 16, 5376, 21504, 128, 131072, 262208),
+    # DCC Fig. 8 (windows raised to 2048 + 2048): AttAcc simulator's GPT-13B, LLaMA 33B
+    "gpt3-13b-4k": (40, 40, 40, 5120, 20480, 128, 4096, 50257),
+    "llama-33b-4k": (60, 52, 52, 6656, 17920, 128, 4096, 32000),
 }
 #: presets with one up projection (GELU/ReLU) and tied embeddings; the rest are SwiGLU, untied
-_RELU_TIED = {"gpt3-175b", "gpt3-175b-4k"}
+_RELU_TIED = {"gpt3-175b", "gpt3-175b-4k", "gpt3-13b-4k"}
 _SWIGLU_TIED = {"llama-3.2-1b", "llama-3.2-3b", "gemma3-27b"}
 
 LLAMA_8B_HF = {
@@ -163,7 +166,7 @@ def test_spec_is_frozen_and_validated_on_construction():
 
 def test_unknown_name_lists_available(tmp_path):
     with pytest.raises(
-        ModelSpecError, match=r"unknown model .llm-8b.; available: gemma3-27b, gpt3-175b, "
+        ModelSpecError, match=r"unknown model .llm-8b.; available: gemma3-27b, gpt3-13b-4k, gpt3-175b, "
     ):
         load_model("llm-8b")
     with pytest.raises(ModelSpecError, match="no such model file"):

@@ -17,7 +17,9 @@ The figures (:data:`FIGURES`):
   over T, rearrangement's share of T's time (paper: 1.26x geomean, 64.68%);
 - ``fig6`` / ``fig7``: GEMV on AttAcc / HBM-PIM at the paper's sizes and batches 1 and 4:
   default and DCC speedup over the GPU (paper geomeans: AttAcc 5.96 / 7.65, HBM-PIM 3.59 /
-  5.63);
+  5.63); ``fig7`` also has Fig. 7's RED, VA and RELU panels (:data:`FIG7_ELEMENTWISE`:
+  tensor sizes 1024, 2048, 4096 at batch 1, 2, 4; paper: DCC over the default 2.11x, 1.69x,
+  1.58x); ``--panels`` runs some of a figure's panels;
 - ``fig9``: DCC's gain over the default on GEMV as the batch grows 1 -> 8 on HBM-PIM
   (paper: 1.33 -> 1.61x; AttAcc 1.14 -> 1.33x, not run: see :data:`FIG2_BACKEND`).
 """
@@ -35,12 +37,27 @@ from typing import Any
 from tqdm import tqdm
 
 from compiler.dcc_cost import Placement
+from models.errors import PimphonyError
 from models.fileio import BUILD_DIR, check_writable, pyplot, write_atomic, write_figure
 from sim.cli import choice_names
 from sim.provenance import provenance
 from sim.tune import tune_report
 
-__all__ = ["FIGURES", "PAPER", "Figure", "add_arguments", "figure_rows", "run"]
+__all__ = [
+    "FIG7_ELEMENTWISE",
+    "FIGURES",
+    "PAPER",
+    "Figure",
+    "FigureError",
+    "add_arguments",
+    "figure_rows",
+    "panel",
+    "run",
+]
+
+
+class FigureError(PimphonyError, ValueError):
+    """A figure option that does not fit the figure (a panel it does not have)."""
 
 
 class Figure(StrEnum):
@@ -59,11 +76,39 @@ FIG2_BACKEND = "hbm-pim"
 
 GEMV_SIZES = ((32, 512), (32, 4096), (64, 512), (64, 4096))  # Figs. 6-7: heads x outputs
 
+#: Fig. 7's RED, VA and RELU panels (its x axes: "tensor size" 1024, 2048, 4096 at batch
+#: size 1, 2, 4). Reading: each batch row is one tensor of that many elements (a length-N
+#: vector reduced to one value, added to another, or rectified), so the kernels are
+#: ``batched-red`` (B, 1, N), ``batched-va`` (B, N), ``batched-relu`` (B, N); the paper gives
+#: no other dimension for these kernels (``docs/dcc.md``, Results, says why this reading).
+FIG7_ELEMENTWISE: dict[str, tuple[str, Callable[[int, int], tuple[int, ...]]]] = {
+    "RED": ("batched-red", lambda b, n: (b, 1, n)),
+    "VA": ("batched-va", lambda b, n: (b, n)),
+    "RELU": ("batched-relu", lambda b, n: (b, n)),
+}
+FIG7_TENSOR_SIZES = (1024, 2048, 4096)
+FIG7_BATCHES = (1, 2, 4)
+
 #: The paper's numbers each figure is compared with (DCC V, Figs. 2, 6, 7, 9 and their text).
 PAPER: dict[Figure, dict[str, float]] = {
     Figure.FIG2: {"speedup_geomean": 1.26, "rearrangement_share_T": 0.6468},
     Figure.FIG6: {"default_over_gpu_geomean": 5.96, "dcc_over_gpu_geomean": 7.65},
-    Figure.FIG7: {"default_over_gpu_geomean": 3.59, "dcc_over_gpu_geomean": 5.63},
+    # GEMV: the text's geomeans; RED / VA / RELU: the text's DCC-over-default averages and
+    # the figure's geomean bars over the GPU
+    Figure.FIG7: {
+        "default_over_gpu_geomean": 3.59,
+        "dcc_over_gpu_geomean": 5.63,
+        "dcc_over_default_geomean": 1.57,
+        "RED_default_over_gpu_geomean": 0.71,
+        "RED_dcc_over_gpu_geomean": 1.51,
+        "RED_dcc_over_default_geomean": 2.11,
+        "VA_default_over_gpu_geomean": 1.36,
+        "VA_dcc_over_gpu_geomean": 2.29,
+        "VA_dcc_over_default_geomean": 1.69,
+        "RELU_default_over_gpu_geomean": 1.88,
+        "RELU_dcc_over_gpu_geomean": 2.96,
+        "RELU_dcc_over_default_geomean": 1.58,
+    },
     Figure.FIG9: {"hbm-pim_b1": 1.33, "hbm-pim_b8": 1.61, "attacc_b1": 1.14, "attacc_b8": 1.33},
 }
 
@@ -76,6 +121,18 @@ def _gemv(backend: str, batches: tuple[int, ...], sizes=GEMV_SIZES) -> list[Case
         for b in batches
         for h, t in sizes
     ]
+
+
+def _fig7() -> list[Case]:
+    out = [(*c[:4], {**c[4], "kernel": "GEMV"}) for c in _gemv("hbm-pim", (1, 4))]
+    for panel, (kernel, shape) in FIG7_ELEMENTWISE.items():
+        out += [
+            ("hbm-pim", kernel, shape(b, n), str(Placement.RESIDENT),
+             {"batch": b, "size": str(n), "kernel": panel})
+            for b in FIG7_BATCHES
+            for n in FIG7_TENSOR_SIZES
+        ]  # fmt: skip
+    return out
 
 
 def _fig2() -> list[Case]:
@@ -95,7 +152,7 @@ def _fig2() -> list[Case]:
 FIGURES: dict[Figure, Callable[[], list[Case]]] = {
     Figure.FIG2: _fig2,
     Figure.FIG6: lambda: _gemv("attacc", (1, 4)),
-    Figure.FIG7: lambda: _gemv("hbm-pim", (1, 4)),
+    Figure.FIG7: _fig7,
     Figure.FIG9: lambda: _gemv("hbm-pim", (1, 2, 4, 8), ((32, 512), (32, 4096))),
 }
 
@@ -106,10 +163,25 @@ def _geomean(xs: list[float | None]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
-def figure_rows(fig: Figure) -> list[dict[str, Any]]:
-    """One row per point: the case and the tune report's times and speedups."""
+def panel(case_or_row_label: dict[str, Any]) -> str:
+    """The panel a point belongs to: its kernel label (GEMV when it has none)."""
+    return str(case_or_row_label.get("kernel", "GEMV"))
+
+
+def figure_rows(fig: Figure, panels: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """One row per point (of ``panels`` only, if given): the case and the tune report's
+    times and speedups."""
     rows = []
     cases = FIGURES[Figure(fig)]()
+    if panels is not None:
+        have = list(dict.fromkeys(panel(c[4]) for c in cases))
+        bad = [p for p in panels if p not in have]
+        if bad:
+            raise FigureError(
+                f"--panels {','.join(panels)}: figure {fig} has panels {', '.join(have)}; "
+                f"{', '.join(bad)} is not one"
+            )
+        cases = [c for c in cases if panel(c[4]) in panels]
     for backend, kernel, shape, placement, label in tqdm(cases, desc=f"dcc {fig}", unit="point"):
         r = tune_report(backend, kernel, shape, top=1, placement=placement)
         c, t = r["chosen"], r["compute_centric"]
@@ -145,12 +217,14 @@ def summary(fig: Figure, rows: list[dict[str, Any]]) -> dict[str, float]:
             "speedup_geomean": _geomean([r["dcc_over_compute_centric"] for r in rows]),
             "rearrangement_share_T": sum(r["rearrangement_share_T"] for r in rows) / len(rows),
         }
-    if fig in (Figure.FIG6, Figure.FIG7):
-        return {
-            "default_over_gpu_geomean": _geomean([r["default_over_gpu"] for r in rows]),
-            "dcc_over_gpu_geomean": _geomean([r["dcc_over_gpu"] for r in rows]),
-            "dcc_over_default_geomean": _geomean([r["dcc_over_default"] for r in rows]),
-        }
+    if fig in (Figure.FIG6, Figure.FIG7):  # per panel; GEMV's names carry no prefix
+        out = {}
+        for name in dict.fromkeys(panel(r) for r in rows):
+            sel = [r for r in rows if panel(r) == name]
+            pre = "" if name == "GEMV" else f"{name}_"
+            for key in ("default_over_gpu", "dcc_over_gpu", "dcc_over_default"):
+                out[f"{pre}{key}_geomean"] = _geomean([r[key] for r in sel])
+        return out
     out = {}
     for be in sorted({r["backend"] for r in rows}):
         for b in (1, 2, 4, 8):
@@ -161,11 +235,20 @@ def summary(fig: Figure, rows: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def plot(fig: Figure, rows: list[dict[str, Any]], path: Path) -> Path:
-    """Bars per point: the speedups the figure is about."""
+    """Bars per point: the speedups the figure is about; Figs. 6-7 one panel per kernel, the
+    speedups over the GPU on a log axis (they span 0.001x to 10x)."""
     plt = pyplot()
-    f, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(rows)), 3.8))
-    names = [f"{r.get('kernel', '')} {r['size']} B{r['batch']} {r['backend']}" for r in rows]
-    xs = range(len(rows))
+    by_panel = fig in (Figure.FIG6, Figure.FIG7)
+    names = list(dict.fromkeys(panel(r) for r in rows)) if by_panel else [""]
+    groups = [[r for r in rows if not by_panel or panel(r) == n] for n in names]
+    ncols = min(2, len(names))
+    nrows = -(-len(names) // ncols)
+    width = max(6.0, 0.55 * max(len(g) for g in groups) * ncols + 1.5)
+    f, axes = plt.subplots(nrows, ncols, figsize=(width, 4.0 * nrows), squeeze=False,
+                           sharey=by_panel)  # fmt: skip
+    flat = list(axes.ravel())
+    for ax in flat[len(names) :]:
+        ax.set_visible(False)
     if fig is Figure.FIG2:
         series = [("DCC over compute-centric", "dcc_over_compute_centric")]
         ylabel = "speedup (x)"
@@ -174,24 +257,38 @@ def plot(fig: Figure, rows: list[dict[str, Any]], path: Path) -> Path:
         ylabel = "speedup (x)"
     else:
         series = [("default mapping", "default_over_gpu"), ("DCC", "dcc_over_gpu")]
-        ylabel = "speedup over GPU (x)"
+        ylabel = "speedup over GPU (x, log)"
     w = 0.8 / len(series)
-    for i, (label, key) in enumerate(series):
-        ax.bar([x + (i - (len(series) - 1) / 2) * w for x in xs], [r[key] or 0 for r in rows], w,
-               label=label)  # fmt: skip
-    ax.axhline(1.0, color="grey", lw=0.8)
-    ax.set_xticks(list(xs), names, rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel(ylabel)
-    ax.set_xlabel("kernel, size (heads x outputs or rows x cols), batch, back end")
-    ax.set_title(f"DCC {fig.value.replace('fig', 'Fig. ')} shape (pimphony dcc-figs)")
-    ax.legend()
-    f.tight_layout()
+    for ax, name, sel in zip(flat[: len(names)], names, groups, strict=True):
+        xs = range(len(sel))
+        for i, (label, key) in enumerate(series):
+            ax.bar([x + (i - (len(series) - 1) / 2) * w for x in xs],
+                   [r[key] or 0 for r in sel], w, label=label)  # fmt: skip
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ticks = [f"{r.get('kernel', '')} {r['size']} B{r['batch']} {r['backend']}" for r in sel]
+        ax.set_xticks(list(xs), ticks, rotation=60, ha="right", fontsize=7)
+        if by_panel:
+            ax.set_yscale("log")
+            ax.set_title(name, fontsize=9)
+        ax.set_xlabel("kernel, size, batch, back end")
+        ax.set_ylabel(ylabel)
+    f.legend(*flat[0].get_legend_handles_labels(), loc="upper right", fontsize=8)
+    f.suptitle(f"DCC {fig.value.replace('fig', 'Fig. ')} shape (pimphony dcc-figs)\nsizes: heads "
+               "x outputs (GEMV), rows x cols, or elements per batch row", x=0.02, ha="left",
+               fontsize=10)  # fmt: skip
+    f.tight_layout(rect=(0, 0, 1, 0.93 if len(names) < 3 else 0.96))
     return write_figure(f, path)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``pimphony dcc-figs``."""
     p.add_argument("--figure", required=True, choices=choice_names(Figure), help="which figure")
+    p.add_argument(
+        "--panels",
+        type=lambda text: tuple(x.strip().upper() for x in text.split(",") if x.strip()),
+        default=None,
+        help="comma-separated panels to run (fig7: GEMV,RED,VA,RELU; default: all)",
+    )
     p.add_argument("--report", default=None, help="JSON path (default build/dcc/FIG.json)")
     p.add_argument("--plot", default=None, help="PNG path (default build/dcc/FIG.png)")
     p.add_argument("--force", action="store_true", help="overwrite existing outputs")
@@ -204,14 +301,14 @@ def run(args: argparse.Namespace) -> int:
     png = Path(args.plot or BUILD_DIR / "dcc" / f"{fig}.png")
     for p in (report, png):
         check_writable(p, args.force)
-    rows = figure_rows(fig)
+    rows = figure_rows(fig, args.panels)
     for r in rows:
         print(f"{r.get('kernel', r['kernel_run']):>12} {r['size']:>9} B{r['batch']:<3} "
               f"{r['backend']:<8} DCC {r['dcc_us']:10.2f} us  default "
               f"{r['default_us'] or float('nan'):10.2f} us  "
-              f"T {r['compute_centric_us']:10.2f} us  GPU {r['gpu_us']:9.2f} us  "
+              f"T {r['compute_centric_us']:10.2f} us  GPU {r['gpu_us']:9.3f} us  "
               f"DCC/default {r['dcc_over_default'] or float('nan'):6.2f}x  "
-              f"DCC/GPU {r['dcc_over_gpu']:5.2f}x")  # fmt: skip
+              f"DCC/GPU {r['dcc_over_gpu']:6.3f}x")  # fmt: skip
     s = summary(fig, rows)
     paper = PAPER[fig]
     print("summary: " + ", ".join(

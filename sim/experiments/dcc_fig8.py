@@ -1,0 +1,480 @@
+"""``pimphony dcc-fig8``: DCC Fig. 8's shape, end-to-end generation on the GPU and on AttAcc with
+and without DCC (``docs/dcc.md``, "Fig. 8").
+
+DCC V-B: "AttAccBase runs only attention layers on PIM, and AttAccFull runs attention layers
+and a portion of the Feed-forward on the PIM side (See [20]), while the largest portion of
+Feed-forward runs on GPU. For both AttAcc variants, QKV generation, projection and Other run
+on GPU. However, with DCC's optimizations, we enable QKV generation and projection to be also
+executed on the PIM side". The systems (:data:`SYSTEMS`), per decoder layer of one generation
+step of ``B`` requests at context ``L``:
+
+- ``gpu``: every part on the host GPU (:func:`sim.decode_step.gpu.run_gpu_decode`, one GPU);
+- ``attacc-base``: attention (QK^T, softmax, SV: the ``attn`` kernel, ``B x heads`` heads of
+  ``L`` tokens) on AttAcc with its default mapping (DCC V), K/V resident, plus the new token's
+  K and V written into PIM; the rest on the GPU;
+- ``attacc-full``: also the FFN GEMMs shared between GPU and PIM. The AttAcc simulator's
+  ``--ffopt`` (``System._ff_parallel``) splits them in proportion to the two devices'
+  throughputs; we do the same with the two measured times, ``t = 1 / (1/t_gpu + 1/t_pim)``
+  (each device takes the share of weight rows it finishes in ``t``);
+- ``+dcc``: every PIM kernel on DCC's mapping (``pimphony tune``'s predicted search, the
+  end-to-end objective), and QKV generation and projection on PIM (``batched-gemv``, weights
+  resident) where that is faster than the GPU.
+
+"Other" is the norms, residuals and activation, on the GPU in every system. Fig. 8's phases
+are the generation stage's (the AttAcc simulator's ``g_time``: the prefill runs on the GPU in
+every system and is not in the figure; the paper's speedups grow with the mean generation
+context, 128 + 1024 < 2048 + 64 < 2048 + 1024, as the generation stage's do). A run of
+``Lout`` tokens is the sum of its steps at contexts ``Lin + 1 ... Lin + Lout``; each phase is
+costed at :data:`SAMPLE_POINTS` evenly spaced contexts and integrated piecewise linearly over
+the steps (attention is linear in ``L`` on both devices; the other phases do not depend on
+it). The paper does not say how many PIM devices' capacity its GPU baseline has; ours is one
+A100 (DCC V) holding weights and KV, capacity not checked (LLaMA-33B at batch 4 and 4,096
+tokens needs 91 GB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from compiler.dcc_cost import Placement, draft_cost
+from compiler.dcc_schedule import DccKernel, Draft
+from compiler.dcc_tune import default_draft
+from compiler.llm import LayerOp, ModelSpec, load_model
+from models.backends import BackendConfig, load_backend
+from models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
+from sim.decode_step.gpu import GpuSetup, gpu_fc_shapes, run_gpu_decode
+from sim.decode_step.setup import DecodeError
+from sim.provenance import provenance
+from sim.report import user_output, user_plot
+
+__all__ = [
+    "FIG8_BACKEND",
+    "PAPER",
+    "SAMPLE_POINTS",
+    "SYSTEMS",
+    "Fig8System",
+    "Phase",
+    "PimTimes",
+    "SystemSpec",
+    "add_arguments",
+    "fc_default_draft",
+    "fig8",
+    "run",
+    "step_phases",
+]
+
+FIG8_BACKEND = "attacc"
+FIG8_MODELS = ("gpt3-13b-4k", "llama-33b-4k")
+FIG8_BATCHES = (1, 4)
+FIG8_RUNS = ((128, 2048), (2048, 128), (2048, 2048))  # (Lin, Lout), Fig. 8's three groups
+#: Contexts each phase is costed at over a run's steps (a choice: attention is linear in the
+#: context on both devices, so the integral is exact up to the KV-block and tiling steps; the
+#: test compares 5 with 9 points).
+SAMPLE_POINTS = 5
+ATTN_KERNEL = "attn"
+
+
+class Phase(StrEnum):
+    """Fig. 8's phases."""
+
+    ATTENTION = "attention"
+    QKV = "qkv"
+    PROJECTION = "projection"
+    FFN = "ffn"
+    OTHER = "other"
+
+
+class Fig8System(StrEnum):
+    """Fig. 8's systems."""
+
+    GPU = "gpu"
+    BASE = "attacc-base"
+    BASE_DCC = "attacc-base+dcc"
+    FULL = "attacc-full"
+    FULL_DCC = "attacc-full+dcc"
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    """Where a system runs each phase: attention on PIM, FFN shared with PIM, DCC mappings
+    (which also move QKV and projection to PIM where faster)."""
+
+    attention_on_pim: bool
+    ffn_shared: bool
+    dcc: bool
+
+
+SYSTEMS: dict[Fig8System, SystemSpec] = {
+    Fig8System.GPU: SystemSpec(False, False, False),
+    Fig8System.BASE: SystemSpec(True, False, False),
+    Fig8System.BASE_DCC: SystemSpec(True, False, True),
+    Fig8System.FULL: SystemSpec(True, True, False),
+    Fig8System.FULL_DCC: SystemSpec(True, True, True),
+}
+
+#: The paper's speedups over the GPU (numbers on Fig. 8's bars): model, batch, (Lin, Lout) ->
+#: Base, Base+DCC, Full, Full+DCC.
+PAPER: dict[tuple[str, int, tuple[int, int]], tuple[float, float, float, float]] = {
+    ("gpt3-13b-4k", 1, (128, 2048)): (1.09, 1.47, 2.56, 6.54),
+    ("gpt3-13b-4k", 1, (2048, 128)): (1.16, 1.56, 2.74, 7.00),
+    ("gpt3-13b-4k", 1, (2048, 2048)): (1.23, 1.66, 2.92, 7.45),
+    ("llama-33b-4k", 1, (128, 2048)): (1.05, 1.42, 2.59, 7.11),
+    ("llama-33b-4k", 1, (2048, 128)): (1.09, 1.47, 2.70, 7.41),
+    ("llama-33b-4k", 1, (2048, 2048)): (1.13, 1.53, 2.82, 7.71),
+    ("gpt3-13b-4k", 4, (128, 2048)): (1.16, 1.34, 2.30, 3.11),
+    ("gpt3-13b-4k", 4, (2048, 128)): (1.30, 1.50, 2.60, 3.51),
+    ("gpt3-13b-4k", 4, (2048, 2048)): (1.43, 1.65, 2.89, 3.90),
+    ("llama-33b-4k", 4, (128, 2048)): (1.09, 1.21, 2.30, 2.92),
+    ("llama-33b-4k", 4, (2048, 128)): (1.16, 1.29, 2.47, 3.14),
+    ("llama-33b-4k", 4, (2048, 2048)): (1.24, 1.37, 2.65, 3.36),
+}
+
+
+def fc_default_draft(cfg: BackendConfig, sizes: tuple[int, ...]) -> Draft:
+    """AttAcc's FFN share on PIM (``attacc-full``) without DCC: DCC V's default with the weight
+    rows, not the batch, over every channel (each request's GEMV in every channel).
+
+    DCC V's default spreads "batches or attention heads across 16 channels", which puts a
+    batch-1 GEMM in one channel; the AttAcc simulator behind AttAccFull (``_ff_parallel``)
+    gives the PIM FFN share the bandwidth of every device, so its mapping uses every channel.
+    Within a channel the default's bank-group x bank split of the weights is kept."""
+    parts = default_draft(cfg, DccKernel.BATCHED_GEMV, sizes)
+    batch, out = parts[0], parts[1]
+    return (
+        dataclasses.replace(batch, groups=1),
+        dataclasses.replace(out, groups=min(cfg.groups, sizes[1])),
+        *parts[2:],
+    )
+
+
+class PimTimes:
+    """Seconds of a DCC kernel on the PIM back end, default mapping or DCC's, memoised per
+    shape (DCC's lookup table of best drafts, filled as the run meets new sizes)."""
+
+    def __init__(self, cfg: BackendConfig, budget: int = 300, verify: int = 10) -> None:
+        self.cfg, self.budget, self.verify = cfg, budget, verify
+
+    @functools.cache  # noqa: B019 -- one instance per run; the cache is the lookup table
+    def default(self, kernel: str, sizes: tuple[int, ...]) -> float:
+        """The back end's default mapping (DCC V; FC GEMMs: :func:`fc_default_draft`),
+        weights / KV resident."""
+        k = DccKernel(kernel)
+        if k is DccKernel.BATCHED_GEMV:
+            draft = fc_default_draft(self.cfg, sizes)
+        else:
+            draft = default_draft(self.cfg, k, sizes)
+        return draft_cost(self.cfg, k, sizes, draft, placement=Placement.RESIDENT).total_s
+
+    @functools.cache  # noqa: B019
+    def dcc(self, kernel: str, sizes: tuple[int, ...]) -> float:
+        """DCC's choice: the predicted search's end-to-end best, weights / KV resident."""
+        from sim.tune import tune_report
+
+        r = tune_report(self.cfg.name, kernel, sizes, top=1, budget=self.budget, verify=self.verify)
+        return r["chosen"]["total_us"] * 1e-6
+
+    def time(self, kernel: str, sizes: tuple[int, ...], dcc: bool) -> float:
+        """:meth:`dcc` or :meth:`default`."""
+        return self.dcc(kernel, sizes) if dcc else self.default(kernel, sizes)
+
+
+def _shared(t_gpu: float, t_pim: float) -> float:
+    """Both devices on one GEMM's weight rows, split so they finish together."""
+    return 1.0 / (1.0 / t_gpu + 1.0 / t_pim)
+
+
+def step_phases(
+    spec: ModelSpec,
+    host: Any,
+    batch: int,
+    context: int,
+    system: SystemSpec,
+    pim: PimTimes | None,
+) -> dict[Phase, float]:
+    """Seconds of each phase of one generation step (every layer) of ``batch`` requests at
+    ``context`` tokens on ``system``."""
+    gpu = run_gpu_decode(GpuSetup(spec, host, 1, (context,) * batch, check_capacity=False))
+    ops = {k: v["seconds"] for k, v in gpu.ops.items()}
+    layer = {
+        Phase.ATTENTION: ops.pop("attention"),
+        Phase.QKV: ops.pop(str(LayerOp.QKV)),
+        Phase.PROJECTION: ops.pop(str(LayerOp.PROJ)),
+        Phase.FFN: ops.pop(str(LayerOp.FFN1)) + ops.pop(str(LayerOp.FFN2)),
+    }
+    layer[Phase.OTHER] = sum(ops.values())
+    if system.attention_on_pim:
+        if pim is None:
+            raise DecodeError("a PIM system needs the PIM back end's kernel times")
+        heads = batch * spec.heads
+        kv_bytes = 2 * batch * spec.kv_heads * spec.head_dim * spec.element_bytes
+        layer[Phase.ATTENTION] = pim.time(
+            ATTN_KERNEL, (heads, context, spec.head_dim), system.dcc
+        ) + kv_bytes / (pim.cfg.host_gbps * 1e9)
+        shapes = gpu_fc_shapes(spec, 1)
+        if system.dcc:  # QKV and projection to PIM where faster
+            for phase, op in ((Phase.QKV, LayerOp.QKV), (Phase.PROJECTION, LayerOp.PROJ)):
+                k, n = shapes[op]
+                layer[phase] = min(layer[phase], pim.dcc("batched-gemv", (batch, n, k)))
+        if system.ffn_shared:
+            ffn = 0.0
+            for op in (LayerOp.FFN1, LayerOp.FFN2):
+                k, n = shapes[op]
+                t_gpu = gpu.ops[str(op)]["seconds"]
+                ffn += _shared(t_gpu, pim.time("batched-gemv", (batch, n, k), system.dcc))
+            layer[Phase.FFN] = ffn
+    return {p: spec.layers * t for p, t in layer.items()}
+
+
+def run_phases(
+    spec: ModelSpec,
+    host: Any,
+    batch: int,
+    lin: int,
+    lout: int,
+    system: SystemSpec,
+    pim: PimTimes | None,
+    points: int = SAMPLE_POINTS,
+) -> dict[Phase, float]:
+    """Seconds of each phase over the ``lout`` generation steps at contexts ``lin + 1`` to
+    ``lin + lout``: costed at ``points`` contexts, integrated piecewise linearly."""
+    steps = np.arange(lin + 1, lin + lout + 1)
+    xs = np.unique(np.linspace(steps[0], steps[-1], min(points, lout)).round().astype(int))
+    at = [step_phases(spec, host, batch, int(x), system, pim) for x in xs]
+    return {
+        p: float(np.interp(steps, xs, [a[p] for a in at]).sum()) if len(xs) > 1 else
+        at[0][p] * lout
+        for p in Phase
+    }  # fmt: skip
+
+
+def fig8(
+    models: Sequence[str] = FIG8_MODELS,
+    batches: Sequence[int] = FIG8_BATCHES,
+    runs: Sequence[tuple[int, int]] = FIG8_RUNS,
+    backend: str = FIG8_BACKEND,
+    points: int = SAMPLE_POINTS,
+    budget: int = 300,
+    verify: int = 10,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """One row per (model, batch, Lin, Lout): every system's phase seconds, its generation
+    time over the GPU's and the paper's speedups."""
+    cfg = load_backend(backend)
+    host = cfg.host()
+    pim = PimTimes(cfg, budget, verify)
+    rows = []
+    for name in models:
+        spec = load_model(name)
+        for b in batches:
+            for lin, lout in runs:
+                if lin + lout > spec.context_window:
+                    raise DecodeError(
+                        f"Lin {lin} + Lout {lout} = {lin + lout} exceeds {spec.name}'s "
+                        f"context_window {spec.context_window}"
+                    )
+                systems = {
+                    str(s): {
+                        "phases": {
+                            str(p): t
+                            for p, t in run_phases(
+                                spec, host, b, lin, lout, sys, pim, points
+                            ).items()
+                        }
+                    }
+                    for s, sys in SYSTEMS.items()
+                }
+                base = sum(systems[Fig8System.GPU]["phases"].values())
+                for s in systems.values():
+                    s["seconds"] = sum(s["phases"].values())
+                    s["speedup_over_gpu"] = base / s["seconds"]
+                paper = PAPER.get((spec.name, b, (lin, lout)))
+                row = {
+                    "model": spec.name, "batch": b, "lin": lin, "lout": lout,
+                    "systems": systems,
+                    "paper_speedup": dict(zip(list(SYSTEMS)[1:], paper, strict=True))
+                    if paper else None,
+                }  # fmt: skip
+                rows.append(row)
+                if progress:
+                    progress(
+                        f"{spec.name} B={b} Lin={lin} Lout={lout}: "
+                        + " ".join(f"{s} {v['speedup_over_gpu']:.2f}x" for s, v in systems.items())
+                    )
+    return rows
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean speedups over the GPU per system (ours and the paper's), and DCC's gain on each
+    AttAcc variant (the paper: 1.24x Base, 1.86x Full on average)."""
+
+    def mean(xs: list[float]) -> float:
+        return float(np.mean(xs)) if xs else float("nan")
+
+    out: dict[str, Any] = {"speedup_over_gpu": {}, "paper_speedup_over_gpu": {}}
+    for s in list(SYSTEMS)[1:]:
+        out["speedup_over_gpu"][str(s)] = mean([r["systems"][s]["speedup_over_gpu"] for r in rows])
+        out["paper_speedup_over_gpu"][str(s)] = mean(
+            [r["paper_speedup"][s] for r in rows if r["paper_speedup"]]
+        )
+    out["dcc_gain"] = {
+        "base": mean([r["systems"][Fig8System.BASE]["seconds"]
+                      / r["systems"][Fig8System.BASE_DCC]["seconds"] for r in rows]),
+        "full": mean([r["systems"][Fig8System.FULL]["seconds"]
+                      / r["systems"][Fig8System.FULL_DCC]["seconds"] for r in rows]),
+        "paper": {"base": 1.24, "full": 1.86},
+    }  # fmt: skip
+    return out
+
+
+def format_fig8(rows: list[dict[str, Any]], summ: dict[str, Any]) -> str:
+    """Per run: each system's speedup over the GPU (paper's in brackets) and phase split."""
+    names = list(SYSTEMS)[1:]
+    lines = [
+        f"{'model':14s} {'B':>2s} {'Lin':>5s} {'Lout':>5s} " + " ".join(f"{s:>18s}" for s in names)
+    ]
+    for r in rows:
+        cells = []
+        for s in names:
+            p = r["paper_speedup"][s] if r["paper_speedup"] else float("nan")
+            cells.append(f"{r['systems'][s]['speedup_over_gpu']:7.2f}x ({p:5.2f}x)")
+        lines.append(
+            f"{r['model']:14s} {r['batch']:2d} {r['lin']:5d} {r['lout']:5d} "
+            + " ".join(f"{c:>18s}" for c in cells)
+        )
+    lines.append("mean speedup over the GPU, ours (paper): " + ", ".join(
+        f"{s} {summ['speedup_over_gpu'][s]:.2f}x ({summ['paper_speedup_over_gpu'][s]:.2f}x)"
+        for s in names
+    ))  # fmt: skip
+    g = summ["dcc_gain"]
+    lines.append(
+        f"DCC over AttAcc: Base {g['base']:.2f}x (paper {g['paper']['base']}x), Full "
+        f"{g['full']:.2f}x (paper {g['paper']['full']}x)"
+    )
+    return "\n".join(lines)
+
+
+PHASE_COLOURS = {
+    Phase.ATTENTION: "#2a9d8f",
+    Phase.QKV: "#e9c46a",
+    Phase.PROJECTION: "#f4a261",
+    Phase.FFN: "#219ebc",
+    Phase.OTHER: "#adb5bd",
+}
+
+
+def plot_fig8(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Stacked bars: each system's generation time over the GPU's, by phase, one panel per
+    model and batch; the speedup over the GPU on top."""
+    plt = pyplot()
+    panels = list(dict.fromkeys((r["model"], r["batch"]) for r in rows))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False)
+    names = list(SYSTEMS)
+    for ax, (model, b) in zip(axes[0], panels, strict=True):
+        sel = [r for r in rows if (r["model"], r["batch"]) == (model, b)]
+        x, ticks, labels = 0.0, [], []
+        for r in sel:
+            gpu = r["systems"][Fig8System.GPU]["seconds"]
+            for s in names:
+                bottom = 0.0
+                for p in Phase:
+                    h = r["systems"][s]["phases"][p] / gpu
+                    ax.bar(x, h, bottom=bottom, color=PHASE_COLOURS[p], width=0.8,
+                           label=str(p) if (x == 0) else None)  # fmt: skip
+                    bottom += h
+                if s != Fig8System.GPU:
+                    ax.text(x, bottom + 0.01, f"{r['systems'][s]['speedup_over_gpu']:.2f}",
+                            ha="center", fontsize=6)  # fmt: skip
+                ticks.append(x)
+                labels.append(s.replace("attacc-", ""))
+                x += 1
+            x += 1
+        ax.set_xticks(ticks, labels, rotation=90, fontsize=6)
+        ax.set_title(f"{model}, batch {b}: " + ", ".join(
+            f"Lin {r['lin']} Lout {r['lout']}" for r in sel), fontsize=8)  # fmt: skip
+        ax.set_ylabel("generation time / GPU's")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("DCC Fig. 8 shape: generation time by phase, GPU vs AttAcc (+DCC)")
+    fig.tight_layout()
+    return write_figure(fig, path)
+
+
+def _runs(text: str) -> tuple[tuple[int, int], ...]:
+    out = []
+    for item in text.split(","):
+        try:
+            lin, lout = (int(v) for v in item.split(":"))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"--runs {text!r}: expected Lin:Lout pairs, comma-separated (e.g. 128:2048)"
+            ) from None
+        if lin < 1 or lout < 1:
+            raise argparse.ArgumentTypeError(f"--runs {item!r}: Lin and Lout must be >= 1")
+        out.append((lin, lout))
+    return tuple(out)
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers") from None
+    if any(v < 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"{text!r}: every value must be >= 1")
+    return vals
+
+
+FIG8_DIR = BUILD_DIR / "dcc"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``pimphony dcc-fig8``."""
+    p.add_argument("--models", default=",".join(FIG8_MODELS),
+                   help="comma-separated model presets")  # fmt: skip
+    p.add_argument("--batches", type=_ints, default=FIG8_BATCHES, help="e.g. 1,4")
+    p.add_argument("--runs", type=_runs, default=FIG8_RUNS,
+                   help="Lin:Lout pairs, e.g. 128:2048,2048:128")  # fmt: skip
+    p.add_argument("--backend", default=FIG8_BACKEND, help="PIM back end (with a softmax unit)")
+    p.add_argument("--points", type=int, default=SAMPLE_POINTS,
+                   help="contexts each phase is costed at over a run")  # fmt: skip
+    p.add_argument("--budget", type=int, default=300, help="DCC predictor's simulated drafts")
+    p.add_argument("--verify", type=int, default=10, help="best predicted drafts simulated")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--report", type=Path, help="JSON path (default build/dcc/fig8.json)")
+    p.add_argument("--plot", type=Path, help="PNG path (default build/dcc/fig8.png)")
+    p.add_argument("--force", action="store_true", help="replace existing output files")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the Fig. 8 sweep; write the JSON report and the plot."""
+    if args.points < 2:
+        raise DecodeError(f"--points {args.points}: must be >= 2 (the ends of a run)")
+    report_path = user_output(args.report, FIG8_DIR / "fig8.json", args.force)
+    plot_path = user_plot(args.plot, FIG8_DIR / "fig8.png", args.force)
+    say = None if args.json else functools.partial(print, flush=True)
+    rows = fig8(
+        tuple(m for m in args.models.split(",") if m), args.batches, args.runs, args.backend,
+        args.points, args.budget, args.verify, progress=say,
+    )  # fmt: skip
+    summ = summary(rows)
+    report = {
+        "rows": rows, "summary": summ, "paper": {str(k): v for k, v in PAPER.items()},
+        "provenance": provenance(args, backend=args.backend, models=args.models),
+    }  # fmt: skip
+    write_atomic(report_path, json.dumps(report, indent=2, default=str).encode())
+    plot_fig8(rows, plot_path)
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        print(format_fig8(rows, summ))
+        print(f"report: {report_path}\nplot:   {plot_path}")
+    return 0
