@@ -2,12 +2,12 @@
 data rearrangement it implies (DCC IV-B/C/D, the simulator that labels drafts).
 
 A draft (:mod:`compiler.dcc_schedule`) gives every dimension set ``groups`` PIM groups and
-``cores`` cores per group. The worst group's share (:func:`group_share`: per set
-``ceil(trip / groups)`` loop values over ``cores`` cores) is lowered by the back end's group
-lowering (``GROUP_LOWERINGS`` of :mod:`compiler.hbm_pim_lowering` or
-:mod:`compiler.attacc_lowering`) into one group's command stream and timed on the back end's
-command-level model; groups run in parallel on their own buses, so that is the kernel's
-compute time. Around it (:class:`DraftCost`):
+``cores`` cores per group. The worst group's share (:func:`group_share`: per set ``ceil(trip /
+groups)`` loop values over ``cores`` cores) is lowered by the back end's group lowering
+(``GROUP_LOWERINGS`` of :mod:`compiler.hbm_pim_lowering`, :mod:`compiler.attacc_lowering` or
+:mod:`compiler.aim_lowering`) into one group's command stream and timed on the back end's
+command-level model; groups run in parallel on their own buses, so that is the kernel's compute
+time. Around it (:class:`DraftCost`):
 
 - **rearrangement in**: the data the program needs in its banks (``GroupProgram.inputs``)
   moved from host layout by :func:`compiler.rearrange.rearrangement_cost` (single-bank writes
@@ -84,10 +84,17 @@ def _attacc() -> dict[DccKernel, Lowering]:
     return GROUP_LOWERINGS
 
 
+def _aim() -> dict[DccKernel, Lowering]:
+    from compiler.aim_lowering import GROUP_LOWERINGS
+
+    return GROUP_LOWERINGS
+
+
 #: Where each back-end kind's group lowerings live.
 BACKEND_LOWERINGS: dict[BackendKind, Callable[[], dict[DccKernel, Lowering]]] = {
     BackendKind.HBM_PIM: _hbm_pim,
     BackendKind.ATTACC: _attacc,
+    BackendKind.AIM: _aim,
 }
 
 
@@ -196,8 +203,8 @@ def _channel_seconds(
         return 0.0, 0
     addresses = _unique_rows(np.concatenate(arrays))
     cycles, _ = group_access_cycles(cfg, addresses, op)
-    assert cfg.timing is not None
-    return cycles / (cfg.timing.freq_ghz * 1e9), len(addresses) * cfg.group.column_bytes
+    assert cfg.clock_ghz is not None
+    return cycles / (cfg.clock_ghz * 1e9), len(addresses) * cfg.group.column_bytes
 
 
 def _unique_rows(a: np.ndarray) -> np.ndarray:
@@ -297,7 +304,7 @@ def draft_cost(
 ) -> DraftCost:
     """Simulate ``draft`` of ``kernel`` at ``sizes`` on ``cfg`` (:class:`DraftCost`);
     ``placement`` says whether the kernel's weights / KV cache are already in PIM layout."""
-    if cfg.timing is None:
+    if cfg.clock_ghz is None:
         raise DccError(f"back end {cfg.name} has no [timing]: no command-level model to time")
     kernel = DccKernel(kernel)
     sizes = tuple(int(s) for s in sizes)
@@ -313,7 +320,7 @@ def draft_cost(
     adds = prog.host_ops * share.groups + out_elems * (share.reduction_groups - 1)
     host = cfg.host()
     host_s = vector_cost(host, VectorOp.RESIDUAL, adds).seconds if adds else 0.0
-    compute_s = prog.cycles / (cfg.timing.freq_ghz * 1e9)
+    compute_s = prog.cycles / (cfg.clock_ghz * 1e9)
     return DraftCost(
         cfg.name, kernel, sizes, draft, share, strategy, placement, compute_s,
         in_s, out_s, host_s, in_b, out_b, prog.cycles, dict(prog.counts),

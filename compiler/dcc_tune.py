@@ -47,10 +47,11 @@ from compiler.dcc_schedule import (
     prune,
 )
 from compiler.rearrange import Strategy
-from models.backends import BackendConfig
+from models.backends import BackendConfig, BackendKind
 from models.errors import PimphonyError
 
 __all__ = [
+    "BACKEND_DEFAULTS",
     "BANK_TENSOR",
     "BATCH_SETS",
     "Objective",
@@ -58,6 +59,7 @@ __all__ = [
     "best",
     "compact_drafts",
     "default_draft",
+    "default_name",
     "generated_count",
     "kernel_drafts",
     "search",
@@ -220,8 +222,27 @@ def best(result: SearchResult, objective: Objective = Objective.END_TO_END) -> D
     return min(result.costs, key=OBJECTIVES[Objective(objective)])
 
 
+def _aim_default(cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...]) -> Draft:
+    from compiler.aim_lowering import default_draft as aim_default
+
+    return aim_default(cfg, kernel, sizes)
+
+
+#: Back-end kinds whose default mapping is their own rather than DCC V's, with its name: AiM's
+#: is the fixed mapping of ``compiler.kernels`` / ``compiler.plan`` (:func:`compiler.
+#: aim_lowering.default_draft`; DCC V's would split the reduction over banks, which AiM's
+#: all-bank MAC cannot).
+BACKEND_DEFAULTS = {BackendKind.AIM: ("fixed", _aim_default)}
+
+
+def default_name(cfg: BackendConfig) -> str:
+    """What the back end's default mapping is called: ``DCC V`` or its own name."""
+    return BACKEND_DEFAULTS[cfg.kind][0] if cfg.kind in BACKEND_DEFAULTS else "DCC V"
+
+
 def default_draft(cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...]) -> Draft:
-    """The back end's default mapping of ``kernel`` (DCC V, module docstring) as a draft: one
+    """The back end's default mapping of ``kernel`` (DCC V, module docstring; a back end of
+    :data:`BACKEND_DEFAULTS` its own) as a draft: one
     :class:`Part` per dimension set, the bank tensor's (:data:`BANK_TENSOR`) dimension as the
     representative; the batch / head set over ``min(size, groups)`` groups (every device's
     channels: DCC V's "16 channels" are one device's, and its system has five); the
@@ -230,6 +251,8 @@ def default_draft(cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...])
     of extent 1 is no dimension to spread (Fig. 7's RED of a length-N vector per batch row,
     ``batched-red`` (B, 1, N), spreads N as VA does)."""
     kernel = DccKernel(kernel)
+    if cfg.kind in BACKEND_DEFAULTS:
+        return BACKEND_DEFAULTS[cfg.kind][1](cfg, kernel, tuple(sizes))
     nest = kernel_nest(kernel, sizes)
     sets = dimension_sets(nest)
     trips = dict(nest.loops)

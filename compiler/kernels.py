@@ -134,6 +134,11 @@ class KernelProgram:
         y = tiles.reshape(p.heads, p.groups * ch.banks)
         return y[:, : p.n_out]
 
+    def tile_addresses(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(g, k, address)`` of every matrix tile: output group, input tile and column
+        address (``row * columns_per_row + column``, the same in every bank)."""
+        return self._visit_order()
+
     def _visit_order(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(g, k, address)`` of every matrix tile, in column-address order."""
         g_list, k_list, a_list = [], [], []

@@ -67,6 +67,7 @@ __all__ = [
     "PartitionError",
     "PartitionSpec",
     "attention_units",
+    "batch_jobs",
     "candidates",
     "layer_plan",
     "micro_batches",
@@ -400,15 +401,16 @@ def _gemv_jobs(cfg: HardwareConfig, d_out: int, d_in: int, batch: int) -> list[l
     one request is left to the compiler to refuse.
     """
     shares = split_evenly(d_out, cfg.module.channels, cfg.channel.banks)
-    jobs: list[list[GemvJob]] = []
-    for s in shares:
-        if not s:
-            jobs.append([])
-            continue
-        most = max(1, min(batch, gemv_max_batch(cfg, s, d_in)))
-        sizes = [most] * (batch // most) + ([batch % most] if batch % most else [])
-        jobs.append([GemvJob(s, d_in, b) for b in sizes])
-    return jobs
+    return [batch_jobs(cfg, s, d_in, batch) if s else [] for s in shares]
+
+
+def batch_jobs(cfg: HardwareConfig, d_out: int, d_in: int, batch: int) -> list[GemvJob]:
+    """One channel's batched GEMV of ``d_out x d_in`` for ``batch`` requests: one job, or
+    several of at most ``gemv_max_batch`` requests (the last holds the rest) when the batch's
+    inputs and outputs do not fit the GPR."""
+    most = max(1, min(batch, gemv_max_batch(cfg, d_out, d_in)))
+    sizes = [most] * (batch // most) + ([batch % most] if batch % most else [])
+    return [GemvJob(d_out, d_in, b) for b in sizes]
 
 
 def layer_plan(

@@ -190,8 +190,37 @@ def _attacc_access(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> tuple[i
     return tl.cycles, tl.counts
 
 
+def _aim_access(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> tuple[int, dict]:
+    """An AiM channel's host accesses on :mod:`models.bank_slice`'s single-bank path (a
+    conventional bank: ``sliced=False``), the preset's own timing. That model has host reads
+    only (the AiM presets state no write recovery or write latency), so a write is timed as a
+    read: one 32 B column per tCCD on the data bus, a single-bank ACT (tRCD_MAC), PRE (tRAS,
+    tRTP, tRP). Columns go in (row, column, bank) order, so a row's banks open while earlier
+    columns stream; the host queue is the preset's controller queue (``dcs.queue_depth``, the
+    depth of its PIM command queues), not bank_slice's 8-entry xPU read queue."""
+    from models.bank_slice import HOST_READ_DTYPE, SliceConfig, run_bank_slice
+    from models.isa import empty_stream
+
+    hw = cfg.hardware_config
+    if hw is None:
+        raise RearrangeError(f"back end {cfg.name}: an aim back end without its hardware preset")
+    depth = min(hw.dcs.queue_depth, 64)  # the controller's queue (bank_slice holds <= 64)
+    addr = np.unique(np.asarray(addresses, dtype=np.int64), axis=0)
+    addr = addr[np.lexsort((addr[:, 0], addr[:, 2], addr[:, 1]))]  # by row, column, bank
+    host = np.zeros(len(addr), dtype=HOST_READ_DTYPE)
+    host["bank"], host["row"], host["col"] = addr[:, 0], addr[:, 1], addr[:, 2]
+    res = run_bank_slice(
+        empty_stream(0), host, hw, SliceConfig(sliced=False, host_queue_depth=depth), validate=False
+    )
+    return res.cycles, {"ACT": res.host_row_switches, op.name: len(addr)}
+
+
 #: How each back-end kind times one group's single-bank host accesses.
-GROUP_ACCESS = {BackendKind.HBM_PIM: _hbm_pim_access, BackendKind.ATTACC: _attacc_access}
+GROUP_ACCESS = {
+    BackendKind.HBM_PIM: _hbm_pim_access,
+    BackendKind.ATTACC: _attacc_access,
+    BackendKind.AIM: _aim_access,
+}
 
 
 def group_access_cycles(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> tuple[int, dict]:
@@ -244,11 +273,10 @@ def rearrangement_cost(
     if len(addresses) == 0:
         raise RearrangeError("no addresses to move")
     cycles, counts = group_access_cycles(cfg, addresses, op)
-    t = cfg.timing
-    assert t is not None
+    assert cfg.clock_ghz is not None
     onchip = cfg.system.onchip_bytes
     strategy = strategy or (Strategy.STAGED if onchip else Strategy.DIRECT)
-    channel_s = cycles / (t.freq_ghz * 1e9)
+    channel_s = cycles / (cfg.clock_ghz * 1e9)
     nbytes = len(np.unique(addresses, axis=0)) * cfg.group.column_bytes * channels
     host_s, total_s, rounds = rearrangement_seconds(
         strategy, nbytes, cfg.host_gbps, channel_s, channels, onchip

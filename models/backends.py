@@ -8,7 +8,9 @@ bank(s), SIMD width d and registers). A back end is a preset in ``configs/backen
 fills the three in, loaded by the strict TOML helpers of :mod:`models.config`.
 
 A back end of kind ``aim`` names a hardware preset (``hardware = "aim-16ch"``) and takes its
-group and core from it, so no AiM number is stated twice. The other kinds state ``[group]``,
+group and core from it, so no AiM number is stated twice; its command-level model is that
+preset's channel TLM (``hardware_config``, :mod:`models.channel`); :func:`aim_backend` builds
+one around any AiM preset (a decode step's module). The other kinds state ``[group]``,
 ``[core]`` and ``[timing]`` (their command-level models: ``hbm-pim`` :mod:`models.hbm_pim`,
 ``attacc`` :mod:`models.attacc`). A field with a default may be left out (``GroupSpec``'s
 ``pseudo_channels`` and ``ranks``, ``PimTiming``'s ``tCCD_AB``). ``docs/dcc.md`` cites every
@@ -17,7 +19,7 @@ value.
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, fields, replace
 from enum import StrEnum
 from functools import cache
 from pathlib import Path
@@ -50,6 +52,7 @@ __all__ = [
     "PimDtype",
     "PimTiming",
     "SystemSpec",
+    "aim_backend",
     "available_backends",
     "load_backend",
     "load_backend_config",
@@ -241,6 +244,17 @@ class BackendConfig:
     core: CoreSpec
     timing: PimTiming | None = None
     hardware: str = ""
+    hardware_config: HardwareConfig | None = None  # kind aim: the preset ``hardware`` names
+
+    @property
+    def clock_ghz(self) -> float | None:
+        """The clock the back end's command-level model counts cycles in (GHz): ``[timing]``'s,
+        or an AiM hardware preset's module clock (the channel TLM's); None without a model."""
+        if self.timing is not None:
+            return self.timing.freq_ghz
+        if self.hardware_config is not None:
+            return self.hardware_config.module.freq_ghz
+        return None
 
     @property
     def cores_per_group(self) -> int:
@@ -445,6 +459,29 @@ def _aim_levels(cfg: HardwareConfig) -> tuple[GroupSpec, CoreSpec]:
     return group, core
 
 
+def aim_backend(hw: HardwareConfig, base: str | Path = "aim") -> BackendConfig:
+    """An AiM back end of hardware ``hw`` (e.g. a decode step's module): the ``system`` of
+    back end ``base`` (host, devices, on-chip memory), group, core, ``groups_per_device`` and
+    ``device_bytes`` from ``hw`` as :func:`load_backend` takes them from ``hardware``; named
+    ``<base name>:<hw name>:<hw hash>`` so that different hardware never shares a name."""
+    cfg = load_backend(base)
+    if cfg.kind is not BackendKind.AIM:
+        raise BackendConfigError(f"back end {cfg.name}: kind = {cfg.kind.value!r}, not 'aim'")
+    group, core = _aim_levels(hw)
+    system = replace(cfg.system, groups_per_device=hw.module.channels, device_bytes=hw.module_bytes)
+    out = replace(
+        cfg,
+        name=f"{cfg.name}:{hw.name}:{hw.sha256()[:8]}",
+        system=system,
+        group=group,
+        core=core,
+        hardware=hw.name,
+        hardware_config=hw,
+    )
+    _check_relations(out, f"back end {out.name}")
+    return out
+
+
 def _from_raw(raw: dict[str, Any], source: str) -> BackendConfig:
     top = ["name", "kind", "source", "hardware", *_SECTION_CLASSES]
     reject_unknown_keys(raw, top, BackendConfigError, f"{source}: ", " at top level")
@@ -464,6 +501,7 @@ def _from_raw(raw: dict[str, Any], source: str) -> BackendConfig:
                 f"allowed: {', '.join(f'[{s}]' for s in wanted)}"
             )
     hardware = ""
+    hw_config: HardwareConfig | None = None
     derived: dict[str, Any] = {}
     levels: dict[str, Any] = {}
     if kind is BackendKind.AIM:
@@ -479,6 +517,7 @@ def _from_raw(raw: dict[str, Any], source: str) -> BackendConfig:
             raise BackendConfigError(f"{source}: hardware: {exc}") from None
         levels["group"], levels["core"] = _aim_levels(hw)
         derived = {"groups_per_device": hw.module.channels, "device_bytes": hw.module_bytes}
+        hw_config = hw
     elif "hardware" in raw:
         raise BackendConfigError(f"{source}: 'hardware' is only allowed for kind = 'aim'")
     built = {
@@ -491,7 +530,9 @@ def _from_raw(raw: dict[str, Any], source: str) -> BackendConfig:
         for s in wanted
     }
     built.update(levels)
-    cfg = BackendConfig(name=name, kind=kind, source=text, hardware=hardware, **built)
+    cfg = BackendConfig(
+        name=name, kind=kind, source=text, hardware=hardware, hardware_config=hw_config, **built
+    )
     _check_relations(cfg, source)
     return cfg
 

@@ -20,7 +20,7 @@ from typing import Any
 from compiler.dcc_cost import DraftCost, Placement, draft_cost, gpu_seconds, kernel_nest
 from compiler.dcc_predictor import predicted_search
 from compiler.dcc_schedule import DccKernel, dimension_sets
-from compiler.dcc_tune import Objective, best, default_draft, search
+from compiler.dcc_tune import Objective, best, default_draft, default_name, search
 from compiler.rearrange import Strategy
 from models.backends import available_backends, load_backend
 from models.errors import PimphonyError
@@ -172,6 +172,7 @@ def tune_report(
         "top": [cost_row(c, ps.predicted_s.get(c.draft)) for c in ranked[:top]],
         "chosen": cost_row(chosen),
         "default": cost_row(default) if default else None,
+        "default_name": default_name(cfg),
         "default_refused": refused,
         "compute_centric": cost_row(centric),
         "gpu_us": gpu * 1e6,
@@ -248,10 +249,11 @@ def run(args: argparse.Namespace) -> int:
         pred = f" (predicted {row['predicted_us']:.2f})" if row["predicted_us"] else ""
         print(_line(f"#{i}", row) + pred)
     print(_line("chosen (DCC)", r["chosen"]))
+    name = f"default ({r['default_name']})"
     if r["default"]:
-        print(_line("default (DCC V)", r["default"]))
+        print(_line(name, r["default"]))
     else:
-        print(f"  default (DCC V)  cannot run: {r['default_refused']}")
+        print(f"  {name:<16} cannot run: {r['default_refused']}")
     print(_line("compute-centric", r["compute_centric"]))
     s = r["speedup"]
     print(f"  GPU alone: {r['gpu_us']:.2f} us")

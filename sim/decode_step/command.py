@@ -45,7 +45,7 @@ from sim.decode_step.hetero import (
     run_hetero_decode,
 )
 from sim.decode_step.report import format_report, plot_report, report_stem, setup_digest
-from sim.decode_step.setup import MICRO_BATCHES_AUTO, DecodeError, DecodeSetup
+from sim.decode_step.setup import MICRO_BATCHES_AUTO, DecodeError, DecodeSetup, Mapping
 from sim.decode_step.step import run_decode
 from sim.provenance import inputs_digest, provenance
 from sim.report import user_output, user_plot
@@ -174,6 +174,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"hardware preset name or .toml (default {DECODE_PRESET}: 32 GiB modules)",
     )
     p.add_argument(
+        "--mapping",
+        choices=choice_names(Mapping),
+        default=Mapping.FIXED.value,
+        help="weight GEMVs: fixed (compiler.plan, default) or tuned (per op, DCC's best "
+        "mapping when the step times it faster; docs/dcc.md)",
+    )
+    p.add_argument(
         "--ignore-capacity",
         action="store_true",
         help="time a batch even if it does not fit the memory (capacity check off)",
@@ -269,6 +276,7 @@ def setup_from_args(args: argparse.Namespace) -> DecodeSetup:
         micro_batches=args.micro_batches,
         max_context=args.max_context,
         check_capacity=not args.ignore_capacity,
+        mapping=getattr(args, "mapping", Mapping.FIXED.value),
     )
 
 
@@ -331,6 +339,8 @@ def run(args: argparse.Namespace) -> int:
     as :class:`DecodeError` and friends."""
     system = System(args.system)
     _refuse_other_systems_options(args, system)
+    if args.mapping == Mapping.FIXED:  # the default: reports' options stay as before it existed
+        args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "mapping"})
     return SYSTEMS[system](args)
 
 
@@ -338,7 +348,7 @@ def run(args: argparse.Namespace) -> int:
 _SYSTEM_OPTIONS: dict[System, tuple[str, ...]] = {
     System.PIM: (
         "modules", "tp", "pp", "micro_batches", "partition", "sched", "memory", "max_context",
-        "preset", "ignore_capacity", "energy",
+        "preset", "ignore_capacity", "energy", "mapping",
     ),
     System.GPU: ("gpu", "gpus", "gpu_memory_fraction"),
     System.XPU_PIM: (

@@ -205,6 +205,11 @@ class StepCycles:
     """
 
     def __init__(self, setup: DecodeSetup, caches: KernelCaches | None = None):
+        if setup.mapping != "fixed":
+            raise DecodeError(
+                f"mapping = {setup.mapping!r}: the cycles-only step times the fixed mapping; "
+                "use run_decode for --mapping tuned"
+            )
         self.setup = setup
         self.caches = caches or KernelCaches()
         spec, cfg = setup.model, setup.hw

@@ -67,11 +67,17 @@ class DecodeReport:
     dpa: dict[str, Any]
     simulation: dict[str, Any]
     energy: dict[str, Any] = dataclasses.field(default_factory=dict)
+    mapping: dict[str, Any] = dataclasses.field(default_factory=dict)  # --mapping tuned only
     provenance: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """The report as one JSON-ready dict, keys in field order."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        """The report as one JSON-ready dict, keys in field order (``mapping`` only when the
+        step was tuned, so a fixed step's report is what it was before the option)."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name != "mapping" or self.mapping
+        }
 
 
 #: Each report key's label and plot colour, in :data:`OP_KEYS` order.
@@ -96,13 +102,16 @@ def report_stem(setup: DecodeSetup) -> str:
     m = setup.model
     return (
         f"{m.name}-B{len(setup.lengths)}-T{max(setup.lengths)}-tp{setup.tp}pp{setup.pp}-"
-        f"{setup.partition}-{setup.sched}-{setup.memory}-{setup_digest(setup)[:8]}"
+        f"{setup.partition}-{setup.sched}-{setup.memory}-"
+        f"{'tuned-' if setup.mapping == 'tuned' else ''}{setup_digest(setup)[:8]}"
     )
 
 
 def setup_digest(setup: DecodeSetup) -> str:
     """SHA-256 of everything a decode step depends on."""
     inputs = {f.name: getattr(setup, f.name) for f in dataclasses.fields(setup) if f.name != "hw"}
+    if inputs["mapping"] == "fixed":  # added later: the default leaves digests as they were
+        del inputs["mapping"]
     inputs["model"] = dataclasses.asdict(setup.model)
     inputs["hw"] = setup.hw.sha256()
     return inputs_digest(inputs)
@@ -164,6 +173,10 @@ def format_report(report: DecodeReport) -> str:
         )
     if r.get("energy"):
         lines.append(energy_line(r["energy"]))
+    if r.get("mapping"):
+        from sim.decode_step.tuned import mapping_lines
+
+        lines += mapping_lines(r["mapping"])
     sim = r["simulation"]
     lines.append(
         f"simulated {sim['kernels_simulated']} distinct kernels standing for "

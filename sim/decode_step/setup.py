@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 
@@ -13,9 +14,22 @@ from models.config import HardwareConfig
 from models.errors import PimphonyError
 from models.memory import MEMORY_POLICIES, MemoryPolicy
 
-__all__ = ["MICRO_BATCHES_AUTO", "DecodeError", "DecodeSetup", "micro_batch_candidates"]
+__all__ = [
+    "MICRO_BATCHES_AUTO",
+    "DecodeError",
+    "DecodeSetup",
+    "Mapping",
+    "micro_batch_candidates",
+]
 
 MICRO_BATCHES_AUTO = "auto"
+
+
+class Mapping(StrEnum):
+    """How the weight GEMVs are mapped onto a module's channels (``--mapping``)."""
+
+    FIXED = "fixed"  # compiler.plan: outputs over every channel, in whole bank groups
+    TUNED = "tuned"  # per op, DCC's best draft if the step's model times it faster
 
 
 def micro_batch_candidates(pp: int, batch: int) -> list[int]:
@@ -58,6 +72,8 @@ class DecodeSetup:
         Tokens a static reservation holds (default the model's ``context_window``).
     check_capacity : bool
         Refuse batches that do not fit (default); off only for timing studies.
+    mapping : {"fixed", "tuned"}
+        The weight GEMVs' mapping (:class:`Mapping`, ``sim.decode_step.tuned``).
     """
 
     model: ModelSpec
@@ -71,6 +87,7 @@ class DecodeSetup:
     micro_batches: int | str | None = None
     max_context: int | None = None
     check_capacity: bool = True
+    mapping: str = Mapping.FIXED.value
 
     def __post_init__(self) -> None:
         if not self.lengths:
@@ -87,6 +104,7 @@ class DecodeSetup:
             ("partition", self.partition, PARTITIONS),
             ("sched", self.sched, SCHEDULERS),
             ("memory", self.memory, MEMORY_POLICIES),
+            ("mapping", self.mapping, list(Mapping)),
         ):
             if value not in allowed:
                 raise DecodeError(f"{name} {value!r} is unknown; allowed: {', '.join(allowed)}")

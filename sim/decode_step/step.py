@@ -58,6 +58,7 @@ from sim.decode_step.setup import (
     MICRO_BATCHES_AUTO,
     DecodeError,
     DecodeSetup,
+    Mapping,
     micro_batch_candidates,
 )
 
@@ -138,11 +139,19 @@ class LayerTiming:
     # kernels of the layer on one module, and EPU FLOPs of "attention" and "other" work.
     activity: dict[str, ChannelActivity] = field(default_factory=dict)
     epu_flops: dict[str, float] = field(default_factory=dict)
+    mapping: tuple[dict[str, Any], ...] = ()  # --mapping tuned: per op, fixed vs DCC's draft
 
     @property
     def total(self) -> int:
         """Cycles of the whole layer."""
         return sum(self.cycles.values())
+
+
+def _tuned() -> Any:
+    """``sim.decode_step.tuned``, imported when a step is tuned (it loads the DCC compiler)."""
+    from sim.decode_step import tuned
+
+    return tuned
 
 
 def _once(run: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -248,17 +257,19 @@ def _layer_timing(
     spec, cfg = setup.model, setup.hw
     plan = layer_plan(spec, cfg, lengths, setup.tp, partition)
     run = _once(cache.run)
+    tuning = _tuned().tune_gemvs(cfg, plan, run) if setup.mapping == Mapping.TUNED else None
+    gemv = tuning.jobs if tuning else plan.gemv
     cycles: dict[str, int] = dict.fromkeys(OP_KEYS, 0)
     macs: dict[str, int] = dict.fromkeys(OP_KEYS, 0)
     hub: dict[str, int] = {}
     busy = commands = 0
     activity = {"fc": ChannelActivity.zero(), "attention": ChannelActivity.zero()}
     for op in GEMV_OPS:
-        c, m, b, n, h = _gemv_op(plan.gemv[op], run)
-        cycles[op], macs[op], hub[op] = c, m, h
+        c, m, b, n, h = _gemv_op(gemv[op], run)
+        cycles[op], macs[op], hub[op] = c + (tuning.reduce_cycles[op] if tuning else 0), m, h
         busy += b
         commands += n
-        for channel_jobs in plan.gemv[op]:
+        for channel_jobs in gemv[op]:
             for j in channel_jobs:
                 activity["fc"] += run(j).activity
     split, tasks, att = _attention_split(plan, cfg, run)
@@ -278,7 +289,7 @@ def _layer_timing(
     att_epu = att.softmax_busy + att.reduction_busy + att.combine_busy
     epu_flops = {
         "attention": float(att_epu * cfg.module.epu_flops_per_cycle),
-        "other": float(b * per_request),
+        "other": float(b * per_request + (tuning.reduce_flops if tuning else 0)),
     }
     vector = b * spec.hidden * spec.element_bytes
     cycles["allreduce"] = 2 * allreduce_cycles(cfg, vector, setup.tp)
@@ -304,6 +315,7 @@ def _layer_timing(
         pairs=len({(u.request, u.kv_head) for u in plan.units}),
         activity=activity,
         epu_flops=epu_flops,
+        mapping=tuning.rows if tuning else (),
     )
 
 
@@ -345,6 +357,7 @@ def _run_decode(
     """Simulate one decode step of ``setup`` (with ``cache``: kernels already simulated for
     the same hardware, scheduler, memory policy and lengths are reused)."""
     started = time.perf_counter()
+    tuned = setup.mapping == Mapping.TUNED
     cfg, spec = setup.hw, setup.model
     say = progress or (lambda _m: None)
     memory = admit(setup)
@@ -373,6 +386,7 @@ def _run_decode(
     busy = commands = 0
     sm_marg = red_marg = attn_cycles = red_busy = comb_marg = comb_busy = 0
     chosen: dict[str, int] = {}  # layers (of the slowest module) per partition used
+    mapping_rows: dict[tuple[str, int], dict[str, Any]] = {}  # --mapping tuned, per op, batch
     units = pairs = 0
     phase_activity = {"fc": ChannelActivity.zero(), "attention": ChannelActivity.zero()}
     phase_epu = {"attention": 0.0, "other": 0.0}
@@ -399,6 +413,7 @@ def _run_decode(
                 comb_marg += n * lt.combine_marginal
                 comb_busy += n * lt.attention.combine_busy
                 chosen[lt.partition] = chosen.get(lt.partition, 0) + n
+                mapping_rows.update({(r["op"], r["batch"]): r for r in lt.mapping})
                 units += n * lt.score_tiles
                 pairs += n * lt.pairs
             for mod in modules:
@@ -502,6 +517,7 @@ def _run_decode(
             "wall_seconds": time.perf_counter() - started,
         },
         energy=energy_block,
+        mapping=(_tuned().mapping_report(setup, list(mapping_rows.values())) if tuned else {}),
     )
 
 
