@@ -43,6 +43,7 @@ EXPECTED = {
     "LP-fig20": Verdict.DIFFERS,
     "LP-fig21": Verdict.TREND,
     "LP-fig22": Verdict.TREND,
+    "D-fig7": Verdict.TREND,
     "S-fig9": Verdict.REPRODUCED,
 }
 

@@ -971,6 +971,37 @@ def _lp_fig22() -> Measured:
     )
 
 
+def _dcc_fig7_elementwise() -> Measured:
+    from sim.experiments.dcc_figs import PAPER, Figure, figure_rows, summary
+
+    panels = ("RED", "VA", "RELU")
+    got = summary(Figure.FIG7, figure_rows(Figure.FIG7, panels))
+    paper = PAPER[Figure.FIG7]
+    key = "{}_dcc_over_default_geomean"
+    ours = (
+        ", ".join(f"{p} {got[key.format(p)]:.2f}x ({paper[key.format(p)]:.2f}x)" for p in panels)
+        + " -- DCC over the default mapping, geomean of 9 points each, ours (paper)"
+    )
+    values = {p: {k: got[f"{p}_{k}"] for k in ("dcc_over_default_geomean",
+              "dcc_over_gpu_geomean", "default_over_gpu_geomean")} for p in panels}  # fmt: skip
+    if all(_within(got[key.format(p)], paper[key.format(p)], 0.15) for p in panels):
+        return Measured(ours, Verdict.REPRODUCED, values=values)
+    gains = all(got[key.format(p)] > 1 for p in panels)
+    return Measured(
+        ours,
+        Verdict.TREND if gains else Verdict.DIFFERS,
+        "DCC beats HBM-PIM's default on every kernel, by other amounts: DCC spreads a tensor "
+        "over 64 pseudo-channels, one round per unit, so its time is mostly the fixed cost "
+        "of starting a PIM kernel (414-466 cycles), while the default keeps each batch row on "
+        "one pseudo-channel (DCC V: batches across channels), whose rounds and 19.2 GB/s bus "
+        "grow with the tensor; the paper's default instead scales with the batch (its "
+        "speedup over the GPU is the same at batch 1, 2 and 4). Neither beats our GPU "
+        "roofline: the inputs are rearranged per call and reading them once at host "
+        "bandwidth costs as much as the GPU kernel (docs/dcc.md, Fig. 7)",
+        values,
+    )
+
+
 def _sherpa_fig9() -> Measured:
     from compiler.llm import load_model
     from models.layout import load_layout
@@ -1214,6 +1245,16 @@ CLAIMS: tuple[Claim, ...] = (
         "Llama3-70B, batch 128, input lengths 16-4096 (DRAM energy per JEDEC, values not given)",
         "pimphony librapim-energy  (batch 128, input 16, 64, 256, 1024, 4096; energy preset "
         "hbm-pim on librapim-hbm2; NPU 0.16 pJ/FLOP)", _lp_fig22,
+    ),
+    Claim(
+        "D-fig7", "DCC", "Fig. 7 / V-A",
+        "DCC improves HBM-PIM over its default mapping by 2.11x (RED), 1.69x (VA) and 1.58x "
+        "(ReLU) on average",
+        "HBM-PIM (AttAcc's data distribution as the default), tensor size 1024-4096, batch "
+        "1-4, FP16",
+        "pimphony dcc-figs --figure fig7 --panels RED,VA,RELU  (batched-red (B, 1, N), "
+        "batched-va / batched-relu (B, N) on hbm-pim; DCC's predicted search)",
+        _dcc_fig7_elementwise,
     ),
     Claim(
         "S-fig9", "PIM-SHERPA", "Fig. 9 / 6",
