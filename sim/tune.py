@@ -150,7 +150,7 @@ def tune_report(
         "dimension_sets": [[m[0] for m in ds.members] for ds in dimension_sets(nest)],
         "drafts": {
             "generated": res.generated,
-            "after_pruning": res.pruned,
+            "after_pruning": ps.candidates,
             "simulated": len(res.costs),
             "sampled_for_predictor": ps.sampled if ps.verified else 0,
             "verified_predicted_best": ps.verified,

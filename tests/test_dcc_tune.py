@@ -121,3 +121,28 @@ def test_tune_reports_a_default_that_cannot_run(capsys) -> None:
     assert rc == 0
     assert "default (DCC V)  cannot run: [1, 4, A0^m] [1, 2, A1^n]: red: a unit's share" in out
     assert "speedup: - over default" in out
+
+
+@pytest.mark.parametrize(
+    "backend, kernel, sizes",
+    [("attacc", DccKernel.QK, (2, 16, 64)), ("hbm-pim", DccKernel.SV, (4, 128, 64)),
+     ("attacc", DccKernel.BATCHED_GEMV, (2, 16, 64)), ("hbm-pim", DccKernel.RED, (64, 512))],
+)  # fmt: skip
+def test_rule1_while_generating_keeps_the_same_drafts(backend, kernel, sizes) -> None:
+    """Generating only the first of equivalent mappings (rule 1 while generating) leaves
+    exactly the drafts rules 1-3 keep of the full compact generation, in the same order."""
+    from compiler.dcc_cost import kernel_nest
+    from compiler.dcc_schedule import dimension_sets, innermost_set, prune
+    from compiler.dcc_tune import compact_drafts
+
+    cfg = load_backend(backend)
+    nest = kernel_nest(kernel, sizes)
+    sets = dimension_sets(nest)
+    trips = [dict(nest.loops)[ds.mappings()[0][2].var] for ds in sets]
+    full = list(compact_drafts(sets, trips, cfg.groups, cfg.cores_per_group))
+    fewer = list(compact_drafts(sets, trips, cfg.groups, cfg.cores_per_group, rule1=True))
+    assert len(fewer) < len(full)
+    rule2 = {"simd": cfg.core.lanes, "vector_set": innermost_set(nest, sets)}
+    assert (
+        prune(fewer, **rule2)[0] == prune(full, **rule2)[0] == kernel_drafts(cfg, kernel, sizes)[0]
+    )
