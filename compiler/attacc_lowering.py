@@ -24,7 +24,13 @@ all-bank MACs address equal offsets in every bank (DCC IV-C).
 * Results leave through the softmax buffer (``RDSB``), inside the stream: ``outputs`` is
   empty and ``host_ops`` 0.
 * Softmax and attention: :func:`lower_attention` chains QK^T (scores stay in the softmax
-  buffer), ``SFM`` per head and ``MVGB`` of the probabilities into the GEMV buffers, and SV.
+  buffer), ``SFM`` per head and ``MVGB`` of the probabilities into the GEMV buffers, and SV;
+  it is the ``attn`` kernel's group lowering. :data:`SHARE_CHECKS` refuses the attention
+  shares it cannot run without lowering them (the search drops those drafts first).
+
+Streams are built as arrays (:func:`_lower`, :func:`_attention`); the command-by-command
+builder they replace is kept as :func:`lower_group_reference` / :func:`lower_attention_reference`
+(the same streams, ``tests/test_attacc_lowering.py``).
 
 :func:`compiler.dcc_tune.default_draft` gives AttAcc's default mapping as a draft.
 """
@@ -63,6 +69,7 @@ from models.backends import BackendConfig
 __all__ = [
     "CORE_ORDER",
     "GROUP_LOWERINGS",
+    "SHARE_CHECKS",
     "UNSUPPORTED",
     "AttAccLoweringError",
     "lower_attention",
@@ -1221,10 +1228,13 @@ def _lowering(kernel: DccKernel) -> Callable[..., GroupProgram]:
     return lower
 
 
-#: The contract's registry: ``GROUP_LOWERINGS[kernel](cfg, sizes, cores) -> GroupProgram``.
-GROUP_LOWERINGS: dict[DccKernel, Callable[..., GroupProgram]] = {
-    k: _lowering(k) for k in CORE_ORDER
-}
+def _lower_attn(cfg: BackendConfig, sizes: tuple[int, ...], cores: tuple[int, ...]) -> GroupProgram:
+    """``attn`` on one AttAcc group (:func:`lower_attention`; sets h, t, d)."""
+    if len(sizes) != 3 or len(cores) != 3:
+        raise AttAccLoweringError(
+            f"kernel attn has 3 dimension sets; got sizes = {tuple(sizes)}, cores = {tuple(cores)}"
+        )
+    return lower_attention(cfg, tuple(sizes), tuple(cores))  # type: ignore[arg-type]
 
 
 def _values(flat: np.ndarray, gathers: np.ndarray) -> np.ndarray:
@@ -1267,7 +1277,10 @@ def run_group(
 ) -> dict[str, np.ndarray]:
     """The share's result on values: place the bank tensor as ``inputs`` says, run the
     stream on :func:`models.attacc.execute` with the GEMV-buffer tensor as payload, and
-    scatter what the host read (``RDSB``) into the output tensor (FP16)."""
+    scatter what the host read (``RDSB``) into the output tensor (FP16). ``attn``:
+    :func:`run_attention`."""
+    if DccKernel(kernel) is DccKernel.ATTN:
+        return run_attention(cfg, sizes, cores, arrays)  # type: ignore[arg-type]
     low = _lower(cfg, kernel, sizes, cores)
     shapes = dict(_nest(DccKernel(kernel), sizes).tensors)
     missing = ({low.gb_tensor} | set(low.program.inputs)) - {""} - set(arrays)
@@ -1413,3 +1426,14 @@ def run_attention(
     st, payload, reads = _place(cfg, low, arrays, shapes)
     execute(cfg, low.program.stream, payload, st)
     return {"O": _gather_reads(st, reads, shapes["O"])}
+
+
+#: Shares a lowering refuses by a rule cheaper than lowering them (``check(cfg, sizes,
+#: cores)`` raises the same refusal): the search drops those drafts before sampling.
+SHARE_CHECKS: dict[DccKernel, Callable[..., object]] = {DccKernel.ATTN: _attention_check}
+
+#: The contract's registry: ``GROUP_LOWERINGS[kernel](cfg, sizes, cores) -> GroupProgram``.
+GROUP_LOWERINGS: dict[DccKernel, Callable[..., GroupProgram]] = {
+    **{k: _lowering(k) for k in CORE_ORDER},
+    DccKernel.ATTN: _lower_attn,
+}

@@ -346,6 +346,7 @@ class DccKernel(StrEnum):
     RED = "red"
     VA = "va"
     RELU = "relu"
+    ATTN = "attn"
 
 
 #: Each kernel's loop nest from its sizes (the body's references; the innermost loop last).
@@ -382,4 +383,18 @@ DCC_KERNELS: dict[DccKernel, Callable[..., LoopNest]] = {
     DccKernel.VA: lambda n: _nest({"C": (n,), "A": (n,), "B": (n,)}, {"n": n}, "C[n] A[n] B[n]"),
     # Y[n] = max(X[n], 0)
     DccKernel.RELU: lambda n: _nest({"Y": (n,), "X": (n,)}, {"n": n}, "Y[n] X[n]"),
+    # O[h][d] = sum_t softmax_t(S[h][t]) V[h][t][d], S[h][t] = sum_d Q[h][d] K[h][t][d]: DCC's
+    # ATTN (QK^T, softmax, SV as one kernel). One d indexes Q, K, V and O, so K's and V's d_h
+    # columns are tiled together (the core holding K[h][t-slice][d-slice] holds V's); the
+    # softmax between the two products is a step of the back end's lowering, not a loop.
+    DccKernel.ATTN: lambda heads, tokens, d_h: _nest(
+        {
+            "K": (heads, tokens, d_h),
+            "V": (heads, tokens, d_h),
+            "Q": (heads, d_h),
+            "O": (heads, d_h),
+        },
+        {"h": heads, "t": tokens, "d": d_h},
+        "O[h][d] Q[h][d] K[h][t][d] V[h][t][d]",
+    ),
 }

@@ -49,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         required=True,
         type=_shape,
         help="the kernel's sizes, comma-separated: gemv d_out,d_in; batched-gemv "
-        "batch,d_out,d_in; qk / sv heads,tokens,d_h; red rows,cols; va / relu n",
+        "batch,d_out,d_in; qk / sv / attn heads,tokens,d_h; red rows,cols; va / relu n",
     )
     p.add_argument(
         "--backend",

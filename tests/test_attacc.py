@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -153,7 +154,7 @@ def _cases(draw, kernel: DccKernel):
     return sizes, tuple(cores), draw(st.integers(0, 1000))
 
 
-@pytest.mark.parametrize("kernel", list(GROUP_LOWERINGS))
+@pytest.mark.parametrize("kernel", list(KERNEL_SIZES))
 @settings(max_examples=12, deadline=None)
 @given(data=st.data())
 def test_values_equal_numpy(kernel: DccKernel, data) -> None:
@@ -419,7 +420,7 @@ def _timed_backend(draw):
 
 @st.composite
 def _lowered(draw):
-    kernel = draw(st.sampled_from([*GROUP_LOWERINGS, "attn"]))
+    kernel = draw(st.sampled_from([*KERNEL_SIZES, "attn"]))
     if kernel == "attn":
         c_t = draw(st.sampled_from([1, 2, 4]))
         sizes = (
@@ -489,3 +490,47 @@ def test_timing_refuses_bad_commands() -> None:
             timer(ATT, s)
     tl = time_stream(ATT, s[:0])
     assert (tl.cycles, tl.issue.shape, tl.counts) == (0, (0,), dict.fromkeys(Op.__members__, 0))
+
+
+# ----------------------------------------------------------------------------- ATTN as a kernel
+
+
+def test_attn_group_lowering_runs_attention() -> None:
+    """The contract's registry runs ``attn`` (sets h, t, d) as lower_attention, and run_group
+    on values is softmax(K q) V within FP16's error."""
+    sizes, cores = (2, 256, 128), (1, 16, 4)
+    prog = GROUP_LOWERINGS[DccKernel.ATTN](ATT, sizes, cores)
+    assert prog.stream.tobytes() == lower_attention(ATT, sizes, cores).stream.tobytes()
+    assert set(prog.inputs) == {"K", "V"} and prog.outputs == {} and prog.host_ops == 0
+    rng = np.random.default_rng(5)
+    a = {
+        "Q": (rng.standard_normal((2, 128)) / 4).astype(np.float16),
+        "K": (rng.standard_normal((2, 256, 128)) / 4).astype(np.float16),
+        "V": rng.standard_normal((2, 256, 128)).astype(np.float16),
+    }
+    got = run_group(ATT, DccKernel.ATTN, sizes, cores, a)["O"].astype(np.float64)
+    ref = _attention_numpy(a)
+    assert np.max(np.abs(got - ref)) < 0.01 * np.max(np.abs(ref))
+
+
+def test_attn_default_draft_and_share_checks() -> None:
+    """DCC V's default for attention: heads over the groups, tokens over the 16 bank groups,
+    d_h over the 4 banks. The share check refuses exactly what the lowering refuses."""
+    from compiler.attacc_lowering import SHARE_CHECKS
+
+    d = default_draft(ATT, DccKernel.ATTN, (32, 512, 128))
+    assert [(p.groups, p.cores, p.dim) for p in d] == [(32, 1, "K0"), (1, 16, "K1"), (1, 4, "K2")]
+    check = SHARE_CHECKS[DccKernel.ATTN]
+    for sizes, cores in [((1, 512, 128), (1, 16, 4)), ((1, 100, 64), (1, 4, 4)),
+                         ((2, 64, 64), (2, 4, 4)), ((1, 4096, 128), (1, 8, 8)),
+                         ((1, 8192, 64), (1, 16, 4)), ((1, 4096, 128), (1, 16, 4))]:  # fmt: skip
+        try:
+            lower_attention(ATT, sizes, cores)
+            refused = ""
+        except AttAccLoweringError as exc:
+            refused = str(exc)
+        if refused:
+            with pytest.raises(AttAccLoweringError, match=re.escape(refused)):
+                check(ATT, sizes, cores)
+        else:
+            check(ATT, sizes, cores)

@@ -142,3 +142,11 @@ def test_gpu_roofline_by_hand() -> None:
     # VA reads two vectors and writes one
     n = 1 << 20
     assert gpu_seconds(HBM, DccKernel.VA, (n,)) == pytest.approx(3 * n * 2 / (2039e9 * 0.85))
+
+
+def test_attn_gpu_is_flash_decoding() -> None:
+    """ATTN on the GPU alone: every head reads its K and V once (models.xpu.attention_cost):
+    32 heads x 512 tokens x 128 x 2 B x 2 = 8 MiB at the A100's 2,039 GB/s x 0.85."""
+    att = load_backend("attacc")
+    t = gpu_seconds(att, DccKernel.ATTN, (32, 512, 128))
+    assert t == pytest.approx(2 * 32 * 512 * 128 * 2 / (2039e9 * 0.85), rel=0.01)
