@@ -24,7 +24,13 @@ all-bank MACs address equal offsets in every bank (DCC IV-C).
 * Results leave through the softmax buffer (``RDSB``), inside the stream: ``outputs`` is
   empty and ``host_ops`` 0.
 * Softmax and attention: :func:`lower_attention` chains QK^T (scores stay in the softmax
-  buffer), ``SFM`` per head and ``MVGB`` of the probabilities into the GEMV buffers, and SV.
+  buffer), ``SFM`` per head and ``MVGB`` of the probabilities into the GEMV buffers, and SV;
+  it is the ``attn`` kernel's group lowering. :data:`SHARE_CHECKS` refuses the attention
+  shares it cannot run without lowering them (the search drops those drafts first).
+
+Streams are built as arrays (:func:`_lower`, :func:`_attention`); the command-by-command
+builder they replace is kept as :func:`lower_group_reference` / :func:`lower_attention_reference`
+(the same streams, ``tests/test_attacc_lowering.py``).
 
 :func:`compiler.dcc_tune.default_draft` gives AttAcc's default mapping as a draft.
 """
@@ -63,10 +69,13 @@ from models.backends import BackendConfig
 __all__ = [
     "CORE_ORDER",
     "GROUP_LOWERINGS",
+    "SHARE_CHECKS",
     "UNSUPPORTED",
     "AttAccLoweringError",
     "lower_attention",
+    "lower_attention_reference",
     "lower_group",
+    "lower_group_reference",
     "run_attention",
     "run_group",
 ]
@@ -481,14 +490,23 @@ def _emit_job(
 
 
 @dataclass(frozen=True)
+class _Gathers:
+    """Where a program's values come from, as indices into the kernel's tensors (PAD zero,
+    ONE one), built only when values are run."""
+
+    payload: np.ndarray  # (n, lanes): the WRGBs' data rows, into the GEMV-buffer tensor
+    placed: dict[str, np.ndarray]  # tensor -> (n, lanes), row k at program.inputs[tensor][k]
+    reads: np.ndarray  # (n_reads, lanes): what each RDSB reads, into the output tensor
+
+
+@dataclass(frozen=True)
 class _Lowered:
     """A group program plus what :func:`run_group` needs to run it on values."""
 
     program: GroupProgram
-    job: _Job
-    payload: np.ndarray  # (n, lanes) gathers into job.gb_tensor (PAD zero, ONE one)
-    placed: dict[str, tuple[np.ndarray, np.ndarray]]  # tensor -> ((n, 3) address, (n, lanes))
-    reads: np.ndarray  # (n_reads, lanes) gathers into job.out_tensor
+    gb_tensor: str  # the tensor the WRGBs write ("" for RED's ones)
+    out_tensor: str
+    gathers: Callable[[], _Gathers]
 
 
 def _nest(kernel: DccKernel, sizes: tuple[int, ...]):
@@ -556,14 +574,19 @@ def _finish(cfg: BackendConfig, bld: _Builder, job: _Job) -> _Lowered:
         outputs={},
         host_ops=0,
     )
-    payload = np.array(bld.payload, np.int64).reshape(-1, L)
-    reads = np.array(bld.reads, np.int64).reshape(-1, L)
-    return _Lowered(program, job, payload, placed, reads)
+    gathers = _Gathers(
+        np.array(bld.payload, np.int64).reshape(-1, L),
+        {t: g for t, (_, g) in placed.items()},
+        np.array(bld.reads, np.int64).reshape(-1, L),
+    )
+    return _Lowered(program, job.gb_tensor, job.out_tensor, lambda: gathers)
 
 
-def _lower(
+def _lower_reference(
     cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], cores: tuple[int, ...]
 ) -> _Lowered:
+    """:func:`_lower` built command by command (:class:`_Builder`): the oracle the vectorised
+    lowering is tested against."""
     kernel = DccKernel(kernel)
     sizes, cores = tuple(int(s) for s in sizes), tuple(int(c) for c in cores)
     _check(cfg, kernel, sizes, cores)
@@ -573,11 +596,627 @@ def _lower(
     return _finish(cfg, bld, job)
 
 
+# ----------------------------------------------------------------------------- vectorised path
+# The programs of the reference builder above (`_lower_reference`, `_attention_reference`),
+# built as arrays. A share's MACs form a regular grid: their order, weight addresses and
+# row switches are closed forms of the pass, tile and element indices. What a bank needs in
+# its GEMV buffer and which banks meet in a softmax-buffer entry depend on the bank only
+# through its slice of each dimension set (its "class"), so they are computed per class, and
+# the accumulator moves are planned once per distinct set of participating banks.
+
+
+@dataclass(frozen=True)
+class _Roles:
+    """What each dimension set of a kernel is to the GEMV units, and its tensors' indices.
+
+    ``w_flat(sizes, s, o, r)``, ``gb_flat(sizes, s, r)``, ``out_flat(sizes, s, o)``: flat
+    indices (PAD where any part is PAD) of the bank tensor, the GEMV-buffer tensor (ONE for
+    RED's ones) and the output tensor, from broadcast index arrays of the sets."""
+
+    mode: MacMode
+    s: int | None  # the set iterated outermost (batch / heads); None: the kernel has none
+    o: int  # the set of outputs (DOT: one per MAC lane; AXPY: the accumulator's lanes)
+    r: int  # the reduced set
+    w_has_s: bool  # the bank tensor has the s dimension (else every s reuses its vectors)
+    w_flat: Callable[..., np.ndarray]
+    gb_flat: Callable[..., np.ndarray]
+    out_flat: Callable[..., np.ndarray]
+
+
+_ROLES: dict[DccKernel, _Roles] = {
+    DccKernel.GEMV: _Roles(
+        MacMode.DOT, None, 0, 1, False,
+        lambda z, s, o, r: _flat(z, o, r),
+        lambda z, s, r: _flat(z[1:], r),
+        lambda z, s, o: _flat(z[:1], o),
+    ),
+    DccKernel.BATCHED_GEMV: _Roles(
+        MacMode.DOT, 0, 1, 2, False,
+        lambda z, s, o, r: _flat(z[1:], o, r),
+        lambda z, s, r: _flat((z[0], z[2]), s, r),
+        lambda z, s, o: _flat(z[:2], s, o),
+    ),
+    DccKernel.QK: _Roles(
+        MacMode.DOT, 0, 1, 2, True,
+        lambda z, s, o, r: _flat(z, s, o, r),
+        lambda z, s, r: _flat((z[0], z[2]), s, r),
+        lambda z, s, o: _flat(z[:2], s, o),
+    ),
+    DccKernel.SV: _Roles(  # sets (h, d, t); V[h][t][d], P[h][t], O[h][d]
+        MacMode.AXPY, 0, 1, 2, True,
+        lambda z, s, o, r: _flat((z[0], z[2], z[1]), s, r, o),
+        lambda z, s, r: _flat((z[0], z[2]), s, r),
+        lambda z, s, o: _flat(z[:2], s, o),
+    ),
+    DccKernel.RED: _Roles(
+        MacMode.DOT, None, 0, 1, False,
+        lambda z, s, o, r: _flat(z, o, r),
+        lambda z, s, r: np.where(r >= 0, ONE, PAD),
+        lambda z, s, o: _flat(z[:1], o),
+    ),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Geometry:
+    """One share's grid: per set its slices, per bank its class, the MACs of one s in order.
+
+    MAC ``m`` of every s: ``a[m]`` (DOT: output, AXPY: reduced element) and ``b[m]`` (DOT:
+    reduction vector, AXPY: output vector), its GEMV-buffer entry, accumulator and lane, and
+    its block (pass x tiles + tile; blocks are contiguous runs of m)."""
+
+    kernel: DccKernel
+    roles: _Roles
+    sizes: tuple[int, ...]
+    active: int
+    n_s: int  # s values per bank (1 without an s set)
+    n_o: int  # outputs (DOT) / output elements (AXPY) per bank
+    n_r: int  # reduced elements per bank
+    vr: int  # GEMV-buffer vectors per s (the reduced elements' vectors)
+    ne: int  # output vectors per s
+    passes: int
+    tiles: int
+    nm: int  # MACs (= weight vectors) per s
+    cs: np.ndarray  # (active,) each bank's slice of the s set, of the output set, of the
+    co: np.ndarray  #   reduced set
+    cr: np.ndarray
+    sidx: np.ndarray  # (slices, n_s) / (slices, n_o) / (slices, n_r) element indices, PAD
+    oidx: np.ndarray
+    ridx: np.ndarray
+    gb_rows: np.ndarray  # (s slices x r slices, n_s, vr, lanes) GEMV-buffer gathers
+    out_rows: np.ndarray  # (s slices x o slices, n_s, ne, lanes) output gathers
+    gcls: np.ndarray  # (active,) row of gb_rows / out_rows of each bank
+    ocls: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    lane: np.ndarray
+    block: np.ndarray
+    block_start: np.ndarray  # first m of each block
+
+
+def _pad_to(a: np.ndarray, n: int) -> np.ndarray:
+    """The last axis padded with PAD to length ``n``."""
+    out = np.full((*a.shape[:-1], n), PAD, np.int64)
+    out[..., : a.shape[-1]] = a
+    return out
+
+
+def _geometry(
+    cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], cores: tuple[int, ...]
+) -> _Geometry:
+    """The share's :class:`_Geometry` (the reference's :func:`_job`, as slices and classes)."""
+    ro = _ROLES[kernel]
+    L, IR, OR = cfg.core.lanes, cfg.core.input_regs, cfg.core.output_regs
+    lens = [-(-s // c) for s, c in zip(sizes, cores, strict=True)]
+    order = CORE_ORDER[kernel]
+    active = math.prod(cores)
+    coord = dict(
+        zip(order, np.unravel_index(np.arange(active), [cores[k] for k in order]), strict=True)
+    )
+
+    def slices(k: int | None) -> tuple[np.ndarray, np.ndarray]:
+        if k is None:
+            return np.zeros(active, np.int64), np.zeros((1, 1), np.int64)
+        r = np.arange(cores[k])[:, None] * lens[k] + np.arange(lens[k])[None, :]
+        return coord[k].astype(np.int64), np.where(r < sizes[k], r, PAD)
+
+    cs, sidx = slices(ro.s)
+    co, oidx = slices(ro.o)
+    cr, ridx = slices(ro.r)
+    n_s, n_o, n_r = sidx.shape[1], oidx.shape[1], ridx.shape[1]
+    vr, ne = -(-n_r // L), -(-n_o // L)
+    gb = ro.gb_flat(sizes, sidx[:, None, :, None], ridx[None, :, None, :])
+    gb = np.broadcast_to(gb, (len(sidx), len(ridx), n_s, n_r))
+    out = ro.out_flat(sizes, sidx[:, None, :, None], oidx[None, :, None, :])
+    out = np.broadcast_to(out, (len(sidx), len(oidx), n_s, n_o))
+    gb_rows = _pad_to(gb, vr * L).reshape(-1, n_s, vr, L)
+    out_rows = _pad_to(out, ne * L).reshape(-1, n_s, ne, L)
+    dot = ro.mode is MacMode.DOT
+    passes = -(-ne // OR)
+    tiles = -(-vr // IR)
+    if dot:  # MACs: pass, tile, output, vector
+        a, b = (x.ravel() for x in np.meshgrid(np.arange(n_o), np.arange(vr), indexing="ij"))
+        p, t = a // L // OR, b // IR
+        a0 = p * OR * L
+        ac = np.minimum(n_o, a0 + OR * L) - a0
+        b0 = t * IR
+        bc = np.minimum(vr, b0 + IR) - b0
+        f = a0 * vr + ac * b0 + (a - a0) * bc + (b - b0)
+        src, dst, lane = b - b0, a // L - p * OR, a % L
+    else:  # MACs: pass, tile, reduced element, output vector
+        a, b = (x.ravel() for x in np.meshgrid(np.arange(n_r), np.arange(ne), indexing="ij"))
+        p, t = b // OR, a // L // IR
+        b0 = p * OR
+        bc = np.minimum(ne, b0 + OR) - b0
+        a0 = t * IR * L
+        f = b0 * n_r + bc * a0 + (a - a0) * bc + (b - b0)
+        src, dst, lane = a // L - t * IR, b - b0, a % L
+    inv = np.empty_like(f)
+    inv[f] = np.arange(len(f))
+    block = (p * tiles + t)[inv]
+    starts = np.flatnonzero(np.r_[True, block[1:] != block[:-1]])
+    return _Geometry(
+        kernel, ro, sizes, active, n_s, n_o, n_r, vr, ne, passes, tiles, len(f),
+        cs, co, cr, sidx, oidx, ridx, gb_rows, out_rows,
+        cs * len(ridx) + cr, cs * len(oidx) + co,
+        a[inv], b[inv], src[inv], dst[inv], lane[inv], block, starts,
+    )  # fmt: skip
+
+
+@dataclass
+class _Part:
+    """Commands of one kind: their fields, s frame and position in it, and what their values
+    come from (``meta``)."""
+
+    cmds: np.ndarray
+    s: np.ndarray
+    pos: np.ndarray
+    meta: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _cmds(count: int, op: Op, **fields: np.ndarray | int) -> np.ndarray:
+    """``count`` commands ``op`` with ``fields`` (arrays or one value), unset fields 0, data -1."""
+    out = np.zeros(count, COMMAND_DTYPE)
+    out["op"] = int(op)
+    out["data"] = -1
+    for name, v in fields.items():
+        out[name] = v
+    return out
+
+
+def _excl(a: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.cumsum(a, axis=axis) - a
+
+
+def _plan_fills(lv: Levels, nb: int, ids: np.ndarray, need: np.ndarray):
+    """:meth:`_Builder.plan` of N fills at once. ``ids``, ``need``: (active banks, N) content
+    id of each bank's vector and whether it needs one. Returns (fill, bank, scope, rank) of
+    every command, in the plan's order, and the commands per fill."""
+    A, N = need.shape
+    per = lv.per_group
+    nbg = nb // per
+    idf = np.full((nb, N), -1, np.int64)
+    idf[:A] = ids
+    nd = np.zeros((nb, N), bool)
+    nd[:A] = need
+    idf, nd = idf.reshape(nbg, per, N), nd.reshape(nbg, per, N)
+
+    def sets(axis: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        cnt = nd.sum(axis)
+        first = nd.argmax(axis)
+        fid = np.take_along_axis(idf, np.expand_dims(first, axis), axis)
+        same = (~nd | (idf == fid)).all(axis)
+        return first, same, np.where(cnt == 0, 0, np.where(same, 1, cnt)).sum(0)
+
+    f_i, s_i, n_i = sets(0)  # per bank index: the same vector in every bank group
+    f_g, s_g, n_g = sets(1)  # per bank group: the same vector in its banks
+    bg = np.arange(nbg)[:, None, None]
+    ii = np.arange(per)[None, :, None]
+    bank = bg * per + ii
+    use_i = (n_i <= n_g)[None, None, :]
+    emit = np.where(
+        use_i, nd & (~s_i[None] | (bg == f_i[None])), nd & (~s_g[:, None] | (ii == f_g[:, None]))
+    )
+    key = np.where(use_i, (f_i[None] * per + ii) * nb + bank, np.broadcast_to(bank, nd.shape))
+    scope = np.where(
+        use_i,
+        np.where(s_i[None], int(Scope.INDEX), int(Scope.BANK)),
+        np.where(s_g[:, None], int(Scope.GROUP), int(Scope.BANK)),
+    )
+    bb, nn = np.nonzero(emit.reshape(nb, N))
+    k2 = key.reshape(nb, N)[bb, nn]
+    order = np.lexsort((k2, nn))
+    fill, bank_o = nn[order], bb[order]
+    cnt = np.bincount(fill, minlength=N)
+    rank = np.arange(len(fill)) - _excl(cnt)[fill]
+    return fill, bank_o, scope.reshape(nb, N)[bb, nn][order], rank, cnt
+
+
+def _move_plan(lv: Levels, active: int, members: np.ndarray, ocls: np.ndarray):
+    """:meth:`_Builder.mvsb` for one set of participating banks (``members``, (active,)):
+    rows (bank, scope, add, group, group's first bank) and the number of groups. Banks with
+    the same output slice hold the same outputs (slices are disjoint)."""
+    groups: dict[int, list[int]] = {}
+    for b in np.flatnonzero(members).tolist():
+        groups.setdefault(int(ocls[b]), []).append(b)
+    per = lv.per_group
+    rows = []
+    for gi, banks in enumerate(groups.values()):
+        inside = set(banks)
+        done: set[int] = set()
+        for b in banks:
+            if b in done:
+                continue
+            bg = range(b // per * per, (b // per + 1) * per)
+            whole = all(x in inside or x >= active for x in bg)
+            scope = Scope.GROUP if whole and per > 1 else Scope.BANK
+            rows.append((b, int(scope), int(b != banks[0]), gi, banks[0]))
+            done.update(bg if scope is Scope.GROUP else (b,))
+    return np.array(rows, np.int64).reshape(-1, 5), len(groups)
+
+
+@dataclass
+class _Emitted:
+    """One job's commands as parts, the length of each s frame, and its weight vectors."""
+
+    parts: list[_Part]
+    frame: np.ndarray  # (n_s,) commands per s frame
+    vectors: int  # weight vectors the job placed
+
+
+def _emit(
+    cfg: BackendConfig,
+    geo: _Geometry,
+    vbase: np.ndarray,
+    *,
+    close_per_s: bool,
+    read_back: bool,
+    fill_op: Op = Op.WRGB,
+    fill_mod: int = 0,
+    slot_mod: int | None = None,
+    slot_base: int = 0,
+) -> _Emitted:
+    """The commands of ``geo``'s job (:func:`_emit_job`), each s in its own frame: per pass,
+    per tile the GEMV-buffer fills (``fill_op`` WRGB from the host, or MVGB from softmax-buffer
+    entry ``(first element mod fill_mod) // lanes``) and the MACs (ACTAB / PREA where the row
+    changes), then the moves to the softmax buffer (at consecutive entries from
+    ``slot_base``, or at entry ``(first output mod slot_mod) // lanes``), then their reads
+    (``read_back``). ``vbase[s]``: the first weight vector of frame s. ``close_per_s``: a PREA
+    ends every frame (else only the last)."""
+    g, c = cfg.group, cfg.core
+    L, IR, OR, nb = c.lanes, c.input_regs, c.output_regs, g.banks
+    cols, slots = g.columns_per_row, g.buffer_bytes // g.column_bytes
+    lv = Levels.of(cfg)
+    S, nm, P, T, vr, ne = geo.n_s, geo.nm, geo.passes, geo.tiles, geo.vr, geo.ne
+    nblk = 2 * T + 2  # per pass: (fill, MACs) per tile, moves, reads
+    parts: list[_Part] = []
+    # --- MACs, with ACTAB (and PREA) where the row changes
+    vec = vbase[:, None] + np.arange(nm)[None, :]
+    row = vec // cols
+    prev = np.empty_like(row)
+    prev[:, 1:] = row[:, :-1]
+    if close_per_s:
+        prev[:, 0] = -1
+    else:
+        prev[1:, 0] = row[:-1, -1]
+        prev[0, 0] = -1
+    act = row != prev
+    pre = act & (prev >= 0)
+    size = 1 + act + pre
+    ex = _excl(size, 1)
+    rank = ex - ex[:, geo.block_start[geo.block]]  # within the MAC block (blocks 0, 1, ...)
+    mac_cnt = np.add.reduceat(size, geo.block_start, axis=1)  # (S, blocks)
+    blk = geo.block  # p * T + t
+    bpos = (blk // T) * nblk + 2 * (blk % T) + 1  # the MAC block of (p, t)
+    ss = np.repeat(np.arange(S), nm)
+    parts.append(_Part(
+        _cmds(S * nm, Op.MACAB, row=row.ravel(), col=(vec % cols).ravel(),
+              src=np.tile(geo.src, S), dst=np.tile(geo.dst, S), lane=np.tile(geo.lane, S),
+              mode=int(geo.roles.mode)),
+        ss, (rank + pre + act).ravel(), {"bpos": np.tile(bpos, S)},
+    ))  # fmt: skip
+    sa, ma = np.nonzero(act)
+    parts.append(_Part(_cmds(len(sa), Op.ACTAB, row=row[sa, ma]), sa, rank[sa, ma] + pre[sa, ma],
+                       {"bpos": bpos[ma]}))  # fmt: skip
+    sp, mp = np.nonzero(pre)
+    parts.append(_Part(_cmds(len(sp), Op.PREA), sp, rank[sp, mp], {"bpos": bpos[mp]}))
+    # --- GEMV-buffer fills: one plan per (s, vector), repeated per pass if tiles > 1
+    gb_valid = geo.gb_rows != PAD
+    need_c = gb_valid.any(-1)  # (classes, S, vr)
+    _, ids_c = np.unique(geo.gb_rows.reshape(-1, L), axis=0, return_inverse=True)
+    ids_c = ids_c.reshape(need_c.shape)
+    need = need_c[geo.gcls].reshape(geo.active, S * vr)
+    fill, fbank, fscope, frank, fcnt = _plan_fills(lv, nb, ids_c[geo.gcls].reshape(need.shape),
+                                                   need)  # fmt: skip
+    fs, fv = fill // vr, fill % vr
+    ft = fv // IR
+    cnt = fcnt.reshape(S, vr)
+    ex = _excl(cnt, 1)
+    within = (ex - ex[:, (np.arange(vr) // IR) * IR])[fs, fv] + frank
+    fill_cnt = np.add.reduceat(cnt, np.arange(0, vr, IR), axis=1)  # (S, T)
+    copies = np.arange(P) if T > 1 else np.zeros(1, np.int64)
+    n_f, n_c = len(fill), len(copies)
+    fp = np.repeat(copies, n_f)  # copy-major: pass, then the fill order
+    fields: dict[str, np.ndarray | int] = {
+        "bank": np.tile(fbank, n_c), "dst": np.tile(fv - ft * IR, n_c),
+        "mode": np.tile(fscope, n_c),
+    }  # fmt: skip
+    meta = {"bpos": fp * nblk + np.tile(2 * ft, n_c), "s": np.tile(fs, n_c),
+            "v": np.tile(fv, n_c), "bank": np.tile(fbank, n_c)}  # fmt: skip
+    if fill_op is Op.MVGB:  # the probabilities' softmax-buffer entry: token // lanes
+        first = np.where(geo.gb_rows != PAD, geo.gb_rows, np.iinfo(np.int64).max).min(-1)
+        fields["src"] = np.tile((first[geo.gcls[fbank], fs, fv] % fill_mod) // L, n_c)
+    parts.append(_Part(_cmds(n_f * n_c, fill_op, **fields), np.tile(fs, n_c),
+                       np.tile(within, n_c), meta))  # fmt: skip
+    # --- moves to the softmax buffer: one plan per distinct set of participating banks
+    out_valid = (geo.out_rows != PAD).any(-1)  # (classes, S, ne)
+    used = need_c[geo.gcls].any(-1)  # (active, S)
+    members = out_valid[geo.ocls] & used[:, :, None]  # (active, S, ne)
+    packed = np.packbits(members.reshape(geo.active, S * ne), axis=0)
+    key = np.zeros((S * ne, 8), np.uint8)
+    key[:, : packed.shape[0]] = packed.T
+    uniq, first_pair, inv = np.unique(key.view(np.uint64).ravel(), return_index=True,
+                                      return_inverse=True)  # fmt: skip
+    plans = [_move_plan(lv, geo.active, members.reshape(geo.active, -1)[:, n], geo.ocls)
+             for n in first_pair.tolist()]  # fmt: skip
+    nc = np.array([len(r) for r, _ in plans], np.int64)[inv].reshape(S, ne)
+    ng = np.array([k for _, k in plans], np.int64)[inv].reshape(S, ne)
+    pstart = (np.arange(ne) // OR) * OR
+    cb, gbf = _excl(nc, 1), _excl(ng, 1)
+    cb, gbf = cb - cb[:, pstart], gbf - gbf[:, pstart]
+    pass_ends = np.minimum(np.arange(P) * OR + OR, ne) - 1
+    move_cnt = cb[:, pass_ends] + nc[:, pass_ends]
+    group_cnt = gbf[:, pass_ends] + ng[:, pass_ends]
+    pieces = []
+    for u, (rows, _) in enumerate(plans):
+        pairs = np.flatnonzero(inv == u)
+        if len(rows) and len(pairs):
+            pieces.append((np.repeat(pairs, len(rows)), np.tile(np.arange(len(rows)), len(pairs)),
+                           np.tile(rows, (len(pairs), 1))))  # fmt: skip
+    if pieces:
+        pair = np.concatenate([x[0] for x in pieces])
+        j = np.concatenate([x[1] for x in pieces])
+        rows = np.concatenate([x[2] for x in pieces])
+    else:
+        pair, j, rows = (np.zeros(0, np.int64),) * 2 + (np.zeros((0, 5), np.int64),)
+    ms, me = pair // ne, pair % ne
+    mpass = me // OR
+    if slot_mod is None:
+        slot = slot_base + gbf[ms, me] + rows[:, 3]
+    else:
+        firsts = np.where(geo.out_rows != PAD, geo.out_rows, np.iinfo(np.int64).max).min(-1)
+        slot = (firsts[geo.ocls[rows[:, 4]], ms, me] % slot_mod) // L
+    if len(slot) and slot.max() >= slots:
+        raise AttAccLoweringError(
+            f"the share needs more than the {slots} softmax-buffer entries "
+            f"(group.buffer_bytes = {g.buffer_bytes}) at once"
+        )
+    parts.append(_Part(
+        _cmds(len(pair), Op.MVSB, bank=rows[:, 0], src=me - mpass * OR, dst=slot,
+              mode=rows[:, 1], add=rows[:, 2]),
+        ms, cb[ms, me] + j, {"bpos": mpass * nblk + 2 * T},
+    ))  # fmt: skip
+    if read_back:
+        assert slot_mod is None
+        first = rows[:, 2] == 0
+        rslot = slot[first]
+        order = interleave(cfg)
+        parts.append(_Part(
+            _cmds(int(first.sum()), Op.RDSB, bank=order[rslot % nb], src=rslot),
+            ms[first], rslot - slot_base,
+            {"bpos": mpass[first] * nblk + 2 * T + 1, "s": ms[first], "e": me[first],
+             "bank": rows[first, 4]},
+        ))  # fmt: skip
+    # --- block layout of every frame
+    counts = np.zeros((S, P, nblk), np.int64)
+    counts[:, :, 0 : 2 * T : 2] = fill_cnt[:, None, :]
+    if T == 1:
+        counts[:, 1:, 0] = 0
+    counts[:, :, 1 : 2 * T : 2] = mac_cnt.reshape(S, P, T)
+    counts[:, :, 2 * T] = move_cnt
+    if read_back:
+        counts[:, :, 2 * T + 1] = group_cnt
+    boff = _excl(counts.reshape(S, -1), 1)
+    for part in parts:
+        part.pos = boff[part.s, part.meta.pop("bpos")] + part.pos
+    frame = counts.reshape(S, -1).sum(1)
+    if close_per_s:
+        parts.append(_Part(_cmds(S, Op.PREA), np.arange(S), frame.copy()))
+        frame = frame + 1
+    else:
+        parts.append(_Part(_cmds(1, Op.PREA), np.array([S - 1]), frame[-1:].copy()))
+        frame[-1] += 1
+    return _Emitted(parts, frame, int(vbase.max()) + nm)
+
+
+def _weight_vectors(geo: _Geometry, vbase: np.ndarray, lanes: int):
+    """Every (frame s, MAC m, bank) whose weight vector holds data, in vector order, and
+    their vector numbers: what the bank tensor's ``inputs`` are."""
+    ro = geo.roles
+    n_w = geo.n_s if ro.w_has_s else 1
+    s_ok = (geo.sidx[geo.cs] != PAD)[:, :n_w] if ro.w_has_s else np.ones((geo.active, 1), bool)
+    o_ok = geo.oidx[geo.co] != PAD  # (active, n_o)
+    r_ok = geo.ridx[geo.cr] != PAD  # (active, n_r)
+    if ro.mode is MacMode.DOT:  # (output a, reduction vector b)
+        rv = _pad_to(r_ok.astype(np.int64), geo.vr * lanes).reshape(geo.active, geo.vr, lanes)
+        ok = o_ok[:, geo.a] & (rv == 1).any(-1)[:, geo.b]
+    else:  # (reduced element a, output vector b)
+        ov = _pad_to(o_ok.astype(np.int64), geo.ne * lanes).reshape(geo.active, geo.ne, lanes)
+        ok = r_ok[:, geo.a] & (ov == 1).any(-1)[:, geo.b]
+    valid = s_ok[:, :, None] & ok[:, None, :]  # (active, n_w, nm)
+    s, m, bank = np.nonzero(valid.transpose(1, 2, 0))
+    return s, m, bank, vbase[s] + m
+
+
+def _weight_gathers(geo: _Geometry, s: np.ndarray, m: np.ndarray, bank: np.ndarray, lanes: int):
+    """(n, lanes) bank-tensor indices of the weight vectors (frame s, MAC m, bank)."""
+    lane = np.arange(lanes)[None, :]
+    si = geo.sidx[geo.cs[bank], s][:, None]
+    if geo.roles.mode is MacMode.DOT:
+        o = geo.oidx[geo.co[bank], geo.a[m]][:, None]
+        r = _pad_to(geo.ridx, geo.vr * lanes)[
+            geo.cr[bank][:, None], geo.b[m][:, None] * lanes + lane
+        ]
+    else:
+        r = geo.ridx[geo.cr[bank], geo.a[m]][:, None]
+        o = _pad_to(geo.oidx, geo.ne * lanes)[
+            geo.co[bank][:, None], geo.b[m][:, None] * lanes + lane
+        ]
+    return np.broadcast_to(geo.roles.w_flat(geo.sizes, si, o, r), (len(s), lanes))
+
+
+def _assemble(parts: list[tuple[_Part, np.ndarray]], total: int) -> tuple[np.ndarray, np.ndarray]:
+    """The stream of ``parts`` (each with its frames' first positions), WRGB ``data`` numbered
+    in stream order; and the positions of the WRGBs (their payload rows' order)."""
+    stream = np.zeros(total, COMMAND_DTYPE)
+    filled = np.zeros(total, bool)
+    for part, off in parts:
+        at = off[part.s] + part.pos
+        for name in COMMAND_DTYPE.names:  # field by field: ~4x faster than whole records
+            stream[name][at] = part.cmds[name]
+        filled[at] = True
+    assert filled.all(), "vectorised lowering left a gap in the stream"
+    wr = np.flatnonzero(stream["op"] == Op.WRGB)
+    stream["data"][wr] = np.arange(len(wr))
+    return stream, wr
+
+
+def _rows_check(cfg: BackendConfig, names: list[str], vectors: int) -> None:
+    g = cfg.group
+    rows = -(-vectors // g.columns_per_row)
+    if rows > g.rows_per_bank:
+        raise AttAccLoweringError(
+            f"the share's {' and '.join(sorted(names))} needs {rows:,} rows per bank "
+            f"({vectors:,} vectors of {g.column_bytes} B); a bank has "
+            f"{g.rows_per_bank:,} (group.rows_per_bank)"
+        )
+
+
+def _fill_gathers(geo: _Geometry, part: _Part) -> np.ndarray:
+    """The GEMV-buffer rows the fills of ``part`` send (its meta: s, v, bank)."""
+    return geo.gb_rows[geo.gcls[part.meta["bank"]], part.meta["s"], part.meta["v"]]
+
+
+def _read_gathers(geo: _Geometry, part: _Part) -> np.ndarray:
+    """The output rows the RDSBs of ``part`` read (its meta: s, e, the group's first bank)."""
+    return geo.out_rows[geo.ocls[part.meta["bank"]], part.meta["s"], part.meta["e"]]
+
+
+def _program(cfg: BackendConfig, stream: np.ndarray, inputs: dict[str, np.ndarray]):
+    tl = time_stream(cfg, stream)
+    return GroupProgram(
+        stream=stream,
+        cycles=tl.cycles,
+        counts={k: v for k, v in tl.counts.items() if v},
+        inputs=inputs,
+        outputs={},
+        host_ops=0,
+    )
+
+
+def _addresses(cfg: BackendConfig, bank: np.ndarray, vec: np.ndarray) -> np.ndarray:
+    cols = cfg.group.columns_per_row
+    return np.stack([bank, vec // cols, vec % cols], axis=1).astype(np.int64)
+
+
+#: Each kernel's tensors: bank tensor, GEMV-buffer tensor ("" = ones), output.
+_TENSORS: dict[DccKernel, tuple[str, str, str]] = {
+    DccKernel.GEMV: ("W", "x", "y"),
+    DccKernel.BATCHED_GEMV: ("W", "X", "Y"),
+    DccKernel.QK: ("K", "Q", "S"),
+    DccKernel.SV: ("V", "P", "O"),
+    DccKernel.RED: ("A", "", "r"),
+}
+
+
+def _lower(
+    cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], cores: tuple[int, ...]
+) -> _Lowered:
+    """One group's program for its share, built as arrays (:func:`_lower_reference`'s
+    program, command for command)."""
+    kernel = DccKernel(kernel)
+    sizes, cores = tuple(int(s) for s in sizes), tuple(int(c) for c in cores)
+    _check(cfg, kernel, sizes, cores)
+    geo = _geometry(cfg, kernel, sizes, cores)
+    L = cfg.core.lanes
+    vbase = np.arange(geo.n_s) * geo.nm if geo.roles.w_has_s else np.zeros(geo.n_s, np.int64)
+    em = _emit(cfg, geo, vbase, close_per_s=False, read_back=True)
+    weight, gb_tensor, out_tensor = _TENSORS[kernel]
+    _rows_check(cfg, [weight], em.vectors)
+    off = _excl(em.frame)
+    stream, wr = _assemble([(p, off) for p in em.parts], int(em.frame.sum()))
+    ws, wm, wb, wv = _weight_vectors(geo, vbase, L)
+    prog = _program(cfg, stream, {weight: _addresses(cfg, wb, wv)})
+    fills, reads = em.parts[3], em.parts[5]
+
+    def gathers() -> _Gathers:
+        order = np.argsort(off[fills.s] + fills.pos)
+        return _Gathers(
+            _fill_gathers(geo, fills)[order],
+            {weight: _weight_gathers(geo, ws, wm, wb, L)},
+            _read_gathers(geo, reads)[np.argsort(off[reads.s] + reads.pos)],
+        )
+
+    return _Lowered(prog, gb_tensor, out_tensor, gathers)
+
+
+def _attention(
+    cfg: BackendConfig, sizes: tuple[int, int, int], cores: tuple[int, int, int]
+) -> tuple[_Lowered, tuple[int, ...]]:
+    """:func:`_attention_reference`'s program, built as arrays: QK^T of every head (scores
+    left in the softmax buffer), SV of every head (probabilities moved in by MVGB), and per
+    head the frame [QK^T, SFM, SV]."""
+    base = _attention_check(cfg, sizes, cores)
+    H, T, D = (int(x) for x in sizes)
+    _, c_t, c_d = (int(x) for x in cores)
+    L = cfg.core.lanes
+    qk = _geometry(cfg, DccKernel.QK, (H, T, D), (1, c_t, c_d))
+    sv = _geometry(cfg, DccKernel.SV, (H, D, T), (1, c_d, c_t))
+    per_head = qk.nm + sv.nm
+    vq = np.arange(H) * per_head
+    vs = vq + qk.nm
+    eq = _emit(cfg, qk, vq, close_per_s=True, read_back=False, slot_mod=T)
+    es = _emit(
+        cfg, sv, vs, close_per_s=True, read_back=True, fill_op=Op.MVGB, fill_mod=T, slot_base=base
+    )
+    _rows_check(cfg, ["K", "V"], H * per_head)
+    head = _excl(eq.frame + 1 + es.frame)
+    sfm = _Part(_cmds(H, Op.SFM, src=0, n=T), np.arange(H), eq.frame)
+    parts = [(p, head) for p in (*eq.parts, sfm)] + [(p, head + eq.frame + 1) for p in es.parts]
+    stream, _ = _assemble(parts, int(head[-1] + eq.frame[-1] + 1 + es.frame[-1]))
+    kq = _weight_vectors(qk, vq, L)
+    kv = _weight_vectors(sv, vs, L)
+    prog = _program(
+        cfg, stream, {"K": _addresses(cfg, kq[2], kq[3]), "V": _addresses(cfg, kv[2], kv[3])}
+    )
+    fills, reads = eq.parts[3], es.parts[5]
+    roff = head + eq.frame + 1
+
+    def gathers() -> _Gathers:
+        return _Gathers(
+            _fill_gathers(qk, fills)[np.argsort(head[fills.s] + fills.pos)],
+            {"K": _weight_gathers(qk, *kq[:3], L), "V": _weight_gathers(sv, *kv[:3], L)},
+            _read_gathers(sv, reads)[np.argsort(roff[reads.s] + reads.pos)],
+        )
+
+    return _Lowered(prog, "Q", "O", gathers), (H, T, D)
+
+
 def lower_group(
     cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], cores: tuple[int, ...]
 ) -> GroupProgram:
     """One AttAcc group's program for its share ``sizes`` of ``kernel`` on ``cores``."""
     return _lower(cfg, kernel, sizes, cores).program
+
+
+def lower_group_reference(
+    cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], cores: tuple[int, ...]
+) -> GroupProgram:
+    """:func:`lower_group` built command by command in plain Python (the same program; kept
+    to test the vectorised lowering against)."""
+    return _lower_reference(cfg, kernel, sizes, cores).program
 
 
 def _lowering(kernel: DccKernel) -> Callable[..., GroupProgram]:
@@ -589,10 +1228,13 @@ def _lowering(kernel: DccKernel) -> Callable[..., GroupProgram]:
     return lower
 
 
-#: The contract's registry: ``GROUP_LOWERINGS[kernel](cfg, sizes, cores) -> GroupProgram``.
-GROUP_LOWERINGS: dict[DccKernel, Callable[..., GroupProgram]] = {
-    k: _lowering(k) for k in CORE_ORDER
-}
+def _lower_attn(cfg: BackendConfig, sizes: tuple[int, ...], cores: tuple[int, ...]) -> GroupProgram:
+    """``attn`` on one AttAcc group (:func:`lower_attention`; sets h, t, d)."""
+    if len(sizes) != 3 or len(cores) != 3:
+        raise AttAccLoweringError(
+            f"kernel attn has 3 dimension sets; got sizes = {tuple(sizes)}, cores = {tuple(cores)}"
+        )
+    return lower_attention(cfg, tuple(sizes), tuple(cores))  # type: ignore[arg-type]
 
 
 def _values(flat: np.ndarray, gathers: np.ndarray) -> np.ndarray:
@@ -607,20 +1249,23 @@ def _place(
     low: _Lowered,
     arrays: dict[str, np.ndarray],
     shapes: dict[str, tuple[int, ...]],
-) -> tuple[AttAccState, np.ndarray]:
+) -> tuple[AttAccState, np.ndarray, np.ndarray]:
     for name, shape in shapes.items():
         if name in arrays and tuple(arrays[name].shape) != shape:
             raise AttAccLoweringError(
                 f"array {name!r} has shape {tuple(arrays[name].shape)}; the share's is {shape}"
             )
     st = AttAccState.for_backend(cfg)
-    for name, (addr, gath) in low.placed.items():
+    gat = low.gathers()
+    for name, gath in gat.placed.items():
+        addr = low.program.inputs[name]
         vals = _values(arrays[name], gath)
-        for (b, r, c), v in zip(addr.tolist(), vals, strict=True):
-            st.row(r)[b, c] = v
-    gb_src = arrays[low.job.gb_tensor] if low.job.gb_tensor else np.zeros(0, np.float16)
-    payload = _values(gb_src, low.payload).view(np.uint16)
-    return st, payload
+        for r in np.unique(addr[:, 1]).tolist():
+            here = addr[:, 1] == r
+            st.row(r)[addr[here, 0], addr[here, 2]] = vals[here]
+    gb_src = arrays[low.gb_tensor] if low.gb_tensor else np.zeros(0, np.float16)
+    payload = _values(gb_src, gat.payload).view(np.uint16)
+    return st, payload, gat.reads
 
 
 def run_group(
@@ -632,15 +1277,18 @@ def run_group(
 ) -> dict[str, np.ndarray]:
     """The share's result on values: place the bank tensor as ``inputs`` says, run the
     stream on :func:`models.attacc.execute` with the GEMV-buffer tensor as payload, and
-    scatter what the host read (``RDSB``) into the output tensor (FP16)."""
+    scatter what the host read (``RDSB``) into the output tensor (FP16). ``attn``:
+    :func:`run_attention`."""
+    if DccKernel(kernel) is DccKernel.ATTN:
+        return run_attention(cfg, sizes, cores, arrays)  # type: ignore[arg-type]
     low = _lower(cfg, kernel, sizes, cores)
     shapes = dict(_nest(DccKernel(kernel), sizes).tensors)
-    missing = {low.job.weight, low.job.gb_tensor} - {""} - set(arrays)
+    missing = ({low.gb_tensor} | set(low.program.inputs)) - {""} - set(arrays)
     if missing:
         raise AttAccLoweringError(f"run_group({kernel!s}) needs arrays {sorted(missing)}")
-    st, payload = _place(cfg, low, arrays, shapes)
+    st, payload, reads = _place(cfg, low, arrays, shapes)
     execute(cfg, low.program.stream, payload, st)
-    return {low.job.out_tensor: _gather_reads(st, low.reads, shapes[low.job.out_tensor])}
+    return {low.out_tensor: _gather_reads(st, reads, shapes[low.out_tensor])}
 
 
 def _gather_reads(st: AttAccState, reads: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -655,13 +1303,11 @@ def _gather_reads(st: AttAccState, reads: np.ndarray, shape: tuple[int, ...]) ->
     return out.reshape(shape)
 
 
-def _attention(
+def _attention_check(
     cfg: BackendConfig, sizes: tuple[int, int, int], cores: tuple[int, int, int]
-) -> tuple[_Lowered, tuple[int, ...]]:
-    """Attention of one group's share: per head, QK^T with the scores left in the softmax
-    buffer (entry = token // lanes), SFM over them, MVGB of the probabilities into the GEMV
-    buffers, SV, its results read back. ``sizes`` = (heads, tokens, d_h), ``cores`` =
-    (heads, tokens, d_h) cores; the bank holding K[h][t-slice][d-slice] holds V's same slice."""
+) -> int:
+    """Refuse an attention share the group cannot run; the softmax-buffer entry SV's
+    results start at."""
     H, T, D = (int(x) for x in sizes)
     c_h, c_t, c_d = (int(x) for x in cores)
     _check(cfg, DccKernel.QK, (H, T, D), (c_h, c_t, c_d))
@@ -693,6 +1339,21 @@ def _attention(
             f"{out_slots} more from entry {base}; the buffer has {slots} (group.buffer_bytes "
             f"= {cfg.group.buffer_bytes})"
         )
+    return base
+
+
+def _attention_reference(
+    cfg: BackendConfig, sizes: tuple[int, int, int], cores: tuple[int, int, int]
+) -> tuple[_Lowered, tuple[int, ...]]:
+    """Attention of one group's share: per head, QK^T with the scores left in the softmax
+    buffer (entry = token // lanes), SFM over them, MVGB of the probabilities into the GEMV
+    buffers, SV, its results read back. ``sizes`` = (heads, tokens, d_h), ``cores`` =
+    (heads, tokens, d_h) cores; the bank holding K[h][t-slice][d-slice] holds V's same slice.
+    Built command by command (:class:`_Builder`): the oracle of :func:`_attention`."""
+    base = _attention_check(cfg, sizes, cores)
+    H, T, D = (int(x) for x in sizes)
+    _, c_t, c_d = (int(x) for x in cores)
+    L = cfg.core.lanes
     qk = _job(cfg, DccKernel.QK, (H, T, D), (1, c_t, c_d))
     sv = _job(cfg, DccKernel.SV, (H, D, T), (1, c_d, c_t))
     bld = _Builder(cfg, Levels.of(cfg), qk.active)
@@ -729,7 +1390,7 @@ def _attention(
 
         _emit_job(bld, head(sv, h), key=("sv", h), gb_from=from_buffer, slot_base=base)
     low = _finish(cfg, bld, sv)
-    return dataclasses.replace(low, job=dataclasses.replace(sv, gb_tensor="Q")), (H, T, D)
+    return dataclasses.replace(low, gb_tensor="Q"), (H, T, D)
 
 
 def lower_attention(
@@ -739,6 +1400,14 @@ def lower_attention(
     (:func:`run_attention`). ``sizes`` = (heads, tokens, d_h) of the group's share,
     ``cores`` per set as for QK^T (heads, tokens, d_h; heads must be 1)."""
     return _attention(cfg, sizes, cores)[0].program
+
+
+def lower_attention_reference(
+    cfg: BackendConfig, sizes: tuple[int, int, int], cores: tuple[int, int, int]
+) -> GroupProgram:
+    """:func:`lower_attention` built command by command in plain Python (the same program;
+    kept to test the vectorised lowering against)."""
+    return _attention_reference(cfg, sizes, cores)[0].program
 
 
 def run_attention(
@@ -754,6 +1423,17 @@ def run_attention(
     missing = {"Q", "K", "V"} - set(arrays)
     if missing:
         raise AttAccLoweringError(f"run_attention needs arrays {sorted(missing)}")
-    st, payload = _place(cfg, low, arrays, shapes)
+    st, payload, reads = _place(cfg, low, arrays, shapes)
     execute(cfg, low.program.stream, payload, st)
-    return {"O": _gather_reads(st, low.reads, shapes["O"])}
+    return {"O": _gather_reads(st, reads, shapes["O"])}
+
+
+#: Shares a lowering refuses by a rule cheaper than lowering them (``check(cfg, sizes,
+#: cores)`` raises the same refusal): the search drops those drafts before sampling.
+SHARE_CHECKS: dict[DccKernel, Callable[..., object]] = {DccKernel.ATTN: _attention_check}
+
+#: The contract's registry: ``GROUP_LOWERINGS[kernel](cfg, sizes, cores) -> GroupProgram``.
+GROUP_LOWERINGS: dict[DccKernel, Callable[..., GroupProgram]] = {
+    **{k: _lowering(k) for k in CORE_ORDER},
+    DccKernel.ATTN: _lower_attn,
+}

@@ -45,20 +45,26 @@ from compiler.dcc_schedule import (
 from compiler.rearrange import Strategy, group_access_cycles, rearrangement_seconds
 from models.backends import BackendConfig, BackendKind
 from models.hbm_pim import Op
-from models.xpu import VectorOp, gemv_cost, vector_cost
+from models.xpu import VectorOp, attention_cost, gemv_cost, vector_cost
 
 __all__ = [
     "BACKEND_LOWERINGS",
     "GPU_KERNELS",
+    "CORE_LOCAL",
+    "GROUP_LOCAL",
+    "GROUP_UNITS",
     "DraftCost",
     "GroupShare",
     "Placement",
     "RESIDENT",
+    "BACKEND_SHARE_CHECKS",
+    "check_kernel",
     "draft_cost",
     "gpu_seconds",
     "group_share",
     "kernel_nest",
     "lowerings",
+    "share_checks",
 ]
 
 Lowering = Callable[[BackendConfig, tuple[int, ...], tuple[int, ...]], GroupProgram]
@@ -96,6 +102,27 @@ BACKEND_LOWERINGS: dict[BackendKind, Callable[[], dict[DccKernel, Lowering]]] = 
     BackendKind.ATTACC: _attacc,
     BackendKind.AIM: _aim,
 }
+
+ShareCheck = Callable[[BackendConfig, tuple[int, ...], tuple[int, ...]], object]
+
+
+def _attacc_checks() -> dict[DccKernel, ShareCheck]:
+    from compiler.attacc_lowering import SHARE_CHECKS
+
+    return SHARE_CHECKS
+
+
+#: Back ends whose lowerings refuse some shares by rules cheaper than lowering them: per
+#: kernel a check raising the lowering's refusal (the search drops those drafts before
+#: sampling, so the predictor trains on drafts that run).
+BACKEND_SHARE_CHECKS: dict[BackendKind, Callable[[], dict[DccKernel, ShareCheck]]] = {
+    BackendKind.ATTACC: _attacc_checks,
+}
+
+
+def share_checks(kind: BackendKind) -> dict[DccKernel, ShareCheck]:
+    """The cheap share checks of back-end ``kind`` (:data:`BACKEND_SHARE_CHECKS`; none: {})."""
+    return BACKEND_SHARE_CHECKS[kind]() if kind in BACKEND_SHARE_CHECKS else {}
 
 
 @cache
@@ -143,15 +170,63 @@ def _output_tensor(nest: LoopNest) -> str:
     return nest.refs[0].tensor
 
 
+#: Group-level units a kernel needs (unit, why): the back end's groups must list it in
+#: ``group.units``.
+GROUP_UNITS: dict[DccKernel, tuple[str, str]] = {
+    DccKernel.ATTN: (
+        "softmax",
+        "attention's softmax runs on a group's softmax unit (DCC V: \"Attention requires a "
+        'softmax unit which only exists on AttAcc")',
+    ),
+}
+
+#: Loop variables of a kernel whose sets a draft may not split over groups, and why.
+GROUP_LOCAL: dict[DccKernel, tuple[frozenset[str], str]] = {
+    DccKernel.ATTN: (
+        frozenset({"t", "d"}),
+        "a head's softmax needs all its scores, each summed over all of d_h, in the one group "
+        "whose softmax unit computes it; only heads (h) are split over groups",
+    ),
+}
+
+#: Loop variables of a kernel whose sets a draft may not split over a group's cores, and why.
+CORE_LOCAL: dict[DccKernel, tuple[frozenset[str], str]] = {
+    DccKernel.ATTN: (
+        frozenset({"h"}),
+        "a group's one softmax unit takes its heads one at a time, so its cores work on one "
+        "head at a time (heads go to other groups)",
+    ),
+}
+
+
+def check_kernel(cfg: BackendConfig, kernel: DccKernel) -> None:
+    """Refuse a kernel whose group units (:data:`GROUP_UNITS`) the back end lacks."""
+    if kernel in GROUP_UNITS:
+        unit, why = GROUP_UNITS[kernel]
+        if unit not in cfg.group.units:
+            raise DccError(
+                f"kernel {kernel} cannot run on back end {cfg.name}: it needs a {unit} unit "
+                f"per group and group.units = {list(cfg.group.units)}: {why}"
+            )
+
+
 def group_share(cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], draft: Draft):
     """:class:`GroupShare` of ``draft`` for ``kernel`` at ``sizes`` on ``cfg``; refuses drafts
-    that do not fit the back end or use a non-identity index function."""
+    that do not fit the back end, use a non-identity index function or split a group-local
+    set (:data:`GROUP_LOCAL`) over groups."""
     nest = kernel_nest(kernel, sizes)
     variables = _set_vars(nest)
     if len(draft) != len(variables):
         raise DccError(
             f"draft has {len(draft)} part(s); kernel {kernel} has {len(variables)} dimension sets"
         )
+    local, why = GROUP_LOCAL.get(DccKernel(kernel), (frozenset(), ""))
+    one_core, why_core = CORE_LOCAL.get(DccKernel(kernel), (frozenset(), ""))
+    for v, p in zip(variables, draft, strict=True):
+        if v in local and p.groups > 1:
+            raise DccError(f"kernel {kernel}: part {p} splits {v} over {p.groups} groups: {why}")
+        if v in one_core and p.cores > 1:
+            raise DccError(f"kernel {kernel}: part {p} splits {v} over {p.cores} cores: {why_core}")
     trips = dict(nest.loops)
     out_vars = {f.var for r in nest.refs[:1] for f in r.index}
     groups = math.prod(p.groups for p in draft)
@@ -260,6 +335,7 @@ RESIDENT: dict[DccKernel, frozenset[str]] = {
     DccKernel.BATCHED_RED: frozenset(),
     DccKernel.BATCHED_VA: frozenset(),
     DccKernel.BATCHED_RELU: frozenset(),
+    DccKernel.ATTN: frozenset({"K", "V"}),
 }
 
 
@@ -307,6 +383,7 @@ def draft_cost(
     if cfg.clock_ghz is None:
         raise DccError(f"back end {cfg.name} has no [timing]: no command-level model to time")
     kernel = DccKernel(kernel)
+    check_kernel(cfg, kernel)
     sizes = tuple(int(s) for s in sizes)
     share = group_share(cfg, kernel, sizes, draft)
     prog = _program(cfg, kernel, share.sizes, share.cores)
@@ -346,6 +423,8 @@ GPU_KERNELS: dict[DccKernel, Callable[..., float]] = {
     DccKernel.BATCHED_RED: lambda h, b, rows, cols: _gpu_red(h, b * rows, cols),
     DccKernel.BATCHED_VA: lambda h, b, n: vector_cost(h, VectorOp.RESIDUAL, b * n).seconds,
     DccKernel.BATCHED_RELU: lambda h, b, n: vector_cost(h, VectorOp.RELU, b * n).seconds,
+    # flash-decoding: every head reads its K and V once, scores stay on chip
+    DccKernel.ATTN: lambda h, heads, t, d: attention_cost(h, [t], heads, heads, d).seconds,
 }
 
 

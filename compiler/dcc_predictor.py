@@ -89,10 +89,10 @@ DEFAULT_N_ESTIMATORS = 5000
 DEFAULT_LEARNING_RATE = 0.1
 
 #: Dimension sets and tensors a feature vector has room for (the kernels of
-#: :data:`~compiler.dcc_schedule.DCC_KERNELS` have at most three of each); fewer are padded
-#: with zeros, more are refused.
+#: :data:`~compiler.dcc_schedule.DCC_KERNELS` have at most three sets and four tensors,
+#: ATTN's Q, K, V, O); fewer are padded with zeros, more are refused.
 MAX_SETS = 3
-MAX_TENSORS = 3
+MAX_TENSORS = 4
 
 #: ``label(cfg, kernel, sizes, draft) -> seconds``: the end-to-end time of a draft.
 Label = Callable[[BackendConfig, DccKernel, tuple[int, ...], Draft], float]

@@ -349,6 +349,7 @@ class DccKernel(StrEnum):
     BATCHED_RED = "batched-red"
     BATCHED_VA = "batched-va"
     BATCHED_RELU = "batched-relu"
+    ATTN = "attn"
 
 
 #: Each kernel's loop nest from its sizes (the body's references; the innermost loop last).
@@ -400,5 +401,19 @@ DCC_KERNELS: dict[DccKernel, Callable[..., LoopNest]] = {
     # Y[b][n] = max(X[b][n], 0)
     DccKernel.BATCHED_RELU: lambda batch, n: _nest(
         {"Y": (batch, n), "X": (batch, n)}, {"b": batch, "n": n}, "Y[b][n] X[b][n]"
+    ),
+    # O[h][d] = sum_t softmax_t(S[h][t]) V[h][t][d], S[h][t] = sum_d Q[h][d] K[h][t][d]: DCC's
+    # ATTN (QK^T, softmax, SV as one kernel). One d indexes Q, K, V and O, so K's and V's d_h
+    # columns are tiled together (the core holding K[h][t-slice][d-slice] holds V's); the
+    # softmax between the two products is a step of the back end's lowering, not a loop.
+    DccKernel.ATTN: lambda heads, tokens, d_h: _nest(
+        {
+            "K": (heads, tokens, d_h),
+            "V": (heads, tokens, d_h),
+            "Q": (heads, d_h),
+            "O": (heads, d_h),
+        },
+        {"h": heads, "t": tokens, "d": d_h},
+        "O[h][d] Q[h][d] K[h][t][d] V[h][t][d]",
     ),
 }

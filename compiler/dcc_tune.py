@@ -34,7 +34,17 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cache
 
-from compiler.dcc_cost import DraftCost, Placement, draft_cost, kernel_nest
+from compiler.dcc_cost import (
+    CORE_LOCAL,
+    GROUP_LOCAL,
+    DraftCost,
+    Placement,
+    check_kernel,
+    draft_cost,
+    group_share,
+    kernel_nest,
+    share_checks,
+)
 from compiler.dcc_schedule import (
     DccError,
     DccKernel,
@@ -79,6 +89,7 @@ BANK_TENSOR: dict[DccKernel, str] = {
     DccKernel.BATCHED_RED: "A",
     DccKernel.BATCHED_VA: "A",
     DccKernel.BATCHED_RELU: "X",
+    DccKernel.ATTN: "K",
 }
 
 #: The loop variable of each kernel that is a batch or attention heads (DCC V: the default
@@ -90,6 +101,7 @@ BATCH_SETS: dict[DccKernel, str] = {
     DccKernel.BATCHED_RED: "b",
     DccKernel.BATCHED_VA: "b",
     DccKernel.BATCHED_RELU: "b",
+    DccKernel.ATTN: "h",
 }
 
 
@@ -123,20 +135,38 @@ def _fewest(n: int, limit: int) -> list[int]:
     return [k for k in range(1, min(n, limit) + 1) if k == 1 or -(-n // k) < -(-n // (k - 1))]
 
 
-def compact_drafts(sets: list[DimensionSet], trips: list[int], groups: int, cores: int):
+def compact_drafts(
+    sets: list[DimensionSet],
+    trips: list[int],
+    groups: int,
+    cores: int,
+    rule1: bool = False,
+    group_limits: list[int] | None = None,
+    core_limits: list[int] | None = None,
+):
     """The drafts of :func:`compiler.dcc_schedule.drafts` whose every part uses the fewest
     groups for its group share and the fewest cores for its core share (rule 3 applied per
     set while generating: more groups or cores for the same shares add resources, not
-    parallelism), in the same search order."""
+    parallelism), in the same search order. ``rule1``: of a set's mappings with the same
+    size and index function only the first (rule 1 applied while generating: the drafts it
+    keeps; 12x fewer on QK^T, whose sets have 3, 2 and 2 equivalent mappings).
+    ``group_limits`` / ``core_limits``: at most that many groups / cores per set (1: the set
+    stays in one group / core)."""
+    maps = [s.mappings() for s in sets]
+    if rule1:
+        maps = [[m for k, m in enumerate(ms) if (m[1], m[2]) not in
+                 {(n, f) for _, n, f in ms[:k]}] for ms in maps]  # fmt: skip
 
     def walk(i: int, g_left: int, c_left: int, head: tuple) -> Iterator[Draft]:
         if i == len(sets):
             yield head
             return
-        for g in _fewest(trips[i], g_left):
+        limit = g_left if group_limits is None else min(g_left, group_limits[i])
+        for g in _fewest(trips[i], limit):
             share = -(-trips[i] // g)
-            for c in _fewest(share, c_left):
-                for dim, size, f in sets[i].mappings():
+            c_limit = c_left if core_limits is None else min(c_left, core_limits[i])
+            for c in _fewest(share, c_limit):
+                for dim, size, f in maps[i]:
                     yield from walk(i + 1, g_left // g, c_left // c,
                                     (*head, Part(g, c, dim, size, f)))  # fmt: skip
 
@@ -166,6 +196,7 @@ def kernel_drafts(
     """(drafts to simulate, drafts the full generator enumerates) of ``kernel`` at ``sizes``
     on ``cfg``: every draft (``pruned=False``, the exhaustive search), or the compact
     generation (:func:`compact_drafts`) through pruning rules 1-3."""
+    check_kernel(cfg, DccKernel(kernel))
     nest = kernel_nest(kernel, sizes)
     sets = dimension_sets(nest)
     total = generated_count(sets, cfg.groups, cfg.cores_per_group)
@@ -173,9 +204,31 @@ def kernel_drafts(
         return list(drafts(sets, cfg.groups, cfg.cores_per_group)), total
     trips = dict(nest.loops)
     set_trips = [trips[ds.mappings()[0][2].var] for ds in sets]
-    compact = list(compact_drafts(sets, set_trips, cfg.groups, cfg.cores_per_group))
+    k = DccKernel(kernel)
+    g_local = GROUP_LOCAL.get(k, (frozenset(), ""))[0]
+    c_local = CORE_LOCAL.get(k, (frozenset(), ""))[0]
+    var = [ds.mappings()[0][2].var for ds in sets]
+    compact = list(
+        compact_drafts(
+            sets, set_trips, cfg.groups, cfg.cores_per_group, True,
+            [1 if v in g_local else cfg.groups for v in var],
+            [1 if v in c_local else cfg.cores_per_group for v in var],
+        )
+    )  # fmt: skip
     kept, _ = prune(compact, simd=cfg.core.lanes, vector_set=innermost_set(nest, sets))
+    check = share_checks(cfg.kind).get(k)
+    if check is not None:  # drop what the back end's lowering refuses by a cheap rule
+        kept = [d for d in kept if _runs(check, cfg, k, sizes, d)]
     return kept, total
+
+
+def _runs(check, cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], d: Draft) -> bool:
+    share = group_share(cfg, kernel, sizes, d)
+    try:
+        check(cfg, share.sizes, share.cores)
+    except PimphonyError:
+        return False
+    return True
 
 
 def search(

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 import numpy as np
+from numba import njit
 
 from models.backends import BackendConfig, BackendKind, PimDtype
 from models.errors import PimphonyError
@@ -40,12 +41,14 @@ __all__ = [
     "Scope",
     "Timeline",
     "access_stream",
+    "access_stream_reference",
     "check_backend",
     "command",
     "execute",
     "interleave",
     "softmax_cycles",
     "time_stream",
+    "time_stream_reference",
 ]
 
 
@@ -199,13 +202,19 @@ def softmax_cycles(cfg: BackendConfig, n: int) -> int:
 
 
 def _fail(k: int, cmd: np.void, why: str) -> AttAccError:
-    op = Op(int(cmd["op"]))
+    code = int(cmd["op"])
+    if code not in Op._value2member_map_:
+        return AttAccError(f"command {k} (op {code}): {why}")
+    op = Op(code)
     args = " ".join(f"{f}={int(cmd[f])}" for f in OPERAND_FIELDS[op])
     return AttAccError(f"command {k} ({op.name} {args}): {why}".replace(" )", ")"))
 
 
-def time_stream(cfg: BackendConfig, stream: np.ndarray) -> Timeline:
-    """Issue each command in order, one per cycle, at the first cycle every rule allows.
+def time_stream_reference(cfg: BackendConfig, stream: np.ndarray) -> Timeline:
+    """The plain-Python reference of :func:`time_stream`: the same rules, the same cycles;
+    kept to test the compiled path against.
+
+    Issue each command in order, one per cycle, at the first cycle every rule allows.
 
     Rules (HBM3-PIM.cpp's constraints; ``docs/dcc.md``): ACT waits its bank's PRE + tRP and
     ACT + tRC, the rank's last ACT + tRRD_S (same bank group tRRD_L) and its fourth-last +
@@ -319,6 +328,155 @@ def time_stream(cfg: BackendConfig, stream: np.ndarray) -> Timeline:
         end = max(end, done)
     counts = {o.name: int(np.count_nonzero(stream["op"] == o)) for o in Op}
     return Timeline(issue=issue, cycles=int(end) if len(stream) else 0, counts=counts)
+
+
+# ----------------------------------------------------------------------------- compiled path
+# time_stream runs time_stream_reference's rules compiled by numba (`pimphony tune` times
+# thousands of streams); tests/test_attacc.py checks them equal on every lowering's streams,
+# access streams and random command mixes, with the preset's and random timing.
+
+_ACT, _PRE, _RD, _WR = int(Op.ACT), int(Op.PRE), int(Op.RD), int(Op.WR)
+_ACTAB, _PREA, _MACAB, _WRGB = int(Op.ACTAB), int(Op.PREA), int(Op.MACAB), int(Op.WRGB)
+_MVSB, _SFM, _MVGB = int(Op.MVSB), int(Op.SFM), int(Op.MVGB)
+
+
+@njit(cache=True)
+def _time_kernel(op, bank, sfm, bgs, ranks, pchs, n_bg, n_rank, n_pch, p):
+    """Issue cycles and the end cycle of a stream (:func:`time_stream_reference`'s rules);
+    ``sfm``: softmax-unit cycles per command; ``p``: :func:`_timing_params`' order. Issue
+    cycles rise strictly, so the latest ACT / PRE / RD / WR of any bank is the newest one."""
+    tRP, tRC, tRRD_S, tRRD_L, tFAW, tRCD_RD, tRCD_WR = p[0], p[1], p[2], p[3], p[4], p[5], p[6]
+    tRAS, tRTP, wr_pre, tCCD_AB, tCCD_S, tCCD_L = p[7], p[8], p[9], p[10], p[11], p[12]
+    burst, wr_rd, rd_wr, RL, WL = p[13], p[14], p[15], p[16], p[17]
+    never = -(1 << 40)
+    nb = bgs.shape[0]
+    act = np.full(nb, never, dtype=np.int64)
+    pre = np.full(nb, never, dtype=np.int64)
+    rd = np.full(nb, never, dtype=np.int64)
+    wr = np.full(nb, never, dtype=np.int64)
+    act_max = pre_max = rd_max = wr_max = never
+    bg_act = np.full(n_bg, never, dtype=np.int64)
+    rank_act = np.full(n_rank, never, dtype=np.int64)
+    faw = np.zeros((n_rank, 4), dtype=np.int64)  # ring of each rank's last four ACTs
+    n_faw = np.zeros(n_rank, dtype=np.int64)
+    col_pch = np.full(n_pch, never, dtype=np.int64)
+    col_rank = np.full(n_rank, never, dtype=np.int64)
+    col_bg = np.full(n_bg, never, dtype=np.int64)
+    rank_rd = np.full(n_rank, never, dtype=np.int64)
+    rank_wr = np.full(n_rank, never, dtype=np.int64)
+    last_row_act = last_mac = never
+    gb_ready = acc_ready = sb_ready = sfm_done = never
+    n = op.shape[0]
+    issue = np.empty(n, dtype=np.int64)
+    prev, end = -1, 0
+    for k in range(n):
+        o, b = op[k], bank[k]
+        bg, rk, pc = bgs[b], ranks[b], pchs[b]
+        at = prev + 1
+        if o in (_ACT, _ACTAB, _PRE, _PREA):
+            at = max(at, last_row_act + 2)
+        if o == _ACT:
+            at = max(at, pre[b] + tRP, act[b] + tRC, rank_act[rk] + tRRD_S, bg_act[bg] + tRRD_L)
+            if n_faw[rk] >= 4:
+                at = max(at, faw[rk, n_faw[rk] % 4] + tFAW)
+            act[b] = bg_act[bg] = rank_act[rk] = last_row_act = act_max = at
+            faw[rk, n_faw[rk] % 4] = at
+            n_faw[rk] += 1
+            done = at + tRCD_RD
+        elif o == _ACTAB:
+            at = max(at, pre_max + tRP, act_max + tRC)
+            act[:] = at
+            act_max = last_row_act = at
+            done = at + tRCD_RD
+        elif o == _PRE:
+            at = max(at, act[b] + tRAS, rd[b] + tRTP, wr[b] + wr_pre)
+            pre[b] = pre_max = at
+            done = at + tRP
+        elif o == _PREA:
+            at = max(at, act_max + tRAS, rd_max + tRTP, wr_max + wr_pre, last_mac + tRTP)
+            pre[:] = at
+            pre_max = at
+            done = at + tRP
+        elif o == _MACAB:
+            at = max(at, act_max + tRCD_RD, last_mac + tCCD_AB, gb_ready)
+            last_mac = at
+            acc_ready = at + tCCD_AB
+            done = acc_ready
+        else:  # data path
+            at = max(at, col_pch[pc] + burst, col_rank[rk] + tCCD_S, col_bg[bg] + tCCD_L)
+            if o == _RD:
+                at = max(at, act[b] + tRCD_RD, rank_wr[rk] + wr_rd)
+                rd[b] = rank_rd[rk] = rd_max = at
+                done = at + RL + burst
+            elif o == _WR:
+                at = max(at, act[b] + tRCD_WR, rank_rd[rk] + rd_wr)
+                wr[b] = rank_wr[rk] = wr_max = at
+                done = at + WL + burst
+            elif o == _WRGB:
+                done = at + WL + burst
+                gb_ready = max(gb_ready, done)
+            elif o == _MVSB:
+                at = max(at, acc_ready, sfm_done)
+                done = at + burst
+                sb_ready = max(sb_ready, done)
+            elif o == _SFM:
+                at = max(at, sb_ready, sfm_done)
+                done = sfm_done = at + sfm[k]
+            elif o == _MVGB:
+                at = max(at, sfm_done, sb_ready)
+                done = at + burst
+                gb_ready = max(gb_ready, done)
+            else:  # RDSB
+                at = max(at, sfm_done, sb_ready)
+                done = at + RL + burst
+            col_pch[pc] = col_rank[rk] = col_bg[bg] = at
+        issue[k] = at
+        prev = at
+        end = max(end, done)
+    return issue, end
+
+
+def _timing_params(cfg: BackendConfig) -> np.ndarray:
+    t = cfg.timing
+    assert t is not None
+    return np.array(
+        [t.tRP, t.tRC, t.tRRD_S, t.tRRD_L, t.tFAW, t.tRCD_RD, t.tRCD_WR, t.tRAS, t.tRTP,
+         t.write_to_precharge, t.tCCD_AB, t.tCCD_S, t.tCCD_L, t.burst_cycles, t.write_to_read,
+         t.read_to_write, t.RL, t.WL],
+        dtype=np.int64,
+    )  # fmt: skip
+
+
+def time_stream(cfg: BackendConfig, stream: np.ndarray) -> Timeline:
+    """Issue each command in order, one per cycle, at the first cycle every rule allows
+    (the rules: :func:`time_stream_reference`, its plain-Python twin). Compiled (numba)."""
+    check_backend(cfg)
+    g = cfg.group
+    op = stream["op"].astype(np.int64)
+    counts = dict(
+        zip(
+            (o.name for o in Op),
+            np.bincount(op, minlength=len(Op))[: len(Op)].tolist(),
+            strict=True,
+        )
+    )
+    if len(stream) == 0:
+        return Timeline(issue=np.empty(0, dtype=np.int64), cycles=0, counts=counts)
+    bank = stream["bank"].astype(np.int64)
+    bad_bank, bad_op = bank >= g.banks, op >= len(Op)
+    if bad_bank.any() or bad_op.any():
+        k = int(np.flatnonzero(bad_bank | bad_op)[0])
+        why = f"bank {int(bank[k])} >= banks = {g.banks}" if bad_bank[k] else f"unknown op {op[k]}"
+        raise _fail(k, stream[k], why)
+    lv = Levels.of(cfg)
+    sfm = -(-stream["n"].astype(np.int64) // cfg.core.lanes)
+    n_rank = g.pseudo_channels * g.ranks
+    issue, end = _time_kernel(
+        op, bank, sfm, lv.bank_group.astype(np.int64), lv.rank.astype(np.int64),
+        lv.pseudo_channel.astype(np.int64), g.bank_groups, n_rank, g.pseudo_channels,
+        _timing_params(cfg),
+    )  # fmt: skip
+    return Timeline(issue=issue, cycles=int(end), counts=counts)
 
 
 @dataclass
@@ -495,17 +653,12 @@ def execute(
     return state
 
 
-def access_stream(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> np.ndarray:
-    """Single-bank RDs or WRs of ``addresses`` (``(n, 3)``: bank, row, column) of one group, as
-    an open-page controller issues them: rows in order; per row, an ACT for every bank with
-    data there, the columns round-robin over those banks, then a PRE per bank. The order of
-    :func:`compiler.rearrange.access_stream` (consecutive commands in different bank groups),
-    taken one level up: banks are interleaved pseudo-channel first, then rank, then bank
-    group (:func:`interleave`), so consecutive commands alternate pseudo-channels and both
-    data buses fill."""
+def _access_addresses(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> np.ndarray:
+    """The distinct ``(bank, row, column)`` rows of ``addresses``, sorted; refused if ``op``
+    moves no data, there are none, or one lies outside the group."""
     if op not in (Op.RD, Op.WR):
         raise AttAccError(f"access_stream moves data with RD or WR, not {Op(op).name}")
-    addr = np.unique(np.asarray(addresses, dtype=np.int64).reshape(-1, 3), axis=0)
+    addr = np.asarray(addresses, dtype=np.int64).reshape(-1, 3)
     if len(addr) == 0:
         raise AttAccError("no addresses to move")
     g = cfg.group
@@ -519,6 +672,25 @@ def access_stream(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> np.ndarr
             f"addresses outside {g.banks} banks x {g.rows_per_bank} rows x "
             f"{g.columns_per_row} columns"
         )
+    # one integer per address, ordered as (bank, row, column): sort and deduplicate at once
+    dims = (g.banks, g.rows_per_bank, g.columns_per_row)
+    flat = np.sort(np.ravel_multi_index((addr[:, 0], addr[:, 1], addr[:, 2]), dims))
+    flat = flat[np.r_[True, flat[1:] != flat[:-1]]]  # (np.unique hashes first: ~20x slower)
+    return np.stack(np.unravel_index(flat, dims), axis=1).astype(np.int64)
+
+
+def access_stream_reference(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> np.ndarray:
+    """The plain-Python reference of :func:`access_stream` (the same stream), kept to test it.
+
+    Single-bank RDs or WRs of ``addresses`` (``(n, 3)``: bank, row, column) of one group, as
+    an open-page controller issues them: rows in order; per row, an ACT for every bank with
+    data there, the columns round-robin over those banks, then a PRE per bank. The order of
+    :func:`compiler.rearrange.access_stream` (consecutive commands in different bank groups),
+    taken one level up: banks are interleaved pseudo-channel first, then rank, then bank
+    group (:func:`interleave`), so consecutive commands alternate pseudo-channels and both
+    data buses fill."""
+    addr = _access_addresses(cfg, addresses, op)
+    g = cfg.group
     order = interleave(cfg)
     rank_of = np.empty(g.banks, np.int64)
     rank_of[order] = np.arange(g.banks)
@@ -543,3 +715,43 @@ def access_stream(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> np.ndarr
             )
         out.extend(command(Op.PRE, bank=b) for b in banks)
     return np.array(out, dtype=COMMAND_DTYPE)
+
+
+def access_stream(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> np.ndarray:
+    """Single-bank RDs or WRs of ``addresses`` (``(n, 3)``: bank, row, column) of one group, as
+    an open-page controller issues them: rows in order; per row, an ACT for every bank with
+    data there, the columns round-robin over those banks, then a PRE per bank. The order of
+    :func:`compiler.rearrange.access_stream` (consecutive commands in different bank groups),
+    taken one level up: banks are interleaved pseudo-channel first, then rank, then bank
+    group (:func:`interleave`), so consecutive commands alternate pseudo-channels and both
+    data buses fill. Vectorised; :func:`access_stream_reference` is the same loop by loop."""
+    addr = _access_addresses(cfg, addresses, op)
+    g = cfg.group
+    rank_of = np.empty(g.banks, np.int64)
+    rank_of[interleave(cfg)] = np.arange(g.banks)
+    bank, row, col = addr[:, 0], addr[:, 1], addr[:, 2]
+    # addr is sorted by (bank, row, column): the k-th column of each (row, bank) pair
+    start = np.ones(len(addr), bool)
+    start[1:] = (bank[1:] != bank[:-1]) | (row[1:] != row[:-1])
+    first = np.flatnonzero(start)
+    k = np.arange(len(addr)) - np.repeat(first, np.diff(np.append(first, len(addr))))
+    pb, pr = bank[first], row[first]  # every (bank, row) visit
+    n_pairs, n_cols = len(first), len(addr)
+    # one record per command: (row, phase: ACT 0 / column 1 / PRE 2, k, bank's rank)
+    rows_ = np.concatenate([pr, row, pr])
+    phase = np.repeat(np.array([0, 1, 2]), [n_pairs, n_cols, n_pairs])
+    kk = np.concatenate([np.zeros(n_pairs, np.int64), k, np.zeros(n_pairs, np.int64)])
+    banks = np.concatenate([pb, bank, pb])
+    order = np.lexsort((rank_of[banks], kk, phase, rows_))
+    out = np.zeros(len(order), dtype=COMMAND_DTYPE)
+    ph = phase[order]
+    out["op"] = np.array([int(Op.ACT), int(op), int(Op.PRE)], np.uint8)[ph]
+    out["bank"] = banks[order]
+    out["row"] = np.where(ph == 2, 0, rows_[order])
+    out["col"] = np.where(
+        ph == 1,
+        np.concatenate([np.zeros(n_pairs, np.int64), col, np.zeros(n_pairs, np.int64)])[order],
+        0,
+    )
+    out["data"] = np.where((ph == 1) & (op == Op.WR), 0, -1)
+    return out

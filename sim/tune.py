@@ -50,8 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         required=True,
         type=_shape,
         help="the kernel's sizes, comma-separated: gemv d_out,d_in; batched-gemv "
-        "batch,d_out,d_in; qk / sv heads,tokens,d_h; red rows,cols; va / relu n; batched-red "
-        "batch,rows,cols; batched-va / batched-relu batch,n",
+        "batch,d_out,d_in; qk / sv / attn heads,tokens,d_h; red rows,cols; va / relu n; "
+        "batched-red batch,rows,cols; batched-va / batched-relu batch,n",
     )
     p.add_argument(
         "--backend",
@@ -161,7 +161,7 @@ def tune_report(
         "dimension_sets": [[m[0] for m in ds.members] for ds in dimension_sets(nest)],
         "drafts": {
             "generated": res.generated,
-            "after_pruning": res.pruned,
+            "after_pruning": ps.candidates,
             "simulated": len(res.costs),
             "sampled_for_predictor": ps.sampled if ps.verified else 0,
             "verified_predicted_best": ps.verified,

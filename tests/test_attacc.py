@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 from compiler.attacc_lowering import (
     GROUP_LOWERINGS,
@@ -30,12 +32,14 @@ from models.attacc import (
     Op,
     Scope,
     access_stream,
+    access_stream_reference,
     command,
     execute,
     interleave,
     time_stream,
+    time_stream_reference,
 )
-from models.backends import load_backend
+from models.backends import PimTiming, load_backend
 
 ATT = load_backend("attacc")
 
@@ -150,7 +154,7 @@ def _cases(draw, kernel: DccKernel):
     return sizes, tuple(cores), draw(st.integers(0, 1000))
 
 
-@pytest.mark.parametrize("kernel", list(GROUP_LOWERINGS))
+@pytest.mark.parametrize("kernel", list(KERNEL_SIZES))
 @settings(max_examples=12, deadline=None)
 @given(data=st.data())
 def test_values_equal_numpy(kernel: DccKernel, data) -> None:
@@ -395,3 +399,138 @@ def test_attention_counts_default_mapping() -> None:
 def test_attention_refusals(sizes: tuple, cores: tuple, message: str) -> None:
     with pytest.raises(AttAccLoweringError, match=message):
         lower_attention(ATT, sizes, cores)
+
+
+# ----------------------------------------------------------------------------- compiled timing
+# time_stream (numba) and access_stream (vectorised) against their plain-Python references.
+
+_TIMING = [f.name for f in dataclasses.fields(PimTiming) if f.name != "freq_ghz"]
+
+
+@st.composite
+def _timed_backend(draw):
+    """The preset, or its timing with every parameter random (so every rule can dominate)."""
+    if not draw(st.booleans()):
+        return ATT
+    assert ATT.timing is not None
+    spread = st.one_of(st.integers(1, 60), st.integers(100, 300))
+    vals = {f: draw(spread) for f in _TIMING}
+    return dataclasses.replace(ATT, timing=dataclasses.replace(ATT.timing, **vals))
+
+
+@st.composite
+def _lowered(draw):
+    kernel = draw(st.sampled_from([*KERNEL_SIZES, "attn"]))
+    if kernel == "attn":
+        c_t = draw(st.sampled_from([1, 2, 4]))
+        sizes = (
+            draw(st.integers(1, 2)),
+            16 * c_t * draw(st.integers(1, 4)),
+            draw(st.integers(1, 64)),
+        )
+        cores = (1, c_t, draw(st.sampled_from([1, 2, 4])))
+        return lower_attention(ATT, sizes, cores).stream
+    sizes, cores, _ = draw(_cases(kernel))
+    return lower_group(ATT, kernel, sizes, cores).stream
+
+
+@st.composite
+def _accesses(draw):
+    n = draw(st.integers(1, 300))
+    g = ATT.group
+    addr = np.stack(
+        [draw(arrays(np.int64, n, elements=st.integers(0, hi - 1)))
+         for hi in (g.banks, 4, g.columns_per_row)], axis=1,
+    )  # fmt: skip
+    return access_stream(ATT, addr, draw(st.sampled_from([Op.RD, Op.WR])))
+
+
+@st.composite
+def _mix(draw):
+    """Any commands in any order (rows and columns in range, banks of the group)."""
+    n = draw(st.integers(1, 300))
+    out = np.zeros(n, dtype=COMMAND_DTYPE)
+    out["op"] = draw(arrays(np.uint8, n, elements=st.sampled_from([int(o) for o in Op])))
+    out["bank"] = draw(arrays(np.uint16, n, elements=st.integers(0, ATT.group.banks - 1)))
+    out["n"] = draw(arrays(np.uint32, n, elements=st.integers(0, 600)))
+    return out
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cfg=_timed_backend(), stream=st.one_of(_lowered(), _accesses(), _mix()))
+def test_compiled_timing_equals_reference(cfg, stream) -> None:
+    """Issue cycles, end and counts of every lowering's streams (attention included),
+    rearrangement accesses and random command mixes, with the preset's and random timing."""
+    fast, ref = time_stream(cfg, stream), time_stream_reference(cfg, stream)
+    np.testing.assert_array_equal(fast.issue, ref.issue)
+    assert (fast.cycles, fast.counts) == (ref.cycles, ref.counts)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    addr=arrays(np.int64, st.tuples(st.integers(1, 400), st.just(3)), elements=st.integers(0, 40)),
+    op=st.sampled_from([Op.RD, Op.WR]),
+)
+def test_access_stream_equals_reference(addr, op) -> None:
+    """Duplicates, any order, several rows and banks: the same stream, byte for byte."""
+    g = ATT.group
+    addr = addr % np.array([g.banks, 7, g.columns_per_row])
+    fast, ref = access_stream(ATT, addr, op), access_stream_reference(ATT, addr, op)
+    assert fast.tobytes() == ref.tobytes()
+
+
+def test_timing_refuses_bad_commands() -> None:
+    s = np.array([command(Op.ACTAB, row=0), command(Op.RD, bank=70, row=0)], COMMAND_DTYPE)
+    for timer in (time_stream, time_stream_reference):
+        with pytest.raises(AttAccError, match=r"command 1 \(RD bank=70 row=0 col=0\): bank 70 >="):
+            timer(ATT, s)
+    s["op"][1], s["bank"][1] = 40, 0
+    for timer in (time_stream, time_stream_reference):
+        with pytest.raises(AttAccError, match=r"command 1 \(op 40\): unknown op 40"):
+            timer(ATT, s)
+    tl = time_stream(ATT, s[:0])
+    assert (tl.cycles, tl.issue.shape, tl.counts) == (0, (0,), dict.fromkeys(Op.__members__, 0))
+
+
+# ----------------------------------------------------------------------------- ATTN as a kernel
+
+
+def test_attn_group_lowering_runs_attention() -> None:
+    """The contract's registry runs ``attn`` (sets h, t, d) as lower_attention, and run_group
+    on values is softmax(K q) V within FP16's error."""
+    sizes, cores = (2, 256, 128), (1, 16, 4)
+    prog = GROUP_LOWERINGS[DccKernel.ATTN](ATT, sizes, cores)
+    assert prog.stream.tobytes() == lower_attention(ATT, sizes, cores).stream.tobytes()
+    assert set(prog.inputs) == {"K", "V"} and prog.outputs == {} and prog.host_ops == 0
+    rng = np.random.default_rng(5)
+    a = {
+        "Q": (rng.standard_normal((2, 128)) / 4).astype(np.float16),
+        "K": (rng.standard_normal((2, 256, 128)) / 4).astype(np.float16),
+        "V": rng.standard_normal((2, 256, 128)).astype(np.float16),
+    }
+    got = run_group(ATT, DccKernel.ATTN, sizes, cores, a)["O"].astype(np.float64)
+    ref = _attention_numpy(a)
+    assert np.max(np.abs(got - ref)) < 0.01 * np.max(np.abs(ref))
+
+
+def test_attn_default_draft_and_share_checks() -> None:
+    """DCC V's default for attention: heads over the groups, tokens over the 16 bank groups,
+    d_h over the 4 banks. The share check refuses exactly what the lowering refuses."""
+    from compiler.attacc_lowering import SHARE_CHECKS
+
+    d = default_draft(ATT, DccKernel.ATTN, (32, 512, 128))
+    assert [(p.groups, p.cores, p.dim) for p in d] == [(32, 1, "K0"), (1, 16, "K1"), (1, 4, "K2")]
+    check = SHARE_CHECKS[DccKernel.ATTN]
+    for sizes, cores in [((1, 512, 128), (1, 16, 4)), ((1, 100, 64), (1, 4, 4)),
+                         ((2, 64, 64), (2, 4, 4)), ((1, 4096, 128), (1, 8, 8)),
+                         ((1, 8192, 64), (1, 16, 4)), ((1, 4096, 128), (1, 16, 4))]:  # fmt: skip
+        try:
+            lower_attention(ATT, sizes, cores)
+            refused = ""
+        except AttAccLoweringError as exc:
+            refused = str(exc)
+        if refused:
+            with pytest.raises(AttAccLoweringError, match=re.escape(refused)):
+                check(ATT, sizes, cores)
+        else:
+            check(ATT, sizes, cores)

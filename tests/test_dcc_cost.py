@@ -166,3 +166,11 @@ def test_kernel_without_a_lowering_is_refused_by_name() -> None:
     with pytest.raises(DccError, match=r"kernel batched-red has no group lowering on back end "
                        r"attacc \(kind attacc lowers only gemv, .*red"):  # fmt: skip
         draft_cost(attacc, DccKernel.BATCHED_RED, (2, 1, 64), d)
+
+
+def test_attn_gpu_is_flash_decoding() -> None:
+    """ATTN on the GPU alone: every head reads its K and V once (models.xpu.attention_cost):
+    32 heads x 512 tokens x 128 x 2 B x 2 = 8 MiB at the A100's 2,039 GB/s x 0.85."""
+    att = load_backend("attacc")
+    t = gpu_seconds(att, DccKernel.ATTN, (32, 512, 128))
+    assert t == pytest.approx(2 * 32 * 512 * 128 * 2 / (2039e9 * 0.85), rel=0.01)

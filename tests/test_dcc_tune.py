@@ -160,3 +160,63 @@ def test_tune_reports_a_default_that_cannot_run(capsys) -> None:
     assert rc == 0
     assert "default (DCC V)  cannot run: [1, 4, A0^m] [1, 2, A1^n]: red: a unit's share" in out
     assert "speedup: - over default" in out
+
+
+@pytest.mark.parametrize(
+    "backend, kernel, sizes",
+    [("attacc", DccKernel.QK, (2, 16, 64)), ("hbm-pim", DccKernel.SV, (4, 128, 64)),
+     ("attacc", DccKernel.BATCHED_GEMV, (2, 16, 64)), ("hbm-pim", DccKernel.RED, (64, 512))],
+)  # fmt: skip
+def test_rule1_while_generating_keeps_the_same_drafts(backend, kernel, sizes) -> None:
+    """Generating only the first of equivalent mappings (rule 1 while generating) leaves
+    exactly the drafts rules 1-3 keep of the full compact generation, in the same order."""
+    from compiler.dcc_cost import kernel_nest
+    from compiler.dcc_schedule import dimension_sets, innermost_set, prune
+    from compiler.dcc_tune import compact_drafts
+
+    cfg = load_backend(backend)
+    nest = kernel_nest(kernel, sizes)
+    sets = dimension_sets(nest)
+    trips = [dict(nest.loops)[ds.mappings()[0][2].var] for ds in sets]
+    full = list(compact_drafts(sets, trips, cfg.groups, cfg.cores_per_group))
+    fewer = list(compact_drafts(sets, trips, cfg.groups, cfg.cores_per_group, rule1=True))
+    assert len(fewer) < len(full)
+    rule2 = {"simd": cfg.core.lanes, "vector_set": innermost_set(nest, sets)}
+    assert (
+        prune(fewer, **rule2)[0] == prune(full, **rule2)[0] == kernel_drafts(cfg, kernel, sizes)[0]
+    )
+
+
+def test_attn_drafts_are_those_attacc_runs() -> None:
+    """ATTN on attacc: heads only over groups, one head per group's cores, and of the rest
+    only shares the lowering accepts (tokens per core whole softmax-buffer entries, scores
+    and results within the buffer) are kept; every kept draft runs."""
+    from compiler.dcc_cost import group_share
+
+    att = load_backend("attacc")
+    kept, _ = kernel_drafts(att, DccKernel.ATTN, (4, 512, 64))
+    assert kept and all(p.groups == 1 for d in kept for p in d[1:])
+    assert all(d[0].cores == 1 for d in kept)
+    assert default_draft(att, DccKernel.ATTN, (4, 512, 64)) in kept
+    for d in kept:
+        share = group_share(att, DccKernel.ATTN, (4, 512, 64), d)
+        assert share.cores[0] == 1 and share.sizes[1] == 512
+        draft_cost(att, DccKernel.ATTN, (4, 512, 64), d)  # runs
+    with pytest.raises(DccError, match=r"splits t over 2 groups: a head's softmax needs"):
+        group_share(att, DccKernel.ATTN, (4, 512, 64), (
+            Part(2, 1, "K0", 4, Index("h")), Part(2, 16, "K1", 512, Index("t")),
+            Part(1, 4, "K2", 64, Index("d"))))  # fmt: skip
+
+
+def test_attn_is_refused_without_a_softmax_unit(capsys) -> None:
+    rc, _, err = run_cli(capsys, "tune", "--kernel", "attn", "--shape", "4,64,64")
+    assert rc != 0
+    assert "kernel attn cannot run on back end hbm-pim: it needs a softmax unit per group and " \
+           "group.units = []" in err  # fmt: skip
+
+
+def test_tune_attn_on_attacc(capsys) -> None:
+    rc, out, _ = run_cli(capsys, "tune", "--kernel", "attn", "--shape", "4,256,64",
+                         "--backend", "attacc")  # fmt: skip
+    assert rc == 0, out
+    assert "default (DCC V)" in out and "[4, 1, K0^h] [1, 16, K1^t] [1, 4, K2^d]" in out
