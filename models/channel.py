@@ -117,7 +117,9 @@ class _StaticEngine:
     def __init__(self, cfg: HardwareConfig) -> None:
         self.state, self.history = new_static_state(cfg.dcs.queue_depth)
 
-    def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray) -> None:
+    def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray | None) -> None:
+        if gaps is None:
+            gaps = np.zeros(chunk.shape[0], dtype=np.int64)
         static_run(
             self.state, self.history, run.tally, chunk["op"], chunk["row"], gaps, run.tv,
             run.issue_out, run.sw_out,
@@ -136,20 +138,22 @@ class _DcsEngine:
         self.depth = cfg.dcs.queue_depth
         self.state = new_dcs_state(self.depth, ch.gbuf_entries, ch.obuf_entries)
 
-    def _run(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray, final: bool) -> None:
+    def _run(
+        self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray | None, final: bool
+    ) -> None:
         self.state = dcs_room(self.state, int(chunk.shape[0]))
         status = dcs_run(
             *self.state, self.n_gbuf, run.tally, chunk["op"], chunk["gbuf"], chunk["row"],
-            chunk["out"], gaps, run.tv, final, run.issue_out, run.sw_out,
+            chunk["out"], gaps, run.tv, final, *run.recording,
         )  # fmt: skip
         if status == DCS_DEADLOCK:
             raise RuntimeError(DCS_STUCK)
 
-    def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray) -> None:
+    def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray | None) -> None:
         self._run(run, chunk, gaps, False)
 
     def finish(self, run: ChannelRun) -> dict[str, int]:
-        self._run(run, empty_stream(0), np.zeros(0, dtype=np.int64), True)
+        self._run(run, empty_stream(0), None, True)
         return {}
 
 
@@ -192,22 +196,24 @@ class _PingPongEngine:
         self.n_gbuf, self.n_obuf = ch.gbuf_entries, ch.obuf_entries
         self.state = new_pingpong_state(ch.gbuf_entries, ch.obuf_entries)
 
-    def _feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray, final: bool) -> None:
+    def _feed(
+        self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray | None, final: bool
+    ) -> None:
         self.state = pingpong_room(self.state, int(chunk.shape[0]))
         status = pingpong_feed(
             *self.state, self.n_gbuf, self.n_obuf, run.tally, chunk["op"], chunk["gbuf"],
-            chunk["row"], chunk["out"], gaps, run.tv, final, run.issue_out, run.sw_out,
+            chunk["row"], chunk["out"], gaps, run.tv, final, *run.recording,
         )  # fmt: skip
         if status:
             raise _illegal_for_pingpong(*first_illegal(self.state))
 
-    def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray) -> None:
+    def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray | None) -> None:
         self._feed(run, chunk, gaps, False)
 
     def finish(self, run: ChannelRun) -> dict[str, int]:
         if run.commands == 0:
             return {}
-        self._feed(run, empty_stream(0), np.zeros(0, dtype=np.int64), True)
+        self._feed(run, empty_stream(0), None, True)
         st = self.state[0]
         if st[PP_LATE] >= 0:
             raise late_command_error(int(st[PP_LATE]), int(st[PP_LATE_ACC]), int(st[PP_FLIP]))
@@ -243,6 +249,9 @@ class ChannelRun:
         cap = record or 0
         self.issue_out = np.full(cap, -1, dtype=np.int64)
         self.sw_out = np.zeros((cap, 2), dtype=np.int64)
+        # What the DCS and ping-pong kernels write to: None keeps statistics only (compiled
+        # without the writes).
+        self.recording = (self.issue_out, self.sw_out) if self._record else (None, None)
         self._ops = np.zeros(cap, dtype=np.uint8)  # for the completion cycles
         self._engine = SCHEDULERS[Scheduler(scheduler)].engine(cfg)
         self._done = False
@@ -257,9 +266,8 @@ class ChannelRun:
         n = int(chunk.shape[0])
         if self._record and self.commands + n > self.issue_out.shape[0]:
             raise ValueError(f"more than the {self.issue_out.shape[0]} commands to record")
-        if valid_gaps is None:
-            gaps = np.zeros(n, dtype=np.int64)
-        else:
+        gaps = None  # no input gaps
+        if valid_gaps is not None:
             gaps = np.ascontiguousarray(valid_gaps, dtype=np.int64)
             if gaps.shape != (n,) or (gaps < 0).any():
                 raise ValueError(f"valid_gaps must be {n} non-negative integers")
@@ -346,8 +354,6 @@ def _many_static(op, row, gaps, offsets, tv, depth, out):
 @njit(cache=True)
 def _many_dcs(op, gbuf, row, out_e, gaps, offsets, tv, depth, n_gbuf, n_obuf, out):
     """Statistics of every channel's slice under DCS (status 1: deadlock)."""
-    none = np.zeros(0, dtype=np.int64)
-    none2 = np.zeros((0, 2), dtype=np.int64)
     for c in range(offsets.shape[0] - 1):
         lo, hi = offsets[c], offsets[c + 1]
         st, queues, d_table, s_table, held = new_dcs_state(
@@ -356,7 +362,7 @@ def _many_dcs(op, gbuf, row, out_e, gaps, offsets, tv, depth, n_gbuf, n_obuf, ou
         tl = new_tally()
         status = dcs_run(
             st, queues, d_table, s_table, held, n_gbuf, tl, op[lo:hi], gbuf[lo:hi], row[lo:hi],
-            out_e[lo:hi], gaps[lo:hi], tv, True, none, none2,
+            out_e[lo:hi], gaps[lo:hi], tv, True, None, None,
         )  # fmt: skip
         _stats_row(tl, out, c, status)
 
@@ -365,8 +371,6 @@ def _many_dcs(op, gbuf, row, out_e, gaps, offsets, tv, depth, n_gbuf, n_obuf, ou
 def _many_pingpong(op, gbuf, row, out_e, gaps, offsets, tv, n_gbuf, n_obuf, out, extra):
     """Statistics of every channel's slice under ping-pong (status 1: illegal stream, 2: a
     late command; ``extra[c]``: hand-off stall and phases)."""
-    none = np.zeros(0, dtype=np.int64)
-    none2 = np.zeros((0, 2), dtype=np.int64)
     for c in range(offsets.shape[0] - 1):
         lo, hi = offsets[c], offsets[c + 1]
         tl = new_tally()
@@ -376,7 +380,7 @@ def _many_pingpong(op, gbuf, row, out_e, gaps, offsets, tv, n_gbuf, n_obuf, out,
         state = new_pingpong_state(n_gbuf, n_obuf, hi - lo + 1)
         status = pingpong_feed(
             *state, n_gbuf, n_obuf, tl, op[lo:hi], gbuf[lo:hi], row[lo:hi], out_e[lo:hi],
-            gaps[lo:hi], tv, True, none, none2,
+            gaps[lo:hi], tv, True, None, None,
         )  # fmt: skip
         st = state[0]
         _stats_row(tl, out, c, 1 if status else (2 if st[PP_LATE] >= 0 else 0))

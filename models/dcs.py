@@ -53,6 +53,8 @@ from models.tally import (
     t_io_count,
     t_io_interval,
     t_mac,
+    t_mac_interval,
+    t_macs_counted,
     t_row,
     tally_close,
     tally_open,
@@ -252,15 +254,13 @@ def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_s
 )
 _D_IO_H, _D_IO_N, _D_C_H, _D_C_N, _D_HELD = range(10, 15)
 _D_LEN = 15
-# Columns of the queue rings: program index, GBuf or OBuf entry (the I/O queue: the one its
-# opcode uses), OBuf entry, row, acceptance cycle, GBuf and OBuf dependency IDs (D-Table), issue
-# cycle (-1 until issued), opcode.
-_Q_IDX, _Q_G, _Q_O, _Q_ROW, _Q_ACC, _Q_DG, _Q_DO, _Q_ISS, _Q_OP = range(9)
-_Q_LEN = 9
-# Columns of the S-Table: ID of the last command issued on the entry, and the cycle from which
-# it stops blocking a MAC and a WR_INP/RD_OUT that depend on it (the rules of
-# ``_gbuf_expiry`` and ``_obuf_expiry``).
-_T_ID, _T_EXP_MAC, _T_EXP_IO = range(3)
+# Columns of the queue rings. ``_Q_ID``: program index * 4 + which dependencies block it (1:
+# GBuf, 2: OBuf; the I/O queue: 1); ``_Q_FIELDS``: row << 32 | OBuf entry << 16 | GBuf entry
+# (the I/O queue: opcode << 32 | S-Table row); acceptance cycle; the dependencies, as positions
+# in the other queue (the I/O queue: D-Table words); issue cycle.
+_Q_ID, _Q_FIELDS, _Q_ACC, _Q_DG, _Q_DO, _Q_ISS = range(6)
+_Q_LEN = 6
+_LOW16, _LOW32 = 0xFFFF, 0xFFFFFFFF
 
 DCS_DEADLOCK = 1
 """Status of :func:`dcs_run` when no command can ever issue (a malformed stream)."""
@@ -274,8 +274,8 @@ def new_dcs_state(
     under DCS.
 
     ``queues`` holds the I/O and the compute queue (``depth`` entries each, as rings);
-    ``d_table`` the last accepted command per GBuf then OBuf entry (``2 * ID + is-MAC``);
-    ``s_table`` the last issued one (ID, expiry for a MAC, expiry for a WR_INP/RD_OUT);
+    ``d_table`` the last accepted command per GBuf then OBuf entry, as ``2 * position in its
+    queue + is-MAC``; ``s_table`` the expiry of the last command issued on each entry;
     ``held_io`` the I/O intervals :func:`dcs_run` holds back from the tally (room for
     ``capacity``; :func:`dcs_room`).
     """
@@ -289,7 +289,7 @@ def new_dcs_state(
     st[_D_MODE] = MODE_COMPUTE
     queues = np.zeros((2, max(depth, 1), _Q_LEN), dtype=np.int64)
     d_table = np.full(n_gbuf + n_obuf, -1, dtype=np.int64)
-    s_table = np.full((n_gbuf + n_obuf, 3), -1, dtype=np.int64)
+    s_table = np.full(n_gbuf + n_obuf, NEVER, dtype=np.int64)
     return st, queues, d_table, s_table, np.zeros((max(capacity, 8), 2), dtype=np.int64)
 
 
@@ -316,14 +316,19 @@ def dcs_run(
     :func:`dcs_schedule`'s rules, with the queues, D-Table and S-Table the RTL holds instead
     of whole-stream arrays (rows ``n_gbuf`` and on of the tables are the OBuf entries). The
     run stops when it needs the next chunk's first command
-    (``final`` false) or when every command has issued. If ``issue_out`` has an entry per
-    command of the whole stream, issue cycles are written there, and row switches to
+    (``final`` false) or when every command has issued. ``valid_gaps`` may be None (no
+    gaps). Unless ``issue_out`` and ``sw_out`` are None (compiled apart), the issue cycle of
+    every command of the whole stream is written to ``issue_out`` and the row switches to
     ``sw_out``. Returns 0, or :data:`DCS_DEADLOCK`.
 
-    A MAC's dependency on an earlier MAC is left out: the compute queue issues in order, so
-    that MAC has issued, and it expires (tCCD after its issue) no later than the MAC pipeline
-    frees (tCCD after the last MAC). The S-Table keeps each entry's expiry per kind of
-    dependant, so a check is one comparison.
+    The same decisions, with less to store per command. A queue issues in order, so a
+    dependency has issued once its queue's head has passed its position: the D-Table keeps
+    queue positions, and the S-Table only the expiry of each entry's last issued command,
+    which is the dependency's while the dependant waits (every command after it on the entry
+    waits for the dependant). A MAC's dependency on an earlier MAC is left out: that MAC has
+    issued, and expires (tCCD after its issue) no later than the MAC pipeline frees (tCCD
+    after the last MAC); so for MACs the S-Table holds what a WR_INP or RD_OUT waits for.
+    While the I/O queue is empty and MACs arrive, a shorter loop takes the same steps.
 
     The tally takes a row switch when it is recorded, after every command it has taken: each
     started before the cycle being decided. A WR_INP or RD_OUT that pays a mode switch
@@ -332,7 +337,6 @@ def dcs_run(
     (``held_io``, :func:`dcs_room` makes room) until the next row switch or MAC.
     """
     depth = queues.shape[1]
-    record = issue_out.shape[0] > 0
     tccd, twr, tmac, trd, tmod = tv[TV_CCD], tv[TV_WR_INP], tv[TV_MAC], tv[TV_RD_OUT], tv[TV_MOD]
     qio = queues[0]
     qc = queues[1]
@@ -361,18 +365,92 @@ def dcs_run(
     tt = tally_open(tl)
     status = 0
     while True:
+        # A stretch of MACs: while the I/O queue is empty and the next command is a MAC (and
+        # no mode switch is due), each step below takes the same decisions as the general
+        # step after it, whose I/O parts would stay idle. It hands over at anything else:
+        # an I/O command to accept, a head whose row must be opened, the chunk's end.
+        if io_h == io_n and n_held == 0 and (tmod == 0 or mode == MODE_COMPUTE):
+            c_h0 = c_h
+            while n_acc < end and op[n_acc - base] == OP_MAC:
+                if c_h < c_n and prepared == 0:
+                    if qc[c_hs, _Q_FIELDS] >> 32 != cur_row:
+                        break
+                    prepared = 1
+                ta = a_prev + 1
+                if valid_gaps is not None:
+                    ta += valid_gaps[n_acc - base]
+                if c_n >= depth:  # full: the tail slot's MAC must have issued
+                    if c_n - depth >= c_h:
+                        ta = INF
+                    elif c_n - depth == c_h - 1:
+                        ta = max(ta, t_last_mac + 1)
+                    else:
+                        ta = max(ta, qc[c_ns, _Q_ISS] + 1)
+                tc = INF
+                if c_h < c_n:
+                    h = c_hs
+                    tc = max(qc[h, _Q_ACC] + 1, last_issue + 1, t_last_mac + tccd, row_ready)
+                    blocked = qc[h, _Q_ID] & 3
+                    if blocked:  # by a WR_INP or RD_OUT: all have issued (queue empty)
+                        f = qc[h, _Q_FIELDS]
+                        if blocked & 1:
+                            tc = max(tc, s_table[f & _LOW16])
+                        if blocked & 2:
+                            tc = max(tc, s_table[n_gbuf + ((f >> 16) & _LOW16)])
+                t = min(ta, tc)
+                if t >= INF:
+                    break
+                if ta == t:
+                    j = n_acc - base
+                    g = np.int64(gbuf[j])
+                    o = np.int64(out[j])
+                    h = c_ns
+                    blocked = 0
+                    d = d_table[g]
+                    if d >= 0 and d & 1 == 0:
+                        blocked = 1
+                        qc[h, _Q_DG] = d >> 1
+                    d = d_table[n_gbuf + o]
+                    if d >= 0 and d & 1 == 0:
+                        blocked |= 2
+                        qc[h, _Q_DO] = d >> 1
+                    qc[h, _Q_ID] = n_acc << 2 | blocked
+                    qc[h, _Q_FIELDS] = np.int64(row[j]) << 32 | o << 16 | g
+                    qc[h, _Q_ACC] = t
+                    d_table[g] = 2 * c_n + 1
+                    d_table[n_gbuf + o] = 2 * c_n + 1
+                    c_n += 1
+                    c_ns = 0 if c_ns + 1 == depth else c_ns + 1
+                    a_prev = t
+                    n_acc += 1
+                if tc == t:
+                    h = c_hs
+                    qc[h, _Q_ISS] = t
+                    f = qc[h, _Q_FIELDS]
+                    s_table[f & _LOW16] = t + tccd
+                    s_table[n_gbuf + ((f >> 16) & _LOW16)] = t + tmac
+                    t_last_mac = t
+                    last_issue = t
+                    mode = MODE_COMPUTE
+                    c_h += 1
+                    c_hs = 0 if c_hs + 1 == depth else c_hs + 1
+                    prepared = 0
+                    tt = t_mac_interval(tt, t, tccd)
+                    if issue_out is not None:
+                        issue_out[qc[h, _Q_ID] >> 2] = t
+            tt = t_macs_counted(tt, c_h - c_h0, t_last_mac, tmac)
         # Dispatch candidate: the next command in program order.
         ta = INF
         if n_acc < end:
             j = n_acc - base
-            ta = a_prev + 1 + valid_gaps[j]
+            ta = a_prev + 1
+            if valid_gaps is not None:
+                ta += valid_gaps[j]
             if op[j] == OP_MAC:
                 if c_n >= depth:
-                    prev = qc[c_ns, _Q_ISS]
-                    ta = INF if prev < 0 else max(ta, prev + 1)
+                    ta = INF if c_n - depth >= c_h else max(ta, qc[c_ns, _Q_ISS] + 1)
             elif io_n >= depth:
-                prev = qio[io_ns, _Q_ISS]
-                ta = INF if prev < 0 else max(ta, prev + 1)
+                ta = INF if io_n - depth >= io_h else max(ta, qio[io_ns, _Q_ISS] + 1)
         elif not final or (io_h == io_n and c_h == c_n):
             break
         # I/O queue head.
@@ -380,10 +458,12 @@ def dcs_run(
         if io_h < io_n:
             h = io_hs
             ti = max(qio[h, _Q_ACC] + 1, last_issue + 1, last_io + tccd)
-            d = qio[h, _Q_DG]
-            if d >= 0:
-                e = qio[h, _Q_G]
-                ti = max(ti, s_table[e, _T_EXP_IO] if s_table[e, _T_ID] == d else INF)
+            if qio[h, _Q_ID] & 1:
+                d = qio[h, _Q_DG]
+                if (d >> 1) < (c_h if d & 1 else io_h):
+                    ti = max(ti, s_table[qio[h, _Q_FIELDS] & _LOW32])
+                else:
+                    ti = INF
         # Compute queue head.
         tc = INF
         tc_no_row = INF
@@ -392,7 +472,8 @@ def dcs_run(
             head = max(qc[h, _Q_ACC] + 1, t_last_mac + 1)
             if prepared == 0:
                 prepared = 1
-                if qc[h, _Q_ROW] != cur_row:
+                r = qc[h, _Q_FIELDS] >> 32
+                if r != cur_row:
                     start, t_act_last, row_ready = open_row(
                         head, cur_row, t_act_last, t_last_mac, tv
                     )
@@ -405,21 +486,21 @@ def dcs_run(
                         tt = t_io_interval(tt, held_io[k, 0], held_io[k, 1])
                         k += 1
                     n_held = 0
-                    if record:
+                    if sw_out is not None:
                         n_sw = tt[TL_SWITCHES] - 1
                         sw_out[n_sw, 0] = start
                         sw_out[n_sw, 1] = row_ready
-                    cur_row = qc[h, _Q_ROW]
+                    cur_row = r
             tc = max(head, last_issue + 1, t_last_mac + tccd)
             # A dependency blocks until its S-Table expiry, and forever while unissued.
-            d = qc[h, _Q_DG]
-            if d >= 0:
-                e = qc[h, _Q_G]
-                tc = max(tc, s_table[e, _T_EXP_MAC] if s_table[e, _T_ID] == d else INF)
-            d = qc[h, _Q_DO]
-            if d >= 0:
-                e = qc[h, _Q_O]
-                tc = max(tc, s_table[e, _T_EXP_MAC] if s_table[e, _T_ID] == d else INF)
+            blocked = qc[h, _Q_ID] & 3
+            if blocked:
+                f = qc[h, _Q_FIELDS]
+                if blocked & 1:
+                    tc = max(tc, s_table[f & _LOW16] if qc[h, _Q_DG] < io_h else INF)
+                if blocked & 2:
+                    e = n_gbuf + ((f >> 16) & _LOW16)
+                    tc = max(tc, s_table[e] if qc[h, _Q_DO] < io_h else INF)
             tc_no_row = tc
             tc = max(tc_no_row, row_ready)
         # Mode rule (see dcs_schedule).
@@ -443,84 +524,77 @@ def dcs_run(
             j = n_acc - base
             o = np.int64(op[j])
             g = np.int64(gbuf[j])
-            e = n_gbuf + np.int64(out[j])
+            oe = np.int64(out[j])
             if o == OP_MAC:
                 h = c_ns
+                blocked = 0
+                d = d_table[g]
+                if d >= 0 and d & 1 == 0:  # only a WR_INP/RD_OUT can block a MAC
+                    blocked = 1
+                    qc[h, _Q_DG] = d >> 1
+                d = d_table[n_gbuf + oe]
+                if d >= 0 and d & 1 == 0:
+                    blocked |= 2
+                    qc[h, _Q_DO] = d >> 1
+                qc[h, _Q_ID] = n_acc << 2 | blocked
+                qc[h, _Q_FIELDS] = np.int64(row[j]) << 32 | oe << 16 | g
+                qc[h, _Q_ACC] = t
+                d_table[g] = 2 * c_n + 1
+                d_table[n_gbuf + oe] = 2 * c_n + 1
                 c_n += 1
                 c_ns = 0 if c_ns + 1 == depth else c_ns + 1
-                qc[h, _Q_IDX] = n_acc
-                qc[h, _Q_G] = g
-                qc[h, _Q_O] = e
-                qc[h, _Q_ROW] = np.int64(row[j])
-                qc[h, _Q_ACC] = t
-                qc[h, _Q_ISS] = -1
-                # Only a WR_INP/RD_OUT predecessor can block a MAC (see above).
-                d = d_table[g]
-                qc[h, _Q_DG] = -1 if d & 1 else d >> 1
-                d = d_table[e]
-                qc[h, _Q_DO] = -1 if d & 1 else d >> 1
-                d_table[g] = 2 * n_acc + 1
-                d_table[e] = 2 * n_acc + 1
             else:
                 h = io_ns
+                e = g if o == OP_WR_INP else n_gbuf + oe
+                d = d_table[e]
+                qio[h, _Q_ID] = n_acc << 2 | (1 if d >= 0 else 0)
+                qio[h, _Q_FIELDS] = o << 32 | e
+                qio[h, _Q_ACC] = t
+                qio[h, _Q_DG] = d
+                d_table[e] = 2 * io_n
                 io_n += 1
                 io_ns = 0 if io_ns + 1 == depth else io_ns + 1
-                if o != OP_WR_INP:
-                    g = e
-                qio[h, _Q_IDX] = n_acc
-                qio[h, _Q_OP] = o
-                qio[h, _Q_G] = g
-                qio[h, _Q_ACC] = t
-                qio[h, _Q_ISS] = -1
-                qio[h, _Q_DG] = d_table[g] >> 1  # -1 stays -1
-                d_table[g] = 2 * n_acc
             a_prev = t
             n_acc += 1
         if tc == t:
             h = c_hs
             qc[h, _Q_ISS] = xc
-            idx = qc[h, _Q_IDX]
-            e = qc[h, _Q_G]
-            s_table[e, _T_ID] = idx
-            s_table[e, _T_EXP_IO] = xc + tccd
-            e = qc[h, _Q_O]
-            s_table[e, _T_ID] = idx
-            s_table[e, _T_EXP_IO] = xc + tmac
+            f = qc[h, _Q_FIELDS]
+            s_table[f & _LOW16] = xc + tccd
+            s_table[n_gbuf + ((f >> 16) & _LOW16)] = xc + tmac
+            for k in range(n_held):
+                tt = t_io_interval(tt, held_io[k, 0], held_io[k, 1])
+            n_held = 0
             t_last_mac = xc
             last_issue = xc
             mode = MODE_COMPUTE
             c_h += 1
             c_hs = 0 if c_hs + 1 == depth else c_hs + 1
             prepared = 0
-            for k in range(n_held):
-                tt = t_io_interval(tt, held_io[k, 0], held_io[k, 1])
-            n_held = 0
             tt = t_mac(tt, xc, tccd, tmac)
-            if record:
-                issue_out[idx] = xc
+            if issue_out is not None:
+                issue_out[qc[h, _Q_ID] >> 2] = xc
         elif ti == t:
             h = io_hs
             qio[h, _Q_ISS] = xi
-            o = qio[h, _Q_OP]
-            e = qio[h, _Q_G]
-            x = xi + (twr if o == OP_WR_INP else trd)
-            s_table[e, _T_ID] = qio[h, _Q_IDX]
-            s_table[e, _T_EXP_MAC] = x
-            s_table[e, _T_EXP_IO] = x
+            f = qio[h, _Q_FIELDS]
+            o = f >> 32
+            ex = twr if o == OP_WR_INP else trd
+            s_table[f & _LOW32] = xi + ex
             last_io = xi
             last_issue = xi
             mode = MODE_REGISTER
             io_h += 1
             io_hs = 0 if io_hs + 1 == depth else io_hs + 1
-            tt = t_io_count(tt, o, xi, x - xi)
+            tt = t_io_count(tt, o, xi, ex)
             if n_held > 0 or (xi > t and not (c_h < c_n and prepared == 1)):
                 held_io[n_held, 0] = xi
                 held_io[n_held, 1] = xi + tccd
                 n_held += 1
             else:
                 tt = t_io_interval(tt, xi, xi + tccd)
-            if record:
-                issue_out[qio[h, _Q_IDX]] = xi
+            if issue_out is not None:
+                issue_out[qio[h, _Q_ID] >> 2] = xi
     if final and status == 0:
         for k in range(n_held):
             tt = t_io_interval(tt, held_io[k, 0], held_io[k, 1])

@@ -66,6 +66,8 @@ from models.tally import (
     t_io_count,
     t_io_interval,
     t_mac,
+    t_mac_interval,
+    t_macs_counted,
     t_row,
     tally_close,
     tally_open,
@@ -380,10 +382,10 @@ PP_HANDOFF, PP_LATE, PP_FLIP, PP_LATE_ACC, PP_PHASE = (
 )  # fmt: skip
 """State entries a driver reads: hand-off stall so far, the first late command (program
 index, -1 if none), its slot's hand-off and its acceptance cycle, the current phase."""
-# Rows of the window (commands held, program order from ``_P_BASE``): opcode, row, acceptance
-# cycle, slot, issue cycle, GBuf and OBuf entry.
-_W_OP, _W_ROW, _W_ACC, _W_SLOT, _W_ISS, _W_GBUF, _W_OUT = range(7)
-_W_LEN = 7
+# Rows of the window (commands held, program order from ``_P_BASE``): slot * 4 + opcode, row,
+# acceptance cycle, issue cycle, and of a WR_INP/RD_OUT its GBuf and OBuf entry (for messages).
+_W_KIND, _W_ROW, _W_ACC, _W_ISS, _W_GBUF, _W_OUT = range(6)
+_W_LEN = 6
 # Columns of the regions (region c: the commands from the first MAC of phase c to the next
 # phase's; region -1 before the first MAC): first command, its position in the I/O list, the
 # region's first WR_INP/RD_OUT of slot c + 1 (program indices; INF if none).
@@ -470,8 +472,9 @@ def pingpong_feed(
     An illegal command is known once two phases have started after it (its next MAC can
     come no later); the first one's program index and rule are left in the state and 1 is
     returned, before anything runs. With ``final`` the stream has ended: everything runs,
-    through the epilogue. If ``issue_out`` has an entry per command of the whole stream, issue
-    cycles are written there, and row switches to ``sw_out``. :func:`pingpong_room` makes room
+    through the epilogue. ``valid_gaps`` may be None (no gaps). Unless ``issue_out`` and
+    ``sw_out`` are None (compiled apart), the issue cycle of every command of the whole stream
+    is written to ``issue_out`` and the row switches to ``sw_out``. :func:`pingpong_room` makes room
     for the chunk first.
 
     Within a slot the compute queue's commands are the MACs of its phase (one stretch of the
@@ -483,7 +486,6 @@ def pingpong_feed(
     tccd, twr, tmac, trd, tmod = tv[TV_CCD], tv[TV_WR_INP], tv[TV_MAC], tv[TV_RD_OUT], tv[TV_MOD]
     half_g = n_gbuf // 2
     half_o = n_obuf // 2
-    record = issue_out.shape[0] > 0
     c = st[_P_PHASE]
     cur_gh = st[_P_GH]
     cur_oh = st[_P_OH]
@@ -501,12 +503,40 @@ def pingpong_feed(
     rd0 = st[_P_RD0]
     rd1 = st[_P_RD1]
     # Dispatch, slots and the legality rules, command by command.
-    for j in range(op.shape[0]):
+    n = op.shape[0]
+    j = -1
+    while j + 1 < n:
+        j += 1
+        # A stretch of MACs of the current phase: slot c, and no WR_INP or RD_OUT waits for
+        # their entries; the general step below handles anything else.
+        if c >= 0:
+            kind = c * 4 + OP_MAC
+            while op[j] == OP_MAC:
+                ge = np.int64(gbuf[j])
+                oe = np.int64(out[j])
+                if (ge >= half_g) != (cur_gh == 1) or (oe >= half_o) != (cur_oh == 1):
+                    break
+                if track_g[ge, _G_REG] != NEVER or track_o[oe, _O_REG] != NEVER:
+                    break
+                a_prev += 1
+                if valid_gaps is not None:
+                    a_prev += valid_gaps[j]
+                w = g0 + j - base
+                win[_W_KIND, w] = kind
+                win[_W_ROW, w] = np.int64(row[j])
+                win[_W_ACC, w] = a_prev
+                j += 1
+                if j == n:
+                    break
+            if j == n:
+                break
         g = g0 + j
         o = np.int64(op[j])
         ge = np.int64(gbuf[j])
         oe = np.int64(out[j])
-        a_prev += 1 + valid_gaps[j]
+        a_prev += 1
+        if valid_gaps is not None:
+            a_prev += valid_gaps[j]
         if o == OP_MAC:
             gh = 1 if ge >= half_g else 0
             oh = 1 if oe >= half_o else 0
@@ -529,31 +559,33 @@ def pingpong_feed(
             s = c
             # The WR_INPs and RD_OUTs waiting for this MAC's entries must be in earlier slots.
             r = track_g[ge, _G_REG]
-            if r == c:
-                bad, bad_code, bad_phase = _first_bad(
-                    bad, bad_code, bad_phase, track_g[ge, _G_FIRST], 2, c
-                )
-                bad, bad_code, bad_phase = _first_bad(
-                    bad, bad_code, bad_phase, track_g[ge, _G_PREV], 2, c - 1
-                )
-            elif r == c - 1:
-                bad, bad_code, bad_phase = _first_bad(
-                    bad, bad_code, bad_phase, track_g[ge, _G_NEXT], 2, c - 1
-                )
-            track_g[ge, _G_REG] = NEVER
+            if r != NEVER:
+                if r == c:
+                    bad, bad_code, bad_phase = _first_bad(
+                        bad, bad_code, bad_phase, track_g[ge, _G_FIRST], 2, c
+                    )
+                    bad, bad_code, bad_phase = _first_bad(
+                        bad, bad_code, bad_phase, track_g[ge, _G_PREV], 2, c - 1
+                    )
+                elif r == c - 1:
+                    bad, bad_code, bad_phase = _first_bad(
+                        bad, bad_code, bad_phase, track_g[ge, _G_NEXT], 2, c - 1
+                    )
+                track_g[ge, _G_REG] = NEVER
             r = track_o[oe, _O_REG]
-            if r == c:
-                bad, bad_code, bad_phase = _first_bad(
-                    bad, bad_code, bad_phase, track_o[oe, _O_FIRST], 4, c
-                )
-                bad, bad_code, bad_phase = _first_bad(
-                    bad, bad_code, bad_phase, track_o[oe, _O_PREV], 4, c - 1
-                )
-            elif r == c - 1:
-                bad, bad_code, bad_phase = _first_bad(
-                    bad, bad_code, bad_phase, track_o[oe, _O_FIRST], 4, c - 1
-                )
-            track_o[oe, _O_REG] = NEVER
+            if r != NEVER:
+                if r == c:
+                    bad, bad_code, bad_phase = _first_bad(
+                        bad, bad_code, bad_phase, track_o[oe, _O_FIRST], 4, c
+                    )
+                    bad, bad_code, bad_phase = _first_bad(
+                        bad, bad_code, bad_phase, track_o[oe, _O_PREV], 4, c - 1
+                    )
+                elif r == c - 1:
+                    bad, bad_code, bad_phase = _first_bad(
+                        bad, bad_code, bad_phase, track_o[oe, _O_FIRST], 4, c - 1
+                    )
+                track_o[oe, _O_REG] = NEVER
         else:
             if o == OP_WR_INP:
                 gh = 1 if ge >= half_g else 0
@@ -583,19 +615,18 @@ def pingpong_feed(
                 regions[nreg - 1, _R_NEXT] = g
             io_list[io_n] = g
             io_n += 1
+            win[_W_GBUF, g - base] = ge
+            win[_W_OUT, g - base] = oe
         w = g - base
-        win[_W_OP, w] = o
+        win[_W_KIND, w] = s * 4 + o
         win[_W_ROW, w] = np.int64(row[j])
         win[_W_ACC, w] = a_prev
-        win[_W_SLOT, w] = s
-        win[_W_GBUF, w] = ge
-        win[_W_OUT, w] = oe
-    wn += op.shape[0]
+    wn += n
     st[_P_PHASE] = c
     st[_P_GH] = cur_gh
     st[_P_OH] = cur_oh
     st[_P_APREV] = a_prev
-    st[_P_N] = g0 + op.shape[0]
+    st[_P_N] = g0 + n
     st[_P_WN] = wn
     st[_P_NREG] = nreg
     st[_P_IO_N] = io_n
@@ -646,10 +677,10 @@ def pingpong_feed(
             if s < c:
                 later = min(later, regions[rs + 1, _R_START])
         pi = io_lo
-        while pi < io_hi and win[_W_SLOT, io_list[pi] - base] != s:
+        while pi < io_hi and win[_W_KIND, io_list[pi] - base] >> 2 != s:
             pi += 1
         pc = m_lo
-        while pc < end_w and win[_W_OP, pc] != OP_MAC:
+        while pc < end_w and win[_W_KIND, pc] & 3 != OP_MAC:
             pc += 1
         prepared = -1
         end_io = barrier
@@ -657,42 +688,79 @@ def pingpong_feed(
         done_before = NEVER  # latest completion of the slot's commands before ``later``
         n_slot = 0
         while pi < io_hi or pc < end_w:
+            if pc < end_w and prepared != pc:
+                # A MAC reaches the compute head: its row opens if it must, and the I/O held
+                # back go to the tally, in start order with the row switch.
+                prepared = pc
+                new_row = win[_W_ROW, pc] != cur_row
+                if new_row:
+                    head = max(last_mac + 1, win[_W_ACC, pc] + 1)
+                    start, t_act_last, row_ready = open_row(head, cur_row, t_act_last, last_mac, tv)
+                    cur_row = win[_W_ROW, pc]
+                h = 0
+                if new_row:
+                    while h < n_held and held_io[h, 0] < start:
+                        tt = t_io_interval(tt, held_io[h, 0], held_io[h, 1])
+                        h += 1
+                    tt = t_row(tt, start, row_ready)
+                    if sw_out is not None:
+                        n_sw = tt[TL_SWITCHES] - 1
+                        sw_out[n_sw, 0] = start
+                        sw_out[n_sw, 1] = row_ready
+                while h < n_held:
+                    tt = t_io_interval(tt, held_io[h, 0], held_io[h, 1])
+                    h += 1
+                n_held = 0
+            # A stretch of MACs: with the compute head prepared and no mode rule, MACs issue
+            # while no later than the I/O head could; MACs leave the I/O head as it is but
+            # for the last issue. Hands over at a row to open or the I/O head's turn.
+            if tmod == 0 and pc < end_w and prepared == pc:
+                ti_fixed = INF
+                if pi < io_hi:
+                    k = io_list[pi] - base
+                    gap = tccd
+                    if last_io_op >= 0 and last_io >= barrier and win[_W_KIND, k] & 3 != last_io_op:
+                        gap = twr if last_io_op == OP_WR_INP else trd
+                    ti_fixed = max(barrier, win[_W_ACC, k] + 1, last_io + gap)
+                n_mac = 0
+                while True:
+                    t = max(barrier, win[_W_ACC, pc] + 1, last_issue + 1, last_mac + tccd)
+                    t = max(t, row_ready)
+                    if max(ti_fixed, last_issue + 1) < t:
+                        break
+                    tt = t_mac_interval(tt, t, tccd)
+                    last_mac = t
+                    last_issue = t
+                    if base + pc < later:
+                        done_before = max(done_before, t + tmac)
+                    else:
+                        win[_W_ISS, pc] = t
+                    if issue_out is not None:
+                        issue_out[base + pc] = t
+                    n_mac += 1
+                    pc += 1
+                    while pc < end_w and win[_W_KIND, pc] & 3 != OP_MAC:
+                        pc += 1
+                    if pc >= end_w or win[_W_ROW, pc] != cur_row:
+                        break
+                    prepared = pc
+                if n_mac:
+                    mode = MODE_COMPUTE
+                    tt = t_macs_counted(tt, n_mac, last_mac, tmac)
+                    end_c = max(end_c, last_mac + tmac)
+                    n_slot += n_mac
+                    continue
             ti = INF
             if pi < io_hi:
                 k = io_list[pi] - base
                 gap = tccd
-                if last_io_op >= 0 and last_io >= barrier and win[_W_OP, k] != last_io_op:
+                if last_io_op >= 0 and last_io >= barrier and win[_W_KIND, k] & 3 != last_io_op:
                     gap = twr if last_io_op == OP_WR_INP else trd
                 ti = max(barrier, win[_W_ACC, k] + 1, last_issue + 1, last_io + gap)
             tc = INF
             tc_no_row = INF
             if pc < end_w:
                 k = pc
-                if prepared != pc:
-                    prepared = pc
-                    new_row = win[_W_ROW, k] != cur_row
-                    if new_row:
-                        head = max(last_mac + 1, win[_W_ACC, k] + 1)
-                        start, t_act_last, row_ready = open_row(
-                            head, cur_row, t_act_last, last_mac, tv
-                        )
-                        cur_row = win[_W_ROW, k]
-                    # A MAC of the slot reaches the compute head: the I/O held back go to
-                    # the tally, in start order with its row switch.
-                    h = 0
-                    if new_row:
-                        while h < n_held and held_io[h, 0] < start:
-                            tt = t_io_interval(tt, held_io[h, 0], held_io[h, 1])
-                            h += 1
-                        tt = t_row(tt, start, row_ready)
-                        if record:
-                            n_sw = tt[TL_SWITCHES] - 1
-                            sw_out[n_sw, 0] = start
-                            sw_out[n_sw, 1] = row_ready
-                    while h < n_held:
-                        tt = t_io_interval(tt, held_io[h, 0], held_io[h, 1])
-                        h += 1
-                    n_held = 0
                 tc_no_row = max(barrier, win[_W_ACC, k] + 1, last_issue + 1, last_mac + tccd)
                 tc = max(tc_no_row, row_ready)
             # ``xi``/``xc``: the heads' issue cycles; ``ti``/``tc`` the cycles the controller
@@ -712,7 +780,7 @@ def pingpong_feed(
                     tc = tmod_c
             if take_io:
                 k = io_list[pi] - base
-                o = win[_W_OP, k]
+                o = win[_W_KIND, k] & 3
                 t = xi
                 ex = twr if o == OP_WR_INP else trd
                 mode = MODE_REGISTER
@@ -727,7 +795,7 @@ def pingpong_feed(
                     n_held += 1
                 end_io = max(end_io, t + ex)
                 pi += 1
-                while pi < io_hi and win[_W_SLOT, io_list[pi] - base] != s:
+                while pi < io_hi and win[_W_KIND, io_list[pi] - base] >> 2 != s:
                     pi += 1
             else:
                 k = pc
@@ -738,14 +806,14 @@ def pingpong_feed(
                 tt = t_mac(tt, t, tccd, tmac)
                 end_c = max(end_c, t + ex)
                 pc += 1
-                while pc < end_w and win[_W_OP, pc] != OP_MAC:
+                while pc < end_w and win[_W_KIND, pc] & 3 != OP_MAC:
                     pc += 1
             last_issue = t
             win[_W_ISS, k] = t
             if base + k < later:
                 done_before = max(done_before, t + ex)
             n_slot += 1
-            if record:
+            if issue_out is not None:
                 issue_out[base + k] = t
         new_barrier = max(end_io, end_c)
         if end_io > barrier and end_c > barrier:
@@ -760,7 +828,7 @@ def pingpong_feed(
             if s < 0:
                 region_end = regions[rs + 1, _R_START] - base if c >= 0 else wn
             for w in range(later - base + 1, region_end):
-                if win[_W_SLOT, w] != s:
+                if win[_W_KIND, w] >> 2 != s:
                     continue
                 t = max(t0, done)
                 if win[_W_ACC, w] > t:
@@ -768,7 +836,7 @@ def pingpong_feed(
                     flip_at = t
                     late_acc = win[_W_ACC, w]
                     break
-                o = win[_W_OP, w]
+                o = win[_W_KIND, w] & 3
                 ex = twr if o == OP_WR_INP else (tmac if o == OP_MAC else trd)
                 done = max(done, win[_W_ISS, w] + ex)
     if final:
@@ -822,7 +890,7 @@ def first_illegal(state: tuple) -> tuple[int, int, int, int, int]:
     st, win = state[0], state[1]
     bad, code = int(st[_P_BAD]), int(st[_P_BAD_CODE])
     w = bad - int(st[_P_BASE])
-    return bad, int(win[_W_OP, w]), int(win[_W_GBUF, w]), int(win[_W_OUT, w]), code
+    return bad, int(win[_W_KIND, w] & 3), int(win[_W_GBUF, w]), int(win[_W_OUT, w]), code
 
 
 def pingpong_room(state: tuple, n: int) -> tuple:

@@ -62,6 +62,8 @@ __all__ = [
     "t_io_count",
     "t_io_interval",
     "t_mac",
+    "t_mac_interval",
+    "t_macs_counted",
     "t_row",
     "tally_close",
     "tally_in_order",
@@ -192,24 +194,41 @@ def _segment(tt):
 
 
 @njit(cache=True, inline="always")
-def t_mac(tt, t, tccd, tmac):
-    """A MAC issued at ``t``, no earlier than tCCD after the last MAC (the MAC pipeline), so
-    its interval ``[t, t + tccd)`` overlaps no other MAC's (``tmac``: its execution time)."""
+def t_mac_interval(tt, t, tccd):
+    """The interval of a MAC issued at ``t``, no earlier than tCCD after the last MAC (the MAC
+    pipeline), so ``[t, t + tccd)`` overlaps no other MAC's: it extends M's open interval
+    and the pending segment, or closes them and opens new ones. The MAC is counted by
+    :func:`t_macs_counted`."""
     if t != tt[TL_MAC_END]:  # a gap: M's open interval closes, and the segment with it
         tt = _segment(tt)
     cy, sw, msw, cls, n0, n1, n2, p0, p1, m0, m1, m2, r0, r1, r2, a0, a1, a2, sg = tt
     if t != m1:
         m2 += m1 - m0
         m0 = t
-    n1 += 1
-    if t + tmac > cy:
-        cy = t + tmac
-    if cls != MODE_COMPUTE:
-        msw += 1
-        cls = MODE_COMPUTE
     if sg == NONE:
         sg = t
     return cy, sw, msw, cls, n0, n1, n2, p0, p1, m0, t + tccd, m2, r0, r1, r2, a0, a1, a2, sg
+
+
+@njit(cache=True, inline="always")
+def t_macs_counted(tt, k, t_last, tmac):
+    """``k`` MACs issued one after the other, the last at ``t_last``, counted (``tmac``: a
+    MAC's execution time): their count, completion and the class change before them."""
+    cy, sw, msw, cls, n0, n1, n2, p0, p1, m0, m1, m2, r0, r1, r2, a0, a1, a2, sg = tt
+    if k > 0:
+        n1 += k
+        if t_last + tmac > cy:
+            cy = t_last + tmac
+        if cls != MODE_COMPUTE:
+            msw += 1
+            cls = MODE_COMPUTE
+    return cy, sw, msw, cls, n0, n1, n2, p0, p1, m0, m1, m2, r0, r1, r2, a0, a1, a2, sg
+
+
+@njit(cache=True, inline="always")
+def t_mac(tt, t, tccd, tmac):
+    """A MAC issued at ``t``: :func:`t_mac_interval` and :func:`t_macs_counted`."""
+    return t_macs_counted(t_mac_interval(tt, t, tccd), 1, t, tmac)
 
 
 @njit(cache=True, inline="always")
