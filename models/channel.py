@@ -20,23 +20,26 @@ from models.config import HardwareConfig, Timing
 from models.dcs import (
     DCS_DEADLOCK,
     DCS_STUCK,
+    dcs_room,
     dcs_run,
     dcs_schedule,
     entry_predecessors,
     new_dcs_state,
 )
-from models.dram import INF, execution_times, timing_vector
+from models.dram import execution_times, timing_vector
 from models.isa import DEFAULT_CHUNK, Op, describe_command, empty_stream, validate_stream
 from models.pingpong import (
     PP_FLIP,
     PP_HANDOFF,
     PP_LATE,
+    PP_LATE_ACC,
+    PP_PHASE,
     PingPongError,
+    first_illegal,
     late_command_error,
     new_pingpong_state,
-    pingpong_assign,
-    pingpong_illegal,
-    pingpong_run,
+    pingpong_feed,
+    pingpong_room,
     pingpong_schedule,
     pingpong_slots,
 )
@@ -46,10 +49,8 @@ from models.tally import (
     TL_LEN,
     TL_MODE_SWITCHES,
     TL_SWITCHES,
-    new_pending,
     new_tally,
     tally_lengths,
-    tally_reserve,
 )
 
 __all__ = [
@@ -116,7 +117,9 @@ class _StaticEngine:
     def __init__(self, cfg: HardwareConfig) -> None:
         self.state, self.history = new_static_state(cfg.dcs.queue_depth)
 
-    def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray) -> None:
+    def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray | None) -> None:
+        if gaps is None:
+            gaps = np.zeros(chunk.shape[0], dtype=np.int64)
         static_run(
             self.state, self.history, run.tally, chunk["op"], chunk["row"], gaps, run.tv,
             run.issue_out, run.sw_out,
@@ -135,21 +138,22 @@ class _DcsEngine:
         self.depth = cfg.dcs.queue_depth
         self.state = new_dcs_state(self.depth, ch.gbuf_entries, ch.obuf_entries)
 
-    def _run(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray, final: bool) -> None:
-        room = 2 * (chunk.shape[0] + 2 * self.depth) + 4  # intervals this call can push
-        run.pend = tally_reserve(run.tally, run.pend, room)
+    def _run(
+        self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray | None, final: bool
+    ) -> None:
+        self.state = dcs_room(self.state, int(chunk.shape[0]))
         status = dcs_run(
-            *self.state, self.n_gbuf, run.tally, run.pend, chunk["op"], chunk["gbuf"],
-            chunk["row"], chunk["out"], gaps, run.tv, final, run.issue_out, run.sw_out,
+            *self.state, self.n_gbuf, run.tally, chunk["op"], chunk["gbuf"], chunk["row"],
+            chunk["out"], gaps, run.tv, final, *run.recording,
         )  # fmt: skip
         if status == DCS_DEADLOCK:
             raise RuntimeError(DCS_STUCK)
 
-    def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray) -> None:
+    def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray | None) -> None:
         self._run(run, chunk, gaps, False)
 
     def finish(self, run: ChannelRun) -> dict[str, int]:
-        self._run(run, empty_stream(0), np.zeros(0, dtype=np.int64), True)
+        self._run(run, empty_stream(0), None, True)
         return {}
 
 
@@ -183,96 +187,37 @@ def _concat_streams(*streams: np.ndarray) -> np.ndarray:
 
 
 class _PingPongEngine:
-    """Ping-pong's slots across chunks: commands are held until their slot is complete (a
-    later phase has started), then run a slot at a time (:func:`models.pingpong.pingpong_run`).
-    Legality is checked once the commands that decide it have arrived (two phases later)."""
+    """Ping-pong's slots across chunks (:func:`models.pingpong.pingpong_feed`): a slot runs
+    once the next phase has started; its commands wait in a window until then, and each
+    command's legality is known two phases after it."""
 
     def __init__(self, cfg: HardwareConfig) -> None:
         ch = cfg.channel
         self.n_gbuf, self.n_obuf = ch.gbuf_entries, ch.obuf_entries
-        self.state = new_pingpong_state()
-        self.phase, self.gh, self.oh = -1, 0, 0
-        self.phase_gh = np.zeros(0, dtype=np.int64)
-        self.phase_oh = np.zeros(0, dtype=np.int64)
-        self.phase_base = 0
-        empty = np.zeros(0, dtype=np.int64)
-        self.held = empty_stream(0)  # commands not yet run or not yet checked
-        self.meta = dict.fromkeys(("slot", "cph", "accept"), empty)
-        self.base = 0  # program index of the first command held
-        self.checked = 0  # program index of the first command not yet checked
-        self.s_next = -1  # the next slot to run (-1: the prologue)
-        self.a_prev = -1
-        self.late_accept = -1  # acceptance cycle of the first late command
+        self.state = new_pingpong_state(ch.gbuf_entries, ch.obuf_entries)
 
-    def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray) -> None:
-        accept = np.cumsum(gaps + 1)
-        accept += self.a_prev
-        self.a_prev = int(accept[-1])
-        slot, cph, new_gh, new_oh, self.phase = pingpong_assign(
-            chunk["op"], chunk["gbuf"], chunk["out"], self.n_gbuf, self.n_obuf,
-            self.phase, self.gh, self.oh,
+    def _feed(
+        self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray | None, final: bool
+    ) -> None:
+        self.state = pingpong_room(self.state, int(chunk.shape[0]))
+        status = pingpong_feed(
+            *self.state, self.n_gbuf, self.n_obuf, run.tally, chunk["op"], chunk["gbuf"],
+            chunk["row"], chunk["out"], gaps, run.tv, final, *run.recording,
         )  # fmt: skip
-        if new_gh.size:
-            self.gh, self.oh = int(new_gh[-1]), int(new_oh[-1])
-            self.phase_gh = np.concatenate([self.phase_gh, new_gh])
-            self.phase_oh = np.concatenate([self.phase_oh, new_oh])
-        new = {"slot": slot, "cph": cph, "accept": accept}
-        if self.held.shape[0]:
-            self.held = _concat_streams(self.held, chunk)
-            self.meta = {k: np.concatenate([v, new[k]]) for k, v in self.meta.items()}
-        else:
-            self.held, self.meta, self.base = chunk, new, run.commands
-        p = self.phase
-        self._check(INF, last_phase=p - 2)  # phases to come: any number
-        if p - 1 >= self.s_next:
-            self._run(run, p - 1)
-        keep = int(np.searchsorted(self.meta["cph"], p - 1))
-        self.held = self.held[keep:]
-        self.meta = {k: v[keep:] for k, v in self.meta.items()}
-        self.base += keep
-        drop = max(0, p - 1 - self.phase_base)
-        self.phase_gh, self.phase_oh = self.phase_gh[drop:], self.phase_oh[drop:]
-        self.phase_base += drop
+        if status:
+            raise _illegal_for_pingpong(*first_illegal(self.state))
 
-    def _check(self, n_phases: int, last_phase: int | None = None) -> None:
-        h, m = self.held, self.meta
-        lo = max(0, self.checked - self.base)
-        hi = m["cph"].size if last_phase is None else int(np.searchsorted(m["cph"], last_phase + 1))
-        if hi <= lo:
-            return
-        bad, code = pingpong_illegal(
-            h["op"], h["gbuf"], h["out"], m["slot"], lo, hi, self.n_gbuf, self.n_obuf,
-            self.phase_gh, self.phase_oh, self.phase_base, n_phases,
-        )  # fmt: skip
-        if bad >= 0:
-            c = h[bad]
-            raise _illegal_for_pingpong(
-                self.base + int(bad), int(c["op"]), int(c["gbuf"]), int(c["out"]), int(code)
-            )
-        self.checked = self.base + hi
-
-    def _run(self, run: ChannelRun, s_hi: int) -> None:
-        h, m = self.held, self.meta
-        run.pend = tally_reserve(run.tally, run.pend, 2 * h.shape[0] + 4)
-        pingpong_run(
-            self.state, run.tally, run.pend, h["op"], h["row"], m["slot"], m["accept"],
-            self.base, self.s_next, s_hi, run.tv, run.issue_out, run.sw_out,
-        )  # fmt: skip
-        self.s_next = s_hi + 1
-        late = int(self.state[PP_LATE])
-        if late >= 0 and self.late_accept < 0:
-            self.late_accept = int(m["accept"][late - self.base])
+    def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray | None) -> None:
+        self._feed(run, chunk, gaps, False)
 
     def finish(self, run: ChannelRun) -> dict[str, int]:
         if run.commands == 0:
             return {}
-        n_phases = self.phase + 1
-        self._check(n_phases)
-        self._run(run, n_phases)  # through the epilogue
-        st = self.state
+        self._feed(run, empty_stream(0), None, True)
+        st = self.state[0]
         if st[PP_LATE] >= 0:
-            raise late_command_error(int(st[PP_LATE]), self.late_accept, int(st[PP_FLIP]))
-        return {"handoff_stall": int(st[PP_HANDOFF]), "phases": n_phases}
+            raise late_command_error(int(st[PP_LATE]), int(st[PP_LATE_ACC]), int(st[PP_FLIP]))
+        return {"handoff_stall": int(st[PP_HANDOFF]), "phases": int(st[PP_PHASE]) + 1}
 
 
 class ChannelRun:
@@ -299,12 +244,14 @@ class ChannelRun:
         self.validate = validate
         self.tv = timing_vector(cfg)
         self.tally = new_tally()
-        self.pend = new_pending()
         self.commands = 0
         self._record = record is not None
         cap = record or 0
         self.issue_out = np.full(cap, -1, dtype=np.int64)
         self.sw_out = np.zeros((cap, 2), dtype=np.int64)
+        # What the DCS and ping-pong kernels write to: None keeps statistics only (compiled
+        # without the writes).
+        self.recording = (self.issue_out, self.sw_out) if self._record else (None, None)
         self._ops = np.zeros(cap, dtype=np.uint8)  # for the completion cycles
         self._engine = SCHEDULERS[Scheduler(scheduler)].engine(cfg)
         self._done = False
@@ -319,9 +266,8 @@ class ChannelRun:
         n = int(chunk.shape[0])
         if self._record and self.commands + n > self.issue_out.shape[0]:
             raise ValueError(f"more than the {self.issue_out.shape[0]} commands to record")
-        if valid_gaps is None:
-            gaps = np.zeros(n, dtype=np.int64)
-        else:
+        gaps = None  # no input gaps
+        if valid_gaps is not None:
             gaps = np.ascontiguousarray(valid_gaps, dtype=np.int64)
             if gaps.shape != (n,) or (gaps < 0).any():
                 raise ValueError(f"valid_gaps must be {n} non-negative integers")
@@ -340,7 +286,7 @@ class ChannelRun:
             self.scheduler,
             self.cfg,
             self.tally,
-            tally_lengths(self.tally, self.pend),
+            tally_lengths(self.tally),
             self.commands,
             self._extra,
         )
@@ -381,9 +327,9 @@ def run_channel(
 
 
 @njit(cache=True)
-def _stats_row(tl, pend, out, c, status):
+def _stats_row(tl, out, c, status):
     """Close channel ``c``'s tally into row ``c`` of ``out`` (:data:`_MANY_COLS` columns)."""
-    cycles, m, mr, mri = tally_lengths(tl, pend)
+    cycles, m, mr, mri = tally_lengths(tl)
     out[c, : tl.shape[0]] = tl
     out[c, tl.shape[0]] = cycles
     out[c, tl.shape[0] + 1] = m
@@ -402,56 +348,44 @@ def _many_static(op, row, gaps, offsets, tv, depth, out):
         st, hist = new_static_state(depth)
         tl = new_tally()
         static_run(st, hist, tl, op[lo:hi], row[lo:hi], gaps[lo:hi], tv, none, none2)
-        _stats_row(tl, new_pending(8), out, c, 0)
+        _stats_row(tl, out, c, 0)
 
 
 @njit(cache=True)
 def _many_dcs(op, gbuf, row, out_e, gaps, offsets, tv, depth, n_gbuf, n_obuf, out):
     """Statistics of every channel's slice under DCS (status 1: deadlock)."""
-    none = np.zeros(0, dtype=np.int64)
-    none2 = np.zeros((0, 2), dtype=np.int64)
     for c in range(offsets.shape[0] - 1):
         lo, hi = offsets[c], offsets[c + 1]
-        st, queues, d_table, s_table = new_dcs_state(depth, n_gbuf, n_obuf)
+        st, queues, d_table, s_table, held = new_dcs_state(
+            depth, n_gbuf, n_obuf, hi - lo + 2 * depth + 4
+        )
         tl = new_tally()
-        pend = new_pending(2 * (hi - lo) + 8)
         status = dcs_run(
-            st, queues, d_table, s_table, n_gbuf, tl, pend, op[lo:hi],
-            gbuf[lo:hi], row[lo:hi], out_e[lo:hi], gaps[lo:hi], tv, True, none, none2,
+            st, queues, d_table, s_table, held, n_gbuf, tl, op[lo:hi], gbuf[lo:hi], row[lo:hi],
+            out_e[lo:hi], gaps[lo:hi], tv, True, None, None,
         )  # fmt: skip
-        _stats_row(tl, pend, out, c, status)
+        _stats_row(tl, out, c, status)
 
 
 @njit(cache=True)
 def _many_pingpong(op, gbuf, row, out_e, gaps, offsets, tv, n_gbuf, n_obuf, out, extra):
     """Statistics of every channel's slice under ping-pong (status 1: illegal stream, 2: a
     late command; ``extra[c]``: hand-off stall and phases)."""
-    none = np.zeros(0, dtype=np.int64)
-    none2 = np.zeros((0, 2), dtype=np.int64)
     for c in range(offsets.shape[0] - 1):
         lo, hi = offsets[c], offsets[c + 1]
-        n = hi - lo
         tl = new_tally()
-        pend = new_pending(2 * n + 8)
-        if n == 0:
-            _stats_row(tl, pend, out, c, 0)
+        if hi == lo:
+            _stats_row(tl, out, c, 0)
             continue
-        slot, _, _, n_phases, bad, _ = pingpong_slots(
-            op[lo:hi], gbuf[lo:hi], out_e[lo:hi], n_gbuf, n_obuf
-        )
-        last = n_phases - 1
-        if bad >= 0:
-            _stats_row(tl, pend, out, c, 1)
-            continue
-        accept = np.cumsum(gaps[lo:hi] + 1) - 1
-        st = new_pingpong_state()
-        pingpong_run(
-            st, tl, pend, op[lo:hi], row[lo:hi], slot, accept, 0, -1, last + 1,
-            tv, none, none2,
+        state = new_pingpong_state(n_gbuf, n_obuf, hi - lo + 1)
+        status = pingpong_feed(
+            *state, n_gbuf, n_obuf, tl, op[lo:hi], gbuf[lo:hi], row[lo:hi], out_e[lo:hi],
+            gaps[lo:hi], tv, True, None, None,
         )  # fmt: skip
-        _stats_row(tl, pend, out, c, 2 if st[PP_LATE] >= 0 else 0)
+        st = state[0]
+        _stats_row(tl, out, c, 1 if status else (2 if st[PP_LATE] >= 0 else 0))
         extra[c, 0] = st[PP_HANDOFF]
-        extra[c, 1] = last + 1
+        extra[c, 1] = st[PP_PHASE] + 1
 
 
 _MANY_COLS = TL_LEN + 5

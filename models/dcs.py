@@ -50,15 +50,20 @@ from models.dram import (
 from models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP
 from models.tally import (
     TL_SWITCHES,
-    tally_flush,
-    tally_io,
-    tally_mac,
-    tally_row,
+    t_io_count,
+    t_io_interval,
+    t_mac,
+    t_mac_interval,
+    t_macs_counted,
+    t_row,
+    tally_close,
+    tally_open,
 )
 
 __all__ = [
     "DCS_DEADLOCK",
     "DCS_STUCK",
+    "dcs_room",
     "dcs_run",
     "dcs_schedule",
     "entry_predecessors",
@@ -247,26 +252,32 @@ def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_s
 (_D_NACC, _D_ACCEPT, _D_ROW, _D_ACT, _D_MAC, _D_READY, _D_IO, _D_ISSUE, _D_MODE, _D_PREP) = range(
     10
 )
-_D_IO_H, _D_IO_N, _D_C_H, _D_C_N = range(10, 14)
-_D_LEN = 14
-# Columns of the queue rings: program index, opcode, GBuf entry, OBuf entry, row, acceptance
-# cycle, GBuf and OBuf dependency IDs (D-Table), issue cycle (-1 until issued).
-_Q_IDX, _Q_OP, _Q_G, _Q_O, _Q_ROW, _Q_ACC, _Q_DG, _Q_DO, _Q_ISS = range(9)
-_Q_LEN = 9
-# Columns of the S-Table: ID, issue cycle and opcode of the last command issued on the entry.
-_T_ID, _T_ISS, _T_OP = range(3)
+_D_IO_H, _D_IO_N, _D_C_H, _D_C_N, _D_HELD = range(10, 15)
+_D_LEN = 15
+# Columns of the queue rings. ``_Q_ID``: program index * 4 + which dependencies block it (1:
+# GBuf, 2: OBuf; the I/O queue: 1); ``_Q_FIELDS``: row << 32 | OBuf entry << 16 | GBuf entry
+# (the I/O queue: opcode << 32 | S-Table row); acceptance cycle; the dependencies, as positions
+# in the other queue (the I/O queue: D-Table words); issue cycle.
+_Q_ID, _Q_FIELDS, _Q_ACC, _Q_DG, _Q_DO, _Q_ISS = range(6)
+_Q_LEN = 6
+_LOW16, _LOW32 = 0xFFFF, 0xFFFFFFFF
 
 DCS_DEADLOCK = 1
 """Status of :func:`dcs_run` when no command can ever issue (a malformed stream)."""
 
 
 @njit(cache=True)
-def new_dcs_state(depth: int, n_gbuf: int, n_obuf: int) -> tuple[np.ndarray, ...]:
-    """``(state, queues, d_table, s_table)`` of a channel before its first command under DCS.
+def new_dcs_state(
+    depth: int, n_gbuf: int, n_obuf: int, capacity: int = 256
+) -> tuple[np.ndarray, ...]:
+    """``(state, queues, d_table, s_table, held_io)`` of a channel before its first command
+    under DCS.
 
     ``queues`` holds the I/O and the compute queue (``depth`` entries each, as rings);
-    ``d_table`` the last accepted command per GBuf then OBuf entry; ``s_table`` the last
-    issued one (ID, issue cycle, opcode).
+    ``d_table`` the last accepted command per GBuf then OBuf entry, as ``2 * position in its
+    queue + is-MAC``; ``s_table`` the expiry of the last command issued on each entry;
+    ``held_io`` the I/O intervals :func:`dcs_run` holds back from the tally (room for
+    ``capacity``; :func:`dcs_room`).
     """
     st = np.zeros(_D_LEN, dtype=np.int64)
     st[_D_ACCEPT] = -1
@@ -278,45 +289,55 @@ def new_dcs_state(depth: int, n_gbuf: int, n_obuf: int) -> tuple[np.ndarray, ...
     st[_D_MODE] = MODE_COMPUTE
     queues = np.zeros((2, max(depth, 1), _Q_LEN), dtype=np.int64)
     d_table = np.full(n_gbuf + n_obuf, -1, dtype=np.int64)
-    s_table = np.full((n_gbuf + n_obuf, 3), -1, dtype=np.int64)
-    return st, queues, d_table, s_table
+    s_table = np.full(n_gbuf + n_obuf, NEVER, dtype=np.int64)
+    return st, queues, d_table, s_table, np.zeros((max(capacity, 8), 2), dtype=np.int64)
 
 
-@njit(cache=True, inline="always")
-def _expiry(s_table, entry, did, is_gbuf, is_mac, tv):
-    """Cycle from which dependency ``did`` on S-Table row ``entry`` no longer blocks: NEVER
-    without one, INF while it has not issued (``_gbuf_expiry``/``_obuf_expiry``' rules)."""
-    if did < 0:
-        return NEVER
-    if s_table[entry, _T_ID] != did:
-        return INF
-    t = s_table[entry, _T_ISS]
-    p = s_table[entry, _T_OP]
-    if is_gbuf:
-        return t + (tv[TV_WR_INP] if p == OP_WR_INP else tv[TV_CCD])
-    if p == OP_MAC:
-        return t + (tv[TV_CCD] if is_mac else tv[TV_MAC])
-    return t + tv[TV_RD_OUT]
+def dcs_room(state: tuple, n: int) -> tuple:
+    """``state`` (:func:`new_dcs_state`) with room to hold back the I/O of ``n`` more commands
+    and of those queued."""
+    st, queues, d_table, s_table, held_io = state
+    need = int(st[_D_HELD]) + n + 2 * queues.shape[1] + 4
+    if need > held_io.shape[0]:
+        grown = np.zeros((max(need, 2 * held_io.shape[0]), 2), dtype=np.int64)
+        grown[: held_io.shape[0]] = held_io
+        held_io = grown
+    return st, queues, d_table, s_table, held_io
 
 
 @njit(cache=True)
 def dcs_run(
-    st, queues, d_table, s_table, n_gbuf, tl, pend, op, gbuf, row, out, valid_gaps, tv, final,
-    issue_out, sw_out,
+    st, queues, d_table, s_table, held_io, n_gbuf, tl, op, gbuf, row, out, valid_gaps, tv,
+    final, issue_out, sw_out,
 ):  # fmt: skip
     """Schedule the next chunk of commands under DCS, carrying on from the state of
-    :func:`new_dcs_state` and adding to the tally ``tl``/``pend`` (:mod:`models.tally`).
+    :func:`new_dcs_state` and adding to the tally ``tl`` (:mod:`models.tally`).
 
     :func:`dcs_schedule`'s rules, with the queues, D-Table and S-Table the RTL holds instead
     of whole-stream arrays (rows ``n_gbuf`` and on of the tables are the OBuf entries). The
     run stops when it needs the next chunk's first command
-    (``final`` false) or when every command has issued. If ``issue_out`` has an entry per
-    command of the whole stream, issue cycles are written there, and row switches to
-    ``sw_out``. Returns 0, or :data:`DCS_DEADLOCK`. ``pend`` has room for two intervals per
-    command queued or in the chunk (:func:`models.tally.tally_reserve`).
+    (``final`` false) or when every command has issued. ``valid_gaps`` may be None (no
+    gaps). Unless ``issue_out`` and ``sw_out`` are None (compiled apart), the issue cycle of
+    every command of the whole stream is written to ``issue_out`` and the row switches to
+    ``sw_out``. Returns 0, or :data:`DCS_DEADLOCK`.
+
+    The same decisions, with less to store per command. A queue issues in order, so a
+    dependency has issued once its queue's head has passed its position: the D-Table keeps
+    queue positions, and the S-Table only the expiry of each entry's last issued command,
+    which is the dependency's while the dependant waits (every command after it on the entry
+    waits for the dependant). A MAC's dependency on an earlier MAC is left out: that MAC has
+    issued, and expires (tCCD after its issue) no later than the MAC pipeline frees (tCCD
+    after the last MAC); so for MACs the S-Table holds what a WR_INP or RD_OUT waits for.
+    While the I/O queue is empty and MACs arrive, a shorter loop takes the same steps.
+
+    The tally takes a row switch when it is recorded, after every command it has taken: each
+    started before the cycle being decided. A WR_INP or RD_OUT that pays a mode switch
+    issues ``t_MOD`` after that cycle, and a row switch recorded before then may start
+    earlier, so while no prepared MAC is at the compute head such commands are held back
+    (``held_io``, :func:`dcs_room` makes room) until the next row switch or MAC.
     """
     depth = queues.shape[1]
-    record = issue_out.shape[0] > 0
+    tccd, twr, tmac, trd, tmod = tv[TV_CCD], tv[TV_WR_INP], tv[TV_MAC], tv[TV_RD_OUT], tv[TV_MOD]
     qio = queues[0]
     qc = queues[1]
     n_acc = st[_D_NACC]
@@ -340,31 +361,109 @@ def dcs_run(
     io_ns = io_n % depth
     c_hs = c_h % depth
     c_ns = c_n % depth
+    n_held = st[_D_HELD]
+    tt = tally_open(tl)
     status = 0
     while True:
+        # A stretch of MACs: while the I/O queue is empty and the next command is a MAC (and
+        # no mode switch is due), each step below takes the same decisions as the general
+        # step after it, whose I/O parts would stay idle. It hands over at anything else:
+        # an I/O command to accept, a head whose row must be opened, the chunk's end.
+        if io_h == io_n and n_held == 0 and (tmod == 0 or mode == MODE_COMPUTE):
+            c_h0 = c_h
+            while n_acc < end and op[n_acc - base] == OP_MAC:
+                if c_h < c_n and prepared == 0:
+                    if qc[c_hs, _Q_FIELDS] >> 32 != cur_row:
+                        break
+                    prepared = 1
+                ta = a_prev + 1
+                if valid_gaps is not None:
+                    ta += valid_gaps[n_acc - base]
+                if c_n >= depth:  # full: the tail slot's MAC must have issued
+                    if c_n - depth >= c_h:
+                        ta = INF
+                    elif c_n - depth == c_h - 1:
+                        ta = max(ta, t_last_mac + 1)
+                    else:
+                        ta = max(ta, qc[c_ns, _Q_ISS] + 1)
+                tc = INF
+                if c_h < c_n:
+                    h = c_hs
+                    tc = max(qc[h, _Q_ACC] + 1, last_issue + 1, t_last_mac + tccd, row_ready)
+                    blocked = qc[h, _Q_ID] & 3
+                    if blocked:  # by a WR_INP or RD_OUT: all have issued (queue empty)
+                        f = qc[h, _Q_FIELDS]
+                        if blocked & 1:
+                            tc = max(tc, s_table[f & _LOW16])
+                        if blocked & 2:
+                            tc = max(tc, s_table[n_gbuf + ((f >> 16) & _LOW16)])
+                t = min(ta, tc)
+                if t >= INF:
+                    break
+                if ta == t:
+                    j = n_acc - base
+                    g = np.int64(gbuf[j])
+                    o = np.int64(out[j])
+                    h = c_ns
+                    blocked = 0
+                    d = d_table[g]
+                    if d >= 0 and d & 1 == 0:
+                        blocked = 1
+                        qc[h, _Q_DG] = d >> 1
+                    d = d_table[n_gbuf + o]
+                    if d >= 0 and d & 1 == 0:
+                        blocked |= 2
+                        qc[h, _Q_DO] = d >> 1
+                    qc[h, _Q_ID] = n_acc << 2 | blocked
+                    qc[h, _Q_FIELDS] = np.int64(row[j]) << 32 | o << 16 | g
+                    qc[h, _Q_ACC] = t
+                    d_table[g] = 2 * c_n + 1
+                    d_table[n_gbuf + o] = 2 * c_n + 1
+                    c_n += 1
+                    c_ns = 0 if c_ns + 1 == depth else c_ns + 1
+                    a_prev = t
+                    n_acc += 1
+                if tc == t:
+                    h = c_hs
+                    qc[h, _Q_ISS] = t
+                    f = qc[h, _Q_FIELDS]
+                    s_table[f & _LOW16] = t + tccd
+                    s_table[n_gbuf + ((f >> 16) & _LOW16)] = t + tmac
+                    t_last_mac = t
+                    last_issue = t
+                    mode = MODE_COMPUTE
+                    c_h += 1
+                    c_hs = 0 if c_hs + 1 == depth else c_hs + 1
+                    prepared = 0
+                    tt = t_mac_interval(tt, t, tccd)
+                    if issue_out is not None:
+                        issue_out[qc[h, _Q_ID] >> 2] = t
+            tt = t_macs_counted(tt, c_h - c_h0, t_last_mac, tmac)
         # Dispatch candidate: the next command in program order.
         ta = INF
         if n_acc < end:
             j = n_acc - base
-            ta = a_prev + 1 + valid_gaps[j]
+            ta = a_prev + 1
+            if valid_gaps is not None:
+                ta += valid_gaps[j]
             if op[j] == OP_MAC:
                 if c_n >= depth:
-                    prev = qc[c_ns, _Q_ISS]
-                    ta = INF if prev < 0 else max(ta, prev + 1)
+                    ta = INF if c_n - depth >= c_h else max(ta, qc[c_ns, _Q_ISS] + 1)
             elif io_n >= depth:
-                prev = qio[io_ns, _Q_ISS]
-                ta = INF if prev < 0 else max(ta, prev + 1)
+                ta = INF if io_n - depth >= io_h else max(ta, qio[io_ns, _Q_ISS] + 1)
         elif not final or (io_h == io_n and c_h == c_n):
             break
         # I/O queue head.
         ti = INF
         if io_h < io_n:
             h = io_hs
-            ti = max(qio[h, _Q_ACC] + 1, last_issue + 1, last_io + tv[TV_CCD])
-            if qio[h, _Q_OP] == OP_WR_INP:
-                ti = max(ti, _expiry(s_table, qio[h, _Q_G], qio[h, _Q_DG], True, False, tv))
-            else:
-                ti = max(ti, _expiry(s_table, qio[h, _Q_O], qio[h, _Q_DO], False, False, tv))
+            ti = max(qio[h, _Q_ACC] + 1, last_issue + 1, last_io + tccd)
+            if qio[h, _Q_ID] & 1:
+                d = qio[h, _Q_DG]
+                if (d >> 1) < (c_h if d & 1 else io_h):
+                    ti = max(ti, s_table[qio[h, _Q_FIELDS] & _LOW32])
+                else:
+                    ti = INF
         # Compute queue head.
         tc = INF
         tc_no_row = INF
@@ -373,24 +472,41 @@ def dcs_run(
             head = max(qc[h, _Q_ACC] + 1, t_last_mac + 1)
             if prepared == 0:
                 prepared = 1
-                if qc[h, _Q_ROW] != cur_row:
+                r = qc[h, _Q_FIELDS] >> 32
+                if r != cur_row:
                     start, t_act_last, row_ready = open_row(
                         head, cur_row, t_act_last, t_last_mac, tv
                     )
-                    tally_row(tl, pend, start, row_ready)
-                    if record:
-                        n_sw = tl[TL_SWITCHES] - 1
+                    k = 0
+                    while k < n_held and held_io[k, 0] < start:
+                        tt = t_io_interval(tt, held_io[k, 0], held_io[k, 1])
+                        k += 1
+                    tt = t_row(tt, start, row_ready)
+                    while k < n_held:
+                        tt = t_io_interval(tt, held_io[k, 0], held_io[k, 1])
+                        k += 1
+                    n_held = 0
+                    if sw_out is not None:
+                        n_sw = tt[TL_SWITCHES] - 1
                         sw_out[n_sw, 0] = start
                         sw_out[n_sw, 1] = row_ready
-                    cur_row = qc[h, _Q_ROW]
-            tc = max(head, last_issue + 1, t_last_mac + tv[TV_CCD])
-            tc = max(tc, _expiry(s_table, qc[h, _Q_G], qc[h, _Q_DG], True, True, tv))
-            tc_no_row = max(tc, _expiry(s_table, qc[h, _Q_O], qc[h, _Q_DO], False, True, tv))
+                    cur_row = r
+            tc = max(head, last_issue + 1, t_last_mac + tccd)
+            # A dependency blocks until its S-Table expiry, and forever while unissued.
+            blocked = qc[h, _Q_ID] & 3
+            if blocked:
+                f = qc[h, _Q_FIELDS]
+                if blocked & 1:
+                    tc = max(tc, s_table[f & _LOW16] if qc[h, _Q_DG] < io_h else INF)
+                if blocked & 2:
+                    e = n_gbuf + ((f >> 16) & _LOW16)
+                    tc = max(tc, s_table[e] if qc[h, _Q_DO] < io_h else INF)
+            tc_no_row = tc
             tc = max(tc_no_row, row_ready)
         # Mode rule (see dcs_schedule).
         xi = ti
         xc = tc
-        if tv[TV_MOD] > 0:
+        if tmod > 0:
             if mode == MODE_COMPUTE:
                 if tc < INF:
                     ti = INF
@@ -407,71 +523,84 @@ def dcs_run(
         if ta == t:
             j = n_acc - base
             o = np.int64(op[j])
+            g = np.int64(gbuf[j])
+            oe = np.int64(out[j])
             if o == OP_MAC:
-                q = qc
                 h = c_ns
+                blocked = 0
+                d = d_table[g]
+                if d >= 0 and d & 1 == 0:  # only a WR_INP/RD_OUT can block a MAC
+                    blocked = 1
+                    qc[h, _Q_DG] = d >> 1
+                d = d_table[n_gbuf + oe]
+                if d >= 0 and d & 1 == 0:
+                    blocked |= 2
+                    qc[h, _Q_DO] = d >> 1
+                qc[h, _Q_ID] = n_acc << 2 | blocked
+                qc[h, _Q_FIELDS] = np.int64(row[j]) << 32 | oe << 16 | g
+                qc[h, _Q_ACC] = t
+                d_table[g] = 2 * c_n + 1
+                d_table[n_gbuf + oe] = 2 * c_n + 1
                 c_n += 1
                 c_ns = 0 if c_ns + 1 == depth else c_ns + 1
             else:
-                q = qio
                 h = io_ns
+                e = g if o == OP_WR_INP else n_gbuf + oe
+                d = d_table[e]
+                qio[h, _Q_ID] = n_acc << 2 | (1 if d >= 0 else 0)
+                qio[h, _Q_FIELDS] = o << 32 | e
+                qio[h, _Q_ACC] = t
+                qio[h, _Q_DG] = d
+                d_table[e] = 2 * io_n
                 io_n += 1
                 io_ns = 0 if io_ns + 1 == depth else io_ns + 1
-            g = np.int64(gbuf[j])
-            e = n_gbuf + np.int64(out[j])
-            q[h, _Q_IDX] = n_acc
-            q[h, _Q_OP] = o
-            q[h, _Q_G] = g
-            q[h, _Q_O] = e
-            q[h, _Q_ROW] = np.int64(row[j])
-            q[h, _Q_ACC] = t
-            q[h, _Q_ISS] = -1
-            q[h, _Q_DG] = -1
-            q[h, _Q_DO] = -1
-            if o != OP_RD_OUT:
-                q[h, _Q_DG] = d_table[g]
-                d_table[g] = n_acc
-            if o != OP_WR_INP:
-                q[h, _Q_DO] = d_table[e]
-                d_table[e] = n_acc
             a_prev = t
             n_acc += 1
         if tc == t:
             h = c_hs
             qc[h, _Q_ISS] = xc
-            idx = qc[h, _Q_IDX]
-            for e in (qc[h, _Q_G], qc[h, _Q_O]):
-                s_table[e, _T_ID] = idx
-                s_table[e, _T_ISS] = xc
-                s_table[e, _T_OP] = OP_MAC
+            f = qc[h, _Q_FIELDS]
+            s_table[f & _LOW16] = xc + tccd
+            s_table[n_gbuf + ((f >> 16) & _LOW16)] = xc + tmac
+            for k in range(n_held):
+                tt = t_io_interval(tt, held_io[k, 0], held_io[k, 1])
+            n_held = 0
             t_last_mac = xc
             last_issue = xc
             mode = MODE_COMPUTE
             c_h += 1
             c_hs = 0 if c_hs + 1 == depth else c_hs + 1
             prepared = 0
-            tally_mac(tl, pend, xc, tv)
-            if record:
-                issue_out[idx] = xc
+            tt = t_mac(tt, xc, tccd, tmac)
+            if issue_out is not None:
+                issue_out[qc[h, _Q_ID] >> 2] = xc
         elif ti == t:
             h = io_hs
             qio[h, _Q_ISS] = xi
-            o = qio[h, _Q_OP]
-            e = qio[h, _Q_G] if o == OP_WR_INP else qio[h, _Q_O]
-            s_table[e, _T_ID] = qio[h, _Q_IDX]
-            s_table[e, _T_ISS] = xi
-            s_table[e, _T_OP] = o
+            f = qio[h, _Q_FIELDS]
+            o = f >> 32
+            ex = twr if o == OP_WR_INP else trd
+            s_table[f & _LOW32] = xi + ex
             last_io = xi
             last_issue = xi
             mode = MODE_REGISTER
             io_h += 1
             io_hs = 0 if io_hs + 1 == depth else io_hs + 1
-            tally_io(tl, pend, o, xi, tv)
-            if record:
-                issue_out[qio[h, _Q_IDX]] = xi
-        # Nothing issues before last_issue + 1; no row switch starts before the next MAC's
-        # acceptance (a_prev + 1 at the earliest) or the compute head's issue.
-        tally_flush(tl, pend, last_issue + 1, min(last_issue + 1, a_prev + 1))
+            tt = t_io_count(tt, o, xi, ex)
+            if n_held > 0 or (xi > t and not (c_h < c_n and prepared == 1)):
+                held_io[n_held, 0] = xi
+                held_io[n_held, 1] = xi + tccd
+                n_held += 1
+            else:
+                tt = t_io_interval(tt, xi, xi + tccd)
+            if issue_out is not None:
+                issue_out[qio[h, _Q_ID] >> 2] = xi
+    if final and status == 0:
+        for k in range(n_held):
+            tt = t_io_interval(tt, held_io[k, 0], held_io[k, 1])
+        n_held = 0
+    tally_close(tl, tt)
+    st[_D_HELD] = n_held
     st[_D_NACC] = n_acc
     st[_D_ACCEPT] = a_prev
     st[_D_ROW] = cur_row

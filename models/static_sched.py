@@ -101,7 +101,7 @@ def new_static_state(depth: int) -> tuple[np.ndarray, np.ndarray]:
 def static_run(st, hist, tl, op, row, valid_gaps, tv, issue_out, sw_out):
     """Schedule the next chunk of commands (``op``, ``row``, ``valid_gaps``), carrying on from
     ``st``/``hist`` and adding to the tally ``tl`` (:mod:`models.tally`; in program order
-    every interval comes in start order, so none waits).
+    every interval comes in start order, so none is held back).
 
     :func:`static_schedule`'s rules, one command at a time. If ``issue_out`` has an entry per
     command of the whole stream, issue cycles are written there (by global index), and row
