@@ -46,6 +46,7 @@ from models.dram import (
     TV_WR_INP,
     mode_switch,
     open_row,
+    uix,
 )
 from models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP
 from models.tally import (
@@ -305,6 +306,12 @@ def dcs_room(state: tuple, n: int) -> tuple:
     return st, queues, d_table, s_table, held_io
 
 
+@njit(cache=True, inline="always")
+def _at(slot, col):
+    """Index of column ``col`` of ring slot ``slot`` in a flat queue ring."""
+    return np.uint64(slot * _Q_LEN + col)
+
+
 @njit(cache=True)
 def dcs_run(
     st, queues, d_table, s_table, held_io, n_gbuf, tl, op, gbuf, row, out, valid_gaps, tv,
@@ -338,8 +345,9 @@ def dcs_run(
     """
     depth = queues.shape[1]
     tccd, twr, tmac, trd, tmod = tv[TV_CCD], tv[TV_WR_INP], tv[TV_MAC], tv[TV_RD_OUT], tv[TV_MOD]
-    qio = queues[0]
-    qc = queues[1]
+    # The rings flat, indexed by _at (unsigned, as ``uix``).
+    qio = queues[0].reshape(depth * _Q_LEN)
+    qc = queues[1].reshape(depth * _Q_LEN)
     n_acc = st[_D_NACC]
     base = n_acc
     end = base + op.shape[0]
@@ -371,64 +379,111 @@ def dcs_run(
         # an I/O command to accept, a head whose row must be opened, the chunk's end.
         if io_h == io_n and n_held == 0 and (tmod == 0 or mode == MODE_COMPUTE):
             c_h0 = c_h
-            while n_acc < end and op[n_acc - base] == OP_MAC:
+            while n_acc < end and op[uix(n_acc - base)] == OP_MAC:
                 if c_h < c_n and prepared == 0:
-                    if qc[c_hs, _Q_FIELDS] >> 32 != cur_row:
+                    if qc[_at(c_hs, _Q_FIELDS)] >> 32 != cur_row:
                         break
                     prepared = 1
+                # The queue full, its head unblocked: nothing is accepted before the head
+                # issues, and the next MAC takes its slot as soon as that allows. So issue,
+                # then accept, in turn, while the next head needs no row and nothing blocks.
+                while c_n - c_h == depth and prepared == 1 and qc[_at(c_hs, _Q_ID)] & 3 == 0:
+                    h = c_hs
+                    t = max(qc[_at(h, _Q_ACC)] + 1, last_issue + 1, t_last_mac + tccd, row_ready)
+                    qc[_at(h, _Q_ISS)] = t
+                    f = qc[_at(h, _Q_FIELDS)]
+                    s_table[uix(f & _LOW16)] = t + tccd
+                    s_table[uix(n_gbuf + ((f >> 16) & _LOW16))] = t + tmac
+                    if issue_out is not None:
+                        issue_out[uix(qc[_at(h, _Q_ID)] >> 2)] = t
+                    t_last_mac = t
+                    last_issue = t
+                    mode = MODE_COMPUTE
+                    c_h += 1
+                    c_hs = 0 if c_hs + 1 == depth else c_hs + 1
+                    tt = t_mac_interval(tt, t, tccd)
+                    j = n_acc - base
+                    ta = max(a_prev + 1, t + 1)
+                    if valid_gaps is not None:
+                        ta = max(a_prev + 1 + valid_gaps[uix(j)], t + 1)
+                    g = np.int64(gbuf[uix(j)])
+                    o = np.int64(out[uix(j)])
+                    blocked = 0
+                    d = d_table[uix(g)]
+                    if d >= 0 and d & 1 == 0:
+                        blocked = 1
+                        qc[_at(h, _Q_DG)] = d >> 1
+                    d = d_table[uix(n_gbuf + o)]
+                    if d >= 0 and d & 1 == 0:
+                        blocked |= 2
+                        qc[_at(h, _Q_DO)] = d >> 1
+                    qc[_at(h, _Q_ID)] = n_acc << 2 | blocked
+                    qc[_at(h, _Q_FIELDS)] = np.int64(row[uix(j)]) << 32 | o << 16 | g
+                    qc[_at(h, _Q_ACC)] = ta
+                    d_table[uix(g)] = 2 * c_n + 1
+                    d_table[uix(n_gbuf + o)] = 2 * c_n + 1
+                    c_n += 1
+                    c_ns = 0 if c_ns + 1 == depth else c_ns + 1
+                    a_prev = ta
+                    n_acc += 1
+                    prepared = 1 if qc[_at(c_hs, _Q_FIELDS)] >> 32 == cur_row else 0
+                    if n_acc == end or op[uix(n_acc - base)] != OP_MAC:
+                        break
+                if n_acc == end or op[uix(n_acc - base)] != OP_MAC or prepared == 0:
+                    break
                 ta = a_prev + 1
                 if valid_gaps is not None:
-                    ta += valid_gaps[n_acc - base]
+                    ta += valid_gaps[uix(n_acc - base)]
                 if c_n >= depth:  # full: the tail slot's MAC must have issued
                     if c_n - depth >= c_h:
                         ta = INF
                     elif c_n - depth == c_h - 1:
                         ta = max(ta, t_last_mac + 1)
                     else:
-                        ta = max(ta, qc[c_ns, _Q_ISS] + 1)
+                        ta = max(ta, qc[_at(c_ns, _Q_ISS)] + 1)
                 tc = INF
                 if c_h < c_n:
                     h = c_hs
-                    tc = max(qc[h, _Q_ACC] + 1, last_issue + 1, t_last_mac + tccd, row_ready)
-                    blocked = qc[h, _Q_ID] & 3
+                    tc = max(qc[_at(h, _Q_ACC)] + 1, last_issue + 1, t_last_mac + tccd, row_ready)
+                    blocked = qc[_at(h, _Q_ID)] & 3
                     if blocked:  # by a WR_INP or RD_OUT: all have issued (queue empty)
-                        f = qc[h, _Q_FIELDS]
+                        f = qc[_at(h, _Q_FIELDS)]
                         if blocked & 1:
-                            tc = max(tc, s_table[f & _LOW16])
+                            tc = max(tc, s_table[uix(f & _LOW16)])
                         if blocked & 2:
-                            tc = max(tc, s_table[n_gbuf + ((f >> 16) & _LOW16)])
+                            tc = max(tc, s_table[uix(n_gbuf + ((f >> 16) & _LOW16))])
                 t = min(ta, tc)
                 if t >= INF:
                     break
                 if ta == t:
                     j = n_acc - base
-                    g = np.int64(gbuf[j])
-                    o = np.int64(out[j])
+                    g = np.int64(gbuf[uix(j)])
+                    o = np.int64(out[uix(j)])
                     h = c_ns
                     blocked = 0
-                    d = d_table[g]
+                    d = d_table[uix(g)]
                     if d >= 0 and d & 1 == 0:
                         blocked = 1
-                        qc[h, _Q_DG] = d >> 1
-                    d = d_table[n_gbuf + o]
+                        qc[_at(h, _Q_DG)] = d >> 1
+                    d = d_table[uix(n_gbuf + o)]
                     if d >= 0 and d & 1 == 0:
                         blocked |= 2
-                        qc[h, _Q_DO] = d >> 1
-                    qc[h, _Q_ID] = n_acc << 2 | blocked
-                    qc[h, _Q_FIELDS] = np.int64(row[j]) << 32 | o << 16 | g
-                    qc[h, _Q_ACC] = t
-                    d_table[g] = 2 * c_n + 1
-                    d_table[n_gbuf + o] = 2 * c_n + 1
+                        qc[_at(h, _Q_DO)] = d >> 1
+                    qc[_at(h, _Q_ID)] = n_acc << 2 | blocked
+                    qc[_at(h, _Q_FIELDS)] = np.int64(row[uix(j)]) << 32 | o << 16 | g
+                    qc[_at(h, _Q_ACC)] = t
+                    d_table[uix(g)] = 2 * c_n + 1
+                    d_table[uix(n_gbuf + o)] = 2 * c_n + 1
                     c_n += 1
                     c_ns = 0 if c_ns + 1 == depth else c_ns + 1
                     a_prev = t
                     n_acc += 1
                 if tc == t:
                     h = c_hs
-                    qc[h, _Q_ISS] = t
-                    f = qc[h, _Q_FIELDS]
-                    s_table[f & _LOW16] = t + tccd
-                    s_table[n_gbuf + ((f >> 16) & _LOW16)] = t + tmac
+                    qc[_at(h, _Q_ISS)] = t
+                    f = qc[_at(h, _Q_FIELDS)]
+                    s_table[uix(f & _LOW16)] = t + tccd
+                    s_table[uix(n_gbuf + ((f >> 16) & _LOW16))] = t + tmac
                     t_last_mac = t
                     last_issue = t
                     mode = MODE_COMPUTE
@@ -437,7 +492,7 @@ def dcs_run(
                     prepared = 0
                     tt = t_mac_interval(tt, t, tccd)
                     if issue_out is not None:
-                        issue_out[qc[h, _Q_ID] >> 2] = t
+                        issue_out[uix(qc[_at(h, _Q_ID)] >> 2)] = t
             tt = t_macs_counted(tt, c_h - c_h0, t_last_mac, tmac)
         # Dispatch candidate: the next command in program order.
         ta = INF
@@ -445,23 +500,23 @@ def dcs_run(
             j = n_acc - base
             ta = a_prev + 1
             if valid_gaps is not None:
-                ta += valid_gaps[j]
-            if op[j] == OP_MAC:
+                ta += valid_gaps[uix(j)]
+            if op[uix(j)] == OP_MAC:
                 if c_n >= depth:
-                    ta = INF if c_n - depth >= c_h else max(ta, qc[c_ns, _Q_ISS] + 1)
+                    ta = INF if c_n - depth >= c_h else max(ta, qc[_at(c_ns, _Q_ISS)] + 1)
             elif io_n >= depth:
-                ta = INF if io_n - depth >= io_h else max(ta, qio[io_ns, _Q_ISS] + 1)
+                ta = INF if io_n - depth >= io_h else max(ta, qio[_at(io_ns, _Q_ISS)] + 1)
         elif not final or (io_h == io_n and c_h == c_n):
             break
         # I/O queue head.
         ti = INF
         if io_h < io_n:
             h = io_hs
-            ti = max(qio[h, _Q_ACC] + 1, last_issue + 1, last_io + tccd)
-            if qio[h, _Q_ID] & 1:
-                d = qio[h, _Q_DG]
+            ti = max(qio[_at(h, _Q_ACC)] + 1, last_issue + 1, last_io + tccd)
+            if qio[_at(h, _Q_ID)] & 1:
+                d = qio[_at(h, _Q_DG)]
                 if (d >> 1) < (c_h if d & 1 else io_h):
-                    ti = max(ti, s_table[qio[h, _Q_FIELDS] & _LOW32])
+                    ti = max(ti, s_table[uix(qio[_at(h, _Q_FIELDS)] & _LOW32)])
                 else:
                     ti = INF
         # Compute queue head.
@@ -469,10 +524,10 @@ def dcs_run(
         tc_no_row = INF
         if c_h < c_n:
             h = c_hs
-            head = max(qc[h, _Q_ACC] + 1, t_last_mac + 1)
+            head = max(qc[_at(h, _Q_ACC)] + 1, t_last_mac + 1)
             if prepared == 0:
                 prepared = 1
-                r = qc[h, _Q_FIELDS] >> 32
+                r = qc[_at(h, _Q_FIELDS)] >> 32
                 if r != cur_row:
                     start, t_act_last, row_ready = open_row(
                         head, cur_row, t_act_last, t_last_mac, tv
@@ -493,14 +548,14 @@ def dcs_run(
                     cur_row = r
             tc = max(head, last_issue + 1, t_last_mac + tccd)
             # A dependency blocks until its S-Table expiry, and forever while unissued.
-            blocked = qc[h, _Q_ID] & 3
+            blocked = qc[_at(h, _Q_ID)] & 3
             if blocked:
-                f = qc[h, _Q_FIELDS]
+                f = qc[_at(h, _Q_FIELDS)]
                 if blocked & 1:
-                    tc = max(tc, s_table[f & _LOW16] if qc[h, _Q_DG] < io_h else INF)
+                    tc = max(tc, s_table[uix(f & _LOW16)] if qc[_at(h, _Q_DG)] < io_h else INF)
                 if blocked & 2:
                     e = n_gbuf + ((f >> 16) & _LOW16)
-                    tc = max(tc, s_table[e] if qc[h, _Q_DO] < io_h else INF)
+                    tc = max(tc, s_table[uix(e)] if qc[_at(h, _Q_DO)] < io_h else INF)
             tc_no_row = tc
             tc = max(tc_no_row, row_ready)
         # Mode rule (see dcs_schedule).
@@ -522,46 +577,46 @@ def dcs_run(
             break
         if ta == t:
             j = n_acc - base
-            o = np.int64(op[j])
-            g = np.int64(gbuf[j])
-            oe = np.int64(out[j])
+            o = np.int64(op[uix(j)])
+            g = np.int64(gbuf[uix(j)])
+            oe = np.int64(out[uix(j)])
             if o == OP_MAC:
                 h = c_ns
                 blocked = 0
-                d = d_table[g]
+                d = d_table[uix(g)]
                 if d >= 0 and d & 1 == 0:  # only a WR_INP/RD_OUT can block a MAC
                     blocked = 1
-                    qc[h, _Q_DG] = d >> 1
-                d = d_table[n_gbuf + oe]
+                    qc[_at(h, _Q_DG)] = d >> 1
+                d = d_table[uix(n_gbuf + oe)]
                 if d >= 0 and d & 1 == 0:
                     blocked |= 2
-                    qc[h, _Q_DO] = d >> 1
-                qc[h, _Q_ID] = n_acc << 2 | blocked
-                qc[h, _Q_FIELDS] = np.int64(row[j]) << 32 | oe << 16 | g
-                qc[h, _Q_ACC] = t
-                d_table[g] = 2 * c_n + 1
-                d_table[n_gbuf + oe] = 2 * c_n + 1
+                    qc[_at(h, _Q_DO)] = d >> 1
+                qc[_at(h, _Q_ID)] = n_acc << 2 | blocked
+                qc[_at(h, _Q_FIELDS)] = np.int64(row[uix(j)]) << 32 | oe << 16 | g
+                qc[_at(h, _Q_ACC)] = t
+                d_table[uix(g)] = 2 * c_n + 1
+                d_table[uix(n_gbuf + oe)] = 2 * c_n + 1
                 c_n += 1
                 c_ns = 0 if c_ns + 1 == depth else c_ns + 1
             else:
                 h = io_ns
                 e = g if o == OP_WR_INP else n_gbuf + oe
-                d = d_table[e]
-                qio[h, _Q_ID] = n_acc << 2 | (1 if d >= 0 else 0)
-                qio[h, _Q_FIELDS] = o << 32 | e
-                qio[h, _Q_ACC] = t
-                qio[h, _Q_DG] = d
-                d_table[e] = 2 * io_n
+                d = d_table[uix(e)]
+                qio[_at(h, _Q_ID)] = n_acc << 2 | (1 if d >= 0 else 0)
+                qio[_at(h, _Q_FIELDS)] = o << 32 | e
+                qio[_at(h, _Q_ACC)] = t
+                qio[_at(h, _Q_DG)] = d
+                d_table[uix(e)] = 2 * io_n
                 io_n += 1
                 io_ns = 0 if io_ns + 1 == depth else io_ns + 1
             a_prev = t
             n_acc += 1
         if tc == t:
             h = c_hs
-            qc[h, _Q_ISS] = xc
-            f = qc[h, _Q_FIELDS]
-            s_table[f & _LOW16] = xc + tccd
-            s_table[n_gbuf + ((f >> 16) & _LOW16)] = xc + tmac
+            qc[_at(h, _Q_ISS)] = xc
+            f = qc[_at(h, _Q_FIELDS)]
+            s_table[uix(f & _LOW16)] = xc + tccd
+            s_table[uix(n_gbuf + ((f >> 16) & _LOW16))] = xc + tmac
             for k in range(n_held):
                 tt = t_io_interval(tt, held_io[k, 0], held_io[k, 1])
             n_held = 0
@@ -573,14 +628,14 @@ def dcs_run(
             prepared = 0
             tt = t_mac(tt, xc, tccd, tmac)
             if issue_out is not None:
-                issue_out[qc[h, _Q_ID] >> 2] = xc
+                issue_out[uix(qc[_at(h, _Q_ID)] >> 2)] = xc
         elif ti == t:
             h = io_hs
-            qio[h, _Q_ISS] = xi
-            f = qio[h, _Q_FIELDS]
+            qio[_at(h, _Q_ISS)] = xi
+            f = qio[_at(h, _Q_FIELDS)]
             o = f >> 32
             ex = twr if o == OP_WR_INP else trd
-            s_table[f & _LOW32] = xi + ex
+            s_table[uix(f & _LOW32)] = xi + ex
             last_io = xi
             last_issue = xi
             mode = MODE_REGISTER
@@ -594,7 +649,7 @@ def dcs_run(
             else:
                 tt = t_io_interval(tt, xi, xi + tccd)
             if issue_out is not None:
-                issue_out[qio[h, _Q_ID] >> 2] = xi
+                issue_out[uix(qio[_at(h, _Q_ID)] >> 2)] = xi
     if final and status == 0:
         for k in range(n_held):
             tt = t_io_interval(tt, held_io[k, 0], held_io[k, 1])

@@ -48,6 +48,7 @@ __all__ = [
     "open_row",
     "precharge_done",
     "timing_vector",
+    "uix",
 ]
 
 INF = 1 << 62
@@ -104,6 +105,13 @@ MODE_COMPUTE = 0
 """Mode class of MAC; channels start in it."""
 MODE_REGISTER = 1
 """Mode class of WR_INP and RD_OUT."""
+
+
+@njit(cache=True, inline="always")
+def uix(i: int):
+    """``i`` as an unsigned array index, for the kernels' hot loops: numba then leaves out its
+    negative-index fix-up (a shift, an and and an add per access)."""
+    return np.uint64(i)
 
 
 @njit(cache=True)

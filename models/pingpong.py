@@ -57,6 +57,7 @@ from models.dram import (
     exec_time,
     mode_switch,
     open_row,
+    uix,
 )
 from models.errors import PimphonyError
 from models.isa import OP_MAC, OP_WR_INP
@@ -390,7 +391,7 @@ _W_LEN = 6
 # phase's; region -1 before the first MAC): first command, its position in the I/O list, the
 # region's first WR_INP/RD_OUT of slot c + 1 (program indices; INF if none).
 _R_START, _R_IO, _R_NEXT = range(3)
-# Columns of the legality trackers, per GBuf entry: the latest region with a WR_INP on it not
+# Rows of the legality trackers, per GBuf entry: the latest region with a WR_INP on it not
 # yet followed by a MAC reading it, that region's first such WR_INP, its first one of slot
 # c + 1, the previous region's first one of its slot c + 1; per OBuf entry: the latest region
 # with a RD_OUT on it not yet followed by a MAC writing it, its first one, the previous
@@ -428,10 +429,10 @@ def new_pingpong_state(n_gbuf: int, n_obuf: int, capacity: int = 256):
     st[_P_RD1] = INF
     regions = np.zeros((cap, 3), dtype=np.int64)
     regions[0, _R_NEXT] = INF  # region -1 starts at command 0
-    track_g = np.full((n_gbuf, 4), INF, dtype=np.int64)
-    track_g[:, _G_REG] = NEVER
-    track_o = np.full((n_obuf, 3), INF, dtype=np.int64)
-    track_o[:, _O_REG] = NEVER
+    track_g = np.full((4, n_gbuf), INF, dtype=np.int64)
+    track_g[_G_REG] = NEVER
+    track_o = np.full((3, n_obuf), INF, dtype=np.int64)
+    track_o[_O_REG] = NEVER
     return (
         st,
         np.zeros((_W_LEN, cap), dtype=np.int64),
@@ -511,32 +512,32 @@ def pingpong_feed(
         # their entries; the general step below handles anything else.
         if c >= 0:
             kind = c * 4 + OP_MAC
-            while op[j] == OP_MAC:
-                ge = np.int64(gbuf[j])
-                oe = np.int64(out[j])
+            while op[uix(j)] == OP_MAC:
+                ge = np.int64(gbuf[uix(j)])
+                oe = np.int64(out[uix(j)])
                 if (ge >= half_g) != (cur_gh == 1) or (oe >= half_o) != (cur_oh == 1):
                     break
-                if track_g[ge, _G_REG] != NEVER or track_o[oe, _O_REG] != NEVER:
+                if track_g[_G_REG, uix(ge)] != NEVER or track_o[_O_REG, uix(oe)] != NEVER:
                     break
                 a_prev += 1
                 if valid_gaps is not None:
-                    a_prev += valid_gaps[j]
+                    a_prev += valid_gaps[uix(j)]
                 w = g0 + j - base
-                win[_W_KIND, w] = kind
-                win[_W_ROW, w] = np.int64(row[j])
-                win[_W_ACC, w] = a_prev
+                win[_W_KIND, uix(w)] = kind
+                win[_W_ROW, uix(w)] = np.int64(row[uix(j)])
+                win[_W_ACC, uix(w)] = a_prev
                 j += 1
                 if j == n:
                     break
             if j == n:
                 break
         g = g0 + j
-        o = np.int64(op[j])
-        ge = np.int64(gbuf[j])
-        oe = np.int64(out[j])
+        o = np.int64(op[uix(j)])
+        ge = np.int64(gbuf[uix(j)])
+        oe = np.int64(out[uix(j)])
         a_prev += 1
         if valid_gaps is not None:
-            a_prev += valid_gaps[j]
+            a_prev += valid_gaps[uix(j)]
         if o == OP_MAC:
             gh = 1 if ge >= half_g else 0
             oh = 1 if oe >= half_o else 0
@@ -558,69 +559,69 @@ def pingpong_feed(
                 rd1 = INF
             s = c
             # The WR_INPs and RD_OUTs waiting for this MAC's entries must be in earlier slots.
-            r = track_g[ge, _G_REG]
+            r = track_g[_G_REG, uix(ge)]
             if r != NEVER:
                 if r == c:
                     bad, bad_code, bad_phase = _first_bad(
-                        bad, bad_code, bad_phase, track_g[ge, _G_FIRST], 2, c
+                        bad, bad_code, bad_phase, track_g[_G_FIRST, uix(ge)], 2, c
                     )
                     bad, bad_code, bad_phase = _first_bad(
-                        bad, bad_code, bad_phase, track_g[ge, _G_PREV], 2, c - 1
+                        bad, bad_code, bad_phase, track_g[_G_PREV, uix(ge)], 2, c - 1
                     )
                 elif r == c - 1:
                     bad, bad_code, bad_phase = _first_bad(
-                        bad, bad_code, bad_phase, track_g[ge, _G_NEXT], 2, c - 1
+                        bad, bad_code, bad_phase, track_g[_G_NEXT, uix(ge)], 2, c - 1
                     )
-                track_g[ge, _G_REG] = NEVER
-            r = track_o[oe, _O_REG]
+                track_g[_G_REG, uix(ge)] = NEVER
+            r = track_o[_O_REG, uix(oe)]
             if r != NEVER:
                 if r == c:
                     bad, bad_code, bad_phase = _first_bad(
-                        bad, bad_code, bad_phase, track_o[oe, _O_FIRST], 4, c
+                        bad, bad_code, bad_phase, track_o[_O_FIRST, uix(oe)], 4, c
                     )
                     bad, bad_code, bad_phase = _first_bad(
-                        bad, bad_code, bad_phase, track_o[oe, _O_PREV], 4, c - 1
+                        bad, bad_code, bad_phase, track_o[_O_PREV, uix(oe)], 4, c - 1
                     )
                 elif r == c - 1:
                     bad, bad_code, bad_phase = _first_bad(
-                        bad, bad_code, bad_phase, track_o[oe, _O_FIRST], 4, c - 1
+                        bad, bad_code, bad_phase, track_o[_O_FIRST, uix(oe)], 4, c - 1
                     )
-                track_o[oe, _O_REG] = NEVER
+                track_o[_O_REG, uix(oe)] = NEVER
         else:
             if o == OP_WR_INP:
                 gh = 1 if ge >= half_g else 0
                 s = c if (c < 0 or cur_gh != gh) else c + 1
                 if s != c and wr_next == INF:
                     wr_next = g
-                if track_g[ge, _G_REG] != c:
-                    r = track_g[ge, _G_REG]
-                    track_g[ge, _G_PREV] = track_g[ge, _G_NEXT] if r == c - 1 else INF
-                    track_g[ge, _G_REG] = c
-                    track_g[ge, _G_FIRST] = g
-                    track_g[ge, _G_NEXT] = INF
-                if s != c and track_g[ge, _G_NEXT] == INF:
-                    track_g[ge, _G_NEXT] = g
+                if track_g[_G_REG, uix(ge)] != c:
+                    r = track_g[_G_REG, uix(ge)]
+                    track_g[_G_PREV, uix(ge)] = track_g[_G_NEXT, uix(ge)] if r == c - 1 else INF
+                    track_g[_G_REG, uix(ge)] = c
+                    track_g[_G_FIRST, uix(ge)] = g
+                    track_g[_G_NEXT, uix(ge)] = INF
+                if s != c and track_g[_G_NEXT, uix(ge)] == INF:
+                    track_g[_G_NEXT, uix(ge)] = g
             else:
                 s = c + 1
                 if oe >= half_o:
                     rd1 = min(rd1, g)
                 else:
                     rd0 = min(rd0, g)
-                if track_o[oe, _O_REG] != c:
-                    r = track_o[oe, _O_REG]
-                    track_o[oe, _O_PREV] = track_o[oe, _O_FIRST] if r == c - 1 else INF
-                    track_o[oe, _O_REG] = c
-                    track_o[oe, _O_FIRST] = g
+                if track_o[_O_REG, uix(oe)] != c:
+                    r = track_o[_O_REG, uix(oe)]
+                    track_o[_O_PREV, uix(oe)] = track_o[_O_FIRST, uix(oe)] if r == c - 1 else INF
+                    track_o[_O_REG, uix(oe)] = c
+                    track_o[_O_FIRST, uix(oe)] = g
             if s != c and regions[nreg - 1, _R_NEXT] == INF:
                 regions[nreg - 1, _R_NEXT] = g
-            io_list[io_n] = g
+            io_list[uix(io_n)] = g
             io_n += 1
-            win[_W_GBUF, g - base] = ge
-            win[_W_OUT, g - base] = oe
+            win[_W_GBUF, uix(g - base)] = ge
+            win[_W_OUT, uix(g - base)] = oe
         w = g - base
-        win[_W_KIND, w] = s * 4 + o
-        win[_W_ROW, w] = np.int64(row[j])
-        win[_W_ACC, w] = a_prev
+        win[_W_KIND, uix(w)] = s * 4 + o
+        win[_W_ROW, uix(w)] = np.int64(row[uix(j)])
+        win[_W_ACC, uix(w)] = a_prev
     wn += n
     st[_P_PHASE] = c
     st[_P_GH] = cur_gh
@@ -677,10 +678,10 @@ def pingpong_feed(
             if s < c:
                 later = min(later, regions[rs + 1, _R_START])
         pi = io_lo
-        while pi < io_hi and win[_W_KIND, io_list[pi] - base] >> 2 != s:
+        while pi < io_hi and win[_W_KIND, uix(io_list[uix(pi)] - base)] >> 2 != s:
             pi += 1
         pc = m_lo
-        while pc < end_w and win[_W_KIND, pc] & 3 != OP_MAC:
+        while pc < end_w and win[_W_KIND, uix(pc)] & 3 != OP_MAC:
             pc += 1
         prepared = -1
         end_io = barrier
@@ -692,11 +693,11 @@ def pingpong_feed(
                 # A MAC reaches the compute head: its row opens if it must, and the I/O held
                 # back go to the tally, in start order with the row switch.
                 prepared = pc
-                new_row = win[_W_ROW, pc] != cur_row
+                new_row = win[_W_ROW, uix(pc)] != cur_row
                 if new_row:
-                    head = max(last_mac + 1, win[_W_ACC, pc] + 1)
+                    head = max(last_mac + 1, win[_W_ACC, uix(pc)] + 1)
                     start, t_act_last, row_ready = open_row(head, cur_row, t_act_last, last_mac, tv)
-                    cur_row = win[_W_ROW, pc]
+                    cur_row = win[_W_ROW, uix(pc)]
                 h = 0
                 if new_row:
                     while h < n_held and held_io[h, 0] < start:
@@ -717,14 +718,18 @@ def pingpong_feed(
             if tmod == 0 and pc < end_w and prepared == pc:
                 ti_fixed = INF
                 if pi < io_hi:
-                    k = io_list[pi] - base
+                    k = io_list[uix(pi)] - base
                     gap = tccd
-                    if last_io_op >= 0 and last_io >= barrier and win[_W_KIND, k] & 3 != last_io_op:
+                    if (
+                        last_io_op >= 0
+                        and last_io >= barrier
+                        and win[_W_KIND, uix(k)] & 3 != last_io_op
+                    ):
                         gap = twr if last_io_op == OP_WR_INP else trd
-                    ti_fixed = max(barrier, win[_W_ACC, k] + 1, last_io + gap)
+                    ti_fixed = max(barrier, win[_W_ACC, uix(k)] + 1, last_io + gap)
                 n_mac = 0
                 while True:
-                    t = max(barrier, win[_W_ACC, pc] + 1, last_issue + 1, last_mac + tccd)
+                    t = max(barrier, win[_W_ACC, uix(pc)] + 1, last_issue + 1, last_mac + tccd)
                     t = max(t, row_ready)
                     if max(ti_fixed, last_issue + 1) < t:
                         break
@@ -734,14 +739,14 @@ def pingpong_feed(
                     if base + pc < later:
                         done_before = max(done_before, t + tmac)
                     else:
-                        win[_W_ISS, pc] = t
+                        win[_W_ISS, uix(pc)] = t
                     if issue_out is not None:
-                        issue_out[base + pc] = t
+                        issue_out[uix(base + pc)] = t
                     n_mac += 1
                     pc += 1
-                    while pc < end_w and win[_W_KIND, pc] & 3 != OP_MAC:
+                    while pc < end_w and win[_W_KIND, uix(pc)] & 3 != OP_MAC:
                         pc += 1
-                    if pc >= end_w or win[_W_ROW, pc] != cur_row:
+                    if pc >= end_w or win[_W_ROW, uix(pc)] != cur_row:
                         break
                     prepared = pc
                 if n_mac:
@@ -752,16 +757,20 @@ def pingpong_feed(
                     continue
             ti = INF
             if pi < io_hi:
-                k = io_list[pi] - base
+                k = io_list[uix(pi)] - base
                 gap = tccd
-                if last_io_op >= 0 and last_io >= barrier and win[_W_KIND, k] & 3 != last_io_op:
+                if (
+                    last_io_op >= 0
+                    and last_io >= barrier
+                    and win[_W_KIND, uix(k)] & 3 != last_io_op
+                ):
                     gap = twr if last_io_op == OP_WR_INP else trd
-                ti = max(barrier, win[_W_ACC, k] + 1, last_issue + 1, last_io + gap)
+                ti = max(barrier, win[_W_ACC, uix(k)] + 1, last_issue + 1, last_io + gap)
             tc = INF
             tc_no_row = INF
             if pc < end_w:
                 k = pc
-                tc_no_row = max(barrier, win[_W_ACC, k] + 1, last_issue + 1, last_mac + tccd)
+                tc_no_row = max(barrier, win[_W_ACC, uix(k)] + 1, last_issue + 1, last_mac + tccd)
                 tc = max(tc_no_row, row_ready)
             # ``xi``/``xc``: the heads' issue cycles; ``ti``/``tc`` the cycles the controller
             # commits to them (``_pingpong_kernel``'s mode rule).
@@ -770,17 +779,19 @@ def pingpong_feed(
             if tmod == 0:
                 take_io = ti < tc
             elif mode == MODE_COMPUTE:
-                take_io = pc >= end_w or (pi < io_hi and win[_W_ACC, pc] >= ti)
+                take_io = pc >= end_w or (pi < io_hi and win[_W_ACC, uix(pc)] >= ti)
                 if take_io:
                     ti, xi = mode_switch(ti, ti, tv)
             else:
                 tmod_c, xc = mode_switch(tc, tc_no_row, tv)
-                take_io = pi < io_hi and (pc >= end_w or win[_W_ACC, io_list[pi] - base] < tmod_c)
+                take_io = pi < io_hi and (
+                    pc >= end_w or win[_W_ACC, uix(io_list[uix(pi)] - base)] < tmod_c
+                )
                 if not take_io:
                     tc = tmod_c
             if take_io:
-                k = io_list[pi] - base
-                o = win[_W_KIND, k] & 3
+                k = io_list[uix(pi)] - base
+                o = win[_W_KIND, uix(k)] & 3
                 t = xi
                 ex = twr if o == OP_WR_INP else trd
                 mode = MODE_REGISTER
@@ -795,7 +806,7 @@ def pingpong_feed(
                     n_held += 1
                 end_io = max(end_io, t + ex)
                 pi += 1
-                while pi < io_hi and win[_W_KIND, io_list[pi] - base] >> 2 != s:
+                while pi < io_hi and win[_W_KIND, uix(io_list[uix(pi)] - base)] >> 2 != s:
                     pi += 1
             else:
                 k = pc
@@ -806,15 +817,15 @@ def pingpong_feed(
                 tt = t_mac(tt, t, tccd, tmac)
                 end_c = max(end_c, t + ex)
                 pc += 1
-                while pc < end_w and win[_W_KIND, pc] & 3 != OP_MAC:
+                while pc < end_w and win[_W_KIND, uix(pc)] & 3 != OP_MAC:
                     pc += 1
             last_issue = t
-            win[_W_ISS, k] = t
+            win[_W_ISS, uix(k)] = t
             if base + k < later:
                 done_before = max(done_before, t + ex)
             n_slot += 1
             if issue_out is not None:
-                issue_out[base + k] = t
+                issue_out[uix(base + k)] = t
         new_barrier = max(end_io, end_c)
         if end_io > barrier and end_c > barrier:
             handoff += new_barrier - min(end_io, end_c)
@@ -822,23 +833,23 @@ def pingpong_feed(
         # Online hand-off: the first command of the slot, after a later slot's first one,
         # offered after every command of the slot before it has completed.
         if late < 0 and later < INF and n_slot > 0:
-            t0 = win[_W_ACC, later - base] + 1
+            t0 = win[_W_ACC, uix(later - base)] + 1
             done = done_before
             region_end = end_w if s <= c else wn
             if s < 0:
                 region_end = regions[rs + 1, _R_START] - base if c >= 0 else wn
             for w in range(later - base + 1, region_end):
-                if win[_W_KIND, w] >> 2 != s:
+                if win[_W_KIND, uix(w)] >> 2 != s:
                     continue
                 t = max(t0, done)
-                if win[_W_ACC, w] > t:
+                if win[_W_ACC, uix(w)] > t:
                     late = base + w
                     flip_at = t
-                    late_acc = win[_W_ACC, w]
+                    late_acc = win[_W_ACC, uix(w)]
                     break
-                o = win[_W_KIND, w] & 3
+                o = win[_W_KIND, uix(w)] & 3
                 ex = twr if o == OP_WR_INP else (tmac if o == OP_MAC else trd)
-                done = max(done, win[_W_ISS, w] + ex)
+                done = max(done, win[_W_ISS, uix(w)] + ex)
     if final:
         for h in range(n_held):
             tt = t_io_interval(tt, held_io[h, 0], held_io[h, 1])
