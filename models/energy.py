@@ -318,6 +318,19 @@ class EnergyParams:
         """One all-bank row switch, pJ: ``banks`` x ACT+PRE per bank."""
         return cfg.channel.banks * self.act_pre_pj_per_bank
 
+    def bank_access(
+        self, cfg: HardwareConfig, columns: int, activations: int, write: bool
+    ) -> Energy:
+        """The host writing (``write``) or reading ``columns`` 32 B columns of single banks
+        over the normal path, with ``activations`` single-bank ACT+PREs, pJ (no background):
+        I/O = columns x (``wr_pj`` or ``rd_pj`` + the pins), activation = activations x ACT+PRE
+        per bank. A DCC draft's rearrangement on an AiM back end (``sim/tune_energy.py``)."""
+        burst = self.wr_pj if write else self.rd_pj
+        return Energy(
+            io=columns * (burst + self.dq_pj(cfg)),
+            activation=activations * self.act_pre_pj_per_bank,
+        )
+
     def dq_pj(self, cfg: HardwareConfig) -> float:
         """One 32 B column over the pins, pJ: ``dq_energy`` x 8 x ``column_bytes``."""
         return self.values["dq_energy"] * 8 * cfg.channel.column_bytes

@@ -7,9 +7,13 @@ timing runs, converted by the back end's energy preset (:mod:`models.energy`):
 - **compute**: the worst group's share lowered to one group's stream (the timing's
   convention: every group the draft uses runs it), its commands, activations and residency
   -> energy (HBM-PIM: :func:`~models.energy.hbm_pim_energy`, MAC triggers counted by running
-  the stream on zero data; AttAcc: :func:`~models.energy.attacc_energy`), x the groups used;
-- **rearrange**: the single-bank writes that lay the non-resident inputs out in each used
-  group and the reads of the results (the access streams the timing times), converted alike;
+  the stream on zero data; AttAcc: :func:`~models.energy.attacc_energy`; AiM: the channel
+  TLM's statistics of the stream, :func:`~models.energy.channel_energy`, the conversion of
+  ``pimphony run --energy``), x the groups used;
+- **rearrange_in** / **rearrange_out**: the single-bank writes that lay the non-resident
+  inputs out in each used group and the reads of the results (the access streams the timing
+  times), converted alike (AiM: :meth:`~models.energy.EnergyParams.bank_access` on the counts
+  of :func:`compiler.rearrange.group_access_cycles`, the channel counted active throughout);
 - **host**: the host xPU reading the host-layout inputs from its memory and writing the
   results back (bytes x ``pj_per_dram_byte``) and its additions (issued FLOPs x
   ``pj_per_flop`` + their DRAM bytes), from the ``[energy]`` of the back end's host preset
@@ -34,7 +38,9 @@ import numpy as np
 from compiler.dcc_cost import RESIDENT, DraftCost, Placement, kernel_nest, lowerings
 from compiler.dcc_lowering import GroupProgram
 from models.backends import BackendConfig, BackendKind, PimDtype
+from models.config import HardwareConfig
 from models.energy import (
+    DEFAULT_ENERGY,
     ActBasis,
     AttAccEnergyParams,
     Energy,
@@ -42,6 +48,9 @@ from models.energy import (
     EnergyParams,
     HbmEnergyParams,
     available_energy_presets,
+    background_energy,
+    channel_activity,
+    channel_energy,
     load_energy,
 )
 from models.xpu import VectorOp, vector_cost
@@ -57,8 +66,9 @@ __all__ = [
     "tune_energy",
 ]
 
-#: The phases of a draft's energy, in the order its time adds them up (plus idle standby).
-PHASES = ("compute", "rearrange", "host", "idle")
+#: The phases of a draft's energy: those of its time (:class:`compiler.dcc_cost.DraftCost`:
+#: compute, rearrangement in and out, host additions) plus idle standby.
+PHASES = ("compute", "rearrange_in", "rearrange_out", "host", "idle")
 
 
 @dataclass(frozen=True)
@@ -67,15 +77,24 @@ class DraftEnergy:
     host xPU preset has no ``[energy]`` (its phase is then 0)."""
 
     compute: Energy
-    rearrange: Energy
+    rearrange_in: Energy
+    rearrange_out: Energy
     host: Energy
     idle: Energy
     host_known: bool
 
     @property
+    def rearrange(self) -> Energy:
+        """Both rearrangements."""
+        return self.rearrange_in + self.rearrange_out
+
+    @property
     def total(self) -> Energy:
-        """Every phase added, by part."""
-        return self.compute + self.rearrange + self.host + self.idle
+        """Every phase added, by part (in :data:`PHASES` order)."""
+        total = Energy()
+        for p in PHASES:
+            total = total + getattr(self, p)
+        return total
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: pJ by part (``total`` their sum), pJ by phase, ``host_known``."""
@@ -143,48 +162,99 @@ def _attacc_access(cfg, addresses, write, params, basis) -> tuple[Energy, int]:
     return _attacc_run(cfg, attacc.access_stream(cfg, addresses, op), params, basis)
 
 
+def _aim_hardware(cfg: BackendConfig) -> HardwareConfig:
+    from compiler.aim_lowering import hardware
+
+    return hardware(cfg)
+
+
+def _aim_compute(cfg, c: DraftCost, prog, params, basis) -> tuple[Energy, int]:
+    """One AiM channel running the group's stream: the channel TLM's statistics (the run
+    :func:`compiler.aim_lowering.lower_group` times, same scheduler) converted as ``pimphony
+    run --energy`` converts a channel run (:func:`~models.energy.channel_energy`)."""
+    from compiler.aim_lowering import SCHEDULER
+    from models.channel import run_channel
+
+    hw = _aim_hardware(cfg)
+    res = run_channel(prog.stream, hw, SCHEDULER, validate=False, record=False)
+    assert res.cycles == prog.cycles, (res.cycles, prog.cycles)
+    return channel_energy(channel_activity(res.to_dict(), hw), hw, params), res.cycles
+
+
+def _aim_access(cfg, addresses, write, params, basis) -> tuple[Energy, int]:
+    """One AiM channel's single-bank host accesses as the timing times them
+    (:func:`compiler.rearrange.group_access_cycles`: columns and single-bank ACTs): each
+    column a write or read burst plus the pins, each ACT one bank's ACT+PRE; the channel is
+    counted in active standby for the whole run (a bank is open while its row's columns
+    stream; bank_slice keeps no residency), which overstates by at most (active - precharged
+    standby) x the run."""
+    from compiler.rearrange import group_access_cycles
+    from models.hbm_pim import Op
+
+    hw = _aim_hardware(cfg)
+    op = Op.WR if write else Op.RD
+    cycles, counts = group_access_cycles(cfg, addresses, op)
+    e = params.bank_access(hw, counts[op.name], counts["ACT"], write)
+    return e + Energy(background=background_energy(cycles, 0, hw, params)), cycles
+
+
 @dataclass(frozen=True)
 class _KindEnergy:
     """How one back-end kind's streams become energy: the preset class it needs, one group's
-    compute stream, one group's single-bank accesses."""
+    compute stream, one group's single-bank accesses, the preset used when none is named
+    (``None``: the one named like the back end)."""
 
-    params: type[HbmEnergyParams]
+    params: type[EnergyParams] | type[HbmEnergyParams]
     compute: Callable[..., tuple[Energy, int]]
     access: Callable[..., tuple[Energy, int]]
+    default: str | None = None
 
 
-#: Each back-end kind with a command-level model and DCC lowerings.
+#: Each back-end kind with a command-level model and DCC lowerings. AiM's default preset is
+#: ``pimphony run``'s (CENT's GDDR6-PIM powers) unless a preset is named like the back end.
 ENERGY_OF: dict[BackendKind, _KindEnergy] = {
     BackendKind.HBM_PIM: _KindEnergy(HbmEnergyParams, _hbm_pim_compute, _hbm_pim_access),
     BackendKind.ATTACC: _KindEnergy(AttAccEnergyParams, _attacc_compute, _attacc_access),
+    BackendKind.AIM: _KindEnergy(EnergyParams, _aim_compute, _aim_access, DEFAULT_ENERGY),
 }
 
 
-def energy_params(cfg: BackendConfig, preset: str | None) -> HbmEnergyParams:
+def _unit_cfg(cfg: BackendConfig) -> BackendConfig | HardwareConfig:
+    """What the preset's per-group values and chip counts are taken on: an AiM back end's
+    hardware preset (a group is one of its channels), else the back end."""
+    return _aim_hardware(cfg) if cfg.kind is BackendKind.AIM else cfg
+
+
+def energy_params(cfg: BackendConfig, preset: str | None) -> EnergyParams | HbmEnergyParams:
     """The energy preset for back end ``cfg``: ``preset`` (a name or ``.toml``), or the preset
-    named like the back end; refused (:class:`~models.energy.EnergyConfigError`, with what is
-    allowed) if it is of the wrong kind or does not fit the device's stacks."""
+    named like the back end (AiM: else ``aim-cent``); refused
+    (:class:`~models.energy.EnergyConfigError`, with what is allowed) if it is of the wrong
+    kind or does not fit the device's stacks or chips."""
     if cfg.kind not in ENERGY_OF:
         allowed = ", ".join(k.value for k in ENERGY_OF)
         raise EnergyConfigError(
             f"back end {cfg.name} ({cfg.kind.value}): no stream energy model; allowed kinds: "
             f"{allowed}"
         )
+    kind = ENERGY_OF[cfg.kind]
     if not preset:
-        if cfg.name not in available_energy_presets():
+        if cfg.name in available_energy_presets():
+            preset = cfg.name
+        elif kind.default is not None:
+            preset = kind.default
+        else:
             raise EnergyConfigError(
                 f"back end {cfg.name}: no energy preset of the same name; give --energy NAME "
                 f"({', '.join(available_energy_presets())}) or a .toml path"
             )
-        preset = cfg.name
     params: EnergyParams | HbmEnergyParams = load_energy(preset)
-    want = ENERGY_OF[cfg.kind].params
+    want = kind.params
     if not isinstance(params, want):
         raise EnergyConfigError(
             f"energy preset {params.name} is of kind {str(params.kind)!r}; back end {cfg.name} "
             f"({cfg.kind.value}) needs kind {str(want.kind)!r}"
         )
-    params.chips(cfg)
+    params.chips(_unit_cfg(cfg))
     return params
 
 
@@ -198,21 +268,26 @@ def _moved(prog: GroupProgram, c: DraftCost, write: bool) -> np.ndarray:
 
 
 def draft_energy(
-    cfg: BackendConfig, c: DraftCost, params: HbmEnergyParams, basis: ActBasis = ActBasis.ROW
+    cfg: BackendConfig,
+    c: DraftCost,
+    params: EnergyParams | HbmEnergyParams,
+    basis: ActBasis = ActBasis.ROW,
 ) -> DraftEnergy:
     """Energy of draft cost ``c`` on back end ``cfg`` by phase (module docstring)."""
     kind = ENERGY_OF[cfg.kind]
-    assert cfg.timing is not None
+    assert cfg.clock_ghz is not None
     groups = c.share.groups
     prog = lowerings(cfg.kind)[c.kernel](cfg, c.share.sizes, c.share.cores)
     per_group, used = kind.compute(cfg, c, prog, params, basis)
     compute = per_group.scaled(groups)
-    rearrange = Energy()
+    moved = {}
     for write in (True, False):
         addresses = _moved(prog, c, write)
+        e = Energy()
         if len(addresses):
             e, cycles = kind.access(cfg, addresses, write, params, basis)
-            rearrange, used = rearrange + e.scaled(groups), used + cycles
+            used += cycles
+        moved[write] = e.scaled(groups)
     host_dev = cfg.host()
     nest = kernel_nest(c.kernel, c.sizes)
     out_elems = math.prod(dict(nest.tensors)[nest.refs[0].tensor])
@@ -222,12 +297,13 @@ def draft_energy(
     host = Energy()
     if host_known:
         assert host_dev.energy is not None
-        moved = (c.bytes_in + c.bytes_out) * host_dev.energy.pj_per_dram_byte
-        host = Energy(xpu=moved) + (xpu_energy(host_dev, costs) or Energy())
-    f = cfg.timing.freq_ghz
+        dram = (c.bytes_in + c.bytes_out) * host_dev.energy.pj_per_dram_byte
+        host = Energy(xpu=dram) + (xpu_energy(host_dev, costs) or Energy())
+    f = cfg.clock_ghz
     idle_cycles = cfg.groups * c.total_s * f * 1e9 - groups * used
-    idle = Energy(background=params.standby_mw(cfg)[1] * max(idle_cycles, 0.0) / f)
-    return DraftEnergy(compute, rearrange, host, idle, host_known)
+    pre_mw = params.standby_mw(_unit_cfg(cfg))[1]
+    idle = Energy(background=pre_mw * max(idle_cycles, 0.0) / f)
+    return DraftEnergy(compute, moved[True], moved[False], host, idle, host_known)
 
 
 def tune_energy(
@@ -258,8 +334,9 @@ def energy_lines(block: dict[str, Any]) -> list[str]:
         host = "" if d["host_known"] else " (host xPU energy n/a)"
         lines.append(
             f"    {name:<8} {pj['total'] / 1e6:>10.3f} uJ = compute {ph['compute'] / 1e6:.3f} + "
-            f"rearrange {ph['rearrange'] / 1e6:.3f} + host {ph['host'] / 1e6:.3f} + idle "
-            f"{ph['idle'] / 1e6:.3f}{host}; MAC {pj['mac'] / 1e6:.3f}, I/O {pj['io'] / 1e6:.3f}, "
+            f"in {ph['rearrange_in'] / 1e6:.3f} + out {ph['rearrange_out'] / 1e6:.3f} + host "
+            f"{ph['host'] / 1e6:.3f} + idle {ph['idle'] / 1e6:.3f}{host}; "
+            f"MAC {pj['mac'] / 1e6:.3f}, I/O {pj['io'] / 1e6:.3f}, "
             f"ACT/PRE {pj['activation'] / 1e6:.3f}, background {pj['background'] / 1e6:.3f}, "
             f"EPU {pj['epu'] / 1e6:.3f}, xPU {pj['xpu'] / 1e6:.3f}"
         )
