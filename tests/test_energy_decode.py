@@ -112,3 +112,23 @@ def test_cli_energy_option(tmp_path):
     gpu = _cli("decode", "--system", "gpu", "--energy", "hbm-pim", "--context", "128",
                cwd=tmp_path)  # fmt: skip
     assert gpu.returncode != 0 and "--system gpu does not use --energy" in gpu.stderr
+
+
+def test_text_line_lists_every_part():
+    """The text report's energy lines: phases, then every part (J per step); a part the
+    block says is not modelled is named."""
+    from models.energy import Energy
+    from sim.decode_step.energy import energy_line, energy_report
+
+    phases = {
+        "fc": Energy(mac=1e12, io=2e12),
+        "attention": Energy(activation=3e12, background=4e12),
+        "other": Energy(epu=5e12, xpu=6e12, links=7e12),
+    }
+    block = energy_report(phases, 4, "p")
+    head, parts = energy_line(block).split("\n")
+    assert "7 J/token, 28 J/step" in head
+    expect = "MAC 1, I/O 2, ACT/PRE 3, background 4, EPU 5, xPU 6, links 7"
+    assert parts == f"  by part, J/step: {expect}"
+    block["links"] = "NVLink energy not modelled"
+    assert energy_line(block).endswith("links 7 (NVLink energy not modelled)")

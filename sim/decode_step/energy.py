@@ -195,10 +195,26 @@ def energy_line(block: Mapping[str, Any]) -> str:
         return "energy: not computed"
     if not block.get("available", True):
         return f"energy: n/a ({block['why']})"
-    ph = block["phases"]
+    ph, pt = block["phases"], block["parts"]
+    parts = ", ".join(f"{name} {pt[key]:.4g}" for key, name in _PART_NAMES)
+    if isinstance(block.get("links"), str):  # a part not modelled (GPU: NVLink)
+        parts += f" ({block['links']})"
     return (
         f"energy ({block['preset']}): {block['joules_per_token']:.4g} J/token, "
         f"{block['joules_per_step']:.4g} J/step: FC {ph['fc']['total']:.4g} J, attention "
         f"{ph['attention']['total']:.4g} J (background "
-        f"{100 * block['attention_background_share']:.1f}%), other {ph['other']['total']:.4g} J"
+        f"{100 * block['attention_background_share']:.1f}%), other {ph['other']['total']:.4g} J\n"
+        f"  by part, J/step: {parts}"
     )
+
+
+#: The parts of an energy block as the text report names them.
+_PART_NAMES = (
+    ("mac", "MAC"),
+    ("io", "I/O"),
+    ("activation", "ACT/PRE"),
+    ("background", "background"),
+    ("epu", "EPU"),
+    ("xpu", "xPU"),
+    ("links", "links"),
+)

@@ -367,7 +367,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, float]:
 def format_fig22(rows: list[dict[str, Any]]) -> str:
     """Per point and system: J per token by part, and the ratio to NeuPIMs."""
     head = f"{'model':14s} {'B':>4s} {'L':>5s} {'system':9s} {'J/token':>8s} " + " ".join(
-        f"{_LABELS[p]:>10.10s}" for p in BAR_PARTS
+        f"{_LABELS[p].split(' (')[0]:>10.10s}" for p in BAR_PARTS
     )
     lines = [head + "  vs NeuPIMs"]
     for r in rows:
