@@ -507,3 +507,14 @@ def test_docs_list_every_preset_and_range():
     errors = (DOCS / "errors.md").read_text().split("compute-device (xPU) preset fields")[1]
     rows = re.findall(r"^\| `(\w+)` \| `(\w+)` \|", errors, re.M)
     assert rows == [(s, k) for s, keys in XPU_FIELD_RANGES.items() for k in keys]
+
+
+def test_energy_section_units_are_refused_when_inconsistent(tmp_path):
+    """The xPU ``[energy]`` carries its units in its keys (pJ per FLOP, pJ per DRAM byte): a
+    per-bit key is refused by name, and a value three orders off (1,282 fJ written as pJ)
+    falls outside the physical range."""
+    text = A100.read_text().replace("pj_per_dram_byte =", "pj_per_dram_bit =")
+    msg = error(write(tmp_path, text))
+    assert "[energy] unknown key 'pj_per_dram_bit'; allowed: pj_per_flop, pj_per_dram_byte" in msg
+    msg = error(write(tmp_path, set_key(A100.read_text(), "pj_per_flop", "1282.0")))
+    assert "[energy] pj_per_flop = 1282.0: outside the physical range" in msg
