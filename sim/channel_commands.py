@@ -63,6 +63,7 @@ def _kernel_args(p: argparse.ArgumentParser) -> None:
 def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``pimphony demo``."""
     p.add_argument("--preset", default=DEFAULT_PRESET)
+    _energy_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--plot",
@@ -84,12 +85,16 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         "written, a RD_OUT of an entry never accumulated, results never read, no commands)",
     )
     p.add_argument("--sched", choices=choice_names(SCHEDULERS), default="dcs")
+    _energy_arg(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _energy_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--energy",
         default=DEFAULT_ENERGY,
         help=f"energy preset name or .toml path (default {DEFAULT_ENERGY}; docs/energy.md)",
     )
-    p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def add_compile_arguments(p: argparse.ArgumentParser) -> None:
@@ -147,18 +152,28 @@ def _compile(args: argparse.Namespace, cfg: HardwareConfig) -> KernelProgram:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    """``pimphony demo``: QK^T, SV and FC GEMV under every scheduler."""
+    """``pimphony demo``: QK^T, SV and FC GEMV under every scheduler, cycles and energy."""
     cfg = load_preset(args.preset)
+    energy_params = load_energy(args.energy)
+    energy_params.chips(cfg)  # refuses an energy preset that does not fit the hardware
     plot = user_plot(args.plot, DEMO_PLOT, args.force)
     runs, report = [], []
     for kind, shape in DEMO_KERNELS:
         prog = compile_kernel(cfg, kind, **shape)
         results = [run_channel(prog.commands, cfg, s) for s in SCHEDULERS]
-        runs.append((prog, results))
+        energies = [
+            channel_energy(channel_activity(r.to_dict(), cfg), cfg, energy_params) for r in results
+        ]
+        runs.append((prog, results, energies))
     if args.json:
-        for prog, results in runs:
+        for prog, results, energies in runs:
             base = results[0].cycles
-            report.append([kernel_summary(prog, r, base) for r in results])
+            report.append(
+                [
+                    {**kernel_summary(prog, r, base), "energy": e.to_dict("pJ")}
+                    for r, e in zip(results, energies, strict=True)
+                ]
+            )
         out = {"preset": cfg.name, "kernels": report, "provenance": provenance(args, cfg)}
         print(json.dumps(out, indent=2))
     else:
@@ -167,13 +182,14 @@ def run_demo(args: argparse.Namespace) -> int:
             f"({cfg.channel.banks} banks, GBuf {cfg.channel.gbuf_entries} / "
             f"OBuf {cfg.channel.obuf_entries} entries, cycles at {cfg.module.freq_ghz:g} GHz)\n"
         )
-        for prog, results in runs:
+        for prog, results, energies in runs:
             print(describe_kernel(prog))
             print(scheduler_table(results))
+            print(energy_table(results, energies, energy_params.name))
             print()
-    labels = [describe_kernel(p).split(":")[0] for p, _ in runs]
+    labels = [describe_kernel(p).split(":")[0] for p, _, _ in runs]
     path = plot_breakdowns(
-        list(zip(labels, [r for _, r in runs], strict=True)),
+        list(zip(labels, [r for _, r, _ in runs], strict=True)),
         plot,
         f"Cycle breakdown per scheduler ({cfg.name}, one channel)",
     )

@@ -229,6 +229,15 @@ def test_demo_json_and_plot(capsys, tmp_path):
         assert runs[0]["speedup_vs_static"] == pytest.approx(1.0)
         assert runs[2]["speedup_vs_static"] == pytest.approx(static / dcs)
         assert len({r["commands"] for r in runs}) == 1  # the same stream under each
+        # channel energy by part (aim-cent): the same commands and rows under every
+        # scheduler, so equal dynamic parts; the parts sum to the total exactly
+        for r in runs:
+            e = r["energy"]
+            assert e["unit"] == "pJ"
+            assert e["total"] == sum(v for k, v in e.items() if k not in ("unit", "total"))
+        for part in ("mac", "io", "activation"):
+            assert len({r["energy"][part] for r in runs}) == 1
+        assert runs[2]["energy"]["background"] <= runs[0]["energy"]["background"]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.png"]
 
