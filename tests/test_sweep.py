@@ -28,6 +28,19 @@ def test_dcs_gains_most_at_small_dimensions(rows):
     assert gain == sorted(gain, reverse=True) and gain[-1] >= 1.0
 
 
+def test_every_point_has_its_channel_energy(rows):
+    """Each (dimension, scheduler) run carries its channel energy (aim-cent, pJ): the parts
+    sum to the total exactly, the schedulers share the dynamic parts (same commands, same
+    rows) and DCS has the least background (fewest cycles)."""
+    for d in (64, 256, 1024):
+        runs = {r["scheduler"]: r["energy"] for r in rows if r["dim"] == d}
+        for e in runs.values():
+            assert e["total"] == sum(v for k, v in e.items() if k not in ("unit", "total"))
+        for part in ("mac", "io", "activation"):
+            assert len({e[part] for e in runs.values()}) == 1
+        assert runs["dcs"]["background"] == min(e["background"] for e in runs.values())
+
+
 def test_table_has_a_row_per_dimension(rows):
     text = sweep_table(rows)
     assert [line.split()[0] for line in text.splitlines()[2:]] == ["64", "256", "1024"]

@@ -10,6 +10,14 @@ from pathlib import Path
 from compiler.kernels import CompileError, Kernel, compile_gemv, compile_qk
 from models.channel import BREAKDOWN_KEYS, SCHEDULERS, run_channel
 from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
+from models.energy import (
+    DEFAULT_ENERGY,
+    EnergyParams,
+    HbmEnergyParams,
+    channel_activity,
+    channel_energy,
+    load_energy,
+)
 from models.fileio import BUILD_DIR, pyplot, write_figure
 from sim.cli import choice_names
 from sim.provenance import provenance
@@ -32,12 +40,16 @@ def sweep(
     kind: str = "gemv",
     dims: Sequence[int] = DEFAULT_DIMS,
     tokens: int = 4096,
+    energy: EnergyParams | HbmEnergyParams | None = None,
 ) -> list[dict]:
-    """One row per (dimension, scheduler): cycles, MAC utilisation and breakdown.
+    """One row per (dimension, scheduler): cycles, MAC utilisation, breakdown and the channel
+    energy by part (pJ, ``energy``: default ``aim-cent``; ``docs/energy.md``).
 
     ``gemv`` sweeps square ``d x d`` weights; ``qk`` sweeps the head dimension ``d_h`` at
     ``tokens`` tokens (the attention case of Fig. 8: small ``d`` means little reuse).
     """
+    params = energy if energy is not None else load_energy(DEFAULT_ENERGY)
+    params.chips(cfg)
     rows = []
     for d in dims:
         prog = compile_gemv(cfg, d, d) if kind == "gemv" else compile_qk(cfg, tokens, d)
@@ -51,20 +63,31 @@ def sweep(
                     "cycles": r.cycles,
                     "mac_utilization": r.mac_utilization,
                     "breakdown": r.breakdown,
+                    "energy": channel_energy(
+                        channel_activity(r.to_dict(), cfg), cfg, params
+                    ).to_dict("pJ"),
                 }
             )
     return rows
 
 
 def sweep_table(rows: list[dict]) -> str:
-    """Text table: MAC utilisation per dimension (rows) and scheduler (columns)."""
+    """Text table: MAC utilisation per dimension (rows) and scheduler (columns), then the
+    channel energy (nJ) of each scheduler and DCS's background share."""
     dims = sorted({r["dim"] for r in rows})
     util = {(r["dim"], r["scheduler"]): r["mac_utilization"] for r in rows}
-    head = f"{'dim':>6}" + "".join(f"{s:>11}" for s in SCHEDULERS) + f"{'dcs/static':>12}"
+    energy = {(r["dim"], r["scheduler"]): r["energy"] for r in rows}
+    head = (
+        f"{'dim':>6}" + "".join(f"{s:>11}" for s in SCHEDULERS) + f"{'dcs/static':>12}"
+        + "".join(f"{s + ' nJ':>13}" for s in SCHEDULERS) + f"{'dcs bg':>8}"
+    )  # fmt: skip
     lines = [head, "-" * len(head)]
     for d in dims:
         cells = "".join(f"{100 * util[d, s]:>10.1f}%" for s in SCHEDULERS)
-        lines.append(f"{d:>6}{cells}{util[d, 'dcs'] / util[d, 'static']:>11.2f}x")
+        nj = "".join(f"{energy[d, s]['total'] / 1e3:>13.1f}" for s in SCHEDULERS)
+        dcs = energy[d, "dcs"]
+        bg = 100 * dcs["background"] / dcs["total"] if dcs["total"] else 0.0
+        lines.append(f"{d:>6}{cells}{util[d, 'dcs'] / util[d, 'static']:>11.2f}x{nj}{bg:>7.1f}%")
     return "\n".join(lines)
 
 
@@ -117,6 +140,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--tokens", type=int, default=4096, help="tokens for --kernel qk")
     p.add_argument("--preset", default=DEFAULT_PRESET)
+    p.add_argument(
+        "--energy",
+        default=DEFAULT_ENERGY,
+        help=f"energy preset name or .toml path (default {DEFAULT_ENERGY}; docs/energy.md)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--plot", type=Path, default=None, help="plot file (default build/sweep/<kernel>.png)"
@@ -128,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
     """``pimphony sweep``: the table (or JSON) and the plot."""
     cfg = load_preset(args.preset)
     dims = parse_list("--dims", args.dims, int, CompileError)
-    rows = sweep(cfg, args.kernel, dims, tokens=args.tokens)
+    rows = sweep(cfg, args.kernel, dims, tokens=args.tokens, energy=load_energy(args.energy))
     plot = user_plot(args.plot, BUILD_DIR / "sweep" / f"{args.kernel}.png", args.force)
     what = "square GEMV d x d" if args.kernel == "gemv" else f"QK^T, T={args.tokens}, d = d_h"
     plot_sweep(rows, plot, f"MAC utilisation vs dimension: {what} ({cfg.name}, one channel)")
@@ -136,7 +164,8 @@ def run(args: argparse.Namespace) -> int:
         out = {"kernel": args.kernel, "preset": cfg.name, "rows": rows}
         print(json.dumps({**out, "provenance": provenance(args, cfg)}, indent=2))
     else:
-        print(f"MAC utilisation, {what}, one channel of {cfg.name}")
+        print(f"MAC utilisation and channel energy ({args.energy}), {what}, one channel of "
+              f"{cfg.name}")  # fmt: skip
         print(sweep_table(rows))
         print(f"plot: {plot}")
     return 0
