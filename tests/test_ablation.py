@@ -43,6 +43,20 @@ def test_every_step_serves_the_same_requests(rows):
     assert len(rows[3]["batch_sizes"]) < len(rows[2]["batch_sizes"])
 
 
+def test_every_step_reports_its_energy(rows):
+    """J by part summed over each batch's chosen step; per token over the same requests; the
+    parts sum to the total (floating sums, so to rounding)."""
+    for r in rows:
+        e = r["energy_j"]
+        assert e["total"] == pytest.approx(
+            sum(v for k, v in e.items() if k not in ("unit", "total")), rel=1e-12
+        )
+        assert r["joules_per_token"] == e["total"] / 48
+    # faster steps stand by for less time: the last step's background is below the first's
+    assert rows[-1]["energy_j"]["background"] < rows[0]["energy_j"]["background"]
+    assert "J/token" in format_ablation(rows)
+
+
 @pytest.mark.parametrize("memory", ["static", "lazy"])
 def test_queue_batches_cover_the_queue_with_maximal_batches(memory):
     spec, hw = load_model("llm-7b"), load_preset("aim-32ch")

@@ -127,6 +127,11 @@ def ablation(
                     f"{best.tp} x PP {best.pp}, {best.tokens_per_s:,.0f} tokens/s"
                 )
         seconds = sum(st.step_seconds for st in steps)
+        parts: dict[str, float] = {}
+        for st in steps:  # every batch's chosen step, J by part (docs/energy.md)
+            for k, v in st.energy["parts"].items():
+                if k != "unit":
+                    parts[k] = parts.get(k, 0.0) + v
         splits_used = Counter((st.tp, st.pp) for st in steps)
         (tp, pp), _ = splits_used.most_common(1)[0]
         rows.append(
@@ -142,6 +147,8 @@ def ablation(
                 "tokens_per_s": len(queue) / seconds,
                 "mac_utilization": sum(st.mac_utilization * st.step_seconds for st in steps)
                 / seconds,
+                "energy_j": {"unit": "J", **parts},
+                "joules_per_token": parts["total"] / len(queue),
                 "per_batch": tried,
             }
         )
@@ -155,16 +162,19 @@ def format_ablation(rows: list[dict[str, Any]]) -> str:
     """The ablation as a text table."""
     head = (
         f"{'step':<16}{'TP x PP':>9}{'batches':>9}{'mean batch':>12}{'tokens/s':>11}"
-        f"{'speedup':>9}{'MAC util':>10}"
+        f"{'speedup':>9}{'MAC util':>10}{'J/token':>9}{'bg share':>9}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
             f"{r['step']:<16}{r['tp']:>4} x {r['pp']:<2}{r['batches']:>9}{r['batch']:>12.1f}"
             f"{r['tokens_per_s']:>11,.0f}{r['speedup']:>8.2f}x{100 * r['mac_utilization']:>9.1f}%"
+            f"{r['joules_per_token']:>9.4f}"
+            f"{100 * r['energy_j']['background'] / r['energy_j']['total']:>8.1f}%"
         )
     n = rows[0]["requests"] if rows else 0
-    lines.append(f"every step serves the same {n} requests; tokens/s = {n} / summed step time")
+    lines.append(f"every step serves the same {n} requests; tokens/s = {n} / summed step time; "
+                 f"J/token = summed step energy / {n} (bg share: background of it)")  # fmt: skip
     return "\n".join(lines)
 
 
