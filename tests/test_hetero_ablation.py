@@ -18,6 +18,7 @@ from sim.decode_step.setup import DecodeSetup
 from sim.experiments.ablation import STEPS
 from sim.experiments.hetero_ablation import (
     FIG14_CASES,
+    format_hetero_ablation,
     hetero_ablation,
     plot_hetero_ablation,
     tensor_parallel_xpu,
@@ -67,6 +68,18 @@ def test_every_step_serves_the_same_requests(rows):
         assert r["tokens_per_s"] == pytest.approx(24 / r["seconds"])
         assert sum(r["sub_batches"].values()) == r["batches"]
     assert rows[0]["speedup"] == 1.0
+
+
+def test_every_step_reports_its_energy(rows):
+    """J by part summed over each batch's step (NPU + PIM), per token over the 24 requests."""
+    for r in rows:
+        e = r["energy_j"]
+        assert e["total"] == pytest.approx(
+            sum(v for k, v in e.items() if k not in ("unit", "total")), rel=1e-12
+        )
+        assert r["joules_per_token"] == e["total"] / 24
+        assert e["xpu"] > 0 and e["mac"] > 0  # FC on the NPUs, attention on PIM
+    assert "J/token" in format_hetero_ablation(rows)
 
 
 def test_dpa_enlarges_the_batch_and_each_step_gains(rows):

@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import json
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ __all__ = [
     "format_ablation",
     "plot_ablation",
     "run",
+    "summed_energy",
     "valid_splits",
 ]
 
@@ -127,11 +129,7 @@ def ablation(
                     f"{best.tp} x PP {best.pp}, {best.tokens_per_s:,.0f} tokens/s"
                 )
         seconds = sum(st.step_seconds for st in steps)
-        parts: dict[str, float] = {}
-        for st in steps:  # every batch's chosen step, J by part (docs/energy.md)
-            for k, v in st.energy["parts"].items():
-                if k != "unit":
-                    parts[k] = parts.get(k, 0.0) + v
+        parts = summed_energy(steps)
         splits_used = Counter((st.tp, st.pp) for st in steps)
         (tp, pp), _ = splits_used.most_common(1)[0]
         rows.append(
@@ -156,6 +154,17 @@ def ablation(
     for row in rows:
         row["speedup"] = row["tokens_per_s"] / base
     return rows
+
+
+def summed_energy(steps: Sequence[Any]) -> dict[str, float]:
+    """J by part of decode steps (their reports' ``energy`` blocks) added up, ``unit`` left
+    out (``docs/energy.md``)."""
+    parts: dict[str, float] = {}
+    for st in steps:
+        for k, v in st.energy["parts"].items():
+            if k != "unit":
+                parts[k] = parts.get(k, 0.0) + v
+    return parts
 
 
 def format_ablation(rows: list[dict[str, Any]]) -> str:

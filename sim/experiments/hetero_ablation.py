@@ -43,7 +43,7 @@ from sim.decode_step.admission import queue_batches
 from sim.decode_step.hetero import SUB_BATCHES_AUTO, HeteroSetup, run_hetero_decode
 from sim.decode_step.kernels import KernelCache
 from sim.decode_step.setup import DecodeSetup
-from sim.experiments.ablation import STEP_COLOURS, STEPS
+from sim.experiments.ablation import STEP_COLOURS, STEPS, summed_energy
 from sim.workloads import load_workload, sample_context_lengths
 
 __all__ = [
@@ -149,6 +149,8 @@ def hetero_ablation(
             for b in batches
         )
 
+        parts = summed_energy(steps)  # every batch's step, J by part (docs/energy.md)
+
         def busy(dev: str, steps=steps, seconds=seconds) -> float:
             return (
                 sum(st.devices[dev]["busy_cycles"] / (st.freq_ghz * 1e9) for st in steps) / seconds
@@ -171,6 +173,8 @@ def hetero_ablation(
                 "allreduce_ms_not_charged": 1e3 * allreduce,
                 "seconds": seconds,
                 "tokens_per_s_allreduce_serial": len(queue) / (seconds + allreduce),
+                "energy_j": {"unit": "J", **parts},
+                "joules_per_token": parts["total"] / len(queue),
             }
         )
     base = rows[0]["tokens_per_s"]
@@ -205,7 +209,7 @@ def format_hetero_ablation(rows: list[dict[str, Any]]) -> str:
     """One case's rows as a text table."""
     head = (
         f"{'step':<16}{'batches':>8}{'mean batch':>11}{'K chosen':>14}{'tokens/s':>10}"
-        f"{'speedup':>9}{'NPU busy':>9}{'PIM busy':>9}"
+        f"{'speedup':>9}{'NPU busy':>9}{'PIM busy':>9}{'J/token':>9}{'xPU share':>10}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -213,7 +217,8 @@ def format_hetero_ablation(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"{r['step']:<16}{r['batches']:>8}{r['batch']:>11.1f}{ks:>14}"
             f"{r['tokens_per_s']:>10,.0f}{r['speedup']:>8.2f}x{100 * r['xpu_busy']:>8.0f}%"
-            f"{100 * r['pim_busy']:>8.0f}%"
+            f"{100 * r['pim_busy']:>8.0f}%{r['joules_per_token']:>9.4f}"
+            f"{100 * r['energy_j']['xpu'] / r['energy_j']['total']:>9.1f}%"
         )
     n = rows[0]["requests"] if rows else 0
     ar = rows[0]["allreduce_ms_not_charged"] if rows else 0.0
