@@ -52,6 +52,12 @@ def test_one_case(rows):
     # Long-context decode on the GPU is attention- (KV-read-) bound.
     assert g["parts"]["attention"] > 0.5
     assert "llm-7b" in format_fig20(rows) and "memory-matched" in format_fig20(rows)
+    # energy per token of each system: its step's J / batch (docs/energy.md)
+    for sys_ in (p, g, f):
+        e = sys_["energy_j"]
+        assert sys_["joules_per_token"] == pytest.approx(e["total"] / sys_["batch"], rel=1e-12)
+    assert g["energy_j"]["xpu"] == g["energy_j"]["total"] > 0
+    assert "J/token PIM / A100" in format_fig20(rows)
 
 
 def test_plot_labels(rows, tmp_path, monkeypatch):

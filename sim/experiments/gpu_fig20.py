@@ -92,6 +92,8 @@ def _pim(spec: ModelSpec, pool: Sequence[int], modules: int, caches: KernelCache
         "step_seconds": best.step_seconds,
         "split": f"TP {best.tp} x PP {best.pp}",
         "mac_utilization": best.mac_utilization,
+        "joules_per_token": best.energy["joules_per_token"],  # docs/energy.md
+        "energy_j": best.energy["parts"],
     }
 
 
@@ -106,6 +108,8 @@ def _gpu(spec: ModelSpec, pool: Sequence[int], gpus: int, fraction: float) -> di
         "step_seconds": r.step_seconds,
         "memory_fraction": fraction,
         "parts": {k: v["share"] for k, v in r.parts.items()},
+        "joules_per_token": r.energy["joules_per_token"],  # the xPU activity model
+        "energy_j": r.energy["parts"],
     }
 
 
@@ -150,7 +154,7 @@ def format_fig20(rows: list[dict[str, Any]]) -> str:
     """The comparison as a text table."""
     head = (
         f"{'model':<15}{'workload':<14}{'GB':>5}{'PIMphony tok/s (B)':>21}"
-        f"{'A100 tok/s (B)':>20}{'speedup':>9}{'A100 80 GB':>12}"
+        f"{'A100 tok/s (B)':>20}{'speedup':>9}{'A100 80 GB':>12}{'J/token PIM / A100':>20}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -160,10 +164,13 @@ def format_fig20(rows: list[dict[str, Any]]) -> str:
             f"{p['tokens_per_s']:>15,.0f} ({p['batch']:>3})"
             f"{g['tokens_per_s']:>11,.0f} ({g['batch']:>3}) x{g['devices']}"
             f"{r['speedup']:>8.2f}x{r['speedup_full']:>11.2f}x"
+            f"{p['joules_per_token']:>11.4f} / {g['joules_per_token']:.4f}"
         )
     lines.append(
         f"PIMphony: {PIM_PRESET} modules of {MODULE_GB} GB, auto/DCS/DPA, best TP x PP; A100: "
-        f"{GPU_MATCHED_GB} of 80 GB each (memory-matched); last column: A100s with all 80 GB"
+        f"{GPU_MATCHED_GB} of 80 GB each (memory-matched); A100 80 GB: speedup over A100s with "
+        "all 80 GB; J/token: the PIM step's energy (aim-cent) and the A100s' activity energy "
+        "(no static power, no NVLink)"
     )
     return "\n".join(lines)
 
