@@ -221,6 +221,12 @@ def test_gpu_compare_one_point(capsys, tmp_path):
     assert by["lol-pim"]["tokens_per_s"] > by["pim-aimx"]["tokens_per_s"]
     assert by["gpu-gddr6-10g"]["tokens_per_s"] < by["gpu-gddr6"]["tokens_per_s"]
     assert "LoL/GDDR" in format_compare(rows)
+    # every system's energy per token (all presets here have [energy]): its step's J / batch
+    for r in rows:
+        assert r["joules_per_token"] == pytest.approx(
+            r["energy_j"]["total"] / r["batch"], rel=1e-12
+        )
+    assert "J/token per system" in format_compare(rows)
 
 
 def test_gpu_compare_refuses_partial_device():

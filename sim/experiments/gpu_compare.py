@@ -137,7 +137,14 @@ def _pim_point(
         "mac_utilization": r.mac_utilization,
         "bubble_fraction": r.pipeline["bubble_fraction"],
         "splits": {f"{x['tp']}x{x['pp']}": x["tokens_per_s"] for x in tried},
+        **_energy(r.energy),
     }
+
+
+def _energy(block: dict[str, Any]) -> dict[str, Any]:
+    """A step report's energy per token and by part (``docs/energy.md``; None if the device
+    preset has no ``[energy]``)."""
+    return {"joules_per_token": block.get("joules_per_token"), "energy_j": block.get("parts")}
 
 
 def _gpu_point(
@@ -162,6 +169,7 @@ def _gpu_point(
         "memory_utilization": r.memory_utilization,
         "parts": {k: v["share"] for k, v in r.parts.items()},
         "link_gbps": gpu.links.device_gbps,
+        **_energy(r.energy),
     }
 
 
@@ -237,6 +245,14 @@ def format_compare(rows: list[dict[str, Any]]) -> str:
         "paper (LoL-PIM 8.2, Qwen1.5-7B): at 1024 GB LoL-PIM 3.53x GPU-GDDR, 4.74x PIM-only; "
         "PIM-only above GPU-only at 128 GB"
     )
+    jpt = {(r["workload"], r["capacity_gb"], r["system"]): r.get("joules_per_token") for r in rows}
+    lines.append("J/token per system (PIM: aim-cent; GPUs: activity model, no static power)")
+    for wl, cap in _series(rows):
+        cells = "".join(
+            f"{'n/a' if jpt.get((wl, cap, x)) is None else f'{jpt[wl, cap, x]:.4f}':>15}"
+            for x in labels
+        )
+        lines.append(f"{wl:<10}{cap:>6}{cells}")
     return "\n".join(lines)
 
 
