@@ -66,6 +66,7 @@ __all__ = [
     "plot",
     "run",
     "split_configs",
+    "sweep_plot",
     "table_lines",
 ]
 
@@ -388,6 +389,45 @@ def plot(results: Sequence[RowResult], path: Path) -> Path:
     return write_figure(f, path)
 
 
+def sweep_plot(points: Sequence[dict[str, Any]], path: Path) -> Path:
+    """Accuracy (#Best / Total) and suboptimal performance against the training drafts per
+    configuration, one line per row and the overall."""
+    plt = pyplot()
+    f, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    xs = [p["per_shape"] for p in points]
+    for k, name in enumerate(points[0]["rows"]):
+        acc = [100 * p["rows"][name]["best"] / p["rows"][name]["total"] for p in points]
+        sub = [100 * (p["rows"][name]["suboptimal"] or math.nan) for p in points]
+        style = dict(marker="o", lw=1, color=f"C{k}")
+        a.plot(xs, acc, label=name, **style)
+        b.plot(xs, sub, label=name, **style)
+    a.plot(xs, [100 * p["overall"]["accuracy"] for p in points], "k-", lw=2.5, label="overall")
+    b.plot(xs, [100 * (p["overall"]["suboptimal"] or math.nan) for p in points], "k-", lw=2.5,
+           label="overall")  # fmt: skip
+    a.set_ylabel("configurations whose pick is the best (%)")
+    b.set_ylabel("best / pick where the pick is slower (%, geomean)")
+    for ax in (a, b):
+        ax.set_xscale("log")
+        ax.set_xlabel("labelled training drafts per training configuration (--per-shape)")
+    a.set_title("#Best / Total")
+    b.set_title("Suboptimal performance")
+    b.legend(fontsize=7, loc="lower right")
+    f.suptitle("DCC Table II shape: sensitivity to the training drafts per configuration "
+               "(pimphony dcc-table2 --sweep-per-shape)", fontsize=10)  # fmt: skip
+    f.tight_layout()
+    return write_figure(f, path)
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated integers >= 1")
+    return values
+
+
 def _rows(text: str) -> tuple[Table2Row, ...]:
     names = [x.strip().lower() for x in text.split(",") if x.strip()]
     allowed = choice_names(Table2Row)
@@ -407,6 +447,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="test configurations per row; the rest of its grid trains")  # fmt: skip
     p.add_argument("--per-shape", type=bounded_int(1, 100_000), default=100,
                    help="labelled pruned drafts per training configuration")  # fmt: skip
+    p.add_argument("--sweep-per-shape", type=_int_list, default=None,
+                   help="comma-separated --per-shape values: run each and plot the "
+                   "sensitivity instead of one table")  # fmt: skip
     p.add_argument("--predictor", choices=choice_names(PredictorScope), default="joint",
                    help="one predictor for every row (joint) or one per row")  # fmt: skip
     p.add_argument("--rounds", type=bounded_int(1, 100_000), default=DEFAULT_N_ESTIMATORS,
@@ -417,12 +460,41 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="overwrite existing outputs")
 
 
+def _run_sweep(args: argparse.Namespace, report: Path, png: Path) -> int:
+    """``--sweep-per-shape``: the table at each value, its headline numbers, one plot."""
+    points = []
+    for n in args.sweep_per_shape:
+        t0 = time.perf_counter()
+        results, _ = evaluate(args.rows, args.test, n, PredictorScope(args.predictor),
+                              args.seed, args.rounds)  # fmt: skip
+        total = overall(results)
+        points.append({
+            "per_shape": n,
+            "rows": {ROWS[r.row].label: {"total": r.total, "best": r.best,
+                                         "suboptimal": r.suboptimal, "mape": r.mape}
+                     for r in results},
+            "overall": total,
+            "wall_s": time.perf_counter() - t0,
+        })  # fmt: skip
+        print(f"--per-shape {n}: best {_percent(total['accuracy'])}, suboptimal "
+              f"{_percent(total['suboptimal'])}; " + ", ".join(
+                  f"{ROWS[r.row].label} {r.best}/{r.total}" for r in results))  # fmt: skip
+    doc = {"table": "DCC Table II, sensitivity to --per-shape", "points": points,
+           "paper_overall": PAPER_OVERALL, "provenance": provenance(args)}  # fmt: skip
+    write_atomic(report, (json.dumps(doc, indent=2, default=str) + "\n").encode(), args.force)
+    sweep_plot(points, png)
+    print(f"report: {report}\nplot:   {png}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Train, score, print the table beside the paper's and write JSON + PNG."""
     report = Path(args.report or BUILD_DIR / "dcc" / "table2.json")
     png = Path(args.plot or BUILD_DIR / "dcc" / "table2.png")
     for path in (report, png):
         check_writable(path, args.force)
+    if args.sweep_per_shape:
+        return _run_sweep(args, report, png)
     t0 = time.perf_counter()
     results, info = evaluate(
         args.rows, args.test, args.per_shape, PredictorScope(args.predictor), args.seed,
