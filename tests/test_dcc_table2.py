@@ -141,3 +141,24 @@ def test_cli_writes_report_and_refuses_bad_input(tmp_path: Path, capsys, monkeyp
     rc, _, err = run_cli(capsys, "dcc-table2", "--rows", "hbm-pim+relu", "--test", "3",
                          "--report", tmp_path / "x.json", "--plot", tmp_path / "x.png")  # fmt: skip
     assert rc == 2 and "--test 3: a row has 3 configurations" in err
+
+
+def test_sweep_per_shape_writes_one_point_per_value(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setitem(
+        ROWS, Table2Row.HBM_PIM_VA,
+        dcc_table2.RowSpec("HBM-PIM+VA", "hbm-pim", ROWS[Table2Row.HBM_PIM_VA].kernel,
+                           tuple(ROWS_SMALL[Table2Row.HBM_PIM_VA]), 167, 158, 0.9494),
+    )  # fmt: skip
+    report, png = tmp_path / "s.json", tmp_path / "s.png"
+    rc, out, err = run_cli(capsys, "dcc-table2", "--rows", "hbm-pim+va", "--test", "2",
+                           "--sweep-per-shape", "3,10", "--rounds", "20", "--report", report,
+                           "--plot", png)  # fmt: skip
+    assert rc == 0, err
+    points = json.loads(report.read_text())["points"]
+    assert [p["per_shape"] for p in points] == [3, 10]
+    for p in points:
+        row = p["rows"]["HBM-PIM+VA"]
+        assert row["total"] == 2 and p["overall"]["accuracy"] == row["best"] / 2
+    assert "--per-shape 3:" in out and "--per-shape 10:" in out and png.stat().st_size > 0
+    rc, _, err = run_cli(capsys, "dcc-table2", "--sweep-per-shape", "3,0")
+    assert rc == 2 and "comma-separated integers >= 1" in err
