@@ -29,7 +29,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import cache
+from functools import cache, lru_cache
 
 import numpy as np
 
@@ -248,8 +248,12 @@ def group_share(cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], d
     return GroupShare(share, tuple(p.cores for p in draft), groups, red)
 
 
-@cache
+@lru_cache(maxsize=4)
 def _program(cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], cores: tuple[int, ...]):
+    """One group's lowered program. Only the last few are kept: a program holds its stream
+    and address arrays (megabytes at figure sizes), and a search lowers thousands of shares;
+    what a draft's cost needs of it is kept by :func:`_program_summary` and
+    :func:`_channel_seconds`."""
     table = lowerings(cfg.kind)
     if kernel not in table:
         raise DccError(
@@ -257,6 +261,15 @@ def _program(cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], core
             f"{cfg.kind.value} lowers only {', '.join(map(str, table))})"
         )
     return table[kernel](cfg, sizes, cores)
+
+
+@cache
+def _program_summary(
+    cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], cores: tuple[int, ...]
+) -> tuple[int, tuple[tuple[str, int], ...], int]:
+    """(cycles, command counts, host operations) of one group's program."""
+    prog = _program(cfg, kernel, sizes, cores)
+    return prog.cycles, tuple(prog.counts.items()), prog.host_ops
 
 
 @cache
@@ -386,7 +399,7 @@ def draft_cost(
     check_kernel(cfg, kernel)
     sizes = tuple(int(s) for s in sizes)
     share = group_share(cfg, kernel, sizes, draft)
-    prog = _program(cfg, kernel, share.sizes, share.cores)
+    cycles, counts, host_ops = _program_summary(cfg, kernel, share.sizes, share.cores)
     strategy = strategy or (Strategy.STAGED if cfg.system.onchip_bytes else Strategy.DIRECT)
     placement = Placement(placement)
     resident = RESIDENT[kernel] if placement is Placement.RESIDENT else frozenset()
@@ -394,13 +407,13 @@ def draft_cost(
     out_s, out_b = _move_seconds(cfg, share, kernel, Op.RD, strategy, frozenset())
     nest = kernel_nest(kernel, sizes)
     out_elems = math.prod(dict(nest.tensors)[_output_tensor(nest)])
-    adds = prog.host_ops * share.groups + out_elems * (share.reduction_groups - 1)
+    adds = host_ops * share.groups + out_elems * (share.reduction_groups - 1)
     host = cfg.host()
     host_s = vector_cost(host, VectorOp.RESIDUAL, adds).seconds if adds else 0.0
-    compute_s = prog.cycles / (cfg.clock_ghz * 1e9)
+    compute_s = cycles / (cfg.clock_ghz * 1e9)
     return DraftCost(
         cfg.name, kernel, sizes, draft, share, strategy, placement, compute_s,
-        in_s, out_s, host_s, in_b, out_b, prog.cycles, dict(prog.counts),
+        in_s, out_s, host_s, in_b, out_b, cycles, dict(counts),
     )  # fmt: skip
 
 

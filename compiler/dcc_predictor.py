@@ -79,6 +79,7 @@ __all__ = [
     "holdout",
     "kernel_drafts",
     "kernel_nest",
+    "label_drafts",
     "predicted_search",
     "simulated_seconds",
     "train_predictor",
@@ -397,10 +398,11 @@ class Samples:
         )
 
 
-def _label_all(
+def label_drafts(
     cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], ds: Sequence[Draft], label
 ) -> tuple[list[Draft], list[float], int, str]:
-    """The drafts the labeller runs, their times, how many it refused, its first refusal."""
+    """Label each of ``ds``: the drafts the labeller runs, their times, how many it refused
+    (a :class:`~models.errors.PimphonyError`) and its first refusal's message."""
     kept, times, refused, first = [], [], 0, ""
     for d in ds:
         try:
@@ -436,7 +438,7 @@ def collect(
         pool = kernel_drafts(cfg, k, sizes)
         pick = sorted(rng.choice(len(pool), min(per_shape, len(pool)), replace=False))
         t0 = time.perf_counter()
-        ds, ts, r, first = _label_all(cfg, k, sizes, [pool[i] for i in pick], label)
+        ds, ts, r, first = label_drafts(cfg, k, sizes, [pool[i] for i in pick], label)
         why = why or first
         spent += time.perf_counter() - t0
         refused += r
@@ -573,7 +575,7 @@ def holdout(
     for shape in test_shapes:
         sizes = tuple(shape)
         t0 = time.perf_counter()
-        ds, ts, refused, first = _label_all(cfg, k, sizes, kernel_drafts(cfg, k, sizes), label)
+        ds, ts, refused, first = label_drafts(cfg, k, sizes, kernel_drafts(cfg, k, sizes), label)
         spent += time.perf_counter() - t0
         if not ds:
             raise DccError(
@@ -651,7 +653,7 @@ def compare_search(
     sizes = tuple(sizes)
     t0 = time.perf_counter()
     every = kernel_drafts(cfg, k, sizes, pruned=False)
-    ds, ts, refused, first = _label_all(cfg, k, sizes, every, label)
+    ds, ts, refused, first = label_drafts(cfg, k, sizes, every, label)
     if not ds:
         raise DccError(
             f"{k} {sizes} on {cfg.name}: the labeller refused all {len(every)} drafts "

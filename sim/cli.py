@@ -173,6 +173,11 @@ COMMANDS: tuple[Command, ...] = (
         "sim.experiments.dcc_fig8",
     ),
     Command(
+        "dcc-table2",
+        "DCC Table II shape: the coupled predictor's pick vs the best draft per back end + kernel",
+        "sim.experiments.dcc_table2",
+    ),
+    Command(
         "sweep-run",
         "a design-space sweep file, each point a Ray task, cached and resumable",
         "sim.experiments.sweep_run",
