@@ -43,7 +43,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from compiler.dcc_cost import Placement
+from compiler.dcc_cost import Placement, clear_caches
 from models.errors import PimphonyError
 from models.fileio import BUILD_DIR, check_writable, pyplot, write_atomic, write_figure
 from sim.cli import choice_names
@@ -249,6 +249,7 @@ def figure_rows(
         cases = [c for c in cases if panel(c[4]) in panels]
     for backend, kernel, shape, placement, label in tqdm(cases, desc=f"dcc {fig}", unit="point"):
         r = tune_report(backend, kernel, shape, top=1, placement=placement)
+        clear_caches()  # each point's programs are its own (memory; costs unchanged)
         c, t = r["chosen"], r["compute_centric"]
         rows.append(
             {
