@@ -45,6 +45,7 @@ EXPECTED = {
     "LP-fig22": Verdict.TREND,
     "D-fig7": Verdict.TREND,
     "D-fig6": Verdict.DIFFERS,
+    "D-fig2-attacc": Verdict.TREND,
     "D-fig9-attacc": Verdict.DIFFERS,
     "S-fig9": Verdict.REPRODUCED,
 }
