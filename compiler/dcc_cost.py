@@ -59,6 +59,7 @@ __all__ = [
     "RESIDENT",
     "BACKEND_SHARE_CHECKS",
     "check_kernel",
+    "clear_caches",
     "draft_cost",
     "gpu_seconds",
     "group_share",
@@ -293,6 +294,17 @@ def _channel_seconds(
     cycles, _ = group_access_cycles(cfg, addresses, op)
     assert cfg.clock_ghz is not None
     return cycles / (cfg.clock_ghz * 1e9), len(addresses) * cfg.group.column_bytes
+
+
+def clear_caches() -> None:
+    """Forget the memoised group programs, their summaries and access times. They are pure
+    functions of their arguments, memoised for one search (the default and the chosen draft
+    re-costed); a run over many shapes (``pimphony dcc-figs``) clears them between shapes.
+    Only the last few programs themselves are kept (their streams and address arrays once
+    reached 24 GB in AttAcc's Fig. 6), so what this frees is small. Costs are unchanged."""
+    _program.cache_clear()
+    _program_summary.cache_clear()
+    _channel_seconds.cache_clear()
 
 
 def _unique_rows(a: np.ndarray) -> np.ndarray:

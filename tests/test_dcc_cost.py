@@ -174,3 +174,20 @@ def test_attn_gpu_is_flash_decoding() -> None:
     att = load_backend("attacc")
     t = gpu_seconds(att, DccKernel.ATTN, (32, 512, 128))
     assert t == pytest.approx(2 * 32 * 512 * 128 * 2 / (2039e9 * 0.85), rel=0.01)
+
+
+def test_clear_caches_keeps_costs(tmp_path) -> None:
+    """clear_caches forgets the memoised programs (dcc-figs runs many shapes in one process);
+    a draft costs the same before and after."""
+    from compiler import dcc_cost
+    from compiler.dcc_tune import default_draft
+
+    cfg = load_backend(str(small_backend(tmp_path)))
+    shape = (2, 64, 128)
+    d = default_draft(cfg, DccKernel.QK, shape)
+    before = dcc_cost.draft_cost(cfg, DccKernel.QK, shape, d)
+    assert dcc_cost._program.cache_info().currsize > 0
+    dcc_cost.clear_caches()
+    assert dcc_cost._program.cache_info().currsize == 0
+    assert dcc_cost._channel_seconds.cache_info().currsize == 0
+    assert dcc_cost.draft_cost(cfg, DccKernel.QK, shape, d) == before

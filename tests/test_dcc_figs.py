@@ -18,7 +18,7 @@ from tests.test_dcc_cost import small_backend
 
 
 def test_readings_of_the_paper_sizes() -> None:
-    fig7 = FIGURES[Figure.FIG7]()
+    fig7 = FIGURES[Figure.FIG7]("hbm-pim")
     # GEMV: 4 sizes x batches 1 and 4; RED, VA, RELU: 3 tensor sizes x batches 1, 2, 4
     assert [dcc_figs.panel(c[4]) for c in fig7] == ["GEMV"] * 8 + ["RED"] * 9 + ["VA"] * 9 + [
         "RELU"
@@ -31,7 +31,7 @@ def test_readings_of_the_paper_sizes() -> None:
     assert cases[("batched-red", (2, 1, 4096))] == {"batch": 2, "size": "4096", "kernel": "RED"}
     assert cases[("batched-va", (4, 1024))]["kernel"] == "VA"
     assert cases[("batched-relu", (1, 2048))]["kernel"] == "RELU"
-    fig2 = FIGURES[Figure.FIG2]()
+    fig2 = FIGURES[Figure.FIG2]("hbm-pim")
     assert {c[1] for c in fig2} == {"red", "batched-gemv"}
     assert all(c[3] == Placement.EVERY_CALL for c in fig2)
     assert ("hbm-pim", "red", (16 * 256, 2048)) in {c[:3] for c in fig2}
@@ -46,7 +46,7 @@ def test_fig7_panels_and_their_summary(tmp_path: Path, capsys, monkeypatch) -> N
         (cfg, "batched-va", (b, 512), "resident", {"batch": b, "size": "512", "kernel": "VA"})
         for b in (2, 1)
     ]
-    monkeypatch.setitem(FIGURES, Figure.FIG7, lambda: cases)
+    monkeypatch.setitem(FIGURES, Figure.FIG7, lambda backend: cases)
     report, png = tmp_path / "f.json", tmp_path / "f.png"
     rc, out, err = run_cli(capsys, "dcc-figs", "--figure", "fig7", "--panels", "va",
                            "--report", report, "--plot", png)  # fmt: skip
@@ -71,7 +71,7 @@ def test_figure_run_writes_rows_and_summary(tmp_path: Path, capsys, monkeypatch)
     cfg = str(small_backend(tmp_path))
     cases = [(cfg, "qk", (b * 2, 64, 128), "resident", {"batch": b, "size": "2x64"})
              for b in (1, 2)]  # fmt: skip
-    monkeypatch.setitem(FIGURES, Figure.FIG9, lambda: cases)
+    monkeypatch.setitem(FIGURES, Figure.FIG9, lambda backend: cases)
     report, png = tmp_path / "f.json", tmp_path / "f.png"
     args = ("dcc-figs", "--figure", "fig9", "--report", report, "--plot", png)
     rc, out, err = run_cli(capsys, *args)
@@ -88,3 +88,26 @@ def test_figure_run_writes_rows_and_summary(tmp_path: Path, capsys, monkeypatch)
     rc, _, err = run_cli(capsys, *args)
     assert rc != 0 and "pass --force" in err
     assert dcc_figs.PAPER[Figure.FIG2]["speedup_geomean"] == 1.26
+
+
+def test_attacc_figures() -> None:
+    """Fig. 6's three panels on AttAcc (ATTN as attn, GEMV as qk, RED as red (B, N)); Figs. 2
+    and 9 on either back end (AttAcc's Fig. 9 at the paper's four output sizes); a back end a
+    figure does not run on is refused by name."""
+    fig6 = FIGURES[Figure.FIG6]("attacc")
+    assert [dcc_figs.panel(c[4]) for c in fig6] == ["ATTN"] * 8 + ["GEMV"] * 8 + ["RED"] * 6
+    cases = {(c[1], c[2]): c[4] for c in fig6}
+    assert cases[("attn", (256, 4096, 128))] == {"batch": 4, "size": "64x4096", "kernel": "ATTN"}
+    assert cases[("qk", (32, 512, 128))] == {"batch": 1, "size": "32x512", "kernel": "GEMV"}
+    assert cases[("red", (4, 2048))] == {"batch": 4, "size": "2048", "kernel": "RED"}
+    assert {c[0] for c in fig6} == {"attacc"}
+    fig9 = FIGURES[Figure.FIG9]("attacc")
+    assert len(fig9) == 16 and {c[2][1] for c in fig9} == {512, 1024, 2048, 4096}
+    assert ("attacc", "qk", (8 * 32, 1024, 128)) in {c[:3] for c in fig9}
+    assert len(FIGURES[Figure.FIG9]("hbm-pim")) == 8
+    assert {c[0] for c in FIGURES[Figure.FIG2]("attacc")} == {"attacc"}
+    with pytest.raises(dcc_figs.FigureError, match="--backend attacc: figure fig7 runs on hbm-pim"):
+        dcc_figs.figure_rows(Figure.FIG7, backend="attacc")
+    paper = dcc_figs.PAPER[Figure.FIG6]
+    assert (paper["ATTN_dcc_over_default_geomean"], paper["dcc_over_default_geomean"],
+            paper["RED_dcc_over_default_geomean"]) == (1.24, 1.28, 1.50)  # fmt: skip

@@ -11,17 +11,24 @@ count 32, input size 128 and various output sizes"):
   2048": ``red`` (B x 256, 2048), every input rearranged per call (the figure is about
   rearrangement).
 
-The figures (:data:`FIGURES`):
+The figures (:data:`FIGURES`; ``--backend`` picks one of :data:`FIGURE_BACKENDS`, the first
+by default):
 
-- ``fig2``: compute-centric (T) vs DCC (B) (on HBM-PIM, :data:`FIG2_BACKEND`): speedup of B
-  over T, rearrangement's share of T's time (paper: 1.26x geomean, 64.68%);
-- ``fig6`` / ``fig7``: GEMV on AttAcc / HBM-PIM at the paper's sizes and batches 1 and 4:
-  default and DCC speedup over the GPU (paper geomeans: AttAcc 5.96 / 7.65, HBM-PIM 3.59 /
-  5.63); ``fig7`` also has Fig. 7's RED, VA and RELU panels (:data:`FIG7_ELEMENTWISE`:
-  tensor sizes 1024, 2048, 4096 at batch 1, 2, 4; paper: DCC over the default 2.11x, 1.69x,
-  1.58x); ``--panels`` runs some of a figure's panels;
-- ``fig9``: DCC's gain over the default on GEMV as the batch grows 1 -> 8 on HBM-PIM
-  (paper: 1.33 -> 1.61x; AttAcc 1.14 -> 1.33x, not run: see :data:`FIG2_BACKEND`).
+- ``fig2``: compute-centric (T) vs DCC (B): speedup of B over T, rearrangement's share of T's
+  time (paper, on AttAcc: 1.26x geomean, 64.68%); HBM-PIM by default (the first run, before
+  AttAcc's lowerings were fast), ``--backend attacc`` the paper's back end;
+- ``fig6``: AttAcc's ATTN, GEMV and RED panels at the paper's sizes and batches 1 and 4:
+  default and DCC speedup over the GPU (paper geomeans: ATTN 8.36 / 10.40, GEMV 5.96 / 7.65,
+  RED 1.19 / 1.78; DCC over the default 1.24x, 1.28x, 1.50x). ATTN "H x T" at batch B is
+  ``attn`` (B x H, T, 128), K and V resident; RED "N" at batch B is ``red`` (B, N): B rows of
+  N reduced to one value each (the computation of Fig. 7's ``batched-red`` (B, 1, N), which
+  AttAcc does not lower);
+- ``fig7``: GEMV on HBM-PIM (paper geomeans 3.59 / 5.63) and Fig. 7's RED, VA and RELU panels
+  (:data:`FIG7_ELEMENTWISE`: tensor sizes 1024, 2048, 4096 at batch 1, 2, 4; paper: DCC over
+  the default 2.11x, 1.69x, 1.58x); ``--panels`` runs some of a figure's panels;
+- ``fig9``: DCC's gain over the default on GEMV as the batch grows 1 -> 8 (paper: HBM-PIM
+  1.33 -> 1.61x, AttAcc 1.14 -> 1.33x): HBM-PIM at 512 and 4,096 outputs (the first run),
+  AttAcc (``--backend attacc``) at the paper's four, 512 to 4,096 (:data:`FIG9_OUTPUTS`).
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from compiler.dcc_cost import Placement
+from compiler.dcc_cost import Placement, clear_caches
 from models.errors import PimphonyError
 from models.fileio import BUILD_DIR, check_writable, pyplot, write_atomic, write_figure
 from sim.cli import choice_names
@@ -45,7 +52,9 @@ from sim.tune import tune_report
 
 __all__ = [
     "FIG7_ELEMENTWISE",
+    "FIG9_OUTPUTS",
     "FIGURES",
+    "FIGURE_BACKENDS",
     "PAPER",
     "Figure",
     "FigureError",
@@ -69,11 +78,6 @@ class Figure(StrEnum):
     FIG9 = "fig9"
 
 
-#: Fig. 2's back end. The paper's is AttAcc [20]; our AttAcc lowerings build streams in Python
-#: per MAC (~1 s per draft at these sizes, 53,305 pruned drafts for a 32 x 512 GEMV), too slow
-#: for a figure run, so Fig. 2 runs on HBM-PIM (``docs/dcc.md`` says so beside the numbers).
-FIG2_BACKEND = "hbm-pim"
-
 GEMV_SIZES = ((32, 512), (32, 4096), (64, 512), (64, 4096))  # Figs. 6-7: heads x outputs
 
 #: Fig. 7's RED, VA and RELU panels (its x axes: "tensor size" 1024, 2048, 4096 at batch
@@ -92,7 +96,18 @@ FIG7_BATCHES = (1, 2, 4)
 #: The paper's numbers each figure is compared with (DCC V, Figs. 2, 6, 7, 9 and their text).
 PAPER: dict[Figure, dict[str, float]] = {
     Figure.FIG2: {"speedup_geomean": 1.26, "rearrangement_share_T": 0.6468},
-    Figure.FIG6: {"default_over_gpu_geomean": 5.96, "dcc_over_gpu_geomean": 7.65},
+    # Fig. 6's bars' geomeans; DCC over the default: the text's averages (V-A)
+    Figure.FIG6: {
+        "ATTN_default_over_gpu_geomean": 8.36,
+        "ATTN_dcc_over_gpu_geomean": 10.40,
+        "ATTN_dcc_over_default_geomean": 1.24,
+        "default_over_gpu_geomean": 5.96,
+        "dcc_over_gpu_geomean": 7.65,
+        "dcc_over_default_geomean": 1.28,
+        "RED_default_over_gpu_geomean": 1.19,
+        "RED_dcc_over_gpu_geomean": 1.78,
+        "RED_dcc_over_default_geomean": 1.50,
+    },
     # GEMV: the text's geomeans; RED / VA / RELU: the text's DCC-over-default averages and
     # the figure's geomean bars over the GPU
     Figure.FIG7: {
@@ -109,25 +124,48 @@ PAPER: dict[Figure, dict[str, float]] = {
         "RELU_dcc_over_gpu_geomean": 2.96,
         "RELU_dcc_over_default_geomean": 1.58,
     },
-    Figure.FIG9: {"hbm-pim_b1": 1.33, "hbm-pim_b8": 1.61, "attacc_b1": 1.14, "attacc_b8": 1.33},
+    # the text's batch-1 and batch-8 averages; batch 2 and 4: geomeans of the figure's bars
+    Figure.FIG9: {
+        "hbm-pim_b1": 1.33,
+        "hbm-pim_b2": 1.50,
+        "hbm-pim_b4": 1.60,
+        "hbm-pim_b8": 1.61,
+        "attacc_b1": 1.14,
+        "attacc_b2": 1.23,
+        "attacc_b4": 1.28,
+        "attacc_b8": 1.33,
+    },
 }
 
 Case = tuple[str, str, tuple[int, ...], str, dict[str, Any]]  # backend, kernel, shape, placement
 
 
-def _gemv(backend: str, batches: tuple[int, ...], sizes=GEMV_SIZES) -> list[Case]:
+def _gemv(backend: str, batches: tuple[int, ...], sizes=GEMV_SIZES, kernel="qk") -> list[Case]:
     return [
-        (backend, "qk", (b * h, t, 128), str(Placement.RESIDENT), {"batch": b, "size": f"{h}x{t}"})
+        (backend, kernel, (b * h, t, 128), str(Placement.RESIDENT),
+         {"batch": b, "size": f"{h}x{t}"})
         for b in batches
         for h, t in sizes
-    ]
+    ]  # fmt: skip
 
 
-def _fig7() -> list[Case]:
-    out = [(*c[:4], {**c[4], "kernel": "GEMV"}) for c in _gemv("hbm-pim", (1, 4))]
+def _fig6(backend: str) -> list[Case]:
+    out = [(*c[:4], {**c[4], "kernel": "ATTN"}) for c in _gemv(backend, (1, 4), kernel="attn")]
+    out += [(*c[:4], {**c[4], "kernel": "GEMV"}) for c in _gemv(backend, (1, 4))]
+    out += [
+        (backend, "red", (b, n), str(Placement.RESIDENT),
+         {"batch": b, "size": str(n), "kernel": "RED"})
+        for b in (1, 4)
+        for n in FIG7_TENSOR_SIZES
+    ]  # fmt: skip
+    return out
+
+
+def _fig7(backend: str) -> list[Case]:
+    out = [(*c[:4], {**c[4], "kernel": "GEMV"}) for c in _gemv(backend, (1, 4))]
     for panel, (kernel, shape) in FIG7_ELEMENTWISE.items():
         out += [
-            ("hbm-pim", kernel, shape(b, n), str(Placement.RESIDENT),
+            (backend, kernel, shape(b, n), str(Placement.RESIDENT),
              {"batch": b, "size": str(n), "kernel": panel})
             for b in FIG7_BATCHES
             for n in FIG7_TENSOR_SIZES
@@ -135,25 +173,45 @@ def _fig7() -> list[Case]:
     return out
 
 
-def _fig2() -> list[Case]:
+def _fig2(backend: str) -> list[Case]:
     every = str(Placement.EVERY_CALL)
     out: list[Case] = []
     for b in (16, 28):
         for n in (2048, 4096):
             label = {"batch": b, "size": f"256x{n}"}
-            out.append((FIG2_BACKEND, "red", (b * 256, n), every, {**label, "kernel": "RED"}))
-            out.append(
-                (FIG2_BACKEND, "batched-gemv", (b, 256, n), every, {**label, "kernel": "GEMV"})
-            )
+            out.append((backend, "red", (b * 256, n), every, {**label, "kernel": "RED"}))
+            out.append((backend, "batched-gemv", (b, 256, n), every, {**label, "kernel": "GEMV"}))
     return out
 
 
-#: Each figure's points.
-FIGURES: dict[Figure, Callable[[], list[Case]]] = {
+#: Fig. 9's output sizes per back end (32 heads, input 128). The paper's are 512, 1024, 2048
+#: and 4096 on both; the HBM-PIM run took two of them (its GEMV search is the slow one).
+FIG9_OUTPUTS: dict[str, tuple[int, ...]] = {
+    "hbm-pim": (512, 4096),
+    "attacc": (512, 1024, 2048, 4096),
+}
+
+
+def _fig9(backend: str) -> list[Case]:
+    return _gemv(backend, (1, 2, 4, 8), tuple((32, t) for t in FIG9_OUTPUTS[backend]))
+
+
+#: Each figure's points on a back end.
+FIGURES: dict[Figure, Callable[[str], list[Case]]] = {
     Figure.FIG2: _fig2,
-    Figure.FIG6: lambda: _gemv("attacc", (1, 4)),
+    Figure.FIG6: _fig6,
     Figure.FIG7: _fig7,
-    Figure.FIG9: lambda: _gemv("hbm-pim", (1, 2, 4, 8), ((32, 512), (32, 4096))),
+    Figure.FIG9: _fig9,
+}
+
+#: The back ends each figure runs on (``--backend``), its default first. Fig. 2 is the
+#: paper's on AttAcc; it ran first on HBM-PIM, which stays its default so that reports of
+#: that run reproduce. Fig. 6 is AttAcc's, Fig. 7 HBM-PIM's, Fig. 9 has a panel of each.
+FIGURE_BACKENDS: dict[Figure, tuple[str, ...]] = {
+    Figure.FIG2: ("hbm-pim", "attacc"),
+    Figure.FIG6: ("attacc",),
+    Figure.FIG7: ("hbm-pim",),
+    Figure.FIG9: ("hbm-pim", "attacc"),
 }
 
 
@@ -168,11 +226,18 @@ def panel(case_or_row_label: dict[str, Any]) -> str:
     return str(case_or_row_label.get("kernel", "GEMV"))
 
 
-def figure_rows(fig: Figure, panels: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
-    """One row per point (of ``panels`` only, if given): the case and the tune report's
-    times and speedups."""
+def figure_rows(
+    fig: Figure, panels: tuple[str, ...] | None = None, backend: str | None = None
+) -> list[dict[str, Any]]:
+    """One row per point (of ``panels`` only, if given) on ``backend`` (the figure's default
+    if None): the case and the tune report's times and speedups."""
     rows = []
-    cases = FIGURES[Figure(fig)]()
+    fig = Figure(fig)
+    allowed = FIGURE_BACKENDS[fig]
+    backend = backend or allowed[0]
+    if backend not in allowed:
+        raise FigureError(f"--backend {backend}: figure {fig} runs on {', '.join(allowed)}")
+    cases = FIGURES[fig](backend)
     if panels is not None:
         have = list(dict.fromkeys(panel(c[4]) for c in cases))
         bad = [p for p in panels if p not in have]
@@ -184,6 +249,7 @@ def figure_rows(fig: Figure, panels: tuple[str, ...] | None = None) -> list[dict
         cases = [c for c in cases if panel(c[4]) in panels]
     for backend, kernel, shape, placement, label in tqdm(cases, desc=f"dcc {fig}", unit="point"):
         r = tune_report(backend, kernel, shape, top=1, placement=placement)
+        clear_caches()  # each point's programs are its own (memory; costs unchanged)
         c, t = r["chosen"], r["compute_centric"]
         rows.append(
             {
@@ -273,7 +339,9 @@ def plot(fig: Figure, rows: list[dict[str, Any]], path: Path) -> Path:
         ax.set_xlabel("kernel, size, batch, back end")
         ax.set_ylabel(ylabel)
     f.legend(*flat[0].get_legend_handles_labels(), loc="upper right", fontsize=8)
-    f.suptitle(f"DCC {fig.value.replace('fig', 'Fig. ')} shape (pimphony dcc-figs)\nsizes: heads "
+    backends = ", ".join(dict.fromkeys(str(r["backend"]) for r in rows))
+    f.suptitle(f"DCC {fig.value.replace('fig', 'Fig. ')} shape on {backends} (pimphony dcc-figs)"
+               "\nsizes: heads "
                "x outputs (GEMV), rows x cols, or elements per batch row", x=0.02, ha="left",
                fontsize=10)  # fmt: skip
     f.tight_layout(rect=(0, 0, 1, 0.93 if len(names) < 3 else 0.96))
@@ -289,19 +357,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="comma-separated panels to run (fig7: GEMV,RED,VA,RELU; default: all)",
     )
-    p.add_argument("--report", default=None, help="JSON path (default build/dcc/FIG.json)")
-    p.add_argument("--plot", default=None, help="PNG path (default build/dcc/FIG.png)")
+    p.add_argument(
+        "--backend",
+        default=None,
+        help="back end: fig2 hbm-pim (default) or attacc; fig9 hbm-pim (default) or attacc; "
+        "fig6 attacc; fig7 hbm-pim",
+    )
+    p.add_argument(
+        "--report",
+        default=None,
+        help="JSON path (default build/dcc/FIG.json; FIG-BACKEND.json off the default back end)",
+    )
+    p.add_argument("--plot", default=None, help="PNG path (default as --report, .png)")
     p.add_argument("--force", action="store_true", help="overwrite existing outputs")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the figure's points, print the table and write JSON + PNG."""
     fig = Figure(args.figure)
-    report = Path(args.report or BUILD_DIR / "dcc" / f"{fig}.json")
-    png = Path(args.plot or BUILD_DIR / "dcc" / f"{fig}.png")
+    backend = args.backend or FIGURE_BACKENDS[fig][0]
+    stem = str(fig) if backend == FIGURE_BACKENDS[fig][0] else f"{fig}-{backend}"
+    report = Path(args.report or BUILD_DIR / "dcc" / f"{stem}.json")
+    png = Path(args.plot or BUILD_DIR / "dcc" / f"{stem}.png")
     for p in (report, png):
         check_writable(p, args.force)
-    rows = figure_rows(fig, args.panels)
+    rows = figure_rows(fig, args.panels, backend)
     for r in rows:
         print(f"{r.get('kernel', r['kernel_run']):>12} {r['size']:>9} B{r['batch']:<3} "
               f"{r['backend']:<8} DCC {r['dcc_us']:10.2f} us  default "

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -84,6 +85,9 @@ class Claim:
     workload: str
     command: str
     measure: Callable[[], Measured]
+    #: minutes to measure (a figure run): ``tests/test_fidelity.py`` measures it in a test
+    #: marked slow, out of ``make test``
+    slow: bool = False
 
 
 def _within(ours: float, paper: float, rel: float) -> bool:
@@ -1002,6 +1006,105 @@ def _dcc_fig7_elementwise() -> Measured:
     )
 
 
+def _dcc_fig6() -> Measured:
+    from sim.experiments.dcc_figs import PAPER, Figure, figure_rows, summary
+
+    got = summary(Figure.FIG6, figure_rows(Figure.FIG6))
+    paper = PAPER[Figure.FIG6]
+    names = {"ATTN": "ATTN_", "GEMV": "", "RED": "RED_"}
+    key = "{}dcc_over_default_geomean"
+    ours = (
+        ", ".join(f"{p} {got[key.format(k)]:.2f}x ({paper[key.format(k)]:.2f}x)"
+                  for p, k in names.items())
+        + " -- DCC over AttAcc's default mapping, geomean of 8 / 8 / 6 points, ours (paper)"
+    )  # fmt: skip
+    values = {p: {q: got[f"{k}{q}"] for q in ("dcc_over_default_geomean",
+              "dcc_over_gpu_geomean", "default_over_gpu_geomean")}
+              for p, k in names.items()}  # fmt: skip
+    if all(_within(got[key.format(k)], paper[key.format(k)], 0.15) for k in names.values()):
+        return Measured(ours, Verdict.REPRODUCED, values=values)
+    gains = all(got[key.format(k)] > 1.005 for k in names.values())
+    return Measured(
+        ours,
+        Verdict.TREND if gains else Verdict.DIFFERS,
+        "GEMV is near the paper's average, not its shape: at batch 1 the default leaves 48 of "
+        "80 channels idle and DCC spreads the outputs over them (up to 2.10x at 4,096 outputs, "
+        "where the paper gains 1.05x), and the predicted search misses the default's draft at "
+        "64 x 512 (0.88x). ATTN gains nothing: our attention cannot split a head's tokens "
+        "over channels (one softmax unit holds its scores) nor put heads on separate banks "
+        "of a channel (the lowering runs them one at a time), and the default's 16 x 4 bank "
+        "split is already the best legal one. RED runs every row through one channel under "
+        "the default (AttAcc lowers no batched RED), so DCC's spread over 64 channels gains "
+        "2.9-17.6x (docs/dcc.md, Fig. 6)",
+        values,
+    )
+
+
+def _dcc_fig2_attacc() -> Measured:
+    from sim.experiments.dcc_figs import PAPER, Figure, figure_rows, summary
+
+    rows = figure_rows(Figure.FIG2, backend="attacc")
+    got = summary(Figure.FIG2, rows)
+    paper = PAPER[Figure.FIG2]
+    per = {k: _geomean_of([r["dcc_over_compute_centric"] for r in rows if r["kernel"] == k])
+           for k in ("RED", "GEMV")}  # fmt: skip
+    ours = (
+        f"B over T {got['speedup_geomean']:.2f}x ({paper['speedup_geomean']:.2f}x), "
+        f"rearrangement {got['rearrangement_share_T']:.1%} of T's time "
+        f"({paper['rearrangement_share_T']:.2%}); RED {per['RED']:.2f}x, GEMV "
+        f"{per['GEMV']:.2f}x -- ours (paper), geomean of 4 points each"
+    )
+    values = {**got, "RED_speedup_geomean": per["RED"], "GEMV_speedup_geomean": per["GEMV"]}
+    if _within(got["speedup_geomean"], paper["speedup_geomean"], 0.15) and _within(
+        got["rearrangement_share_T"], paper["rearrangement_share_T"], 0.15
+    ):
+        return Measured(ours, Verdict.REPRODUCED, values=values)
+    holds = got["speedup_geomean"] > 1 and got["rearrangement_share_T"] > 0.5
+    return Measured(
+        ours,
+        Verdict.TREND if holds else Verdict.DIFFERS,
+        "rearrangement dominates the compute-centric choice and the end-to-end choice beats "
+        "it, as in the paper, but on GEMV only: at batch 16 the fastest compute splits the "
+        "batch over 8 channels and so copies W 8 times (3.6-3.7x), while every RED draft "
+        "moves its one input once over all channels (1.00x; the paper's 1.04-1.62x is not "
+        "explained by its text); AttAcc's compute is ~4% of RED's time, so rearrangement "
+        "is a larger share than the paper's (docs/dcc.md, Fig. 2 on AttAcc)",
+        values,
+    )
+
+
+def _geomean_of(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def _dcc_fig9_attacc() -> Measured:
+    from sim.experiments.dcc_figs import PAPER, Figure, figure_rows, summary
+
+    got = summary(Figure.FIG9, figure_rows(Figure.FIG9, backend="attacc"))
+    paper = PAPER[Figure.FIG9]
+    keys = [f"attacc_b{b}" for b in (1, 2, 4, 8)]
+    ours = (
+        " -> ".join(f"B{k[-1]} {got[k]:.2f}x" for k in keys)
+        + f" (paper {' -> '.join(f'{paper[k]:.2f}x' for k in keys)}) -- DCC over AttAcc's "
+        "default on GEMV, 32 heads, geomean over 512-4,096 outputs"
+    )
+    values = {k: got[k] for k in keys}
+    if all(_within(got[k], paper[k], 0.15) for k in keys):
+        return Measured(ours, Verdict.REPRODUCED, values=values)
+    grows = got[keys[-1]] > got[keys[0]] and all(got[k] > 1 for k in keys)
+    return Measured(
+        ours,
+        Verdict.TREND if grows else Verdict.DIFFERS,
+        "our gain is largest at batch 1, where the default puts 32 heads on 32 of 80 "
+        "channels and DCC spreads the outputs over the idle ones; at batch 2 (64 heads) the "
+        "predicted search misses the default's draft (0.85-0.98x at 512-2,048 outputs); from "
+        "batch 4 every channel works under both and the gain is the bank split's "
+        "(1.00-1.22x); the paper's grows with the batch and falls with the outputs "
+        "(docs/dcc.md, Fig. 9)",
+        values,
+    )
+
+
 def _sherpa_fig9() -> Measured:
     from compiler.llm import load_model
     from models.layout import load_layout
@@ -1255,6 +1358,34 @@ CLAIMS: tuple[Claim, ...] = (
         "pimphony dcc-figs --figure fig7 --panels RED,VA,RELU  (batched-red (B, 1, N), "
         "batched-va / batched-relu (B, N) on hbm-pim; DCC's predicted search)",
         _dcc_fig7_elementwise,
+    ),
+    Claim(
+        "D-fig6", "DCC", "Fig. 6 / V-A",
+        "DCC improves AttAcc over its default mapping by 1.24x (ATTN), 1.28x (GEMV) and 1.50x "
+        "(RED) on average",
+        "AttAcc (5 HBM3 devices, 16 channels of 64 banks); ATTN / GEMV 32-64 heads x "
+        "512-4,096 outputs, input 128; RED 1024-4096 elements; batch 1 and 4; FP16",
+        "pimphony dcc-figs --figure fig6  (attn (B x H, T, 128), qk (B x H, T, 128) with K/V "
+        "resident; red (B, N) rearranged per call; DCC's predicted search)",
+        _dcc_fig6, slow=True,
+    ),
+    Claim(
+        "D-fig2-attacc", "DCC", "Fig. 2 / II",
+        "the compute-centric (TVM-based) choice is 1.26x slower than the best end-to-end one "
+        "on average; rearrangement is 64.68% of its time",
+        "RED and GEMV, 256 x 2048 / 4096, batch 16 and 28, on AttAcc [20], inputs "
+        "rearranged per call",
+        "pimphony dcc-figs --figure fig2 --backend attacc  (red (B x 256, N), batched-gemv "
+        "(B, 256, N), every-call placement; T = the least-compute draft simulated)",
+        _dcc_fig2_attacc, slow=True,
+    ),
+    Claim(
+        "D-fig9-attacc", "DCC", "Fig. 9 / V-A",
+        "DCC's gain over AttAcc's default on GEMV grows with the batch, 1.14x at batch 1 to "
+        "1.33x at batch 8",
+        "an attention layer's GEMV: 32 heads, input 128, outputs 512-4,096, batch 1-8",
+        "pimphony dcc-figs --figure fig9 --backend attacc  (qk (B x 32, T, 128), K resident)",
+        _dcc_fig9_attacc, slow=True,
     ),
     Claim(
         "S-fig9", "PIM-SHERPA", "Fig. 9 / 6",
