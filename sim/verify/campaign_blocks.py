@@ -104,6 +104,7 @@ __all__ = [
     "ShrunkItem",
     "SliceItem",
     "dpa_item",
+    "expanded_length",
     "random_program",
     "replay_item",
     "run_block_campaign",
@@ -118,6 +119,9 @@ DPA_T_MAX = 512
 """Largest ``T_cur`` of a compiler DPA program."""
 DPA_MAX_TOKENS = 4096
 """Largest ``max_tokens`` a DPA program is encoded for."""
+DPA_COMMANDS_MAX = 20_000
+"""Most commands of a compiler DPA item or a shrinking candidate (random programs: at most
+``max_length``)."""
 HOST_READS_MAX = 256
 """Most host reads of a bank_slice item."""
 SHRINK_BATCH_OPERATIONS = 100_000
@@ -278,6 +282,28 @@ def random_program(
     return DpaProgram.from_instructions([header, *rules, *words], cfg, {"kind": "random"})
 
 
+def expanded_length(program: DpaProgram, t_cur: int) -> int:
+    """Commands :func:`models.dpa.program.expand` would emit for ``T_cur``, counted without
+    expanding (a random program's nested rule-bound loops can run to billions)."""
+    ins = program.instructions()
+    values = {r.rule_id: r.evaluate(t_cur) for r in ins if isinstance(r, Rule)}
+
+    def body(lo: int, hi: int) -> int:
+        total, i = 0, lo
+        while i < hi:
+            x = ins[i]
+            if isinstance(x, DynLoop):
+                trips = x.count if x.rule is None else values[x.rule]
+                total += trips * body(i + 1, i + 1 + x.le) if trips > 0 else 0
+                i += 1 + x.le
+            else:
+                total += isinstance(x, Command)
+                i += 1
+        return total
+
+    return body(1, len(ins))
+
+
 def _nesting(program: DpaProgram) -> int:
     """The deepest loop nesting of ``program``."""
     ends: list[int] = []
@@ -338,6 +364,9 @@ def dpa_item(
             or _nesting(program) > g.depth
             or len(ins) > g.command_words
         ):
+            continue
+        length = expanded_length(program, t_cur)
+        if length > (DPA_COMMANDS_MAX if compiler else opts.max_length):
             continue
         try:
             virtual = expand(program, t_cur, None)
@@ -710,6 +739,8 @@ def _dpa_candidates(block: str, item: DpaItem) -> list[DpaItem]:
         out.append(replace(item, table_base=0, program_base=0, request=0, layer=0))
     ts = sorted({1 << k for k in range(item.t_cur.bit_length())} | {item.t_cur // 2})
     for t in (t for t in ts if 1 <= t < item.t_cur):
+        if expanded_length(item.program, t) > max(item.commands, DPA_COMMANDS_MAX):
+            continue
         try:
             n = int(expand(item.program, t, None).shape[0])
         except DpaError:
@@ -773,8 +804,9 @@ def shrink_item(block: str, cfg: HardwareConfig, item: Item, message: str) -> Sh
     """Cut failing ``item`` down while a mismatch persists; every candidate is an item the
     campaign could have drawn, checked the same way.
 
-    DPA: the dispatch without its ready pattern, at zero bases, at the smallest failing
-    ``T_cur`` of 1, 2, 4, ... (the program and table are kept). bank_slice: without gaps or
+    DPA: the dispatch without its ready pattern, at zero bases, then at the smallest failing
+    ``T_cur`` among 1, 2, 4, ... and half of it, until none fails (the program and table
+    are kept). bank_slice: without gaps or
     ready pattern, then delta debugging over the PIM commands and host reads together
     (chunks dropped while the mismatch persists, down to single operations: 1-minimal).
     The candidates of a round run in one simulator process.
@@ -784,10 +816,8 @@ def shrink_item(block: str, cfg: HardwareConfig, item: Item, message: str) -> Sh
     cur, msg = item, message
     if isinstance(item, DpaItem):
         original["t_cur"] = item.t_cur
-        for _ in range(3):
-            found = _first_failing(block, cfg, _named(_dpa_candidates(block, cur)), counter)
-            if not found:
-                break
+        # Every step drops the ready pattern or the bases or lowers T_cur: it ends.
+        while found := _first_failing(block, cfg, _named(_dpa_candidates(block, cur)), counter):
             cur, msg = found
         return ShrunkItem(cur, msg, original, counter[0], counter[1])
     for candidate in _slice_simpler(cur):
