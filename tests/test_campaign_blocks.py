@@ -15,8 +15,8 @@ import pytest
 
 from models.bank_slice import run_bank_slice
 from models.config import load_preset
-from models.dpa.format import DpaError, TranslationError
-from models.dpa.program import expand
+from models.dpa.format import Command, DpaError, DynLoop, Header, Rule, TranslationError
+from models.dpa.program import DpaProgram, expand
 from models.isa import Op, validate_stream
 from rtl import Block
 from sim.verify import bank_slice as bank_slice_harness
@@ -27,6 +27,7 @@ from sim.verify.campaign_blocks import (
     CampaignOptions,
     ShrunkItem,
     dpa_item,
+    expanded_length,
     run_block_campaign,
     slice_item,
     write_item,
@@ -54,7 +55,8 @@ def test_dpa_items_are_reproducible_and_legal(block):
         assert (a.t_cur, a.table_base, a.ready_pattern) == (b.t_cur, b.table_base, b.ready_pattern)
         virtual = expand(a.program, a.t_cur, None)
         validate_stream(virtual, CFG.channel)  # a channel stream: operands only
-        assert virtual.shape[0] == a.commands and 1 <= a.t_cur <= a.program.max_tokens
+        assert virtual.shape[0] == a.commands == expanded_length(a.program, a.t_cur)
+        assert 1 <= a.t_cur <= a.program.max_tokens
         try:
             expand(a.program, a.t_cur, list(a.table))
             assert not a.unmapped
@@ -233,3 +235,20 @@ def test_bank_slice_campaign_shrinks_to_one_operation(tmp_path, capsys, monkeypa
     monkeypatch.undo()
     status, out, _ = run_cli(capsys, "verify", "campaign", "--replay", str(js))
     assert status == 0 and "no mismatch" in out
+
+
+def test_expanded_length_counts_without_expanding():
+    """Nested rule-bound loops: 4,000 x 4,000 WR_INPs plus one MAC, counted, not built."""
+    words = [
+        Header(kernel=0, max_tokens=5000),
+        Rule(0),
+        DynLoop(le=2, rule=0),
+        DynLoop(le=1, rule=0),
+        Command(Op.WR_INP),
+        DynLoop(le=1, count=0),  # zero-trip
+        Command(Op.RD_OUT),
+        Command(Op.MAC, row=1),
+    ]
+    prog = DpaProgram.from_instructions(words, CFG)
+    assert expanded_length(prog, 4000) == 4000 * 4000 + 1
+    assert expanded_length(prog, 3) == expand(prog, 3, None).shape[0] == 10
