@@ -164,6 +164,7 @@ def _first_hit(seed: int, opts: CampaignOptions) -> int:
     raise AssertionError("no item hits the injected bug")
 
 
+@pytest.mark.slow
 def test_dpa_campaign_stops_shrinks_and_replays(late_decoder, tmp_path, capsys, monkeypatch):
     opts = ["--block", "dpa", "--streams", "40", "--seed", "6", "--chunk", "40"]
     opts += ["--kernels", "0.5", "--repro-dir", str(tmp_path), "--quiet"]
@@ -209,7 +210,6 @@ def test_dpa_campaign_stops_shrinks_and_replays(late_decoder, tmp_path, capsys, 
     assert status == 0 and json.loads(out)["mismatch"] is None
 
 
-@pytest.mark.slow
 def test_bank_slice_campaign_shrinks_to_one_operation(tmp_path, capsys, monkeypatch):
     """A TLM whose row activation takes one cycle longer (``tRCD_MAC``, which host reads
     wait for too): the first item fails, and delta debugging leaves one operation."""

@@ -37,6 +37,7 @@ from sim.verify.runner import (
     BUILD_ROOT,
     CosimError,
     field_spec,
+    is_built,
     pack_fields,
     run_amaranth,
     run_cocotb,
@@ -52,6 +53,7 @@ __all__ = [
     "run_rtl_bank_slice",
     "run_slice_batch",
     "simulate_amaranth",
+    "slice_built",
 ]
 
 
@@ -80,6 +82,11 @@ class SliceBatch:
     issue: dict[str, tuple[np.ndarray, np.ndarray]]
     cycles: dict[str, int]
     waves: Path | None = None
+
+
+def slice_built(cfg: HardwareConfig, slicing: SliceConfig, build_root: Path = BUILD_ROOT) -> bool:
+    """Whether :func:`run_slice_batch` finds the controller built for ``cfg`` and ``slicing``."""
+    return is_built(Block.BANK_SLICE, _verilog(cfg, slicing), build_root=build_root)
 
 
 def run_slice_batch(

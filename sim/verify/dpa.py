@@ -35,7 +35,14 @@ from rtl import Block
 from rtl.blocks import BLOCKS, component_verilog
 from rtl.common import command_layout, issued_layout
 from rtl.dpa import DpaError, DpaPipeline, HostOp, host_writes, pack_host
-from sim.verify.runner import BUILD_ROOT, CosimError, field_spec, run_amaranth, run_cocotb
+from sim.verify.runner import (
+    BUILD_ROOT,
+    CosimError,
+    field_spec,
+    is_built,
+    run_amaranth,
+    run_cocotb,
+)
 
 __all__ = [
     "DPA_BLOCKS",
@@ -43,6 +50,7 @@ __all__ = [
     "DpaRun",
     "compare_dispatch",
     "compare_pipeline",
+    "dpa_built",
     "record_waves",
     "run_rtl_dpa",
     "simulate",
@@ -325,6 +333,11 @@ def _verilog(
     preset-sized buffers take seconds to convert)."""
     dut = BLOCKS[block].build(cfg, **dict(dispatcher_args))
     return component_verilog(dut, block), dut.host_layout
+
+
+def dpa_built(block: str, cfg: HardwareConfig, build_root: Path = BUILD_ROOT) -> bool:
+    """Whether :func:`run_rtl_dpa` finds ``block`` built for ``cfg`` (Verilator, no waves)."""
+    return is_built(block, _verilog(Block(block), cfg, ())[0], build_root=build_root)
 
 
 def run_rtl_dpa(
