@@ -1,6 +1,8 @@
 """``pimphony verify campaign``: seeded random streams on a scheduler block's compiled harness
 (:mod:`sim.verify.compiled`) against the TLM; the first mismatch is shrunk to a minimal
-reproducer written to disk.
+reproducer written to disk. The command line runs every block's campaign from the table
+:data:`sim.verify.campaign_blocks.CAMPAIGNS` (which also holds the campaigns of the DPA and
+bank-slice blocks on their cocotb harnesses); this module is the scheduler blocks' row.
 
 Stream ``i`` of a campaign with seed ``S`` comes from numpy's generators seeded ``(S, i)``, so
 any stream can be drawn again alone (:func:`campaign_stream`). A fraction ``kernels`` of the
@@ -102,7 +104,8 @@ KERNEL_TAG = 1
 REPRO_DIR = BUILD_DIR / "campaign"
 """Default directory of the reproducers."""
 ALL_BLOCKS = "all"
-"""``--block`` value that runs every scheduler block, one after the other."""
+"""``--block`` value that runs every block's campaign
+(:data:`sim.verify.campaign_blocks.CAMPAIGNS`), one after the other."""
 SHRINK_BATCH_COMMANDS = 200_000
 """Commands per testbench run while shrinking (the candidates of a round are run together)."""
 
