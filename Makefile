@@ -46,7 +46,7 @@ wave: $(STAMP)  ## VCD + GTKWave save file under build/waves/, then its summary
 N      ?= 1000
 SEED   ?= 0
 PRESET ?=
-cosim-campaign: $(STAMP)  ## N random + compiler streams per scheduler block, RTL vs TLM
+cosim-campaign: $(STAMP)  ## N random + compiler streams (items) per RTL block, RTL vs TLM
 	$(BIN)/pimphony verify campaign --block $(or $(BLOCK),all) --streams $(N) --seed $(SEED) \
 	    $(if $(PRESET),--preset $(PRESET))
 

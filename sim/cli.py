@@ -202,7 +202,7 @@ COMMANDS: tuple[Command, ...] = (
         subcommands=(
             Command(
                 "campaign",
-                "random streams on a scheduler block vs the TLM; reports mismatches and speed",
+                "random streams on any RTL block vs the TLM; reports mismatches and speed",
                 "sim.verify.campaign",
             ),
         ),

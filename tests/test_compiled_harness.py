@@ -260,8 +260,10 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_campaign_command():
-    """The bounded CI sample: every scheduler block, compiler streams mixed in (~20 s)."""
-    proc = _cli("--block", "all", "--streams", "400", "--seed", "5", "--kernels", "0.2", "--json")
+    """The bounded CI sample: every scheduler block, compiler streams mixed in (~20 s); the
+    cocotb blocks' samples are ``tests/test_campaign_blocks.py``."""
+    blocks = list(SCHEDULER_OF_BLOCK)
+    proc = _cli("--block", *blocks, "--streams", "400", "--seed", "5", "--kernels", "0.2", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     assert [r["block"] for r in out["blocks"]] == list(SCHEDULER_OF_BLOCK)
@@ -387,9 +389,9 @@ def test_campaign_refusals(tmp_path, capsys):
     status, _, err = _main(capsys, "--replay", str(tmp_path / "x.json"), "--block", "dcs")
     assert status == 2 and "--replay takes the block and preset" in err and "--block" in err
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"block": "dpa", "preset": "aim-16ch", "index": 0}))
+    bad.write_text(json.dumps({"block": "nope", "preset": "aim-16ch", "index": 0}))
     status, _, err = _main(capsys, "--replay", str(bad))
-    assert status == 2 and "block = 'dpa' is not a scheduler block; allowed:" in err
+    assert status == 2 and "block = 'nope' is not an RTL block; allowed: static_sched," in err
     bad.write_text(json.dumps({"block": "dcs", "index": 0}))
     status, _, err = _main(capsys, "--replay", str(bad))
     assert status == 2 and "field 'preset' is missing" in err

@@ -4,7 +4,8 @@ cycle-for-cycle comparison with the TLM (:func:`models.bank_slice.run_bank_slice
 ``run_rtl_bank_slice(cfg, slicing, runs)`` generates the Verilog of
 :class:`rtl.bank_slice.BankSliceController` (top module ``bank_slice``), builds it once per
 configuration (cached in ``build/sim/``), runs ``sim/verify/tb_bank_slice.py`` on every run in
-one simulator process and returns the RTL issue cycles of every PIM command and host read.
+one simulator process and returns the RTL issue cycles of every PIM command and host read
+(``run_slice_batch`` also the cycles simulated per run).
 ``simulate_amaranth`` does the same in Amaranth's Python simulator (no build; small runs).
 ``compare_with_tlm`` names the first operation whose cycles differ. ``record_waves`` records a
 checked VCD of a small mixed workload (``make wave BLOCK=bank_slice`` copies it out).
@@ -12,6 +13,7 @@ checked VCD of a small mixed workload (``make wave BLOCK=bank_slice`` copies it 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,19 +37,23 @@ from sim.verify.runner import (
     BUILD_ROOT,
     CosimError,
     field_spec,
+    is_built,
     pack_fields,
     run_amaranth,
     run_cocotb,
 )
 
 __all__ = [
+    "SliceBatch",
     "SliceRun",
     "compare_with_tlm",
     "describe_operation",
     "mixed_workload",
     "record_waves",
     "run_rtl_bank_slice",
+    "run_slice_batch",
     "simulate_amaranth",
+    "slice_built",
 ]
 
 
@@ -62,19 +68,39 @@ class SliceRun:
     ready_pattern: tuple[int, ...] | None = None
 
 
-def run_rtl_bank_slice(
+@functools.lru_cache(maxsize=8)
+def _verilog(cfg: HardwareConfig, slicing: SliceConfig) -> str:
+    """The controller's Verilog for ``cfg`` and ``slicing`` (converted once per process)."""
+    return generate_verilog(Block.BANK_SLICE, cfg, slicing=slicing)
+
+
+@dataclass(frozen=True)
+class SliceBatch:
+    """Outcome of :func:`run_slice_batch`: RTL issue cycles ``{name: (pim_issue, host_issue)}``
+    (program order), clock cycles simulated per run, and the waveform (or ``None``)."""
+
+    issue: dict[str, tuple[np.ndarray, np.ndarray]]
+    cycles: dict[str, int]
+    waves: Path | None = None
+
+
+def slice_built(cfg: HardwareConfig, slicing: SliceConfig, build_root: Path = BUILD_ROOT) -> bool:
+    """Whether :func:`run_slice_batch` finds the controller built for ``cfg`` and ``slicing``."""
+    return is_built(Block.BANK_SLICE, _verilog(cfg, slicing), build_root=build_root)
+
+
+def run_slice_batch(
     cfg: HardwareConfig,
     slicing: SliceConfig | None,
     runs: Sequence[SliceRun],
     simulator: str = "verilator",
     waves: bool = False,
     build_root: Path = BUILD_ROOT,
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """RTL issue cycles ``{name: (pim_issue, host_issue)}`` of every run (program order).
+) -> SliceBatch:
+    """Every run of ``runs`` on the generated Verilog in one simulator process.
 
-    One build per configuration (cached by a hash of the Verilog). With ``waves`` the
-    simulator also writes a waveform into the build directory; its path is returned under
-    the key ``"__waves__"``.
+    One build per configuration (cached by a hash of the Verilog); ``waves`` also records a
+    waveform in the build directory.
     """
     out = slice_issued_layout(cfg)
     job = {
@@ -97,7 +123,7 @@ def run_rtl_bank_slice(
             for r in runs
         ],
     }
-    text = generate_verilog(Block.BANK_SLICE, cfg, slicing=slicing or SliceConfig())
+    text = _verilog(cfg, slicing or SliceConfig())
     run = run_cocotb(
         Block.BANK_SLICE,
         text,
@@ -107,12 +133,33 @@ def run_rtl_bank_slice(
         waves=waves,
         build_root=build_root,
     )
-    result: dict = {
-        name: (np.asarray(r["pim"], dtype=np.int64), np.asarray(r["host"], dtype=np.int64))
-        for name, r in run.result.items()
-    }
-    if run.waves is not None:
-        result["__waves__"] = run.waves
+    return SliceBatch(
+        {
+            name: (np.asarray(r["pim"], dtype=np.int64), np.asarray(r["host"], dtype=np.int64))
+            for name, r in run.result.items()
+        },
+        {name: int(r["cycles_simulated"]) for name, r in run.result.items()},
+        run.waves,
+    )
+
+
+def run_rtl_bank_slice(
+    cfg: HardwareConfig,
+    slicing: SliceConfig | None,
+    runs: Sequence[SliceRun],
+    simulator: str = "verilator",
+    waves: bool = False,
+    build_root: Path = BUILD_ROOT,
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """RTL issue cycles ``{name: (pim_issue, host_issue)}`` of every run (program order).
+
+    :func:`run_slice_batch`'s issue cycles. With ``waves`` the simulator also writes a
+    waveform into the build directory; its path is returned under the key ``"__waves__"``.
+    """
+    batch = run_slice_batch(cfg, slicing, runs, simulator, waves, build_root)
+    result: dict = dict(batch.issue)
+    if batch.waves is not None:
+        result["__waves__"] = batch.waves
     return result
 
 

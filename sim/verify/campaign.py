@@ -1,6 +1,8 @@
 """``pimphony verify campaign``: seeded random streams on a scheduler block's compiled harness
 (:mod:`sim.verify.compiled`) against the TLM; the first mismatch is shrunk to a minimal
-reproducer written to disk.
+reproducer written to disk. The command line runs every block's campaign from the table
+:data:`sim.verify.campaign_blocks.CAMPAIGNS` (which also holds the campaigns of the DPA and
+bank-slice blocks on their cocotb harnesses); this module is the scheduler blocks' row.
 
 Stream ``i`` of a campaign with seed ``S`` comes from numpy's generators seeded ``(S, i)``, so
 any stream can be drawn again alone (:func:`campaign_stream`). A fraction ``kernels`` of the
@@ -52,6 +54,7 @@ from models.errors import PimphonyError
 from models.fileio import BUILD_DIR, check_writable, write_atomic
 from models.isa import StreamError, load_stream, save_stream
 from models.pingpong import PingPongError
+from rtl import Block
 from rtl.blocks import SCHEDULER_OF_BLOCK
 from sim.cli import SEED, bounded_int, choice_names
 from sim.provenance import provenance
@@ -64,17 +67,27 @@ __all__ = [
     "ALL_BLOCKS",
     "KERNEL_KINDS",
     "REPRO_DIR",
+    "CampaignOptions",
     "CampaignResult",
     "CampaignStream",
     "ReplayError",
+    "Replayed",
+    "Reproduction",
     "Shrunk",
     "add_arguments",
     "campaign_stream",
+    "draw_gaps",
     "kernel_shape",
+    "record_field",
+    "record_pattern",
     "replay",
     "run",
     "run_campaign",
+    "scheduler_replay",
+    "scheduler_reproduce",
+    "scheduler_run",
     "shrink_stream",
+    "summary",
     "write_reproducer",
 ]
 
@@ -91,7 +104,8 @@ KERNEL_TAG = 1
 REPRO_DIR = BUILD_DIR / "campaign"
 """Default directory of the reproducers."""
 ALL_BLOCKS = "all"
-"""``--block`` value that runs every scheduler block, one after the other."""
+"""``--block`` value that runs every block's campaign
+(:data:`sim.verify.campaign_blocks.CAMPAIGNS`), one after the other."""
 SHRINK_BATCH_COMMANDS = 200_000
 """Commands per testbench run while shrinking (the candidates of a round are run together)."""
 
@@ -125,7 +139,9 @@ class CampaignStream:
         return f"#{self.index} ({', '.join(what)})"
 
 
-def _draw_gaps(rng: np.random.Generator, n: int) -> tuple[int, ...]:
+def draw_gaps(rng: np.random.Generator, n: int) -> tuple[int, ...]:
+    """Input ``valid`` gaps of ``n`` commands: each idle with a drawn probability, for 1 to a
+    drawn longest of :data:`GAP_LENGTHS` cycles."""
     p = rng.uniform(0.05, 0.6)
     longest = int(rng.choice(GAP_LENGTHS))
     gaps = np.where(rng.random(n) < p, rng.integers(1, longest + 1, n), 0)
@@ -221,7 +237,7 @@ def campaign_stream(
     if kind >= ready + gaps:
         return made(RtlStream(name, commands), plain)
     for _ in range(GAP_TRIES):
-        valid_gaps = _draw_gaps(rng, n)
+        valid_gaps = draw_gaps(rng, n)
         try:
             issue = run_channel(commands, cfg, sched, valid_gaps=valid_gaps).issue
         except PingPongError:  # a command late for its slot: the RTL is safe, not exact
@@ -573,7 +589,8 @@ class ReplayError(PimphonyError, ValueError):
     """A reproducer file cannot be replayed (missing, malformed, or a field out of range)."""
 
 
-def _field(record: dict, path: Path, name: str, kind: type | tuple[type, ...]):
+def record_field(record: dict, path: Path, name: str, kind: type | tuple[type, ...]):
+    """Field ``name`` of reproducer ``record`` (read from ``path``), of type ``kind``."""
     if name not in record:
         raise ReplayError(f"{path}: field {name!r} is missing")
     value = record[name]
@@ -582,7 +599,8 @@ def _field(record: dict, path: Path, name: str, kind: type | tuple[type, ...]):
     return value
 
 
-def _pattern(record: dict, path: Path, name: str) -> tuple[int, ...] | None:
+def record_pattern(record: dict, path: Path, name: str) -> tuple[int, ...] | None:
+    """Field ``name`` of reproducer ``record``: ``None`` or a list of integers."""
     value = record.get(name)
     if value is None:
         return None
@@ -611,21 +629,21 @@ def replay(path: str | Path) -> tuple[CampaignStream, str, str | None]:
         raise ReplayError(f"{path}: not a campaign reproducer (not JSON: {exc})") from None
     if not isinstance(record, dict):
         raise ReplayError(f"{path}: not a campaign reproducer (a JSON object is expected)")
-    block = _field(record, path, "block", str)
+    block = record_field(record, path, "block", str)
     if block not in SCHEDULER_OF_BLOCK:
         raise ReplayError(
             f"{path}: block = {block!r} is not a scheduler block; allowed: "
             f"{', '.join(SCHEDULER_OF_BLOCK)}"
         )
-    preset = _field(record, path, "preset", str)
-    index = _field(record, path, "index", int)
+    preset = record_field(record, path, "preset", str)
+    index = record_field(record, path, "index", int)
     cfg = load_preset(preset)
-    commands, _ = load_stream(path.parent / _field(record, path, "stream", str), cfg)
+    commands, _ = load_stream(path.parent / record_field(record, path, "stream", str), cfg)
     stream = RtlStream(
         path.stem,
         commands,
-        _pattern(record, path, "valid_gaps"),
-        _pattern(record, path, "ready_pattern"),
+        record_pattern(record, path, "valid_gaps"),
+        record_pattern(record, path, "ready_pattern"),
     )
     try:
         encode_streams(cfg, [stream])  # gaps and pattern: lengths and ranges
@@ -639,6 +657,142 @@ def replay(path: str | Path) -> tuple[CampaignStream, str, str | None]:
     cs = CampaignStream(index, stream, issue, 0, str(record.get("source", "random")))
     rtl = build_harness(block, cfg).run([stream]).issue[stream.name]
     return cs, block, _check(cfg, sched, cs, rtl)
+
+
+# -- what every block's campaign shares --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CampaignOptions:
+    """The item options of a campaign: ``--max-length``, ``--gaps``, ``--ready``,
+    ``--kernels``, ``--chunk`` and ``--keep-going``."""
+
+    max_length: int = 600
+    gaps: float = 0.5
+    ready: float = 0.2
+    kernels: float = 0.1
+    chunk: int = 500
+    keep_going: bool = False
+
+    def flags(self) -> dict[str, object]:
+        """The options that decide the items, as command-line flags (for reproducers)."""
+        return {
+            "--max-length": self.max_length,
+            "--gaps": self.gaps,
+            "--ready": self.ready,
+            "--kernels": self.kernels,
+        }
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    """What the CLI reports about a campaign's first mismatch once shrunk and written: the
+    lines to print, the ``reproducer`` entry of ``--json``, why it was not written, and notes
+    printed in either mode (shrinking stopped early)."""
+
+    lines: tuple[str, ...]
+    json: dict
+    not_written: str | None
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """Outcome of :func:`replay_item` (or :func:`scheduler_replay`): the block,
+    what was run (``87 commands (exact)``), the JSON fields of ``--replay --json`` and the
+    mismatch message (``None``: no mismatch)."""
+
+    block: str
+    what: str
+    json: dict
+    mismatch: str | None
+
+
+# -- the scheduler blocks' row of the campaign table ----------------------------------------
+
+
+def scheduler_run(
+    block: str,
+    cfg: HardwareConfig,
+    streams: int,
+    seed: int,
+    options: CampaignOptions,
+    progress: Callable[[CampaignResult], None] | None = None,
+) -> CampaignResult:
+    """:func:`run_campaign` with the stream options of a :class:`CampaignOptions`."""
+    return run_campaign(
+        block,
+        cfg,
+        streams,
+        seed,
+        max_length=options.max_length,
+        gaps=options.gaps,
+        ready=options.ready,
+        kernels=options.kernels,
+        chunk=options.chunk,
+        keep_going=options.keep_going,
+        progress=progress,
+    )
+
+
+def scheduler_reproduce(
+    failed: CampaignResult,
+    cfg: HardwareConfig,
+    preset: str,
+    options: CampaignOptions,
+    directory: Path,
+    overwrite: bool,
+) -> Reproduction:
+    """Shrink the first failing stream of ``failed`` (:func:`shrink_stream`) and write it
+    (:func:`write_reproducer`)."""
+    notes: tuple[str, ...] = ()
+    try:
+        shrunk = shrink_stream(failed.block, cfg, failed.failure, failed.mismatches[0])
+    except CosimError as exc:  # a candidate hung the testbench: keep the whole stream
+        n = int(failed.failure.stream.commands.shape[0])
+        shrunk = Shrunk(failed.failure, failed.mismatches[0], n, 0, 0)
+        notes = (f"shrinking stopped ({exc}); the reproducer is the whole stream",)
+    written: tuple[Path, Path] | None = None
+    not_written = None
+    try:
+        written = write_reproducer(
+            directory,
+            shrunk,
+            block=failed.block,
+            cfg=cfg,
+            preset=preset,
+            seed=failed.seed,
+            options=options.flags(),
+            overwrite=overwrite,
+        )
+    except (FileExistsError, PimphonyError) as exc:
+        not_written = str(exc)
+    lines = [
+        f"shrunk stream #{shrunk.stream.index} from {shrunk.original_commands} to "
+        f"{shrunk.stream.stream.commands.shape[0]} commands ({shrunk.candidates} candidates "
+        f"in {shrunk.runs} testbench runs): {shrunk.message}"
+    ]
+    if written:
+        lines.append(
+            f"reproducer: {written[1]} (+ {written[0].name}); replay: "
+            f"pimphony verify campaign --replay {written[1]}"
+        )
+    js = {
+        "commands": int(shrunk.stream.stream.commands.shape[0]),
+        "original_commands": shrunk.original_commands,
+        "mismatch": shrunk.message,
+        "files": [str(p) for p in written] if written else None,
+        "not_written": not_written,
+    }
+    return Reproduction(tuple(lines), js, not_written, notes)
+
+
+def scheduler_replay(path: Path, record: dict) -> Replayed:
+    """:func:`replay` of a scheduler block's reproducer, as the CLI reports it."""
+    cs, block, msg = replay(path)
+    n = int(cs.stream.commands.shape[0])
+    check = "exact" if cs.tlm_issue is not None else "rules-only"
+    return Replayed(block, f"{n} commands ({check})", {"commands": n, "check": check}, msg)
 
 
 # -- command line ---------------------------------------------------------------------------
@@ -656,42 +810,56 @@ def _fraction(text: str) -> float:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``pimphony verify campaign``."""
+    from sim.verify.campaign_blocks import CAMPAIGNS
+
     parser.add_argument(
         "--block",
-        choices=[*choice_names(SCHEDULER_OF_BLOCK), ALL_BLOCKS],
+        nargs="+",
+        choices=[*choice_names(CAMPAIGNS), ALL_BLOCKS],
         default=None,
-        help=f"RTL block (default dcs); {ALL_BLOCKS!r}: every scheduler block in turn",
+        help=f"RTL block(s) (default dcs); {ALL_BLOCKS!r}: every block in turn",
     )
     parser.add_argument(
         "--preset", default=None, help=f"hardware preset name or .toml (default {DEFAULT_PRESET})"
     )
     parser.add_argument(
-        "--streams", type=bounded_int(1, 10**8), default=1000, help="streams per block"
+        "--streams",
+        type=bounded_int(1, 10**8),
+        default=1000,
+        help="streams (items: one dispatch or bank_slice run) per block",
     )
     parser.add_argument("--seed", type=SEED, default=0, help="campaign seed")
     parser.add_argument(
         "--max-length",
         type=bounded_int(1, 100_000),
         default=600,
-        help="commands per random stream, max",
+        help="commands per random stream (DPA: per random program's dispatch), max",
     )
     parser.add_argument(
-        "--gaps", type=_fraction, default=0.5, help="fraction of streams with input valid gaps"
+        "--gaps",
+        type=_fraction,
+        default=0.5,
+        help="fraction of streams with input valid gaps (not DPA: host writes are back to back)",
     )
     parser.add_argument(
         "--ready",
         type=_fraction,
         default=0.2,
-        help="fraction of streams with an output ready pattern (checked by the rules)",
+        help="fraction of streams with an output ready pattern (checked by the rules; "
+        "not dpa_pipeline)",
     )
     parser.add_argument(
         "--kernels",
         type=_fraction,
-        default=0.1,
-        help="fraction of streams from the compiler (qk/sv/gemv of random small shapes)",
+        default=None,
+        help="fraction of streams from the compiler (qk/sv/gemv of random small shapes; "
+        "default 0.1, DPA blocks 0.5, bank_slice 0.2)",
     )
     parser.add_argument(
-        "--chunk", type=bounded_int(1, 100_000), default=500, help="streams per testbench run"
+        "--chunk",
+        type=bounded_int(1, 100_000),
+        default=500,
+        help="streams per testbench (simulator) run",
     )
     parser.add_argument(
         "--keep-going",
@@ -718,22 +886,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _read_record(path: Path) -> dict:
+    try:
+        record = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ReplayError(f"{path}: not a campaign reproducer (not JSON: {exc})") from None
+    except OSError as exc:
+        raise ReplayError(f"{path}: cannot be read ({exc.strerror})") from None
+    if not isinstance(record, dict):
+        raise ReplayError(f"{path}: not a campaign reproducer (a JSON object is expected)")
+    return record
+
+
 def _run_replay(args: argparse.Namespace) -> int:
+    from sim.verify.campaign_blocks import CAMPAIGNS
+
     given = [opt for opt in ("block", "preset") if getattr(args, opt) is not None]
     if given:
         raise PimphonyError(
             f"--replay takes the block and preset from the reproducer; drop "
             f"{', '.join('--' + g for g in given)}"
         )
-    cs, block, msg = replay(args.replay)
-    n = cs.stream.commands.shape[0]
-    check = "exact" if cs.tlm_issue is not None else "rules-only"
+    record = _read_record(args.replay)
+    block = record_field(record, args.replay, "block", str)
+    if block not in CAMPAIGNS:
+        raise ReplayError(
+            f"{args.replay}: block = {block!r} is not an RTL block; allowed: {', '.join(CAMPAIGNS)}"
+        )
+    done = CAMPAIGNS[Block(block)].replay(args.replay, record)
+    msg = done.mismatch
     if args.json:
-        out = {"replay": str(args.replay), "block": block, "commands": int(n), "check": check}
+        out = {"replay": str(args.replay), "block": done.block, **done.json}
         print(json.dumps({**out, "mismatch": msg}, indent=2))
     else:
         verdict = f"mismatch reproduces: {msg}" if msg else "no mismatch (the RTL matches now)"
-        print(f"{args.replay}: {block}, {n} commands ({check}): {verdict}")
+        print(f"{args.replay}: {done.block}, {done.what}: {verdict}")
     if msg:
         raise CosimError(f"reproducer {args.replay} still fails: {msg}")
     return 0
@@ -743,7 +930,8 @@ def _rate(x: float) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
-def _summary(r: CampaignResult) -> list[str]:
+def summary(r: CampaignResult) -> list[str]:
+    """The printed lines of a scheduler block's campaign (counts, rates, first mismatches)."""
     lines = [
         f"{r.block} at {r.preset}, seed {r.seed}: {r.streams:,} streams ({r.exact:,} exact "
         f"vs the TLM's cycles, {r.rules_only:,} by the rules; {r.kernels:,} from the compiler; "
@@ -755,9 +943,25 @@ def _summary(r: CampaignResult) -> list[str]:
     return lines + [f"  {msg}" for msg in r.mismatches[:10]]
 
 
+def _blocks(given: list[str] | None) -> list[Block]:
+    """The blocks of ``--block`` (``all``: every block of the campaign table)."""
+    from sim.verify.campaign_blocks import CAMPAIGNS
+
+    given = given or [Block.DCS]
+    if ALL_BLOCKS in given:
+        if len(given) > 1:
+            raise PimphonyError(f"--block {ALL_BLOCKS} runs every block; name no other block")
+        return list(CAMPAIGNS)
+    if len(set(given)) < len(given):
+        raise PimphonyError(f"--block names a block twice: {' '.join(given)}")
+    return [Block(b) for b in given]
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the campaign (every block in turn for ``--block all``) or ``--replay`` one
-    reproducer; print the summary (exit status 1 via :class:`CosimError` on a mismatch)."""
+    """Run the campaign of every ``--block`` in turn (every block for ``all``) or ``--replay``
+    one reproducer; print the summary (exit status 1 via :class:`CosimError` on a mismatch)."""
+    from sim.verify.campaign_blocks import CAMPAIGNS, CampaignOptions
+
     if args.replay is not None:
         return _run_replay(args)
     if args.gaps + args.ready > 1.0:
@@ -767,11 +971,16 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.repro_dir.exists() and not args.repro_dir.is_dir():
         raise PimphonyError(f"--repro-dir {args.repro_dir} is a file; name a directory")
+    blocks = _blocks(args.block)
     preset = args.preset or DEFAULT_PRESET
     cfg = load_preset(preset)
-    block = args.block or "dcs"
-    blocks = list(SCHEDULER_OF_BLOCK) if block == ALL_BLOCKS else [block]
     show = not args.quiet and sys.stderr.isatty()
+
+    def options(block: Block) -> CampaignOptions:
+        kernels = CAMPAIGNS[block].kernels if args.kernels is None else args.kernels
+        return CampaignOptions(
+            args.max_length, args.gaps, args.ready, kernels, args.chunk, args.keep_going
+        )
 
     def progress(r: CampaignResult) -> None:
         if show:
@@ -785,85 +994,36 @@ def run(args: argparse.Namespace) -> int:
 
     results: list[CampaignResult] = []
     for b in blocks:
-        r = run_campaign(
-            b,
-            cfg,
-            args.streams,
-            args.seed,
-            max_length=args.max_length,
-            gaps=args.gaps,
-            ready=args.ready,
-            kernels=args.kernels,
-            chunk=args.chunk,
-            keep_going=args.keep_going,
-            progress=progress,
-        )
+        r = CAMPAIGNS[b].run(b, cfg, args.streams, args.seed, options(b), progress)
         results.append(r)
         if not args.json:
-            print("\n".join(_summary(r)), flush=True)
+            print("\n".join(CAMPAIGNS[b].summary(r)), flush=True)
         if r.mismatches and not args.keep_going:
             break
     failed = next((r for r in results if r.mismatches), None)
-    written: tuple[Path, Path] | None = None
-    not_written = None
-    shrunk = None
+    repro: Reproduction | None = None
     if failed is not None and not args.keep_going:
-        try:
-            shrunk = shrink_stream(failed.block, cfg, failed.failure, failed.mismatches[0])
-        except CosimError as exc:  # a candidate hung the testbench: keep the whole stream
-            n = int(failed.failure.stream.commands.shape[0])
-            shrunk = Shrunk(failed.failure, failed.mismatches[0], n, 0, 0)
-            print(f"shrinking stopped ({exc}); the reproducer is the whole stream", flush=True)
-        try:
-            written = write_reproducer(
-                args.repro_dir,
-                shrunk,
-                block=failed.block,
-                cfg=cfg,
-                preset=preset,
-                seed=args.seed,
-                options={
-                    "--max-length": args.max_length,
-                    "--gaps": args.gaps,
-                    "--ready": args.ready,
-                    "--kernels": args.kernels,
-                },
-                overwrite=args.force,
-            )
-        except (FileExistsError, PimphonyError) as exc:
-            not_written = str(exc)
+        b = Block(failed.block)
+        repro = CAMPAIGNS[b].reproduce(failed, cfg, preset, options(b), args.repro_dir, args.force)
+        for note in repro.notes:
+            print(note, flush=True)
     if args.json:
         out: dict = (
-            results[0].to_dict()
-            if len(results) == 1 and block != ALL_BLOCKS
-            else {"blocks": [r.to_dict() for r in results]}
+            results[0].to_dict() if len(blocks) == 1 else {"blocks": [r.to_dict() for r in results]}
         )
         out["mismatches_total"] = sum(len(r.mismatches) for r in results)
-        if shrunk is not None:
-            out["reproducer"] = {
-                "commands": int(shrunk.stream.stream.commands.shape[0]),
-                "original_commands": shrunk.original_commands,
-                "mismatch": shrunk.message,
-                "files": [str(p) for p in written] if written else None,
-                "not_written": not_written,
-            }
+        if repro is not None:
+            out["reproducer"] = repro.json
         print(json.dumps({**out, "provenance": provenance(args, cfg)}, indent=2))
-    elif shrunk is not None:
-        print(
-            f"shrunk stream #{shrunk.stream.index} from {shrunk.original_commands} to "
-            f"{shrunk.stream.stream.commands.shape[0]} commands ({shrunk.candidates} candidates "
-            f"in {shrunk.runs} testbench runs): {shrunk.message}"
-        )
-        if written:
-            print(
-                f"reproducer: {written[1]} (+ {written[0].name}); replay: "
-                f"pimphony verify campaign --replay {written[1]}"
-            )
+    elif repro is not None:
+        print("\n".join(repro.lines))
     if failed is not None:
         total = sum(len(r.mismatches) for r in results)
-        where = f"; reproducer not written: {not_written}" if not_written else ""
+        unit = CAMPAIGNS[Block(failed.block)].unit
+        why = repro.not_written if repro is not None else None
+        where = f"; reproducer not written: {why}" if why else ""
         raise CosimError(
-            f"{total} stream(s) differ from the TLM ({failed.block}); first: "
+            f"{total} {unit}(s) differ from the TLM ({failed.block}); first: "
             f"{failed.mismatches[0]}{where}"
         )
     return 0

@@ -19,20 +19,30 @@ check them against :func:`models.dpa.program.expand` /
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+from amaranth.lib import data
 
 from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
 from models.dpa.dispatcher import DecoderTiming, decode_times, run_pipeline
+from models.dpa.format import TranslationError
 from models.dpa.program import DpaProgram, expand
 from models.isa import HW_FIELDS, Op, describe_command, empty_stream
 from rtl import Block
 from rtl.blocks import BLOCKS, component_verilog
 from rtl.common import command_layout, issued_layout
 from rtl.dpa import DpaError, DpaPipeline, HostOp, host_writes, pack_host
-from sim.verify.runner import BUILD_ROOT, CosimError, field_spec, run_amaranth, run_cocotb
+from sim.verify.runner import (
+    BUILD_ROOT,
+    CosimError,
+    field_spec,
+    is_built,
+    run_amaranth,
+    run_cocotb,
+)
 
 __all__ = [
     "DPA_BLOCKS",
@@ -40,6 +50,7 @@ __all__ = [
     "DpaRun",
     "compare_dispatch",
     "compare_pipeline",
+    "dpa_built",
     "record_waves",
     "run_rtl_dpa",
     "simulate",
@@ -64,13 +75,16 @@ class DpaRun:
 
 @dataclass
 class DpaResult:
-    """RTL outcome of a run: commands (program order), their cycles from ``START``, errors."""
+    """RTL outcome of a run: commands (program order), their cycles from ``START``, errors,
+    and the clock cycles the testbench simulated (host writes and, for the pipeline, the
+    drain included; 0 if not counted)."""
 
     commands: np.ndarray
     cycles: np.ndarray
     error_code: int
     error_row: int
     done_cycle: int
+    cycles_simulated: int = 0
 
     @property
     def error(self) -> DpaError:
@@ -126,9 +140,50 @@ def compare_dispatch(
     check_cycles: bool = True,
 ) -> str | None:
     """``None`` if the RTL emitted the TLM's commands (at the predicted cycles), else a message
-    naming the first differing command."""
-    want, times = tlm_dispatch(program, t_cur, table, timing)
+    naming the first differing command.
+
+    Where the TLM's expansion stops at an unmapped virtual row (:class:`TranslationError`),
+    the RTL must stop there too: the commands before the faulting MAC (at the predicted
+    cycles), then error ``UNMAPPED`` naming the same virtual row.
+    """
+    try:
+        want, times = tlm_dispatch(program, t_cur, table, timing)
+    except TranslationError as exc:
+        return _compare_unmapped(name, program, t_cur, table, exc, result, timing, check_cycles)
     return _compare_dispatched(name, want, times, result, check_cycles)
+
+
+def _compare_unmapped(
+    name: str,
+    program: DpaProgram,
+    t_cur: int,
+    table: np.ndarray | list[int],
+    exc: TranslationError,
+    result: DpaResult,
+    timing: DecoderTiming | None,
+    check_cycles: bool,
+) -> str | None:
+    """:func:`compare_dispatch` of a dispatch the TLM refuses at the unmapped row of ``exc``."""
+    virtual = expand(program, t_cur, None)  # untranslated: MAC rows are virtual rows
+    tab = np.asarray(table, dtype=np.int64).reshape(-1)
+    mac = np.flatnonzero(virtual["op"] == Op.MAC)
+    vrow = virtual["row"][mac].astype(np.int64)
+    inside = vrow < tab.shape[0]
+    bad = ~inside
+    bad[inside] = tab[vrow[inside]] < 0
+    k = int(mac[np.flatnonzero(bad)[0]])  # the faulting MAC, as the TLM's expansion finds it
+    if result.error != DpaError.UNMAPPED or result.error_row != exc.virtual_row:
+        return (
+            f"{name}: TLM stops at MAC command {k} (virtual row {exc.virtual_row} unmapped); "
+            f"RTL error {result.error.name} (virtual row {result.error_row}) after "
+            f"{result.commands.shape[0]} commands"
+        )
+    # The holes mapped anywhere (row 0): the commands before the faulting MAC never read them.
+    filled = np.zeros(int(vrow.max()) + 1, dtype=np.int64)
+    filled[: tab.shape[0]] = np.maximum(tab[: filled.shape[0]], 0)
+    want, times = tlm_dispatch(program, t_cur, filled, timing)
+    prefix = replace(result, error_code=0)
+    return _compare_dispatched(name, want[:k], times[:k], prefix, check_cycles)
 
 
 def _compare_dispatched(
@@ -261,12 +316,28 @@ def _result(got: list[tuple[int, int, dict]], outcome: dict[str, int]) -> DpaRes
         int(outcome.get("code", 0)),
         int(outcome.get("row", 0)),
         int(outcome.get("done", -1)),
+        int(outcome.get("cycles_simulated", 0)),
     )
 
 
 # ---------------------------------------------------------------------------------------------
 # cocotb + Verilator
 # ---------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=8)
+def _verilog(
+    block: Block, cfg: HardwareConfig, dispatcher_args: tuple[tuple[str, object], ...]
+) -> tuple[str, data.StructLayout]:
+    """The Verilog of ``block`` and its host-write layout (converted once per process: the
+    preset-sized buffers take seconds to convert)."""
+    dut = BLOCKS[block].build(cfg, **dict(dispatcher_args))
+    return component_verilog(dut, block), dut.host_layout
+
+
+def dpa_built(block: str, cfg: HardwareConfig, build_root: Path = BUILD_ROOT) -> bool:
+    """Whether :func:`run_rtl_dpa` finds ``block`` built for ``cfg`` (Verilator, no waves)."""
+    return is_built(block, _verilog(Block(block), cfg, ())[0], build_root=build_root)
 
 
 def run_rtl_dpa(
@@ -286,8 +357,7 @@ def run_rtl_dpa(
     """
     if block not in DPA_BLOCKS:
         raise CosimError(f"block {block!r} is unknown; allowed: {', '.join(DPA_BLOCKS)}")
-    dut = BLOCKS[block].build(cfg, **dispatcher_args)
-    text = component_verilog(dut, block)
+    text, host = _verilog(Block(block), cfg, tuple(sorted(dispatcher_args.items())))
     pipeline = block == Block.DPA_PIPELINE
     out_layout = issued_layout(cfg) if pipeline else command_layout(cfg)
     cmd_off = out_layout["cmd"].offset if pipeline else 0
@@ -301,7 +371,7 @@ def run_rtl_dpa(
         "runs": [
             {
                 "name": r.name,
-                "writes": [pack_host(dut.host_layout, *w) for w in r.writes],
+                "writes": [pack_host(host, *w) for w in r.writes],
                 "start": [i for i, w in enumerate(r.writes) if w[0] == HostOp.START][-1],
                 "ready_pattern": list(r.ready_pattern) if r.ready_pattern else None,
                 "max_cycles": r.max_cycles,

@@ -33,6 +33,7 @@ __all__ = [
     "CocotbRun",
     "CosimError",
     "field_spec",
+    "is_built",
     "pack_fields",
     "pack_words",
     "run_amaranth",
@@ -149,6 +150,18 @@ def _config_key(top: str, verilog_text: str, simulator: str, waves: bool) -> str
     """Build-directory name: top module, simulator, waves flag and a hash of the Verilog."""
     digest = hashlib.sha256(verilog_text.encode()).hexdigest()[:12]
     return f"{top}-{simulator}-{'waves-' if waves else ''}{digest}"
+
+
+def is_built(
+    top: str,
+    verilog_text: str,
+    simulator: str = "verilator",
+    waves: bool = False,
+    build_root: Path = BUILD_ROOT,
+) -> bool:
+    """Whether :func:`run_cocotb` finds ``verilog_text`` built (no build on its next run)."""
+    build_dir = Path(build_root) / _config_key(top, verilog_text, simulator, waves)
+    return (build_dir / _BUILT[simulator].format(top=top)).exists()
 
 
 @dataclass(frozen=True)

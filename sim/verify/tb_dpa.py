@@ -65,6 +65,7 @@ async def _run(dut, job: dict, spec: dict) -> dict:
     await RisingEdge(dut.clk)
     host.stop()
     out["got"] = got
+    out["cycles_simulated"] = cycle + 1
     return out
 
 
