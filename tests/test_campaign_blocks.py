@@ -164,7 +164,6 @@ def _first_hit(seed: int, opts: CampaignOptions) -> int:
     raise AssertionError("no item hits the injected bug")
 
 
-@pytest.mark.slow
 def test_dpa_campaign_stops_shrinks_and_replays(late_decoder, tmp_path, capsys, monkeypatch):
     opts = ["--block", "dpa", "--streams", "40", "--seed", "6", "--chunk", "40"]
     opts += ["--kernels", "0.5", "--repro-dir", str(tmp_path), "--quiet"]
