@@ -1,4 +1,4 @@
-"""The campaigns of the cocotb blocks (``sim/verify/campaign_blocks.py``): ``dpa``,
+"""The campaigns of the cocotb blocks (``sim/verify/campaign_blocks.py``, ~26 s): ``dpa``,
 ``dpa_pipeline`` and ``bank_slice`` items drawn again alone from ``(seed, index)``, small
 campaigns on every block (no mismatch), and an injected TLM bug (decode times one cycle late
 from the ninth command; a MAC activation one cycle longer) that the campaign stops at,
