@@ -1,4 +1,4 @@
-"""The campaigns of the cocotb blocks (``sim/verify/campaign_blocks.py``): ``dpa``,
+"""The campaigns of the cocotb blocks (``sim/verify/campaign_blocks.py``, ~26 s): ``dpa``,
 ``dpa_pipeline`` and ``bank_slice`` items drawn again alone from ``(seed, index)``, small
 campaigns on every block (no mismatch), and an injected TLM bug (decode times one cycle late
 from the ninth command; a MAC activation one cycle longer) that the campaign stops at,
@@ -164,7 +164,6 @@ def _first_hit(seed: int, opts: CampaignOptions) -> int:
     raise AssertionError("no item hits the injected bug")
 
 
-@pytest.mark.slow
 def test_dpa_campaign_stops_shrinks_and_replays(late_decoder, tmp_path, capsys, monkeypatch):
     opts = ["--block", "dpa", "--streams", "40", "--seed", "6", "--chunk", "40"]
     opts += ["--kernels", "0.5", "--repro-dir", str(tmp_path), "--quiet"]
