@@ -41,9 +41,10 @@ import math
 import shlex
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -78,6 +79,7 @@ __all__ = [
     "campaign_stream",
     "draw_gaps",
     "kernel_shape",
+    "pipelined",
     "record_field",
     "record_pattern",
     "replay",
@@ -90,6 +92,10 @@ __all__ = [
     "summary",
     "write_reproducer",
 ]
+
+B = TypeVar("B")  # a batch of streams or items
+H = TypeVar("H")  # a running simulation
+R = TypeVar("R")  # its result
 
 GAP_LENGTHS = (2, 8, 40)
 """Longest input gap of a stream with gaps (one drawn per stream)."""
@@ -376,22 +382,39 @@ def run_campaign(
 
     # One testbench process at a time: chunk k + 1 is drawn (and run on the TLM) while chunk k
     # simulates, and chunk k is checked while chunk k + 1 simulates.
-    pending = None
-    for indices in _chunks(streams, chunk):
-        batch = [
-            campaign_stream(cfg, sched, seed, i, max_length, gaps, ready, kernels) for i in indices
-        ]
-        done = (pending[0], pending[1].wait()) if pending is not None else None
-        pending = (batch, harness.start([cs.stream for cs in batch]))
+    batches = (
+        [campaign_stream(cfg, sched, seed, i, max_length, gaps, ready, kernels) for i in indices]
+        for indices in _chunks(streams, chunk)
+    )
+    pipelined(
+        batches, lambda b: harness.start([cs.stream for cs in b]), lambda h: h.wait(), settle,
+        stopped,
+    )  # fmt: skip
+    return result
+
+
+def pipelined(
+    batches: Iterable[B],
+    start: Callable[[B], H],
+    wait: Callable[[H], R],
+    settle: Callable[[B, R], None],
+    stopped: Callable[[], bool],
+) -> None:
+    """Run ``batches`` one simulation at a time, each drawn while the one before simulates
+    and settled (checked) while the one after simulates; stop drawing once ``stopped()``.
+    ``start(batch)`` begins a simulation and returns a handle, ``wait(handle)`` its result."""
+    pending: tuple[B, H] | None = None
+    for batch in batches:
+        done = (pending[0], wait(pending[1])) if pending is not None else None
+        pending = (batch, start(batch))
         if done is not None:
             settle(*done)
         if stopped():
             break
     if pending is not None:
-        run = pending[1].wait()
+        out = wait(pending[1])
         if not stopped():
-            settle(pending[0], run)
-    return result
+            settle(pending[0], out)
 
 
 # -- shrinking and reproducers --------------------------------------------------------------

@@ -681,23 +681,14 @@ def run_block_campaign(
     def stopped() -> bool:
         return result.failure is not None and not opts.keep_going
 
+    batches = (
+        [kind.draw(cfg, block, seed, i, opts, dut) for i in range(at, min(at + opts.chunk, items))]
+        for at in range(0, items, opts.chunk)
+    )
     with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = None
-        for start in range(0, items, opts.chunk):
-            batch = [
-                kind.draw(cfg, block, seed, i, opts, dut)
-                for i in range(start, min(start + opts.chunk, items))
-            ]
-            done = (pending[0], pending[1].result()) if pending is not None else None
-            pending = (batch, pool.submit(simulate, batch))
-            if done is not None:
-                settle(*done)
-            if stopped():
-                break
-        if pending is not None:
-            outcome = pending[1].result()
-            if not stopped():
-                settle(pending[0], outcome)
+        sched_campaign.pipelined(
+            batches, lambda b: pool.submit(simulate, b), lambda f: f.result(), settle, stopped
+        )
     return result
 
 
