@@ -90,3 +90,27 @@ def test_cli_writes_report_and_plot(capsys, tmp_path):
         "--force",
     )  # fmt: skip
     assert rc != 0 and "not of kind 'hbm'" in err and "Traceback" not in err
+
+
+def test_librapim_energy_option_equals_fig22(capsys, rows):
+    """``pimphony librapim --energy`` prints each system's energy, the same numbers as Fig. 22's
+    run of the same step; the parts sum to the total; a non-HBM preset is refused by name."""
+    args = ("librapim", "--model", "llm-1.8b", "--batch", "8", "--context", "64", "--tp", "1")
+    rc, out, err = run_cli(capsys, *args, "--energy", "--json")
+    assert (rc, err) == (0, "")
+    doc = json.loads(out)
+    assert doc["energy_preset"] == "hbm-pim"
+    fig = rows[0]["systems"]
+    for name, e in fig.items():
+        got = {k: v for k, v in doc["energy"][name]["parts_j"].items() if k != "unit"}
+        assert got == pytest.approx({k: v for k, v in e["parts_j"].items() if k != "unit"})
+    for e in doc["energy"].values():
+        parts = {k: v for k, v in e["parts_j"].items() if k not in ("unit", "total")}
+        assert sum(parts.values()) == pytest.approx(e["parts_j"]["total"], rel=1e-12)
+        assert e["joules_per_token"] == pytest.approx(e["joules_per_step"] / 8)
+    rc, text, err = run_cli(capsys, *args, "--energy")
+    assert rc == 0 and "energy (hbm-pim)" in text and "J/token" in text
+    rc, plain, _ = run_cli(capsys, *args, "--json")  # without the option: no energy block
+    assert rc == 0 and "energy" not in json.loads(plain)
+    rc, _, err = run_cli(capsys, *args, "--energy", "aim-cent")
+    assert rc == 2 and "not of kind 'hbm'" in err and "Traceback" not in err

@@ -17,6 +17,7 @@ from models.channel import SCHEDULERS
 from models.config import load_preset
 from models.xpu_config import load_xpu
 from sim.cli import SEED, bounded_int, choice_names
+from sim.decode_step.kernels import KernelCache
 from sim.decode_step.librapim import (
     DEFAULT_TP,
     SYSTEMS,
@@ -25,9 +26,10 @@ from sim.decode_step.librapim import (
     weights_per_device,
 )
 from sim.decode_step.setup import DecodeError
+from sim.experiments.librapim_energy import hbm_energy, system_energy
 from sim.workloads import generation_context_lengths, load_workload, sample_context_lengths
 
-__all__ = ["add_arguments", "batch_lengths", "run"]
+__all__ = ["add_arguments", "batch_lengths", "format_energy", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,6 +66,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="LibraPIM's banks exclusive (plain AiM) instead of sliced (bank-slice TLM)",
     )
     parser.add_argument("--sched", choices=choice_names(SCHEDULERS), default="dcs")
+    parser.add_argument(
+        "--energy",
+        nargs="?",
+        const="hbm-pim",
+        default=None,
+        help="also each system's step energy by part and J/token (an HBM energy preset; "
+        "hbm-pim if none is named; docs/energy.md)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -83,10 +93,12 @@ def run(args: argparse.Namespace) -> int:
     """Print the systems' step times (or one JSON object)."""
     spec = load_model(args.model)
     lengths = batch_lengths(args, spec.context_window)
+    hw, dev = load_preset(args.preset), load_xpu(args.xpu)
+    params = hbm_energy(args.energy) if args.energy else None
     systems = run_librapim(
         spec,
-        load_preset(args.preset),
-        load_xpu(args.xpu),
+        hw,
+        dev,
         lengths,
         args.groups,
         args.sched,
@@ -94,6 +106,13 @@ def run(args: argparse.Namespace) -> int:
         tuple(args.system) if args.system else None,
         slicing=not args.no_dex,
     )
+    energy = None
+    if params is not None:  # the kernels timed as run_librapim times them
+        cache = KernelCache(hw, args.sched, True, dpa=True, dpa_max_tokens=max(lengths))
+        energy = {
+            s: system_energy(spec, hw, dev, args.tp, lengths, r, params, cache)
+            for s, r in systems.items()
+        }
     if args.json:
         out = {
             "model": spec.name,
@@ -105,6 +124,9 @@ def run(args: argparse.Namespace) -> int:
             "weight_bytes_per_device": weights_per_device(spec, args.tp),
             "systems": {k: dataclasses.asdict(v) for k, v in systems.items()},
         }
+        if energy is not None:
+            out["energy_preset"] = params.name
+            out["energy"] = energy
         json.dump(out, sys.stdout, indent=1)
         print()
         return 0
@@ -114,4 +136,20 @@ def run(args: argparse.Namespace) -> int:
         f"batch {len(lengths)}, contexts {min(lengths)}..{max(lengths)} tokens"
     )
     print(format_librapim(systems))
+    if energy is not None:
+        print(format_energy(energy, params.name))
     return 0
+
+
+def format_energy(energy: dict[str, dict], preset: str) -> str:
+    """Each system's step energy by part (J, all ``tp`` devices) and J per token."""
+    parts = ("mac", "io", "activation", "background", "epu", "xpu", "links")
+    head = f"{'energy (' + preset + ')':<20}" + "".join(f"{p:>11}" for p in parts)
+    lines = [head + f"{'J/step':>11}{'J/token':>10}", "-" * (len(head) + 21)]
+    for name, e in energy.items():
+        j = e["parts_j"]
+        lines.append(
+            f"{name:<20}" + "".join(f"{j[p]:>11.4f}" for p in parts)
+            + f"{e['joules_per_step']:>11.4f}{e['joules_per_token']:>10.4f}"
+        )  # fmt: skip
+    return "\n".join(lines)

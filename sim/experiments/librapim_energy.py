@@ -82,6 +82,7 @@ __all__ = [
     "add_arguments",
     "fig22",
     "format_fig22",
+    "hbm_energy",
     "npu_energy_params",
     "plot_fig22",
     "run",
@@ -224,6 +225,18 @@ def _qkv_out_bytes(spec: ModelSpec, tp: int, n: int) -> int:
     return qkv + n * spec.heads * spec.head_dim * e // tp
 
 
+def hbm_energy(name: str) -> HbmEnergyParams:
+    """The energy preset ``name``, refused unless it is of kind ``hbm`` (LibraPIM's PIM is
+    HBM2)."""
+    params = load_energy(name)
+    if not isinstance(params, HbmEnergyParams):
+        raise DecodeError(
+            f"energy preset {params.name!r} is not of kind 'hbm'; LibraPIM's PIM is HBM2: use "
+            "an HBM preset such as hbm-pim"
+        )
+    return params
+
+
 def system_energy(
     spec: ModelSpec,
     hw: HardwareConfig,
@@ -316,12 +329,7 @@ def fig22(
 ) -> list[dict[str, Any]]:
     """One row per (model, batch, context): each paper system's energy by part."""
     hw, dev = load_preset(preset), load_xpu(xpu)
-    params = load_energy(energy)
-    if not isinstance(params, HbmEnergyParams):
-        raise DecodeError(
-            f"energy preset {params.name!r} is not of kind 'hbm'; LibraPIM's PIM is HBM2: use "
-            "an HBM preset such as hbm-pim"
-        )
+    params = hbm_energy(energy)
     stacks = params.chips(hw)
     names = list(FIG22_SYSTEMS)
     rows = []
