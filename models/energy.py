@@ -91,6 +91,7 @@ __all__ = [
     "background_energy",
     "channel_activity",
     "channel_energy",
+    "run_energy",
     "dynamic_energy",
     "hbm_pim_activity",
     "hbm_pim_energy",
@@ -790,6 +791,14 @@ def channel_energy(
     bg = background_energy(act.active_cycles, act.precharged_cycles, cfg, params)
     d = dynamic_energy(act, cfg, params)
     return Energy(mac=d.mac, io=d.io, activation=d.activation, background=bg)
+
+
+def run_energy(
+    summary: Mapping[str, Any], cfg: HardwareConfig, params: EnergyParams | HbmEnergyParams
+) -> Energy:
+    """Energy of one channel run from its statistics (``ScheduleResult.to_dict()``), pJ:
+    :func:`channel_energy` of its :func:`channel_activity`."""
+    return channel_energy(channel_activity(summary, cfg), cfg, params)
 
 
 class HbmAccess(StrEnum):

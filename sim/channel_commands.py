@@ -10,7 +10,7 @@ from pathlib import Path
 from compiler.kernels import GQA_MAPPINGS, KERNELS, CompileError, KernelProgram, compile_kernel
 from models.channel import SCHEDULERS, ChannelRun, run_channel
 from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
-from models.energy import DEFAULT_ENERGY, channel_activity, channel_energy, load_energy
+from models.energy import DEFAULT_ENERGY, load_energy, run_energy
 from models.fileio import BUILD_DIR, write_atomic
 from models.functional import DataflowCheck
 from models.isa import StreamError, StreamReader, save_stream
@@ -161,9 +161,7 @@ def run_demo(args: argparse.Namespace) -> int:
     for kind, shape in DEMO_KERNELS:
         prog = compile_kernel(cfg, kind, **shape)
         results = [run_channel(prog.commands, cfg, s) for s in SCHEDULERS]
-        energies = [
-            channel_energy(channel_activity(r.to_dict(), cfg), cfg, energy_params) for r in results
-        ]
+        energies = [run_energy(r.to_dict(), cfg, energy_params) for r in results]
         runs.append((prog, results, energies))
     if args.json:
         for prog, results, energies in runs:
@@ -219,9 +217,7 @@ def run_run(args: argparse.Namespace) -> int:
             result if args.sched == "static" else run_channel(stream, cfg, "static", record=False)
         )
     runs = [static, result] if result is not static else [result]
-    energies = [
-        channel_energy(channel_activity(r.to_dict(), cfg), cfg, energy_params) for r in runs
-    ]
+    energies = [run_energy(r.to_dict(), cfg, energy_params) for r in runs]
     if args.json:
         summary.update(result.to_dict())
         summary["speedup_vs_static"] = static.cycles / max(result.cycles, 1)

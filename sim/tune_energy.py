@@ -8,7 +8,7 @@ timing runs, converted by the back end's energy preset (:mod:`models.energy`):
   convention: every group the draft uses runs it), its commands, activations and residency
   -> energy (HBM-PIM: :func:`~models.energy.hbm_pim_energy`, MAC triggers counted by running
   the stream on zero data; AttAcc: :func:`~models.energy.attacc_energy`; AiM: the channel
-  TLM's statistics of the stream, :func:`~models.energy.channel_energy`, the conversion of
+  TLM's statistics of the stream, :func:`~models.energy.run_energy`, the conversion of
   ``pimphony run --energy``), x the groups used;
 - **rearrange_in** / **rearrange_out**: the single-bank writes that lay the non-resident
   inputs out in each used group and the reads of the results (the access streams the timing
@@ -49,9 +49,8 @@ from models.energy import (
     HbmEnergyParams,
     available_energy_presets,
     background_energy,
-    channel_activity,
-    channel_energy,
     load_energy,
+    run_energy,
 )
 from models.xpu import VectorOp, vector_cost
 from sim.decode_step.energy import xpu_energy
@@ -171,14 +170,14 @@ def _aim_hardware(cfg: BackendConfig) -> HardwareConfig:
 def _aim_compute(cfg, c: DraftCost, prog, params, basis) -> tuple[Energy, int]:
     """One AiM channel running the group's stream: the channel TLM's statistics (the run
     :func:`compiler.aim_lowering.lower_group` times, same scheduler) converted as ``pimphony
-    run --energy`` converts a channel run (:func:`~models.energy.channel_energy`)."""
+    run --energy`` converts a channel run (:func:`~models.energy.run_energy`)."""
     from compiler.aim_lowering import SCHEDULER
     from models.channel import run_channel
 
     hw = _aim_hardware(cfg)
     res = run_channel(prog.stream, hw, SCHEDULER, validate=False, record=False)
     assert res.cycles == prog.cycles, (res.cycles, prog.cycles)
-    return channel_energy(channel_activity(res.to_dict(), hw), hw, params), res.cycles
+    return run_energy(res.to_dict(), hw, params), res.cycles
 
 
 def _aim_access(cfg, addresses, write, params, basis) -> tuple[Energy, int]:

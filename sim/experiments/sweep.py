@@ -14,9 +14,8 @@ from models.energy import (
     DEFAULT_ENERGY,
     EnergyParams,
     HbmEnergyParams,
-    channel_activity,
-    channel_energy,
     load_energy,
+    run_energy,
 )
 from models.fileio import BUILD_DIR, pyplot, write_figure
 from sim.cli import choice_names
@@ -63,9 +62,7 @@ def sweep(
                     "cycles": r.cycles,
                     "mac_utilization": r.mac_utilization,
                     "breakdown": r.breakdown,
-                    "energy": channel_energy(
-                        channel_activity(r.to_dict(), cfg), cfg, params
-                    ).to_dict("pJ"),
+                    "energy": run_energy(r.to_dict(), cfg, params).to_dict("pJ"),
                 }
             )
     return rows
