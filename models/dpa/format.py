@@ -103,12 +103,16 @@ class DpaCapacityError(DpaError):
 
 
 class TranslationError(DpaError):
-    """A virtual row has no VA2PA mapping for the request being dispatched."""
+    """A virtual row has no VA2PA mapping for the request being dispatched; ``command`` is the
+    expanded stream's index of the MAC that reads it (None if not known)."""
 
-    def __init__(self, message: str, request: int | None, virtual_row: int) -> None:
+    def __init__(
+        self, message: str, request: int | None, virtual_row: int, command: int | None = None
+    ) -> None:
         super().__init__(message)
         self.request = request
         self.virtual_row = virtual_row
+        self.command = command
 
 
 class MappingError(DpaError):

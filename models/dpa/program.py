@@ -367,6 +367,7 @@ def _translate(
             f"{state}; map it before dispatching",
             request,
             v,
+            int(index[k]),
         )
     big = np.flatnonzero(prow >= geom.rows_per_bank)
     if big.size:

@@ -164,14 +164,11 @@ def _compare_unmapped(
     check_cycles: bool,
 ) -> str | None:
     """:func:`compare_dispatch` of a dispatch the TLM refuses at the unmapped row of ``exc``."""
+    k = exc.command  # the faulting MAC, as the TLM's expansion found it
+    assert k is not None
     virtual = expand(program, t_cur, None)  # untranslated: MAC rows are virtual rows
     tab = np.asarray(table, dtype=np.int64).reshape(-1)
-    mac = np.flatnonzero(virtual["op"] == Op.MAC)
-    vrow = virtual["row"][mac].astype(np.int64)
-    inside = vrow < tab.shape[0]
-    bad = ~inside
-    bad[inside] = tab[vrow[inside]] < 0
-    k = int(mac[np.flatnonzero(bad)[0]])  # the faulting MAC, as the TLM's expansion finds it
+    vrow = virtual["row"][virtual["op"] == Op.MAC].astype(np.int64)
     if result.error != DpaError.UNMAPPED or result.error_row != exc.virtual_row:
         return (
             f"{name}: TLM stops at MAC command {k} (virtual row {exc.virtual_row} unmapped); "
