@@ -83,6 +83,7 @@ __all__ = [
     "record_field",
     "record_pattern",
     "replay",
+    "repro_stem",
     "run",
     "run_campaign",
     "scheduler_replay",
@@ -543,8 +544,9 @@ def shrink_stream(block: str, cfg: HardwareConfig, cs: CampaignStream, message: 
     return Shrunk(final, msg, original, counter[0], counter[1] + 1)
 
 
-def _stem(block: str, preset: str, seed: int, index: int) -> str:
-    return f"{block}-{Path(preset).stem}-seed{seed}-stream{index}"
+def repro_stem(block: str, preset: str, seed: int, index: int, what: str = "stream") -> str:
+    """The file name (no suffix) of the reproducer of ``what`` ``index`` of a campaign."""
+    return f"{block}-{Path(preset).stem}-seed{seed}-{what}{index}"
 
 
 def write_reproducer(
@@ -574,7 +576,7 @@ def write_reproducer(
     """
     directory = Path(directory)
     cs = shrunk.stream
-    stem = _stem(block, preset, seed, cs.index)
+    stem = repro_stem(block, preset, seed, cs.index)
     npz, js = directory / f"{stem}.npz", directory / f"{stem}.json"
     for path in (npz, js):
         check_writable(path, overwrite)

@@ -860,10 +860,6 @@ def shrink_item(block: str, cfg: HardwareConfig, item: Item, message: str) -> Sh
 # -- reproducers ----------------------------------------------------------------------------
 
 
-def _stem(block: str, preset: str, seed: int, index: int) -> str:
-    return f"{block}-{Path(preset).stem}-seed{seed}-item{index}"
-
-
 def _array_record(arr: np.ndarray) -> dict[str, list[int]]:
     return {name: [int(v) for v in arr[name]] for name in arr.dtype.names}
 
@@ -914,9 +910,8 @@ def write_item(
         The file exists and ``overwrite`` is false.
     """
     item = shrunk.item
-    path = check_writable(
-        Path(directory) / f"{_stem(block, preset, seed, item.index)}.json", overwrite
-    )
+    stem = sched_campaign.repro_stem(block, preset, seed, item.index, "item")
+    path = check_writable(Path(directory) / f"{stem}.json", overwrite)
     record = {
         "block": str(block),
         "preset": preset,
