@@ -262,6 +262,18 @@ def test_small_batched_red_cycles_by_hand() -> None:
     np.testing.assert_array_equal(r.astype(np.float64), _numpy(DccKernel.BATCHED_RED, a)["r"])
 
 
+@pytest.mark.parametrize(
+    ("b", "n", "c_b", "c_n"), [(2, 128, 1, 8), (5, 1000, 2, 16), (7, 300, 3, 5), (1, 4096, 1, 64)]
+)
+def test_batched_red_of_one_row_is_red(b: int, n: int, c_b: int, c_n: int) -> None:
+    """Batched RED (B, 1, N) on cores (c_b, 1, c_n) is RED (B, N) on (c_b, c_n), command for
+    command: a core's batch rows are its outputs, as RED's rows."""
+    x = lower_group(ATT, DccKernel.BATCHED_RED, (b, 1, n), (c_b, 1, c_n))
+    y = lower_group(ATT, DccKernel.RED, (b, n), (c_b, c_n))
+    assert x.stream.tobytes() == y.stream.tobytes() and x.cycles == y.cycles
+    np.testing.assert_array_equal(x.inputs["A"], y.inputs["A"])
+
+
 @pytest.mark.parametrize("batch", [1, 4, 16, 80, 100])
 def test_batched_red_default_puts_batch_rows_on_channels(batch: int) -> None:
     """DCC V's default of batched RED (B, 1, N) on AttAcc: batch rows on min(B, 80) channels
