@@ -19,6 +19,9 @@ all-bank MACs address equal offsets in every bank (DCC IV-C).
   meet in the channel's **accumulator** (DCC II-B): one ``MVSB`` of a whole bank group
   through its adder tree where the split covers whole bank groups, else one adding
   ``MVSB`` per bank. RED is this path with a GEMV buffer of ones.
+* Batched RED (sets b, m, n; ``A[b][m][n]``): RED with a core's batch rows folded into its
+  outputs, batch row outermost (:func:`_batched_red_geometry`): a core holding b_c batch rows
+  of m_c rows reduces b_c x m_c outputs, 16 to an accumulator, the ones written once.
 * SV: the **MAC mode** (``MacMode.AXPY``, the trace's context GEMV): P's share is the GEMV
   buffer, each ``MACAB`` adds one token's 16-element row of V times its probability.
 * Results leave through the softmax buffer (``RDSB``), inside the stream: ``outputs`` is
@@ -93,17 +96,21 @@ class AttAccLoweringError(DccError, AttAccError):
 UNSUPPORTED: dict[DccKernel, str] = {
     DccKernel.VA: "vector addition needs a near-bank ALU; AttAcc's banks have GEMV units only",
     DccKernel.RELU: "ReLU needs a near-bank ALU; AttAcc's banks have GEMV units only",
+    DccKernel.BATCHED_VA: "vector addition needs a near-bank ALU; AttAcc's banks have GEMV "
+    "units only",
+    DccKernel.BATCHED_RELU: "ReLU needs a near-bank ALU; AttAcc's banks have GEMV units only",
 }
 
 #: Per kernel, the dimension sets in the order of the bank tensor's dimensions (cores are
 #: numbered in this order, the last fastest): W[o][i], W with batch n outermost, K[h][t][d],
-#: V[h][t][d] (sets h, d, t), A[m][n].
+#: V[h][t][d] (sets h, d, t), A[m][n], A[b][m][n].
 CORE_ORDER: dict[DccKernel, tuple[int, ...]] = {
     DccKernel.GEMV: (0, 1),
     DccKernel.BATCHED_GEMV: (0, 1, 2),
     DccKernel.QK: (0, 1, 2),
     DccKernel.SV: (0, 2, 1),
     DccKernel.RED: (0, 1),
+    DccKernel.BATCHED_RED: (0, 1, 2),
 }
 
 
@@ -256,7 +263,38 @@ def _job(
             stack(lambda s: s.idx[0][None], (1, lm)),
             active,
         )
+    if kernel is DccKernel.BATCHED_RED:
+        return _batched_red_job(sizes, lens, active, stack)
     raise AttAccLoweringError(f"kernel {kernel!s}: no AttAcc lowering")
+
+
+def _batched_red_job(
+    sizes: tuple[int, ...],
+    lens: list[int],
+    active: int,
+    stack: Callable[[Callable[[_Share], np.ndarray], tuple[int, ...]], np.ndarray],
+) -> _Job:
+    """Batched RED's :class:`_Job`: RED's, a core's batch rows folded into its outputs
+    (output ``j`` of a core: its batch row ``j // m_c``, row ``j % m_c``)."""
+    B, M, N = sizes
+    lb, lm, ln = lens
+
+    def rows(s: _Share) -> np.ndarray:  # the core's (b, m) outputs as flat indices of r
+        return _flat((B, M), s.idx[0][:, None], s.idx[1][None, :]).ravel()
+
+    def weights(s: _Share) -> np.ndarray:
+        return _flat((B * M, N), rows(s)[:, None], s.idx[2][None, :])[None]
+
+    return _Job(
+        MacMode.DOT,
+        "A",
+        "",
+        "r",
+        stack(weights, (1, lb * lm, ln)),
+        stack(lambda s: np.where(s.idx[2] >= 0, ONE, PAD)[None], (1, ln)),
+        stack(lambda s: rows(s)[None], (1, lb * lm)),
+        active,
+    )
 
 
 @dataclass
@@ -707,6 +745,8 @@ def _geometry(
     cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], cores: tuple[int, ...]
 ) -> _Geometry:
     """The share's :class:`_Geometry` (the reference's :func:`_job`, as slices and classes)."""
+    if kernel is DccKernel.BATCHED_RED:
+        return _batched_red_geometry(cfg, sizes, cores)
     ro = _ROLES[kernel]
     L, IR, OR = cfg.core.lanes, cfg.core.input_regs, cfg.core.output_regs
     lens = [-(-s // c) for s, c in zip(sizes, cores, strict=True)]
@@ -763,6 +803,26 @@ def _geometry(
         cs * len(ridx) + cr, cs * len(oidx) + co,
         a[inv], b[inv], src[inv], dst[inv], lane[inv], block, starts,
     )  # fmt: skip
+
+
+def _batched_red_geometry(
+    cfg: BackendConfig, sizes: tuple[int, ...], cores: tuple[int, ...]
+) -> _Geometry:
+    """Batched RED's :class:`_Geometry`: RED's over ``c_b c_m`` row cores of ``b_c m_c``
+    outputs each (``b_c``, ``m_c``: a core's batch rows and rows), whose output ``j`` is
+    ``r[b][m]`` of its batch row ``j // m_c`` and row ``j % m_c``."""
+    B, M, N = sizes
+    c_b, c_m, c_n = cores
+    lb, lm = -(-B // c_b), -(-M // c_m)
+    k = np.arange(c_b * c_m)[:, None]
+    j = np.arange(lb * lm)[None, :]
+    b, m = k // c_m * lb + j // lm, k % c_m * lm + j % lm
+    oidx = np.where((b < B) & (m < M), b * M + m, PAD)
+    # RED of c_b c_m x (b_c m_c) rows, cores numbered (b, m), n as batched RED's (b, m, n)
+    geo = _geometry(cfg, DccKernel.RED, (c_b * c_m * lb * lm, N), (c_b * c_m, c_n))
+    L = cfg.core.lanes
+    out_rows = _pad_to(oidx, geo.ne * L).reshape(len(oidx), 1, geo.ne, L)
+    return dataclasses.replace(geo, kernel=DccKernel.BATCHED_RED, oidx=oidx, out_rows=out_rows)
 
 
 @dataclass
@@ -1128,6 +1188,7 @@ _TENSORS: dict[DccKernel, tuple[str, str, str]] = {
     DccKernel.QK: ("K", "Q", "S"),
     DccKernel.SV: ("V", "P", "O"),
     DccKernel.RED: ("A", "", "r"),
+    DccKernel.BATCHED_RED: ("A", "", "r"),
 }
 
 

@@ -53,6 +53,7 @@ def _numpy(kernel: DccKernel, a: dict[str, np.ndarray]) -> dict[str, np.ndarray]
         DccKernel.QK: lambda: {"S": np.einsum("hd,htd->ht", f["Q"], f["K"])},
         DccKernel.SV: lambda: {"O": np.einsum("ht,htd->hd", f["P"], f["V"])},
         DccKernel.RED: lambda: {"r": f["A"].sum(axis=1)},
+        DccKernel.BATCHED_RED: lambda: {"r": f["A"].sum(axis=-1)},
     }[kernel]()
 
 
@@ -139,6 +140,7 @@ KERNEL_SIZES = {
     DccKernel.QK: st.tuples(st.integers(1, 3), st.integers(1, 50), st.integers(1, 70)),
     DccKernel.SV: st.tuples(st.integers(1, 3), st.integers(1, 50), st.integers(1, 70)),
     DccKernel.RED: st.tuples(st.integers(1, 80), st.integers(1, 300)),
+    DccKernel.BATCHED_RED: st.tuples(st.integers(1, 5), st.integers(1, 20), st.integers(1, 300)),
 }
 
 
@@ -176,6 +178,9 @@ def test_values_equal_numpy(kernel: DccKernel, data) -> None:
         (DccKernel.QK, (2, 256, 128), (1, 16, 4)),
         (DccKernel.SV, (2, 128, 256), (1, 4, 16)),
         (DccKernel.RED, (40, 1000), (4, 16)),
+        (DccKernel.BATCHED_RED, (1, 1, 4096), (1, 1, 64)),  # the default's share
+        (DccKernel.BATCHED_RED, (20, 1, 1000), (4, 1, 16)),  # 5 batch rows in a bank's lanes
+        (DccKernel.BATCHED_RED, (6, 40, 300), (3, 4, 5)),
     ],
 )
 def test_values_equal_numpy_larger(kernel: DccKernel, sizes: tuple, cores: tuple) -> None:
@@ -209,6 +214,83 @@ def test_split_reduction_uses_the_accumulator() -> None:
     assert set(m["mode"].tolist()) == {Scope.BANK} and m["add"].tolist() == [0, 1] * 8
 
 
+def test_small_batched_red_cycles_by_hand() -> None:
+    """Batched RED (4, 1, 512), batch rows over 2 cores and n over 4: bank group 0 (banks
+    0-3) holds batch rows 0-1, bank group 1 (banks 4-7) rows 2-3, each bank 128 of n (8
+    vectors). The ones go once per bank group and vector (16 WRGB, GROUP: fewer than 4 bank
+    indices x 8); each bank folds its two batch rows into lanes 0 and 1 of its accumulator
+    (2 outputs x 8 vectors = 16 MACAB, one row); one MVSB per bank group (its 4 banks summed
+    by the adder tree) holds both rows' sums; 2 RDSB; PREA."""
+    t = ATT.timing
+    assert t is not None
+    bus = t.burst_cycles
+    k = lower_group(ATT, DccKernel.BATCHED_RED, (4, 1, 512), (2, 1, 4))
+    assert k.counts == {"WRGB": 16, "ACTAB": 1, "MACAB": 16, "MVSB": 2, "RDSB": 2, "PREA": 1}
+    # WRGBs alternate bank groups 0 and 1 (one rank, one pseudo-channel): nBL = tCCD_S apart
+    # (the same bank group again is tCCD_L = 2 x nBL later, already met)
+    assert bus == t.tCCD_S and t.tCCD_L == 2 * bus
+    last_wrgb = 15 * bus  # 30
+    gb_ready = last_wrgb + t.WL + bus  # 38: the last ones land
+    act = last_wrgb + 1  # 31
+    first_mac = max(act + t.tRCD_RD, gb_ready)  # 50
+    last_mac = first_mac + 15 * t.tCCD_AB  # 140
+    mvsb = [last_mac + t.tCCD_AB]  # 146: the accumulators ready
+    mvsb.append(mvsb[0] + bus)  # 148: the same pseudo-channel's bus
+    # RDSB of slot 0 waits for the last move to land (+ nBL); slot 1's address is on the
+    # other pseudo-channel (interleave): the next cycle
+    rdsb = [mvsb[1] + bus, mvsb[1] + bus + 1]  # 150, 151
+    prea = max(rdsb[1] + 1, act + t.tRAS, last_mac + t.tRTP)  # 152
+    end = max(rdsb[1] + t.RL + bus, prea + t.tRP)  # 172 = 151 + 19 + 2
+    tl = time_stream(ATT, k.stream)
+    ops = [Op(o).name for o in k.stream["op"]]
+    assert ops == ["WRGB"] * 16 + ["ACTAB"] + ["MACAB"] * 16 + ["MVSB"] * 2 + ["RDSB"] * 2 + [
+        "PREA"
+    ]
+    np.testing.assert_array_equal(tl.issue[:16], np.arange(16) * bus)
+    np.testing.assert_array_equal(
+        tl.issue[16:], [act, *(first_mac + np.arange(16) * t.tCCD_AB), *mvsb, *rdsb, prea]
+    )
+    assert k.cycles == tl.cycles == end == 172
+    # lanes: output j of a bank is its batch row j; both rows leave in one entry per group
+    macs = k.stream[k.stream["op"] == Op.MACAB]
+    assert macs["lane"].tolist() == [0] * 8 + [1] * 8
+    m = k.stream[k.stream["op"] == Op.MVSB]
+    assert m["bank"].tolist() == [0, 4] and set(m["mode"].tolist()) == {Scope.GROUP}
+    assert k.inputs["A"].shape == (4 * 512 // 16, 3) and k.host_ops == 0
+    a = _arrays(DccKernel.BATCHED_RED, (4, 1, 512), 5)
+    r = run_group(ATT, DccKernel.BATCHED_RED, (4, 1, 512), (2, 1, 4), a)["r"]
+    np.testing.assert_array_equal(r.astype(np.float64), _numpy(DccKernel.BATCHED_RED, a)["r"])
+
+
+@pytest.mark.parametrize(
+    ("b", "n", "c_b", "c_n"), [(2, 128, 1, 8), (5, 1000, 2, 16), (7, 300, 3, 5), (1, 4096, 1, 64)]
+)
+def test_batched_red_of_one_row_is_red(b: int, n: int, c_b: int, c_n: int) -> None:
+    """Batched RED (B, 1, N) on cores (c_b, 1, c_n) is RED (B, N) on (c_b, c_n), command for
+    command: a core's batch rows are its outputs, as RED's rows."""
+    x = lower_group(ATT, DccKernel.BATCHED_RED, (b, 1, n), (c_b, 1, c_n))
+    y = lower_group(ATT, DccKernel.RED, (b, n), (c_b, c_n))
+    assert x.stream.tobytes() == y.stream.tobytes() and x.cycles == y.cycles
+    np.testing.assert_array_equal(x.inputs["A"], y.inputs["A"])
+
+
+@pytest.mark.parametrize("batch", [1, 4, 16, 80, 100])
+def test_batched_red_default_puts_batch_rows_on_channels(batch: int) -> None:
+    """DCC V's default of batched RED (B, 1, N) on AttAcc: batch rows on min(B, 80) channels
+    (every device's pseudo-channels), the row of extent 1 not spread, N over all 64 banks."""
+    assert ATT.groups == 80
+    d = default_draft(ATT, DccKernel.BATCHED_RED, (batch, 1, 1024))
+    assert [(p.groups, p.cores, p.function.var) for p in d] == [
+        (min(batch, ATT.groups), 1, "b"),
+        (1, 1, "m"),
+        (1, ATT.cores_per_group, "n"),
+    ]
+    # it runs: each channel's share is one batch row (two above 80), 16 n per bank
+    share = (-(-batch // min(batch, 80)), 1, 1024)
+    k = lower_group(ATT, DccKernel.BATCHED_RED, share, (1, 1, 64))
+    assert k.counts["MACAB"] == share[0] and k.counts["RDSB"] == 1
+
+
 def test_sv_broadcasts_per_bank_group() -> None:
     """SV on the default mapping: each bank group holds its tokens' probabilities in all 4
     banks (a bank-group broadcast, the simulator's MVGB per bank group), 16 tokens a vector."""
@@ -223,6 +305,8 @@ def test_sv_broadcasts_per_bank_group() -> None:
     [
         (DccKernel.VA, (64,), (1,), "va cannot run on AttAcc: vector addition needs a near-b"),
         (DccKernel.RELU, (64,), (1,), "relu cannot run on AttAcc"),
+        (DccKernel.BATCHED_VA, (2, 64), (1, 1), "batched-va cannot run on AttAcc: vector add"),
+        (DccKernel.BATCHED_RELU, (2, 64), (1, 1), "batched-relu cannot run on AttAcc: ReLU"),
         (DccKernel.GEMV, (64, 64), (16, 8), r"cores = \(16, 8\): 128 cores, more than the 64"),
         (DccKernel.GEMV, (64, 64), (16,), "gemv has 2 dimension sets; got sizes = "),
         (DccKernel.GEMV, (0, 64), (1, 1), r"sizes = \(0, 64\), cores = \(1, 1\): every entry"),

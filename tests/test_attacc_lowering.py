@@ -27,7 +27,14 @@ from compiler.dcc_schedule import DccKernel
 from models.backends import load_backend
 
 ATT = load_backend("attacc")
-KERNELS = [DccKernel.GEMV, DccKernel.BATCHED_GEMV, DccKernel.QK, DccKernel.SV, DccKernel.RED]
+KERNELS = [
+    DccKernel.GEMV,
+    DccKernel.BATCHED_GEMV,
+    DccKernel.QK,
+    DccKernel.SV,
+    DccKernel.RED,
+    DccKernel.BATCHED_RED,
+]
 #: Per dimension set, the largest size drawn (several passes and GEMV-buffer tiles, padding).
 _MAX = {2: (90, 600), 3: (4, 70, 300)}
 
@@ -116,6 +123,7 @@ def test_attention_equals_reference(cfg, heads, c_t, per_core, odd, d_h, c_d) ->
         (DccKernel.SV, (8, 128, 512), (2, 4, 8)),
         (DccKernel.RED, (512, 2048), (1, 1)),  # one bank: 64 row switches
         (DccKernel.BATCHED_GEMV, (4, 256, 2048), (2, 8, 4)),
+        (DccKernel.BATCHED_RED, (40, 3, 4096), (4, 2, 8)),  # 10 x 2 outputs per bank, 16 tiles
     ],
 )
 def test_larger_shares_equal_reference(kernel, sizes, cores) -> None:

@@ -158,14 +158,22 @@ def test_gpu_roofline_by_hand() -> None:
 
 
 def test_kernel_without_a_lowering_is_refused_by_name() -> None:
-    """AttAcc lowers neither VA nor the batched RED (its RED lowering is unbatched): a
-    specific refusal, not a KeyError."""
+    """AttAcc lowers neither VA nor ReLU, batched or not (no element-wise unit): a specific
+    refusal naming what it lowers, not a KeyError."""
+    from compiler.dcc_tune import default_draft
+
     attacc = load_backend("attacc")
-    d = (Part(1, 1, "r0", 2, Index("b")), Part(1, 1, "r1", 1, Index("m")),
-         Part(1, 1, "A2", 64, Index("n")))  # fmt: skip
-    with pytest.raises(DccError, match=r"kernel batched-red has no group lowering on back end "
-                       r"attacc \(kind attacc lowers only gemv, .*red"):  # fmt: skip
-        draft_cost(attacc, DccKernel.BATCHED_RED, (2, 1, 64), d)
+    lowered = r"\(kind attacc lowers only gemv, batched-gemv, qk, sv, red, batched-red, attn\)"
+    for kernel, sizes in [
+        (DccKernel.BATCHED_VA, (2, 64)),
+        (DccKernel.BATCHED_RELU, (2, 64)),
+        (DccKernel.VA, (64,)),
+        (DccKernel.RELU, (64,)),
+    ]:
+        d = default_draft(attacc, kernel, sizes)
+        with pytest.raises(DccError, match=rf"kernel {kernel} has no group lowering on back "
+                           rf"end attacc {lowered}"):  # fmt: skip
+            draft_cost(attacc, kernel, sizes, d)
 
 
 def test_attn_gpu_is_flash_decoding() -> None:

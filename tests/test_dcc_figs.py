@@ -91,15 +91,16 @@ def test_figure_run_writes_rows_and_summary(tmp_path: Path, capsys, monkeypatch)
 
 
 def test_attacc_figures() -> None:
-    """Fig. 6's three panels on AttAcc (ATTN as attn, GEMV as qk, RED as red (B, N)); Figs. 2
-    and 9 on either back end (AttAcc's Fig. 9 at the paper's four output sizes); a back end a
-    figure does not run on is refused by name."""
+    """Fig. 6's three panels on AttAcc (ATTN as attn, GEMV as qk, RED as Fig. 7's batched-red
+    (B, 1, N)); Figs. 2 and 9 on either back end (AttAcc's Fig. 9 at the paper's four output
+    sizes); a back end a figure does not run on is refused by name."""
     fig6 = FIGURES[Figure.FIG6]("attacc")
     assert [dcc_figs.panel(c[4]) for c in fig6] == ["ATTN"] * 8 + ["GEMV"] * 8 + ["RED"] * 6
     cases = {(c[1], c[2]): c[4] for c in fig6}
     assert cases[("attn", (256, 4096, 128))] == {"batch": 4, "size": "64x4096", "kernel": "ATTN"}
     assert cases[("qk", (32, 512, 128))] == {"batch": 1, "size": "32x512", "kernel": "GEMV"}
-    assert cases[("red", (4, 2048))] == {"batch": 4, "size": "2048", "kernel": "RED"}
+    assert cases[("batched-red", (4, 1, 2048))] == {"batch": 4, "size": "2048", "kernel": "RED"}
+    assert not any(c[1] == "red" for c in fig6)
     assert {c[0] for c in fig6} == {"attacc"}
     fig9 = FIGURES[Figure.FIG9]("attacc")
     assert len(fig9) == 16 and {c[2][1] for c in fig9} == {512, 1024, 2048, 4096}

@@ -147,9 +147,9 @@ def test_tune_batched_red(tmp_path: Path, capsys) -> None:
     assert r["dimension_sets"] == [["r0", "A0"], ["r1", "A1"], ["A2"]]
     assert r["default"]["draft"] == "[2, 1, A0^b] [1, 1, A1^m] [1, 8, A2^n]"
     assert r["speedup"]["over_default"] >= 1.0
-    rc, _, err = run_cli(capsys, "tune", "--kernel", "batched-red", "--shape", "2,1,64",
+    rc, _, err = run_cli(capsys, "tune", "--kernel", "batched-va", "--shape", "2,64",
                          "--backend", "attacc")  # fmt: skip
-    assert rc == 2 and "kernel batched-red has no group lowering on back end attacc" in err
+    assert rc == 2 and "kernel batched-va has no group lowering on back end attacc" in err
 
 
 def test_tune_reports_a_default_that_cannot_run(capsys) -> None:

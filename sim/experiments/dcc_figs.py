@@ -20,9 +20,10 @@ by default):
 - ``fig6``: AttAcc's ATTN, GEMV and RED panels at the paper's sizes and batches 1 and 4:
   default and DCC speedup over the GPU (paper geomeans: ATTN 8.36 / 10.40, GEMV 5.96 / 7.65,
   RED 1.19 / 1.78; DCC over the default 1.24x, 1.28x, 1.50x). ATTN "H x T" at batch B is
-  ``attn`` (B x H, T, 128), K and V resident; RED "N" at batch B is ``red`` (B, N): B rows of
-  N reduced to one value each (the computation of Fig. 7's ``batched-red`` (B, 1, N), which
-  AttAcc does not lower);
+  ``attn`` (B x H, T, 128), K and V resident; RED "N" at batch B is Fig. 7's reading
+  (:data:`FIG7_ELEMENTWISE`), ``batched-red`` (B, 1, N): B rows of N reduced to one value
+  each, the batch a set of its own, so the default mapping puts batch rows on channels (DCC
+  V: "batches ... across 16 channels"), as the paper's does;
 - ``fig7``: GEMV on HBM-PIM (paper geomeans 3.59 / 5.63) and Fig. 7's RED, VA and RELU panels
   (:data:`FIG7_ELEMENTWISE`: tensor sizes 1024, 2048, 4096 at batch 1, 2, 4; paper: DCC over
   the default 2.11x, 1.69x, 1.58x); ``--panels`` runs some of a figure's panels;
@@ -150,10 +151,14 @@ def _gemv(backend: str, batches: tuple[int, ...], sizes=GEMV_SIZES, kernel="qk")
 
 
 def _fig6(backend: str) -> list[Case]:
+    """Fig. 6's points: ATTN and GEMV as :func:`_gemv`; RED "N" at batch B as Fig. 7's RED
+    panel reads it (``batched-red`` (B, 1, N), :data:`FIG7_ELEMENTWISE`), batch rows a set the
+    default mapping spreads over channels."""
     out = [(*c[:4], {**c[4], "kernel": "ATTN"}) for c in _gemv(backend, (1, 4), kernel="attn")]
     out += [(*c[:4], {**c[4], "kernel": "GEMV"}) for c in _gemv(backend, (1, 4))]
+    kernel, shape = FIG7_ELEMENTWISE["RED"]
     out += [
-        (backend, "red", (b, n), str(Placement.RESIDENT),
+        (backend, kernel, shape(b, n), str(Placement.RESIDENT),
          {"batch": b, "size": str(n), "kernel": "RED"})
         for b in (1, 4)
         for n in FIG7_TENSOR_SIZES
