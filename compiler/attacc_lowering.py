@@ -25,7 +25,9 @@ all-bank MACs address equal offsets in every bank (DCC IV-C).
   empty and ``host_ops`` 0.
 * Softmax and attention: :func:`lower_attention` chains QK^T (scores stay in the softmax
   buffer), ``SFM`` per head and ``MVGB`` of the probabilities into the GEMV buffers, and SV;
-  it is the ``attn`` kernel's group lowering. :data:`SHARE_CHECKS` refuses the attention
+  it is the ``attn`` kernel's group lowering. Heads split over cores run in rounds of one
+  head per head core: the round's QK^T and SV in parallel (all-bank MACs), its SFMs one head
+  after another on the channel's one softmax unit. :data:`SHARE_CHECKS` refuses the attention
   shares it cannot run without lowering them (the search drops those drafts first).
 
 Streams are built as arrays (:func:`_lower`, :func:`_attention`); the command-by-command
