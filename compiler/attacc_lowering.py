@@ -28,7 +28,9 @@ all-bank MACs address equal offsets in every bank (DCC IV-C).
   empty and ``host_ops`` 0.
 * Softmax and attention: :func:`lower_attention` chains QK^T (scores stay in the softmax
   buffer), ``SFM`` per head and ``MVGB`` of the probabilities into the GEMV buffers, and SV;
-  it is the ``attn`` kernel's group lowering. :data:`SHARE_CHECKS` refuses the attention
+  it is the ``attn`` kernel's group lowering. Heads split over cores run in rounds of one
+  head per head core: the round's QK^T and SV in parallel (all-bank MACs), its SFMs one head
+  after another on the channel's one softmax unit. :data:`SHARE_CHECKS` refuses the attention
   shares it cannot run without lowering them (the search drops those drafts first).
 
 Streams are built as arrays (:func:`_lower`, :func:`_attention`); the command-by-command
@@ -934,17 +936,17 @@ def _emit(
     close_per_s: bool,
     read_back: bool,
     fill_op: Op = Op.WRGB,
-    fill_mod: int = 0,
-    slot_mod: int | None = None,
+    fill_entry: Callable[[np.ndarray], np.ndarray] | None = None,
+    slot_entry: Callable[[np.ndarray], np.ndarray] | None = None,
     slot_base: int = 0,
 ) -> _Emitted:
     """The commands of ``geo``'s job (:func:`_emit_job`), each s in its own frame: per pass,
     per tile the GEMV-buffer fills (``fill_op`` WRGB from the host, or MVGB from softmax-buffer
-    entry ``(first element mod fill_mod) // lanes``) and the MACs (ACTAB / PREA where the row
-    changes), then the moves to the softmax buffer (at consecutive entries from
-    ``slot_base``, or at entry ``(first output mod slot_mod) // lanes``), then their reads
-    (``read_back``). ``vbase[s]``: the first weight vector of frame s. ``close_per_s``: a PREA
-    ends every frame (else only the last)."""
+    entry ``fill_entry(first element)``) and the MACs (ACTAB / PREA where the row changes),
+    then the moves to the softmax buffer (at consecutive entries from ``slot_base``, or at
+    entry ``slot_entry(first output)``), then their reads (``read_back``). ``vbase[s]``: the
+    first weight vector of frame s. ``close_per_s``: a PREA ends every frame (else only the
+    last)."""
     g, c = cfg.group, cfg.core
     L, IR, OR, nb = c.lanes, c.input_regs, c.output_regs, g.banks
     cols, slots = g.columns_per_row, g.buffer_bytes // g.column_bytes
@@ -1007,7 +1009,8 @@ def _emit(
             "v": np.tile(fv, n_c), "bank": np.tile(fbank, n_c)}  # fmt: skip
     if fill_op is Op.MVGB:  # the probabilities' softmax-buffer entry: token // lanes
         first = np.where(geo.gb_rows != PAD, geo.gb_rows, np.iinfo(np.int64).max).min(-1)
-        fields["src"] = np.tile((first[geo.gcls[fbank], fs, fv] % fill_mod) // L, n_c)
+        assert fill_entry is not None
+        fields["src"] = np.tile(fill_entry(first[geo.gcls[fbank], fs, fv]), n_c)
     parts.append(_Part(_cmds(n_f * n_c, fill_op, **fields), np.tile(fs, n_c),
                        np.tile(within, n_c), meta))  # fmt: skip
     # --- moves to the softmax buffer: one plan per distinct set of participating banks
@@ -1043,11 +1046,11 @@ def _emit(
         pair, j, rows = (np.zeros(0, np.int64),) * 2 + (np.zeros((0, 5), np.int64),)
     ms, me = pair // ne, pair % ne
     mpass = me // OR
-    if slot_mod is None:
+    if slot_entry is None:
         slot = slot_base + gbf[ms, me] + rows[:, 3]
     else:
         firsts = np.where(geo.out_rows != PAD, geo.out_rows, np.iinfo(np.int64).max).min(-1)
-        slot = (firsts[geo.ocls[rows[:, 4]], ms, me] % slot_mod) // L
+        slot = slot_entry(firsts[geo.ocls[rows[:, 4]], ms, me])
     if len(slot) and slot.max() >= slots:
         raise AttAccLoweringError(
             f"the share needs more than the {slots} softmax-buffer entries "
@@ -1059,7 +1062,7 @@ def _emit(
         ms, cb[ms, me] + j, {"bpos": mpass * nblk + 2 * T},
     ))  # fmt: skip
     if read_back:
-        assert slot_mod is None
+        assert slot_entry is None
         first = rows[:, 2] == 0
         rslot = slot[first]
         order = interleave(cfg)
@@ -1223,37 +1226,54 @@ def _lower(
     return _Lowered(prog, gb_tensor, out_tensor, gathers)
 
 
+def _score_entry(cfg: BackendConfig, sizes: tuple[int, int, int], c_h: int):
+    """Softmax-buffer entry of score ``h * T + t`` (flat, numpy arrays or ints): head core
+    ``h // heads per core`` keeps its head's scores in its own run of ceil(T / lanes) entries,
+    token ``t`` at entry ``t // lanes`` of it (one head core: entry ``t // lanes``)."""
+    H, T, _ = sizes
+    lh, L = -(-H // c_h), cfg.core.lanes
+    p_slots = -(-T // L)
+    return lambda flat: (flat // T // lh) * p_slots + (flat % T) // L
+
+
 def _attention(
     cfg: BackendConfig, sizes: tuple[int, int, int], cores: tuple[int, int, int]
 ) -> tuple[_Lowered, tuple[int, ...]]:
-    """:func:`_attention_reference`'s program, built as arrays: QK^T of every head (scores
-    left in the softmax buffer), SV of every head (probabilities moved in by MVGB), and per
-    head the frame [QK^T, SFM, SV]."""
+    """:func:`_attention_reference`'s program, built as arrays: per round (one head of every
+    head core) the frame [QK^T of the round's heads (scores left in the softmax buffer), an
+    SFM per head one after another, SV of the round's heads (probabilities moved in by
+    MVGB)]."""
     base = _attention_check(cfg, sizes, cores)
     H, T, D = (int(x) for x in sizes)
-    _, c_t, c_d = (int(x) for x in cores)
+    c_h, c_t, c_d = (int(x) for x in cores)
     L = cfg.core.lanes
-    qk = _geometry(cfg, DccKernel.QK, (H, T, D), (1, c_t, c_d))
-    sv = _geometry(cfg, DccKernel.SV, (H, D, T), (1, c_d, c_t))
+    lh, p_slots = -(-H // c_h), -(-T // L)
+    entry = _score_entry(cfg, (H, T, D), c_h)
+    qk = _geometry(cfg, DccKernel.QK, (H, T, D), (c_h, c_t, c_d))
+    sv = _geometry(cfg, DccKernel.SV, (H, D, T), (c_h, c_d, c_t))
     per_head = qk.nm + sv.nm
-    vq = np.arange(H) * per_head
+    vq = np.arange(lh) * per_head
     vs = vq + qk.nm
-    eq = _emit(cfg, qk, vq, close_per_s=True, read_back=False, slot_mod=T)
+    eq = _emit(cfg, qk, vq, close_per_s=True, read_back=False, slot_entry=entry)
     es = _emit(
-        cfg, sv, vs, close_per_s=True, read_back=True, fill_op=Op.MVGB, fill_mod=T, slot_base=base
-    )
-    _rows_check(cfg, ["K", "V"], H * per_head)
-    head = _excl(eq.frame + 1 + es.frame)
-    sfm = _Part(_cmds(H, Op.SFM, src=0, n=T), np.arange(H), eq.frame)
-    parts = [(p, head) for p in (*eq.parts, sfm)] + [(p, head + eq.frame + 1) for p in es.parts]
-    stream, _ = _assemble(parts, int(head[-1] + eq.frame[-1] + 1 + es.frame[-1]))
+        cfg, sv, vs, close_per_s=True, read_back=True, fill_op=Op.MVGB, fill_entry=entry,
+        slot_base=base,
+    )  # fmt: skip
+    _rows_check(cfg, ["K", "V"], lh * per_head)
+    # the SFMs of round s: head core j's head j * lh + s, if it exists (a prefix of the cores)
+    s_sfm, j_sfm = np.nonzero(np.arange(c_h)[None, :] * lh + np.arange(lh)[:, None] < H)
+    n_sfm = np.bincount(s_sfm, minlength=lh)
+    head = _excl(eq.frame + n_sfm + es.frame)
+    sfm = _Part(_cmds(len(s_sfm), Op.SFM, src=j_sfm * p_slots, n=T), s_sfm, eq.frame[s_sfm] + j_sfm)
+    roff = head + eq.frame + n_sfm
+    parts = [(p, head) for p in (*eq.parts, sfm)] + [(p, roff) for p in es.parts]
+    stream, _ = _assemble(parts, int(roff[-1] + es.frame[-1]))
     kq = _weight_vectors(qk, vq, L)
     kv = _weight_vectors(sv, vs, L)
     prog = _program(
         cfg, stream, {"K": _addresses(cfg, kq[2], kq[3]), "V": _addresses(cfg, kv[2], kv[3])}
     )
     fills, reads = eq.parts[3], es.parts[5]
-    roff = head + eq.frame + 1
 
     def gathers() -> _Gathers:
         return _Gathers(
@@ -1374,12 +1394,6 @@ def _attention_check(
     _check(cfg, DccKernel.QK, (H, T, D), (c_h, c_t, c_d))
     L = cfg.core.lanes
     slots = cfg.group.buffer_bytes // cfg.group.column_bytes
-    if c_h != 1:
-        raise AttAccLoweringError(
-            f"attention cores = {tuple(cores)}: the channel's one softmax unit takes one head "
-            "at a time, so heads are not split over cores (cores[0] must be 1; heads go to "
-            "other groups)"
-        )
     lt = -(-T // c_t)
     if c_t > 1 and lt % L:
         raise AttAccLoweringError(
@@ -1388,17 +1402,28 @@ def _attention_check(
             "entry into a GEMV-buffer entry)"
         )
     p_slots = -(-T // L)
-    # SV's results per pass: an accumulator's worth of d_h per core, c_d cores
+    # heads in a round: one per head core that has one (cores[0] = c_h, ceil(H / c_h) each)
+    lh = -(-H // c_h)
+    n_hc = -(-H // lh)
+    scores = n_hc * p_slots
+    # SV's results per pass: an accumulator's worth of d_h per core, c_d cores per head
     ld = -(-D // c_d)
-    out_slots = min(-(-ld // L), cfg.core.output_regs) * c_d
+    out_slots = min(-(-ld // L), cfg.core.output_regs) * c_d * n_hc
     # the probabilities fit the GEMV buffers at once: all MVGBs precede the first result
     # move, which may then reuse their entries; else they must stay
-    base = 0 if -(-lt // L) <= cfg.core.input_regs else p_slots
-    if max(p_slots, base + out_slots) > slots:
+    base = 0 if -(-lt // L) <= cfg.core.input_regs else scores
+    if max(scores, base + out_slots) > slots:
+        what = (
+            f"{T} scores"
+            if n_hc == 1
+            else f"{n_hc} heads' {T} scores (cores[0] = {c_h}: a round has one head per head "
+            "core, their scores wait together for the one softmax unit)"
+        )
+        fit = "" if n_hc == 1 else f": at most {slots // p_slots} head(s) of {T} tokens per round"
         raise AttAccLoweringError(
-            f"attention: {T} scores take {p_slots} softmax-buffer entries and SV's results "
+            f"attention: {what} take {scores} softmax-buffer entries and SV's results "
             f"{out_slots} more from entry {base}; the buffer has {slots} (group.buffer_bytes "
-            f"= {cfg.group.buffer_bytes})"
+            f"= {cfg.group.buffer_bytes}){fit}"
         )
     return base
 
@@ -1406,50 +1431,58 @@ def _attention_check(
 def _attention_reference(
     cfg: BackendConfig, sizes: tuple[int, int, int], cores: tuple[int, int, int]
 ) -> tuple[_Lowered, tuple[int, ...]]:
-    """Attention of one group's share: per head, QK^T with the scores left in the softmax
-    buffer (entry = token // lanes), SFM over them, MVGB of the probabilities into the GEMV
-    buffers, SV, its results read back. ``sizes`` = (heads, tokens, d_h), ``cores`` =
-    (heads, tokens, d_h) cores; the bank holding K[h][t-slice][d-slice] holds V's same slice.
-    Built command by command (:class:`_Builder`): the oracle of :func:`_attention`."""
+    """Attention of one group's share, round by round (a round: one head of every head core,
+    ``cores[0]`` head cores of ceil(heads / cores[0]) heads each): QK^T of the round's heads
+    in parallel, their scores left in the softmax buffer (head core j's from entry
+    j x ceil(tokens / lanes), entry token // lanes of it), an SFM per head one after another
+    on the one softmax unit, MVGB of the probabilities into the GEMV buffers, SV of the
+    round's heads in parallel, its results read back. ``sizes`` = (heads, tokens, d_h),
+    ``cores`` = (heads, tokens, d_h) cores; the bank holding K[h][t-slice][d-slice] holds V's
+    same slice. Built command by command (:class:`_Builder`): the oracle of
+    :func:`_attention`."""
     base = _attention_check(cfg, sizes, cores)
     H, T, D = (int(x) for x in sizes)
-    _, c_t, c_d = (int(x) for x in cores)
+    c_h, c_t, c_d = (int(x) for x in cores)
     L = cfg.core.lanes
-    qk = _job(cfg, DccKernel.QK, (H, T, D), (1, c_t, c_d))
-    sv = _job(cfg, DccKernel.SV, (H, D, T), (1, c_d, c_t))
+    lh, p_slots = -(-H // c_h), -(-T // L)
+    entry = _score_entry(cfg, (H, T, D), c_h)
+    qk = _job(cfg, DccKernel.QK, (H, T, D), (c_h, c_t, c_d))
+    sv = _job(cfg, DccKernel.SV, (H, D, T), (c_h, c_d, c_t))
     bld = _Builder(cfg, Levels.of(cfg), qk.active)
-    pv = _pad_lanes(sv.gb, L)  # (banks, H, vectors, lanes): P indices h * T + t
+    pv = _pad_lanes(sv.gb, L)  # (banks, rounds, vectors, lanes): P indices h * T + t
 
-    def head(job: _Job, h: int) -> _Job:
+    def head(job: _Job, s: int) -> _Job:
         return dataclasses.replace(
             job,
-            weights=job.weights[:, h : h + 1],
-            gb=job.gb[:, h : h + 1],
-            out=job.out[:, h : h + 1],
+            weights=job.weights[:, s : s + 1],
+            gb=job.gb[:, s : s + 1],
+            out=job.out[:, s : s + 1],
         )
 
-    for h in range(H):
+    for s in range(lh):
 
-        def score_slot(outs: np.ndarray, h: int = h) -> int:
-            return int(outs[outs != PAD].min() - h * T) // L
+        def score_slot(outs: np.ndarray) -> int:
+            return int(entry(int(outs[outs != PAD].min())))
 
-        _emit_job(bld, head(qk, h), key=("qk", h), read_back=False, slot_of=score_slot)
+        _emit_job(bld, head(qk, s), key=("qk", s), read_back=False, slot_of=score_slot)
         bld.slot_map.clear()
-        bld.emit(Op.SFM, src=0, n=T)
+        for j in range(c_h):  # the softmax unit takes the round's heads one at a time
+            if j * lh + s < H:
+                bld.emit(Op.SFM, src=j * p_slots, n=T)
 
-        def from_buffer(s: int, v: int, entry: int, h: int = h) -> None:
-            gathers = pv[:, h, v]
+        def from_buffer(_: int, v: int, dst: int, s: int = s) -> None:
+            gathers = pv[:, s, v]
             for bank, scope, src in bld.plan(gathers):
                 g = gathers[src]
                 bld.emit(
                     Op.MVGB,
                     bank=bank,
-                    src=int(g[g != PAD].min() - h * T) // L,
-                    dst=entry,
+                    src=int(entry(int(g[g != PAD].min()))),
+                    dst=dst,
                     mode=int(scope),
                 )
 
-        _emit_job(bld, head(sv, h), key=("sv", h), gb_from=from_buffer, slot_base=base)
+        _emit_job(bld, head(sv, s), key=("sv", s), gb_from=from_buffer, slot_base=base)
     low = _finish(cfg, bld, sv)
     return dataclasses.replace(low, gb_tensor="Q"), (H, T, D)
 
@@ -1459,7 +1492,8 @@ def lower_attention(
 ) -> GroupProgram:
     """DCC's ATTN on one AttAcc group: QK^T, softmax on the channel's softmax unit, SV
     (:func:`run_attention`). ``sizes`` = (heads, tokens, d_h) of the group's share,
-    ``cores`` per set as for QK^T (heads, tokens, d_h; heads must be 1)."""
+    ``cores`` per set as for QK^T (heads, tokens, d_h): heads over cores run their QK^T and
+    SV in parallel and their softmax one head after another."""
     return _attention(cfg, sizes, cores)[0].program
 
 

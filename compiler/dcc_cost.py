@@ -191,13 +191,9 @@ GROUP_LOCAL: dict[DccKernel, tuple[frozenset[str], str]] = {
 }
 
 #: Loop variables of a kernel whose sets a draft may not split over a group's cores, and why.
-CORE_LOCAL: dict[DccKernel, tuple[frozenset[str], str]] = {
-    DccKernel.ATTN: (
-        frozenset({"h"}),
-        "a group's one softmax unit takes its heads one at a time, so its cores work on one "
-        "head at a time (heads go to other groups)",
-    ),
-}
+#: None at present: ATTN's heads may go over a group's cores (the AttAcc lowering runs their
+#: QK^T and SV in parallel and serialises their softmax on the group's one unit).
+CORE_LOCAL: dict[DccKernel, tuple[frozenset[str], str]] = {}
 
 
 def check_kernel(cfg: BackendConfig, kernel: DccKernel) -> None:

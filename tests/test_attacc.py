@@ -431,7 +431,10 @@ def _attention_numpy(a: dict[str, np.ndarray]) -> np.ndarray:
 @pytest.mark.parametrize(
     ("sizes", "cores"),
     [((1, 16, 16), (1, 1, 1)), ((2, 256, 128), (1, 16, 4)), ((1, 100, 64), (1, 1, 4)),
-     ((2, 64, 128), (1, 4, 16)), ((1, 600, 32), (1, 1, 2))],
+     ((2, 64, 128), (1, 4, 16)), ((1, 600, 32), (1, 1, 2)),
+     # heads over cores: parallel QK^T and SV, one SFM per head; padded heads and tokens
+     ((2, 128, 16), (2, 8, 1)), ((4, 256, 128), (2, 16, 2)), ((3, 64, 64), (2, 4, 4)),
+     ((5, 100, 33), (4, 1, 4)), ((8, 512, 64), (8, 2, 4))],
 )  # fmt: skip
 def test_attention_close_to_numpy(sizes: tuple, cores: tuple) -> None:
     """QK^T, SFM on the softmax unit, MVGB of the probabilities, SV: FP16 scores and
@@ -475,14 +478,90 @@ def test_attention_counts_default_mapping() -> None:
 @pytest.mark.parametrize(
     ("sizes", "cores", "message"),
     [
-        ((2, 64, 64), (2, 4, 4), r"one softmax unit takes one head at a time.*cores\[0\] must"),
         ((1, 100, 64), (1, 4, 4), "tokens = 100 over 4 cores gives 25 per core, not a multiple"),
         ((1, 8192, 64), (1, 16, 4), "8192 scores take 512 softmax-buffer entries"),
+        # heads over cores: the round's heads' scores wait in the buffer together
+        (
+            (2, 4096, 128),
+            (2, 16, 2),
+            r"2 heads' 4096 scores \(cores\[0\] = 2: a round has one head per head core.*\) "
+            r"take 512 softmax-buffer entries.*the buffer has 256 .*at most 1 head\(s\) of 4096 "
+            r"tokens per round",
+        ),
+        (
+            (16, 512, 64),
+            (16, 2, 2),
+            r"16 heads' 512 scores \(cores\[0\] = 16: .*\) take 512 .*at most 8 head\(s\) of 512 "
+            r"tokens per round",
+        ),
     ],
 )
 def test_attention_refusals(sizes: tuple, cores: tuple, message: str) -> None:
     with pytest.raises(AttAccLoweringError, match=message):
         lower_attention(ATT, sizes, cores)
+
+
+def test_attention_heads_over_cores_cycles_by_hand() -> None:
+    """2 heads x 128 tokens x d_h 16 on cores (2, 8, 1): head core j is banks 8j .. 8j + 7
+    (bank groups 2j, 2j + 1; all rank 0, pseudo-channel 0), bank 8j + c holds tokens
+    16c .. 16c + 15 of head j: one K vector and one V vector per token. Against the same
+    share with the heads one after another on cores (1, 8, 1), both counted here from the
+    [timing] fields (tCCD_S 2, tCCD_L 4, nBL 2, tCCD_AB 6, tRCD_RD 19, tRAS 45, tRP 19,
+    tRC 63, tRTP 8, WL 6, RL 19) and the softmax unit's 16 elements per cycle."""
+    t = ATT.timing
+    assert t is not None
+    bus, ab, L = t.burst_cycles, t.tCCD_AB, ATT.core.lanes
+    assert (t.tCCD_S, t.tCCD_L, bus, ab, t.tRCD_RD, t.tRAS, t.tRP, t.tRTP, t.WL, t.RL) == (
+        2, 4, 2, 6, 19, 45, 19, 8, 6, 19)  # fmt: skip
+    sfm = 128 // L  # one SFM over 128 scores: 8 cycles
+    # --- parallel (cores (2, 8, 1)): one round, both heads at once
+    # QK^T: 4 WRGBs of Q (a GROUP broadcast per bank group: bank groups 0, 1 want Q[0], 2, 3
+    # Q[1]), another bank group each: nBL apart at 0, 2, 4, 6; they land at 6 + WL + nBL = 14
+    # ACTAB at 7; 16 MACABs (16 tokens per bank, one vector of d_h) from max(7 + tRCD_RD,
+    # 14) = 26, tCCD_AB apart: the last at 26 + 15 x 6 = 116, accumulators ready at 122
+    # 16 MVSBs, one per bank (each bank its own 16 scores) into entry 8j + c = the bank:
+    # from 122, tCCD_L apart within a bank group, nBL (= tCCD_S) on to the next:
+    # 122-134 (bank group 0), 136-148, 150-162, 164-176; the last lands at 178
+    # PREA at 177 (>= 7 + tRAS, 116 + tRTP)
+    # SFM of head 0 (entries 0-7): 178 (after the last MVSB lands), busy until 186;
+    # SFM of head 1 (entries 8-15): waits for the unit, 186 .. 194
+    # SV: 16 MVGBs (one per bank: every bank its own probabilities) from the end of the
+    # softmax, 194, bank groups in turn nBL apart: 194, 196, ..., 224; they land at 226
+    # ACTAB at 225 (>= PREA 177 + tRP); 16 MACABs (AXPY, one per token) from 225 + tRCD_RD
+    # = 244 to 334; accumulators ready at 340
+    # 4 MVSBs (each head's 8 banks: two bank groups summed by their adder trees, the second
+    # added) 340, 342, 344, 346, landed at 348; RDSB of head 0 at 348 (bank 0), of head 1 at
+    # 349 (interleaved to pseudo-channel 1); the last completes at 349 + RL + nBL = 370
+    # (the final PREA at 350 is done at 369)
+    par = lower_attention(ATT, (2, 128, 16), (2, 8, 1))
+    tl = time_stream(ATT, par.stream)
+    ops = par.stream["op"]
+    sfms = np.flatnonzero(ops == Op.SFM)
+    assert [int(par.stream["src"][k]) for k in sfms] == [0, 128 // L]
+    np.testing.assert_array_equal(tl.issue[sfms], [178, 178 + sfm])  # one softmax unit
+    mvgb = np.flatnonzero(ops == Op.MVGB)
+    np.testing.assert_array_equal(tl.issue[mvgb], 178 + 2 * sfm + bus * np.arange(16))
+    macs = tl.issue[ops == Op.MACAB]
+    assert (macs[0], macs[15], macs[16], macs[31]) == (26, 116, 244, 334)
+    assert par.counts == {"WRGB": 4, "ACTAB": 2, "MACAB": 32, "MVSB": 16 + 4, "PREA": 2,
+                          "SFM": 2, "MVGB": 16, "RDSB": 2}  # fmt: skip
+    assert par.cycles == tl.cycles == 349 + t.RL + bus == 370
+    # --- serial (cores (1, 8, 1)): two rounds of one head on banks 0-7 (bank groups 0, 1)
+    # round 0: 2 WRGBs (bank groups 0, 1) at 0, 2, landed at 10; ACTAB 3; MACABs 22 .. 112;
+    # 8 MVSBs 118-130, 132-144 (landed 146); PREA 145; SFM 146 .. 154; 8 MVGBs 154 .. 168
+    # (landed 170); ACTAB 169; MACABs 188 .. 278; 2 MVSBs 284, 286; RDSB 288; PREA 289
+    # round 1 (K and V of head 1 in row 1): WRGBs 292 (tCCD_L after the RDSB in bank group
+    # 0), 294; ACTAB 308 (PREA 289 + tRP); MACABs 327 .. 417; 8 MVSBs 423-435, 437-449; PREA
+    # 450; SFM 451 .. 459; MVGBs 459 .. 473; ACTAB 474; MACABs 493 .. 583; MVSBs 589, 591;
+    # RDSB 593, completing at 593 + RL + nBL = 614
+    ser = lower_attention(ATT, (2, 128, 16), (1, 8, 1))
+    tl_s = time_stream(ATT, ser.stream)
+    np.testing.assert_array_equal(tl_s.issue[ser.stream["op"] == Op.SFM], [146, 451])
+    assert ser.cycles == 593 + t.RL + bus == 614
+    # the parallel round saves the second head's QK^T + SV chain but for its softmax (and
+    # the serial rounds' WRGB / row turnaround): 614 - 370 = 244 cycles
+    assert ser.cycles - par.cycles == 244
+    assert par.counts["MACAB"] * 2 == ser.counts["MACAB"]
 
 
 # ----------------------------------------------------------------------------- compiled timing
@@ -508,11 +587,11 @@ def _lowered(draw):
     if kernel == "attn":
         c_t = draw(st.sampled_from([1, 2, 4]))
         sizes = (
-            draw(st.integers(1, 2)),
+            draw(st.integers(1, 4)),
             16 * c_t * draw(st.integers(1, 4)),
             draw(st.integers(1, 64)),
         )
-        cores = (1, c_t, draw(st.sampled_from([1, 2, 4])))
+        cores = (draw(st.sampled_from([1, 2, 4])), c_t, draw(st.sampled_from([1, 2, 4])))
         return lower_attention(ATT, sizes, cores).stream
     sizes, cores, _ = draw(_cases(kernel))
     return lower_group(ATT, kernel, sizes, cores).stream
@@ -607,7 +686,9 @@ def test_attn_default_draft_and_share_checks() -> None:
     check = SHARE_CHECKS[DccKernel.ATTN]
     for sizes, cores in [((1, 512, 128), (1, 16, 4)), ((1, 100, 64), (1, 4, 4)),
                          ((2, 64, 64), (2, 4, 4)), ((1, 4096, 128), (1, 8, 8)),
-                         ((1, 8192, 64), (1, 16, 4)), ((1, 4096, 128), (1, 16, 4))]:  # fmt: skip
+                         ((1, 8192, 64), (1, 16, 4)), ((1, 4096, 128), (1, 16, 4)),
+                         ((2, 4096, 128), (2, 16, 2)), ((16, 512, 64), (16, 2, 2)),
+                         ((8, 512, 128), (8, 2, 4))]:  # fmt: skip
         try:
             lower_attention(ATT, sizes, cores)
             refused = ""

@@ -9,7 +9,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from compiler.attacc_lowering import (
@@ -95,17 +95,20 @@ def test_lowering_equals_reference(cfg, share) -> None:
 @settings(max_examples=40, deadline=None)
 @given(
     cfg=_config(),
-    heads=st.integers(1, 3),
+    heads=st.integers(1, 5),
+    c_h=st.sampled_from([1, 1, 2, 4]),
     c_t=st.sampled_from([1, 2, 4, 8, 16]),
     per_core=st.integers(1, 5),
     odd=st.integers(0, 15),
     d_h=st.integers(1, 140),
     c_d=st.sampled_from([1, 2, 4]),
 )
-def test_attention_equals_reference(cfg, heads, c_t, per_core, odd, d_h, c_d) -> None:
-    """Tokens a multiple of 16 per core when split (else any count), d_h any."""
+def test_attention_equals_reference(cfg, heads, c_h, c_t, per_core, odd, d_h, c_d) -> None:
+    """Tokens a multiple of 16 per core when split (else any count), d_h any, heads over
+    cores or not (padded head cores included)."""
+    assume(c_h * c_t * c_d <= ATT.cores_per_group)
     tokens = 16 * c_t * per_core if c_t > 1 else 16 * per_core + odd
-    sizes, cores = (heads, tokens, d_h), (1, c_t, c_d)
+    sizes, cores = (heads, tokens, d_h), (c_h, c_t, c_d)
     try:
         ref, _ = _attention_reference(cfg, sizes, cores)
     except AttAccLoweringError as exc:  # a buffer too small for this share: the same refusal
