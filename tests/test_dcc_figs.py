@@ -93,7 +93,7 @@ def test_figure_run_writes_rows_and_summary(tmp_path: Path, capsys, monkeypatch)
 def test_attacc_figures() -> None:
     """Fig. 6's three panels on AttAcc (ATTN as attn, GEMV as qk, RED as Fig. 7's batched-red
     (B, 1, N)); Figs. 2 and 9 on either back end (AttAcc's Fig. 9 at the paper's four output
-    sizes); a back end a figure does not run on is refused by name."""
+    sizes, HBM-PIM's too); a back end a figure does not run on is refused by name."""
     fig6 = FIGURES[Figure.FIG6]("attacc")
     assert [dcc_figs.panel(c[4]) for c in fig6] == ["ATTN"] * 8 + ["GEMV"] * 8 + ["RED"] * 6
     cases = {(c[1], c[2]): c[4] for c in fig6}
@@ -105,7 +105,8 @@ def test_attacc_figures() -> None:
     fig9 = FIGURES[Figure.FIG9]("attacc")
     assert len(fig9) == 16 and {c[2][1] for c in fig9} == {512, 1024, 2048, 4096}
     assert ("attacc", "qk", (8 * 32, 1024, 128)) in {c[:3] for c in fig9}
-    assert len(FIGURES[Figure.FIG9]("hbm-pim")) == 8
+    fig9h = FIGURES[Figure.FIG9]("hbm-pim")
+    assert len(fig9h) == 16 and {c[2][1] for c in fig9h} == {512, 1024, 2048, 4096}
     assert {c[0] for c in FIGURES[Figure.FIG2]("attacc")} == {"attacc"}
     with pytest.raises(dcc_figs.FigureError, match="--backend attacc: figure fig7 runs on hbm-pim"):
         dcc_figs.figure_rows(Figure.FIG7, backend="attacc")
