@@ -70,9 +70,13 @@ __all__ = [
     "PimTimes",
     "SystemSpec",
     "add_arguments",
+    "attention_sizes",
+    "dcc_shapes",
     "fc_default_draft",
+    "fc_sizes",
     "fig8",
     "run",
+    "sample_contexts",
     "step_phases",
 ]
 
@@ -85,6 +89,8 @@ FIG8_RUNS = ((128, 2048), (2048, 128), (2048, 2048))  # (Lin, Lout), Fig. 8's th
 #: test compares 5 points with every step).
 SAMPLE_POINTS = 5
 ATTN_KERNEL = "attn"
+FC_KERNEL = "batched-gemv"
+FC_OPS = (LayerOp.QKV, LayerOp.PROJ, LayerOp.FFN1, LayerOp.FFN2)
 
 
 class Phase(StrEnum):
@@ -218,25 +224,64 @@ def step_phases(
     if system.attention_on_pim:
         if pim is None:
             raise DecodeError("a PIM system needs the PIM back end's kernel times")
-        heads = batch * spec.heads
         kv_bytes = 2 * batch * spec.kv_heads * spec.head_dim * spec.element_bytes
-        quantum = pim.cfg.group.bank_groups * pim.cfg.core.lanes
-        padded = -(-context // quantum) * quantum
-        attn = pim.time(ATTN_KERNEL, (heads, padded, spec.head_dim), system.dcc)
+        attn = pim.time(ATTN_KERNEL, attention_sizes(spec, batch, context, pim.cfg), system.dcc)
         layer[Phase.ATTENTION] = attn + kv_bytes / (pim.cfg.host_gbps * 1e9)
-        shapes = gpu_fc_shapes(spec, 1)
+        shapes = fc_sizes(spec, batch)
         if system.dcc:  # QKV and projection to PIM where faster
             for phase, op in ((Phase.QKV, LayerOp.QKV), (Phase.PROJECTION, LayerOp.PROJ)):
-                k, n = shapes[op]
-                layer[phase] = min(layer[phase], pim.dcc("batched-gemv", (batch, n, k)))
+                layer[phase] = min(layer[phase], pim.dcc(FC_KERNEL, shapes[op]))
         if system.ffn_shared:
             ffn = 0.0
             for op in (LayerOp.FFN1, LayerOp.FFN2):
-                k, n = shapes[op]
                 t_gpu = gpu.ops[str(op)]["seconds"]
-                ffn += _shared(t_gpu, pim.time("batched-gemv", (batch, n, k), system.dcc))
+                ffn += _shared(t_gpu, pim.time(FC_KERNEL, shapes[op], system.dcc))
             layer[Phase.FFN] = ffn
     return {p: spec.layers * t for p, t in layer.items()}
+
+
+def sample_contexts(lin: int, lout: int, points: int = SAMPLE_POINTS) -> list[int]:
+    """The contexts a run of ``lout`` steps after ``lin`` tokens is costed at: ``points``
+    evenly spaced from ``lin + 1`` to ``lin + lout`` (fewer if ``lout`` is smaller)."""
+    xs = np.linspace(lin + 1, lin + lout, min(points, lout)).round().astype(int)
+    return [int(x) for x in np.unique(xs)]
+
+
+def attention_sizes(
+    spec: ModelSpec, batch: int, context: int, cfg: BackendConfig
+) -> tuple[int, int, int]:
+    """The ``attn`` kernel's sizes of one layer: ``batch x heads`` heads, the context padded to
+    whole softmax-buffer entries (``bank_groups x lanes`` tokens), ``head_dim``."""
+    quantum = cfg.group.bank_groups * cfg.core.lanes
+    return batch * spec.heads, -(-context // quantum) * quantum, spec.head_dim
+
+
+def fc_sizes(spec: ModelSpec, batch: int) -> dict[LayerOp, tuple[int, int, int]]:
+    """The ``batched-gemv`` sizes (batch, outputs, inputs) of each weight GEMM of a layer."""
+    shapes = gpu_fc_shapes(spec, 1)
+    return {op: (batch, shapes[op][1], shapes[op][0]) for op in FC_OPS}
+
+
+def dcc_shapes(
+    models: Sequence[str] = FIG8_MODELS,
+    batches: Sequence[int] = FIG8_BATCHES,
+    runs: Sequence[tuple[int, int]] = FIG8_RUNS,
+    backend: str = FIG8_BACKEND,
+    points: int = SAMPLE_POINTS,
+) -> list[tuple[str, tuple[int, ...]]]:
+    """Every (kernel, sizes) whose DCC mapping the ``+dcc`` systems ask for, in first-asked
+    order: attention at each sampled context, the four weight GEMMs per model and batch."""
+    cfg = load_backend(backend)
+    out: dict[tuple[str, tuple[int, ...]], None] = {}
+    for name in models:
+        spec = load_model(name)
+        for b in batches:
+            for lin, lout in runs:
+                for x in sample_contexts(lin, lout, points):
+                    out[ATTN_KERNEL, attention_sizes(spec, b, x, cfg)] = None
+            for sizes in fc_sizes(spec, b).values():
+                out[FC_KERNEL, sizes] = None
+    return list(out)
 
 
 def run_phases(
@@ -252,8 +297,8 @@ def run_phases(
     """Seconds of each phase over the ``lout`` generation steps at contexts ``lin + 1`` to
     ``lin + lout``: costed at ``points`` contexts, integrated piecewise linearly."""
     steps = np.arange(lin + 1, lin + lout + 1)
-    xs = np.unique(np.linspace(steps[0], steps[-1], min(points, lout)).round().astype(int))
-    at = [step_phases(spec, host, batch, int(x), system, pim) for x in xs]
+    xs = sample_contexts(lin, lout, points)
+    at = [step_phases(spec, host, batch, x, system, pim) for x in xs]
     return {
         p: float(np.interp(steps, xs, [a[p] for a in at]).sum()) if len(xs) > 1 else
         at[0][p] * lout
