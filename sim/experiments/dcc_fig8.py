@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from compiler.dcc_cost import Placement, draft_cost
+from compiler.dcc_predictor import LookupTable
 from compiler.dcc_schedule import DccKernel, Draft
 from compiler.dcc_tune import default_draft
 from compiler.llm import LayerOp, ModelSpec, load_model
@@ -168,10 +169,19 @@ def fc_default_draft(cfg: BackendConfig, sizes: tuple[int, ...]) -> Draft:
 
 class PimTimes:
     """Seconds of a DCC kernel on the PIM back end, default mapping or DCC's, memoised per
-    shape (DCC's lookup table of best drafts, filled as the run meets new sizes)."""
+    shape (DCC's lookup table of best drafts, filled as the run meets new sizes). With
+    ``table`` (filled offline, ``pimphony dcc-lut``) a shape it holds takes its draft without
+    a search; ``looked_up`` counts shapes by how DCC's draft was found (table or search)."""
 
-    def __init__(self, cfg: BackendConfig, budget: int = 300, verify: int = 10) -> None:
-        self.cfg, self.budget, self.verify = cfg, budget, verify
+    def __init__(
+        self,
+        cfg: BackendConfig,
+        budget: int = 300,
+        verify: int = 10,
+        table: LookupTable | None = None,
+    ) -> None:
+        self.cfg, self.budget, self.verify, self.table = cfg, budget, verify, table
+        self.looked_up = {"table": 0, "searched": 0}
 
     @functools.cache  # noqa: B019 -- one instance per run; the cache is the lookup table
     def default(self, kernel: str, sizes: tuple[int, ...]) -> float:
@@ -189,7 +199,9 @@ class PimTimes:
         """DCC's choice: the predicted search's end-to-end best, weights / KV resident."""
         from sim.tune import tune_report
 
-        r = tune_report(self.cfg.name, kernel, sizes, top=1, budget=self.budget, verify=self.verify)
+        r = tune_report(self.cfg.name, kernel, sizes, top=1, budget=self.budget,
+                        verify=self.verify, table=self.table)  # fmt: skip
+        self.looked_up["table" if r.get("table", {}).get("hit") else "searched"] += 1
         return r["chosen"]["total_us"] * 1e-6
 
     def time(self, kernel: str, sizes: tuple[int, ...], dcc: bool) -> float:
@@ -315,12 +327,14 @@ def fig8(
     budget: int = 300,
     verify: int = 10,
     progress: Callable[[str], None] | None = None,
+    pim: PimTimes | None = None,
 ) -> list[dict[str, Any]]:
     """One row per (model, batch, Lin, Lout): every system's phase seconds, its generation
-    time over the GPU's and the paper's speedups."""
-    cfg = load_backend(backend)
+    time over the GPU's and the paper's speedups. ``pim``: the kernel times (e.g. with a
+    lookup table); a new :class:`PimTimes` on ``backend`` if None."""
+    cfg = load_backend(backend) if pim is None else pim.cfg
     host = cfg.host()
-    pim = PimTimes(cfg, budget, verify)
+    pim = pim or PimTimes(cfg, budget, verify)
     rows = []
     for name in models:
         spec = load_model(name)
@@ -497,6 +511,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="contexts each phase is costed at over a run")  # fmt: skip
     p.add_argument("--budget", type=int, default=300, help="DCC predictor's simulated drafts")
     p.add_argument("--verify", type=int, default=10, help="best predicted drafts simulated")
+    p.add_argument("--table", type=Path, default=None,
+                   help="DCC's lookup table filled offline (pimphony dcc-lut): shapes it "
+                   "holds are not searched")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--report", type=Path, help="JSON path (default build/dcc/fig8.json)")
     p.add_argument("--plot", type=Path, help="PNG path (default build/dcc/fig8.png)")
@@ -510,14 +527,23 @@ def run(args: argparse.Namespace) -> int:
     report_path = user_output(args.report, FIG8_DIR / "fig8.json", args.force)
     plot_path = user_plot(args.plot, FIG8_DIR / "fig8.png", args.force)
     say = None if args.json else functools.partial(print, flush=True)
+    pim, inputs = None, {}
+    if args.table is not None:
+        from sim.experiments.dcc_lut import read_table, table_digest
+
+        cfg = load_backend(args.backend)
+        pim = PimTimes(cfg, args.budget, args.verify, read_table(args.table, cfg))
+        inputs = {"table": {"path": str(args.table), "sha256": table_digest(args.table)}}
     rows = fig8(
         tuple(m for m in args.models.split(",") if m), args.batches, args.runs, args.backend,
-        args.points, args.budget, args.verify, progress=say,
+        args.points, args.budget, args.verify, progress=say, pim=pim,
     )  # fmt: skip
     summ = summary(rows)
+    if pim is not None:
+        inputs["table"]["shapes"] = dict(pim.looked_up)
     report = {
         "rows": rows, "summary": summ, "paper": {str(k): v for k, v in PAPER.items()},
-        "provenance": provenance(args, backend=args.backend, models=args.models),
+        "provenance": provenance(args, backend=args.backend, models=args.models, **inputs),
     }  # fmt: skip
     write_atomic(report_path, json.dumps(report, indent=2, default=str).encode())
     plot_fig8(rows, plot_path)
@@ -525,5 +551,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2, default=str))
     else:
         print(format_fig8(rows, summ))
+        if pim is not None:
+            n = pim.looked_up
+            print(f"DCC drafts: {n['table']} shape(s) from table {args.table} (not searched), "
+                  f"{n['searched']} searched")  # fmt: skip
         print(f"report: {report_path}\nplot:   {plot_path}")
     return 0

@@ -164,7 +164,7 @@ def read_table(path: str | Path, cfg: BackendConfig) -> LookupTable:
         raise LookupTableError(
             f"--table {path} is stale: filled for back end {cfg.name} with digest "
             f"{str(rec['sha256'])[:12]}, the preset's values now digest to {now[:12]}; refill "
-            f"it (pimphony dcc-lut --backend {cfg.name} --out {path} --force)"
+            f"it (pimphony dcc-lut --out {path} --force)"
         )
     return table
 
