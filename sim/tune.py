@@ -313,6 +313,10 @@ def run(args: argparse.Namespace) -> int:
             sha256=table_digest(args.table),
             backend_sha256=table.provenance["backend"]["sha256"],
         )
+    if table is None:  # reports' options stay as before --table existed
+        args = argparse.Namespace(
+            **{k: v for k, v in vars(args).items() if k not in ("table", "extend")}
+        )
     report["provenance"] = provenance(
         args, backend={"name": cfg.name, "values": dataclasses.asdict(cfg)}
     )

@@ -541,6 +541,8 @@ def run(args: argparse.Namespace) -> int:
     summ = summary(rows)
     if pim is not None:
         inputs["table"]["shapes"] = dict(pim.looked_up)
+    else:  # reports' options stay as before --table existed
+        args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "table"})
     report = {
         "rows": rows, "summary": summ, "paper": {str(k): v for k, v in PAPER.items()},
         "provenance": provenance(args, backend=args.backend, models=args.models, **inputs),
