@@ -21,7 +21,12 @@ from models.backends import load_backend
 from sim.cli import main
 from sim.experiments import dcc_fig8
 from sim.experiments.dcc_figs import FIGURE_BACKENDS, FIGURES
-from sim.experiments.dcc_lut import ShapeSource, backend_digest, evaluation_shapes
+from sim.experiments.dcc_lut import (
+    ShapeSource,
+    backend_digest,
+    backend_record,
+    evaluation_shapes,
+)
 from tests.helpers import run_cli
 from tests.test_dcc_cost import small_backend
 
@@ -248,3 +253,39 @@ def test_fig8_takes_tabled_drafts_without_searching(monkeypatch) -> None:
         draft_cost(cfg, DccKernel.ATTN, sizes, draft).total_s
     )
     assert pim.looked_up == {"table": 1, "searched": 0}
+
+
+def test_fig8_command_reads_the_table_and_refuses_a_foreign_one(
+    capsys, tmp_path, monkeypatch
+) -> None:
+    import sim.tune
+
+    cfg = load_backend("attacc")
+    table = LookupTable({"backend": backend_record(cfg)})
+    path = table.save(tmp_path / "attacc.json")
+
+    def fake(backend, kernel, sizes, table=None, **kwargs):  # a table holds attention only
+        looked_up = {} if table is None else {"table": {"hit": kernel == "attn"}}
+        return {"chosen": {"total_us": 1.0}, **looked_up}
+
+    monkeypatch.setattr(sim.tune, "tune_report", fake)
+    monkeypatch.setattr(dcc_fig8.PimTimes, "default", lambda self, k, s: 1e-6)
+    out = ("--report", tmp_path / "r.json", "--plot", tmp_path / "p.png")
+    run = ("dcc-fig8", "--models", "gpt3-13b-4k", "--batches", "1", "--runs", "128:128",
+           "--points", "2", *out)  # fmt: skip
+    rc, out, err = run_cli(capsys, *run, "--table", path)
+    assert rc == 0, err
+    shapes = dcc_fig8.dcc_shapes(("gpt3-13b-4k",), (1,), ((128, 128),), points=2)
+    attn = sum(k == "attn" for k, _ in shapes)
+    assert f"DCC drafts: {attn} shape(s) from table {path} (not searched), " in out
+    prov = json.loads((tmp_path / "r.json").read_text())["provenance"]
+    assert prov["table"]["path"] == str(path) and len(prov["table"]["sha256"]) == 64
+    assert prov["table"]["shapes"] == {"table": attn, "searched": len(shapes) - attn}
+    # without --table: no option, no line (reports as before the option existed)
+    rc, out, _ = run_cli(capsys, *run, "--force")
+    prov = json.loads((tmp_path / "r.json").read_text())["provenance"]
+    assert rc == 0 and "DCC drafts" not in out and "table" not in prov["options"]
+    # a table of another back end is refused before any work
+    other = LookupTable({"backend": backend_record(load_backend("hbm-pim"))})
+    rc, _, err = run_cli(capsys, *run, "--force", "--table", other.save(tmp_path / "h.json"))
+    assert rc == 2 and "holds drafts for back end hbm-pim, not attacc" in err
