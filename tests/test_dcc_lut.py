@@ -289,3 +289,14 @@ def test_fig8_command_reads_the_table_and_refuses_a_foreign_one(
     other = LookupTable({"backend": backend_record(load_backend("hbm-pim"))})
     rc, _, err = run_cli(capsys, *run, "--force", "--table", other.save(tmp_path / "h.json"))
     assert rc == 2 and "holds drafts for back end hbm-pim, not attacc" in err
+
+
+def test_holdout_zero_and_single_shapes_hold_nothing_out(capsys, tmp_path) -> None:
+    backend = small_backend(tmp_path)
+    common = ("dcc-lut", "--backend", backend, "--per-shape", "5", "--rounds", "5")
+    rc, out, _ = run_cli(capsys, *common, "--shape", "va:512", "--shape", "va:1024",
+                         "--holdout", "0", "--out", tmp_path / "a.json")  # fmt: skip
+    assert rc == 0 and "held-out error: none (--holdout 0: nothing held out)" in out
+    rc, out, _ = run_cli(capsys, *common, "--shape", "va:512", "--out", tmp_path / "b.json")
+    assert rc == 0 and "none (fewer than two shapes of any kernel: nothing held out)" in out
+    assert json.loads((tmp_path / "b.json").read_text())["predictor"]["holdout"]["mape"] is None

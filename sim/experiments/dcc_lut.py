@@ -192,10 +192,12 @@ def _held_out(
     test: list[Shape] = []
     for k, shapes in by_kernel.items():
         n = max(1, round(holdout_share * len(shapes))) if len(shapes) > 1 else 0
+        n = min(n, len(shapes) - 1) if holdout_share > 0 else 0
         if n:
             test += [(k, s) for s in split_configs(shapes, n, seed)[1]]
     if not test or len(test) == len(samples):
-        return {"mape": None, "why": "fewer than two shapes of any kernel: nothing held out"}
+        why = "--holdout 0" if holdout_share == 0 else "fewer than two shapes of any kernel"
+        return {"mape": None, "why": f"{why}: nothing held out"}
     train = [s for s in samples if s not in test]
     pred = train_predictor(
         sum((samples[s] for s in train[1:]), samples[train[0]]), n_estimators, seed=seed
