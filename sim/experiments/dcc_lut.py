@@ -283,6 +283,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    choices=choice_names(DccKernel),
                    help="only the evaluation's shapes of this kernel (repeatable)")  # fmt: skip
     p.add_argument("--shape", dest="shapes", action="append", type=_shape_arg, default=None,
+                   metavar="KERNEL:SIZES",
                    help="KERNEL:SIZES to fill instead of the evaluation's, e.g. gemv:64,256 "
                    "(repeatable)")  # fmt: skip
     p.add_argument("--per-shape", type=bounded_int(1, 100_000), default=300,
