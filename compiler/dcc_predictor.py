@@ -722,13 +722,15 @@ def _part_json(p: Part) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Entry:
-    """The best draft of one (back end, kernel, sizes), its predicted time, how many drafts
-    were predicted, and whether it was filled ``offline`` or at ``runtime``."""
+    """The best draft of one (back end, kernel, sizes), its predicted time (None when every
+    draft was simulated, no predictor), how many drafts were predicted or searched, whether
+    it was filled ``offline`` or at ``runtime``, and its simulated time if it was simulated."""
 
     draft: Draft
-    predicted_s: float
+    predicted_s: float | None
     drafts: int
     origin: str
+    simulated_s: float | None = None
 
 
 _FORMAT = "pimphony-dcc-lookup"
@@ -795,7 +797,7 @@ class LookupTable:
             "entries": [
                 {"backend": b, "kernel": k.value, "sizes": list(s),
                  "draft": [_part_json(p) for p in e.draft], "predicted_s": e.predicted_s,
-                 "drafts": e.drafts, "origin": e.origin}
+                 "drafts": e.drafts, "origin": e.origin, "simulated_s": e.simulated_s}
                 for (b, k, s), e in self.entries.items()
             ],
         }  # fmt: skip
@@ -851,10 +853,13 @@ class LookupTable:
             origin = need(e, "origin", str, at)
             if origin not in _ORIGINS:
                 raise LookupTableError(f"{where}: {at}.origin = {origin!r}; allowed {_ORIGINS}")
-            t = float(need(e, "predicted_s", (int, float), at))
+            timed = (int, float, type(None))
+            t = need(e, "predicted_s", timed, at)
+            sim = need(e, "simulated_s", timed, at) if "simulated_s" in e else None
             table.entries[(backend, kernel, sizes)] = Entry(
-                draft, t, need(e, "drafts", int, at), origin
-            )
+                draft, None if t is None else float(t), need(e, "drafts", int, at), origin,
+                None if sim is None else float(sim),
+            )  # fmt: skip
         return table
 
 

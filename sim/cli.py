@@ -178,6 +178,11 @@ COMMANDS: tuple[Command, ...] = (
         "sim.experiments.dcc_table2",
     ),
     Command(
+        "dcc-lut",
+        "DCC's lookup table of best drafts per shape, filled offline by one trained predictor",
+        "sim.experiments.dcc_lut",
+    ),
+    Command(
         "sweep-run",
         "a design-space sweep file, each point a Ray task, cached and resumable",
         "sim.experiments.sweep_run",

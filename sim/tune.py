@@ -15,14 +15,29 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import time
 from typing import Any
 
 from compiler.dcc_cost import DraftCost, Placement, draft_cost, gpu_seconds, kernel_nest
-from compiler.dcc_predictor import predicted_search
+from compiler.dcc_predictor import (
+    Entry,
+    LookupTable,
+    LookupTableError,
+    PredictedSearch,
+    predicted_search,
+)
 from compiler.dcc_schedule import DccKernel, dimension_sets
-from compiler.dcc_tune import Objective, best, default_draft, default_name, search
+from compiler.dcc_tune import (
+    Objective,
+    SearchResult,
+    best,
+    default_draft,
+    default_name,
+    generated_count,
+    search,
+)
 from compiler.rearrange import Strategy
-from models.backends import available_backends, load_backend
+from models.backends import BackendConfig, available_backends, load_backend
 from models.errors import PimphonyError
 from models.fileio import check_writable, write_atomic
 from sim.cli import bounded_int, choice_names
@@ -97,6 +112,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also report the chosen and default drafts' energy; optionally the energy preset "
         "(default: the one named like the back end; docs/energy.md)",
     )
+    p.add_argument(
+        "--table",
+        default=None,
+        help="a lookup table filled offline (pimphony dcc-lut): a shape it holds takes its "
+        "draft without a search; another is searched",
+    )
+    p.add_argument(
+        "--extend",
+        action="store_true",
+        help="with --table: record a searched shape's best in the table and write it back",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--out", default=None, help="also write the JSON report to this file")
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
@@ -132,18 +158,34 @@ def tune_report(
     budget: int = 300,
     verify: int = 10,
     energy: str | None = None,
+    table: LookupTable | None = None,
+    extend: bool = False,
 ) -> dict[str, Any]:
-    """The search's results as plain data (see the module docstring)."""
+    """The search's results as plain data (see the module docstring). With ``table`` (read by
+    :func:`sim.experiments.dcc_lut.read_table`), a shape it holds is not searched: its draft
+    is simulated as the choice (``report["table"]["hit"]``); another shape is searched and,
+    with ``extend``, its best recorded in ``table`` (``origin = "runtime"``)."""
     cfg = load_backend(backend)
     k = DccKernel(kernel)
     kernel_nest(k, shape)
     strat = Strategy(strategy) if strategy else None
     place = Placement(placement)
-    ps = predicted_search(cfg, k, shape, budget, verify, strat, place)
-    res = ps.result
+    if table is not None and (strat is not None or place is not Placement.RESIDENT):
+        raise LookupTableError(
+            "--table holds drafts chosen with weights / KV resident and the default "
+            "--strategy; drop --placement / --strategy or --table"
+        )
+    entry = None if table is None else table.get(cfg.name, k, shape)
+    if entry is not None:
+        ps, centric = _table_search(cfg, k, shape, entry), None
+        res = ps.result
+        chosen = res.costs[0]
+    else:
+        ps = predicted_search(cfg, k, shape, budget, verify, strat, place)
+        res = ps.result
+        chosen = best(res, Objective.END_TO_END)
+        centric = best(res, Objective.COMPUTE)
     ranked = sorted(res.costs, key=lambda c: c.total_s)
-    chosen = best(res, Objective.END_TO_END)
-    centric = best(res, Objective.COMPUTE)
     dd = default_draft(cfg, k, shape)
     try:
         default: DraftCost | None = draft_cost(cfg, k, shape, dd, strat, place)
@@ -174,15 +216,23 @@ def tune_report(
         "default": cost_row(default) if default else None,
         "default_name": default_name(cfg),
         "default_refused": refused,
-        "compute_centric": cost_row(centric),
+        "compute_centric": cost_row(centric) if centric else None,
         "gpu_us": gpu * 1e6,
         "speedup": {
             "over_default": default.total_s / chosen.total_s if default else None,
-            "over_compute_centric": centric.total_s / chosen.total_s,
+            "over_compute_centric": centric.total_s / chosen.total_s if centric else None,
             "over_gpu": gpu / chosen.total_s,
             "default_over_gpu": gpu / default.total_s if default else None,
         },
     }
+    if table is not None:
+        report["table"] = {"hit": entry is not None, "origin": entry.origin if entry else None,
+                           "extended": extend and entry is None}  # fmt: skip
+        if extend and entry is None:  # DCC IV-D: the table is extended at run time
+            table.entries[cfg.name, k, tuple(shape)] = Entry(
+                chosen.draft, ps.predicted_s.get(chosen.draft), ps.candidates, "runtime",
+                chosen.total_s,
+            )  # fmt: skip
     if energy is not None:  # docs/energy.md: the drafts' energy (sim/tune_energy.py)
         report["energy"] = tune_energy(cfg, {"chosen": chosen, "default": default}, energy)
     if exhaustive:
@@ -199,6 +249,26 @@ def tune_report(
     return report
 
 
+def _table_search(
+    cfg: BackendConfig, kernel: DccKernel, shape: tuple[int, ...], entry: Entry
+) -> PredictedSearch:
+    """The table's draft simulated as the one candidate: no search, no predictor run."""
+    t0 = time.perf_counter()
+    cost = draft_cost(cfg, kernel, shape, entry.draft)
+    sets = dimension_sets(kernel_nest(kernel, shape))
+    total = generated_count(sets, cfg.groups, cfg.cores_per_group)
+    res = SearchResult((cost,), total, entry.drafts, {}, time.perf_counter() - t0)
+    predicted = {} if entry.predicted_s is None else {entry.draft: entry.predicted_s}
+    return PredictedSearch(res, entry.drafts, 0, 0, predicted, {"predictor": "not run"})
+
+
+#: How a table entry of each origin was chosen (``LookupTable``'s origins).
+_ORIGIN_WORDS = {
+    "offline": "the best predicted of",
+    "runtime": "the best a run-time search found among",
+}
+
+
 def _line(name: str, r: dict[str, Any]) -> str:
     return (
         f"  {name:<16} {r['total_us']:>10.2f} us = in {r['rearrange_in_us']:.2f} + compute "
@@ -211,6 +281,13 @@ def run(args: argparse.Namespace) -> int:
     """Print the report (or write it as JSON)."""
     if args.out:
         check_writable(args.out, args.force)  # refuse before the search, not after
+    if args.extend and not args.table:
+        raise LookupTableError("--extend records a searched shape in a table: give --table FILE")
+    table = None
+    if args.table:
+        from sim.experiments.dcc_lut import read_table
+
+        table = read_table(args.table, load_backend(args.backend))
     report = tune_report(
         args.backend,
         args.kernel,
@@ -222,8 +299,24 @@ def run(args: argparse.Namespace) -> int:
         args.budget,
         args.verify,
         args.energy,
+        table,
+        args.extend,
     )
     cfg = load_backend(args.backend)
+    if table is not None:
+        from sim.experiments.dcc_lut import table_digest
+
+        if report["table"]["extended"]:
+            table.save(args.table, overwrite=True)
+        report["table"].update(
+            path=str(args.table),
+            sha256=table_digest(args.table),
+            backend_sha256=table.provenance["backend"]["sha256"],
+        )
+    if table is None:  # reports' options stay as before --table existed
+        args = argparse.Namespace(
+            **{k: v for k, v in vars(args).items() if k not in ("table", "extend")}
+        )
     report["provenance"] = provenance(
         args, backend={"name": cfg.name, "values": dataclasses.asdict(cfg)}
     )
@@ -237,9 +330,20 @@ def run(args: argparse.Namespace) -> int:
     print(f"tune {r['kernel']} {tuple(r['shape'])} on {r['backend']}: {r['system']['groups']} "
           f"groups x {r['system']['cores_per_group']} cores")  # fmt: skip
     refused = sum(d["refused"].values())
-    print(f"  drafts: {d['generated']:,} generated, {d['after_pruning']:,} after pruning, "
-          f"{d['simulated']:,} simulated ({refused:,} refused), "
-          f"{d['search_seconds']:.1f} s")  # fmt: skip
+    hit = "table" in r and r["table"]["hit"]
+    if hit:
+        how = _ORIGIN_WORDS[r["table"]["origin"]]
+        print(f"  draft: from table {args.table} ({r['table']['origin']}): {how} "
+              f"{d['after_pruning']:,} pruned drafts; not searched, the draft simulated in "
+              f"{d['search_seconds']:.1f} s")  # fmt: skip
+    else:
+        print(f"  drafts: {d['generated']:,} generated, {d['after_pruning']:,} after pruning, "
+              f"{d['simulated']:,} simulated ({refused:,} refused), "
+              f"{d['search_seconds']:.1f} s")  # fmt: skip
+    if "table" in r and not hit:
+        done = "; its best recorded in the table (runtime)" if r["table"]["extended"] else ""
+        print(f"  table: {r['kernel']} {tuple(r['shape'])} is not in {args.table}: searched"
+              f"{done}")  # fmt: skip
     if d["verified_predicted_best"]:
         p = r["predictor"]
         print(f"  predictor: {d['sampled_for_predictor']:,} drafts simulated to train "
@@ -254,12 +358,16 @@ def run(args: argparse.Namespace) -> int:
         print(_line(name, r["default"]))
     else:
         print(f"  {name:<16} cannot run: {r['default_refused']}")
-    print(_line("compute-centric", r["compute_centric"]))
+    if r["compute_centric"]:
+        print(_line("compute-centric", r["compute_centric"]))
+    else:
+        print(f"  {'compute-centric':<16} not searched (the draft came from the table)")
     s = r["speedup"]
     print(f"  GPU alone: {r['gpu_us']:.2f} us")
     over = f"{s['over_default']:.2f}x" if s["over_default"] else "-"
     dg = f"{s['default_over_gpu']:.2f}x" if s["default_over_gpu"] else "-"
-    print(f"  speedup: {over} over default, {s['over_compute_centric']:.2f}x "
+    cc = f"{s['over_compute_centric']:.2f}x" if s["over_compute_centric"] else "-"
+    print(f"  speedup: {over} over default, {cc} "
           f"over compute-centric, {s['over_gpu']:.2f}x over GPU (default {dg})")  # fmt: skip
     if "energy" in r:
         print("\n".join(energy_lines(r["energy"])))

@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from compiler.dcc_cost import Placement, draft_cost
+from compiler.dcc_predictor import LookupTable
 from compiler.dcc_schedule import DccKernel, Draft
 from compiler.dcc_tune import default_draft
 from compiler.llm import LayerOp, ModelSpec, load_model
@@ -70,9 +71,13 @@ __all__ = [
     "PimTimes",
     "SystemSpec",
     "add_arguments",
+    "attention_sizes",
+    "dcc_shapes",
     "fc_default_draft",
+    "fc_sizes",
     "fig8",
     "run",
+    "sample_contexts",
     "step_phases",
 ]
 
@@ -85,6 +90,8 @@ FIG8_RUNS = ((128, 2048), (2048, 128), (2048, 2048))  # (Lin, Lout), Fig. 8's th
 #: test compares 5 points with every step).
 SAMPLE_POINTS = 5
 ATTN_KERNEL = "attn"
+FC_KERNEL = "batched-gemv"
+FC_OPS = (LayerOp.QKV, LayerOp.PROJ, LayerOp.FFN1, LayerOp.FFN2)
 
 
 class Phase(StrEnum):
@@ -162,10 +169,19 @@ def fc_default_draft(cfg: BackendConfig, sizes: tuple[int, ...]) -> Draft:
 
 class PimTimes:
     """Seconds of a DCC kernel on the PIM back end, default mapping or DCC's, memoised per
-    shape (DCC's lookup table of best drafts, filled as the run meets new sizes)."""
+    shape (DCC's lookup table of best drafts, filled as the run meets new sizes). With
+    ``table`` (filled offline, ``pimphony dcc-lut``) a shape it holds takes its draft without
+    a search; ``looked_up`` counts shapes by how DCC's draft was found (table or search)."""
 
-    def __init__(self, cfg: BackendConfig, budget: int = 300, verify: int = 10) -> None:
-        self.cfg, self.budget, self.verify = cfg, budget, verify
+    def __init__(
+        self,
+        cfg: BackendConfig,
+        budget: int = 300,
+        verify: int = 10,
+        table: LookupTable | None = None,
+    ) -> None:
+        self.cfg, self.budget, self.verify, self.table = cfg, budget, verify, table
+        self.looked_up = {"table": 0, "searched": 0}
 
     @functools.cache  # noqa: B019 -- one instance per run; the cache is the lookup table
     def default(self, kernel: str, sizes: tuple[int, ...]) -> float:
@@ -183,7 +199,9 @@ class PimTimes:
         """DCC's choice: the predicted search's end-to-end best, weights / KV resident."""
         from sim.tune import tune_report
 
-        r = tune_report(self.cfg.name, kernel, sizes, top=1, budget=self.budget, verify=self.verify)
+        r = tune_report(self.cfg.name, kernel, sizes, top=1, budget=self.budget,
+                        verify=self.verify, table=self.table)  # fmt: skip
+        self.looked_up["table" if r.get("table", {}).get("hit") else "searched"] += 1
         return r["chosen"]["total_us"] * 1e-6
 
     def time(self, kernel: str, sizes: tuple[int, ...], dcc: bool) -> float:
@@ -218,25 +236,64 @@ def step_phases(
     if system.attention_on_pim:
         if pim is None:
             raise DecodeError("a PIM system needs the PIM back end's kernel times")
-        heads = batch * spec.heads
         kv_bytes = 2 * batch * spec.kv_heads * spec.head_dim * spec.element_bytes
-        quantum = pim.cfg.group.bank_groups * pim.cfg.core.lanes
-        padded = -(-context // quantum) * quantum
-        attn = pim.time(ATTN_KERNEL, (heads, padded, spec.head_dim), system.dcc)
+        attn = pim.time(ATTN_KERNEL, attention_sizes(spec, batch, context, pim.cfg), system.dcc)
         layer[Phase.ATTENTION] = attn + kv_bytes / (pim.cfg.host_gbps * 1e9)
-        shapes = gpu_fc_shapes(spec, 1)
+        shapes = fc_sizes(spec, batch)
         if system.dcc:  # QKV and projection to PIM where faster
             for phase, op in ((Phase.QKV, LayerOp.QKV), (Phase.PROJECTION, LayerOp.PROJ)):
-                k, n = shapes[op]
-                layer[phase] = min(layer[phase], pim.dcc("batched-gemv", (batch, n, k)))
+                layer[phase] = min(layer[phase], pim.dcc(FC_KERNEL, shapes[op]))
         if system.ffn_shared:
             ffn = 0.0
             for op in (LayerOp.FFN1, LayerOp.FFN2):
-                k, n = shapes[op]
                 t_gpu = gpu.ops[str(op)]["seconds"]
-                ffn += _shared(t_gpu, pim.time("batched-gemv", (batch, n, k), system.dcc))
+                ffn += _shared(t_gpu, pim.time(FC_KERNEL, shapes[op], system.dcc))
             layer[Phase.FFN] = ffn
     return {p: spec.layers * t for p, t in layer.items()}
+
+
+def sample_contexts(lin: int, lout: int, points: int = SAMPLE_POINTS) -> list[int]:
+    """The contexts a run of ``lout`` steps after ``lin`` tokens is costed at: ``points``
+    evenly spaced from ``lin + 1`` to ``lin + lout`` (fewer if ``lout`` is smaller)."""
+    xs = np.linspace(lin + 1, lin + lout, min(points, lout)).round().astype(int)
+    return [int(x) for x in np.unique(xs)]
+
+
+def attention_sizes(
+    spec: ModelSpec, batch: int, context: int, cfg: BackendConfig
+) -> tuple[int, int, int]:
+    """The ``attn`` kernel's sizes of one layer: ``batch x heads`` heads, the context padded to
+    whole softmax-buffer entries (``bank_groups x lanes`` tokens), ``head_dim``."""
+    quantum = cfg.group.bank_groups * cfg.core.lanes
+    return batch * spec.heads, -(-context // quantum) * quantum, spec.head_dim
+
+
+def fc_sizes(spec: ModelSpec, batch: int) -> dict[LayerOp, tuple[int, int, int]]:
+    """The ``batched-gemv`` sizes (batch, outputs, inputs) of each weight GEMM of a layer."""
+    shapes = gpu_fc_shapes(spec, 1)
+    return {op: (batch, shapes[op][1], shapes[op][0]) for op in FC_OPS}
+
+
+def dcc_shapes(
+    models: Sequence[str] = FIG8_MODELS,
+    batches: Sequence[int] = FIG8_BATCHES,
+    runs: Sequence[tuple[int, int]] = FIG8_RUNS,
+    backend: str = FIG8_BACKEND,
+    points: int = SAMPLE_POINTS,
+) -> list[tuple[str, tuple[int, ...]]]:
+    """Every (kernel, sizes) whose DCC mapping the ``+dcc`` systems ask for, in first-asked
+    order: attention at each sampled context, the four weight GEMMs per model and batch."""
+    cfg = load_backend(backend)
+    out: dict[tuple[str, tuple[int, ...]], None] = {}
+    for name in models:
+        spec = load_model(name)
+        for b in batches:
+            for lin, lout in runs:
+                for x in sample_contexts(lin, lout, points):
+                    out[ATTN_KERNEL, attention_sizes(spec, b, x, cfg)] = None
+            for sizes in fc_sizes(spec, b).values():
+                out[FC_KERNEL, sizes] = None
+    return list(out)
 
 
 def run_phases(
@@ -252,8 +309,8 @@ def run_phases(
     """Seconds of each phase over the ``lout`` generation steps at contexts ``lin + 1`` to
     ``lin + lout``: costed at ``points`` contexts, integrated piecewise linearly."""
     steps = np.arange(lin + 1, lin + lout + 1)
-    xs = np.unique(np.linspace(steps[0], steps[-1], min(points, lout)).round().astype(int))
-    at = [step_phases(spec, host, batch, int(x), system, pim) for x in xs]
+    xs = sample_contexts(lin, lout, points)
+    at = [step_phases(spec, host, batch, x, system, pim) for x in xs]
     return {
         p: float(np.interp(steps, xs, [a[p] for a in at]).sum()) if len(xs) > 1 else
         at[0][p] * lout
@@ -270,12 +327,14 @@ def fig8(
     budget: int = 300,
     verify: int = 10,
     progress: Callable[[str], None] | None = None,
+    pim: PimTimes | None = None,
 ) -> list[dict[str, Any]]:
     """One row per (model, batch, Lin, Lout): every system's phase seconds, its generation
-    time over the GPU's and the paper's speedups."""
-    cfg = load_backend(backend)
+    time over the GPU's and the paper's speedups. ``pim``: the kernel times (e.g. with a
+    lookup table); a new :class:`PimTimes` on ``backend`` if None."""
+    cfg = load_backend(backend) if pim is None else pim.cfg
     host = cfg.host()
-    pim = PimTimes(cfg, budget, verify)
+    pim = pim or PimTimes(cfg, budget, verify)
     rows = []
     for name in models:
         spec = load_model(name)
@@ -452,6 +511,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="contexts each phase is costed at over a run")  # fmt: skip
     p.add_argument("--budget", type=int, default=300, help="DCC predictor's simulated drafts")
     p.add_argument("--verify", type=int, default=10, help="best predicted drafts simulated")
+    p.add_argument("--table", type=Path, default=None,
+                   help="DCC's lookup table filled offline (pimphony dcc-lut): shapes it "
+                   "holds are not searched")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--report", type=Path, help="JSON path (default build/dcc/fig8.json)")
     p.add_argument("--plot", type=Path, help="PNG path (default build/dcc/fig8.png)")
@@ -465,14 +527,25 @@ def run(args: argparse.Namespace) -> int:
     report_path = user_output(args.report, FIG8_DIR / "fig8.json", args.force)
     plot_path = user_plot(args.plot, FIG8_DIR / "fig8.png", args.force)
     say = None if args.json else functools.partial(print, flush=True)
+    pim, inputs = None, {}
+    if args.table is not None:
+        from sim.experiments.dcc_lut import read_table, table_digest
+
+        cfg = load_backend(args.backend)
+        pim = PimTimes(cfg, args.budget, args.verify, read_table(args.table, cfg))
+        inputs = {"table": {"path": str(args.table), "sha256": table_digest(args.table)}}
     rows = fig8(
         tuple(m for m in args.models.split(",") if m), args.batches, args.runs, args.backend,
-        args.points, args.budget, args.verify, progress=say,
+        args.points, args.budget, args.verify, progress=say, pim=pim,
     )  # fmt: skip
     summ = summary(rows)
+    if pim is not None:
+        inputs["table"]["shapes"] = dict(pim.looked_up)
+    else:  # reports' options stay as before --table existed
+        args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "table"})
     report = {
         "rows": rows, "summary": summ, "paper": {str(k): v for k, v in PAPER.items()},
-        "provenance": provenance(args, backend=args.backend, models=args.models),
+        "provenance": provenance(args, backend=args.backend, models=args.models, **inputs),
     }  # fmt: skip
     write_atomic(report_path, json.dumps(report, indent=2, default=str).encode())
     plot_fig8(rows, plot_path)
@@ -480,5 +553,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2, default=str))
     else:
         print(format_fig8(rows, summ))
+        if pim is not None:
+            n = pim.looked_up
+            print(f"DCC drafts: {n['table']} shape(s) from table {args.table} (not searched), "
+                  f"{n['searched']} searched")  # fmt: skip
         print(f"report: {report_path}\nplot:   {plot_path}")
     return 0

@@ -1,0 +1,302 @@
+"""``pimphony dcc-lut`` (sim/experiments/dcc_lut.py) and the commands that read its table
+(``tune --table [--extend]``, ``dcc-fig8 --table``): a small table filled offline is used
+without a search, a shape it lacks is searched and (``--extend``) written back, a table is
+never overwritten without ``--force``, a stale or foreign table is refused, each bad input
+with one line and exit status 2."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from compiler.dcc_cost import draft_cost
+from compiler.dcc_predictor import Entry, LookupTable, kernel_drafts
+from compiler.dcc_schedule import DccKernel
+from compiler.dcc_tune import default_draft
+from models.backends import load_backend
+from sim.cli import main
+from sim.experiments import dcc_fig8
+from sim.experiments.dcc_figs import FIGURE_BACKENDS, FIGURES
+from sim.experiments.dcc_lut import (
+    ShapeSource,
+    backend_digest,
+    backend_record,
+    evaluation_shapes,
+)
+from tests.helpers import run_cli
+from tests.test_dcc_cost import small_backend
+
+SHAPES = ("gemv:64,128", "gemv:64,256", "gemv:128,256", "va:512", "va:1024")
+
+
+def _fill(capsys, backend: Path, out: Path, *extra: str) -> tuple[int, str, str]:
+    shapes = [a for s in SHAPES for a in ("--shape", s)]
+    return run_cli(capsys, "dcc-lut", "--backend", backend, *shapes, "--per-shape", "20",
+                   "--rounds", "50", "--out", out, *extra)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory) -> tuple[Path, Path]:
+    """A table of five small shapes on a two-pseudo-channel hbm-pim (about two seconds)."""
+    tmp = tmp_path_factory.mktemp("lut")
+    backend = small_backend(tmp)
+    out = tmp / "table.json"
+    assert main(["dcc-lut", "--backend", str(backend), *[a for s in SHAPES for a in
+                 ("--shape", s)], "--per-shape", "20", "--rounds", "50", "--out",
+                 str(out)]) == 0  # fmt: skip
+    return backend, out
+
+
+@pytest.fixture
+def table(filled, tmp_path) -> tuple[Path, Path]:
+    """A copy of the filled table a test may change."""
+    backend, out = filled
+    return backend, Path(shutil.copy(out, tmp_path / "table.json"))
+
+
+def test_the_fill_writes_a_table_with_provenance_and_the_held_out_error(filled) -> None:
+    backend, out = filled
+    cfg = load_backend(backend)
+    raw = json.loads(out.read_text())
+    prov = raw["provenance"]
+    assert prov["command"] == "pimphony dcc-lut"
+    assert prov["backend"] == {"name": "hbm-pim-small", "sha256": backend_digest(cfg)}
+    held = raw["predictor"]["holdout"]
+    assert 0 < held["mape"] < 1 and set(held["per_kernel_mape"]) == {"gemv", "va"}
+    assert len(held["test_shapes"]) == 2  # a fifth of each kernel's shapes, at least one
+    assert raw["predictor"]["n_estimators"] == 50 and raw["predictor"]["per_shape"] == 20
+    table = LookupTable.load(out)
+    assert len(table) == len(SHAPES)
+    for (name, k, sizes), e in table.entries.items():
+        assert name == "hbm-pim-small" and e.origin == "offline"
+        assert e.draft in kernel_drafts(cfg, k, sizes)  # one of the pruned drafts
+        assert e.simulated_s == draft_cost(cfg, k, sizes, e.draft).total_s
+        assert e.predicted_s > 0 and e.drafts == len(kernel_drafts(cfg, k, sizes))
+
+
+def test_a_table_is_not_overwritten_without_force(capsys, table) -> None:
+    backend, out = table
+    before = out.read_text()
+    rc, _, err = _fill(capsys, backend, out)
+    assert rc == 2 and "pass --force" in err and out.read_text() == before
+    rc, text, _ = _fill(capsys, backend, out, "--force", "--seed", "1")
+    assert rc == 0 and f"table: {out}" in text
+    assert json.loads(out.read_text())["provenance"]["options"]["seed"] == 1
+
+
+def test_tune_takes_a_tabled_draft_without_searching(capsys, table, monkeypatch) -> None:
+    backend, out = table
+    import sim.tune
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("searched a shape the table holds")
+
+    monkeypatch.setattr(sim.tune, "predicted_search", no_search)
+    monkeypatch.setattr(sim.tune, "search", no_search)
+    report = out.parent / "tune.json"
+    rc, text, err = run_cli(capsys, "tune", "--kernel", "gemv", "--shape", "64,256",
+                            "--backend", backend, "--table", out, "--out", report)  # fmt: skip
+    assert rc == 0, err
+    assert f"from table {out} (offline)" in text and "not searched" in text
+    entry = LookupTable.load(out).get("hbm-pim-small", "gemv", (64, 256))
+    r = json.loads(report.read_text())
+    assert r["chosen"]["draft"] == " ".join(map(str, entry.draft))
+    assert r["chosen"]["total_us"] == pytest.approx(entry.simulated_s * 1e6)
+    assert r["compute_centric"] is None and r["drafts"]["simulated"] == 1
+    t = r["table"]
+    assert (t["hit"], t["origin"], t["extended"], t["path"]) == (True, "offline", False, str(out))
+    assert len(t["sha256"]) == 64 and t["backend_sha256"] == backend_digest(load_backend(backend))
+    assert r["provenance"]["options"]["table"] == str(out)
+
+
+def test_tune_searches_a_new_shape_and_extend_writes_it_back(capsys, table, monkeypatch) -> None:
+    backend, out = table
+    before = out.read_text()
+    args = ("tune", "--kernel", "gemv", "--shape", "96,256", "--backend", backend, "--table", out)
+    rc, text, _ = run_cli(capsys, *args)
+    assert rc == 0 and f"gemv (96, 256) is not in {out}: searched" in text
+    assert "recorded" not in text and out.read_text() == before  # no --extend: unchanged
+    rc, text, _ = run_cli(capsys, *args, "--extend", "--json")
+    assert rc == 0
+    chosen = json.loads(text)["chosen"]
+    raw = json.loads(out.read_text())
+    assert len(raw["entries"]) == len(SHAPES) + 1 and raw["entries"][:-1] == json.loads(
+        before
+    )["entries"]  # fmt: skip
+    new = raw["entries"][-1]
+    assert (new["backend"], new["kernel"], new["sizes"], new["origin"]) == (
+        "hbm-pim-small", "gemv", [96, 256], "runtime"
+    )  # fmt: skip
+    assert new["predicted_s"] is None  # 45 pruned drafts <= --budget: all simulated
+    assert new["simulated_s"] == pytest.approx(chosen["total_us"] * 1e-6)
+    e = LookupTable.load(out).get("hbm-pim-small", "gemv", (96, 256))
+    assert " ".join(map(str, e.draft)) == chosen["draft"]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["table.json"]  # atomic, no temp
+    # now a run-time entry: looked up, not searched
+    import sim.tune
+
+    monkeypatch.setattr(sim.tune, "predicted_search", lambda *a, **k: 1 / 0)
+    rc, text, _ = run_cli(capsys, *args)
+    assert rc == 0 and f"from table {out} (runtime)" in text
+
+
+def _stale(backend: Path) -> Path:
+    path = backend.with_name("hbm-pim-small-slow.toml")
+    path.write_text(backend.read_text() + "[core]\nfreq_mhz = 250\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--table", "{dir}/none.json"], r"--table \S+none.json: no such file"),
+        (["--table", "{dir}/bad.json"], r"bad.json: not a lookup table \(Expecting"),
+        (["--table", "{table}", "--backend", "hbm-pim"],
+         r"holds drafts for back end hbm-pim-small, not hbm-pim$"),
+        (["--table", "{table}", "--backend", "{stale}"],
+         r"is stale: filled for back end hbm-pim-small with digest \w{12}, the preset's values "
+         r"now digest to \w{12}; refill"),
+        (["--extend"], "--extend records a searched shape in a table: give --table FILE$"),
+        (["--table", "{table}", "--placement", "every-call"],
+         "--table holds drafts chosen with weights / KV resident"),
+        (["--table", "{dir}/foreign.json"], r"provenance.backend \(name, sha256\) is missing"),
+    ],
+)  # fmt: skip
+def test_tune_table_refusals(capsys, table, argv, message) -> None:
+    backend, out = table
+    (out.parent / "bad.json").write_text("{not json")
+    LookupTable({"command": "hand-made"}).save(out.parent / "foreign.json")
+    subs = {"dir": out.parent, "table": out, "stale": _stale(backend)}
+    argv = [a.format(**subs) for a in argv]
+    if "--backend" not in argv:
+        argv += ["--backend", str(backend)]
+    rc, _, err = run_cli(capsys, "tune", "--kernel", "gemv", "--shape", "64,256", *argv)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("pimphony tune: error: ") and "Traceback" not in err
+    assert re.search(message, err.strip()), err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--shape", "conv:64"], r"'conv:64': expected KERNEL:SIZES"),
+        (["--shape", "gemv:64"], r"kernel gemv: 1 size\(s\) given, expected 2"),
+        (["--backend", "attacc", "--shape", "va:512"],
+         r"kernel va has no group lowering on back end attacc"),
+        (["--backend", "hbm-pim", "--from", "dcc-fig8"], "no shapes to fill on back end hbm-pim"),
+        (["--shape", "gemv:64,64", "--kernel", "gemv"], "--shape replaces the evaluation's"),
+        (["--holdout", "1.5", "--shape", "gemv:64,64"], r"--holdout 1.5: a share"),
+        (["--kernel", "conv"], r"invalid choice: 'conv'"),
+    ],
+)  # fmt: skip
+def test_dcc_lut_refusals(capsys, tmp_path, argv, message) -> None:
+    if "--backend" not in argv:
+        argv = [*argv, "--backend", str(small_backend(tmp_path))]
+    rc, _, err = run_cli(capsys, "dcc-lut", *argv, "--out", tmp_path / "t.json")
+    assert rc == 2 and re.search(message, err), err
+    assert "Traceback" not in err and not (tmp_path / "t.json").exists()
+
+
+def test_the_default_shapes_are_the_evaluations() -> None:
+    figs = {
+        (DccKernel(k), tuple(s))
+        for fig, backends in FIGURE_BACKENDS.items()
+        if "attacc" in backends
+        for _, k, s, placement, _ in FIGURES[fig]("attacc")
+        if placement == "resident"
+    }
+    fig8 = {(DccKernel(k), s) for k, s in dcc_fig8.dcc_shapes()}
+    shapes = evaluation_shapes("attacc")
+    assert set(shapes) == figs | fig8 and len(shapes) == len(set(shapes))
+    assert (DccKernel.BATCHED_GEMV, (1, 5120, 5120)) in shapes  # GPT3-13B's projection
+    assert (DccKernel.RED, (4096, 2048)) not in shapes  # Fig. 2's, rearranged every call
+    assert evaluation_shapes("attacc", [ShapeSource.DCC_FIG8]) == [
+        (DccKernel(k), s) for k, s in dcc_fig8.dcc_shapes()
+    ]
+    assert {k for k, _ in evaluation_shapes("attacc", kernels=[DccKernel.ATTN])} == {"attn"}
+    hbm = evaluation_shapes("hbm-pim")
+    assert hbm and evaluation_shapes("hbm-pim", [ShapeSource.DCC_FIG8]) == []
+    assert {k for k, _ in hbm} == {"qk", "batched-red", "batched-va", "batched-relu"}
+
+
+def test_fig8_dcc_shapes_are_the_shapes_its_systems_ask_for(monkeypatch) -> None:
+    import sim.tune
+
+    asked = []
+
+    def fake(backend, kernel, sizes, **kwargs):
+        asked.append((kernel, tuple(sizes)))
+        return {"chosen": {"total_us": 1.0}}
+
+    monkeypatch.setattr(sim.tune, "tune_report", fake)
+    monkeypatch.setattr(dcc_fig8.PimTimes, "default", lambda self, k, s: 1e-6)
+    args = (("gpt3-13b-4k",), (2,), ((128, 300),))
+    dcc_fig8.fig8(*args, points=3)
+    assert sorted(set(asked)) == sorted(dcc_fig8.dcc_shapes(*args, points=3))
+
+
+def test_fig8_takes_tabled_drafts_without_searching(monkeypatch) -> None:
+    import sim.tune
+
+    monkeypatch.setattr(sim.tune, "predicted_search", lambda *a, **k: 1 / 0)
+    cfg = load_backend("attacc")
+    sizes = (4, 256, 64)
+    draft = default_draft(cfg, DccKernel.ATTN, sizes)
+    table = LookupTable()
+    table.entries[cfg.name, DccKernel.ATTN, sizes] = Entry(draft, None, 1, "offline")
+    pim = dcc_fig8.PimTimes(cfg, table=table)
+    assert pim.dcc("attn", sizes) == pytest.approx(
+        draft_cost(cfg, DccKernel.ATTN, sizes, draft).total_s
+    )
+    assert pim.looked_up == {"table": 1, "searched": 0}
+
+
+def test_fig8_command_reads_the_table_and_refuses_a_foreign_one(
+    capsys, tmp_path, monkeypatch
+) -> None:
+    import sim.tune
+
+    cfg = load_backend("attacc")
+    table = LookupTable({"backend": backend_record(cfg)})
+    path = table.save(tmp_path / "attacc.json")
+
+    def fake(backend, kernel, sizes, table=None, **kwargs):  # a table holds attention only
+        looked_up = {} if table is None else {"table": {"hit": kernel == "attn"}}
+        return {"chosen": {"total_us": 1.0}, **looked_up}
+
+    monkeypatch.setattr(sim.tune, "tune_report", fake)
+    monkeypatch.setattr(dcc_fig8.PimTimes, "default", lambda self, k, s: 1e-6)
+    out = ("--report", tmp_path / "r.json", "--plot", tmp_path / "p.png")
+    run = ("dcc-fig8", "--models", "gpt3-13b-4k", "--batches", "1", "--runs", "128:128",
+           "--points", "2", *out)  # fmt: skip
+    rc, out, err = run_cli(capsys, *run, "--table", path)
+    assert rc == 0, err
+    shapes = dcc_fig8.dcc_shapes(("gpt3-13b-4k",), (1,), ((128, 128),), points=2)
+    attn = sum(k == "attn" for k, _ in shapes)
+    assert f"DCC drafts: {attn} shape(s) from table {path} (not searched), " in out
+    prov = json.loads((tmp_path / "r.json").read_text())["provenance"]
+    assert prov["table"]["path"] == str(path) and len(prov["table"]["sha256"]) == 64
+    assert prov["table"]["shapes"] == {"table": attn, "searched": len(shapes) - attn}
+    # without --table: no option, no line (reports as before the option existed)
+    rc, out, _ = run_cli(capsys, *run, "--force")
+    prov = json.loads((tmp_path / "r.json").read_text())["provenance"]
+    assert rc == 0 and "DCC drafts" not in out and "table" not in prov["options"]
+    # a table of another back end is refused before any work
+    other = LookupTable({"backend": backend_record(load_backend("hbm-pim"))})
+    rc, _, err = run_cli(capsys, *run, "--force", "--table", other.save(tmp_path / "h.json"))
+    assert rc == 2 and "holds drafts for back end hbm-pim, not attacc" in err
+
+
+def test_holdout_zero_and_single_shapes_hold_nothing_out(capsys, tmp_path) -> None:
+    backend = small_backend(tmp_path)
+    common = ("dcc-lut", "--backend", backend, "--per-shape", "5", "--rounds", "5")
+    rc, out, _ = run_cli(capsys, *common, "--shape", "va:512", "--shape", "va:1024",
+                         "--holdout", "0", "--out", tmp_path / "a.json")  # fmt: skip
+    assert rc == 0 and "held-out error: none (--holdout 0: nothing held out)" in out
+    rc, out, _ = run_cli(capsys, *common, "--shape", "va:512", "--out", tmp_path / "b.json")
+    assert rc == 0 and "none (fewer than two shapes of any kernel: nothing held out)" in out
+    assert json.loads((tmp_path / "b.json").read_text())["predictor"]["holdout"]["mape"] is None
