@@ -71,6 +71,7 @@ __all__ = [
     "RESIDENT",
     "BACKEND_SHARE_CHECKS",
     "check_kernel",
+    "check_tail",
     "clear_caches",
     "draft_cost",
     "gpu_seconds",
@@ -80,7 +81,6 @@ __all__ = [
     "lowerings",
     "share_checks",
     "share_program",
-    "check_tail",
 ]
 
 Lowering = Callable[[BackendConfig, tuple[int, ...], tuple[int, ...]], GroupProgram]
