@@ -32,6 +32,10 @@ all-bank MACs address equal offsets in every bank (DCC IV-C).
   head per head core: the round's QK^T and SV in parallel (all-bank MACs), its SFMs one head
   after another on the channel's one softmax unit. :data:`SHARE_CHECKS` refuses the attention
   shares it cannot run without lowering them (the search drops those drafts first).
+* Tokens split over groups (``partial``): each group's SFM (``SfmMode.STATS``) also leaves
+  its max and sum of exponentials in a statistics entry the host reads (``RDSB``) with the
+  partial outputs; :func:`combine_partials` is the host's combine, :func:`run_attention_split`
+  runs a split on values.
 
 Streams are built as arrays (:func:`_lower`, :func:`_attention`); the command-by-command
 builder they replace is kept as :func:`lower_group_reference` / :func:`lower_attention_reference`
@@ -63,6 +67,7 @@ from models.attacc import (
     MacMode,
     Op,
     Scope,
+    SfmMode,
     check_backend,
     command,
     execute,
@@ -81,8 +86,11 @@ __all__ = [
     "lower_attention_reference",
     "lower_group",
     "lower_group_reference",
+    "combine_partials",
     "run_attention",
+    "run_attention_split",
     "run_group",
+    "token_shares",
 ]
 
 PAD, ONE = -1, -2
@@ -1237,13 +1245,16 @@ def _score_entry(cfg: BackendConfig, sizes: tuple[int, int, int], c_h: int):
 
 
 def _attention(
-    cfg: BackendConfig, sizes: tuple[int, int, int], cores: tuple[int, int, int]
+    cfg: BackendConfig,
+    sizes: tuple[int, int, int],
+    cores: tuple[int, int, int],
+    partial: bool = False,
 ) -> tuple[_Lowered, tuple[int, ...]]:
     """:func:`_attention_reference`'s program, built as arrays: per round (one head of every
     head core) the frame [QK^T of the round's heads (scores left in the softmax buffer), an
     SFM per head one after another, SV of the round's heads (probabilities moved in by
-    MVGB)]."""
-    base = _attention_check(cfg, sizes, cores)
+    MVGB), with ``partial`` the RDSBs of the round's statistics entries]."""
+    base, stats = _attention_check(cfg, sizes, cores, partial)
     H, T, D = (int(x) for x in sizes)
     c_h, c_t, c_d = (int(x) for x in cores)
     L = cfg.core.lanes
@@ -1263,11 +1274,21 @@ def _attention(
     # the SFMs of round s: head core j's head j * lh + s, if it exists (a prefix of the cores)
     s_sfm, j_sfm = np.nonzero(np.arange(c_h)[None, :] * lh + np.arange(lh)[:, None] < H)
     n_sfm = np.bincount(s_sfm, minlength=lh)
-    head = _excl(eq.frame + n_sfm + es.frame)
-    sfm = _Part(_cmds(len(s_sfm), Op.SFM, src=j_sfm * p_slots, n=T), s_sfm, eq.frame[s_sfm] + j_sfm)
+    n_st = n_sfm if partial else np.zeros_like(n_sfm)  # the statistics' RDSBs per round
+    head = _excl(eq.frame + n_sfm + es.frame + n_st)
+    st_fields = {"dst": stats + j_sfm, "mode": int(SfmMode.STATS)} if partial else {}
+    sfm = _Part(
+        _cmds(len(s_sfm), Op.SFM, src=j_sfm * p_slots, n=T, **st_fields),
+        s_sfm,
+        eq.frame[s_sfm] + j_sfm,
+    )
     roff = head + eq.frame + n_sfm
     parts = [(p, head) for p in (*eq.parts, sfm)] + [(p, roff) for p in es.parts]
-    stream, _ = _assemble(parts, int(roff[-1] + es.frame[-1]))
+    if partial:  # after the round's frame: head core j's statistics, read like any result
+        st_bank = interleave(cfg)[(stats + j_sfm) % cfg.group.banks]
+        rd = _cmds(len(s_sfm), Op.RDSB, bank=st_bank, src=stats + j_sfm)
+        parts.append((_Part(rd, s_sfm, es.frame[s_sfm] + j_sfm), roff))
+    stream, _ = _assemble(parts, int(roff[-1] + es.frame[-1] + n_st[-1]))
     kq = _weight_vectors(qk, vq, L)
     kv = _weight_vectors(sv, vs, L)
     prog = _program(
@@ -1283,6 +1304,15 @@ def _attention(
         )
 
     return _Lowered(prog, "Q", "O", gathers), (H, T, D)
+
+
+def _stat_heads(sizes: tuple[int, int, int], c_h: int) -> np.ndarray:
+    """The head of every SFM (and statistics read) in stream order: round s, then head core j
+    (head ``j * ceil(heads / c_h) + s``, if it exists)."""
+    H = int(sizes[0])
+    lh = -(-H // c_h)
+    s, j = np.nonzero(np.arange(c_h)[None, :] * lh + np.arange(lh)[:, None] < H)
+    return j * lh + s
 
 
 def lower_group(
@@ -1309,13 +1339,16 @@ def _lowering(kernel: DccKernel) -> Callable[..., GroupProgram]:
     return lower
 
 
-def _lower_attn(cfg: BackendConfig, sizes: tuple[int, ...], cores: tuple[int, ...]) -> GroupProgram:
-    """``attn`` on one AttAcc group (:func:`lower_attention`; sets h, t, d)."""
+def _lower_attn(
+    cfg: BackendConfig, sizes: tuple[int, ...], cores: tuple[int, ...], partial: bool = False
+) -> GroupProgram:
+    """``attn`` on one AttAcc group (:func:`lower_attention`; sets h, t, d); ``partial``: the
+    group holds a share of every head's tokens (its softmax statistics read back too)."""
     if len(sizes) != 3 or len(cores) != 3:
         raise AttAccLoweringError(
             f"kernel attn has 3 dimension sets; got sizes = {tuple(sizes)}, cores = {tuple(cores)}"
         )
-    return lower_attention(cfg, tuple(sizes), tuple(cores))  # type: ignore[arg-type]
+    return lower_attention(cfg, tuple(sizes), tuple(cores), partial)  # type: ignore[arg-type]
 
 
 def _values(flat: np.ndarray, gathers: np.ndarray) -> np.ndarray:
@@ -1385,10 +1418,14 @@ def _gather_reads(st: AttAccState, reads: np.ndarray, shape: tuple[int, ...]) ->
 
 
 def _attention_check(
-    cfg: BackendConfig, sizes: tuple[int, int, int], cores: tuple[int, int, int]
-) -> int:
-    """Refuse an attention share the group cannot run; the softmax-buffer entry SV's
-    results start at."""
+    cfg: BackendConfig,
+    sizes: tuple[int, int, int],
+    cores: tuple[int, int, int],
+    partial: bool = False,
+) -> tuple[int, int]:
+    """Refuse an attention share the group cannot run; the softmax-buffer entries SV's
+    results start at and (``partial``: a share of every head's tokens) the round's softmax
+    statistics do, one entry per head core, after the scores and the results."""
     H, T, D = (int(x) for x in sizes)
     c_h, c_t, c_d = (int(x) for x in cores)
     _check(cfg, DccKernel.QK, (H, T, D), (c_h, c_t, c_d))
@@ -1412,7 +1449,8 @@ def _attention_check(
     # the probabilities fit the GEMV buffers at once: all MVGBs precede the first result
     # move, which may then reuse their entries; else they must stay
     base = 0 if -(-lt // L) <= cfg.core.input_regs else scores
-    if max(scores, base + out_slots) > slots:
+    stats = max(scores, base + out_slots)
+    if stats + (n_hc if partial else 0) > slots:
         what = (
             f"{T} scores"
             if n_hc == 1
@@ -1420,16 +1458,20 @@ def _attention_check(
             "core, their scores wait together for the one softmax unit)"
         )
         fit = "" if n_hc == 1 else f": at most {slots // p_slots} head(s) of {T} tokens per round"
+        also = f" and the softmax statistics {n_hc} more from entry {stats}" if partial else ""
         raise AttAccLoweringError(
             f"attention: {what} take {scores} softmax-buffer entries and SV's results "
-            f"{out_slots} more from entry {base}; the buffer has {slots} (group.buffer_bytes "
-            f"= {cfg.group.buffer_bytes}){fit}"
+            f"{out_slots} more from entry {base}{also}; the buffer has {slots} "
+            f"(group.buffer_bytes = {cfg.group.buffer_bytes}){fit}"
         )
-    return base
+    return base, stats
 
 
 def _attention_reference(
-    cfg: BackendConfig, sizes: tuple[int, int, int], cores: tuple[int, int, int]
+    cfg: BackendConfig,
+    sizes: tuple[int, int, int],
+    cores: tuple[int, int, int],
+    partial: bool = False,
 ) -> tuple[_Lowered, tuple[int, ...]]:
     """Attention of one group's share, round by round (a round: one head of every head core,
     ``cores[0]`` head cores of ceil(heads / cores[0]) heads each): QK^T of the round's heads
@@ -1438,9 +1480,11 @@ def _attention_reference(
     on the one softmax unit, MVGB of the probabilities into the GEMV buffers, SV of the
     round's heads in parallel, its results read back. ``sizes`` = (heads, tokens, d_h),
     ``cores`` = (heads, tokens, d_h) cores; the bank holding K[h][t-slice][d-slice] holds V's
-    same slice. Built command by command (:class:`_Builder`): the oracle of
-    :func:`_attention`."""
-    base = _attention_check(cfg, sizes, cores)
+    same slice. ``partial`` (the group holds a share of every head's tokens): each SFM also
+    leaves its max and sum in head core j's statistics entry, and the round ends with their
+    RDSBs. Built command by command (:class:`_Builder`): the oracle of :func:`_attention`."""
+    base, stats = _attention_check(cfg, sizes, cores, partial)
+    order = interleave(cfg)
     H, T, D = (int(x) for x in sizes)
     c_h, c_t, c_d = (int(x) for x in cores)
     L = cfg.core.lanes
@@ -1468,7 +1512,8 @@ def _attention_reference(
         bld.slot_map.clear()
         for j in range(c_h):  # the softmax unit takes the round's heads one at a time
             if j * lh + s < H:
-                bld.emit(Op.SFM, src=j * p_slots, n=T)
+                st = {"dst": stats + j, "mode": int(SfmMode.STATS)} if partial else {}
+                bld.emit(Op.SFM, src=j * p_slots, n=T, **st)
 
         def from_buffer(_: int, v: int, dst: int, s: int = s) -> None:
             gathers = pv[:, s, v]
@@ -1483,26 +1528,38 @@ def _attention_reference(
                 )
 
         _emit_job(bld, head(sv, s), key=("sv", s), gb_from=from_buffer, slot_base=base)
+        for j in range(c_h) if partial else ():  # the round's statistics, read like results
+            if j * lh + s < H:
+                bld.emit(Op.RDSB, bank=int(order[(stats + j) % len(order)]), src=stats + j)
     low = _finish(cfg, bld, sv)
     return dataclasses.replace(low, gb_tensor="Q"), (H, T, D)
 
 
 def lower_attention(
-    cfg: BackendConfig, sizes: tuple[int, int, int], cores: tuple[int, int, int]
+    cfg: BackendConfig,
+    sizes: tuple[int, int, int],
+    cores: tuple[int, int, int],
+    partial: bool = False,
 ) -> GroupProgram:
     """DCC's ATTN on one AttAcc group: QK^T, softmax on the channel's softmax unit, SV
     (:func:`run_attention`). ``sizes`` = (heads, tokens, d_h) of the group's share,
     ``cores`` per set as for QK^T (heads, tokens, d_h): heads over cores run their QK^T and
-    SV in parallel and their softmax one head after another."""
-    return _attention(cfg, sizes, cores)[0].program
+    SV in parallel and their softmax one head after another. ``partial``: the share is a
+    part of every head's tokens (tokens split over groups): each SFM also writes its max and
+    sum of exponentials into a statistics entry (``SfmMode.STATS``) that the host reads with
+    the partial outputs, for :func:`combine_partials`."""
+    return _attention(cfg, sizes, cores, partial)[0].program
 
 
 def lower_attention_reference(
-    cfg: BackendConfig, sizes: tuple[int, int, int], cores: tuple[int, int, int]
+    cfg: BackendConfig,
+    sizes: tuple[int, int, int],
+    cores: tuple[int, int, int],
+    partial: bool = False,
 ) -> GroupProgram:
     """:func:`lower_attention` built command by command in plain Python (the same program;
     kept to test the vectorised lowering against)."""
-    return _attention_reference(cfg, sizes, cores)[0].program
+    return _attention_reference(cfg, sizes, cores, partial)[0].program
 
 
 def run_attention(
@@ -1510,17 +1567,78 @@ def run_attention(
     sizes: tuple[int, int, int],
     cores: tuple[int, int, int],
     arrays: dict[str, np.ndarray],
+    partial: bool = False,
 ) -> dict[str, np.ndarray]:
     """``O[h] = softmax(K[h] Q[h]) V[h]`` on values (no 1/sqrt(d_h) scale: the caller folds it
-    into Q): K and V placed in the banks, Q written by WRGBs."""
-    low, (H, T, D) = _attention(cfg, sizes, cores)
+    into Q): K and V placed in the banks, Q written by WRGBs. ``partial``: also ``m`` and
+    ``l`` (heads,), each head's max score and sum of exp(score - max) as the host read them
+    from the statistics entries (FP16)."""
+    low, (H, T, D) = _attention(cfg, sizes, cores, partial)
     shapes = {"Q": (H, D), "K": (H, T, D), "V": (H, T, D), "O": (H, D)}
     missing = {"Q", "K", "V"} - set(arrays)
     if missing:
         raise AttAccLoweringError(f"run_attention needs arrays {sorted(missing)}")
     st, payload, reads = _place(cfg, low, arrays, shapes)
     execute(cfg, low.program.stream, payload, st)
-    return {"O": _gather_reads(st, reads, shapes["O"])}
+    if not partial:
+        return {"O": _gather_reads(st, reads, shapes["O"])}
+    _, stats = _attention_check(cfg, sizes, cores, partial)
+    stream = low.program.stream
+    is_stat = stream["src"][stream["op"] == Op.RDSB] >= stats  # results lie below `stats`
+    got = st.reads
+    st.reads = [v for v, x in zip(got, is_stat, strict=True) if not x]
+    vals = np.array([v for v, x in zip(got, is_stat, strict=True) if x], np.float16)
+    heads = _stat_heads((H, T, D), int(cores[0]))
+    m, l_sum = np.zeros(H, np.float16), np.zeros(H, np.float16)
+    m[heads], l_sum[heads] = vals[:, 0], vals[:, 1]
+    return {"O": _gather_reads(st, reads, shapes["O"]), "m": m, "l": l_sum}
+
+
+def combine_partials(
+    outputs: list[np.ndarray], maxes: list[np.ndarray], sums: list[np.ndarray]
+) -> np.ndarray:
+    """The host's combine of a softmax split over token groups (flash-decoding's): per head
+    ``m = max_g m_g``, ``w_g = exp(m_g - m) l_g``, ``O = sum_g w_g O_g / sum_g w_g`` from the
+    groups' partial outputs ``O_g`` (heads, d_h; each normalised by its own sum), maxima and
+    sums (heads,); float32 inside, FP16 out."""
+    o = np.stack([np.asarray(x, np.float32) for x in outputs])  # (groups, heads, d_h)
+    mg = np.stack([np.asarray(x, np.float32) for x in maxes])  # (groups, heads)
+    lg = np.stack([np.asarray(x, np.float32) for x in sums])
+    w = np.exp(mg - mg.max(axis=0)) * lg
+    return ((w[:, :, None] * o).sum(axis=0) / w.sum(axis=0)[:, None]).astype(np.float16)
+
+
+def token_shares(tokens: int, groups: int) -> list[tuple[int, int]]:
+    """(first token, tokens) of every non-empty group when ``tokens`` go over ``groups``
+    groups, ``ceil(tokens / groups)`` each (the last may hold fewer)."""
+    per = -(-tokens // groups)
+    return [(g * per, min(per, tokens - g * per)) for g in range(groups) if g * per < tokens]
+
+
+def run_attention_split(
+    cfg: BackendConfig,
+    sizes: tuple[int, int, int],
+    cores: tuple[int, int, int],
+    groups: int,
+    arrays: dict[str, np.ndarray],
+) -> dict[str, np.ndarray]:
+    """Attention with every head's tokens split over ``groups`` groups on values: each group
+    runs its token share (:func:`run_attention` with ``partial``; a shorter last share is
+    lowered at its own size), the host combines the partial outputs
+    (:func:`combine_partials`)."""
+    H, T, D = (int(x) for x in sizes)
+    outs, maxes, sums = [], [], []
+    for t0, n in token_shares(T, groups):
+        part = {
+            "Q": arrays["Q"],
+            "K": arrays["K"][:, t0 : t0 + n],
+            "V": arrays["V"][:, t0 : t0 + n],
+        }
+        r = run_attention(cfg, (H, n, D), cores, part, partial=True)
+        outs.append(r["O"])
+        maxes.append(r["m"])
+        sums.append(r["l"])
+    return {"O": combine_partials(outs, maxes, sums)}
 
 
 #: Shares a lowering refuses by a rule cheaper than lowering them (``check(cfg, sizes,

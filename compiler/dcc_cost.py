@@ -17,7 +17,10 @@ time. Around it (:class:`DraftCost`):
 - **rearrangement out**: the results read back (``GroupProgram.outputs``);
 - **host**: the additions the host does afterwards, within a group (``host_ops``: lane sums,
   partial sums of a reduction split over cores) and across groups (a reduction set split over
-  groups leaves one partial result per group), as the host xPU's element-wise add.
+  groups leaves one partial result per group), as the host xPU's element-wise add; a set of
+  :data:`GROUP_COMBINED` split over groups (ATTN's tokens) leaves partial softmax results the
+  host combines (:func:`models.xpu.attention_combine_cost`), and each group's program is then
+  lowered ``partial`` (it also leaves what the combine needs: ATTN's softmax statistics).
 
 The end-to-end time is their sum (DCC II-B: steps 1-3 of Fig. 1 run one after the other).
 Programs and channel-side rearrangement times are memoised per (back end, kernel, share).
@@ -44,13 +47,22 @@ from compiler.dcc_schedule import (
 )
 from compiler.rearrange import Strategy, group_access_cycles, rearrangement_seconds
 from models.backends import BackendConfig, BackendKind
+from models.errors import PimphonyError
 from models.hbm_pim import Op
-from models.xpu import VectorOp, attention_cost, gemv_cost, vector_cost
+from models.xpu import (
+    VectorOp,
+    XpuCost,
+    attention_combine_cost,
+    attention_cost,
+    gemv_cost,
+    vector_cost,
+)
 
 __all__ = [
     "BACKEND_LOWERINGS",
     "GPU_KERNELS",
     "CORE_LOCAL",
+    "GROUP_COMBINED",
     "GROUP_LOCAL",
     "GROUP_UNITS",
     "DraftCost",
@@ -59,13 +71,16 @@ __all__ = [
     "RESIDENT",
     "BACKEND_SHARE_CHECKS",
     "check_kernel",
+    "check_tail",
     "clear_caches",
     "draft_cost",
     "gpu_seconds",
     "group_share",
+    "host_costs",
     "kernel_nest",
     "lowerings",
     "share_checks",
+    "share_program",
 ]
 
 Lowering = Callable[[BackendConfig, tuple[int, ...], tuple[int, ...]], GroupProgram]
@@ -145,12 +160,21 @@ def kernel_nest(kernel: DccKernel, sizes: tuple[int, ...]) -> LoopNest:
 @dataclass(frozen=True)
 class GroupShare:
     """The worst group's share of a draft: loop values per set, cores per set, and the
-    groups the draft uses (with how many of them a reduction is split over)."""
+    groups the draft uses (with how many of them a reduction is split over and combined by
+    adding; ``partials``: how many hold a part of a :data:`GROUP_COMBINED` set, 1 if it is
+    not split, with ``tail`` the last such group's share when it holds fewer)."""
 
     sizes: tuple[int, ...]
     cores: tuple[int, ...]
     groups: int
     reduction_groups: int
+    partials: int = 1
+    tail: tuple[int, ...] | None = None
+
+    @property
+    def partial(self) -> bool:
+        """Whether every group computes a partial result for the host to combine."""
+        return self.partials > 1
 
 
 def _set_vars(nest: LoopNest) -> list[str]:
@@ -184,9 +208,19 @@ GROUP_UNITS: dict[DccKernel, tuple[str, str]] = {
 #: Loop variables of a kernel whose sets a draft may not split over groups, and why.
 GROUP_LOCAL: dict[DccKernel, tuple[frozenset[str], str]] = {
     DccKernel.ATTN: (
-        frozenset({"t", "d"}),
-        "a head's softmax needs all its scores, each summed over all of d_h, in the one group "
-        "whose softmax unit computes it; only heads (h) are split over groups",
+        frozenset({"d"}),
+        "a score needs all of d_h (summed in one group before its softmax); heads (h) and "
+        "tokens (t, the softmax combined by the host) may be split over groups",
+    ),
+}
+
+#: The loop variable of a kernel whose set split over groups leaves partial results the host
+#: combines by a rule of its own rather than adding (:func:`host_costs`), and that rule.
+GROUP_COMBINED: dict[DccKernel, tuple[str, str]] = {
+    DccKernel.ATTN: (
+        "t",
+        "split softmax: each group's softmax over its tokens, its output normalised by its "
+        "own sum, its max and sum read back; the host rescales and adds (flash-decoding)",
     ),
 }
 
@@ -241,31 +275,61 @@ def group_share(cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], d
                 "mappings are lowered"
             )
     share = tuple(-(-trips[v] // p.groups) for v, p in zip(variables, draft, strict=True))
-    red = math.prod(p.groups for v, p in zip(variables, draft, strict=True) if v not in out_vars)
-    return GroupShare(share, tuple(p.cores for p in draft), groups, red)
+    combined = GROUP_COMBINED.get(DccKernel(kernel), ("", ""))[0]
+    red = math.prod(
+        p.groups
+        for v, p in zip(variables, draft, strict=True)
+        if v not in out_vars and v != combined
+    )
+    partials, tail = 1, None
+    if combined in variables:
+        k = variables.index(combined)
+        partials = -(-trips[combined] // share[k])  # the non-empty groups
+        last = trips[combined] - (partials - 1) * share[k]
+        if partials > 1 and last < share[k]:
+            tail = share[:k] + (last,) + share[k + 1 :]
+    return GroupShare(share, tuple(p.cores for p in draft), groups, red, partials, tail)
 
 
 @lru_cache(maxsize=4)
-def _program(cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], cores: tuple[int, ...]):
-    """One group's lowered program. Only the last few are kept: a program holds its stream
-    and address arrays (megabytes at figure sizes), and a search lowers thousands of shares;
-    what a draft's cost needs of it is kept by :func:`_program_summary` and
-    :func:`_channel_seconds`."""
+def _program(
+    cfg: BackendConfig,
+    kernel: DccKernel,
+    sizes: tuple[int, ...],
+    cores: tuple[int, ...],
+    partial: bool = False,
+):
+    """One group's lowered program (``partial``: of a share of a :data:`GROUP_COMBINED` set).
+    Only the last few are kept: a program holds its stream and address arrays (megabytes at
+    figure sizes), and a search lowers thousands of shares; what a draft's cost needs of it
+    is kept by :func:`_program_summary` and :func:`_channel_seconds`."""
     table = lowerings(cfg.kind)
     if kernel not in table:
         raise DccError(
             f"kernel {kernel} has no group lowering on back end {cfg.name} (kind "
             f"{cfg.kind.value} lowers only {', '.join(map(str, table))})"
         )
+    if partial:  # only a GROUP_COMBINED kernel's lowering takes it
+        return table[kernel](cfg, sizes, cores, partial=True)  # type: ignore[call-arg]
     return table[kernel](cfg, sizes, cores)
+
+
+def share_program(cfg: BackendConfig, kernel: DccKernel, share: GroupShare) -> GroupProgram:
+    """The program of the worst group's ``share`` of ``kernel`` (lowered ``partial`` when a
+    :data:`GROUP_COMBINED` set is split over groups)."""
+    return _program(cfg, DccKernel(kernel), share.sizes, share.cores, share.partial)
 
 
 @cache
 def _program_summary(
-    cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], cores: tuple[int, ...]
+    cfg: BackendConfig,
+    kernel: DccKernel,
+    sizes: tuple[int, ...],
+    cores: tuple[int, ...],
+    partial: bool = False,
 ) -> tuple[int, tuple[tuple[str, int], ...], int]:
     """(cycles, command counts, host operations) of one group's program."""
-    prog = _program(cfg, kernel, sizes, cores)
+    prog = _program(cfg, kernel, sizes, cores, partial)
     return prog.cycles, tuple(prog.counts.items()), prog.host_ops
 
 
@@ -277,11 +341,12 @@ def _channel_seconds(
     cores: tuple[int, ...],
     op: Op,
     skip: frozenset[str],
+    partial: bool = False,
 ) -> tuple[float, int]:
     """(seconds, bytes) of one group's single-bank accesses to the vectors its program needs
     in its banks (``op`` WR: ``inputs``) or leaves there (RD: ``outputs``), but for the
     tensors in ``skip``."""
-    prog = _program(cfg, kernel, sizes, cores)
+    prog = _program(cfg, kernel, sizes, cores, partial)
     tensors = prog.inputs if op is Op.WR else prog.outputs
     arrays = [a for name, a in tensors.items() if len(a) and name not in skip]
     if not arrays:
@@ -321,7 +386,9 @@ def _move_seconds(
 ) -> tuple[float, int]:
     """(seconds, bytes) of moving one direction's vectors between host and every group the
     draft uses (each group's share alike), but for the tensors in ``skip``."""
-    channel_s, group_bytes = _channel_seconds(cfg, kernel, share.sizes, share.cores, op, skip)
+    channel_s, group_bytes = _channel_seconds(
+        cfg, kernel, share.sizes, share.cores, op, skip, share.partial
+    )
     if not group_bytes:
         return 0.0, 0
     _, total, _ = rearrangement_seconds(
@@ -407,22 +474,61 @@ def draft_cost(
     check_kernel(cfg, kernel)
     sizes = tuple(int(s) for s in sizes)
     share = group_share(cfg, kernel, sizes, draft)
-    cycles, counts, host_ops = _program_summary(cfg, kernel, share.sizes, share.cores)
+    cycles, counts, host_ops = _program_summary(
+        cfg, kernel, share.sizes, share.cores, share.partial
+    )
+    check_tail(cfg, kernel, share)
     strategy = strategy or (Strategy.STAGED if cfg.system.onchip_bytes else Strategy.DIRECT)
     placement = Placement(placement)
     resident = RESIDENT[kernel] if placement is Placement.RESIDENT else frozenset()
     in_s, in_b = _move_seconds(cfg, share, kernel, Op.WR, strategy, resident)
     out_s, out_b = _move_seconds(cfg, share, kernel, Op.RD, strategy, frozenset())
-    nest = kernel_nest(kernel, sizes)
-    out_elems = math.prod(dict(nest.tensors)[_output_tensor(nest)])
-    adds = host_ops * share.groups + out_elems * (share.reduction_groups - 1)
-    host = cfg.host()
-    host_s = vector_cost(host, VectorOp.RESIDUAL, adds).seconds if adds else 0.0
+    host_s = sum(c.seconds for c in host_costs(cfg, kernel, sizes, share, host_ops).values())
     compute_s = cycles / (cfg.clock_ghz * 1e9)
     return DraftCost(
         cfg.name, kernel, sizes, draft, share, strategy, placement, compute_s,
         in_s, out_s, host_s, in_b, out_b, cycles, dict(counts),
     )  # fmt: skip
+
+
+def check_tail(cfg: BackendConfig, kernel: DccKernel, share: GroupShare) -> None:
+    """Refuse a draft whose last group's shorter share of a :data:`GROUP_COMBINED` set
+    (``share.tail``) the back end's cheap share check refuses (the worst share is lowered and
+    timed; the last one runs too, at its own size)."""
+    check = share_checks(cfg.kind).get(DccKernel(kernel)) if share.tail else None
+    if check is None:
+        return
+    try:
+        check(cfg, share.tail, share.cores, partial=True)
+    except PimphonyError as exc:
+        raise DccError(
+            f"kernel {kernel}: the last group's share {share.tail} (of {share.partials} "
+            f"groups): {exc}"
+        ) from None
+
+
+def host_costs(
+    cfg: BackendConfig,
+    kernel: DccKernel,
+    sizes: tuple[int, ...],
+    share: GroupShare,
+    host_ops: int,
+) -> dict[str, XpuCost]:
+    """What the host xPU does after the groups (none: {}): ``adds``, the element-wise adds of
+    ``host_ops`` per group and of one partial result per extra group of a reduction split
+    over groups; ``combine``, the split softmax's combine of ``share.partials`` partial
+    outputs per head (:data:`GROUP_COMBINED`, :func:`models.xpu.attention_combine_cost`)."""
+    nest = kernel_nest(DccKernel(kernel), tuple(sizes))
+    out_elems = math.prod(dict(nest.tensors)[_output_tensor(nest)])
+    adds = host_ops * share.groups + out_elems * (share.reduction_groups - 1)
+    host = cfg.host()
+    out: dict[str, XpuCost] = {}
+    if adds:
+        out["adds"] = vector_cost(host, VectorOp.RESIDUAL, adds)
+    if share.partial:
+        heads, _, head_dim = sizes  # ATTN, the one GROUP_COMBINED kernel: (h, t, d)
+        out["combine"] = attention_combine_cost(host, heads, share.partials, head_dim)
+    return out
 
 
 def _gpu_red(host, rows: int, cols: int) -> float:

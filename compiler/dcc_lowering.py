@@ -3,7 +3,10 @@
 Each back end has a ``GROUP_LOWERINGS`` table keyed by
 :class:`compiler.dcc_schedule.DccKernel`: ``GROUP_LOWERINGS[kernel](cfg, sizes, cores)`` lowers
 one PIM group's share of a kernel (``sizes``: the group's extent per dimension set, ``cores``:
-cores per dimension set) to a :class:`GroupProgram`.
+cores per dimension set) to a :class:`GroupProgram`. The lowering of a kernel in
+:data:`compiler.dcc_cost.GROUP_COMBINED` (AttAcc's ``attn``) also takes ``partial=True``: the
+group holds a share of a set split over groups whose partial results the host combines (the
+split softmax), and the program leaves what the combine needs.
 """
 
 from __future__ import annotations

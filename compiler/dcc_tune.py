@@ -40,6 +40,7 @@ from compiler.dcc_cost import (
     DraftCost,
     Placement,
     check_kernel,
+    check_tail,
     draft_cost,
     group_share,
     kernel_nest,
@@ -225,7 +226,11 @@ def kernel_drafts(
 def _runs(check, cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], d: Draft) -> bool:
     share = group_share(cfg, kernel, sizes, d)
     try:
-        check(cfg, share.sizes, share.cores)
+        if share.partial:  # a share of a GROUP_COMBINED set: the partial program, the tail too
+            check(cfg, share.sizes, share.cores, partial=True)
+            check_tail(cfg, kernel, share)
+        else:
+            check(cfg, share.sizes, share.cores)
     except PimphonyError:
         return False
     return True

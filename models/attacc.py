@@ -9,7 +9,9 @@ group, bank (bank ``b`` is in bank group ``b // 4``). The commands are the simul
 all-bank ``ACTAB`` / ``PREA``) plus plain single-bank ``ACT`` / ``PRE`` / ``RD`` / ``WR`` and
 one of ours, ``RDSB`` (the host reads a softmax-buffer entry; the simulator's traces end in
 the buffer). What each command does to values is our reading of the trace generator
-(``trace_gen/gen_trace_attacc_bank.py``); ``docs/dcc.md`` has the table and the choices.
+(``trace_gen/gen_trace_attacc_bank.py``); ``docs/dcc.md`` has the table and the choices. An
+SFM in ``SfmMode.STATS`` (ours) also writes its max and sum into a buffer entry, for a
+softmax split over channels that the host combines.
 
 A stream is a numpy array of :data:`COMMAND_DTYPE`; :data:`OPERAND_FIELDS` says which fields
 each op uses. :func:`time_stream` issues it in order with the ``[timing]`` of an ``attacc``
@@ -39,6 +41,7 @@ __all__ = [
     "MacMode",
     "Op",
     "Scope",
+    "SfmMode",
     "Timeline",
     "access_stream",
     "access_stream_reference",
@@ -69,6 +72,7 @@ class Op(IntEnum):
     WRGB = 7  # host -> GEMV-buffer entry `dst` of the banks `mode` selects
     MVSB = 8  # accumulator `src` of the banks `mode` selects -> softmax-buffer entry `dst`
     SFM = 9  # softmax over the first `n` elements of buffer entries `src`, `src`+1, ...
+    #   (mode STATS: also its max and sum of exponentials into entry `dst`)
     MVGB = 10  # softmax-buffer entry `src` -> GEMV-buffer entry `dst` of the selected banks
     RDSB = 11  # host reads softmax-buffer entry `src` (ours: how results leave the group)
 
@@ -78,6 +82,14 @@ class MacMode(IntEnum):
 
     DOT = 0  # "adder tree mode": acc[dst][lane] += sum_k row[k] * gb[src][k]
     AXPY = 1  # "mac mode": acc[dst][k] += row[k] * gb[src][lane]
+
+
+class SfmMode(IntEnum):
+    """What an SFM leaves besides the probabilities (ours: the split softmax's statistics)."""
+
+    NORMALISE = 0  # the probabilities only
+    STATS = 1  # also the max m and the sum l of exp(x - m) into lanes 0 and 1 of entry `dst`
+    #   (the rest zero), for the host to combine a head's softmax split over groups
 
 
 class Scope(IntEnum):
@@ -114,7 +126,7 @@ OPERAND_FIELDS: dict[Op, tuple[str, ...]] = {
     Op.MACAB: ("row", "col", "src", "dst", "lane", "mode"),
     Op.WRGB: ("bank", "dst", "data", "mode"),
     Op.MVSB: ("bank", "src", "dst", "mode", "add"),
-    Op.SFM: ("bank", "src", "n"),
+    Op.SFM: ("bank", "src", "n", "dst", "mode"),
     Op.MVGB: ("bank", "src", "dst", "mode"),
     Op.RDSB: ("bank", "src"),
 }
@@ -195,10 +207,11 @@ class Timeline:
     counts: dict[str, int]
 
 
-def softmax_cycles(cfg: BackendConfig, n: int) -> int:
+def softmax_cycles(cfg: BackendConfig, n: int, mode: SfmMode = SfmMode.NORMALISE) -> int:
     """Cycles the softmax unit is busy on ``n`` elements: one ``lanes``-wide vector per cycle
-    (a choice from the trace generator's note "SFM: 16tCK (for L = 256)")."""
-    return -(-n // cfg.core.lanes)
+    (a choice from the trace generator's note "SFM: 16tCK (for L = 256)"); with
+    ``SfmMode.STATS`` one vector more, the entry holding its max and sum, at the same rate."""
+    return -(-n // cfg.core.lanes) + (1 if mode == SfmMode.STATS else 0)
 
 
 def _fail(k: int, cmd: np.void, why: str) -> AttAccError:
@@ -249,7 +262,7 @@ def time_stream_reference(cfg: BackendConfig, stream: np.ndarray) -> Timeline:
     gb_ready = acc_ready = sb_ready = sfm_done = never
     burst = t.burst_cycles
     ops, banks = stream["op"].tolist(), stream["bank"].tolist()
-    ns = stream["n"].tolist()
+    ns, modes = stream["n"].tolist(), stream["mode"].tolist()
     issue = np.empty(len(stream), dtype=np.int64)
     prev, end = -1, 0
     for k in range(len(stream)):
@@ -312,7 +325,8 @@ def time_stream_reference(cfg: BackendConfig, stream: np.ndarray) -> Timeline:
                 sb_ready = max(sb_ready, done)
             elif op == Op.SFM:
                 at = max(at, sb_ready, sfm_done)
-                done = sfm_done = at + softmax_cycles(cfg, ns[k])
+                stats = SfmMode.STATS if modes[k] == SfmMode.STATS else SfmMode.NORMALISE
+                done = sfm_done = at + softmax_cycles(cfg, ns[k], stats)
             elif op == Op.MVGB:
                 at = max(at, sfm_done, sb_ready)
                 done = at + burst
@@ -469,7 +483,9 @@ def time_stream(cfg: BackendConfig, stream: np.ndarray) -> Timeline:
         why = f"bank {int(bank[k])} >= banks = {g.banks}" if bad_bank[k] else f"unknown op {op[k]}"
         raise _fail(k, stream[k], why)
     lv = Levels.of(cfg)
-    sfm = -(-stream["n"].astype(np.int64) // cfg.core.lanes)
+    sfm = -(-stream["n"].astype(np.int64) // cfg.core.lanes) + (
+        (stream["op"] == Op.SFM) & (stream["mode"] == SfmMode.STATS)
+    ).astype(np.int64)
     n_rank = g.pseudo_channels * g.ranks
     issue, end = _time_kernel(
         op, bank, sfm, lv.bank_group.astype(np.int64), lv.rank.astype(np.int64),
@@ -641,11 +657,24 @@ def execute(
                     f"n = {n} elements from entry {src} must lie in the "
                     f"{state.slots} softmax-buffer entries",
                 )
+            if mode not in (SfmMode.NORMALISE, SfmMode.STATS):
+                raise _fail(k, cmd, f"mode {mode} is no SfmMode (NORMALISE 0, STATS 1)")
+            if mode == SfmMode.STATS and (dst >= state.slots or src <= dst < src + m):
+                raise _fail(
+                    k,
+                    cmd,
+                    f"statistics entry {dst} must be one of the {state.slots} softmax-buffer "
+                    f"entries outside the scores' entries {src} .. {src + m - 1}",
+                )
             x = state.buf[src : src + m].ravel().astype(np.float32)
-            e = np.exp(x[:n] - x[:n].max())
+            top = x[:n].max()
+            e = np.exp(x[:n] - top)
             out = np.zeros(m * c.lanes, np.float32)
             out[:n] = e / e.sum()
             state.buf[src : src + m] = out.astype(np.float16).reshape(m, c.lanes)
+            if mode == SfmMode.STATS:
+                state.buf[dst] = 0
+                state.buf[dst, :2] = np.array([top, e.sum()], np.float32).astype(np.float16)
         elif op is Op.RDSB:
             if src >= state.slots:
                 raise _fail(k, cmd, f"softmax-buffer entry {src} >= {state.slots}")

@@ -32,6 +32,7 @@ __all__ = [
     "VectorOpSpec",
     "XpuCost",
     "XpuError",
+    "attention_combine_cost",
     "attention_cost",
     "gemm_cost",
     "gemm_traffic",
@@ -310,6 +311,44 @@ def attention_cost(
         kv=2 * tokens * kv_heads * head_dim * b,
     )
     return _cost(device, flops, matrix, vector, traffic, precision)
+
+
+def attention_combine_cost(
+    device: XpuConfig,
+    heads: int,
+    partials: int,
+    head_dim: int,
+    precision: Precision | str | None = None,
+) -> XpuCost:
+    """Combining a softmax split over ``partials`` token groups (flash-decoding's reduction;
+    ``docs/xpu.md``, Vector operations), per head: ``m = max_g m_g``, ``w_g = exp(m_g - m)
+    l_g``, ``O = (sum_g w_g O_g) / sum_g w_g`` from the partial outputs ``O_g`` (``head_dim``
+    each, normalised by their own sums), maxima ``m_g`` and sums ``l_g``.
+
+    Per head ``5 P - 1`` scalar FLOPs (P - 1 compares, P subtracts, exps and multiplies,
+    P - 1 adds, one reciprocal) and ``2 P head_dim`` on the outputs (P multiply-adds per
+    element, less one add, and the scale by 1 / sum); reads ``P (head_dim + 2)`` elements,
+    writes ``head_dim``; on the vector units, each part padded as :func:`vector_cost` pads.
+
+    Parameters
+    ----------
+    device : XpuConfig
+        The device.
+    heads, partials, head_dim : int
+        Heads combined, token groups per head (>= 1) and elements of a head's output.
+    precision : Precision or str, optional
+        Storage format of the partial results (default: the device's).
+    """
+    _positive("attention combine", heads=heads, partials=partials, head_dim=head_dim)
+    precision = _precision(device, precision)
+    b = PRECISION_BYTES[precision]
+    outputs, scalars = 2 * partials, 5 * partials - 1
+    flops = heads * (outputs * head_dim + scalars)
+    vector = _issued_vector(device, heads * head_dim, outputs) + _issued_vector(
+        device, heads, scalars
+    )
+    traffic = Traffic(activations=heads * (partials * (head_dim + 2) + head_dim) * b)
+    return _cost(device, flops, 0, vector, traffic, precision, on_vector=True)
 
 
 def vector_cost(

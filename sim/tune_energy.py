@@ -28,14 +28,13 @@ traffic crosses the devices' interposer, which the per-bit path already charges.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from compiler.dcc_cost import RESIDENT, DraftCost, Placement, kernel_nest, lowerings
+from compiler.dcc_cost import RESIDENT, DraftCost, Placement, host_costs, share_program
 from compiler.dcc_lowering import GroupProgram
 from models.backends import BackendConfig, BackendKind, PimDtype
 from models.config import HardwareConfig
@@ -52,7 +51,6 @@ from models.energy import (
     load_energy,
     run_energy,
 )
-from models.xpu import VectorOp, vector_cost
 from sim.decode_step.energy import xpu_energy
 
 __all__ = [
@@ -276,7 +274,7 @@ def draft_energy(
     kind = ENERGY_OF[cfg.kind]
     assert cfg.clock_ghz is not None
     groups = c.share.groups
-    prog = lowerings(cfg.kind)[c.kernel](cfg, c.share.sizes, c.share.cores)
+    prog = share_program(cfg, c.kernel, c.share)
     per_group, used = kind.compute(cfg, c, prog, params, basis)
     compute = per_group.scaled(groups)
     moved = {}
@@ -288,10 +286,9 @@ def draft_energy(
             used += cycles
         moved[write] = e.scaled(groups)
     host_dev = cfg.host()
-    nest = kernel_nest(c.kernel, c.sizes)
-    out_elems = math.prod(dict(nest.tensors)[nest.refs[0].tensor])
-    adds = prog.host_ops * groups + out_elems * (c.share.reduction_groups - 1)
-    costs = {"adds": (vector_cost(host_dev, VectorOp.RESIDUAL, adds), 1)} if adds else {}
+    costs = {
+        k: (x, 1) for k, x in host_costs(cfg, c.kernel, c.sizes, c.share, prog.host_ops).items()
+    }
     host_known = host_dev.energy is not None
     host = Energy()
     if host_known:

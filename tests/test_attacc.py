@@ -17,10 +17,14 @@ from compiler.attacc_lowering import (
     GROUP_LOWERINGS,
     AttAccLoweringError,
     _nest,
+    combine_partials,
     lower_attention,
+    lower_attention_reference,
     lower_group,
     run_attention,
+    run_attention_split,
     run_group,
+    token_shares,
 )
 from compiler.dcc_schedule import DCC_KERNELS, DccKernel, dimension_sets, drafts
 from compiler.dcc_tune import default_draft
@@ -31,6 +35,7 @@ from models.attacc import (
     MacMode,
     Op,
     Scope,
+    SfmMode,
     access_stream,
     access_stream_reference,
     command,
@@ -564,6 +569,121 @@ def test_attention_heads_over_cores_cycles_by_hand() -> None:
     assert par.counts["MACAB"] * 2 == ser.counts["MACAB"]
 
 
+# ----------------------------------------------------------------------------- split softmax
+
+
+def test_sfm_stats_entry_values_and_timing() -> None:
+    """SFM with SfmMode.STATS leaves the probabilities as NORMALISE does and writes the max
+    and the sum of exp(x - max) into lanes 0, 1 of entry ``dst`` (the rest zero); the unit is
+    busy one vector (one cycle) longer; an entry among the scores' is refused."""
+    L = ATT.core.lanes
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(100).astype(np.float16)
+    runs = {}
+    for mode in SfmMode:
+        st_ = AttAccState.for_backend(ATT)
+        st_.buf[0:7] = np.pad(x, (0, 7 * L - 100)).reshape(7, L)
+        st_.buf[9] = 7  # overwritten whole by STATS
+        s = np.array([command(Op.SFM, bank=0, src=0, n=100, dst=9, mode=int(mode)),
+                      command(Op.RDSB, bank=0, src=9)], COMMAND_DTYPE)  # fmt: skip
+        execute(ATT, s, np.zeros((0, L), np.uint16), st_)
+        runs[mode] = (st_, time_stream(ATT, s), time_stream_reference(ATT, s))
+    norm, stats = runs[SfmMode.NORMALISE][0], runs[SfmMode.STATS][0]
+    np.testing.assert_array_equal(norm.buf[:7], stats.buf[:7])
+    f = x.astype(np.float32)
+    e = np.exp(f - f.max())
+    want = np.zeros(L, np.float16)
+    want[:2] = np.array([f.max(), e.sum()], np.float32).astype(np.float16)
+    np.testing.assert_array_equal(stats.buf[9], want)
+    np.testing.assert_array_equal(stats.reads[0], want)
+    assert (norm.buf[9] == 7).all()
+    # SFM at 0 busy ceil(100 / 16) = 7 cycles (STATS: 8); the RDSB waits for it: issue 7 / 8
+    for mode, extra in ((SfmMode.NORMALISE, 0), (SfmMode.STATS, 1)):
+        _, fast, ref = runs[mode]
+        np.testing.assert_array_equal(fast.issue, [0, 7 + extra])
+        np.testing.assert_array_equal(ref.issue, fast.issue)
+    bad = np.array([command(Op.SFM, bank=0, src=0, n=100, dst=6, mode=int(SfmMode.STATS))],
+                   COMMAND_DTYPE)  # fmt: skip
+    with pytest.raises(AttAccError, match=r"statistics entry 6 must be one of the 256 .*0 \.\. 6"):
+        execute(ATT, bad, np.zeros((0, L), np.uint16), AttAccState.for_backend(ATT))
+
+
+def test_token_shares() -> None:
+    assert token_shares(310, 3) == [(0, 104), (104, 104), (208, 102)]
+    assert token_shares(512, 4) == [(0, 128), (128, 128), (256, 128), (384, 128)]
+    assert token_shares(5, 4) == [(0, 2), (2, 2), (4, 1)]  # the fourth group holds nothing
+
+
+@pytest.mark.parametrize(
+    ("sizes", "cores", "groups"),
+    [((1, 256, 16), (1, 8, 1), 2), ((2, 256, 64), (1, 4, 4), 2), ((3, 310, 32), (2, 1, 2), 3),
+     ((2, 512, 128), (1, 8, 4), 4), ((4, 128, 16), (2, 4, 1), 2), ((1, 1000, 64), (1, 1, 4), 4),
+     ((5, 192, 33), (4, 2, 2), 3)],
+)  # fmt: skip
+def test_attention_split_over_groups_close_to_numpy(sizes: tuple, cores: tuple, groups: int):
+    """Every head's tokens over 2-4 groups (shorter last shares, heads over cores, odd d_h):
+    each group's softmax over its tokens with its max and sum read back, the host's combine
+    (combine_partials) equals numpy's softmax attention within FP16's error; adding the
+    partial outputs without the rescale is far off."""
+    H, T, D = sizes
+    rng = np.random.default_rng(T + groups)
+    a = {
+        "Q": (rng.standard_normal((H, D)) / 2).astype(np.float16),
+        "K": (rng.standard_normal((H, T, D)) / 2).astype(np.float16),
+        "V": rng.standard_normal((H, T, D)).astype(np.float16),
+    }
+    got = run_attention_split(ATT, sizes, cores, groups, a)["O"].astype(np.float64)
+    ref = _attention_numpy(a)
+    assert np.max(np.abs(got - ref)) < 0.01 * np.max(np.abs(ref))
+    parts = [
+        run_attention(ATT, (H, n, D), cores,
+                      {"Q": a["Q"], "K": a["K"][:, t0 : t0 + n], "V": a["V"][:, t0 : t0 + n]},
+                      partial=True)
+        for t0, n in token_shares(T, groups)
+    ]  # fmt: skip
+    flat = np.mean([p["O"].astype(np.float64) for p in parts], axis=0)
+    assert np.max(np.abs(flat - ref)) > 0.02 * np.max(np.abs(ref))
+    # each group's own statistics: its max score and sum of exp(score - max)
+    t0, n = token_shares(T, groups)[-1]
+    s = np.einsum("hd,htd->ht", a["Q"].astype(np.float32), a["K"][:, t0:].astype(np.float32))
+    np.testing.assert_allclose(parts[-1]["m"], s.max(1), rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(
+        parts[-1]["l"], np.exp(s - s.max(1, keepdims=True)).sum(1), rtol=5e-3
+    )
+
+
+def test_combine_partials_by_hand() -> None:
+    """Two groups, one head, d_h 1: O_1 = 1 with (m, l) = (0, 1), O_2 = 3 with (ln 3, 2):
+    w = (e^-ln3 x 1, 1 x 2) = (1/3, 2), O = (1/3 + 6) / (7/3) = 19 / 7."""
+    o = combine_partials([np.array([[1.0]]), np.array([[3.0]])], [np.array([0.0]),
+                         np.array([np.log(3.0)])], [np.array([1.0]), np.array([2.0])])  # fmt: skip
+    assert float(o[0, 0]) == pytest.approx(19 / 7, rel=1e-3)
+
+
+def test_partial_attention_program() -> None:
+    """A partial share's program: every SFM in STATS mode into head core j's statistics entry
+    after the scores and results, one RDSB of it per head after the round; the same stream
+    built command by command; refused when the statistics entries do not fit the buffer."""
+    sizes, cores = (3, 64, 64), (2, 4, 4)
+    k = lower_attention(ATT, sizes, cores, partial=True)
+    full = lower_attention(ATT, sizes, cores)
+    assert k.stream.tobytes() == lower_attention_reference(ATT, sizes, cores, True).stream.tobytes()
+    sfm = k.stream[k.stream["op"] == Op.SFM]
+    # 2 head cores of 4 tokens x 16 = 4 entries each: scores 0-7; results from 0 (the
+    # probabilities fit the GEMV buffers), 1 per d_h core and head core: 0-7; statistics 8, 9
+    assert sfm["mode"].tolist() == [int(SfmMode.STATS)] * 3
+    assert sfm["dst"].tolist() == [8, 9, 8]  # rounds: heads 0, 2 | head 1
+    rd = k.stream["src"][k.stream["op"] == Op.RDSB]
+    assert (rd >= 8).sum() == 3 and k.counts["RDSB"] == full.counts["RDSB"] + 3
+    assert {o: n for o, n in k.counts.items() if o != "RDSB"} == {
+        o: n for o, n in full.counts.items() if o != "RDSB"
+    }
+    with pytest.raises(AttAccLoweringError, match=r"and the softmax statistics 1 more from entry "
+                       r"256; the buffer has 256"):  # fmt: skip
+        lower_attention(ATT, (1, 4096, 128), (1, 16, 4), partial=True)
+    lower_attention(ATT, (1, 4096, 128), (1, 16, 4))  # unsplit, it fits
+
+
 # ----------------------------------------------------------------------------- compiled timing
 # time_stream (numba) and access_stream (vectorised) against their plain-Python references.
 
@@ -592,7 +712,7 @@ def _lowered(draw):
             draw(st.integers(1, 64)),
         )
         cores = (draw(st.sampled_from([1, 2, 4])), c_t, draw(st.sampled_from([1, 2, 4])))
-        return lower_attention(ATT, sizes, cores).stream
+        return lower_attention(ATT, sizes, cores, draw(st.booleans())).stream  # partial or not
     sizes, cores, _ = draw(_cases(kernel))
     return lower_group(ATT, kernel, sizes, cores).stream
 

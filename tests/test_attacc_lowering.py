@@ -102,20 +102,22 @@ def test_lowering_equals_reference(cfg, share) -> None:
     odd=st.integers(0, 15),
     d_h=st.integers(1, 140),
     c_d=st.sampled_from([1, 2, 4]),
+    partial=st.booleans(),
 )
-def test_attention_equals_reference(cfg, heads, c_h, c_t, per_core, odd, d_h, c_d) -> None:
+def test_attention_equals_reference(cfg, heads, c_h, c_t, per_core, odd, d_h, c_d, partial):
     """Tokens a multiple of 16 per core when split (else any count), d_h any, heads over
-    cores or not (padded head cores included)."""
+    cores or not (padded head cores included), a partial share (tokens split over groups:
+    statistics entries and their reads) or not."""
     assume(c_h * c_t * c_d <= ATT.cores_per_group)
     tokens = 16 * c_t * per_core if c_t > 1 else 16 * per_core + odd
     sizes, cores = (heads, tokens, d_h), (c_h, c_t, c_d)
     try:
-        ref, _ = _attention_reference(cfg, sizes, cores)
+        ref, _ = _attention_reference(cfg, sizes, cores, partial)
     except AttAccLoweringError as exc:  # a buffer too small for this share: the same refusal
         with pytest.raises(AttAccLoweringError, match=str(exc)[:60]):
-            _attention(cfg, sizes, cores)
+            _attention(cfg, sizes, cores, partial)
         return
-    _same(_attention(cfg, sizes, cores)[0], ref)
+    _same(_attention(cfg, sizes, cores, partial)[0], ref)
 
 
 @pytest.mark.parametrize(

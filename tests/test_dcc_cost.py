@@ -199,3 +199,73 @@ def test_clear_caches_keeps_costs(tmp_path) -> None:
     assert dcc_cost._program.cache_info().currsize == 0
     assert dcc_cost._channel_seconds.cache_info().currsize == 0
     assert dcc_cost.draft_cost(cfg, DccKernel.QK, shape, d) == before
+
+
+def test_attn_tokens_over_groups_by_hand() -> None:
+    """ATTN (1 head, 256 tokens, d_h 16) with its tokens over 2 groups of 8 token cores:
+    each group runs 128 tokens as the partial program, the host combines the two partial
+    outputs. Every number below is derived here from the [timing] fields and the A100 preset.
+
+    Per group (cores (1, 8, 1): bank c of bank groups 0, 1 holds tokens 16c .. 16c + 15),
+    the program is round 0 of ``tests/test_attacc.py::test_attention_heads_over_cores_
+    cycles_by_hand``'s serial case up to its SFM at 146, which is now in STATS mode: busy
+    128 / 16 + 1 = 9 cycles (the statistics entry is one more vector), to 155, so everything
+    after moves one cycle: MVGBs 155 .. 169, ACTAB 170, MACABs 189 .. 279, MVSBs 285, 287,
+    the result's RDSB 289 (entry 0, bank 0), PREA 290; then the extra read-back: RDSB of the
+    statistics entry 8 (after the 8 score entries; its address bank interleave[8] = 8, bank
+    group 2, pseudo-channel 0) at max(290 + 1, 289 + nBL) = 291, done 291 + RL + nBL = 312
+    cycles, against 309 for the same 128 tokens unsplit (RDSB 288 + 21).
+
+    Host combine (models.xpu.attention_combine_cost, H = 1, P = 2, d = 16): FLOPs 2 P d +
+    5 P - 1 = 73 on 19.5 TFLOPS x 0.8 = 4.7 ps; bytes (P (d + 2) + d) x 2 B = 104 B at
+    2,039 GB/s x 0.85 = 60.0 ps, the larger. K and V are resident and results leave by RDSB
+    inside the stream: no rearrangement. Total = 312 / 1.3 GHz + 60.0 ps."""
+    from compiler.attacc_lowering import lower_attention
+    from models.xpu import attention_combine_cost
+
+    att = load_backend("attacc")
+    t = att.timing
+    assert t is not None and (t.RL, t.burst_cycles) == (19, 2)
+    d = (Part(1, 1, "K0", 1, Index("h")), Part(2, 8, "K1", 256, Index("t")),
+         Part(1, 1, "K2", 16, Index("d")))  # fmt: skip
+    c = draft_cost(att, DccKernel.ATTN, (1, 256, 16), d)
+    assert (c.share.sizes, c.share.partials, c.share.reduction_groups) == ((1, 128, 16), 2, 1)
+    assert c.cycles == 291 + t.RL + t.burst_cycles == 312
+    assert lower_attention(att, (1, 128, 16), (1, 8, 1)).cycles == 288 + 21 == 309
+    assert c.counts["RDSB"] == 2 and c.counts["SFM"] == 1
+    host = att.host()
+    combine = max(73 / (19.5e12 * 0.8), 104 / (2039e9 * 0.85))
+    assert combine == pytest.approx(60.0e-12, rel=1e-3)
+    assert attention_combine_cost(host, 1, 2, 16).seconds == pytest.approx(combine)
+    assert attention_combine_cost(host, 1, 2, 16).flops == 73
+    assert (c.rearrange_in_s, c.rearrange_out_s) == (0.0, 0.0)
+    assert c.host_s == pytest.approx(combine)
+    assert c.total_s == pytest.approx(312 / 1.3e9 + combine)
+    # tokens not split: no statistics, no combine (the default's cost is unchanged)
+    one = draft_cost(att, DccKernel.ATTN, (1, 128, 16), (d[0], Part(1, 8, "K1", 128,
+                     Index("t")), d[2]))  # fmt: skip
+    assert (one.cycles, one.host_s, one.share.partials) == (309, 0.0, 1)
+
+
+def test_attn_token_split_refusals() -> None:
+    """d over groups stays refused; a shorter last token share the lowering refuses (not
+    whole softmax-buffer entries per core) refuses the draft, naming it."""
+    att = load_backend("attacc")
+    h, dd = Part(1, 1, "K0", 1, Index("h")), Part(1, 4, "K2", 64, Index("d"))
+    with pytest.raises(DccError, match=r"splits d over 2 groups: a score needs all of d_h"):
+        draft_cost(
+            att,
+            DccKernel.ATTN,
+            (1, 512, 64),
+            (h, Part(1, 4, "K1", 512, Index("t")), Part(2, 4, "K2", 64, Index("d"))),
+        )
+    # 544 tokens over 3 groups: 182, 182, 180; the worst share's 182 over 2 cores, 91 each
+    with pytest.raises(DccError, match=r"tokens = 182 over 2 cores gives 91 per core"):
+        draft_cost(att, DccKernel.ATTN, (1, 544, 64), (h, Part(3, 2, "K1", 544, Index("t")), dd))
+    # 126 tokens over 4 groups: 32, 32, 32, 30; the worst's 16 per core run, the last's 15 not
+    with pytest.raises(DccError, match=r"the last group's share \(1, 30, 64\) \(of 4 groups\): "
+                       r"attention: tokens = 30 over 2 cores gives 15 per core"):  # fmt: skip
+        draft_cost(att, DccKernel.ATTN, (1, 126, 64), (h, Part(4, 2, "K1", 126, Index("t")), dd))
+    # one token core: any shorter last share runs (310 over 3 groups: 104, 104, 102)
+    c = draft_cost(att, DccKernel.ATTN, (1, 310, 64), (h, Part(3, 1, "K1", 310, Index("t")), dd))
+    assert (c.share.sizes, c.share.tail, c.share.partials) == ((1, 104, 64), (1, 102, 64), 3)

@@ -188,27 +188,33 @@ def test_rule1_while_generating_keeps_the_same_drafts(backend, kernel, sizes) ->
 
 
 def test_attn_drafts_are_those_attacc_runs() -> None:
-    """ATTN on attacc: t and d only over a group's cores, heads over groups and cores, and
-    only shares the lowering accepts (tokens per core whole softmax-buffer entries, the
-    round's heads' scores and results within the buffer) are kept; every kept draft runs."""
+    """ATTN on attacc: d only over a group's cores, heads and tokens over groups and cores
+    (tokens over groups: the split softmax, combined by the host), and only shares the
+    lowering accepts (tokens per core whole softmax-buffer entries, the round's heads' scores,
+    results and statistics within the buffer, a shorter last token share too) are kept;
+    every kept draft runs."""
     from compiler.dcc_cost import group_share
 
     att = load_backend("attacc")
     kept, _ = kernel_drafts(att, DccKernel.ATTN, (4, 512, 64))
-    assert kept and all(p.groups == 1 for d in kept for p in d[1:])
+    assert kept and all(d[2].groups == 1 for d in kept)
     assert any(d[0].cores > 1 for d in kept)  # heads over a group's banks
+    assert any(d[1].groups > 1 for d in kept)  # tokens over groups
     assert default_draft(att, DccKernel.ATTN, (4, 512, 64)) in kept
     for d in kept:
         share = group_share(att, DccKernel.ATTN, (4, 512, 64), d)
-        assert share.sizes[1] == 512
-        draft_cost(att, DccKernel.ATTN, (4, 512, 64), d)  # runs
+        assert share.sizes[1] == -(-512 // d[1].groups)
+        assert share.partials == d[1].groups  # compaction keeps the fewest groups per share
+        c = draft_cost(att, DccKernel.ATTN, (4, 512, 64), d)  # runs
+        assert (c.host_s > 0) == (d[1].groups > 1)
     # 4,096 tokens fill the softmax buffer with one head's scores: no head split over cores
+    # unless the tokens are split over groups too
     long, _ = kernel_drafts(att, DccKernel.ATTN, (4, 4096, 64))
-    assert long and all(d[0].cores == 1 for d in long)
-    with pytest.raises(DccError, match=r"splits t over 2 groups: a head's softmax needs"):
+    assert long and all(d[0].cores == 1 for d in long if d[1].groups == 1)
+    with pytest.raises(DccError, match=r"splits d over 2 groups: a score needs all of d_h"):
         group_share(att, DccKernel.ATTN, (4, 512, 64), (
-            Part(2, 1, "K0", 4, Index("h")), Part(2, 16, "K1", 512, Index("t")),
-            Part(1, 4, "K2", 64, Index("d"))))  # fmt: skip
+            Part(2, 1, "K0", 4, Index("h")), Part(1, 16, "K1", 512, Index("t")),
+            Part(2, 4, "K2", 64, Index("d"))))  # fmt: skip
 
 
 def test_attn_is_refused_without_a_softmax_unit(capsys) -> None:

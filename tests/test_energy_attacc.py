@@ -258,3 +258,25 @@ def test_hbm3_preset_idle_and_stack_count(tmp_path):
     path.write_text(text.replace("[values]", "stacks_per_device = 2\n[values]", 1))
     with pytest.raises(EnergyConfigError, match="has 32 groups / 32 per stack; allowed: 1"):
         load_energy_config(path).chips(h3)
+
+
+def test_split_attention_draft_energy_counts_the_combine():
+    """ATTN with tokens over 2 groups: the energy runs the partial program (its statistics
+    RDSB included, as the cost does) and the host's energy includes the combine (the same
+    xPU cost ``draft_cost`` charges), on top of the DRAM bytes moved (none here)."""
+    from compiler.dcc_cost import draft_cost, share_program
+    from compiler.dcc_schedule import Index, Part
+    from models.xpu import attention_combine_cost
+    from sim.decode_step.energy import xpu_energy
+    from sim.tune_energy import draft_energy, energy_params
+
+    d = (Part(1, 1, "K0", 1, Index("h")), Part(2, 8, "K1", 256, Index("t")),
+         Part(1, 1, "K2", 16, Index("d")))  # fmt: skip
+    c = draft_cost(ATT, DccKernel.ATTN, (1, 256, 16), d)
+    prog = share_program(ATT, DccKernel.ATTN, c.share)
+    assert prog.counts["RDSB"] == 2 and prog.cycles == c.cycles
+    e = draft_energy(ATT, c, energy_params(ATT, None))
+    host = ATT.host()
+    want = xpu_energy(host, {"combine": (attention_combine_cost(host, 1, 2, 16), 1)})
+    assert want is not None and want.total > 0
+    assert e.host.total == pytest.approx(want.total)

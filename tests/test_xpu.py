@@ -20,6 +20,7 @@ from models.xpu import (
     Traffic,
     VectorOp,
     XpuError,
+    attention_combine_cost,
     attention_cost,
     gemm_cost,
     gemm_traffic,
@@ -418,6 +419,20 @@ def test_vector_ops(libra):
     swiglu = vector_cost(load_xpu("a100-80gb"), "swiglu", 14336)
     assert swiglu.flops == VECTOR_OPS[VectorOp.SWIGLU].flops_per_element * 14336
     assert swiglu.traffic.activations == 3 * 14336 * 2
+
+
+def test_attention_combine_cost(libra):
+    """The split softmax's combine: 32 heads, 4 partials, d 128 on LibraPIM's NPU (vector
+    units of 8 x 128 lanes, 1.024 TFLOPS): outputs 2 P = 8 FLOPs per element over 4,096
+    elements (4 whole groups), scalars 5 P - 1 = 19 per head over 32 (padded to 1,024);
+    bytes 32 x (4 x 130 + 128) x 2 = 41,472."""
+    c = attention_combine_cost(libra, 32, 4, 128)
+    assert c.flops == 32 * (8 * 128 + 19) == 33_376
+    assert c.issued_flops == 4096 * 8 + 1024 * 19
+    assert c.compute_seconds == pytest.approx((4096 * 8 + 1024 * 19) / 1.024e12)
+    assert c.traffic == Traffic(activations=41_472)
+    with pytest.raises(XpuError, match="attention combine: partials = 0: must be a positive"):
+        attention_combine_cost(libra, 32, 0, 128)
 
 
 def test_precision_sets_element_bytes(a100):
