@@ -410,6 +410,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--table",
         type=Path,
         default=None,
+        metavar="FILE",
         help="DCC's lookup table filled offline (pimphony dcc-lut) for the figure's back end: "
         "points it holds take its draft without a search (their compute-centric time is not "
         "searched), others are searched; not with fig2 (every-call placement)",
