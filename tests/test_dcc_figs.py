@@ -1,5 +1,6 @@
 """``pimphony dcc-figs`` (sim/experiments/dcc_figs.py): the figures' points are tune reports,
-summaries are their geometric means, outputs are written once (``--force`` to replace)."""
+summaries are their geometric means, outputs are written once (``--force`` to replace);
+``--table`` takes a tabled point's draft without a search and searches the others."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from pathlib import Path
 import pytest
 
 from compiler.dcc_cost import Placement
+from compiler.dcc_predictor import LookupTable
+from models.backends import load_backend
 from sim.experiments import dcc_figs
 from sim.experiments.dcc_figs import FIGURES, Figure, summary
+from sim.experiments.dcc_lut import backend_record, table_digest
 from sim.tune import tune_report
 from tests.helpers import run_cli
 from tests.test_dcc_cost import small_backend
@@ -113,3 +117,87 @@ def test_attacc_figures() -> None:
     paper = dcc_figs.PAPER[Figure.FIG6]
     assert (paper["ATTN_dcc_over_default_geomean"], paper["dcc_over_default_geomean"],
             paper["RED_dcc_over_default_geomean"]) == (1.24, 1.28, 1.50)  # fmt: skip
+
+
+@pytest.fixture
+def tabled(tmp_path: Path, capsys, monkeypatch) -> tuple[Path, Path, list]:
+    """A table filled offline for one small point, and Fig. 9 as that point (tabled) and one
+    the table lacks (searched)."""
+    cfg = small_backend(tmp_path)
+    path = tmp_path / "lut.json"
+    rc, _, err = run_cli(capsys, "dcc-lut", "--backend", cfg, "--shape", "qk:2,64,128",
+                         "--per-shape", "20", "--rounds", "20", "--out", path)  # fmt: skip
+    assert rc == 0, err
+    cases = [(str(cfg), "qk", (b * 2, 64, 128), "resident", {"batch": b, "size": "2x64"})
+             for b in (1, 2)]  # fmt: skip
+    monkeypatch.setitem(FIGURES, Figure.FIG9, lambda backend: cases)
+    return cfg, path, cases
+
+
+def test_table_drafts_are_not_searched_and_rows_say_so(tabled, capsys, monkeypatch) -> None:
+    import sim.tune
+
+    cfg, path, cases = tabled
+    searched = []
+    search = sim.tune.predicted_search
+
+    def only_untabled(c, kernel, shape, *args, **kwargs):
+        assert tuple(shape) != (2, 64, 128), "searched a point the table holds"
+        searched.append(tuple(shape))
+        return search(c, kernel, shape, *args, **kwargs)
+
+    monkeypatch.setattr(sim.tune, "predicted_search", only_untabled)
+    monkeypatch.setattr(dcc_figs, "BUILD_DIR", path.parent / "build")
+    rc, out, err = run_cli(capsys, "dcc-figs", "--figure", "fig9", "--table", path)
+    assert rc == 0, err
+    report = path.parent / "build" / "dcc" / "fig9-table.json"  # not the per-call run's
+    assert report.with_suffix(".png").stat().st_size > 0 and searched == [(4, 64, 128)]
+    doc = json.loads(report.read_text())
+    tab, srch = doc["rows"]
+    entry = LookupTable.load(path).get("hbm-pim-small", "qk", (2, 64, 128))
+    assert (tab["draft_source"], srch["draft_source"]) == ("table", "search")
+    assert tab["dcc_draft"] == " ".join(map(str, entry.draft))
+    assert tab["dcc_us"] == pytest.approx(entry.simulated_s * 1e6)
+    assert tab["compute_centric_us"] is None and tab["rearrangement_share_T"] is None
+    assert srch["compute_centric_us"] > 0 and tab["dcc_over_default"] > 0
+    assert doc["summary"]["hbm-pim-small_b1"] == pytest.approx(tab["dcc_over_default"])
+    assert f"DCC drafts: 1 point(s) from table {path} (not searched), 1 searched" in out
+    assert "T not searched" in out
+    t = doc["provenance"]["table"]
+    assert (t["path"], t["sha256"]) == (str(path), table_digest(path))
+    assert t["points"] == {"table": 1, "searched": 1}
+    assert doc["provenance"]["options"]["table"] == str(path)
+
+
+def test_without_table_the_report_is_as_before(tabled, capsys, tmp_path) -> None:
+    report = tmp_path / "f.json"
+    rc, out, err = run_cli(capsys, "dcc-figs", "--figure", "fig9", "--report", report,
+                           "--plot", tmp_path / "f.png")  # fmt: skip
+    assert rc == 0, err
+    doc = json.loads(report.read_text())
+    assert "table" not in doc["provenance"]["options"] and "table" not in doc["provenance"]
+    assert all("draft_source" not in r and r["compute_centric_us"] > 0 for r in doc["rows"])
+    assert "DCC drafts" not in out and "not searched" not in out
+
+
+@pytest.mark.parametrize(
+    ("figure", "other", "message"),
+    [
+        ("fig2", False, "--table: figure fig2's points rearrange every input per call "
+         "(every-call placement); a table holds drafts chosen with weights / KV resident; "
+         "drop --table"),
+        ("fig9", True, "holds drafts for back end hbm-pim, not hbm-pim-small"),
+    ],
+)  # fmt: skip
+def test_table_refusals(tabled, capsys, tmp_path, figure, other, message) -> None:
+    _, path, _ = tabled
+    if other:  # a table filled for another back end
+        path = LookupTable({"backend": backend_record(load_backend("hbm-pim"))}).save(
+            tmp_path / "other.json"
+        )
+    report = tmp_path / "r.json"
+    rc, _, err = run_cli(capsys, "dcc-figs", "--figure", figure, "--table", path,
+                         "--report", report, "--plot", tmp_path / "r.png")  # fmt: skip
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("pimphony dcc-figs: error: --table") and "Traceback" not in err
+    assert err.strip().endswith(message) and not report.exists()

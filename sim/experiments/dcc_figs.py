@@ -30,6 +30,18 @@ by default):
 - ``fig9``: DCC's gain over the default on GEMV as the batch grows 1 -> 8 (paper: HBM-PIM
   1.33 -> 1.61x, AttAcc 1.14 -> 1.33x): HBM-PIM at 512 and 4,096 outputs (the first run),
   AttAcc (``--backend attacc``) at the paper's four, 512 to 4,096 (:data:`FIG9_OUTPUTS`).
+
+``--table FILE`` (DCC IV-D's lookup table filled offline, ``pimphony dcc-lut``, read by
+:func:`sim.experiments.dcc_lut.read_table`): a point whose (back end, kernel, sizes) the
+table holds takes the table's draft, simulated for the row's times, without a search
+(:func:`sim.tune.tune_report` with ``table``); another point is searched as without the
+option. Each row says where its draft came from (``draft_source``: ``table`` or
+``search``). A tabled point's compute-centric choice is not searched (the search is what
+the table saves): its ``compute_centric_us``, ``dcc_over_compute_centric`` and
+``rearrangement_share_T`` are None. Figs. 6, 7 and 9 do not use them (their summaries and
+plots are speedups over the default and the GPU); Fig. 2 is about them and its points
+rearrange every input per call, which a table does not hold, so ``fig2`` with ``--table``
+is refused.
 """
 
 from __future__ import annotations
@@ -45,6 +57,8 @@ from typing import Any
 from tqdm import tqdm
 
 from compiler.dcc_cost import Placement, clear_caches
+from compiler.dcc_predictor import LookupTable
+from models.backends import load_backend
 from models.errors import PimphonyError
 from models.fileio import BUILD_DIR, check_writable, pyplot, write_atomic, write_figure
 from sim.cli import choice_names
@@ -60,6 +74,7 @@ __all__ = [
     "Figure",
     "FigureError",
     "add_arguments",
+    "figure_cases",
     "figure_rows",
     "panel",
     "run",
@@ -68,6 +83,12 @@ __all__ = [
 
 class FigureError(PimphonyError, ValueError):
     """A figure option that does not fit the figure (a panel it does not have)."""
+
+
+_FIG2_TABLE = (
+    "--table: figure fig2's points rearrange every input per call (every-call placement); a "
+    "table holds drafts chosen with weights / KV resident; drop --table"
+)
 
 
 class Figure(StrEnum):
@@ -231,12 +252,11 @@ def panel(case_or_row_label: dict[str, Any]) -> str:
     return str(case_or_row_label.get("kernel", "GEMV"))
 
 
-def figure_rows(
+def figure_cases(
     fig: Figure, panels: tuple[str, ...] | None = None, backend: str | None = None
-) -> list[dict[str, Any]]:
-    """One row per point (of ``panels`` only, if given) on ``backend`` (the figure's default
-    if None): the case and the tune report's times and speedups."""
-    rows = []
+) -> list[Case]:
+    """The figure's points (of ``panels`` only, if given) on ``backend`` (the figure's
+    default if None); :class:`FigureError` for a back end or panel the figure lacks."""
     fig = Figure(fig)
     allowed = FIGURE_BACKENDS[fig]
     backend = backend or allowed[0]
@@ -252,32 +272,50 @@ def figure_rows(
                 f"{', '.join(bad)} is not one"
             )
         cases = [c for c in cases if panel(c[4]) in panels]
-    for backend, kernel, shape, placement, label in tqdm(cases, desc=f"dcc {fig}", unit="point"):
-        r = tune_report(backend, kernel, shape, top=1, placement=placement)
+    return cases
+
+
+def figure_rows(
+    fig: Figure,
+    panels: tuple[str, ...] | None = None,
+    backend: str | None = None,
+    table: LookupTable | None = None,
+) -> list[dict[str, Any]]:
+    """One row per point of :func:`figure_cases`: the case and the tune report's times and
+    speedups. With ``table``, a point it holds takes its draft (the compute-centric values
+    None, the module docstring) and every row has ``draft_source``."""
+    fig = Figure(fig)
+    if table is not None and fig is Figure.FIG2:
+        raise FigureError(_FIG2_TABLE)
+    rows = []
+    cases = figure_cases(fig, panels, backend)
+    for be, kernel, shape, placement, label in tqdm(cases, desc=f"dcc {fig}", unit="point"):
+        r = tune_report(be, kernel, shape, top=1, placement=placement, table=table)
         clear_caches()  # each point's programs are its own (memory; costs unchanged)
         c, t = r["chosen"], r["compute_centric"]
-        rows.append(
-            {
-                **label,
-                "backend": r["backend"],
-                "kernel_run": kernel,
-                "shape": list(shape),
-                "placement": placement,
-                "dcc_us": c["total_us"],
-                "default_us": r["default"]["total_us"] if r["default"] else None,
-                "default_refused": r["default_refused"],
-                "compute_centric_us": t["total_us"],
-                "gpu_us": r["gpu_us"],
-                "dcc_over_default": r["speedup"]["over_default"],
-                "dcc_over_compute_centric": r["speedup"]["over_compute_centric"],
-                "dcc_over_gpu": r["speedup"]["over_gpu"],
-                "default_over_gpu": r["speedup"]["default_over_gpu"],
-                "rearrangement_share_T": (t["rearrange_in_us"] + t["rearrange_out_us"])
-                / t["total_us"],
-                "dcc_draft": c["draft"],
-                "default_draft": r["default"]["draft"] if r["default"] else None,
-            }
-        )
+        share = (t["rearrange_in_us"] + t["rearrange_out_us"]) / t["total_us"] if t else None
+        row = {
+            **label,
+            "backend": r["backend"],
+            "kernel_run": kernel,
+            "shape": list(shape),
+            "placement": placement,
+            "dcc_us": c["total_us"],
+            "default_us": r["default"]["total_us"] if r["default"] else None,
+            "default_refused": r["default_refused"],
+            "compute_centric_us": t["total_us"] if t else None,
+            "gpu_us": r["gpu_us"],
+            "dcc_over_default": r["speedup"]["over_default"],
+            "dcc_over_compute_centric": r["speedup"]["over_compute_centric"],
+            "dcc_over_gpu": r["speedup"]["over_gpu"],
+            "default_over_gpu": r["speedup"]["default_over_gpu"],
+            "rearrangement_share_T": share,
+            "dcc_draft": c["draft"],
+            "default_draft": r["default"]["draft"] if r["default"] else None,
+        }
+        if table is not None:
+            row["draft_source"] = "table" if r["table"]["hit"] else "search"
+        rows.append(row)
     return rows
 
 
@@ -369,12 +407,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "fig6 attacc; fig7 hbm-pim",
     )
     p.add_argument(
+        "--table",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="DCC's lookup table filled offline (pimphony dcc-lut) for the figure's back end: "
+        "points it holds take its draft without a search (their compute-centric time is not "
+        "searched), others are searched; not with fig2 (every-call placement)",
+    )
+    p.add_argument(
         "--report",
         default=None,
-        help="JSON path (default build/dcc/FIG.json; FIG-BACKEND.json off the default back end)",
+        help="JSON path (default build/dcc/FIG.json; FIG-BACKEND.json off the default back "
+        "end; with --table FIG-table.json, FIG-BACKEND-table.json)",
     )
     p.add_argument("--plot", default=None, help="PNG path (default as --report, .png)")
     p.add_argument("--force", action="store_true", help="overwrite existing outputs")
+
+
+def _read_table(args: argparse.Namespace, fig: Figure, backend: str) -> LookupTable:
+    """``--table`` read for the back ends of the figure's points (one in a figure), refused
+    with one line as :func:`sim.experiments.dcc_lut.read_table` refuses it, and for fig2."""
+    from sim.experiments.dcc_lut import read_table
+
+    if fig is Figure.FIG2:
+        raise FigureError(_FIG2_TABLE)
+    names = dict.fromkeys(c[0] for c in figure_cases(fig, args.panels, backend)) or [backend]
+    return [read_table(args.table, load_backend(name)) for name in names][-1]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -382,16 +441,20 @@ def run(args: argparse.Namespace) -> int:
     fig = Figure(args.figure)
     backend = args.backend or FIGURE_BACKENDS[fig][0]
     stem = str(fig) if backend == FIGURE_BACKENDS[fig][0] else f"{fig}-{backend}"
+    stem += "" if args.table is None else "-table"
     report = Path(args.report or BUILD_DIR / "dcc" / f"{stem}.json")
     png = Path(args.plot or BUILD_DIR / "dcc" / f"{stem}.png")
     for p in (report, png):
         check_writable(p, args.force)
-    rows = figure_rows(fig, args.panels, backend)
+    table = None if args.table is None else _read_table(args, fig, backend)
+    rows = figure_rows(fig, args.panels, backend, table)
     for r in rows:
+        t = r["compute_centric_us"]
+        centric = f"{'T not searched':<15}" if t is None else f"T {t:10.2f} us"
         print(f"{r.get('kernel', r['kernel_run']):>12} {r['size']:>9} B{r['batch']:<3} "
               f"{r['backend']:<8} DCC {r['dcc_us']:10.2f} us  default "
               f"{r['default_us'] or float('nan'):10.2f} us  "
-              f"T {r['compute_centric_us']:10.2f} us  GPU {r['gpu_us']:9.3f} us  "
+              f"{centric}  GPU {r['gpu_us']:9.3f} us  "
               f"DCC/default {r['dcc_over_default'] or float('nan'):6.2f}x  "
               f"DCC/GPU {r['dcc_over_gpu']:6.3f}x")  # fmt: skip
     s = summary(fig, rows)
@@ -399,8 +462,19 @@ def run(args: argparse.Namespace) -> int:
     print("summary: " + ", ".join(
         f"{k} {v:.3f}" + (f" (paper {paper[k]})" if k in paper else "") for k, v in s.items()
     ))  # fmt: skip
+    inputs: dict[str, Any] = {}
+    if table is not None:
+        from sim.experiments.dcc_lut import table_digest
+
+        hits = sum(r["draft_source"] == "table" for r in rows)
+        inputs["table"] = {"path": str(args.table), "sha256": table_digest(args.table),
+                           "points": {"table": hits, "searched": len(rows) - hits}}  # fmt: skip
+        print(f"DCC drafts: {hits} point(s) from table {args.table} (not searched), "
+              f"{len(rows) - hits} searched")  # fmt: skip
+    else:  # reports' options stay as before --table existed
+        args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "table"})
     doc = {"figure": str(fig), "rows": rows, "summary": s, "paper": paper,
-           "provenance": provenance(args)}  # fmt: skip
+           "provenance": provenance(args, **inputs)}  # fmt: skip
     write_atomic(report, (json.dumps(doc, indent=2, default=str) + "\n").encode(), args.force)
     plot(fig, rows, png)
     print(f"report: {report}\nplot:   {png}")

@@ -18,8 +18,9 @@ For one back end, the shapes (kernel, sizes) of the evaluation -- by default eve
    provenance and the back end's name and :func:`backend_digest`.
 
 :func:`read_table` is how a command reads it back (``pimphony tune --table``, ``pimphony
-dcc-fig8 --table``): a missing file, a file that is not a table, one filled for another back
-end or for the same name with other values (a stale table) is refused with one line.
+dcc-fig8 --table``, ``pimphony dcc-figs --table``): a missing file, a file that is not a
+table, one filled for another back end or for the same name with other values (a stale
+table) is refused with one line.
 """
 
 from __future__ import annotations
