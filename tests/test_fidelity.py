@@ -44,7 +44,7 @@ EXPECTED = {
     "LP-fig21": Verdict.TREND,
     "LP-fig22": Verdict.TREND,
     "D-fig7": Verdict.TREND,
-    "D-fig6": Verdict.DIFFERS,
+    "D-fig6": Verdict.TREND,
     "D-fig2-attacc": Verdict.TREND,
     "D-fig9-attacc": Verdict.DIFFERS,
     "S-fig9": Verdict.REPRODUCED,
