@@ -118,7 +118,7 @@ _LENGTHS = (1024, 2048, 4096, 8192)
 #: (both models') over 256-2048 tokens; GEMV d_out x d_in in 256-2048 (tiles of those models'
 #: 5120 / 6656-wide layers, kept small for simulation time); RED, VA and RELU as Fig. 7's
 #: panels read them (B batch rows of N elements, ``docs/dcc.md``), RED on AttAcc as ``red``
-#: (B, N) because AttAcc lowers the unbatched RED only (the same sums).
+#: (B, N), the table's first run (the same sums and program as ``batched-red`` (B, 1, N)).
 ROWS: dict[Table2Row, RowSpec] = {
     Table2Row.ATTACC_ATTN: RowSpec(
         "AttAcc+ATTN", "attacc", DccKernel.ATTN,
