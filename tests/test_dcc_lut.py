@@ -427,3 +427,20 @@ def test_holdout_zero_and_single_shapes_hold_nothing_out(capsys, tmp_path) -> No
     rc, out, _ = run_cli(capsys, *common, "--shape", "va:512", "--out", tmp_path / "b.json")
     assert rc == 0 and "none (fewer than two shapes of any kernel: nothing held out)" in out
     assert json.loads((tmp_path / "b.json").read_text())["predictor"]["holdout"]["mape"] is None
+
+
+def test_fig8_predicts_a_shape_the_table_lacks(table, monkeypatch) -> None:
+    import sim.tune
+    from sim.experiments.dcc_lut import read_table
+
+    backend, out = table
+    monkeypatch.setattr(sim.tune, "predicted_search", lambda *a, **k: 1 / 0)
+    cfg = load_backend(backend)
+    monkeypatch.setattr(sim.tune, "load_backend", lambda name: cfg)  # PimTimes passes the name
+    pim = dcc_fig8.PimTimes(cfg, table=read_table(out, cfg))
+    draft = _offline(out).best(cfg, "gemv", (96, 256))[0]
+    assert pim.dcc("gemv", (96, 256)) == pytest.approx(
+        draft_cost(cfg, DccKernel.GEMV, (96, 256), draft).total_s
+    )
+    assert pim.looked_up == {"table": 0, "predicted": 1, "searched": 0}
+    assert pim.table.get(cfg.name, "gemv", (96, 256)) is None  # not recorded without --extend
