@@ -12,8 +12,11 @@ Four pieces, on top of the schedule generator (:mod:`compiler.dcc_schedule`):
   of 0.1" (V) as defaults. :func:`holdout` reports the error on shapes it was not trained on.
 - :class:`LookupTable`: the best draft per (back end, kernel, sizes), filled offline from
   the predictor over all pruned drafts, extended at run time for a new size, saved as JSON
-  with the provenance the caller gives. Ties (equal predicted time): DCC picks one at random;
-  here the first in the generator's search order, so a table is reproducible.
+  with the provenance the caller gives and, beside it, the predictor that filled it
+  (:meth:`Predictor.save` / :meth:`Predictor.load`, XGBoost's UBJSON, checked by SHA-256 and
+  :data:`FEATURE_DIGEST`), so a new size is predicted by that same predictor. Ties (equal
+  predicted time): DCC picks one at random; here the first in the generator's search order,
+  so a table is reproducible.
 - :func:`compare_search` / :func:`compare_shapes`: the exhaustive search (every draft, no
   pruning, no predictor, all labelled) against the pruned + predicted one (issue 17's
   acceptance).
