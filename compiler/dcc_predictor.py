@@ -12,8 +12,11 @@ Four pieces, on top of the schedule generator (:mod:`compiler.dcc_schedule`):
   of 0.1" (V) as defaults. :func:`holdout` reports the error on shapes it was not trained on.
 - :class:`LookupTable`: the best draft per (back end, kernel, sizes), filled offline from
   the predictor over all pruned drafts, extended at run time for a new size, saved as JSON
-  with the provenance the caller gives. Ties (equal predicted time): DCC picks one at random;
-  here the first in the generator's search order, so a table is reproducible.
+  with the provenance the caller gives and, beside it, the predictor that filled it
+  (:meth:`Predictor.save` / :meth:`Predictor.load`, XGBoost's UBJSON, checked by SHA-256 and
+  :data:`FEATURE_DIGEST`), so a new size is predicted by that same predictor. Ties (equal
+  predicted time): DCC picks one at random; here the first in the generator's search order,
+  so a table is reproducible.
 - :func:`compare_search` / :func:`compare_shapes`: the exhaustive search (every draft, no
   pruning, no predictor, all labelled) against the pruned + predicted one (issue 17's
   acceptance).
@@ -24,6 +27,7 @@ a share that does not fit a bank): such drafts are skipped and counted.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -54,11 +58,12 @@ from compiler.dcc_tune import kernel_drafts as tune_kernel_drafts
 from compiler.rearrange import Strategy
 from models.backends import BackendConfig, BackendKind
 from models.errors import PimphonyError
-from models.fileio import write_atomic
+from models.fileio import check_writable, write_atomic
 
 __all__ = [
     "DEFAULT_LEARNING_RATE",
     "DEFAULT_N_ESTIMATORS",
+    "FEATURE_DIGEST",
     "FEATURE_NAMES",
     "MAX_SETS",
     "MAX_TENSORS",
@@ -80,6 +85,7 @@ __all__ = [
     "kernel_drafts",
     "kernel_nest",
     "label_drafts",
+    "model_path",
     "predicted_search",
     "simulated_seconds",
     "train_predictor",
@@ -224,6 +230,10 @@ FEATURE_NAMES: tuple[str, ...] = (
     *(f"tensor{j}.{f}" for j in range(MAX_TENSORS) for f in _TENSOR_FIELDS),
     *(f"draft.{f}" for f in _DRAFT_FIELDS),
 )
+
+#: SHA-256 of :data:`FEATURE_NAMES` (newline-joined): the feature layout a saved predictor
+#: was trained on, so one trained on another layout is refused.
+FEATURE_DIGEST = hashlib.sha256("\n".join(FEATURE_NAMES).encode()).hexdigest()
 
 
 @cache
@@ -489,6 +499,64 @@ class Predictor:
         i = int(np.argmin(t))  # argmin returns the first of equal minima
         return ds[i], float(t[i]), len(ds)
 
+    def save(self, path: str | Path, overwrite: bool = False) -> dict[str, Any]:
+        """Write the booster atomically in XGBoost's own UBJSON format (an existing file
+        only with ``overwrite``); return its record: the file's name, SHA-256 and the
+        feature layout (:data:`FEATURE_DIGEST`) :meth:`load` checks."""
+        data = bytes(self.model.save_raw(raw_format="ubj"))
+        path = write_atomic(path, data, overwrite=overwrite)
+        return {"file": path.name, "format": _MODEL_FORMAT,
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "features": len(FEATURE_NAMES), "features_sha256": FEATURE_DIGEST}  # fmt: skip
+
+    @classmethod
+    def load(cls, path: str | Path, record: dict[str, Any], info: dict | None = None) -> Predictor:
+        """The predictor :meth:`save` wrote to ``path`` with ``record``;
+        :class:`LookupTableError` in one line if the file is missing, its bytes are not the
+        recorded ones, its feature layout is not this code's, or XGBoost cannot read it."""
+        import xgboost
+
+        path = Path(path)
+        where = f"predictor {path}"
+        if record.get("format") != _MODEL_FORMAT:
+            raise LookupTableError(f"{where}: format {record.get('format')!r}, expected "
+                                   f"{_MODEL_FORMAT!r}")  # fmt: skip
+        if (record.get("features"), record.get("features_sha256")) != (
+            len(FEATURE_NAMES), FEATURE_DIGEST
+        ):  # fmt: skip
+            raise LookupTableError(
+                f"{where}: trained on {record.get('features')} features (layout "
+                f"{str(record.get('features_sha256'))[:12]}), this code has {len(FEATURE_NAMES)} "
+                f"(layout {FEATURE_DIGEST[:12]}); refill the table (pimphony dcc-lut --force)"
+            )
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise LookupTableError(f"{where}: cannot read it ({e.strerror}); refill the "
+                                   "table (pimphony dcc-lut --force)") from None  # fmt: skip
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != record.get("sha256"):
+            raise LookupTableError(
+                f"{where}: its bytes digest to {digest[:12]}, the table records "
+                f"{str(record.get('sha256'))[:12]}: not the model the table was filled with"
+            )
+        booster = xgboost.Booster()
+        try:
+            booster.load_model(bytearray(data))
+        except xgboost.core.XGBoostError:
+            raise LookupTableError(f"{where}: not an XGBoost model XGBoost "
+                                   f"{xgboost.__version__} reads") from None  # fmt: skip
+        if booster.num_features() != len(FEATURE_NAMES):
+            raise LookupTableError(
+                f"{where}: the model takes {booster.num_features()} features, this code has "
+                f"{len(FEATURE_NAMES)}"
+            )
+        return cls(booster, dict(info or {}))
+
+
+#: How :meth:`Predictor.save` writes the booster.
+_MODEL_FORMAT = "xgboost-ubj"
+
 
 def train_predictor(
     samples: Samples,
@@ -738,10 +806,23 @@ _VERSION = 1
 _ORIGINS = ("offline", "runtime")
 
 
+def model_path(table: str | Path) -> Path:
+    """Where a table's offline predictor is saved: beside it, ``NAME.model.ubj`` for
+    ``NAME.json``."""
+    table = Path(table)
+    return table.with_name(f"{table.stem}.model.ubj")
+
+
+_MODEL_FIELDS = {"file": str, "format": str, "sha256": str, "features": int,
+                 "features_sha256": str}  # fmt: skip
+
+
 class LookupTable:
     """Best drafts per (back end name, kernel, sizes) (DCC IV-D). ``provenance``: what
     produced the table (the caller's record, e.g. ``sim.provenance``); ``predictor``: the
-    ``info`` of the predictor that filled it."""
+    ``info`` of the predictor that filled it; ``model``: the record of that predictor's saved
+    file (:meth:`Predictor.save`; None in a table written without it); ``offline``: that
+    predictor once :meth:`load_predictor` has read it (or the one :meth:`save` writes)."""
 
     def __init__(
         self, provenance: dict[str, Any] | None = None, predictor: dict[str, Any] | None = None
@@ -749,6 +830,8 @@ class LookupTable:
         self.provenance = dict(provenance or {})
         self.predictor = dict(predictor or {})
         self.entries: dict[tuple[str, DccKernel, tuple[int, ...]], Entry] = {}
+        self.model: dict[str, Any] | None = None
+        self.offline: Predictor | None = None
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -794,6 +877,7 @@ class LookupTable:
             "version": _VERSION,
             "provenance": self.provenance,
             "predictor": self.predictor,
+            "model": self.model,
             "entries": [
                 {"backend": b, "kernel": k.value, "sizes": list(s),
                  "draft": [_part_json(p) for p in e.draft], "predicted_s": e.predicted_s,
@@ -802,10 +886,27 @@ class LookupTable:
             ],
         }  # fmt: skip
 
-    def save(self, path: str | Path, overwrite: bool = False) -> Path:
-        """Write the table atomically (an existing file only with ``overwrite``)."""
+    def save(
+        self, path: str | Path, overwrite: bool = False, predictor: Predictor | None = None
+    ) -> Path:
+        """Write the table atomically (an existing file only with ``overwrite``); with
+        ``predictor``, first that predictor beside it (:func:`model_path`, also only with
+        ``overwrite`` if it exists), recorded in ``model``."""
+        if predictor is not None:
+            check_writable(path, overwrite)  # neither file written if the table may not be
+            self.model = predictor.save(model_path(path), overwrite=overwrite)
+            self.offline = predictor
         text = json.dumps(self.to_json(), indent=1) + "\n"
         return write_atomic(path, text.encode(), overwrite=overwrite)
+
+    def load_predictor(self, path: str | Path) -> Predictor | None:
+        """The offline predictor saved beside the table in ``path`` (:meth:`Predictor.load`'s
+        checks), kept as ``offline``; None if the table records none (an older file)."""
+        if self.model is None:
+            return None
+        self.offline = Predictor.load(Path(path).parent / self.model["file"], self.model,
+                                      self.predictor)  # fmt: skip
+        return self.offline
 
     @classmethod
     def load(cls, path: str | Path) -> LookupTable:
@@ -835,6 +936,14 @@ class LookupTable:
         if need(raw, "version", int, "top") != _VERSION:
             raise LookupTableError(f"{where}: version {raw['version']}, this reads {_VERSION}")
         table = cls(need(raw, "provenance", dict, "top"), need(raw, "predictor", dict, "top"))
+        if raw.get("model") is not None:  # absent or null: a table without a saved predictor
+            for key, kind in _MODEL_FIELDS.items():
+                need(raw["model"], key, kind, "model")
+            name = raw["model"]["file"]
+            if not name or Path(name).name != name:
+                raise LookupTableError(f"{where}: model.file = {name!r}: a file name beside "
+                                       "the table")  # fmt: skip
+            table.model = dict(raw["model"])
         for n, e in enumerate(need(raw, "entries", list, "top")):
             at = f"entries[{n}]"
             backend = need(e, "backend", str, at)

@@ -116,12 +116,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--table",
         default=None,
         help="a lookup table filled offline (pimphony dcc-lut): a shape it holds takes its "
-        "draft without a search; another is searched",
+        "draft without a search; another is predicted by the table's offline predictor "
+        "(searched if the table has none saved)",
     )
     p.add_argument(
         "--extend",
         action="store_true",
-        help="with --table: record a searched shape's best in the table and write it back",
+        help="with --table: record a new shape's draft in the table and write it back",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--out", default=None, help="also write the JSON report to this file")
@@ -163,8 +164,11 @@ def tune_report(
 ) -> dict[str, Any]:
     """The search's results as plain data (see the module docstring). With ``table`` (read by
     :func:`sim.experiments.dcc_lut.read_table`), a shape it holds is not searched: its draft
-    is simulated as the choice (``report["table"]["hit"]``); another shape is searched and,
-    with ``extend``, its best recorded in ``table`` (``origin = "runtime"``)."""
+    is simulated as the choice (``report["table"]["hit"]``). Another shape is, if the table
+    has its offline predictor (``table.offline``), predicted by it over the pruned drafts and
+    the best predicted simulated (DCC IV-D; ``report["table"]["new_shape"] = "predicted"``),
+    else searched as without a table (``"searched"``); with ``extend`` its draft is recorded
+    in ``table`` (``origin = "runtime"``)."""
     cfg = load_backend(backend)
     k = DccKernel(kernel)
     kernel_nest(k, shape)
@@ -176,8 +180,18 @@ def tune_report(
             "--strategy; drop --placement / --strategy or --table"
         )
     entry = None if table is None else table.get(cfg.name, k, shape)
-    if entry is not None:
-        ps, centric = _table_search(cfg, k, shape, entry), None
+    offline = None if table is None or entry is not None else table.offline
+    if entry is not None or offline is not None:
+        t0 = time.perf_counter()
+        if entry is None:  # a new size: the offline predictor's pick, not recorded yet
+            draft, t, n = offline.best(cfg, k, shape)
+            picked = Entry(draft, t, n, "runtime")
+        ps, centric = _table_search(cfg, k, shape, entry or picked), None
+        if entry is None:
+            sha = (table.model or {}).get("sha256")
+            res = dataclasses.replace(ps.result, seconds=time.perf_counter() - t0)
+            ps = dataclasses.replace(ps, result=res, info={
+                "predictor": "the table's offline predictor", "model_sha256": sha})  # fmt: skip
         res = ps.result
         chosen = res.costs[0]
     else:
@@ -226,8 +240,9 @@ def tune_report(
         },
     }
     if table is not None:
+        new = None if entry else "predicted" if offline else "searched"
         report["table"] = {"hit": entry is not None, "origin": entry.origin if entry else None,
-                           "extended": extend and entry is None}  # fmt: skip
+                           "new_shape": new, "extended": extend and entry is None}  # fmt: skip
         if extend and entry is None:  # DCC IV-D: the table is extended at run time
             table.entries[cfg.name, k, tuple(shape)] = Entry(
                 chosen.draft, ps.predicted_s.get(chosen.draft), ps.candidates, "runtime",
@@ -252,7 +267,8 @@ def tune_report(
 def _table_search(
     cfg: BackendConfig, kernel: DccKernel, shape: tuple[int, ...], entry: Entry
 ) -> PredictedSearch:
-    """The table's draft simulated as the one candidate: no search, no predictor run."""
+    """The table's draft (or the offline predictor's pick) simulated as the one candidate:
+    no search, no predictor trained."""
     t0 = time.perf_counter()
     cost = draft_cost(cfg, kernel, shape, entry.draft)
     sets = dimension_sets(kernel_nest(kernel, shape))
@@ -265,7 +281,7 @@ def _table_search(
 #: How a table entry of each origin was chosen (``LookupTable``'s origins).
 _ORIGIN_WORDS = {
     "offline": "the best predicted of",
-    "runtime": "the best a run-time search found among",
+    "runtime": "recorded at run time, the best found among",
 }
 
 
@@ -331,19 +347,26 @@ def run(args: argparse.Namespace) -> int:
           f"groups x {r['system']['cores_per_group']} cores")  # fmt: skip
     refused = sum(d["refused"].values())
     hit = "table" in r and r["table"]["hit"]
+    predicted = "table" in r and r["table"]["new_shape"] == "predicted"
     if hit:
         how = _ORIGIN_WORDS[r["table"]["origin"]]
         print(f"  draft: from table {args.table} ({r['table']['origin']}): {how} "
               f"{d['after_pruning']:,} pruned drafts; not searched, the draft simulated in "
               f"{d['search_seconds']:.1f} s")  # fmt: skip
+    elif predicted:
+        done = "; recorded in the table (runtime)" if r["table"]["extended"] else ""
+        print(f"  draft: not in table {args.table}: predicted by the table's offline "
+              f"predictor, the best of {d['after_pruning']:,} pruned drafts; not searched, "
+              f"predicted and simulated in {d['search_seconds']:.1f} s{done}")  # fmt: skip
     else:
         print(f"  drafts: {d['generated']:,} generated, {d['after_pruning']:,} after pruning, "
               f"{d['simulated']:,} simulated ({refused:,} refused), "
               f"{d['search_seconds']:.1f} s")  # fmt: skip
-    if "table" in r and not hit:
+    if "table" in r and not hit and not predicted:
         done = "; its best recorded in the table (runtime)" if r["table"]["extended"] else ""
         print(f"  table: {r['kernel']} {tuple(r['shape'])} is not in {args.table}: searched"
-              f"{done}")  # fmt: skip
+              f" (the table has no saved predictor: an older dcc-lut file; refill it to "
+              f"predict new shapes){done}")  # fmt: skip
     if d["verified_predicted_best"]:
         p = r["predictor"]
         print(f"  predictor: {d['sampled_for_predictor']:,} drafts simulated to train "
@@ -361,7 +384,8 @@ def run(args: argparse.Namespace) -> int:
     if r["compute_centric"]:
         print(_line("compute-centric", r["compute_centric"]))
     else:
-        print(f"  {'compute-centric':<16} not searched (the draft came from the table)")
+        came = "the table's predictor" if predicted else "the table"
+        print(f"  {'compute-centric':<16} not searched (the draft came from {came})")
     s = r["speedup"]
     print(f"  GPU alone: {r['gpu_us']:.2f} us")
     over = f"{s['over_default']:.2f}x" if s["over_default"] else "-"

@@ -134,10 +134,17 @@ def tabled(tmp_path: Path, capsys, monkeypatch) -> tuple[Path, Path, list]:
     return cfg, path, cases
 
 
-def test_table_drafts_are_not_searched_and_rows_say_so(tabled, capsys, monkeypatch) -> None:
+@pytest.mark.parametrize("older", [False, True])
+def test_table_drafts_are_not_searched_and_rows_say_so(tabled, capsys, monkeypatch, older) -> None:
+    """The point the table lacks is predicted by the table's saved predictor, or searched
+    with an older table that has none."""
     import sim.tune
 
     cfg, path, cases = tabled
+    if older:  # as dcc-lut wrote tables before it saved the predictor
+        raw = json.loads(path.read_text())
+        del raw["model"]
+        path.write_text(json.dumps(raw))
     searched = []
     search = sim.tune.predicted_search
 
@@ -151,21 +158,28 @@ def test_table_drafts_are_not_searched_and_rows_say_so(tabled, capsys, monkeypat
     rc, out, err = run_cli(capsys, "dcc-figs", "--figure", "fig9", "--table", path)
     assert rc == 0, err
     report = path.parent / "build" / "dcc" / "fig9-table.json"  # not the per-call run's
-    assert report.with_suffix(".png").stat().st_size > 0 and searched == [(4, 64, 128)]
+    assert report.with_suffix(".png").stat().st_size > 0
+    assert searched == ([(4, 64, 128)] if older else [])
     doc = json.loads(report.read_text())
-    tab, srch = doc["rows"]
+    tab, new = doc["rows"]
     entry = LookupTable.load(path).get("hbm-pim-small", "qk", (2, 64, 128))
-    assert (tab["draft_source"], srch["draft_source"]) == ("table", "search")
+    source = "search" if older else "predicted"
+    assert (tab["draft_source"], new["draft_source"]) == ("table", source)
     assert tab["dcc_draft"] == " ".join(map(str, entry.draft))
     assert tab["dcc_us"] == pytest.approx(entry.simulated_s * 1e6)
     assert tab["compute_centric_us"] is None and tab["rearrangement_share_T"] is None
-    assert srch["compute_centric_us"] > 0 and tab["dcc_over_default"] > 0
+    assert (new["compute_centric_us"] is None) is not older and tab["dcc_over_default"] > 0
     assert doc["summary"]["hbm-pim-small_b1"] == pytest.approx(tab["dcc_over_default"])
-    assert f"DCC drafts: 1 point(s) from table {path} (not searched), 1 searched" in out
+    if older:
+        assert f"DCC drafts: 1 point(s) from table {path} (not searched), 1 searched (the " \
+            "table has no saved predictor: an older dcc-lut file" in out  # fmt: skip
+    else:
+        assert f"DCC drafts: 1 point(s) from table {path} (not searched), 1 predicted by its " \
+            "offline predictor, 0 searched" in out  # fmt: skip
     assert "T not searched" in out
     t = doc["provenance"]["table"]
     assert (t["path"], t["sha256"]) == (str(path), table_digest(path))
-    assert t["points"] == {"table": 1, "searched": 1}
+    assert t["points"] == {"table": 1, "predicted": 0 if older else 1, "searched": int(older)}
     assert doc["provenance"]["options"]["table"] == str(path)
 
 

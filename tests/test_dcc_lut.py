@@ -1,11 +1,14 @@
 """``pimphony dcc-lut`` (sim/experiments/dcc_lut.py) and the commands that read its table
 (``tune --table [--extend]``, ``dcc-fig8 --table``): a small table filled offline is used
-without a search, a shape it lacks is searched and (``--extend``) written back, a table is
-never overwritten without ``--force``, a stale or foreign table is refused, each bad input
-with one line and exit status 2."""
+without a search, a shape it lacks is predicted by the offline predictor saved beside it
+(searched with an older table without one) and (``--extend``) written back, a table or its
+predictor is never overwritten without ``--force``, a stale or foreign table and a missing,
+altered or mismatched predictor file are refused, each bad input with one line and exit
+status 2."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -14,7 +17,15 @@ from pathlib import Path
 import pytest
 
 from compiler.dcc_cost import draft_cost
-from compiler.dcc_predictor import Entry, LookupTable, kernel_drafts
+from compiler.dcc_predictor import (
+    FEATURE_DIGEST,
+    FEATURE_NAMES,
+    Entry,
+    LookupTable,
+    Predictor,
+    kernel_drafts,
+    model_path,
+)
 from compiler.dcc_schedule import DccKernel
 from compiler.dcc_tune import default_draft
 from models.backends import load_backend
@@ -53,9 +64,15 @@ def filled(tmp_path_factory) -> tuple[Path, Path]:
 
 @pytest.fixture
 def table(filled, tmp_path) -> tuple[Path, Path]:
-    """A copy of the filled table a test may change."""
+    """A copy of the filled table and its predictor file a test may change."""
     backend, out = filled
+    shutil.copy(model_path(out), tmp_path / "table.model.ubj")
     return backend, Path(shutil.copy(out, tmp_path / "table.json"))
+
+
+def _offline(out: Path) -> Predictor:
+    table = LookupTable.load(out)
+    return table.load_predictor(out)
 
 
 def test_the_fill_writes_a_table_with_provenance_and_the_held_out_error(filled) -> None:
@@ -76,6 +93,16 @@ def test_the_fill_writes_a_table_with_provenance_and_the_held_out_error(filled) 
         assert e.draft in kernel_drafts(cfg, k, sizes)  # one of the pruned drafts
         assert e.simulated_s == draft_cost(cfg, k, sizes, e.draft).total_s
         assert e.predicted_s > 0 and e.drafts == len(kernel_drafts(cfg, k, sizes))
+    # the predictor that filled it, saved beside it and recorded by digest and feature layout
+    model = out.with_name("table.model.ubj")
+    assert raw["model"] == {"file": model.name, "format": "xgboost-ubj",
+                            "sha256": hashlib.sha256(model.read_bytes()).hexdigest(),
+                            "features": len(FEATURE_NAMES),
+                            "features_sha256": FEATURE_DIGEST}  # fmt: skip
+    pred = table.load_predictor(out)
+    assert pred is table.offline and pred.info == raw["predictor"]
+    for (_, k, sizes), e in table.entries.items():  # the saved predictor fills the same table
+        assert pred.best(cfg, k, sizes) == (e.draft, pytest.approx(e.predicted_s), e.drafts)
 
 
 def test_a_table_is_not_overwritten_without_force(capsys, table) -> None:
@@ -85,7 +112,23 @@ def test_a_table_is_not_overwritten_without_force(capsys, table) -> None:
     assert rc == 2 and "pass --force" in err and out.read_text() == before
     rc, text, _ = _fill(capsys, backend, out, "--force", "--seed", "1")
     assert rc == 0 and f"table: {out}" in text
+    assert f"predictor: {model_path(out)} (sha256 " in text
     assert json.loads(out.read_text())["provenance"]["options"]["seed"] == 1
+
+
+def test_a_predictor_file_is_not_overwritten_without_force(capsys, table) -> None:
+    backend, out = table
+    other = out.with_name("other.json")
+    model = shutil.copy(model_path(out), model_path(other))
+    before = Path(model).read_bytes()
+    rc, _, err = _fill(capsys, backend, other)
+    assert rc == 2 and f"{model} exists; pass --force" in err and not other.exists()
+    assert Path(model).read_bytes() == before
+    rc, _, err = _fill(capsys, backend, other, "--force", "--seed", "1")
+    assert rc == 0, err
+    raw = json.loads(other.read_text())
+    assert raw["model"]["file"] == "other.model.ubj"
+    assert raw["model"]["sha256"] == hashlib.sha256(Path(model).read_bytes()).hexdigest()
 
 
 def test_tune_takes_a_tabled_draft_without_searching(capsys, table, monkeypatch) -> None:
@@ -113,35 +156,115 @@ def test_tune_takes_a_tabled_draft_without_searching(capsys, table, monkeypatch)
     assert r["provenance"]["options"]["table"] == str(out)
 
 
-def test_tune_searches_a_new_shape_and_extend_writes_it_back(capsys, table, monkeypatch) -> None:
+def test_tune_predicts_a_new_shape_with_the_saved_predictor(capsys, table, monkeypatch) -> None:
     backend, out = table
-    before = out.read_text()
-    args = ("tune", "--kernel", "gemv", "--shape", "96,256", "--backend", backend, "--table", out)
-    rc, text, _ = run_cli(capsys, *args)
-    assert rc == 0 and f"gemv (96, 256) is not in {out}: searched" in text
-    assert "recorded" not in text and out.read_text() == before  # no --extend: unchanged
-    rc, text, _ = run_cli(capsys, *args, "--extend", "--json")
-    assert rc == 0
-    chosen = json.loads(text)["chosen"]
-    raw = json.loads(out.read_text())
-    assert len(raw["entries"]) == len(SHAPES) + 1 and raw["entries"][:-1] == json.loads(
-        before
-    )["entries"]  # fmt: skip
-    new = raw["entries"][-1]
-    assert (new["backend"], new["kernel"], new["sizes"], new["origin"]) == (
-        "hbm-pim-small", "gemv", [96, 256], "runtime"
-    )  # fmt: skip
-    assert new["predicted_s"] is None  # 45 pruned drafts <= --budget: all simulated
-    assert new["simulated_s"] == pytest.approx(chosen["total_us"] * 1e-6)
-    e = LookupTable.load(out).get("hbm-pim-small", "gemv", (96, 256))
-    assert " ".join(map(str, e.draft)) == chosen["draft"]
-    assert sorted(p.name for p in out.parent.iterdir()) == ["table.json"]  # atomic, no temp
-    # now a run-time entry: looked up, not searched
     import sim.tune
 
-    monkeypatch.setattr(sim.tune, "predicted_search", lambda *a, **k: 1 / 0)
+    def no_search(*args, **kwargs):
+        raise AssertionError("searched a shape the table's predictor predicts")
+
+    monkeypatch.setattr(sim.tune, "predicted_search", no_search)
+    monkeypatch.setattr(sim.tune, "search", no_search)
+    before, model = out.read_text(), model_path(out).read_bytes()
+    args = ("tune", "--kernel", "gemv", "--shape", "96,256", "--backend", backend, "--table", out)
+    rc, text, err = run_cli(capsys, *args)
+    assert rc == 0, err
+    assert f"draft: not in table {out}: predicted by the table's offline predictor, the best " \
+        "of 45 pruned drafts; not searched" in text  # fmt: skip
+    assert "recorded" not in text and out.read_text() == before  # no --extend: unchanged
+    cfg = load_backend(backend)
+    draft, predicted, n = _offline(out).best(cfg, "gemv", (96, 256))
+    rc, text, _ = run_cli(capsys, *args, "--extend", "--json")
+    assert rc == 0
+    r = json.loads(text)
+    chosen = r["chosen"]
+    assert chosen["draft"] == " ".join(map(str, draft))
+    assert chosen["total_us"] == pytest.approx(draft_cost(cfg, "gemv", (96, 256), draft).total_s
+                                               * 1e6)  # fmt: skip
+    assert r["table"]["new_shape"] == "predicted" and r["table"]["extended"]
+    assert r["predictor"]["model_sha256"] == hashlib.sha256(model).hexdigest()
+    raw = json.loads(out.read_text())
+    old = json.loads(before)
+    assert raw["entries"][:-1] == old["entries"] and raw["model"] == old["model"]
+    new = raw["entries"][-1]
+    assert (new["backend"], new["kernel"], new["sizes"], new["origin"], new["drafts"]) == (
+        "hbm-pim-small", "gemv", [96, 256], "runtime", n
+    )  # fmt: skip
+    assert new["predicted_s"] == pytest.approx(predicted)
+    assert new["simulated_s"] == pytest.approx(chosen["total_us"] * 1e-6)
+    assert model_path(out).read_bytes() == model  # the predictor is not rewritten
+    names = sorted(p.name for p in out.parent.iterdir())
+    assert names == ["table.json", "table.model.ubj"]  # atomic, no temp
+    # now a run-time entry: looked up, not predicted again
+    monkeypatch.setattr(Predictor, "best", lambda *a, **k: 1 / 0)
     rc, text, _ = run_cli(capsys, *args)
     assert rc == 0 and f"from table {out} (runtime)" in text
+
+
+def test_an_older_table_without_a_predictor_searches_new_shapes(capsys, table) -> None:
+    backend, out = table
+    raw = json.loads(out.read_text())
+    del raw["model"]  # as dcc-lut wrote tables before it saved the predictor
+    out.write_text(json.dumps(raw))
+    model_path(out).unlink()
+    args = ("tune", "--kernel", "gemv", "--shape", "96,256", "--backend", backend, "--table", out)
+    rc, text, err = run_cli(capsys, *args)
+    assert rc == 0, err
+    assert f"gemv (96, 256) is not in {out}: searched (the table has no saved predictor: an " \
+        "older dcc-lut file; refill it to predict new shapes)" in text  # fmt: skip
+    rc, text, _ = run_cli(capsys, *args, "--extend", "--json")
+    assert rc == 0 and json.loads(text)["table"]["new_shape"] == "searched"
+    chosen = json.loads(text)["chosen"]
+    back = json.loads(out.read_text())
+    assert back["model"] is None and len(back["entries"]) == len(SHAPES) + 1
+    new = back["entries"][-1]
+    assert (new["sizes"], new["origin"], new["predicted_s"]) == ([96, 256], "runtime", None)
+    assert new["simulated_s"] == pytest.approx(chosen["total_us"] * 1e-6)
+    rc, text, _ = run_cli(capsys, *args)  # the written-back older table reads again
+    assert rc == 0 and f"from table {out} (runtime)" in text
+
+
+def _break(out: Path, how: str) -> None:
+    """Spoil a copied table's predictor ``how``."""
+    raw = json.loads(out.read_text())
+    model = model_path(out)
+    if how == "missing":
+        model.unlink()
+    elif how == "altered":
+        model.write_bytes(model.read_bytes()[:-1] + b"!")
+    elif how == "not-xgboost":  # bytes and digest agree, but XGBoost cannot read them
+        model.write_bytes(b"{not a model")
+        raw["model"]["sha256"] = hashlib.sha256(b"{not a model").hexdigest()
+    elif how == "digest":
+        raw["model"]["sha256"] = "0" * 64
+    elif how == "layout":
+        raw["model"]["features"], raw["model"]["features_sha256"] = 99, "f" * 64
+    elif how == "path":
+        raw["model"]["file"] = "../table.model.ubj"
+    out.write_text(json.dumps(raw))
+
+
+@pytest.mark.parametrize(
+    ("how", "message"),
+    [
+        ("missing", r"table.model.ubj: cannot read it \(No such file or directory\); refill"),
+        ("altered", r"table.model.ubj: its bytes digest to \w{12}, the table records \w{12}: "
+                    "not the model the table was filled with$"),
+        ("not-xgboost", r"table.model.ubj: not an XGBoost model XGBoost \S+ reads$"),
+        ("digest", r"its bytes digest to \w{12}, the table records 000000000000"),
+        ("layout", r"table.model.ubj: trained on 99 features \(layout ffffffffffff\), this code "
+                   rf"has {len(FEATURE_NAMES)} \(layout {FEATURE_DIGEST[:12]}\); refill the table"),
+        ("path", r"model.file = '../table.model.ubj': a file name beside the table$"),
+    ],
+)  # fmt: skip
+def test_a_bad_predictor_file_is_refused(capsys, table, how, message) -> None:
+    backend, out = table
+    _break(out, how)
+    rc, _, err = run_cli(capsys, "tune", "--kernel", "gemv", "--shape", "96,256", "--backend",
+                         backend, "--table", out)  # fmt: skip
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"pimphony tune: error: {'' if how == 'path' else '--table '}{out}")
+    assert "Traceback" not in err and re.search(message, err.strip()), err
 
 
 def _stale(backend: Path) -> Path:
@@ -252,7 +375,7 @@ def test_fig8_takes_tabled_drafts_without_searching(monkeypatch) -> None:
     assert pim.dcc("attn", sizes) == pytest.approx(
         draft_cost(cfg, DccKernel.ATTN, sizes, draft).total_s
     )
-    assert pim.looked_up == {"table": 1, "searched": 0}
+    assert pim.looked_up == {"table": 1, "predicted": 0, "searched": 0}
 
 
 def test_fig8_command_reads_the_table_and_refuses_a_foreign_one(
@@ -280,7 +403,11 @@ def test_fig8_command_reads_the_table_and_refuses_a_foreign_one(
     assert f"DCC drafts: {attn} shape(s) from table {path} (not searched), " in out
     prov = json.loads((tmp_path / "r.json").read_text())["provenance"]
     assert prov["table"]["path"] == str(path) and len(prov["table"]["sha256"]) == 64
-    assert prov["table"]["shapes"] == {"table": attn, "searched": len(shapes) - attn}
+    assert prov["table"]["shapes"] == {
+        "table": attn,
+        "predicted": 0,
+        "searched": len(shapes) - attn,
+    }
     # without --table: no option, no line (reports as before the option existed)
     rc, out, _ = run_cli(capsys, *run, "--force")
     prov = json.loads((tmp_path / "r.json").read_text())["provenance"]
@@ -300,3 +427,20 @@ def test_holdout_zero_and_single_shapes_hold_nothing_out(capsys, tmp_path) -> No
     rc, out, _ = run_cli(capsys, *common, "--shape", "va:512", "--out", tmp_path / "b.json")
     assert rc == 0 and "none (fewer than two shapes of any kernel: nothing held out)" in out
     assert json.loads((tmp_path / "b.json").read_text())["predictor"]["holdout"]["mape"] is None
+
+
+def test_fig8_predicts_a_shape_the_table_lacks(table, monkeypatch) -> None:
+    import sim.tune
+    from sim.experiments.dcc_lut import read_table
+
+    backend, out = table
+    monkeypatch.setattr(sim.tune, "predicted_search", lambda *a, **k: 1 / 0)
+    cfg = load_backend(backend)
+    monkeypatch.setattr(sim.tune, "load_backend", lambda name: cfg)  # PimTimes passes the name
+    pim = dcc_fig8.PimTimes(cfg, table=read_table(out, cfg))
+    draft = _offline(out).best(cfg, "gemv", (96, 256))[0]
+    assert pim.dcc("gemv", (96, 256)) == pytest.approx(
+        draft_cost(cfg, DccKernel.GEMV, (96, 256), draft).total_s
+    )
+    assert pim.looked_up == {"table": 0, "predicted": 1, "searched": 0}
+    assert pim.table.get(cfg.name, "gemv", (96, 256)) is None  # not recorded without --extend

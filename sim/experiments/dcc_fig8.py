@@ -171,7 +171,8 @@ class PimTimes:
     """Seconds of a DCC kernel on the PIM back end, default mapping or DCC's, memoised per
     shape (DCC's lookup table of best drafts, filled as the run meets new sizes). With
     ``table`` (filled offline, ``pimphony dcc-lut``) a shape it holds takes its draft without
-    a search; ``looked_up`` counts shapes by how DCC's draft was found (table or search)."""
+    a search, one it lacks is predicted by the table's offline predictor (searched if the
+    table has none saved); ``looked_up`` counts shapes by how DCC's draft was found."""
 
     def __init__(
         self,
@@ -181,7 +182,7 @@ class PimTimes:
         table: LookupTable | None = None,
     ) -> None:
         self.cfg, self.budget, self.verify, self.table = cfg, budget, verify, table
-        self.looked_up = {"table": 0, "searched": 0}
+        self.looked_up = {"table": 0, "predicted": 0, "searched": 0}
 
     @functools.cache  # noqa: B019 -- one instance per run; the cache is the lookup table
     def default(self, kernel: str, sizes: tuple[int, ...]) -> float:
@@ -201,7 +202,8 @@ class PimTimes:
 
         r = tune_report(self.cfg.name, kernel, sizes, top=1, budget=self.budget,
                         verify=self.verify, table=self.table)  # fmt: skip
-        self.looked_up["table" if r.get("table", {}).get("hit") else "searched"] += 1
+        t = r.get("table", {})
+        self.looked_up["table" if t.get("hit") else t.get("new_shape") or "searched"] += 1
         return r["chosen"]["total_us"] * 1e-6
 
     def time(self, kernel: str, sizes: tuple[int, ...], dcc: bool) -> float:
@@ -555,7 +557,9 @@ def run(args: argparse.Namespace) -> int:
         print(format_fig8(rows, summ))
         if pim is not None:
             n = pim.looked_up
+            from sim.experiments.dcc_lut import untabled_line
+
             print(f"DCC drafts: {n['table']} shape(s) from table {args.table} (not searched), "
-                  f"{n['searched']} searched")  # fmt: skip
+                  f"{untabled_line(pim.table, n['predicted'], n['searched'])}")  # fmt: skip
         print(f"report: {report_path}\nplot:   {plot_path}")
     return 0

@@ -34,10 +34,12 @@ by default):
 ``--table FILE`` (DCC IV-D's lookup table filled offline, ``pimphony dcc-lut``, read by
 :func:`sim.experiments.dcc_lut.read_table`): a point whose (back end, kernel, sizes) the
 table holds takes the table's draft, simulated for the row's times, without a search
-(:func:`sim.tune.tune_report` with ``table``); another point is searched as without the
-option. Each row says where its draft came from (``draft_source``: ``table`` or
-``search``). A tabled point's compute-centric choice is not searched (the search is what
-the table saves): its ``compute_centric_us``, ``dcc_over_compute_centric`` and
+(:func:`sim.tune.tune_report` with ``table``); another point takes the draft the table's
+offline predictor predicts best, simulated likewise, or, with a table written before the
+predictor was saved beside it, is searched as without the option. Each row says where its
+draft came from (``draft_source``: ``table``, ``predicted`` or ``search``). A tabled or
+predicted point's compute-centric choice is not searched (the search is what the table
+saves): its ``compute_centric_us``, ``dcc_over_compute_centric`` and
 ``rearrangement_share_T`` are None. Figs. 6, 7 and 9 do not use them (their summaries and
 plots are speedups over the default and the GPU); Fig. 2 is about them and its points
 rearrange every input per call, which a table does not hold, so ``fig2`` with ``--table``
@@ -84,6 +86,9 @@ __all__ = [
 class FigureError(PimphonyError, ValueError):
     """A figure option that does not fit the figure (a panel it does not have)."""
 
+
+#: A row's ``draft_source`` for a point the table lacks, by the tune report's ``new_shape``.
+_SOURCES = {"predicted": "predicted", "searched": "search", None: "search"}
 
 _FIG2_TABLE = (
     "--table: figure fig2's points rearrange every input per call (every-call placement); a "
@@ -314,7 +319,8 @@ def figure_rows(
             "default_draft": r["default"]["draft"] if r["default"] else None,
         }
         if table is not None:
-            row["draft_source"] = "table" if r["table"]["hit"] else "search"
+            t = r["table"]
+            row["draft_source"] = "table" if t["hit"] else _SOURCES[t.get("new_shape")]
         rows.append(row)
     return rows
 
@@ -464,13 +470,14 @@ def run(args: argparse.Namespace) -> int:
     ))  # fmt: skip
     inputs: dict[str, Any] = {}
     if table is not None:
-        from sim.experiments.dcc_lut import table_digest
+        from sim.experiments.dcc_lut import table_digest, untabled_line
 
-        hits = sum(r["draft_source"] == "table" for r in rows)
+        n = {s: sum(r["draft_source"] == s for r in rows) for s in ("table", "predicted", "search")}
         inputs["table"] = {"path": str(args.table), "sha256": table_digest(args.table),
-                           "points": {"table": hits, "searched": len(rows) - hits}}  # fmt: skip
-        print(f"DCC drafts: {hits} point(s) from table {args.table} (not searched), "
-              f"{len(rows) - hits} searched")  # fmt: skip
+                           "points": {"table": n["table"], "predicted": n["predicted"],
+                                      "searched": n["search"]}}  # fmt: skip
+        print(f"DCC drafts: {n['table']} point(s) from table {args.table} (not searched), "
+              f"{untabled_line(table, n['predicted'], n['search'])}")  # fmt: skip
     else:  # reports' options stay as before --table existed
         args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "table"})
     doc = {"figure": str(fig), "rows": rows, "summary": s, "paper": paper,

@@ -15,12 +15,18 @@ For one back end, the shapes (kernel, sizes) of the evaluation -- by default eve
    the back end) predicts every pruned draft of each shape; the best predicted goes in the
    table (:meth:`compiler.dcc_predictor.LookupTable.fill`), simulated once to record its time;
 4. the table is written atomically (an existing file only with ``--force``) with the
-   provenance and the back end's name and :func:`backend_digest`.
+   provenance and the back end's name and :func:`backend_digest`; beside it, the predictor of
+   step 3 in XGBoost's own format (``NAME.model.ubj``,
+   :func:`compiler.dcc_predictor.model_path`, also only replaced with ``--force``), which the
+   table records by name, SHA-256 and feature layout, so that a run meeting a shape the table
+   lacks predicts it with the very predictor that filled the table (DCC IV-D).
 
 :func:`read_table` is how a command reads it back (``pimphony tune --table``, ``pimphony
 dcc-fig8 --table``, ``pimphony dcc-figs --table``): a missing file, a file that is not a
 table, one filled for another back end or for the same name with other values (a stale
-table) is refused with one line.
+table), one whose saved predictor is missing, altered or of another feature layout is
+refused with one line. A table written before the predictor was saved (no ``model``
+record) is still read; its new shapes are searched as without a table.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from compiler.dcc_predictor import (
     Samples,
     collect,
     kernel_nest,
+    model_path,
     simulated_seconds,
     train_predictor,
 )
@@ -67,6 +74,7 @@ __all__ = [
     "read_table",
     "run",
     "table_digest",
+    "untabled_line",
 ]
 
 #: One table row's key besides the back end: the kernel and its sizes.
@@ -167,7 +175,20 @@ def read_table(path: str | Path, cfg: BackendConfig) -> LookupTable:
             f"{str(rec['sha256'])[:12]}, the preset's values now digest to {now[:12]}; refill "
             f"it (pimphony dcc-lut --out {path} --force)"
         )
+    try:
+        table.load_predictor(path)
+    except LookupTableError as e:
+        raise LookupTableError(f"--table {path}: {e}") from None
     return table
+
+
+def untabled_line(table: LookupTable, predicted: int, searched: int) -> str:
+    """How a run did the shapes ``table`` lacks: ``predicted`` by its offline predictor,
+    ``searched`` (all of them when the table has no saved predictor, said so)."""
+    if table.offline is None:
+        return (f"{searched} searched (the table has no saved predictor: an older dcc-lut "
+                "file; refill it to predict new shapes)")  # fmt: skip
+    return f"{predicted} predicted by its offline predictor, {searched} searched"
 
 
 def _check_shapes(cfg: BackendConfig, shapes: Sequence[Shape]) -> None:
@@ -228,8 +249,9 @@ def fill_table(
     progress: bool = True,
 ) -> tuple[LookupTable, dict[str, Any]]:
     """Label, measure the held-out error, train on everything and fill (module docstring).
-    The table's ``predictor`` record holds the training and the held-out error; the second
-    value is what the fill took (seconds per stage)."""
+    The table's ``predictor`` record holds the training and the held-out error, its
+    ``offline`` the trained predictor (:meth:`~compiler.dcc_predictor.LookupTable.save` with
+    it writes both); the second value is what the fill took (seconds per stage)."""
     _check_shapes(cfg, shapes)
     t0 = time.perf_counter()
     samples: dict[Shape, Samples] = {}
@@ -245,6 +267,7 @@ def fill_table(
     record = {**pred.info, "per_shape": per_shape, "holdout": held,
               "label": "compiler.dcc_predictor.simulated_seconds"}  # fmt: skip
     table = LookupTable(predictor=record)
+    table.offline = pred
     bar = tqdm(shapes, desc=f"dcc-lut {cfg.name}: filling", unit="shape", disable=not progress)
     for k, sizes in bar:
         table.fill(pred, cfg, k, [sizes])
@@ -274,8 +297,10 @@ def _shape_arg(text: str) -> Shape:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``pimphony dcc-lut``."""
     p.add_argument("--backend", required=True, help="back end preset name or a .toml path")
-    p.add_argument("--out", required=True, type=Path, help="the table's JSON file")
-    p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    p.add_argument("--out", required=True, type=Path,
+                   help="the table JSON (its predictor beside it: NAME.model.ubj)")  # fmt: skip
+    p.add_argument("--force", action="store_true",
+                   help="overwrite --out and its predictor file if they exist")  # fmt: skip
     p.add_argument("--from", dest="sources", action="append", default=None,
                    choices=choice_names(ShapeSource),
                    help="experiments whose shapes fill the table (repeatable; default: all "
@@ -299,6 +324,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Fill the table, print its entries and the held-out error, write it."""
     check_writable(args.out, args.force)  # refuse before the work, not after
+    check_writable(model_path(args.out), args.force)
     if not 0 <= args.holdout < 1:
         raise LookupTableError(f"--holdout {args.holdout}: a share from 0 to below 1")
     if args.shapes and (args.kernels or args.sources):
@@ -310,7 +336,7 @@ def run(args: argparse.Namespace) -> int:
     )  # fmt: skip
     table, timing = fill_table(cfg, shapes, args.per_shape, args.rounds, args.holdout, args.seed)
     table.provenance = provenance(args, backend=backend_record(cfg), timing=timing)
-    path = table.save(args.out, overwrite=args.force)
+    path = table.save(args.out, overwrite=args.force, predictor=table.offline)
     print(f"dcc-lut {cfg.name}: {len(table)} shapes, {args.per_shape} labelled drafts each, "
           f"{table.predictor['samples']:,} samples")  # fmt: skip
     for (_, k, sizes), e in table.entries.items():
@@ -329,4 +355,8 @@ def run(args: argparse.Namespace) -> int:
           f"training {timing['train_s']:.1f} s, filling {timing['fill_s']:.1f} s; "
           f"total {timing['total_s']:.1f} s")  # fmt: skip
     print(f"table: {path} (back end {cfg.name}, digest {backend_digest(cfg)[:12]})")
+    m = table.model
+    print(f"predictor: {path.parent / m['file']} (sha256 {m['sha256'][:12]}, {m['features']} "
+          f"features, layout {m['features_sha256'][:12]}): predicts new shapes at run "
+          "time")  # fmt: skip
     return 0
