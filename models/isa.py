@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import json
 import zipfile
+import zlib
 from enum import IntEnum
 from pathlib import Path
 
@@ -266,6 +267,12 @@ def save_stream(
     return write_atomic(path, buf.getvalue(), overwrite=overwrite)
 
 
+#: What reading a damaged ``.npz`` member raises: zipfile's own errors, a flipped flag bit
+#: ("encrypted": RuntimeError; an unknown compression method: NotImplementedError) and a
+#: corrupt deflate stream (zlib.error).
+_DAMAGED = (zipfile.BadZipFile, EOFError, OSError, RuntimeError, NotImplementedError, zlib.error)
+
+
 def _open_archive(path: Path):
     """The opened ``.npz`` of a stream file and its checked header."""
     what = "not a pimphony command-stream file (the .npz `pimphony compile` writes)"
@@ -284,7 +291,7 @@ def _open_archive(path: Path):
                 "`compile --format dpa` is not a command stream)"
             ) from None
         raise CommandFormatError(f"{path}: {what} ({exc})") from None
-    except (zipfile.BadZipFile, OSError) as exc:
+    except _DAMAGED as exc:
         raise CommandFormatError(f"{path}: {what} ({exc})") from None
     if not isinstance(archive, np.lib.npyio.NpzFile):
         raise CommandFormatError(f"{path}: not a pimphony command-stream file (plain .npy array)")
@@ -296,7 +303,7 @@ def _open_archive(path: Path):
             head = json.loads(archive["header"].tobytes().decode())
         except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
             raise CommandFormatError(f"{path}: header is not JSON ({exc})") from None
-        except (zipfile.BadZipFile, EOFError, OSError) as exc:  # a damaged member
+        except _DAMAGED as exc:  # a damaged member
             raise CommandFormatError(f"{path}: damaged file, header unreadable ({exc})") from None
         if not isinstance(head, dict) or head.get("magic") != FORMAT_MAGIC:
             raise CommandFormatError(f"{path}: wrong magic; not a pimphony command stream")
@@ -319,7 +326,7 @@ def load_stream(path: str | Path, cfg: HardwareConfig | None = None) -> tuple[np
     with archive:
         try:
             commands = archive["commands"]
-        except (ValueError, zipfile.BadZipFile, EOFError, OSError) as exc:
+        except (ValueError, *_DAMAGED) as exc:
             raise CommandFormatError(f"{path}: damaged file, commands unreadable ({exc})") from None
     if commands.dtype != COMMAND_DTYPE:
         raise CommandFormatError(
@@ -359,7 +366,7 @@ class StreamReader:
                 shape, fortran, dtype = np.lib.format.read_array_header_2_0(self._member)
             else:
                 raise ValueError(f".npy format version {version} is not supported")
-        except (ValueError, zipfile.BadZipFile, EOFError, OSError, KeyError) as exc:
+        except (ValueError, KeyError, *_DAMAGED) as exc:
             archive.close()
             raise CommandFormatError(
                 f"{self.path}: damaged file, commands unreadable ({exc})"
@@ -393,7 +400,7 @@ class StreamReader:
                 done += n
                 yield part
             self._member.read()  # to the end: the CRC check
-        except (ValueError, zipfile.BadZipFile, EOFError, OSError) as exc:
+        except (ValueError, *_DAMAGED) as exc:
             raise CommandFormatError(
                 f"{self.path}: damaged file, commands unreadable ({exc})"
             ) from None

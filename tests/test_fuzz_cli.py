@@ -122,6 +122,26 @@ def _stream_case(tmp_path: Path, capsys, how: tuple) -> None:
     assert path.read_bytes() == data
 
 
+def _zip_field_flips() -> list[tuple[str, int, int]]:
+    """Single-bit flips of every zip header's flags (bit 0: "encrypted") and compression
+    method, in the local and central headers of the stream file."""
+    out = []
+    for i in range(len(STREAM) - 3):
+        sig = STREAM[i : i + 4]
+        if sig in (b"PK\x03\x04", b"PK\x01\x02"):
+            flags = i + (6 if sig == b"PK\x03\x04" else 8)
+            out += [("flip", flags, 0)] + [("flip", flags + 2, bit) for bit in range(4)]
+    return out
+
+
+@pytest.mark.parametrize("how", _zip_field_flips(), ids=str)
+def test_damaged_zip_headers(tmp_path, capsys, how):
+    """A flipped zip header field (an "encrypted" member, an unknown compression method, a
+    member that is no longer stored) is a damaged file, exit 2, not an internal error
+    (hypothesis found ``('flip', 990, 0)``: RuntimeError "File 'header.npy' is encrypted")."""
+    _stream_case(tmp_path, capsys, how)
+
+
 lines = st.lists(
     st.one_of(
         st.integers(-5, 40000).map(str),
