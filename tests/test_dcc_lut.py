@@ -131,15 +131,20 @@ def test_a_predictor_file_is_not_overwritten_without_force(capsys, table) -> Non
     assert raw["model"]["sha256"] == hashlib.sha256(Path(model).read_bytes()).hexdigest()
 
 
-def test_tune_takes_a_tabled_draft_without_searching(capsys, table, monkeypatch) -> None:
-    backend, out = table
+def _forbid_search(monkeypatch, why: str) -> None:
+    """Make ``tune``'s searches fail with ``why``: a run that passes did not search."""
     import sim.tune
 
     def no_search(*args, **kwargs):
-        raise AssertionError("searched a shape the table holds")
+        raise AssertionError(why)
 
     monkeypatch.setattr(sim.tune, "predicted_search", no_search)
     monkeypatch.setattr(sim.tune, "search", no_search)
+
+
+def test_tune_takes_a_tabled_draft_without_searching(capsys, table, monkeypatch) -> None:
+    backend, out = table
+    _forbid_search(monkeypatch, "searched a shape the table holds")
     report = out.parent / "tune.json"
     rc, text, err = run_cli(capsys, "tune", "--kernel", "gemv", "--shape", "64,256",
                             "--backend", backend, "--table", out, "--out", report)  # fmt: skip
@@ -158,13 +163,7 @@ def test_tune_takes_a_tabled_draft_without_searching(capsys, table, monkeypatch)
 
 def test_tune_predicts_a_new_shape_with_the_saved_predictor(capsys, table, monkeypatch) -> None:
     backend, out = table
-    import sim.tune
-
-    def no_search(*args, **kwargs):
-        raise AssertionError("searched a shape the table's predictor predicts")
-
-    monkeypatch.setattr(sim.tune, "predicted_search", no_search)
-    monkeypatch.setattr(sim.tune, "search", no_search)
+    _forbid_search(monkeypatch, "searched a shape the table's predictor predicts")
     before, model = out.read_text(), model_path(out).read_bytes()
     args = ("tune", "--kernel", "gemv", "--shape", "96,256", "--backend", backend, "--table", out)
     rc, text, err = run_cli(capsys, *args)
