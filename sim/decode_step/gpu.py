@@ -56,6 +56,7 @@ __all__ = [
     "gpu_fc_shapes",
     "gpu_fill_batch",
     "gpu_memory",
+    "gpu_op_costs",
     "gpu_report_stem",
     "gpu_setup_digest",
     "kv_blocks",
@@ -304,10 +305,9 @@ def _op_record(cost: XpuCost, count: int = 1) -> dict[str, Any]:
     }
 
 
-def run_gpu_decode(setup: GpuSetup) -> GpuReport:
-    """Cost one decode step of ``setup`` (``docs/decode.md``, GPU-only baseline)."""
+def gpu_op_costs(setup: GpuSetup) -> dict[str, tuple[XpuCost, int]]:
+    """Each op of one layer on one GPU: op -> (cost, count per layer)."""
     spec, gpu, n = setup.model, setup.gpu, setup.gpus
-    memory = gpu_memory(setup)
     b = len(setup.lengths)
     costs: dict[str, tuple[XpuCost, int]] = {}
     for op, (k, out) in gpu_fc_shapes(spec, n).items():
@@ -322,6 +322,15 @@ def run_gpu_decode(setup: GpuSetup) -> GpuReport:
     costs["norm"] = (vector_cost(gpu, VectorOp.NORM, b * spec.hidden), 2)
     costs["residual"] = (vector_cost(gpu, VectorOp.RESIDUAL, b * spec.hidden), 2)
     costs[str(act)] = (vector_cost(gpu, act, b * spec.intermediate // n), 1)
+    return costs
+
+
+def run_gpu_decode(setup: GpuSetup) -> GpuReport:
+    """Cost one decode step of ``setup`` (``docs/decode.md``, GPU-only baseline)."""
+    spec, gpu, n = setup.model, setup.gpu, setup.gpus
+    memory = gpu_memory(setup)
+    b = len(setup.lengths)
+    costs = gpu_op_costs(setup)
     vector_bytes = b * spec.hidden * spec.element_bytes
     one_reduce = ring_allreduce_seconds(gpu, vector_bytes, n)
     part_of = {str(op): GpuPart.FC for op in GEMV_OPS} | {"attention": GpuPart.ATTENTION}

@@ -49,14 +49,15 @@ from typing import Any
 
 import numpy as np
 
-from compiler.dcc_cost import Placement, draft_cost
+from compiler.dcc_cost import DraftCost, Placement, draft_cost
 from compiler.dcc_predictor import LookupTable
 from compiler.dcc_schedule import DccKernel, Draft
 from compiler.dcc_tune import default_draft
 from compiler.llm import LayerOp, ModelSpec, load_model
 from models.backends import BackendConfig, load_backend
 from models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
-from sim.decode_step.gpu import GpuSetup, gpu_fc_shapes, run_gpu_decode
+from sim.decode_step.energy import xpu_energy
+from sim.decode_step.gpu import GpuSetup, gpu_fc_shapes, gpu_op_costs, run_gpu_decode
 from sim.decode_step.setup import DecodeError
 from sim.provenance import provenance
 from sim.report import user_output, user_plot
@@ -71,13 +72,17 @@ __all__ = [
     "PimTimes",
     "SystemSpec",
     "add_arguments",
+    "ENERGY_NOT_MODELLED",
     "attention_sizes",
     "dcc_shapes",
+    "energy_block",
     "fc_default_draft",
     "fc_sizes",
     "fig8",
     "run",
+    "run_energy",
     "sample_contexts",
+    "step_energy",
     "step_phases",
 ]
 
@@ -172,7 +177,9 @@ class PimTimes:
     shape (DCC's lookup table of best drafts, filled as the run meets new sizes). With
     ``table`` (filled offline, ``pimphony dcc-lut``) a shape it holds takes its draft without
     a search, one it lacks is predicted by the table's offline predictor (searched if the
-    table has none saved); ``looked_up`` counts shapes by how DCC's draft was found."""
+    table has none saved); ``looked_up`` counts shapes by how DCC's draft was found. With
+    ``energy`` (an energy preset name, ``""`` for the back end's; :func:`sim.tune_energy.
+    energy_params`) :meth:`energy` gives each draft's :func:`~sim.tune_energy.draft_energy`."""
 
     def __init__(
         self,
@@ -180,12 +187,19 @@ class PimTimes:
         budget: int = 300,
         verify: int = 10,
         table: LookupTable | None = None,
+        energy: str | None = None,
     ) -> None:
         self.cfg, self.budget, self.verify, self.table = cfg, budget, verify, table
         self.looked_up = {"table": 0, "predicted": 0, "searched": 0}
+        self.energy_preset = energy
+        self.params = None
+        if energy is not None:
+            from sim.tune_energy import energy_params
+
+            self.params = energy_params(cfg, energy)
 
     @functools.cache  # noqa: B019 -- one instance per run; the cache is the lookup table
-    def default(self, kernel: str, sizes: tuple[int, ...]) -> float:
+    def default_cost(self, kernel: str, sizes: tuple[int, ...]) -> DraftCost:
         """The back end's default mapping (DCC V; FC GEMMs: :func:`fc_default_draft`),
         weights / KV resident."""
         k = DccKernel(kernel)
@@ -193,22 +207,52 @@ class PimTimes:
             draft = fc_default_draft(self.cfg, sizes)
         else:
             draft = default_draft(self.cfg, k, sizes)
-        return draft_cost(self.cfg, k, sizes, draft, placement=Placement.RESIDENT).total_s
+        return draft_cost(self.cfg, k, sizes, draft, placement=Placement.RESIDENT)
+
+    def default(self, kernel: str, sizes: tuple[int, ...]) -> float:
+        """Seconds of :meth:`default_cost`."""
+        return self.default_cost(kernel, sizes).total_s
 
     @functools.cache  # noqa: B019
-    def dcc(self, kernel: str, sizes: tuple[int, ...]) -> float:
-        """DCC's choice: the predicted search's end-to-end best, weights / KV resident."""
+    def _dcc_report(self, kernel: str, sizes: tuple[int, ...]) -> tuple[float, Any]:
+        """(seconds, the chosen draft's energy block or None) of DCC's choice."""
         from sim.tune import tune_report
 
         r = tune_report(self.cfg.name, kernel, sizes, top=1, budget=self.budget,
-                        verify=self.verify, table=self.table)  # fmt: skip
+                        verify=self.verify, table=self.table,
+                        energy=None if self.params is None else self.params.name)  # fmt: skip
         t = r.get("table", {})
         self.looked_up["table" if t.get("hit") else t.get("new_shape") or "searched"] += 1
-        return r["chosen"]["total_us"] * 1e-6
+        e = r["energy"]["chosen"] if "energy" in r else None
+        return r["chosen"]["total_us"] * 1e-6, e
+
+    def dcc(self, kernel: str, sizes: tuple[int, ...]) -> float:
+        """DCC's choice: the predicted search's end-to-end best, weights / KV resident."""
+        return self._dcc_report(kernel, sizes)[0]
 
     def time(self, kernel: str, sizes: tuple[int, ...], dcc: bool) -> float:
         """:meth:`dcc` or :meth:`default`."""
         return self.dcc(kernel, sizes) if dcc else self.default(kernel, sizes)
+
+    @functools.cache  # noqa: B019
+    def energy(self, kernel: str, sizes: tuple[int, ...], dcc: bool) -> dict[str, float]:
+        """pJ by draft phase (:data:`sim.tune_energy.PHASES`) of the draft :meth:`time` times:
+        DCC's chosen draft (``tune --energy``'s block) or :meth:`default_cost`'s."""
+        from sim.tune_energy import draft_energy
+
+        if self.params is None:
+            raise DecodeError("PimTimes was made without an energy preset")
+        if dcc:
+            block = self._dcc_report(kernel, sizes)[1]
+        else:
+            block = draft_energy(self.cfg, self.default_cost(kernel, sizes), self.params)
+            block = block.to_dict()
+        if not block["host_known"]:
+            raise DecodeError(
+                f"host xPU {self.cfg.host().name} of back end {self.cfg.name} has no [energy] "
+                "section: the PIM kernels' host phase has no energy model"
+            )
+        return dict(block["phases_pj"])
 
 
 def _shared(t_gpu: float, t_pim: float) -> float:
@@ -252,6 +296,95 @@ def step_phases(
                 ffn += _shared(t_gpu, pim.time(FC_KERNEL, shapes[op], system.dcc))
             layer[Phase.FFN] = ffn
     return {p: spec.layers * t for p, t in layer.items()}
+
+
+#: What the ``--energy`` breakdown does not charge (no energy model here; docs/energy.md).
+ENERGY_NOT_MODELLED = (
+    "the new token's K and V written into PIM (attacc systems; its time is counted)",
+    "static / standby power of the GPU, and of the PIM devices while the GPU runs",
+)
+
+
+def step_energy(
+    spec: ModelSpec,
+    host: Any,
+    batch: int,
+    context: int,
+    system: SystemSpec,
+    pim: PimTimes | None,
+) -> dict[str, float]:
+    """Joules of one generation step (every layer) on ``system``, placed as
+    :func:`step_phases` places the time: ``gpu.<phase>`` the GPU's ops
+    (:func:`sim.decode_step.energy.xpu_energy`, the decode GPU model's), ``pim.<phase>.<draft
+    phase>`` the PIM kernels' drafts (:meth:`PimTimes.energy`). A shared FFN GEMM charges
+    each device the share of its weight rows it runs (``t / t_device`` of its whole GEMM)."""
+    from sim.tune_energy import PHASES as DRAFT_PHASES
+
+    if host.energy is None:
+        raise DecodeError(f"GPU preset {host.name} has no [energy] section: no GPU energy model")
+    setup = GpuSetup(spec, host, 1, (context,) * batch, check_capacity=False)
+    costs = gpu_op_costs(setup)
+    pj = {k: xpu_energy(host, {k: c}).total for k, c in costs.items()}  # type: ignore[union-attr]
+    sec = {k: n * c.seconds for k, (c, n) in costs.items()}
+    gpu = {
+        Phase.ATTENTION: pj.pop("attention"),
+        Phase.QKV: pj.pop(str(LayerOp.QKV)),
+        Phase.PROJECTION: pj.pop(str(LayerOp.PROJ)),
+        Phase.FFN: pj.pop(str(LayerOp.FFN1)) + pj.pop(str(LayerOp.FFN2)),
+    }
+    gpu[Phase.OTHER] = sum(pj.values())
+    on_pim: dict[Phase, dict[str, float]] = {}
+
+    def add(phase: Phase, block: dict[str, float], share: float = 1.0) -> None:
+        acc = on_pim.setdefault(phase, dict.fromkeys(DRAFT_PHASES, 0.0))
+        for k in DRAFT_PHASES:
+            acc[k] += share * block[k]
+
+    if system.attention_on_pim:
+        if pim is None:
+            raise DecodeError("a PIM system needs the PIM back end's kernel times")
+        gpu.pop(Phase.ATTENTION)
+        attn = attention_sizes(spec, batch, context, pim.cfg)
+        add(Phase.ATTENTION, pim.energy(ATTN_KERNEL, attn, system.dcc))
+        shapes = fc_sizes(spec, batch)
+        if system.dcc:  # QKV and projection on PIM where faster (step_phases' min)
+            for phase, op in ((Phase.QKV, LayerOp.QKV), (Phase.PROJECTION, LayerOp.PROJ)):
+                if pim.dcc(FC_KERNEL, shapes[op]) < sec[str(op)]:
+                    gpu.pop(phase)
+                    add(phase, pim.energy(FC_KERNEL, shapes[op], True))
+        if system.ffn_shared:
+            gpu_ffn = 0.0
+            for op in (LayerOp.FFN1, LayerOp.FFN2):
+                t_gpu, t_pim = sec[str(op)], pim.time(FC_KERNEL, shapes[op], system.dcc)
+                t = _shared(t_gpu, t_pim)
+                full = xpu_energy(host, {str(op): costs[str(op)]})
+                gpu_ffn += t / t_gpu * full.total  # type: ignore[union-attr]
+                add(Phase.FFN, pim.energy(FC_KERNEL, shapes[op], system.dcc), t / t_pim)
+            gpu[Phase.FFN] = gpu_ffn
+    out = {f"gpu.{p}": spec.layers * e * 1e-12 for p, e in gpu.items()}
+    for p, block in on_pim.items():
+        out |= {f"pim.{p}.{k}": spec.layers * e * 1e-12 for k, e in block.items()}
+    return out
+
+
+def energy_block(joules: dict[str, float], tokens: int) -> dict[str, Any]:
+    """A system's ``energy`` of a run from :func:`step_energy`'s keys summed over its steps:
+    J by GPU phase and by PIM phase and draft phase, the two sides' totals, the total and
+    J/token (``tokens``: batch x Lout)."""
+    gpu: dict[str, float] = {}
+    pim: dict[str, dict[str, float]] = {}
+    for key, e in joules.items():
+        side, phase, *rest = key.split(".")
+        if side == "gpu":
+            gpu[phase] = e
+        else:
+            pim.setdefault(phase, {})[rest[0]] = e
+    gpu_j = sum(gpu.values())
+    pim_j = sum((sum(v.values()) for v in pim.values()), 0.0)
+    return {
+        "gpu_j": gpu, "pim_j": pim, "gpu_total_j": gpu_j, "pim_total_j": pim_j,
+        "total_j": gpu_j + pim_j, "joules_per_token": (gpu_j + pim_j) / tokens,
+    }  # fmt: skip
 
 
 def sample_contexts(lin: int, lout: int, points: int = SAMPLE_POINTS) -> list[int]:
@@ -310,14 +443,37 @@ def run_phases(
 ) -> dict[Phase, float]:
     """Seconds of each phase over the ``lout`` generation steps at contexts ``lin + 1`` to
     ``lin + lout``: costed at ``points`` contexts, integrated piecewise linearly."""
-    steps = np.arange(lin + 1, lin + lout + 1)
     xs = sample_contexts(lin, lout, points)
     at = [step_phases(spec, host, batch, x, system, pim) for x in xs]
+    return _integrate(lin, lout, xs, at, list(Phase))
+
+
+def _integrate(lin: int, lout: int, xs: list[int], at: list[dict], keys: list) -> dict:
+    """Each key's per-step values ``at`` contexts ``xs`` summed over the steps, piecewise
+    linearly."""
+    steps = np.arange(lin + 1, lin + lout + 1)
     return {
         p: float(np.interp(steps, xs, [a[p] for a in at]).sum()) if len(xs) > 1 else
         at[0][p] * lout
-        for p in Phase
+        for p in keys
     }  # fmt: skip
+
+
+def run_energy(
+    spec: ModelSpec,
+    host: Any,
+    batch: int,
+    lin: int,
+    lout: int,
+    system: SystemSpec,
+    pim: PimTimes | None,
+    points: int = SAMPLE_POINTS,
+) -> dict[str, float]:
+    """Joules of each :func:`step_energy` key over the ``lout`` steps, at the contexts and
+    with the integration of :func:`run_phases`."""
+    xs = sample_contexts(lin, lout, points)
+    at = [step_energy(spec, host, batch, x, system, pim) for x in xs]
+    return _integrate(lin, lout, xs, at, list(at[0]))
 
 
 def fig8(
@@ -330,13 +486,18 @@ def fig8(
     verify: int = 10,
     progress: Callable[[str], None] | None = None,
     pim: PimTimes | None = None,
+    energy: str | None = None,
 ) -> list[dict[str, Any]]:
     """One row per (model, batch, Lin, Lout): every system's phase seconds, its generation
     time over the GPU's and the paper's speedups. ``pim``: the kernel times (e.g. with a
-    lookup table); a new :class:`PimTimes` on ``backend`` if None."""
+    lookup table); a new :class:`PimTimes` on ``backend`` if None. ``energy`` (an energy
+    preset, ``""`` for the back end's; None: none): each system also gets an ``energy`` block
+    (:func:`energy_block`; a given ``pim`` must have been made with the preset)."""
     cfg = load_backend(backend) if pim is None else pim.cfg
     host = cfg.host()
-    pim = pim or PimTimes(cfg, budget, verify)
+    pim = pim or PimTimes(cfg, budget, verify, energy=energy)
+    if energy is not None and pim.params is None:
+        raise DecodeError("energy asked for but the PIM kernel times have no energy preset")
     rows = []
     for name in models:
         spec = load_model(name)
@@ -362,6 +523,13 @@ def fig8(
                 for s in systems.values():
                     s["seconds"] = sum(s["phases"].values())
                     s["speedup_over_gpu"] = base / s["seconds"]
+                if energy is not None:
+                    for s, sys in SYSTEMS.items():
+                        j = run_energy(spec, host, b, lin, lout, sys, pim, points)
+                        systems[s]["energy"] = energy_block(j, b * lout)
+                    gpu_j = systems[Fig8System.GPU]["energy"]["joules_per_token"]
+                    for s in systems.values():
+                        s["energy"]["over_gpu"] = s["energy"]["joules_per_token"] / gpu_j
                 paper = PAPER.get((spec.name, b, (lin, lout)))
                 row = {
                     "model": spec.name, "batch": b, "lin": lin, "lout": lout,
@@ -425,6 +593,29 @@ def format_fig8(rows: list[dict[str, Any]], summ: dict[str, Any]) -> str:
         f"DCC over AttAcc: Base {g['base']:.2f}x (paper {g['paper']['base']}x), Full "
         f"{g['full']:.2f}x (paper {g['paper']['full']}x)"
     )
+    return "\n".join(lines)
+
+
+def format_energy(rows: list[dict[str, Any]], presets: dict[str, str]) -> str:
+    """Per run: each system's generation energy per token (J) and its ratio to the GPU's."""
+    names = list(SYSTEMS)
+    lines = [
+        f"energy, J/token (over the GPU's; PIM {presets['pim']}, GPU {presets['gpu']}):",
+        f"{'model':14s} {'B':>2s} {'Lin':>5s} {'Lout':>5s} " + " ".join(f"{s:>18s}" for s in names),
+    ]
+    for r in rows:
+        cells = []
+        for s in names:
+            e = r["systems"][s]["energy"]
+            cells.append(f"{e['joules_per_token']:8.4f} ({e['over_gpu']:5.2f}x)")
+        lines.append(
+            f"{r['model']:14s} {r['batch']:2d} {r['lin']:5d} {r['lout']:5d} "
+            + " ".join(f"{c:>18s}" for c in cells)
+        )
+    mean = {s: float(np.mean([r["systems"][s]["energy"]["over_gpu"] for r in rows]))
+            for s in names[1:]}  # fmt: skip
+    lines.append("mean energy over the GPU's: " + ", ".join(f"{s} {v:.2f}x" for s, v in
+                                                              mean.items()))  # fmt: skip
     return "\n".join(lines)
 
 
@@ -516,6 +707,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--table", type=Path, default=None,
                    help="DCC's lookup table filled offline (pimphony dcc-lut): shapes it "
                    "holds are not searched")  # fmt: skip
+    p.add_argument("--energy", nargs="?", const="", default=None,
+                   help="also each system's generation energy (GPU and PIM parts, J/token); "
+                   "optionally the PIM energy preset (default: the one named like the back "
+                   "end; docs/energy.md)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--report", type=Path, help="JSON path (default build/dcc/fig8.json)")
     p.add_argument("--plot", type=Path, help="PNG path (default build/dcc/fig8.png)")
@@ -530,31 +725,47 @@ def run(args: argparse.Namespace) -> int:
     plot_path = user_plot(args.plot, FIG8_DIR / "fig8.png", args.force)
     say = None if args.json else functools.partial(print, flush=True)
     pim, inputs = None, {}
+    energy = getattr(args, "energy", None)
     if args.table is not None:
         from sim.experiments.dcc_lut import read_table, table_digest
 
         cfg = load_backend(args.backend)
-        pim = PimTimes(cfg, args.budget, args.verify, read_table(args.table, cfg))
+        pim = PimTimes(cfg, args.budget, args.verify, read_table(args.table, cfg), energy)
         inputs = {"table": {"path": str(args.table), "sha256": table_digest(args.table)}}
+    elif energy is not None:
+        pim = PimTimes(load_backend(args.backend), args.budget, args.verify, energy=energy)
     rows = fig8(
         tuple(m for m in args.models.split(",") if m), args.batches, args.runs, args.backend,
-        args.points, args.budget, args.verify, progress=say, pim=pim,
+        args.points, args.budget, args.verify, progress=say, pim=pim, energy=energy,
     )  # fmt: skip
     summ = summary(rows)
-    if pim is not None:
+    if args.table is not None:
         inputs["table"]["shapes"] = dict(pim.looked_up)
-    else:  # reports' options stay as before --table existed
-        args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "table"})
+    # reports' options stay as before --table and --energy existed
+    drop = {k for k in ("table", "energy") if getattr(args, k, None) is None}
+    args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in drop})
+    presets = None
+    if energy is not None:
+        presets = {"pim": pim.params.name, "gpu": pim.cfg.host().name}
+        inputs["energy_presets"] = {"pim": presets["pim"], "gpu_xpu": presets["gpu"]}
     report = {
         "rows": rows, "summary": summ, "paper": {str(k): v for k, v in PAPER.items()},
         "provenance": provenance(args, backend=args.backend, models=args.models, **inputs),
     }  # fmt: skip
+    if presets is not None:
+        report["energy"] = {
+            "presets": presets, "act_basis": "row", "unit": "J",
+            "not_modelled": list(ENERGY_NOT_MODELLED),
+        }  # fmt: skip
     write_atomic(report_path, json.dumps(report, indent=2, default=str).encode())
     plot_fig8(rows, plot_path)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
         print(format_fig8(rows, summ))
+        if presets is not None:
+            print(format_energy(rows, presets))
+            print("energy not modelled: " + "; ".join(ENERGY_NOT_MODELLED))
         if pim is not None:
             n = pim.looked_up
             from sim.experiments.dcc_lut import untabled_line
