@@ -228,7 +228,11 @@ def test_pim_kernel_energy_is_its_drafts(energy_rows):
 
 
 def test_full_moves_ffn_energy_from_gpu_to_pim(energy_rows):
-    _, rows = energy_rows
+    from sim.decode_step.energy import xpu_energy
+    from sim.decode_step.gpu import gpu_op_costs
+    from sim.experiments.dcc_fig8 import FC_KERNEL, fc_sizes
+
+    pim, rows = energy_rows
     sy = rows[0]["systems"]
     gpu, base, full = (sy[s]["energy"] for s in (Fig8System.GPU, Fig8System.BASE,
                                                   Fig8System.FULL))  # fmt: skip
@@ -238,6 +242,14 @@ def test_full_moves_ffn_energy_from_gpu_to_pim(energy_rows):
     # the GPU keeps the share of rows it runs: t / t_gpu of its FFN GEMMs' energy
     t_full, t_base = (sy[s]["phases"][Phase.FFN] for s in (Fig8System.FULL, Fig8System.BASE))
     assert t_full < t_base
+    costs = gpu_op_costs(GpuSetup(SPEC, HOST, 1, (129,), check_capacity=False))
+    kept = 0.0  # FFN times and energy do not depend on the context: both steps alike
+    for op in ("ffn1", "ffn2"):
+        t_gpu = costs[op][0].seconds
+        t_pim = pim.default(FC_KERNEL, fc_sizes(SPEC, 1)[LayerOp(op)])
+        share = 1 / (1 / t_gpu + 1 / t_pim) / t_gpu
+        kept += share * xpu_energy(HOST, {op: costs[op]}).total * 1e-12
+    assert full["gpu_j"]["ffn"] == pytest.approx(2 * SPEC.layers * kept, rel=1e-9)
     # the other phases are untouched
     for p in ("qkv", "projection", "other"):
         assert full["gpu_j"][p] == base["gpu_j"][p]
