@@ -57,7 +57,7 @@ from compiler.llm import LayerOp, ModelSpec, load_model
 from models.backends import BackendConfig, load_backend
 from models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
 from sim.decode_step.energy import xpu_energy
-from sim.decode_step.gpu import GpuSetup, gpu_fc_shapes, gpu_op_costs, run_gpu_decode
+from sim.decode_step.gpu import GpuSetup, gpu_fc_shapes, gpu_op_costs
 from sim.decode_step.setup import DecodeError
 from sim.provenance import provenance
 from sim.report import user_output, user_plot
@@ -260,6 +260,71 @@ def _shared(t_gpu: float, t_pim: float) -> float:
     return 1.0 / (1.0 / t_gpu + 1.0 / t_pim)
 
 
+@dataclass(frozen=True)
+class _Placed:
+    """One phase of a layer as a system places it: its ``seconds``, the share of each GPU
+    op's work the GPU runs (``gpu``) and the PIM kernels it runs with their shares
+    (``pim``: kernel, sizes, on DCC's draft, share of the kernel's work)."""
+
+    seconds: float
+    gpu: dict[str, float]
+    pim: tuple[tuple[str, tuple[int, ...], bool, float], ...] = ()
+
+
+#: The GPU ops of each phase (the rest are :attr:`Phase.OTHER`'s).
+_PHASE_OPS: dict[Phase, tuple[str, ...]] = {
+    Phase.ATTENTION: ("attention",),
+    Phase.QKV: (str(LayerOp.QKV),),
+    Phase.PROJECTION: (str(LayerOp.PROJ),),
+    Phase.FFN: (str(LayerOp.FFN1), str(LayerOp.FFN2)),
+}
+
+
+def _layer_placement(
+    spec: ModelSpec,
+    host: Any,
+    batch: int,
+    context: int,
+    system: SystemSpec,
+    pim: PimTimes | None,
+) -> tuple[dict[Phase, _Placed], dict[str, Any]]:
+    """Where one layer of a generation step of ``batch`` requests at ``context`` tokens runs
+    on ``system``, per phase, and the GPU's op costs (op -> (cost, count per layer)): the one
+    placement :func:`step_phases` times and :func:`step_energy` charges."""
+    costs = gpu_op_costs(GpuSetup(spec, host, 1, (context,) * batch, check_capacity=False))
+    sec = {k: n * c.seconds for k, (c, n) in costs.items()}
+    other = [k for k in costs if not any(k in ops for ops in _PHASE_OPS.values())]
+    layer = {
+        p: _Placed(sum(sec[k] for k in ops), dict.fromkeys(ops, 1.0))
+        for p, ops in (*_PHASE_OPS.items(), (Phase.OTHER, tuple(other)))
+    }
+    if system.attention_on_pim:
+        if pim is None:
+            raise DecodeError("a PIM system needs the PIM back end's kernel times")
+        kv_bytes = 2 * batch * spec.kv_heads * spec.head_dim * spec.element_bytes
+        attn = attention_sizes(spec, batch, context, pim.cfg)
+        t = pim.time(ATTN_KERNEL, attn, system.dcc)
+        layer[Phase.ATTENTION] = _Placed(
+            t + kv_bytes / (pim.cfg.host_gbps * 1e9), {}, ((ATTN_KERNEL, attn, system.dcc, 1.0),)
+        )
+        shapes = fc_sizes(spec, batch)
+        if system.dcc:  # QKV and projection to PIM where faster
+            for phase, op in ((Phase.QKV, LayerOp.QKV), (Phase.PROJECTION, LayerOp.PROJ)):
+                t = pim.dcc(FC_KERNEL, shapes[op])
+                if t < layer[phase].seconds:
+                    layer[phase] = _Placed(t, {}, ((FC_KERNEL, shapes[op], True, 1.0),))
+        if system.ffn_shared:  # each device runs the share of the weight rows it finishes
+            seconds, gpu, on_pim = 0.0, {}, []
+            for op in (LayerOp.FFN1, LayerOp.FFN2):
+                t_gpu, t_pim = sec[str(op)], pim.time(FC_KERNEL, shapes[op], system.dcc)
+                t = _shared(t_gpu, t_pim)
+                seconds += t
+                gpu[str(op)] = t / t_gpu
+                on_pim.append((FC_KERNEL, shapes[op], system.dcc, t / t_pim))
+            layer[Phase.FFN] = _Placed(seconds, gpu, tuple(on_pim))
+    return layer, costs
+
+
 def step_phases(
     spec: ModelSpec,
     host: Any,
@@ -270,32 +335,8 @@ def step_phases(
 ) -> dict[Phase, float]:
     """Seconds of each phase of one generation step (every layer) of ``batch`` requests at
     ``context`` tokens on ``system``."""
-    gpu = run_gpu_decode(GpuSetup(spec, host, 1, (context,) * batch, check_capacity=False))
-    ops = {k: v["seconds"] for k, v in gpu.ops.items()}
-    layer = {
-        Phase.ATTENTION: ops.pop("attention"),
-        Phase.QKV: ops.pop(str(LayerOp.QKV)),
-        Phase.PROJECTION: ops.pop(str(LayerOp.PROJ)),
-        Phase.FFN: ops.pop(str(LayerOp.FFN1)) + ops.pop(str(LayerOp.FFN2)),
-    }
-    layer[Phase.OTHER] = sum(ops.values())
-    if system.attention_on_pim:
-        if pim is None:
-            raise DecodeError("a PIM system needs the PIM back end's kernel times")
-        kv_bytes = 2 * batch * spec.kv_heads * spec.head_dim * spec.element_bytes
-        attn = pim.time(ATTN_KERNEL, attention_sizes(spec, batch, context, pim.cfg), system.dcc)
-        layer[Phase.ATTENTION] = attn + kv_bytes / (pim.cfg.host_gbps * 1e9)
-        shapes = fc_sizes(spec, batch)
-        if system.dcc:  # QKV and projection to PIM where faster
-            for phase, op in ((Phase.QKV, LayerOp.QKV), (Phase.PROJECTION, LayerOp.PROJ)):
-                layer[phase] = min(layer[phase], pim.dcc(FC_KERNEL, shapes[op]))
-        if system.ffn_shared:
-            ffn = 0.0
-            for op in (LayerOp.FFN1, LayerOp.FFN2):
-                t_gpu = gpu.ops[str(op)]["seconds"]
-                ffn += _shared(t_gpu, pim.time(FC_KERNEL, shapes[op], system.dcc))
-            layer[Phase.FFN] = ffn
-    return {p: spec.layers * t for p, t in layer.items()}
+    layer, _ = _layer_placement(spec, host, batch, context, system, pim)
+    return {p: spec.layers * placed.seconds for p, placed in layer.items()}
 
 
 #: What the ``--energy`` breakdown does not charge (no energy model here; docs/energy.md).
@@ -322,48 +363,24 @@ def step_energy(
 
     if host.energy is None:
         raise DecodeError(f"GPU preset {host.name} has no [energy] section: no GPU energy model")
-    setup = GpuSetup(spec, host, 1, (context,) * batch, check_capacity=False)
-    costs = gpu_op_costs(setup)
-    pj = {k: xpu_energy(host, {k: c}).total for k, c in costs.items()}  # type: ignore[union-attr]
-    sec = {k: n * c.seconds for k, (c, n) in costs.items()}
-    gpu = {
-        Phase.ATTENTION: pj.pop("attention"),
-        Phase.QKV: pj.pop(str(LayerOp.QKV)),
-        Phase.PROJECTION: pj.pop(str(LayerOp.PROJ)),
-        Phase.FFN: pj.pop(str(LayerOp.FFN1)) + pj.pop(str(LayerOp.FFN2)),
-    }
-    gpu[Phase.OTHER] = sum(pj.values())
-    on_pim: dict[Phase, dict[str, float]] = {}
-
-    def add(phase: Phase, block: dict[str, float], share: float = 1.0) -> None:
-        acc = on_pim.setdefault(phase, dict.fromkeys(DRAFT_PHASES, 0.0))
-        for k in DRAFT_PHASES:
-            acc[k] += share * block[k]
-
-    if system.attention_on_pim:
-        if pim is None:
-            raise DecodeError("a PIM system needs the PIM back end's kernel times")
-        gpu.pop(Phase.ATTENTION)
-        attn = attention_sizes(spec, batch, context, pim.cfg)
-        add(Phase.ATTENTION, pim.energy(ATTN_KERNEL, attn, system.dcc))
-        shapes = fc_sizes(spec, batch)
-        if system.dcc:  # QKV and projection on PIM where faster (step_phases' min)
-            for phase, op in ((Phase.QKV, LayerOp.QKV), (Phase.PROJECTION, LayerOp.PROJ)):
-                if pim.dcc(FC_KERNEL, shapes[op]) < sec[str(op)]:
-                    gpu.pop(phase)
-                    add(phase, pim.energy(FC_KERNEL, shapes[op], True))
-        if system.ffn_shared:
-            gpu_ffn = 0.0
-            for op in (LayerOp.FFN1, LayerOp.FFN2):
-                t_gpu, t_pim = sec[str(op)], pim.time(FC_KERNEL, shapes[op], system.dcc)
-                t = _shared(t_gpu, t_pim)
-                full = xpu_energy(host, {str(op): costs[str(op)]})
-                gpu_ffn += t / t_gpu * full.total  # type: ignore[union-attr]
-                add(Phase.FFN, pim.energy(FC_KERNEL, shapes[op], system.dcc), t / t_pim)
-            gpu[Phase.FFN] = gpu_ffn
-    out = {f"gpu.{p}": spec.layers * e * 1e-12 for p, e in gpu.items()}
-    for p, block in on_pim.items():
-        out |= {f"pim.{p}.{k}": spec.layers * e * 1e-12 for k, e in block.items()}
+    layer, costs = _layer_placement(spec, host, batch, context, system, pim)
+    out: dict[str, float] = {}
+    for p, placed in layer.items():
+        if placed.gpu:
+            pj = sum(
+                share * xpu_energy(host, {k: costs[k]}).total  # type: ignore[union-attr]
+                for k, share in placed.gpu.items()
+            )
+            out[f"gpu.{p}"] = spec.layers * pj * 1e-12
+    for p, placed in layer.items():
+        if placed.pim:
+            assert pim is not None
+            acc = dict.fromkeys(DRAFT_PHASES, 0.0)
+            for kernel, sizes, dcc, share in placed.pim:
+                block = pim.energy(kernel, sizes, dcc)
+                for k in DRAFT_PHASES:
+                    acc[k] += share * block[k]
+            out |= {f"pim.{p}.{k}": spec.layers * e * 1e-12 for k, e in acc.items()}
     return out
 
 
