@@ -77,7 +77,11 @@ __all__ = [
     "Shrunk",
     "add_arguments",
     "campaign_stream",
+    "chunk_ranges",
+    "compiler_item",
     "draw_gaps",
+    "draw_ready",
+    "format_rate",
     "kernel_shape",
     "pipelined",
     "record_field",
@@ -155,6 +159,21 @@ def draw_gaps(rng: np.random.Generator, n: int) -> tuple[int, ...]:
     return tuple(int(g) for g in gaps)
 
 
+def draw_ready(rng: np.random.Generator) -> tuple[int, ...]:
+    """A ``ready`` pattern of 1 to 64 cycles, each ready with a drawn probability, at least
+    one ready (something can issue)."""
+    length = int(rng.integers(1, 65))
+    pattern = rng.random(length) < rng.uniform(0.2, 0.9)
+    pattern[rng.integers(length)] = True
+    return tuple(int(r) for r in pattern)
+
+
+def compiler_item(seed: int, index: int, kernels: float) -> bool:
+    """Whether item ``index`` of a campaign with ``seed`` is a compiled kernel (probability
+    ``kernels``), drawn from its own generator so the random items do not shift."""
+    return kernels > 0 and np.random.default_rng([seed, index, KERNEL_TAG]).random() < kernels
+
+
 def kernel_shape(rng: np.random.Generator) -> tuple[str, dict]:
     """A random small kernel ``(kind, shape)`` for :func:`compiler.kernels.compile_kernel`.
 
@@ -213,7 +232,7 @@ def campaign_stream(
     rng = np.random.default_rng([seed, index])
     name = f"{seed}-{index}"
     redrawn, source = 0, "random"
-    if kernels > 0 and np.random.default_rng([seed, index, KERNEL_TAG]).random() < kernels:
+    if compiler_item(seed, index, kernels):
         commands, plain, source, redrawn = _kernel_commands(cfg, sched, rng, seed, index)
     else:
         n = int(rng.integers(1, max_length + 1))
@@ -237,10 +256,7 @@ def campaign_stream(
 
     kind = rng.random()
     if kind < ready:
-        length = int(rng.integers(1, 65))
-        pattern = rng.random(length) < rng.uniform(0.2, 0.9)
-        pattern[rng.integers(length)] = True  # something can issue
-        return made(RtlStream(name, commands, ready_pattern=tuple(int(r) for r in pattern)), None)
+        return made(RtlStream(name, commands, ready_pattern=draw_ready(rng)), None)
     if kind >= ready + gaps:
         return made(RtlStream(name, commands), plain)
     for _ in range(GAP_TRIES):
@@ -310,7 +326,7 @@ class CampaignResult:
         return d
 
 
-def _chunks(total: int, size: int) -> Iterator[range]:
+def chunk_ranges(total: int, size: int) -> Iterator[range]:
     for start in range(0, total, size):
         yield range(start, min(start + size, total))
 
@@ -385,7 +401,7 @@ def run_campaign(
     # simulates, and chunk k is checked while chunk k + 1 simulates.
     batches = (
         [campaign_stream(cfg, sched, seed, i, max_length, gaps, ready, kernels) for i in indices]
-        for indices in _chunks(streams, chunk)
+        for indices in chunk_ranges(streams, chunk)
     )
     pipelined(
         batches, lambda b: harness.start([cs.stream for cs in b]), lambda h: h.wait(), settle,
@@ -951,7 +967,7 @@ def _run_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rate(x: float) -> str:
+def format_rate(x: float) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
@@ -962,7 +978,7 @@ def summary(r: CampaignResult) -> list[str]:
         f"vs the TLM's cycles, {r.rules_only:,} by the rules; {r.kernels:,} from the compiler; "
         f"{r.redrawn} redrawn), {r.commands:,} commands, {r.cycles:,} cycles",
         f"mismatches: {len(r.mismatches)}; testbench {r.cycles_per_s:,.0f} cycles/s; "
-        f"campaign {_rate(r.streams_per_s)} streams/s ({r.seconds:.1f} s, build "
+        f"campaign {format_rate(r.streams_per_s)} streams/s ({r.seconds:.1f} s, build "
         f"{r.build_seconds:.0f} s)",
     ]
     return lines + [f"  {msg}" for msg in r.mismatches[:10]]

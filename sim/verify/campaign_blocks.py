@@ -72,6 +72,7 @@ from models.dpa.format import (
     Target,
 )
 from models.dpa.program import DpaProgram, expand
+from models.errors import PimphonyError
 from models.fileio import check_writable, write_atomic
 from models.isa import COMMAND_DTYPE, Op, StreamError, gpr_tiles, validate_stream
 from rtl import Block
@@ -80,14 +81,17 @@ from rtl.dpa import DpaDispatcher
 from sim.verify import campaign as sched_campaign
 from sim.verify.bank_slice import SliceRun, compare_with_tlm, run_slice_batch, slice_built
 from sim.verify.campaign import (
-    KERNEL_TAG,
     REDRAWS,
     CampaignOptions,
     CampaignResult,
     Replayed,
     ReplayError,
     Reproduction,
+    chunk_ranges,
+    compiler_item,
     draw_gaps,
+    draw_ready,
+    format_rate,
     kernel_shape,
 )
 from sim.verify.dpa import (
@@ -345,10 +349,7 @@ def dpa_item(
     g = (dispatcher or _builds(cfg)).geom
     pipeline = block == Block.DPA_PIPELINE
     rng = np.random.default_rng([seed, index])
-    compiler = (
-        opts.kernels > 0
-        and np.random.default_rng([seed, index, KERNEL_TAG]).random() < opts.kernels
-    )
+    compiler = compiler_item(seed, index, opts.kernels)
     for redrawn in range(REDRAWS + 1):
         if compiler:
             kind = str(rng.choice(("qk", "sv")))
@@ -398,10 +399,7 @@ def dpa_item(
                 table[row] = -1
         ready = None
         if not pipeline and rng.random() < opts.ready:
-            length = int(rng.integers(1, 65))
-            pattern = rng.random(length) < rng.uniform(0.2, 0.9)
-            pattern[rng.integers(length)] = True
-            ready = tuple(int(r) for r in pattern)
+            ready = draw_ready(rng)
         return DpaItem(
             index,
             program,
@@ -494,10 +492,7 @@ def slice_item(
     opts = options or CampaignOptions()
     rng = np.random.default_rng([seed, index])
     sliced = bool(rng.random() < 0.5)
-    compiler = (
-        opts.kernels > 0
-        and np.random.default_rng([seed, index, KERNEL_TAG]).random() < opts.kernels
-    )
+    compiler = compiler_item(seed, index, opts.kernels)
     for redrawn in range(REDRAWS + 1):
         source = "random"
         if compiler:
@@ -520,10 +515,7 @@ def slice_item(
         name = f"item{index}"
         kind = rng.random()
         if kind < opts.ready:
-            length = int(rng.integers(1, 65))
-            pattern = rng.random(length) < rng.uniform(0.2, 0.9)
-            pattern[rng.integers(length)] = True
-            run = SliceRun(name, pim, host, ready_pattern=tuple(int(r) for r in pattern))
+            run = SliceRun(name, pim, host, ready_pattern=draw_ready(rng))
         elif kind < opts.ready + opts.gaps:
             run = SliceRun(name, pim, host, valid_gaps=draw_gaps(rng, int(pim.shape[0])))
         else:
@@ -682,8 +674,8 @@ def run_block_campaign(
         return result.failure is not None and not opts.keep_going
 
     batches = (
-        [kind.draw(cfg, block, seed, i, opts, dut) for i in range(at, min(at + opts.chunk, items))]
-        for at in range(0, items, opts.chunk)
+        [kind.draw(cfg, block, seed, i, opts, dut) for i in indices]
+        for indices in chunk_ranges(items, opts.chunk)
     )
     with ThreadPoolExecutor(max_workers=1) as pool:
         sched_campaign.pipelined(
@@ -1068,10 +1060,6 @@ class BlockCampaign:
     replay: Callable[[Path, dict], Replayed]
 
 
-def _rate(x: float) -> str:
-    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
-
-
 def _block_summary(r: CampaignResult) -> list[str]:
     """Printed lines of a cocotb block's campaign."""
     details = ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in r.details.items())
@@ -1080,7 +1068,7 @@ def _block_summary(r: CampaignResult) -> list[str]:
         f"the TLM, {r.rules_only:,} by the rules; {r.kernels:,} from the compiler; "
         f"{r.redrawn} redrawn; {details}), {r.commands:,} commands, {r.cycles:,} cycles",
         f"mismatches: {len(r.mismatches)}; cocotb {r.cycles_per_s:,.0f} cycles/s; campaign "
-        f"{_rate(r.streams_per_s)} items/s ({r.seconds:.1f} s, Verilog and build "
+        f"{format_rate(r.streams_per_s)} items/s ({r.seconds:.1f} s, Verilog and build "
         f"{r.build_seconds:.0f} s)",
     ]
     return lines + [f"  {msg}" for msg in r.mismatches[:10]]
@@ -1118,17 +1106,16 @@ def _block_reproduce(
             options=options,
             overwrite=overwrite,
         )
-    except (FileExistsError, OSError) as exc:
+    except (FileExistsError, PimphonyError) as exc:
         not_written = str(exc)
     before = ", ".join(f"{k} {v}" for k, v in shrunk.original.items())
     after = f"commands {shrunk.item.commands}"
     if isinstance(shrunk.item, DpaItem):
         after += f", t_cur {shrunk.item.t_cur}"
-    lines = [stopped] if stopped else []
-    lines.append(
+    lines = [
         f"shrunk item #{item.index} from {before} to {after} ({shrunk.candidates} candidates "
         f"in {shrunk.runs} simulator runs): {shrunk.message}"
-    )
+    ]
     if written:
         lines.append(f"reproducer: {written}; replay: pimphony verify campaign --replay {written}")
     js = {
@@ -1138,7 +1125,7 @@ def _block_reproduce(
         "files": [str(written)] if written else None,
         "not_written": not_written,
     }
-    return Reproduction(tuple(lines), js, not_written)
+    return Reproduction(tuple(lines), js, not_written, (stopped,) if stopped else ())
 
 
 _ROWS: dict[Block, BlockCampaign] = {
