@@ -71,6 +71,7 @@ __all__ = [
     "SYSTEMS",
     "BankAccess",
     "LibrapimSystem",
+    "librapim_cache",
     "Offload",
     "System",
     "SystemSpec",
@@ -750,6 +751,12 @@ def _attacc(name: str, parts: _Parts, lengths: tuple[int, ...]) -> LibrapimSyste
     return _result(name, parts, 1, [b], dec, cycles, float("nan"), b, busy, ops, work)
 
 
+def librapim_cache(hw: HardwareConfig, sched: str, lengths: tuple[int, ...]) -> KernelCache:
+    """The channel-kernel cache :func:`run_librapim` times a step's kernels with; pass the
+    same one to ``run_librapim`` and to anything that reruns those kernels (their energy)."""
+    return KernelCache(hw, sched, True, dpa=True, dpa_max_tokens=max(lengths))
+
+
 def run_librapim(
     spec: ModelSpec,
     hw: HardwareConfig,
@@ -761,6 +768,7 @@ def run_librapim(
     systems: tuple[str, ...] | None = None,
     partitions: tuple[str, ...] = ATTENTION_PARTITIONS,
     slicing: bool = True,
+    cache: KernelCache | None = None,
 ) -> dict[str, LibrapimSystem]:
     """Time one decode step of ``lengths`` on each of ``systems`` (default all of
     :data:`SYSTEMS`), ``tp`` devices sharing every layer; keys are the system names.
@@ -793,7 +801,7 @@ def run_librapim(
             raise DecodeError(
                 f"system {name!r} is unknown; allowed: {', '.join(SYSTEMS)}"
             ) from None
-    cache = KernelCache(hw, sched, True, dpa=True, dpa_max_tokens=max(lengths))
+    cache = cache or librapim_cache(hw, sched, lengths)
     parts = _Parts(spec, hw, xpu, tp, cache, partitions)
     out: dict[str, LibrapimSystem] = {}
     for s in chosen:

@@ -17,11 +17,11 @@ from models.channel import SCHEDULERS
 from models.config import load_preset
 from models.xpu_config import load_xpu
 from sim.cli import SEED, bounded_int, choice_names
-from sim.decode_step.kernels import KernelCache
 from sim.decode_step.librapim import (
     DEFAULT_TP,
     SYSTEMS,
     format_librapim,
+    librapim_cache,
     run_librapim,
     weights_per_device,
 )
@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     lengths = batch_lengths(args, spec.context_window)
     hw, dev = load_preset(args.preset), load_xpu(args.xpu)
     params = hbm_energy(args.energy) if args.energy else None
+    cache = librapim_cache(hw, args.sched, lengths)
     systems = run_librapim(
         spec,
         hw,
@@ -105,10 +106,10 @@ def run(args: argparse.Namespace) -> int:
         args.tp,
         tuple(args.system) if args.system else None,
         slicing=not args.no_dex,
+        cache=cache,
     )
     energy = None
-    if params is not None:  # the kernels timed as run_librapim times them
-        cache = KernelCache(hw, args.sched, True, dpa=True, dpa_max_tokens=max(lengths))
+    if params is not None:  # the kernels run_librapim timed, from its cache
         energy = {
             s: system_energy(spec, hw, dev, args.tp, lengths, r, params, cache)
             for s, r in systems.items()

@@ -64,6 +64,7 @@ from sim.decode_step.librapim import (
     SYSTEMS,
     LibrapimSystem,
     System,
+    librapim_cache,
     run_librapim,
     sharded_shapes,
 )
@@ -338,8 +339,10 @@ def fig22(
         for b in batches:
             for ctx in contexts:
                 lengths = (ctx,) * b
-                systems = run_librapim(spec, hw, dev, lengths, min(groups, b), "dcs", tp, names)
-                cache = KernelCache(hw, "dcs", True, dpa=True, dpa_max_tokens=max(lengths))
+                cache = librapim_cache(hw, "dcs", lengths)
+                systems = run_librapim(
+                    spec, hw, dev, lengths, min(groups, b), "dcs", tp, names, cache=cache
+                )
                 row: dict[str, Any] = {
                     "model": spec.name, "batch": b, "context": ctx, "stacks_per_device": stacks,
                     "systems": {
