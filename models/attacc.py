@@ -207,11 +207,14 @@ class Timeline:
     counts: dict[str, int]
 
 
-def softmax_cycles(cfg: BackendConfig, n: int, mode: SfmMode = SfmMode.NORMALISE) -> int:
+def softmax_cycles(
+    cfg: BackendConfig, n: int | np.ndarray, mode: int | np.ndarray = SfmMode.NORMALISE
+) -> int | np.ndarray:
     """Cycles the softmax unit is busy on ``n`` elements: one ``lanes``-wide vector per cycle
     (a choice from the trace generator's note "SFM: 16tCK (for L = 256)"); with
-    ``SfmMode.STATS`` one vector more, the entry holding its max and sum, at the same rate."""
-    return -(-n // cfg.core.lanes) + (1 if mode == SfmMode.STATS else 0)
+    ``SfmMode.STATS`` one vector more, the entry holding its max and sum, at the same rate
+    (``n`` and ``mode`` ints, or numpy arrays of them for a whole stream.)"""
+    return -(-n // cfg.core.lanes) + (np.asarray(mode) == SfmMode.STATS).astype(np.int64)
 
 
 def _fail(k: int, cmd: np.void, why: str) -> AttAccError:
@@ -325,8 +328,7 @@ def time_stream_reference(cfg: BackendConfig, stream: np.ndarray) -> Timeline:
                 sb_ready = max(sb_ready, done)
             elif op == Op.SFM:
                 at = max(at, sb_ready, sfm_done)
-                stats = SfmMode.STATS if modes[k] == SfmMode.STATS else SfmMode.NORMALISE
-                done = sfm_done = at + softmax_cycles(cfg, ns[k], stats)
+                done = sfm_done = at + int(softmax_cycles(cfg, ns[k], modes[k]))
             elif op == Op.MVGB:
                 at = max(at, sfm_done, sb_ready)
                 done = at + burst
@@ -483,9 +485,9 @@ def time_stream(cfg: BackendConfig, stream: np.ndarray) -> Timeline:
         why = f"bank {int(bank[k])} >= banks = {g.banks}" if bad_bank[k] else f"unknown op {op[k]}"
         raise _fail(k, stream[k], why)
     lv = Levels.of(cfg)
-    sfm = -(-stream["n"].astype(np.int64) // cfg.core.lanes) + (
-        (stream["op"] == Op.SFM) & (stream["mode"] == SfmMode.STATS)
-    ).astype(np.int64)
+    sfm = softmax_cycles(
+        cfg, stream["n"].astype(np.int64), np.where(stream["op"] == Op.SFM, stream["mode"], 0)
+    )
     n_rank = g.pseudo_channels * g.ranks
     issue, end = _time_kernel(
         op, bank, sfm, lv.bank_group.astype(np.int64), lv.rank.astype(np.int64),
