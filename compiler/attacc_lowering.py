@@ -1271,8 +1271,7 @@ def _attention(
         slot_base=base,
     )  # fmt: skip
     _rows_check(cfg, ["K", "V"], lh * per_head)
-    # the SFMs of round s: head core j's head j * lh + s, if it exists (a prefix of the cores)
-    s_sfm, j_sfm = np.nonzero(np.arange(c_h)[None, :] * lh + np.arange(lh)[:, None] < H)
+    s_sfm, j_sfm = _sfm_rounds(H, c_h)
     n_sfm = np.bincount(s_sfm, minlength=lh)
     n_st = n_sfm if partial else np.zeros_like(n_sfm)  # the statistics' RDSBs per round
     head = _excl(eq.frame + n_sfm + es.frame + n_st)
@@ -1306,13 +1305,13 @@ def _attention(
     return _Lowered(prog, "Q", "O", gathers), (H, T, D)
 
 
-def _stat_heads(sizes: tuple[int, int, int], c_h: int) -> np.ndarray:
-    """The head of every SFM (and statistics read) in stream order: round s, then head core j
-    (head ``j * ceil(heads / c_h) + s``, if it exists)."""
-    H = int(sizes[0])
+def _sfm_rounds(H: int, c_h: int) -> tuple[np.ndarray, np.ndarray]:
+    """Round ``s`` and head core ``j`` of every SFM (and statistics read) in stream order: in
+    round s head core j runs head ``j * ceil(H / c_h) + s``, if it exists (a prefix of the
+    cores)."""
     lh = -(-H // c_h)
     s, j = np.nonzero(np.arange(c_h)[None, :] * lh + np.arange(lh)[:, None] < H)
-    return j * lh + s
+    return s, j
 
 
 def lower_group(
@@ -1582,13 +1581,14 @@ def run_attention(
     execute(cfg, low.program.stream, payload, st)
     if not partial:
         return {"O": _gather_reads(st, reads, shapes["O"])}
-    _, stats = _attention_check(cfg, sizes, cores, partial)
     stream = low.program.stream
-    is_stat = stream["src"][stream["op"] == Op.RDSB] >= stats  # results lie below `stats`
+    stat_entries = stream["dst"][stream["op"] == Op.SFM]  # each SFM's statistics entry
+    is_stat = np.isin(stream["src"][stream["op"] == Op.RDSB], stat_entries)
     got = st.reads
     st.reads = [v for v, x in zip(got, is_stat, strict=True) if not x]
     vals = np.array([v for v, x in zip(got, is_stat, strict=True) if x], np.float16)
-    heads = _stat_heads((H, T, D), int(cores[0]))
+    s_sfm, j_sfm = _sfm_rounds(H, int(cores[0]))
+    heads = j_sfm * -(-H // int(cores[0])) + s_sfm
     m, l_sum = np.zeros(H, np.float16), np.zeros(H, np.float16)
     m[heads], l_sum[heads] = vals[:, 0], vals[:, 1]
     return {"O": _gather_reads(st, reads, shapes["O"]), "m": m, "l": l_sum}
