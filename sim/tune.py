@@ -161,6 +161,7 @@ def tune_report(
     energy: str | None = None,
     table: LookupTable | None = None,
     extend: bool = False,
+    energy_of: tuple[str, ...] = ("chosen", "default"),
 ) -> dict[str, Any]:
     """The search's results as plain data (see the module docstring). With ``table`` (read by
     :func:`sim.experiments.dcc_lut.read_table`), a shape it holds is not searched: its draft
@@ -168,7 +169,8 @@ def tune_report(
     has its offline predictor (``table.offline``), predicted by it over the pruned drafts and
     the best predicted simulated (DCC IV-D; ``report["table"]["new_shape"] = "predicted"``),
     else searched as without a table (``"searched"``); with ``extend`` its draft is recorded
-    in ``table`` (``origin = "runtime"``)."""
+    in ``table`` (``origin = "runtime"``). ``energy_of``: the drafts whose energy ``energy``
+    reports (a caller that needs only the chosen's spares the default's)."""
     cfg = load_backend(backend)
     k = DccKernel(kernel)
     kernel_nest(k, shape)
@@ -249,7 +251,8 @@ def tune_report(
                 chosen.total_s,
             )  # fmt: skip
     if energy is not None:  # docs/energy.md: the drafts' energy (sim/tune_energy.py)
-        report["energy"] = tune_energy(cfg, {"chosen": chosen, "default": default}, energy)
+        drafts = {"chosen": chosen, "default": default}
+        report["energy"] = tune_energy(cfg, {n: drafts[n] for n in energy_of}, energy)
     if exhaustive:
         full = search(cfg, k, shape, pruned=False, strategy=strat, placement=place)
         fb = best(full, Objective.END_TO_END)

@@ -220,7 +220,8 @@ class PimTimes:
 
         r = tune_report(self.cfg.name, kernel, sizes, top=1, budget=self.budget,
                         verify=self.verify, table=self.table,
-                        energy=None if self.params is None else self.params.name)  # fmt: skip
+                        energy=None if self.params is None else self.params.name,
+                        energy_of=("chosen",))  # fmt: skip
         t = r.get("table", {})
         self.looked_up["table" if t.get("hit") else t.get("new_shape") or "searched"] += 1
         e = r["energy"]["chosen"] if "energy" in r else None
