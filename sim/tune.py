@@ -366,10 +366,11 @@ def run(args: argparse.Namespace) -> int:
               f"{d['simulated']:,} simulated ({refused:,} refused), "
               f"{d['search_seconds']:.1f} s")  # fmt: skip
     if "table" in r and not hit and not predicted:
+        from sim.experiments.dcc_lut import NO_PREDICTOR
+
         done = "; its best recorded in the table (runtime)" if r["table"]["extended"] else ""
         print(f"  table: {r['kernel']} {tuple(r['shape'])} is not in {args.table}: searched"
-              f" (the table has no saved predictor: an older dcc-lut file; refill it to "
-              f"predict new shapes){done}")  # fmt: skip
+              f" ({NO_PREDICTOR}){done}")  # fmt: skip
     if d["verified_predicted_best"]:
         p = r["predictor"]
         print(f"  predictor: {d['sampled_for_predictor']:,} drafts simulated to train "

@@ -88,7 +88,7 @@ class FigureError(PimphonyError, ValueError):
 
 
 #: A row's ``draft_source`` for a point the table lacks, by the tune report's ``new_shape``.
-_SOURCES = {"predicted": "predicted", "searched": "search", None: "search"}
+_SOURCES = {"predicted": "predicted", "searched": "search"}
 
 _FIG2_TABLE = (
     "--table: figure fig2's points rearrange every input per call (every-call placement); a "
@@ -320,7 +320,7 @@ def figure_rows(
         }
         if table is not None:
             t = r["table"]
-            row["draft_source"] = "table" if t["hit"] else _SOURCES[t.get("new_shape")]
+            row["draft_source"] = "table" if t["hit"] else _SOURCES[t["new_shape"]]
         rows.append(row)
     return rows
 

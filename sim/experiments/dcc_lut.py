@@ -63,6 +63,7 @@ from sim.experiments.dcc_table2 import split_configs
 from sim.provenance import inputs_digest, provenance
 
 __all__ = [
+    "NO_PREDICTOR",
     "SHAPE_SOURCES",
     "Shape",
     "ShapeSource",
@@ -182,12 +183,17 @@ def read_table(path: str | Path, cfg: BackendConfig) -> LookupTable:
     return table
 
 
+#: Why a table's new shapes are searched rather than predicted.
+NO_PREDICTOR = (
+    "the table has no saved predictor: an older dcc-lut file; refill it to predict new shapes"
+)
+
+
 def untabled_line(table: LookupTable, predicted: int, searched: int) -> str:
     """How a run did the shapes ``table`` lacks: ``predicted`` by its offline predictor,
     ``searched`` (all of them when the table has no saved predictor, said so)."""
     if table.offline is None:
-        return (f"{searched} searched (the table has no saved predictor: an older dcc-lut "
-                "file; refill it to predict new shapes)")  # fmt: skip
+        return f"{searched} searched ({NO_PREDICTOR})"
     return f"{predicted} predicted by its offline predictor, {searched} searched"
 
 
