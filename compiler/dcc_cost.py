@@ -71,6 +71,7 @@ __all__ = [
     "RESIDENT",
     "BACKEND_SHARE_CHECKS",
     "check_kernel",
+    "check_lowered",
     "check_tail",
     "clear_caches",
     "draft_cost",
@@ -230,6 +231,16 @@ GROUP_COMBINED: dict[DccKernel, tuple[str, str]] = {
 CORE_LOCAL: dict[DccKernel, tuple[frozenset[str], str]] = {}
 
 
+def check_lowered(cfg: BackendConfig, kernel: DccKernel) -> None:
+    """Refuse a kernel the back end's kind has no group lowering for."""
+    table = lowerings(cfg.kind)
+    if kernel not in table:
+        raise DccError(
+            f"kernel {kernel} has no group lowering on back end {cfg.name} (kind "
+            f"{cfg.kind.value} lowers only {', '.join(map(str, table))})"
+        )
+
+
 def check_kernel(cfg: BackendConfig, kernel: DccKernel) -> None:
     """Refuse a kernel whose group units (:data:`GROUP_UNITS`) the back end lacks."""
     if kernel in GROUP_UNITS:
@@ -304,11 +315,7 @@ def _program(
     figure sizes), and a search lowers thousands of shares; what a draft's cost needs of it
     is kept by :func:`_program_summary` and :func:`_channel_seconds`."""
     table = lowerings(cfg.kind)
-    if kernel not in table:
-        raise DccError(
-            f"kernel {kernel} has no group lowering on back end {cfg.name} (kind "
-            f"{cfg.kind.value} lowers only {', '.join(map(str, table))})"
-        )
+    check_lowered(cfg, kernel)
     if partial:  # only a GROUP_COMBINED kernel's lowering takes it
         return table[kernel](cfg, sizes, cores, partial=True)  # type: ignore[call-arg]
     return table[kernel](cfg, sizes, cores)

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from compiler.dcc_cost import Placement, lowerings
+from compiler.dcc_cost import Placement, check_lowered
 from compiler.dcc_predictor import (
     DEFAULT_N_ESTIMATORS,
     LookupTable,
@@ -55,7 +55,7 @@ from compiler.dcc_predictor import (
     simulated_seconds,
     train_predictor,
 )
-from compiler.dcc_schedule import DccKernel
+from compiler.dcc_schedule import DccError, DccKernel
 from models.backends import BackendConfig, load_backend
 from models.fileio import check_writable
 from sim.cli import SEED, bounded_int, choice_names
@@ -200,13 +200,11 @@ def untabled_line(table: LookupTable, predicted: int, searched: int) -> str:
 def _check_shapes(cfg: BackendConfig, shapes: Sequence[Shape]) -> None:
     if not shapes:
         raise LookupTableError(f"no shapes to fill on back end {cfg.name}")
-    table = lowerings(cfg.kind)
     for k, sizes in shapes:
-        if k not in table:
-            raise LookupTableError(
-                f"kernel {k} has no group lowering on back end {cfg.name} (kind "
-                f"{cfg.kind.value} lowers only {', '.join(map(str, table))})"
-            )
+        try:
+            check_lowered(cfg, k)
+        except DccError as exc:
+            raise LookupTableError(str(exc)) from None
         kernel_nest(k, sizes, cfg)
 
 
