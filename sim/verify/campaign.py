@@ -660,16 +660,15 @@ def replay(path: str | Path) -> tuple[CampaignStream, str, str | None]:
     Raises
     ------
     ReplayError
-        The file is not JSON, a field is missing or of the wrong type, or the block is not a
-        scheduler block.
+        The file cannot be read or is not JSON, a field is missing or of the wrong type, or
+        the block is not a scheduler block.
     """
     path = Path(path)
-    try:
-        record = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ReplayError(f"{path}: not a campaign reproducer (not JSON: {exc})") from None
-    if not isinstance(record, dict):
-        raise ReplayError(f"{path}: not a campaign reproducer (a JSON object is expected)")
+    return _replay_record(path, _read_record(path))
+
+
+def _replay_record(path: Path, record: dict) -> tuple[CampaignStream, str, str | None]:
+    """:func:`replay` of the reproducer ``path`` whose JSON is ``record``."""
     block = record_field(record, path, "block", str)
     if block not in SCHEDULER_OF_BLOCK:
         raise ReplayError(
@@ -830,7 +829,7 @@ def scheduler_reproduce(
 
 def scheduler_replay(path: Path, record: dict) -> Replayed:
     """:func:`replay` of a scheduler block's reproducer, as the CLI reports it."""
-    cs, block, msg = replay(path)
+    cs, block, msg = _replay_record(path, record)
     n = int(cs.stream.commands.shape[0])
     check = "exact" if cs.tlm_issue is not None else "rules-only"
     return Replayed(block, f"{n} commands ({check})", {"commands": n, "check": check}, msg)
