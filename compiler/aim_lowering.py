@@ -63,21 +63,27 @@ from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
-
-from compiler.dcc_lowering import GroupProgram
-from compiler.dcc_schedule import DCC_KERNELS, DccError, DccKernel, Draft, Part, dimension_sets
-from compiler.kernels import (
+from pimphony.compiler.dcc_lowering import GroupProgram
+from pimphony.compiler.dcc_schedule import (
+    DCC_KERNELS,
+    DccError,
+    DccKernel,
+    Draft,
+    Part,
+    dimension_sets,
+)
+from pimphony.compiler.kernels import (
     CompileError,
     KernelProgram,
     compile_gemv,
     gemv_max_batch,
     gemv_pass_size,
 )
-from models.backends import BackendConfig, BackendKind
-from models.channel import Scheduler, run_channel
-from models.config import HardwareConfig
-from models.functional import execute
-from models.isa import Op
+from pimphony.models.backends import BackendConfig, BackendKind
+from pimphony.models.channel import Scheduler, run_channel
+from pimphony.models.config import HardwareConfig
+from pimphony.models.functional import execute
+from pimphony.models.isa import Op
 
 __all__ = [
     "CHANNEL_SET",

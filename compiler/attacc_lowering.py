@@ -52,14 +52,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from compiler.dcc_lowering import GroupProgram
-from compiler.dcc_schedule import (
+from pimphony.compiler.dcc_lowering import GroupProgram
+from pimphony.compiler.dcc_schedule import (
     DCC_KERNELS,
     DccError,
     DccKernel,
 )
-from models.attacc import (
+from pimphony.models.attacc import (
     COMMAND_DTYPE,
     AttAccError,
     AttAccState,
@@ -74,7 +73,7 @@ from models.attacc import (
     interleave,
     time_stream,
 )
-from models.backends import BackendConfig
+from pimphony.models.backends import BackendConfig
 
 __all__ = [
     "CORE_ORDER",

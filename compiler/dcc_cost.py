@@ -35,9 +35,8 @@ from enum import StrEnum
 from functools import cache, lru_cache
 
 import numpy as np
-
-from compiler.dcc_lowering import GroupProgram
-from compiler.dcc_schedule import (
+from pimphony.compiler.dcc_lowering import GroupProgram
+from pimphony.compiler.dcc_schedule import (
     DCC_KERNELS,
     DccError,
     DccKernel,
@@ -45,11 +44,11 @@ from compiler.dcc_schedule import (
     LoopNest,
     dimension_sets,
 )
-from compiler.rearrange import Strategy, group_access_cycles, rearrangement_seconds
-from models.backends import BackendConfig, BackendKind
-from models.errors import PimphonyError
-from models.hbm_pim import Op
-from models.xpu import (
+from pimphony.compiler.rearrange import Strategy, group_access_cycles, rearrangement_seconds
+from pimphony.models.backends import BackendConfig, BackendKind
+from pimphony.models.errors import PimphonyError
+from pimphony.models.hbm_pim import Op
+from pimphony.models.xpu import (
     VectorOp,
     XpuCost,
     attention_combine_cost,
@@ -96,19 +95,19 @@ def lowerings(kind: BackendKind) -> dict[DccKernel, Lowering]:
 
 
 def _hbm_pim() -> dict[DccKernel, Lowering]:
-    from compiler.hbm_pim_lowering import GROUP_LOWERINGS
+    from pimphony.compiler.hbm_pim_lowering import GROUP_LOWERINGS
 
     return GROUP_LOWERINGS
 
 
 def _attacc() -> dict[DccKernel, Lowering]:
-    from compiler.attacc_lowering import GROUP_LOWERINGS
+    from pimphony.compiler.attacc_lowering import GROUP_LOWERINGS
 
     return GROUP_LOWERINGS
 
 
 def _aim() -> dict[DccKernel, Lowering]:
-    from compiler.aim_lowering import GROUP_LOWERINGS
+    from pimphony.compiler.aim_lowering import GROUP_LOWERINGS
 
     return GROUP_LOWERINGS
 
@@ -124,7 +123,7 @@ ShareCheck = Callable[[BackendConfig, tuple[int, ...], tuple[int, ...]], object]
 
 
 def _attacc_checks() -> dict[DccKernel, ShareCheck]:
-    from compiler.attacc_lowering import SHARE_CHECKS
+    from pimphony.compiler.attacc_lowering import SHARE_CHECKS
 
     return SHARE_CHECKS
 

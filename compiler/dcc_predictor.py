@@ -38,10 +38,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from compiler.dcc_cost import Placement, draft_cost
-from compiler.dcc_cost import kernel_nest as cost_kernel_nest
-from compiler.dcc_schedule import (
+from pimphony.compiler.dcc_cost import Placement, draft_cost
+from pimphony.compiler.dcc_cost import kernel_nest as cost_kernel_nest
+from pimphony.compiler.dcc_schedule import (
     DccError,
     DccKernel,
     DimensionSet,
@@ -53,12 +52,12 @@ from compiler.dcc_schedule import (
     innermost_set,
     parse_index,
 )
-from compiler.dcc_tune import SearchResult, generated_count, search
-from compiler.dcc_tune import kernel_drafts as tune_kernel_drafts
-from compiler.rearrange import Strategy
-from models.backends import BackendConfig, BackendKind
-from models.errors import PimphonyError
-from models.fileio import check_writable, write_atomic
+from pimphony.compiler.dcc_tune import SearchResult, generated_count, search
+from pimphony.compiler.dcc_tune import kernel_drafts as tune_kernel_drafts
+from pimphony.compiler.rearrange import Strategy
+from pimphony.models.backends import BackendConfig, BackendKind
+from pimphony.models.errors import PimphonyError
+from pimphony.models.fileio import check_writable, write_atomic
 
 __all__ = [
     "DEFAULT_LEARNING_RATE",

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
 
-from compiler.kernels import CompileError
+from pimphony.compiler.kernels import CompileError
 
 __all__ = [
     "DCC_KERNELS",

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cache
 
-from compiler.dcc_cost import (
+from pimphony.compiler.dcc_cost import (
     CORE_LOCAL,
     GROUP_LOCAL,
     DraftCost,
@@ -46,7 +46,7 @@ from compiler.dcc_cost import (
     kernel_nest,
     share_checks,
 )
-from compiler.dcc_schedule import (
+from pimphony.compiler.dcc_schedule import (
     DccError,
     DccKernel,
     DimensionSet,
@@ -57,9 +57,9 @@ from compiler.dcc_schedule import (
     innermost_set,
     prune,
 )
-from compiler.rearrange import Strategy
-from models.backends import BackendConfig, BackendKind
-from models.errors import PimphonyError
+from pimphony.compiler.rearrange import Strategy
+from pimphony.models.backends import BackendConfig, BackendKind
+from pimphony.models.errors import PimphonyError
 
 __all__ = [
     "BACKEND_DEFAULTS",
@@ -281,7 +281,7 @@ def best(result: SearchResult, objective: Objective = Objective.END_TO_END) -> D
 
 
 def _aim_default(cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...]) -> Draft:
-    from compiler.aim_lowering import default_draft as aim_default
+    from pimphony.compiler.aim_lowering import default_draft as aim_default
 
     return aim_default(cfg, kernel, sizes)
 

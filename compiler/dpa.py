@@ -25,9 +25,15 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
-from compiler.kernels import GQA_MAPPINGS, CompileError, _pow2_parts, attention_plan, positive
-from models.config import HardwareConfig
-from models.dpa.format import (
+from pimphony.compiler.kernels import (
+    GQA_MAPPINGS,
+    CompileError,
+    _pow2_parts,
+    attention_plan,
+    positive,
+)
+from pimphony.models.config import HardwareConfig
+from pimphony.models.dpa.format import (
     KERNEL_CODES,
     NO_RULE,
     Command,
@@ -40,8 +46,8 @@ from models.dpa.format import (
     Target,
     field_limit,
 )
-from models.dpa.program import DpaProgram
-from models.isa import Op, gpr_tiles
+from pimphony.models.dpa.program import DpaProgram
+from pimphony.models.isa import Op, gpr_tiles
 
 __all__ = [
     "DpaEncodeError",

@@ -33,10 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-
-from compiler.dcc_lowering import GroupProgram
-from compiler.dcc_schedule import DCC_KERNELS, DccKernel
-from compiler.pim_gemv import (
+from pimphony.compiler.dcc_lowering import GroupProgram
+from pimphony.compiler.dcc_schedule import DCC_KERNELS, DccKernel
+from pimphony.compiler.pim_gemv import (
     JUMP_MAX,
     PIM_ROWS,
     Emitter,
@@ -49,9 +48,9 @@ from compiler.pim_gemv import (
     result_address,
     weight_address,
 )
-from models.backends import BackendConfig
-from models.errors import PimphonyError
-from models.hbm_pim import (
+from pimphony.models.backends import BackendConfig
+from pimphony.models.errors import PimphonyError
+from pimphony.models.hbm_pim import (
     CTRL_COLUMN,
     Bank,
     Instr,

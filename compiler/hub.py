@@ -18,9 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterator, Sequence
 
 import numpy as np
-
-from models.hub import HUB_DTYPE, OP_SIZE_BITS, STRIDES, HubError
-from models.isa import COMMAND_DTYPE, FIELDS
+from pimphony.models.hub import HUB_DTYPE, OP_SIZE_BITS, STRIDES, HubError
+from pimphony.models.isa import COMMAND_DTYPE, FIELDS
 
 __all__ = [
     "encode_kernels",

@@ -24,11 +24,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 import numpy as np
-
-from models.config import HardwareConfig
-from models.dram import activation_offsets
-from models.errors import PimphonyError
-from models.isa import COMMAND_DTYPE, Op, gpr_tiles
+from pimphony.models.config import HardwareConfig
+from pimphony.models.dram import activation_offsets
+from pimphony.models.errors import PimphonyError
+from pimphony.models.isa import COMMAND_DTYPE, Op, gpr_tiles
 
 __all__ = [
     "attention_plan",

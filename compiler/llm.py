@@ -19,17 +19,17 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from compiler.kernels import GQA_MAPPINGS, KernelProgram, compile_kernel
-from models.config import (
+from pimphony.compiler.kernels import GQA_MAPPINGS, KernelProgram, compile_kernel
+from pimphony.models.config import (
     CONFIG_DIR,
     HardwareConfig,
     load_toml_table,
     reject_unknown_keys,
     require_key,
 )
-from models.errors import PimphonyError
-from models.hub import SOFTMAX_FLOPS_PER_SCORE
-from models.memory import kv_bytes_per_token
+from pimphony.models.errors import PimphonyError
+from pimphony.models.hub import SOFTMAX_FLOPS_PER_SCORE
+from pimphony.models.memory import kv_bytes_per_token
 
 __all__ = [
     "FFN_KINDS",

@@ -22,10 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
-
-from models.backends import BackendConfig
-from models.errors import PimphonyError
-from models.hbm_pim import (
+from pimphony.models.backends import BackendConfig
+from pimphony.models.errors import PimphonyError
+from pimphony.models.hbm_pim import (
     AB_ENTRY_BANKS,
     AB_ENTRY_ROW,
     COMMAND_DTYPE,

@@ -47,11 +47,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from compiler.kernels import gemv_max_batch
-from compiler.llm import GEMV_OPS, LayerOp, ModelSpec, gemv_shapes
-from models.config import HardwareConfig
-from models.errors import PimphonyError
-from models.isa import gpr_tiles
+from pimphony.compiler.kernels import gemv_max_batch
+from pimphony.compiler.llm import GEMV_OPS, LayerOp, ModelSpec, gemv_shapes
+from pimphony.models.config import HardwareConfig
+from pimphony.models.errors import PimphonyError
+from pimphony.models.isa import gpr_tiles
 
 __all__ = [
     "GEMV_OPS",

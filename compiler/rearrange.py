@@ -21,11 +21,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 import numpy as np
-
-from compiler.pim_gemv import GemvLayout, result_address, weight_address
-from models.backends import BackendConfig, BackendKind
-from models.errors import PimphonyError
-from models.hbm_pim import COMMAND_DTYPE, Op, check_backend, time_stream
+from pimphony.compiler.pim_gemv import GemvLayout, result_address, weight_address
+from pimphony.models.backends import BackendConfig, BackendKind
+from pimphony.models.errors import PimphonyError
+from pimphony.models.hbm_pim import COMMAND_DTYPE, Op, check_backend, time_stream
 
 __all__ = [
     "REARRANGEMENTS",
@@ -184,7 +183,7 @@ def _hbm_pim_access(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> tuple[
 
 
 def _attacc_access(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> tuple[int, dict]:
-    from models import attacc
+    from pimphony.models import attacc
 
     tl = attacc.time_stream(cfg, attacc.access_stream(cfg, addresses, attacc.Op(int(op))))
     return tl.cycles, tl.counts
@@ -198,8 +197,8 @@ def _aim_access(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> tuple[int,
     tRTP, tRP). Columns go in (row, column, bank) order, so a row's banks open while earlier
     columns stream; the host queue is the preset's controller queue (``dcs.queue_depth``, the
     depth of its PIM command queues), not bank_slice's 8-entry xPU read queue."""
-    from models.bank_slice import HOST_READ_DTYPE, SliceConfig, run_bank_slice
-    from models.isa import empty_stream
+    from pimphony.models.bank_slice import HOST_READ_DTYPE, SliceConfig, run_bank_slice
+    from pimphony.models.isa import empty_stream
 
     hw = cfg.hardware_config
     if hw is None:

@@ -28,9 +28,8 @@ from enum import IntEnum
 
 import numpy as np
 from numba import njit
-
-from models.backends import BackendConfig, BackendKind, PimDtype
-from models.errors import PimphonyError
+from pimphony.models.backends import BackendConfig, BackendKind, PimDtype
+from pimphony.models.errors import PimphonyError
 
 __all__ = [
     "COMMAND_DTYPE",

@@ -25,7 +25,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from models.config import (
+from pimphony.models.config import (
     CONFIG_DIR,
     ConfigError,
     HardwareConfig,
@@ -36,7 +36,7 @@ from models.config import (
     require_key,
     resolve_extends,
 )
-from models.xpu_config import XpuConfig, load_xpu
+from pimphony.models.xpu_config import XpuConfig, load_xpu
 
 __all__ = [
     "BACKEND_DIR",

@@ -27,10 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
-
-from models.channel import static_gap_violations
-from models.config import HardwareConfig
-from models.dram import (
+from pimphony.models.channel import static_gap_violations
+from pimphony.models.config import HardwareConfig
+from pimphony.models.dram import (
     NEVER,
     TV_CCD,
     TV_SPAN,
@@ -39,9 +38,9 @@ from models.dram import (
     precharge_done,
     timing_vector,
 )
-from models.errors import PimphonyError
-from models.isa import OP_MAC, Op, StreamError, validate_stream
-from models.static_sched import static_gap
+from pimphony.models.errors import PimphonyError
+from pimphony.models.isa import OP_MAC, Op, StreamError, validate_stream
+from pimphony.models.static_sched import static_gap
 
 __all__ = [
     "HOST_READ_DTYPE",

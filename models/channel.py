@@ -15,9 +15,8 @@ from enum import StrEnum
 
 import numpy as np
 from numba import njit
-
-from models.config import HardwareConfig, Timing
-from models.dcs import (
+from pimphony.models.config import HardwareConfig, Timing
+from pimphony.models.dcs import (
     DCS_DEADLOCK,
     DCS_STUCK,
     dcs_room,
@@ -26,9 +25,9 @@ from models.dcs import (
     entry_predecessors,
     new_dcs_state,
 )
-from models.dram import execution_times, timing_vector
-from models.isa import DEFAULT_CHUNK, Op, describe_command, empty_stream, validate_stream
-from models.pingpong import (
+from pimphony.models.dram import execution_times, timing_vector
+from pimphony.models.isa import DEFAULT_CHUNK, Op, describe_command, empty_stream, validate_stream
+from pimphony.models.pingpong import (
     PP_FLIP,
     PP_HANDOFF,
     PP_LATE,
@@ -43,8 +42,8 @@ from models.pingpong import (
     pingpong_schedule,
     pingpong_slots,
 )
-from models.static_sched import new_static_state, static_run, static_schedule
-from models.tally import (
+from pimphony.models.static_sched import new_static_state, static_run, static_schedule
+from pimphony.models.tally import (
     TL_COUNTS,
     TL_LEN,
     TL_MODE_SWITCHES,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from models.errors import PimphonyError
+from pimphony.models.errors import PimphonyError
 
 __all__ = [
     "CONFIG_DIR",

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from models.errors import PimphonyError
+from pimphony.models.errors import PimphonyError
 
 __all__ = [
     "DboCase",

@@ -33,8 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
-
-from models.dram import (
+from pimphony.models.dram import (
     INF,
     MODE_COMPUTE,
     MODE_REGISTER,
@@ -48,8 +47,8 @@ from models.dram import (
     open_row,
     uix,
 )
-from models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP
-from models.tally import (
+from pimphony.models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP
+from pimphony.models.tally import (
     TL_SWITCHES,
     t_io_count,
     t_io_interval,

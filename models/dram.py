@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
-
-from models.config import HardwareConfig, Timing
-from models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP, Op
+from pimphony.models.config import HardwareConfig, Timing
+from pimphony.models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP, Op
 
 __all__ = [
     "INF",

@@ -46,8 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-
-from models.config import (
+from pimphony.models.config import (
     CONFIG_DIR,
     ConfigError,
     HardwareConfig,
@@ -57,10 +56,10 @@ from models.config import (
     require_key,
     resolve_extends,
 )
-from models.isa import Op
+from pimphony.models.isa import Op
 
 if TYPE_CHECKING:
-    from models.backends import BackendConfig
+    from pimphony.models.backends import BackendConfig
 
 __all__ = [
     "ATTACC_FIELDS",
@@ -847,7 +846,7 @@ def hbm_pim_activity(
     Residency: precharged from cycle 0 to the first ACT, and from every PRE that closes the
     last open bank to the next ACT (or the end); active otherwise.
     """
-    from models.hbm_pim import (
+    from pimphony.models.hbm_pim import (
         AB_ENTRY_ROW,
         CTRL_COLUMN,
         MODE_COLUMN,
@@ -855,7 +854,7 @@ def hbm_pim_activity(
         Mode,
         modes,
     )
-    from models.hbm_pim import Op as HbmOp
+    from pimphony.models.hbm_pim import Op as HbmOp
 
     g = cfg.group
     mode_of = modes(cfg, stream).tolist()
@@ -986,7 +985,7 @@ def attacc_activity(
     and ``cycles`` are its :func:`models.attacc.time_stream` timeline. Residency: precharged
     from cycle 0 to the first ACT/ACTAB and from every PRE/PREA that closes the last open
     bank to the next activation (or the end); active otherwise."""
-    from models.attacc import Op as AttOp
+    from pimphony.models.attacc import Op as AttOp
 
     ops = stream["op"].tolist()
     counts = {o.name: int(np.count_nonzero(stream["op"] == o)) for o in AttOp}

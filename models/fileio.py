@@ -7,7 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from models.errors import PimphonyError
+from pimphony.models.errors import PimphonyError
 
 __all__ = [
     "BUILD_DIR",

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
-
-from models.channel import ScheduleResult
-from models.config import HardwareConfig
-from models.isa import OP_MAC, OP_WR_INP, Op, StreamError, describe_command, empty_stream
+from pimphony.models.channel import ScheduleResult
+from pimphony.models.config import HardwareConfig
+from pimphony.models.isa import OP_MAC, OP_WR_INP, Op, StreamError, describe_command, empty_stream
 
 __all__ = ["DataflowCheck", "check_dataflow", "execute"]
 

@@ -19,10 +19,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
-from models.config import HardwareConfig
-from models.errors import PimphonyError
-from models.isa import COMMAND_DTYPE, FIELDS, OP_MAC, OP_RD_OUT, OP_WR_INP, field_widths
+from pimphony.models.config import HardwareConfig
+from pimphony.models.errors import PimphonyError
+from pimphony.models.isa import COMMAND_DTYPE, FIELDS, OP_MAC, OP_RD_OUT, OP_WR_INP, field_widths
 
 __all__ = [
     "HUB_DTYPE",

@@ -30,10 +30,9 @@ from pathlib import Path
 
 import numpy as np
 from numba import njit
-
-from models.config import ChannelGeometry, HardwareConfig
-from models.errors import PimphonyError
-from models.fileio import check_writable, write_atomic
+from pimphony.models.config import ChannelGeometry, HardwareConfig
+from pimphony.models.errors import PimphonyError
+from pimphony.models.fileio import check_writable, write_atomic
 
 __all__ = [
     "DEFAULT_CHUNK",

@@ -35,8 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from models.config import (
+from pimphony.models.config import (
     CONFIG_DIR,
     check_value,
     find_toml,
@@ -44,7 +43,7 @@ from models.config import (
     reject_unknown_keys,
     require_key,
 )
-from models.errors import PimphonyError
+from pimphony.models.errors import PimphonyError
 
 __all__ = [
     "ADDRESS_FIELDS",

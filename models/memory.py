@@ -20,9 +20,8 @@ from enum import StrEnum
 from typing import Any
 
 import numpy as np
-
-from models.config import DEFAULT_PRESET, ConfigError, HardwareConfig, load_preset
-from models.errors import PimphonyError
+from pimphony.models.config import DEFAULT_PRESET, ConfigError, HardwareConfig, load_preset
+from pimphony.models.errors import PimphonyError
 
 __all__ = [
     "ALLOCATORS",

@@ -23,9 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
-
-from models.config import HardwareConfig
-from models.hub import SOFTMAX_FLOPS_PER_SCORE, TILE_COMBINE_FLOPS_PER_ELEMENT, epu_cycles
+from pimphony.models.config import HardwareConfig
+from pimphony.models.hub import SOFTMAX_FLOPS_PER_SCORE, TILE_COMBINE_FLOPS_PER_ELEMENT, epu_cycles
 
 __all__ = [
     "AttentionSchedule",

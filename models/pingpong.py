@@ -43,8 +43,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
-
-from models.dram import (
+from pimphony.models.dram import (
     INF,
     MODE_COMPUTE,
     MODE_REGISTER,
@@ -59,10 +58,10 @@ from models.dram import (
     open_row,
     uix,
 )
-from models.errors import PimphonyError
-from models.isa import OP_MAC, OP_WR_INP
-from models.static_sched import static_gap
-from models.tally import (
+from pimphony.models.errors import PimphonyError
+from pimphony.models.isa import OP_MAC, OP_WR_INP
+from pimphony.models.static_sched import static_gap
+from pimphony.models.tally import (
     TL_SWITCHES,
     t_io_count,
     t_io_interval,

@@ -17,10 +17,17 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
-
-from models.dram import MODE_COMPUTE, NEVER, TV_CCD, exec_time, mode_class, mode_gate, open_row
-from models.isa import OP_MAC
-from models.tally import TL_SWITCHES, tally_in_order, tally_row_in_order
+from pimphony.models.dram import (
+    MODE_COMPUTE,
+    NEVER,
+    TV_CCD,
+    exec_time,
+    mode_class,
+    mode_gate,
+    open_row,
+)
+from pimphony.models.isa import OP_MAC
+from pimphony.models.tally import TL_SWITCHES, tally_in_order, tally_row_in_order
 
 __all__ = ["new_static_state", "static_gap", "static_run", "static_schedule"]
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from models.config import HardwareConfig
-from models.hub import link_cycles
+from pimphony.models.config import HardwareConfig
+from pimphony.models.hub import link_cycles
 
 __all__ = ["PipelinePeriod", "allreduce_cycles", "pipeline_period", "stage_hop_cycles"]
 

@@ -44,9 +44,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
-
-from models.dram import MODE_COMPUTE, MODE_REGISTER, TV_CCD, exec_time, mode_class
-from models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP
+from pimphony.models.dram import MODE_COMPUTE, MODE_REGISTER, TV_CCD, exec_time, mode_class
+from pimphony.models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP
 
 __all__ = [
     "NONE",

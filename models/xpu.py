@@ -14,15 +14,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from models.errors import PimphonyError
-from models.hub import (
+from pimphony.models.errors import PimphonyError
+from pimphony.models.hub import (
     NORM_FLOPS_PER_ELEMENT,
     RELU_FLOPS_PER_ELEMENT,
     RESIDUAL_FLOPS_PER_ELEMENT,
     SOFTMAX_FLOPS_PER_SCORE,
     SWIGLU_FLOPS_PER_ELEMENT,
 )
-from models.xpu_config import PRECISION_BYTES, Precision, SystolicArrays, XpuConfig
+from pimphony.models.xpu_config import PRECISION_BYTES, Precision, SystolicArrays, XpuConfig
 
 __all__ = [
     "VECTOR_OPS",

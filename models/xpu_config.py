@@ -17,7 +17,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from models.config import (
+from pimphony.models.config import (
     CONFIG_DIR,
     ConfigError,
     check_value,

@@ -26,12 +26,11 @@ from functools import reduce
 from amaranth import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
-
-from models.bank_slice import SOURCE_HOST, SOURCE_PIM, SliceConfig
-from models.config import HardwareConfig
-from models.dram import activation_offsets, execution_times
-from models.isa import OP_MAC, field_widths
-from rtl.common import CYCLE_BITS, SEQ_BITS, command_layout, saturating_down
+from pimphony.models.bank_slice import SOURCE_HOST, SOURCE_PIM, SliceConfig
+from pimphony.models.config import HardwareConfig
+from pimphony.models.dram import activation_offsets, execution_times
+from pimphony.models.isa import OP_MAC, field_widths
+from pimphony.rtl.common import CYCLE_BITS, SEQ_BITS, command_layout, saturating_down
 
 __all__ = [
     "BankSliceController",

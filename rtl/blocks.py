@@ -8,15 +8,14 @@ from typing import Any
 
 from amaranth.back import verilog
 from amaranth.lib import wiring
-
-from models.channel import SCHEDULERS
-from models.config import HardwareConfig
-from rtl import EMITTED, Block
-from rtl.bank_slice import BankSliceController
-from rtl.dcs import DcsScheduler
-from rtl.dpa import DpaDispatcher, DpaPipeline
-from rtl.pingpong import PingPongScheduler
-from rtl.static_sched import StaticScheduler
+from pimphony.models.channel import SCHEDULERS
+from pimphony.models.config import HardwareConfig
+from pimphony.rtl import EMITTED, Block
+from pimphony.rtl.bank_slice import BankSliceController
+from pimphony.rtl.dcs import DcsScheduler
+from pimphony.rtl.dpa import DpaDispatcher, DpaPipeline
+from pimphony.rtl.pingpong import PingPongScheduler
+from pimphony.rtl.static_sched import StaticScheduler
 
 __all__ = [
     "BLOCKS",
@@ -68,11 +67,13 @@ BLOCKS: dict[Block, BlockSpec] = {
         BlockSpec(
             Block.DPA,
             DpaDispatcher,
-            "models.dpa.dispatcher.Dispatcher",
+            "pimphony.models.dpa.dispatcher.Dispatcher",
             area_args={"command_words": DPA_AREA_ENTRIES, "map_entries": DPA_AREA_ENTRIES},
         ),
-        BlockSpec(Block.BANK_SLICE, BankSliceController, "models.bank_slice.run_bank_slice"),
-        BlockSpec(Block.DPA_PIPELINE, DpaPipeline, "models.dpa.dispatcher.run_pipeline"),
+        BlockSpec(
+            Block.BANK_SLICE, BankSliceController, "pimphony.models.bank_slice.run_bank_slice"
+        ),
+        BlockSpec(Block.DPA_PIPELINE, DpaPipeline, "pimphony.models.dpa.dispatcher.run_pipeline"),
     )
 }
 """Every block, in :class:`Block` order (:data:`EMITTED` are the ones written and synthesised)."""

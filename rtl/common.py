@@ -9,10 +9,9 @@ from __future__ import annotations
 from amaranth import Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
-
-from models.config import HardwareConfig
-from models.dram import activation_offsets
-from models.isa import HW_FIELDS, field_widths
+from pimphony.models.config import HardwareConfig
+from pimphony.models.dram import activation_offsets
+from pimphony.models.isa import HW_FIELDS, field_widths
 
 __all__ = [
     "CYCLE_BITS",

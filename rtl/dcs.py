@@ -23,10 +23,9 @@ from __future__ import annotations
 
 from amaranth import Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, memory, wiring
-
-from models.config import HardwareConfig
-from models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP
-from rtl.common import (
+from pimphony.models.config import HardwareConfig
+from pimphony.models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP
+from pimphony.rtl.common import (
     SEQ_BITS,
     ModeSwitch,
     RowTimer,

@@ -31,10 +31,9 @@ import numpy as np
 from amaranth import Array, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
-
-from models.config import HardwareConfig
-from models.dpa.dispatcher import va2pa_entry_bytes
-from models.dpa.format import (
+from pimphony.models.config import HardwareConfig
+from pimphony.models.dpa.dispatcher import va2pa_entry_bytes
+from pimphony.models.dpa.format import (
     CONFIG_FIELDS,
     FORMAT_VERSION,
     KIND_BITS,
@@ -47,10 +46,10 @@ from models.dpa.format import (
     Target,
     word_fields,
 )
-from models.dpa.program import DpaProgram
-from models.isa import OP_MAC, field_widths
-from rtl.common import CYCLE_BITS, command_layout, issued_layout
-from rtl.dcs import DcsScheduler
+from pimphony.models.dpa.program import DpaProgram
+from pimphony.models.isa import OP_MAC, field_widths
+from pimphony.rtl.common import CYCLE_BITS, command_layout, issued_layout
+from pimphony.rtl.dcs import DcsScheduler
 
 __all__ = [
     "DpaDispatcher",

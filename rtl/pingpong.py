@@ -39,11 +39,10 @@ from __future__ import annotations
 
 from amaranth import Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, wiring
-
-from models.config import HardwareConfig
-from models.dram import execution_times
-from models.isa import OP_MAC, OP_WR_INP
-from rtl.common import (
+from pimphony.models.config import HardwareConfig
+from pimphony.models.dram import execution_times
+from pimphony.models.isa import OP_MAC, OP_WR_INP
+from pimphony.rtl.common import (
     SEQ_BITS,
     ModeSwitch,
     RowTimer,

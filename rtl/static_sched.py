@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from amaranth import Module, Signal, unsigned
 from amaranth.lib import data, fifo, wiring
-
-from models.config import HardwareConfig
-from models.dram import execution_times
-from models.isa import OP_MAC
-from rtl.common import (
+from pimphony.models.config import HardwareConfig
+from pimphony.models.dram import execution_times
+from pimphony.models.isa import OP_MAC
+from pimphony.rtl.common import (
     SEQ_BITS,
     RowTimer,
     command_layout,

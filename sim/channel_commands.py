@@ -7,16 +7,22 @@ import hashlib
 import json
 from pathlib import Path
 
-from compiler.kernels import GQA_MAPPINGS, KERNELS, CompileError, KernelProgram, compile_kernel
-from models.channel import SCHEDULERS, ChannelRun, run_channel
-from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
-from models.energy import DEFAULT_ENERGY, load_energy, run_energy
-from models.fileio import BUILD_DIR, write_atomic
-from models.functional import DataflowCheck
-from models.isa import StreamError, StreamReader, save_stream
-from sim.cli import choice_names
-from sim.provenance import provenance
-from sim.report import (
+from pimphony.compiler.kernels import (
+    GQA_MAPPINGS,
+    KERNELS,
+    CompileError,
+    KernelProgram,
+    compile_kernel,
+)
+from pimphony.models.channel import SCHEDULERS, ChannelRun, run_channel
+from pimphony.models.config import DEFAULT_PRESET, HardwareConfig, load_preset
+from pimphony.models.energy import DEFAULT_ENERGY, load_energy, run_energy
+from pimphony.models.fileio import BUILD_DIR, write_atomic
+from pimphony.models.functional import DataflowCheck
+from pimphony.models.isa import StreamError, StreamReader, save_stream
+from pimphony.sim.cli import choice_names
+from pimphony.sim.provenance import provenance
+from pimphony.sim.report import (
     describe_kernel,
     energy_table,
     kernel_summary,
@@ -275,7 +281,7 @@ def run_compile(args: argparse.Namespace) -> int:
 
 
 def _compile_dpa(args: argparse.Namespace, cfg: HardwareConfig) -> int:
-    from compiler.dpa import encode_kernel
+    from pimphony.compiler.dpa import encode_kernel
 
     kind, shape = _shape_from_args(args)
     if kind not in ("qk", "sv"):

@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from models.errors import PimphonyError
+from pimphony.models.errors import PimphonyError
 
 __all__ = [
     "COMMANDS",
@@ -40,7 +40,8 @@ DESCRIPTION = (
 class Command:
     """One ``pimphony`` command: its name, help line and where it lives.
 
-    ``module`` holds ``add`` (``add(parser) -> None``) and ``run`` (``run(args) -> int``);
+    ``module`` (a module of :mod:`pimphony.sim`, named relative to it) holds ``add``
+    (``add(parser) -> None``) and ``run`` (``run(args) -> int``);
     a command with ``subcommands`` is a group (``pimphony wave summary``).
     """
 
@@ -53,151 +54,152 @@ class Command:
 
     def function(self, which: str) -> Callable:
         """The command's ``add`` or ``run`` function (imports its module)."""
-        return getattr(importlib.import_module(self.module), getattr(self, which))
+        module = importlib.import_module(f"pimphony.sim.{self.module}")
+        return getattr(module, getattr(self, which))
 
 
 def _channel(name: str, help: str) -> Command:
-    return Command(name, help, "sim.channel_commands", f"add_{name}_arguments", f"run_{name}")
+    return Command(name, help, "channel_commands", f"add_{name}_arguments", f"run_{name}")
 
 
 COMMANDS: tuple[Command, ...] = (
     _channel("demo", "QK^T, SV and FC GEMV under every scheduler"),
     _channel("run", "one kernel under one scheduler"),
     _channel("compile", "write a kernel's command stream to a file"),
-    Command("presets", "list the hardware presets", "sim.presets"),
-    Command("xpus", "list the compute-device (xPU) presets", "sim.xpus"),
-    Command("sweep", "MAC utilisation vs kernel size (PIMphony Fig. 8)", "sim.experiments.sweep"),
+    Command("presets", "list the hardware presets", "presets"),
+    Command("xpus", "list the compute-device (xPU) presets", "xpus"),
+    Command("sweep", "MAC utilisation vs kernel size (PIMphony Fig. 8)", "experiments.sweep"),
     Command(
         "fidelity",
         "the papers' claims beside pimphony's numbers (docs/fidelity.md)",
-        "sim.experiments.fidelity",
+        "experiments.fidelity",
     ),
     Command(
         "buffer-sweep",
         "DCS vs ping-pong over OBuf size and timing convention (PIMphony Fig. 18)",
-        "sim.experiments.buffer_sweep",
+        "experiments.buffer_sweep",
     ),
     Command(
         "size-report",
         "static vs DPA instruction size over context (PIMphony Fig. 10c)",
-        "sim.experiments.size_report",
+        "experiments.size_report",
     ),
     Command(
         "capacity",
         "KV capacity utilisation, static vs lazy allocation (PIMphony Fig. 19)",
-        "sim.experiments.capacity",
+        "experiments.capacity",
     ),
     Command(
         "decode",
         "one LLM decode step on a multi-module PIM system (or N GPUs: --system gpu)",
-        "sim.decode_step.command",
+        "decode_step.command",
     ),
     Command(
         "serve",
         "serve requests over time: arrivals, continuous batching, latency percentiles",
-        "sim.serving.command",
+        "serving.command",
     ),
     Command(
         "gpu-compare",
         "PIM-only vs GPU-only throughput over capacity (LoL-PIM Fig. 9 shape)",
-        "sim.experiments.gpu_compare",
+        "experiments.gpu_compare",
     ),
     Command(
         "gpu-fig20",
         "PIMphony (PIM-only) vs memory-matched A100s (PIMphony Fig. 20 shape)",
-        "sim.experiments.gpu_fig20",
+        "experiments.gpu_fig20",
     ),
     Command(
         "ablation",
         "throughput HFP -> +TCP -> +DCS -> +DPA (PIMphony Fig. 13; --system xpu+pim: Fig. 14)",
-        "sim.experiments.ablation",
+        "experiments.ablation",
     ),
     Command(
         "energy",
         "decode energy per token, CENT vs CENT+PIMphony (PIMphony Fig. 16 shape)",
-        "sim.experiments.energy",
+        "experiments.energy",
     ),
     Command(
         "dex",
         "LibraPIM bank slicing: MAC utilisation and host-read bandwidth, with/without",
-        "sim.experiments.dex",
+        "experiments.dex",
     ),
     Command(
         "librapim",
         "one decode step, NPU+AiM vs LibraPIM (batch pipelining + DBO), simulated vs predicted",
-        "sim.experiments.librapim",
+        "experiments.librapim",
     ),
     Command(
         "librapim-fig19",
         "LibraPIM Fig. 19 shape: four systems' speedup over NPU+AiM, batch x input length",
-        "sim.experiments.librapim_fig19",
+        "experiments.librapim_fig19",
     ),
     Command(
         "librapim-energy",
         "LibraPIM Fig. 22 shape: decode energy by part of the four systems (HBM energy preset)",
-        "sim.experiments.librapim_energy",
+        "experiments.librapim_energy",
     ),
     Command(
         "attacc-energy",
         "AttAcc kernels' energy by part on one group, beside the AttAcc simulator's formula",
-        "sim.experiments.attacc_energy",
+        "experiments.attacc_energy",
     ),
     Command(
         "librapim-figs",
         "LibraPIM Figs. 20, 7, 9, 21 and DBO on measured rates (--figure), JSON + PNG",
-        "sim.experiments.librapim_figs",
+        "experiments.librapim_figs",
     ),
     Command(
         "sherpa",
         "PIM-SHERPA: DRAM capacity of WD, FACIL-O, S-DDB and S-OWR (Fig. 9)",
-        "sim.experiments.sherpa",
+        "experiments.sherpa",
     ),
     Command(
         "pim-gemv",
         "one GEMV on a command-level PIM back end (HBM-PIM; docs/dcc.md)",
-        "sim.pim_gemv",
+        "pim_gemv",
     ),
     Command(
         "tune",
         "DCC: the best mapping of a kernel on a PIM back end, vs its default and the GPU",
-        "sim.tune",
+        "tune",
     ),
     Command(
         "dcc-figs",
         "DCC Figs. 2, 6, 7, 9 shapes: DCC vs default mapping, compute-centric and GPU",
-        "sim.experiments.dcc_figs",
+        "experiments.dcc_figs",
     ),
     Command(
         "dcc-fig8",
         "DCC Fig. 8 shape: generation time by phase, GPU vs AttAcc Base/Full with and without DCC",
-        "sim.experiments.dcc_fig8",
+        "experiments.dcc_fig8",
     ),
     Command(
         "dcc-table2",
         "DCC Table II shape: the coupled predictor's pick vs the best draft per back end + kernel",
-        "sim.experiments.dcc_table2",
+        "experiments.dcc_table2",
     ),
     Command(
         "dcc-lut",
         "DCC's lookup table of best drafts per shape, filled offline by one trained predictor",
-        "sim.experiments.dcc_lut",
+        "experiments.dcc_lut",
     ),
     Command(
         "sweep-run",
         "a design-space sweep file, each point a Ray task, cached and resumable",
-        "sim.experiments.sweep_run",
+        "experiments.sweep_run",
     ),
-    Command("rtl", "write the Verilog of every RTL block (build/rtl/)", "sim.eda.verilog"),
-    Command("area", "Yosys synthesis of every RTL block: cells, flip-flops", "sim.eda.area"),
+    Command("rtl", "write the Verilog of every RTL block (build/rtl/)", "eda.verilog"),
+    Command("area", "Yosys synthesis of every RTL block: cells, flip-flops", "eda.area"),
     Command(
         "wave",
         "RTL waveforms: record them, or summarise a VCD",
         subcommands=(
-            Command("summary", "cycles and MAC utilisation from a VCD", "sim.eda.vcd"),
+            Command("summary", "cycles and MAC utilisation from a VCD", "eda.vcd"),
             Command(
                 "record",
                 "VCD + GTKWave save file of a kernel on an RTL block (build/waves/)",
-                "sim.eda.waves",
+                "eda.waves",
             ),
         ),
     ),
@@ -208,14 +210,14 @@ COMMANDS: tuple[Command, ...] = (
             Command(
                 "campaign",
                 "random streams on any RTL block vs the TLM; reports mismatches and speed",
-                "sim.verify.campaign",
+                "verify.campaign",
             ),
         ),
     ),
     Command(
         "bench",
         "simulation speed: CLI start-up, channel TLM, decode step, RTL",
-        "sim.experiments.bench",
+        "experiments.bench",
     ),
 )
 

@@ -16,20 +16,25 @@ import json
 from typing import Any
 
 import numpy as np
-
-from compiler.pim_gemv import lower_gemv, place_weights, read_outputs
-from compiler.rearrange import (
+from pimphony.compiler.pim_gemv import lower_gemv, place_weights, read_outputs
+from pimphony.compiler.rearrange import (
     Strategy,
     gemv_output_addresses,
     gemv_weight_addresses,
     rearrangement_cost,
 )
-from models.backends import available_backends, load_backend
-from models.energy import ActBasis, HbmEnergyParams, hbm_pim_activity, hbm_pim_energy, load_energy
-from models.errors import PimphonyError
-from models.hbm_pim import Op, execute, time_stream
-from sim.cli import SEED, bounded_int
-from sim.provenance import provenance
+from pimphony.models.backends import available_backends, load_backend
+from pimphony.models.energy import (
+    ActBasis,
+    HbmEnergyParams,
+    hbm_pim_activity,
+    hbm_pim_energy,
+    load_energy,
+)
+from pimphony.models.errors import PimphonyError
+from pimphony.models.hbm_pim import Op, execute, time_stream
+from pimphony.sim.cli import SEED, bounded_int
+from pimphony.sim.provenance import provenance
 
 __all__ = ["CheckError", "add_arguments", "gemv_report", "run"]
 

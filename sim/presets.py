@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from models.config import available_presets, load_preset
+from pimphony.models.config import available_presets, load_preset
 
 __all__ = ["add_arguments", "run"]
 

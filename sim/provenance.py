@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from models.config import HardwareConfig
+from pimphony.models.config import HardwareConfig
 
 __all__ = ["inputs_digest", "preset_record", "provenance", "tool_record"]
 

@@ -6,10 +6,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from compiler.kernels import KernelProgram
-from models.channel import BREAKDOWN_KEYS, ScheduleResult
-from models.energy import Energy
-from models.fileio import figure_format, pyplot, write_atomic, write_figure
+from pimphony.compiler.kernels import KernelProgram
+from pimphony.models.channel import BREAKDOWN_KEYS, ScheduleResult
+from pimphony.models.energy import Energy
+from pimphony.models.fileio import figure_format, pyplot, write_atomic, write_figure
 
 T = TypeVar("T")
 

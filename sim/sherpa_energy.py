@@ -30,10 +30,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from compiler.llm import ModelSpec, weight_matrices
-from compiler.pim_gemv import lower_gemv
-from models.backends import BackendConfig, load_backend
-from models.energy import (
+from pimphony.compiler.llm import ModelSpec, weight_matrices
+from pimphony.compiler.pim_gemv import lower_gemv
+from pimphony.models.backends import BackendConfig, load_backend
+from pimphony.models.energy import (
     Energy,
     EnergyConfigError,
     HbmEnergyParams,
@@ -42,12 +42,12 @@ from models.energy import (
     hbm_pim_energy,
     load_energy,
 )
-from models.fileio import pyplot, write_figure
-from models.hbm_pim import time_stream
-from models.xpu import XpuCost, attention_cost, gemm_cost, gemv_cost
-from models.xpu_config import XpuConfig, load_xpu
-from sim.decode_step.energy import xpu_energy
-from sim.sherpa_timing import (
+from pimphony.models.fileio import pyplot, write_figure
+from pimphony.models.hbm_pim import time_stream
+from pimphony.models.xpu import XpuCost, attention_cost, gemm_cost, gemv_cost
+from pimphony.models.xpu_config import XpuConfig, load_xpu
+from pimphony.sim.decode_step.energy import xpu_energy
+from pimphony.sim.sherpa_timing import (
     Prefill,
     SherpaHost,
     gemm_device,

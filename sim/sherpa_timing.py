@@ -27,10 +27,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from compiler.llm import ModelSpec, weight_matrices
-from compiler.pim_gemv import PimGemvError, gemv_layout, lower_gemv
-from models.backends import BackendConfig, load_backend
-from models.config import (
+from pimphony.compiler.llm import ModelSpec, weight_matrices
+from pimphony.compiler.pim_gemv import PimGemvError, gemv_layout, lower_gemv
+from pimphony.models.backends import BackendConfig, load_backend
+from pimphony.models.config import (
     CONFIG_DIR,
     check_value,
     find_toml,
@@ -39,11 +39,11 @@ from models.config import (
     require_key,
     typed_fields,
 )
-from models.errors import PimphonyError
-from models.hbm_pim import time_stream
-from models.layout import MemoryLayout
-from models.xpu import attention_cost, gemm_cost, gemv_cost
-from models.xpu_config import XpuConfig, load_xpu
+from pimphony.models.errors import PimphonyError
+from pimphony.models.hbm_pim import time_stream
+from pimphony.models.layout import MemoryLayout
+from pimphony.models.xpu import attention_cost, gemm_cost, gemv_cost
+from pimphony.models.xpu_config import XpuConfig, load_xpu
 
 __all__ = [
     "ATTENTION",

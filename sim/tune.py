@@ -18,16 +18,16 @@ import json
 import time
 from typing import Any
 
-from compiler.dcc_cost import DraftCost, Placement, draft_cost, gpu_seconds, kernel_nest
-from compiler.dcc_predictor import (
+from pimphony.compiler.dcc_cost import DraftCost, Placement, draft_cost, gpu_seconds, kernel_nest
+from pimphony.compiler.dcc_predictor import (
     Entry,
     LookupTable,
     LookupTableError,
     PredictedSearch,
     predicted_search,
 )
-from compiler.dcc_schedule import DccKernel, dimension_sets
-from compiler.dcc_tune import (
+from pimphony.compiler.dcc_schedule import DccKernel, dimension_sets
+from pimphony.compiler.dcc_tune import (
     Objective,
     SearchResult,
     best,
@@ -36,13 +36,13 @@ from compiler.dcc_tune import (
     generated_count,
     search,
 )
-from compiler.rearrange import Strategy
-from models.backends import BackendConfig, available_backends, load_backend
-from models.errors import PimphonyError
-from models.fileio import check_writable, write_atomic
-from sim.cli import bounded_int, choice_names
-from sim.provenance import provenance
-from sim.tune_energy import energy_lines, tune_energy
+from pimphony.compiler.rearrange import Strategy
+from pimphony.models.backends import BackendConfig, available_backends, load_backend
+from pimphony.models.errors import PimphonyError
+from pimphony.models.fileio import check_writable, write_atomic
+from pimphony.sim.cli import bounded_int, choice_names
+from pimphony.sim.provenance import provenance
+from pimphony.sim.tune_energy import energy_lines, tune_energy
 
 __all__ = ["add_arguments", "cost_row", "run", "tune_report"]
 
@@ -304,7 +304,7 @@ def run(args: argparse.Namespace) -> int:
         raise LookupTableError("--extend records a searched shape in a table: give --table FILE")
     table = None
     if args.table:
-        from sim.experiments.dcc_lut import read_table
+        from pimphony.sim.experiments.dcc_lut import read_table
 
         table = read_table(args.table, load_backend(args.backend))
     report = tune_report(
@@ -323,7 +323,7 @@ def run(args: argparse.Namespace) -> int:
     )
     cfg = load_backend(args.backend)
     if table is not None:
-        from sim.experiments.dcc_lut import table_digest
+        from pimphony.sim.experiments.dcc_lut import table_digest
 
         if report["table"]["extended"]:
             table.save(args.table, overwrite=True)
@@ -366,7 +366,7 @@ def run(args: argparse.Namespace) -> int:
               f"{d['simulated']:,} simulated ({refused:,} refused), "
               f"{d['search_seconds']:.1f} s")  # fmt: skip
     if "table" in r and not hit and not predicted:
-        from sim.experiments.dcc_lut import NO_PREDICTOR
+        from pimphony.sim.experiments.dcc_lut import NO_PREDICTOR
 
         done = "; its best recorded in the table (runtime)" if r["table"]["extended"] else ""
         print(f"  table: {r['kernel']} {tuple(r['shape'])} is not in {args.table}: searched"

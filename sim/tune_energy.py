@@ -33,12 +33,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-from compiler.dcc_cost import RESIDENT, DraftCost, Placement, host_costs, share_program
-from compiler.dcc_lowering import GroupProgram
-from models.backends import BackendConfig, BackendKind, PimDtype
-from models.config import HardwareConfig
-from models.energy import (
+from pimphony.compiler.dcc_cost import RESIDENT, DraftCost, Placement, host_costs, share_program
+from pimphony.compiler.dcc_lowering import GroupProgram
+from pimphony.models.backends import BackendConfig, BackendKind, PimDtype
+from pimphony.models.config import HardwareConfig
+from pimphony.models.energy import (
     DEFAULT_ENERGY,
     ActBasis,
     AttAccEnergyParams,
@@ -51,7 +50,7 @@ from models.energy import (
     load_energy,
     run_energy,
 )
-from sim.decode_step.energy import xpu_energy
+from pimphony.sim.decode_step.energy import xpu_energy
 
 __all__ = [
     "ENERGY_OF",
@@ -112,8 +111,8 @@ def _hbm_pim_run(
     """(energy, cycles) of one HBM-PIM group running ``stream``; MAC triggers counted by
     executing it on zero data (values do not change which triggers MAC; a BF16 back end runs
     as FP16, which :func:`models.hbm_pim.execute` supports)."""
-    from models.energy import hbm_pim_activity, hbm_pim_energy
-    from models.hbm_pim import PimState, execute, time_stream
+    from pimphony.models.energy import hbm_pim_activity, hbm_pim_energy
+    from pimphony.models.hbm_pim import PimState, execute, time_stream
 
     tl = time_stream(cfg, stream)
     fp16 = cfg
@@ -125,23 +124,23 @@ def _hbm_pim_run(
 
 
 def _hbm_pim_compute(cfg, c: DraftCost, prog, params, basis) -> tuple[Energy, int]:
-    from compiler.hbm_pim_lowering import lower_group
+    from pimphony.compiler.hbm_pim_lowering import lower_group
 
     _, payload = lower_group(cfg, c.kernel, c.share.sizes, c.share.cores)  # the WRs' data
     return _hbm_pim_run(cfg, prog.stream, payload, params, basis)
 
 
 def _hbm_pim_access(cfg, addresses, write, params, basis) -> tuple[Energy, int]:
-    from compiler.rearrange import access_stream
-    from models.hbm_pim import Op
+    from pimphony.compiler.rearrange import access_stream
+    from pimphony.models.hbm_pim import Op
 
     stream = access_stream(cfg, addresses, Op.WR if write else Op.RD)
     return _hbm_pim_run(cfg, stream, _zero_payload(cfg), params, basis)
 
 
 def _attacc_run(cfg, stream, params, basis) -> tuple[Energy, int]:
-    from models.attacc import time_stream
-    from models.energy import attacc_activity, attacc_energy
+    from pimphony.models.attacc import time_stream
+    from pimphony.models.energy import attacc_activity, attacc_energy
 
     tl = time_stream(cfg, stream)
     act = attacc_activity(cfg, stream, tl.issue, tl.cycles)
@@ -153,14 +152,14 @@ def _attacc_compute(cfg, c: DraftCost, prog, params, basis) -> tuple[Energy, int
 
 
 def _attacc_access(cfg, addresses, write, params, basis) -> tuple[Energy, int]:
-    from models import attacc
+    from pimphony.models import attacc
 
     op = attacc.Op.WR if write else attacc.Op.RD
     return _attacc_run(cfg, attacc.access_stream(cfg, addresses, op), params, basis)
 
 
 def _aim_hardware(cfg: BackendConfig) -> HardwareConfig:
-    from compiler.aim_lowering import hardware
+    from pimphony.compiler.aim_lowering import hardware
 
     return hardware(cfg)
 
@@ -169,8 +168,8 @@ def _aim_compute(cfg, c: DraftCost, prog, params, basis) -> tuple[Energy, int]:
     """One AiM channel running the group's stream: the channel TLM's statistics (the run
     :func:`compiler.aim_lowering.lower_group` times, same scheduler) converted as ``pimphony
     run --energy`` converts a channel run (:func:`~models.energy.run_energy`)."""
-    from compiler.aim_lowering import SCHEDULER
-    from models.channel import run_channel
+    from pimphony.compiler.aim_lowering import SCHEDULER
+    from pimphony.models.channel import run_channel
 
     hw = _aim_hardware(cfg)
     res = run_channel(prog.stream, hw, SCHEDULER, validate=False, record=False)
@@ -185,8 +184,8 @@ def _aim_access(cfg, addresses, write, params, basis) -> tuple[Energy, int]:
     counted in active standby for the whole run (a bank is open while its row's columns
     stream; bank_slice keeps no residency), which overstates by at most (active - precharged
     standby) x the run."""
-    from compiler.rearrange import group_access_cycles
-    from models.hbm_pim import Op
+    from pimphony.compiler.rearrange import group_access_cycles
+    from pimphony.models.hbm_pim import Op
 
     hw = _aim_hardware(cfg)
     op = Op.WR if write else Op.RD

@@ -17,8 +17,7 @@ from statistics import NormalDist
 from typing import Any, Literal
 
 import numpy as np
-
-from models.config import CONFIG_DIR, ConfigError, find_toml, load_toml_table, typed_fields
+from pimphony.models.config import CONFIG_DIR, ConfigError, find_toml, load_toml_table, typed_fields
 
 __all__ = [
     "WORKLOAD_DIR",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from models.xpu_config import available_xpus, load_xpu
+from pimphony.models.xpu_config import available_xpus, load_xpu
 
 __all__ = ["add_arguments", "run"]
 

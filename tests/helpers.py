@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sim.cli import main
+from pimphony.sim.cli import main
 
 __all__ = ["run_cli"]
 

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from pimphony.compiler.aim_lowering import GROUP_LOWERINGS, lower_group, run_group
+from pimphony.compiler.dcc_cost import draft_cost
+from pimphony.compiler.dcc_schedule import DccError, DccKernel
+from pimphony.compiler.dcc_tune import best, default_draft, default_name, search
+from pimphony.compiler.kernels import compile_gemv, gemv_pass_size
+from pimphony.compiler.rearrange import group_access_cycles
+from pimphony.models.backends import aim_backend, load_backend
+from pimphony.models.channel import run_channel
+from pimphony.models.config import load_preset
+from pimphony.models.hbm_pim import Op
 
-from compiler.aim_lowering import GROUP_LOWERINGS, lower_group, run_group
-from compiler.dcc_cost import draft_cost
-from compiler.dcc_schedule import DccError, DccKernel
-from compiler.dcc_tune import best, default_draft, default_name, search
-from compiler.kernels import compile_gemv, gemv_pass_size
-from compiler.rearrange import group_access_cycles
-from models.backends import aim_backend, load_backend
-from models.channel import run_channel
-from models.config import load_preset
-from models.hbm_pim import Op
 from tests.helpers import run_cli
 from tests.test_kernels import assert_close
 

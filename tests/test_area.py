@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from models.config import load_preset
-from sim.eda.area import (
+from pimphony.models.config import load_preset
+from pimphony.sim.eda.area import (
     DCS_PARTS,
     PIMPHONY_ENTRIES,
     PIMPHONY_ENTRY_BITS,
@@ -18,6 +17,7 @@ from sim.eda.area import (
     format_report,
     is_flip_flop,
 )
+
 from tests.helpers import run_cli
 
 SMALL = {

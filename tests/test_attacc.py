@@ -12,8 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
-
-from compiler.attacc_lowering import (
+from pimphony.compiler.attacc_lowering import (
     GROUP_LOWERINGS,
     AttAccLoweringError,
     _nest,
@@ -26,9 +25,9 @@ from compiler.attacc_lowering import (
     run_group,
     token_shares,
 )
-from compiler.dcc_schedule import DCC_KERNELS, DccKernel, dimension_sets, drafts
-from compiler.dcc_tune import default_draft
-from models.attacc import (
+from pimphony.compiler.dcc_schedule import DCC_KERNELS, DccKernel, dimension_sets, drafts
+from pimphony.compiler.dcc_tune import default_draft
+from pimphony.models.attacc import (
     COMMAND_DTYPE,
     AttAccError,
     AttAccState,
@@ -44,7 +43,7 @@ from models.attacc import (
     time_stream,
     time_stream_reference,
 )
-from models.backends import PimTiming, load_backend
+from pimphony.models.backends import PimTiming, load_backend
 
 ATT = load_backend("attacc")
 
@@ -799,7 +798,7 @@ def test_attn_group_lowering_runs_attention() -> None:
 def test_attn_default_draft_and_share_checks() -> None:
     """DCC V's default for attention: heads over the groups, tokens over the 16 bank groups,
     d_h over the 4 banks. The share check refuses exactly what the lowering refuses."""
-    from compiler.attacc_lowering import SHARE_CHECKS
+    from pimphony.compiler.attacc_lowering import SHARE_CHECKS
 
     d = default_draft(ATT, DccKernel.ATTN, (32, 512, 128))
     assert [(p.groups, p.cores, p.dim) for p in d] == [(32, 1, "K0"), (1, 16, "K1"), (1, 4, "K2")]

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-
-from compiler.attacc_lowering import (
+from pimphony.compiler.attacc_lowering import (
     AttAccLoweringError,
     _attention,
     _attention_reference,
@@ -23,8 +22,8 @@ from compiler.attacc_lowering import (
     lower_group,
     lower_group_reference,
 )
-from compiler.dcc_schedule import DccKernel
-from models.backends import load_backend
+from pimphony.compiler.dcc_schedule import DccKernel
+from pimphony.models.backends import load_backend
 
 ATT = load_backend("attacc")
 KERNELS = [

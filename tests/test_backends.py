@@ -6,8 +6,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-
-from models.backends import (
+from pimphony.models.backends import (
     BACKEND_DIR,
     BackendConfigError,
     BackendKind,
@@ -15,7 +14,7 @@ from models.backends import (
     available_backends,
     load_backend,
 )
-from models.config import load_preset
+from pimphony.models.config import load_preset
 
 
 def test_shipped_backends_load() -> None:

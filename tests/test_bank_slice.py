@@ -13,9 +13,8 @@ import json
 
 import numpy as np
 import pytest
-
-from compiler.kernels import compile_kernel
-from models.bank_slice import (
+from pimphony.compiler.kernels import compile_kernel
+from pimphony.models.bank_slice import (
     HOST_READ_DTYPE,
     SliceConfig,
     SliceError,
@@ -24,12 +23,12 @@ from models.bank_slice import (
     make_host_reads,
     run_bank_slice,
 )
-from models.channel import run_channel
-from models.config import load_preset
-from models.isa import Op, make_stream
-from rtl.bank_slice import BankSliceController
-from sim.experiments import dex
-from sim.verify.bank_slice import (
+from pimphony.models.channel import run_channel
+from pimphony.models.config import load_preset
+from pimphony.models.isa import Op, make_stream
+from pimphony.rtl.bank_slice import BankSliceController
+from pimphony.sim.experiments import dex
+from pimphony.sim.verify.bank_slice import (
     SliceRun,
     compare_with_tlm,
     mixed_workload,
@@ -37,6 +36,7 @@ from sim.verify.bank_slice import (
     run_rtl_bank_slice,
     simulate_amaranth,
 )
+
 from tests.helpers import run_cli
 
 CFG = load_preset("aim-16ch")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from pimphony.compiler.kernels import CompileError, compile_qk
+from pimphony.models.channel import run_channel
+from pimphony.sim.experiments.buffer_sweep import CONVENTIONS, buffer_sweep, format_buffer_sweep
 
-from compiler.kernels import CompileError, compile_qk
-from models.channel import run_channel
-from sim.experiments.buffer_sweep import CONVENTIONS, buffer_sweep, format_buffer_sweep
 from tests.helpers import run_cli
 
 

@@ -12,16 +12,15 @@ import json
 
 import numpy as np
 import pytest
-
-from models.bank_slice import run_bank_slice
-from models.config import load_preset
-from models.dpa.format import Command, DpaError, DynLoop, Header, Rule, TranslationError
-from models.dpa.program import DpaProgram, expand
-from models.isa import Op, validate_stream
-from rtl import Block
-from sim.verify import bank_slice as bank_slice_harness
-from sim.verify import dpa as dpa_harness
-from sim.verify.campaign_blocks import (
+from pimphony.models.bank_slice import run_bank_slice
+from pimphony.models.config import load_preset
+from pimphony.models.dpa.format import Command, DpaError, DynLoop, Header, Rule, TranslationError
+from pimphony.models.dpa.program import DpaProgram, expand
+from pimphony.models.isa import Op, validate_stream
+from pimphony.rtl import Block
+from pimphony.sim.verify import bank_slice as bank_slice_harness
+from pimphony.sim.verify import dpa as dpa_harness
+from pimphony.sim.verify.campaign_blocks import (
     CAMPAIGNS,
     COCOTB_BLOCKS,
     CampaignOptions,
@@ -32,6 +31,7 @@ from sim.verify.campaign_blocks import (
     slice_item,
     write_item,
 )
+
 from tests.helpers import run_cli
 
 CFG = load_preset("aim-16ch")

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from compiler.kernels import compile_gemv, compile_kernel, compile_qk
-from models.channel import (
+from pimphony.compiler.kernels import compile_gemv, compile_kernel, compile_qk
+from pimphony.models.channel import (
     SCHEDULERS,
     ChannelRun,
     run_channel,
@@ -20,10 +19,10 @@ from models.channel import (
     run_channels,
     stream_chunks,
 )
-from models.config import load_preset
-from models.isa import Op, StreamError, make_stream
-from models.pingpong import PingPongError
-from sim.verify.streams import random_pingpong_stream, random_stream, repeated_gemv_chunks
+from pimphony.models.config import load_preset
+from pimphony.models.isa import Op, StreamError, make_stream
+from pimphony.models.pingpong import PingPongError
+from pimphony.sim.verify.streams import random_pingpong_stream, random_stream, repeated_gemv_chunks
 
 PRESETS = ("aim-16ch", "aim-ramulator", "lolpim-aimx-io")
 

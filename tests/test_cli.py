@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from pimphony.models.config import CONFIG_DIR
+from pimphony.models.isa import load_stream
 
-from models.config import CONFIG_DIR
-from models.isa import load_stream
 from tests.helpers import run_cli
 
 
@@ -331,8 +331,8 @@ def test_compile_dpa_format(capsys, tmp_path):
     out = tmp_path / "qk.bin"
     rc, text, err = cli(capsys, "compile", *QK, "--format", "dpa", "-o", out)
     assert rc == 0, err
-    from models.config import load_preset
-    from models.dpa.program import DpaProgram
+    from pimphony.models.config import load_preset
+    from pimphony.models.dpa.program import DpaProgram
 
     prog = DpaProgram.from_bytes(out.read_bytes(), load_preset("aim-16ch"))
     assert prog.kernel == "qk" and f"{prog.nbytes} B" in text
@@ -383,25 +383,25 @@ def test_errors_name_the_command_and_exit_2(capsys):
 
 
 def test_every_deliberate_error_is_a_pimphony_error():
-    from compiler.plan import PartitionError
-    from models.bank_slice import SliceError
-    from models.errors import PimphonyError
-    from models.hub import HubError
-    from sim.eda.area import YosysError
-    from sim.experiments.gpu_compare import CompareError
-    from sim.verify.runner import CosimError
+    from pimphony.compiler.plan import PartitionError
+    from pimphony.models.bank_slice import SliceError
+    from pimphony.models.errors import PimphonyError
+    from pimphony.models.hub import HubError
+    from pimphony.sim.eda.area import YosysError
+    from pimphony.sim.experiments.gpu_compare import CompareError
+    from pimphony.sim.verify.runner import CosimError
 
     for cls in (PartitionError, SliceError, HubError, YosysError, CosimError, CompareError):
         assert issubclass(cls, PimphonyError), cls
 
 
 def test_internal_errors_say_where_the_traceback_is(capsys, monkeypatch, tmp_path):
-    import sim.presets
+    import pimphony.sim.presets as sim_presets
 
     def broken(args):
         raise KeyError("boom")
 
-    monkeypatch.setattr(sim.presets, "run", broken)
+    monkeypatch.setattr(sim_presets, "run", broken)
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     monkeypatch.delenv("PIMPHONY_DEBUG", raising=False)
     rc, out, err = run_cli(capsys, "presets")
@@ -413,12 +413,12 @@ def test_internal_errors_say_where_the_traceback_is(capsys, monkeypatch, tmp_pat
 
 def test_a_closed_pipe_is_not_an_error(capsys, monkeypatch):
     # ``pimphony demo | head -1``: the reader closes the pipe while the command still writes.
-    import sim.presets
+    import pimphony.sim.presets as sim_presets
 
     def writes_into_a_closed_pipe(args):
         raise BrokenPipeError(32, "Broken pipe")
 
-    monkeypatch.setattr(sim.presets, "run", writes_into_a_closed_pipe)
+    monkeypatch.setattr(sim_presets, "run", writes_into_a_closed_pipe)
     rc, _, err = run_cli(capsys, "presets")
     assert (rc, err) == (0, "")
 

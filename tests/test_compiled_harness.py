@@ -19,16 +19,15 @@ import sys
 
 import numpy as np
 import pytest
-
-from models.channel import check_schedule, run_channel
-from models.config import load_preset
-from models.isa import Op, StreamError, load_stream
-from rtl.blocks import SCHEDULER_OF_BLOCK
-from rtl.common import command_layout
-from sim.cli import main as cli_main
-from sim.verify import campaign, compiled
-from sim.verify.campaign import campaign_stream, run_campaign
-from sim.verify.compiled import (
+from pimphony.models.channel import check_schedule, run_channel
+from pimphony.models.config import load_preset
+from pimphony.models.isa import Op, StreamError, load_stream
+from pimphony.rtl.blocks import SCHEDULER_OF_BLOCK
+from pimphony.rtl.common import command_layout
+from pimphony.sim.cli import main as cli_main
+from pimphony.sim.verify import campaign, compiled
+from pimphony.sim.verify.campaign import campaign_stream, run_campaign
+from pimphony.sim.verify.compiled import (
     RECORD_HEADER,
     STREAM_HEADER,
     build_harness,
@@ -36,9 +35,9 @@ from sim.verify.compiled import (
     format_header,
     read_results,
 )
-from sim.verify.runner import CosimError, pack_fields, pack_words
-from sim.verify.scheduler import RtlStream, run_rtl
-from sim.verify.streams import (
+from pimphony.sim.verify.runner import CosimError, pack_fields, pack_words
+from pimphony.sim.verify.scheduler import RtlStream, run_rtl
+from pimphony.sim.verify.streams import (
     accepted_gaps,
     cosim_streams,
     kernel_streams,
@@ -252,7 +251,7 @@ def _no_verilator():
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "sim.cli", "verify", "campaign", *args],
+        [sys.executable, "-m", "pimphony.sim.cli", "verify", "campaign", *args],
         capture_output=True,
         text=True,
         check=False,

@@ -8,8 +8,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-
-from models.config import (
+from pimphony.models.config import (
     CONFIG_DIR,
     FIELD_RANGES,
     ConfigError,
@@ -18,6 +17,7 @@ from models.config import (
     load_config,
     load_preset,
 )
+
 from tests.helpers import run_cli
 
 PRESET_16 = CONFIG_DIR / "aim-16ch.toml"

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from models.channel import check_schedule, run_channel
-from models.config import load_preset
-from rtl.blocks import SCHEDULER_OF_BLOCK
-from sim.verify.runner import simulators
-from sim.verify.scheduler import RtlStream, compare_with_tlm, run_rtl
-from sim.verify.streams import (
+from pimphony.models.channel import check_schedule, run_channel
+from pimphony.models.config import load_preset
+from pimphony.rtl.blocks import SCHEDULER_OF_BLOCK
+from pimphony.sim.verify.runner import simulators
+from pimphony.sim.verify.scheduler import RtlStream, compare_with_tlm, run_rtl
+from pimphony.sim.verify.streams import (
     COSIM_RANDOM_LEN,
     accepted_gaps,
     cosim_streams,
@@ -26,6 +25,7 @@ from sim.verify.streams import (
     random_pingpong_stream,
     random_stream,
 )
+
 from tests.test_scheduling import MODE_STREAM, PP_MODE_STREAM, pp_late_wr_gaps
 
 CFG = load_preset("aim-16ch")

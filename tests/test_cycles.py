@@ -7,10 +7,9 @@ import random
 
 import numpy as np
 import pytest
-
-from compiler.plan import PARTITIONS, Partition, layer_plan
-from models.config import load_preset
-from sim.decode_step.cycles import (
+from pimphony.compiler.plan import PARTITIONS, Partition, layer_plan
+from pimphony.models.config import load_preset
+from pimphony.sim.decode_step.cycles import (
     PAIR_KEY,
     AttentionBlock,
     StepCycles,
@@ -18,9 +17,10 @@ from sim.decode_step.cycles import (
     _RequestBlock,
     decode_cycles,
 )
-from sim.decode_step.setup import DecodeError, DecodeSetup
-from sim.decode_step.step import KernelCaches, run_decode
-from sim.serving.engine import ServingCaches
+from pimphony.sim.decode_step.setup import DecodeError, DecodeSetup
+from pimphony.sim.decode_step.step import KernelCaches, run_decode
+from pimphony.sim.serving.engine import ServingCaches
+
 from tests.test_decode_step import TINY
 
 #: TINY without GQA (one query head per KV head).

@@ -10,8 +10,7 @@ from __future__ import annotations
 import math
 
 import pytest
-
-from models.dbo import (
+from pimphony.models.dbo import (
     DboCase,
     DboError,
     DboModel,
@@ -20,7 +19,7 @@ from models.dbo import (
     solve_ffn_offload,
     solve_mha_offload,
 )
-from models.errors import PimphonyError
+from pimphony.models.errors import PimphonyError
 
 TOY = DboModel(d_model=2, d_ff=4, k_qkv=6, k_proj=2, k_ffn=4, k_mha=4, context_window=100)
 HW = DboThroughput(xpu_flops=1.0, xpu_gemv_flops=0.5, pim_flops=1.0, pim_channels=4)

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from compiler.dcc_cost import (
+from pimphony.compiler.dcc_cost import (
     DraftCost,
     Placement,
     draft_cost,
@@ -17,12 +16,12 @@ from compiler.dcc_cost import (
     group_share,
     kernel_nest,
 )
-from compiler.dcc_schedule import DccError, DccKernel, Index, Part
-from compiler.hbm_pim_lowering import GROUP_LOWERINGS
-from compiler.rearrange import Strategy, access_stream, rearrangement_seconds
-from models.backends import load_backend
-from models.hbm_pim import Op, time_stream
-from models.xpu import VectorOp, vector_cost
+from pimphony.compiler.dcc_schedule import DccError, DccKernel, Index, Part
+from pimphony.compiler.hbm_pim_lowering import GROUP_LOWERINGS
+from pimphony.compiler.rearrange import Strategy, access_stream, rearrangement_seconds
+from pimphony.models.backends import load_backend
+from pimphony.models.hbm_pim import Op, time_stream
+from pimphony.models.xpu import VectorOp, vector_cost
 
 HBM = load_backend("hbm-pim")  # 5 devices x 16 pseudo-channels = 80 groups of 8 units
 
@@ -160,7 +159,7 @@ def test_gpu_roofline_by_hand() -> None:
 def test_kernel_without_a_lowering_is_refused_by_name() -> None:
     """AttAcc lowers neither VA nor ReLU, batched or not (no element-wise unit): a specific
     refusal naming what it lowers, not a KeyError."""
-    from compiler.dcc_tune import default_draft
+    from pimphony.compiler.dcc_tune import default_draft
 
     attacc = load_backend("attacc")
     lowered = r"\(kind attacc lowers only gemv, batched-gemv, qk, sv, red, batched-red, attn\)"
@@ -187,8 +186,8 @@ def test_attn_gpu_is_flash_decoding() -> None:
 def test_clear_caches_keeps_costs(tmp_path) -> None:
     """clear_caches forgets the memoised programs (dcc-figs runs many shapes in one process);
     a draft costs the same before and after."""
-    from compiler import dcc_cost
-    from compiler.dcc_tune import default_draft
+    from pimphony.compiler import dcc_cost
+    from pimphony.compiler.dcc_tune import default_draft
 
     cfg = load_backend(str(small_backend(tmp_path)))
     shape = (2, 64, 128)
@@ -220,8 +219,8 @@ def test_attn_tokens_over_groups_by_hand() -> None:
     5 P - 1 = 73 on 19.5 TFLOPS x 0.8 = 4.7 ps; bytes (P (d + 2) + d) x 2 B = 104 B at
     2,039 GB/s x 0.85 = 60.0 ps, the larger. K and V are resident and results leave by RDSB
     inside the stream: no rearrangement. Total = 312 / 1.3 GHz + 60.0 ps."""
-    from compiler.attacc_lowering import lower_attention
-    from models.xpu import attention_combine_cost
+    from pimphony.compiler.attacc_lowering import lower_attention
+    from pimphony.models.xpu import attention_combine_cost
 
     att = load_backend("attacc")
     t = att.timing

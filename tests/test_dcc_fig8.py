@@ -6,12 +6,11 @@ import argparse
 
 import numpy as np
 import pytest
-
-from compiler.llm import LayerOp, load_model
-from models.backends import load_backend
-from sim.decode_step.gpu import GpuSetup, gpu_fc_shapes, run_gpu_decode
-from sim.decode_step.setup import DecodeError
-from sim.experiments.dcc_fig8 import (
+from pimphony.compiler.llm import LayerOp, load_model
+from pimphony.models.backends import load_backend
+from pimphony.sim.decode_step.gpu import GpuSetup, gpu_fc_shapes, run_gpu_decode
+from pimphony.sim.decode_step.setup import DecodeError
+from pimphony.sim.experiments.dcc_fig8 import (
     PAPER,
     SYSTEMS,
     Fig8System,
@@ -142,11 +141,11 @@ def _tiny_table(fc_default: bool = True):
     """A table holding every shape the tiny run asks DCC for (no search): attention at the
     back end's default draft, the FC GEMMs at :func:`fc_default_draft` (not the tune's
     default, so the table's draft is what is read)."""
-    from compiler.dcc_predictor import Entry, LookupTable
-    from compiler.dcc_schedule import DccKernel
-    from compiler.dcc_tune import default_draft
-    from sim.experiments.dcc_fig8 import dcc_shapes
-    from sim.experiments.dcc_lut import backend_record
+    from pimphony.compiler.dcc_predictor import Entry, LookupTable
+    from pimphony.compiler.dcc_schedule import DccKernel
+    from pimphony.compiler.dcc_tune import default_draft
+    from pimphony.sim.experiments.dcc_fig8 import dcc_shapes
+    from pimphony.sim.experiments.dcc_lut import backend_record
 
     table = LookupTable({"backend": backend_record(CFG)})
     for k, sizes in dcc_shapes(*TINY, points=2):
@@ -197,11 +196,11 @@ def test_gpu_energy_is_the_decode_gpu_model(energy_rows):
 
 
 def test_pim_kernel_energy_is_its_drafts(energy_rows):
-    from compiler.dcc_cost import Placement, draft_cost
-    from compiler.dcc_schedule import DccKernel
-    from compiler.dcc_tune import default_draft
-    from sim.experiments.dcc_fig8 import attention_sizes, step_energy
-    from sim.tune_energy import PHASES, draft_energy, energy_params
+    from pimphony.compiler.dcc_cost import Placement, draft_cost
+    from pimphony.compiler.dcc_schedule import DccKernel
+    from pimphony.compiler.dcc_tune import default_draft
+    from pimphony.sim.experiments.dcc_fig8 import attention_sizes, step_energy
+    from pimphony.sim.tune_energy import PHASES, draft_energy, energy_params
 
     pim, _ = energy_rows
     params = energy_params(CFG, "")
@@ -228,9 +227,9 @@ def test_pim_kernel_energy_is_its_drafts(energy_rows):
 
 
 def test_full_moves_ffn_energy_from_gpu_to_pim(energy_rows):
-    from sim.decode_step.energy import xpu_energy
-    from sim.decode_step.gpu import gpu_op_costs
-    from sim.experiments.dcc_fig8 import FC_KERNEL, fc_sizes
+    from pimphony.sim.decode_step.energy import xpu_energy
+    from pimphony.sim.decode_step.gpu import gpu_op_costs
+    from pimphony.sim.experiments.dcc_fig8 import FC_KERNEL, fc_sizes
 
     pim, rows = energy_rows
     sy = rows[0]["systems"]
@@ -258,7 +257,7 @@ def test_full_moves_ffn_energy_from_gpu_to_pim(energy_rows):
 def test_energy_refuses_a_host_without_an_energy_model():
     import dataclasses
 
-    from sim.experiments.dcc_fig8 import step_energy
+    from pimphony.sim.experiments.dcc_fig8 import step_energy
 
     bare = dataclasses.replace(HOST, energy=None)
     with pytest.raises(DecodeError, match="no \\[energy\\] section"):

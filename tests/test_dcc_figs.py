@@ -9,14 +9,14 @@ import math
 from pathlib import Path
 
 import pytest
+from pimphony.compiler.dcc_cost import Placement
+from pimphony.compiler.dcc_predictor import LookupTable
+from pimphony.models.backends import load_backend
+from pimphony.sim.experiments import dcc_figs
+from pimphony.sim.experiments.dcc_figs import FIGURES, Figure, summary
+from pimphony.sim.experiments.dcc_lut import backend_record, table_digest
+from pimphony.sim.tune import tune_report
 
-from compiler.dcc_cost import Placement
-from compiler.dcc_predictor import LookupTable
-from models.backends import load_backend
-from sim.experiments import dcc_figs
-from sim.experiments.dcc_figs import FIGURES, Figure, summary
-from sim.experiments.dcc_lut import backend_record, table_digest
-from sim.tune import tune_report
 from tests.helpers import run_cli
 from tests.test_dcc_cost import small_backend
 
@@ -138,7 +138,7 @@ def tabled(tmp_path: Path, capsys, monkeypatch) -> tuple[Path, Path, list]:
 def test_table_drafts_are_not_searched_and_rows_say_so(tabled, capsys, monkeypatch, older) -> None:
     """The point the table lacks is predicted by the table's saved predictor, or searched
     with an older table that has none."""
-    import sim.tune
+    import pimphony.sim.tune as sim_tune
 
     cfg, path, cases = tabled
     if older:  # as dcc-lut wrote tables before it saved the predictor
@@ -146,14 +146,14 @@ def test_table_drafts_are_not_searched_and_rows_say_so(tabled, capsys, monkeypat
         del raw["model"]
         path.write_text(json.dumps(raw))
     searched = []
-    search = sim.tune.predicted_search
+    search = sim_tune.predicted_search
 
     def only_untabled(c, kernel, shape, *args, **kwargs):
         assert tuple(shape) != (2, 64, 128), "searched a point the table holds"
         searched.append(tuple(shape))
         return search(c, kernel, shape, *args, **kwargs)
 
-    monkeypatch.setattr(sim.tune, "predicted_search", only_untabled)
+    monkeypatch.setattr(sim_tune, "predicted_search", only_untabled)
     monkeypatch.setattr(dcc_figs, "BUILD_DIR", path.parent / "build")
     rc, out, err = run_cli(capsys, "dcc-figs", "--figure", "fig9", "--table", path)
     assert rc == 0, err

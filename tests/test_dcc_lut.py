@@ -15,9 +15,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from compiler.dcc_cost import draft_cost
-from compiler.dcc_predictor import (
+from pimphony.compiler.dcc_cost import draft_cost
+from pimphony.compiler.dcc_predictor import (
     FEATURE_DIGEST,
     FEATURE_NAMES,
     Entry,
@@ -26,18 +25,19 @@ from compiler.dcc_predictor import (
     kernel_drafts,
     model_path,
 )
-from compiler.dcc_schedule import DccKernel
-from compiler.dcc_tune import default_draft
-from models.backends import load_backend
-from sim.cli import main
-from sim.experiments import dcc_fig8
-from sim.experiments.dcc_figs import FIGURE_BACKENDS, FIGURES
-from sim.experiments.dcc_lut import (
+from pimphony.compiler.dcc_schedule import DccKernel
+from pimphony.compiler.dcc_tune import default_draft
+from pimphony.models.backends import load_backend
+from pimphony.sim.cli import main
+from pimphony.sim.experiments import dcc_fig8
+from pimphony.sim.experiments.dcc_figs import FIGURE_BACKENDS, FIGURES
+from pimphony.sim.experiments.dcc_lut import (
     ShapeSource,
     backend_digest,
     backend_record,
     evaluation_shapes,
 )
+
 from tests.helpers import run_cli
 from tests.test_dcc_cost import small_backend
 
@@ -133,13 +133,13 @@ def test_a_predictor_file_is_not_overwritten_without_force(capsys, table) -> Non
 
 def _forbid_search(monkeypatch, why: str) -> None:
     """Make ``tune``'s searches fail with ``why``: a run that passes did not search."""
-    import sim.tune
+    import pimphony.sim.tune as sim_tune
 
     def no_search(*args, **kwargs):
         raise AssertionError(why)
 
-    monkeypatch.setattr(sim.tune, "predicted_search", no_search)
-    monkeypatch.setattr(sim.tune, "search", no_search)
+    monkeypatch.setattr(sim_tune, "predicted_search", no_search)
+    monkeypatch.setattr(sim_tune, "search", no_search)
 
 
 def test_tune_takes_a_tabled_draft_without_searching(capsys, table, monkeypatch) -> None:
@@ -346,7 +346,7 @@ def test_the_default_shapes_are_the_evaluations() -> None:
 
 
 def test_fig8_dcc_shapes_are_the_shapes_its_systems_ask_for(monkeypatch) -> None:
-    import sim.tune
+    import pimphony.sim.tune as sim_tune
 
     asked = []
 
@@ -354,7 +354,7 @@ def test_fig8_dcc_shapes_are_the_shapes_its_systems_ask_for(monkeypatch) -> None
         asked.append((kernel, tuple(sizes)))
         return {"chosen": {"total_us": 1.0}}
 
-    monkeypatch.setattr(sim.tune, "tune_report", fake)
+    monkeypatch.setattr(sim_tune, "tune_report", fake)
     monkeypatch.setattr(dcc_fig8.PimTimes, "default", lambda self, k, s: 1e-6)
     args = (("gpt3-13b-4k",), (2,), ((128, 300),))
     dcc_fig8.fig8(*args, points=3)
@@ -362,9 +362,9 @@ def test_fig8_dcc_shapes_are_the_shapes_its_systems_ask_for(monkeypatch) -> None
 
 
 def test_fig8_takes_tabled_drafts_without_searching(monkeypatch) -> None:
-    import sim.tune
+    import pimphony.sim.tune as sim_tune
 
-    monkeypatch.setattr(sim.tune, "predicted_search", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(sim_tune, "predicted_search", lambda *a, **k: 1 / 0)
     cfg = load_backend("attacc")
     sizes = (4, 256, 64)
     draft = default_draft(cfg, DccKernel.ATTN, sizes)
@@ -380,7 +380,7 @@ def test_fig8_takes_tabled_drafts_without_searching(monkeypatch) -> None:
 def test_fig8_command_reads_the_table_and_refuses_a_foreign_one(
     capsys, tmp_path, monkeypatch
 ) -> None:
-    import sim.tune
+    import pimphony.sim.tune as sim_tune
 
     cfg = load_backend("attacc")
     table = LookupTable({"backend": backend_record(cfg)})
@@ -390,7 +390,7 @@ def test_fig8_command_reads_the_table_and_refuses_a_foreign_one(
         looked_up = {} if table is None else {"table": {"hit": kernel == "attn"}}
         return {"chosen": {"total_us": 1.0}, **looked_up}
 
-    monkeypatch.setattr(sim.tune, "tune_report", fake)
+    monkeypatch.setattr(sim_tune, "tune_report", fake)
     monkeypatch.setattr(dcc_fig8.PimTimes, "default", lambda self, k, s: 1e-6)
     out = ("--report", tmp_path / "r.json", "--plot", tmp_path / "p.png")
     run = ("dcc-fig8", "--models", "gpt3-13b-4k", "--batches", "1", "--runs", "128:128",
@@ -429,13 +429,13 @@ def test_holdout_zero_and_single_shapes_hold_nothing_out(capsys, tmp_path) -> No
 
 
 def test_fig8_predicts_a_shape_the_table_lacks(table, monkeypatch) -> None:
-    import sim.tune
-    from sim.experiments.dcc_lut import read_table
+    import pimphony.sim.tune as sim_tune
+    from pimphony.sim.experiments.dcc_lut import read_table
 
     backend, out = table
-    monkeypatch.setattr(sim.tune, "predicted_search", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(sim_tune, "predicted_search", lambda *a, **k: 1 / 0)
     cfg = load_backend(backend)
-    monkeypatch.setattr(sim.tune, "load_backend", lambda name: cfg)  # PimTimes passes the name
+    monkeypatch.setattr(sim_tune, "load_backend", lambda name: cfg)  # PimTimes passes the name
     pim = dcc_fig8.PimTimes(cfg, table=read_table(out, cfg))
     draft = _offline(out).best(cfg, "gemv", (96, 256))[0]
     assert pim.dcc("gemv", (96, 256)) == pytest.approx(

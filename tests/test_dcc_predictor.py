@@ -16,8 +16,7 @@ from functools import cache
 
 import numpy as np
 import pytest
-
-from compiler.dcc_predictor import (
+from pimphony.compiler.dcc_predictor import (
     FEATURE_NAMES,
     MAX_SETS,
     Entry,
@@ -33,7 +32,7 @@ from compiler.dcc_predictor import (
     kernel_nest,
     train_predictor,
 )
-from compiler.dcc_schedule import (
+from pimphony.compiler.dcc_schedule import (
     DCC_KERNELS,
     DccError,
     DccKernel,
@@ -42,7 +41,7 @@ from compiler.dcc_schedule import (
     dimension_sets,
     innermost_set,
 )
-from models.backends import load_backend
+from pimphony.models.backends import load_backend
 
 HBM = load_backend("hbm-pim")
 # One device (16 pseudo-channels x 8 units): 4,000 GEMV drafts instead of 29,440, so the
@@ -361,7 +360,7 @@ def test_real_labels_gemv_on_hbm_pim():
     shape-only predictor's (as above), every held-out pick and the pruned + predicted pick on
     64 x 128 (against all 29,440 drafts) within DCC's worst reported suboptimal pick (Table
     II: 94.01% of the optimum, AttAcc + RED), and pruning must lose nothing on 64 x 128."""
-    from compiler.dcc_predictor import simulated_seconds
+    from pimphony.compiler.dcc_predictor import simulated_seconds
 
     train = [(o, i) for o in (64, 256, 1024) for i in (128, 512, 2048)]
     test = [(128, 256), (512, 1024), (2048, 512)]
@@ -392,8 +391,9 @@ def test_real_labels_gemv_on_hbm_pim():
 def test_predicted_search_simulates_budget_plus_verify(tmp_path) -> None:
     """Above the budget: ``budget`` sampled + ``verify`` predicted drafts are simulated and
     the choice is the best simulated; at or below it, every draft is (the plain search)."""
-    from compiler.dcc_predictor import predicted_search
-    from compiler.dcc_tune import best, search
+    from pimphony.compiler.dcc_predictor import predicted_search
+    from pimphony.compiler.dcc_tune import best, search
+
     from tests.test_dcc_cost import small_backend
 
     cfg = load_backend(small_backend(tmp_path))

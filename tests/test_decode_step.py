@@ -8,10 +8,9 @@ import math
 from dataclasses import dataclass
 
 import pytest
-
-from compiler.dpa import encode_kernel
-from compiler.llm import ModelSpec, load_model
-from compiler.plan import (
+from pimphony.compiler.dpa import encode_kernel
+from pimphony.compiler.llm import ModelSpec, load_model
+from pimphony.compiler.plan import (
     ChannelJob,
     DecodeMappingError,
     LayerPlan,
@@ -20,9 +19,9 @@ from compiler.plan import (
     micro_batches,
     stage_layers,
 )
-from models.config import load_preset
-from models.dpa.dispatcher import decode_times
-from models.hub import (
+from pimphony.models.config import load_preset
+from pimphony.models.dpa.dispatcher import decode_times
+from pimphony.models.hub import (
     NORM_FLOPS_PER_ELEMENT,
     RESIDUAL_FLOPS_PER_ELEMENT,
     SWIGLU_FLOPS_PER_ELEMENT,
@@ -30,10 +29,10 @@ from models.hub import (
     hub_instruction_bytes,
     link_cycles,
 )
-from sim.decode_step.admission import fill_batch
-from sim.decode_step.report import OP_KEYS, OP_STYLE
-from sim.decode_step.setup import DecodeError, DecodeSetup
-from sim.decode_step.step import attention_schedule, run_decode
+from pimphony.sim.decode_step.admission import fill_batch
+from pimphony.sim.decode_step.report import OP_KEYS, OP_STYLE
+from pimphony.sim.decode_step.setup import DecodeError, DecodeSetup
+from pimphony.sim.decode_step.step import attention_schedule, run_decode
 
 TINY = ModelSpec(
     name="tiny",

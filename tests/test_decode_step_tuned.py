@@ -7,16 +7,16 @@ from __future__ import annotations
 import json
 
 import pytest
+from pimphony.compiler.dcc_cost import draft_cost
+from pimphony.compiler.dcc_schedule import DccKernel, Index, Part
+from pimphony.compiler.plan import GemvJob, layer_plan
+from pimphony.models.config import load_preset
+from pimphony.models.hub import epu_cycles
+from pimphony.sim.decode_step import tuned
+from pimphony.sim.decode_step.cycles import StepCycles
+from pimphony.sim.decode_step.setup import DecodeError, DecodeSetup
+from pimphony.sim.decode_step.step import run_decode
 
-from compiler.dcc_cost import draft_cost
-from compiler.dcc_schedule import DccKernel, Index, Part
-from compiler.plan import GemvJob, layer_plan
-from models.config import load_preset
-from models.hub import epu_cycles
-from sim.decode_step import tuned
-from sim.decode_step.cycles import StepCycles
-from sim.decode_step.setup import DecodeError, DecodeSetup
-from sim.decode_step.step import run_decode
 from tests.helpers import run_cli
 from tests.test_decode_step import TINY
 

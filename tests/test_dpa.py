@@ -4,24 +4,23 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from compiler.dpa import (
+from pimphony.compiler.dpa import (
     DpaEncodeError,
     encode_kernel,
     encode_qk,
     encode_sv,
 )
-from compiler.kernels import compile_qk, compile_sv
-from models.channel import run_channel
-from models.config import load_preset
-from models.dpa.dispatcher import (
+from pimphony.compiler.kernels import compile_qk, compile_sv
+from pimphony.models.channel import run_channel
+from pimphony.models.config import load_preset
+from pimphony.models.dpa.dispatcher import (
     DecoderTiming,
     Dispatcher,
     decode_times,
     gaps_from_times,
     va2pa_entry_bytes,
 )
-from models.dpa.format import (
+from pimphony.models.dpa.format import (
     WORD_BYTES,
     Command,
     DpaCapacityError,
@@ -36,9 +35,10 @@ from models.dpa.format import (
     decode_word,
     encode_word,
 )
-from models.dpa.program import DpaProgram, expand
-from models.isa import Op, validate_stream
-from sim.experiments.size_report import instruction_size_report, static_program_bytes
+from pimphony.models.dpa.program import DpaProgram, expand
+from pimphony.models.isa import Op, validate_stream
+from pimphony.sim.experiments.size_report import instruction_size_report, static_program_bytes
+
 from tests.helpers import run_cli
 
 CFG = load_preset("aim-16ch")

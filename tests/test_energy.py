@@ -9,10 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from models.channel import run_channel
-from models.config import load_preset
-from models.energy import (
+from pimphony.models.channel import run_channel
+from pimphony.models.config import load_preset
+from pimphony.models.energy import (
     ENERGY_DIR,
     PARTS,
     EnergyConfigError,
@@ -23,7 +22,7 @@ from models.energy import (
     load_energy,
     load_energy_config,
 )
-from models.isa import Op, make_stream
+from pimphony.models.isa import Op, make_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,7 +63,7 @@ def _tiny_stream():
 @pytest.mark.parametrize("sched", ["static", "dcs"])
 def test_parts_sum_to_total_exactly(sched):
     cfg, p = load_preset("aim-16ch"), load_energy()
-    from compiler.kernels import compile_kernel
+    from pimphony.compiler.kernels import compile_kernel
 
     prog = compile_kernel(cfg, "qk", tokens=512, d_h=128, gqa_group=1)
     _, e = _energy(prog.commands, cfg, p, sched)
@@ -264,8 +263,8 @@ def test_chip_count_must_fit_the_hardware(tmp_path):
 
 def test_cli_bad_energy_preset_is_one_line():
     proc = subprocess.run(
-        [sys.executable, "-m", "sim.cli", "run", "--kernel", "qk", "--tokens", "64", "--dh",
-         "64", "--energy", "nope"],
+        [sys.executable, "-m", "pimphony.sim.cli", "run", "--kernel", "qk", "--tokens", "64",
+         "--dh", "64", "--energy", "nope"],
         cwd=ROOT, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert proc.returncode == 2
@@ -277,9 +276,9 @@ def test_cli_bad_energy_preset_is_one_line():
 
 
 def _pim_step(**kw):
-    from compiler.llm import load_model
-    from sim.decode_step.setup import DecodeSetup
-    from sim.decode_step.step import run_decode
+    from pimphony.compiler.llm import load_model
+    from pimphony.sim.decode_step.setup import DecodeSetup
+    from pimphony.sim.decode_step.step import run_decode
 
     hw = load_preset("aim-32ch-32g")
     setup = DecodeSetup(load_model("llm-7b"), hw, (4096,), **kw)
@@ -324,10 +323,10 @@ def test_gpu_decode_energy_by_hand():
     """A100: pJ/FLOP 1.282 and 31.2 pJ/B; attention of one 4096-token request moves its KV,
     2 x 32 heads x 128 x 2 B x 4096 = 67,108,864 B per layer, and the step's attention energy
     is 32 layers x (issued FLOPs x 1.282 + bytes x 31.2) pJ."""
-    from compiler.llm import load_model
-    from models.xpu import attention_cost
-    from models.xpu_config import load_xpu
-    from sim.decode_step.gpu import GpuSetup, run_gpu_decode
+    from pimphony.compiler.llm import load_model
+    from pimphony.models.xpu import attention_cost
+    from pimphony.models.xpu_config import load_xpu
+    from pimphony.sim.decode_step.gpu import GpuSetup, run_gpu_decode
 
     gpu = load_xpu("a100-80gb")
     rep = run_gpu_decode(GpuSetup(load_model("llm-7b"), gpu, 1, (4096,)))
@@ -341,10 +340,10 @@ def test_gpu_decode_energy_by_hand():
 def test_hetero_decode_energy():
     """xPU+PIM: FC on the NPU, attention on PIM; the PIM side's MAC energy equals the
     PIM-only step's attention MAC energy (same attention kernels) and the parts add up."""
-    from compiler.llm import load_model
-    from models.xpu_config import load_xpu
-    from sim.decode_step.hetero import HeteroSetup, run_hetero_decode
-    from sim.decode_step.setup import DecodeSetup
+    from pimphony.compiler.llm import load_model
+    from pimphony.models.xpu_config import load_xpu
+    from pimphony.sim.decode_step.hetero import HeteroSetup, run_hetero_decode
+    from pimphony.sim.decode_step.setup import DecodeSetup
 
     hw = load_preset("aim-32ch-32g")
     spec = load_model("llm-7b")
@@ -365,7 +364,7 @@ def test_energy_experiment_fig16(tmp_path):
     energy and less background share; the plot is written; a bad row is one line."""
     plot = tmp_path / "fig16.png"
     proc = subprocess.run(
-        [sys.executable, "-m", "sim.cli", "energy", "--rows", "7B-32K", "--json", "--plot",
+        [sys.executable, "-m", "pimphony.sim.cli", "energy", "--rows", "7B-32K", "--json", "--plot",
          str(plot)],
         cwd=ROOT, capture_output=True, text=True, check=False,
     )  # fmt: skip
@@ -382,7 +381,7 @@ def test_energy_experiment_fig16(tmp_path):
     )
     assert plot.stat().st_size > 0
     bad = subprocess.run(
-        [sys.executable, "-m", "sim.cli", "energy", "--rows", "9B"],
+        [sys.executable, "-m", "pimphony.sim.cli", "energy", "--rows", "9B"],
         cwd=ROOT, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert bad.returncode == 2 and "Traceback" not in bad.stderr

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from compiler.attacc_lowering import lower_group
-from compiler.dcc_schedule import DccKernel
-from models.attacc import COMMAND_DTYPE, MacMode, Op, Scope, command, time_stream
-from models.backends import load_backend
-from models.energy import (
+from pimphony.compiler.attacc_lowering import lower_group
+from pimphony.compiler.dcc_schedule import DccKernel
+from pimphony.models.attacc import COMMAND_DTYPE, MacMode, Op, Scope, command, time_stream
+from pimphony.models.backends import load_backend
+from pimphony.models.energy import (
     ENERGY_DIR,
     ActBasis,
     AttAccActivity,
@@ -196,7 +195,7 @@ def test_simulator_formula_by_hand():
     0.44) x 8 pJ/B of cells, 8,192 x 0.32 -- against our dynamic energy under its own
     activation reading, which charges the same cells and MACs but I/O per bit (x 8) and the
     RDSBs that carry the results out."""
-    from sim.experiments.attacc_energy import simulator_formula
+    from pimphony.sim.experiments.attacc_energy import simulator_formula
 
     k = lower_group(ATT, DccKernel.GEMV, (64, 128), (16, 4))
     a = _activity(k.stream)
@@ -221,7 +220,7 @@ def test_attacc_energy_command(tmp_path):
 
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run(
-        [sys.executable, "-m", "sim.cli", "attacc-energy", "--json"], capture_output=True,
+        [sys.executable, "-m", "pimphony.sim.cli", "attacc-energy", "--json"], capture_output=True,
         text=True, cwd=tmp_path, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
@@ -247,7 +246,7 @@ def test_attacc_energy_command(tmp_path):
 def test_hbm3_preset_idle_and_stack_count(tmp_path):
     """hbm-pim-hbm3 on its back end: two idle pseudo-channels for 1,000 cycles cost 2 x 24 mW
     x 1,000 / 1.3 GHz; a stated stack count other than 1 is refused."""
-    from models.energy import HbmPimActivity, hbm_pim_energy
+    from pimphony.models.energy import HbmPimActivity, hbm_pim_energy
 
     h3, p = load_backend("hbm-pim-hbm3"), load_energy("hbm-pim-hbm3")
     zero = dict.fromkeys(("trigger", "register", "host", "broadcast"), 0)
@@ -264,11 +263,11 @@ def test_split_attention_draft_energy_counts_the_combine():
     """ATTN with tokens over 2 groups: the energy runs the partial program (its statistics
     RDSB included, as the cost does) and the host's energy includes the combine (the same
     xPU cost ``draft_cost`` charges), on top of the DRAM bytes moved (none here)."""
-    from compiler.dcc_cost import draft_cost, share_program
-    from compiler.dcc_schedule import Index, Part
-    from models.xpu import attention_combine_cost
-    from sim.decode_step.energy import xpu_energy
-    from sim.tune_energy import draft_energy, energy_params
+    from pimphony.compiler.dcc_cost import draft_cost, share_program
+    from pimphony.compiler.dcc_schedule import Index, Part
+    from pimphony.models.xpu import attention_combine_cost
+    from pimphony.sim.decode_step.energy import xpu_energy
+    from pimphony.sim.tune_energy import draft_energy, energy_params
 
     d = (Part(1, 1, "K0", 1, Index("h")), Part(2, 8, "K1", 256, Index("t")),
          Part(1, 1, "K2", 16, Index("d")))  # fmt: skip

@@ -10,14 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from compiler.llm import load_model
-from models.config import load_preset
-from models.energy import ENERGY_DIR, load_energy
-from models.xpu_config import load_xpu
-from sim.decode_step.hetero import HeteroSetup, run_hetero_decode
-from sim.decode_step.setup import DecodeSetup
-from sim.decode_step.step import run_decode
+from pimphony.compiler.llm import load_model
+from pimphony.models.config import load_preset
+from pimphony.models.energy import ENERGY_DIR, load_energy
+from pimphony.models.xpu_config import load_xpu
+from pimphony.sim.decode_step.hetero import HeteroSetup, run_hetero_decode
+from pimphony.sim.decode_step.setup import DecodeSetup
+from pimphony.sim.decode_step.step import run_decode
 
 ROOT = Path(__file__).resolve().parents[1]
 LLM7B = load_model("llm-7b")
@@ -70,7 +69,7 @@ def test_xpu_pim_takes_the_preset_for_its_pim_side():
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "sim.cli", *args], capture_output=True, text=True, cwd=cwd,
+        [sys.executable, "-m", "pimphony.sim.cli", *args], capture_output=True, text=True, cwd=cwd,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
 
@@ -117,8 +116,8 @@ def test_cli_energy_option(tmp_path):
 def test_text_line_lists_every_part():
     """The text report's energy lines: phases, then every part (J per step); a part the
     block says is not modelled is named."""
-    from models.energy import Energy
-    from sim.decode_step.energy import energy_line, energy_report
+    from pimphony.models.energy import Energy
+    from pimphony.sim.decode_step.energy import energy_line, energy_report
 
     phases = {
         "fc": Energy(mac=1e12, io=2e12),

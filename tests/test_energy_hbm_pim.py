@@ -11,11 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from compiler.pim_gemv import lower_gemv
-from models.backends import load_backend
-from models.config import load_preset
-from models.energy import (
+from pimphony.compiler.pim_gemv import lower_gemv
+from pimphony.models.backends import load_backend
+from pimphony.models.config import load_preset
+from pimphony.models.energy import (
     ENERGY_DIR,
     ActBasis,
     EnergyConfigError,
@@ -26,7 +25,7 @@ from models.energy import (
     load_energy,
     load_energy_config,
 )
-from models.hbm_pim import COMMAND_DTYPE, Op, time_stream
+from pimphony.models.hbm_pim import COMMAND_DTYPE, Op, time_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -234,7 +233,7 @@ def test_stack_count_must_fit_the_device(tmp_path, edit, hardware, message):
 
 def _cli(*args):
     return subprocess.run(
-        [sys.executable, "-m", "sim.cli", *args], capture_output=True, text=True, cwd=ROOT,
+        [sys.executable, "-m", "pimphony.sim.cli", *args], capture_output=True, text=True, cwd=ROOT,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from sim.experiments.fidelity import CLAIMS, Verdict, format_fidelity, measure_all
+from pimphony.sim.experiments.fidelity import CLAIMS, Verdict, format_fidelity, measure_all
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPECTED = {

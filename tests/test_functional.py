@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from pimphony.compiler.kernels import compile_kernel
+from pimphony.models.config import load_preset
+from pimphony.models.functional import check_dataflow
+from pimphony.models.isa import Op, StreamError, empty_stream, save_stream
 
-from compiler.kernels import compile_kernel
-from models.config import load_preset
-from models.functional import check_dataflow
-from models.isa import Op, StreamError, empty_stream, save_stream
 from tests.helpers import run_cli
 
 CFG = load_preset("aim-16ch")

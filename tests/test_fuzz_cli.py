@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pimphony.compiler.kernels import compile_kernel
+from pimphony.models.config import CONFIG_DIR, load_preset
+from pimphony.models.isa import save_stream
 
-from compiler.kernels import compile_kernel
-from models.config import CONFIG_DIR, load_preset
-from models.isa import save_stream
 from tests.helpers import run_cli
 
 QUICK = settings(

@@ -11,11 +11,10 @@ import json
 import math
 
 import pytest
-
-from compiler.llm import ModelSpec, load_model
-from models.xpu import ring_allreduce_seconds
-from models.xpu_config import load_xpu
-from sim.decode_step.gpu import (
+from pimphony.compiler.llm import ModelSpec, load_model
+from pimphony.models.xpu import ring_allreduce_seconds
+from pimphony.models.xpu_config import load_xpu
+from pimphony.sim.decode_step.gpu import (
     KV_BLOCK_TOKENS,
     GpuSetup,
     gpu_fill_batch,
@@ -23,7 +22,8 @@ from sim.decode_step.gpu import (
     kv_blocks,
     run_gpu_decode,
 )
-from sim.decode_step.setup import DecodeError
+from pimphony.sim.decode_step.setup import DecodeError
+
 from tests.helpers import run_cli
 
 A100 = load_xpu("a100-80gb")
@@ -209,7 +209,7 @@ def test_cli_refuses_the_other_systems_options(capsys, argv, named):
 
 def test_gpu_compare_one_point(capsys, tmp_path):
     """One workload at 128 GB: every system measured, GPU counts matched as LoL-PIM's."""
-    from sim.experiments.gpu_compare import SYSTEMS, format_compare, gpu_compare
+    from pimphony.sim.experiments.gpu_compare import SYSTEMS, format_compare, gpu_compare
 
     rows = gpu_compare("llm-7b", ["qmsum"], [128])
     by = {r["system"]: r for r in rows}
@@ -230,7 +230,7 @@ def test_gpu_compare_one_point(capsys, tmp_path):
 
 
 def test_gpu_compare_refuses_partial_device():
-    from sim.experiments.gpu_compare import CompareError, gpu_compare
+    from pimphony.sim.experiments.gpu_compare import CompareError, gpu_compare
 
     with pytest.raises(CompareError, match="100 GB is not a whole number of 8 GB"):
         gpu_compare("llm-7b", ["qmsum"], [100])

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from compiler.llm import load_model
-from models.config import load_preset
-from models.xpu_config import load_xpu
-from sim.experiments.gpu_fig20 import (
+from pimphony.compiler.llm import load_model
+from pimphony.models.config import load_preset
+from pimphony.models.xpu_config import load_xpu
+from pimphony.sim.experiments.gpu_fig20 import (
     FIG20_CASES,
     GPU,
     GPU_MATCHED_GB,
@@ -19,6 +18,7 @@ from sim.experiments.gpu_fig20 import (
     format_fig20,
     plot_fig20,
 )
+
 from tests.helpers import run_cli
 
 
@@ -61,7 +61,7 @@ def test_one_case(rows):
 
 
 def test_plot_labels(rows, tmp_path, monkeypatch):
-    import sim.experiments.gpu_fig20 as mod
+    import pimphony.sim.experiments.gpu_fig20 as mod
 
     seen = {}
     real = mod.write_figure

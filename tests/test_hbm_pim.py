@@ -11,10 +11,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
-
-from compiler.dcc_schedule import DccKernel
-from compiler.hbm_pim_lowering import GROUP_LOWERINGS
-from compiler.pim_gemv import (
+from pimphony.compiler.dcc_schedule import DccKernel
+from pimphony.compiler.hbm_pim_lowering import GROUP_LOWERINGS
+from pimphony.compiler.pim_gemv import (
     PIM_ROWS,
     Emitter,
     PimGemvError,
@@ -23,9 +22,9 @@ from compiler.pim_gemv import (
     place_weights,
     read_outputs,
 )
-from compiler.rearrange import access_stream
-from models.backends import PimDtype, PimTiming, load_backend
-from models.hbm_pim import (
+from pimphony.compiler.rearrange import access_stream
+from pimphony.models.backends import PimDtype, PimTiming, load_backend
+from pimphony.models.hbm_pim import (
     AB_ENTRY_BANKS,
     AB_ENTRY_ROW,
     COMMAND_DTYPE,
@@ -243,7 +242,7 @@ def test_wrong_input_shape() -> None:
 
 def _copy_kernel(exit_early: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """FILL GRF_B[0..7] from row 0 of each unit's first bank, MOV them to row 1."""
-    from models.hbm_pim import (
+    from pimphony.models.hbm_pim import (
         AB_ENTRY_BANKS,
         AB_ENTRY_ROW,
         CRF_COLUMNS,

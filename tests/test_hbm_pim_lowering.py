@@ -10,13 +10,12 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from compiler.dcc_lowering import GroupProgram
-from compiler.dcc_schedule import DccKernel
-from compiler.hbm_pim_lowering import GROUP_LOWERINGS, HbmPimLoweringError, run_group
-from compiler.pim_gemv import PIM_ROWS, lower_gemv
-from models.backends import load_backend
-from models.hbm_pim import (
+from pimphony.compiler.dcc_lowering import GroupProgram
+from pimphony.compiler.dcc_schedule import DccKernel
+from pimphony.compiler.hbm_pim_lowering import GROUP_LOWERINGS, HbmPimLoweringError, run_group
+from pimphony.compiler.pim_gemv import PIM_ROWS, lower_gemv
+from pimphony.models.backends import load_backend
+from pimphony.models.hbm_pim import (
     Bank,
     HbmPimError,
     Instr,
@@ -268,8 +267,8 @@ def test_relu_and_add_instructions() -> None:
 def test_va_needs_the_drain() -> None:
     """VA lowered for a unit without pipeline drain (no NOP, no dummy reads) and run on the
     real one: the first MOV reads GRF_B right after the last ADD; the model refuses it."""
-    from compiler.hbm_pim_lowering import _LOWER
-    from models.hbm_pim import execute
+    from pimphony.compiler.hbm_pim_lowering import _LOWER
+    from pimphony.models.hbm_pim import execute
 
     eager = dataclasses.replace(HBM, core=dataclasses.replace(HBM.core, pipeline_drain=0))
     low = _LOWER[DccKernel.VA](eager, (100,), (8,))

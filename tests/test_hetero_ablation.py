@@ -7,23 +7,23 @@ import json
 import math
 
 import pytest
-
-from compiler.llm import load_model
-from models.config import load_preset
-from models.xpu import gemm_cost, ring_allreduce_seconds
-from models.xpu_config import load_xpu
-from sim.decode_step.admission import queue_batches
-from sim.decode_step.hetero import SUB_BATCHES_AUTO, HeteroSetup, run_hetero_decode
-from sim.decode_step.setup import DecodeSetup
-from sim.experiments.ablation import STEPS
-from sim.experiments.hetero_ablation import (
+from pimphony.compiler.llm import load_model
+from pimphony.models.config import load_preset
+from pimphony.models.xpu import gemm_cost, ring_allreduce_seconds
+from pimphony.models.xpu_config import load_xpu
+from pimphony.sim.decode_step.admission import queue_batches
+from pimphony.sim.decode_step.hetero import SUB_BATCHES_AUTO, HeteroSetup, run_hetero_decode
+from pimphony.sim.decode_step.setup import DecodeSetup
+from pimphony.sim.experiments.ablation import STEPS
+from pimphony.sim.experiments.hetero_ablation import (
     FIG14_CASES,
     format_hetero_ablation,
     hetero_ablation,
     plot_hetero_ablation,
     tensor_parallel_xpu,
 )
-from sim.workloads import load_workload, sample_context_lengths
+from pimphony.sim.workloads import load_workload, sample_context_lengths
+
 from tests.helpers import run_cli
 
 NPU = load_xpu("neupims-npu")
@@ -137,7 +137,7 @@ def test_fig14_cases_are_memory_matched():
 
 
 def test_plot_labels(rows, tmp_path, monkeypatch):
-    import sim.experiments.hetero_ablation as ha
+    import pimphony.sim.experiments.hetero_ablation as ha
 
     seen = {}
     real = ha.write_figure

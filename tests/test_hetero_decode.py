@@ -8,21 +8,21 @@ import json
 import math
 
 import pytest
-
-from compiler.llm import load_model
-from models.config import load_preset
-from models.xpu import gemm_cost
-from models.xpu_config import load_xpu
-from sim.decode_step.admission import fill_batch
-from sim.decode_step.hetero import (
+from pimphony.compiler.llm import load_model
+from pimphony.models.config import load_preset
+from pimphony.models.xpu import gemm_cost
+from pimphony.models.xpu_config import load_xpu
+from pimphony.sim.decode_step.admission import fill_batch
+from pimphony.sim.decode_step.hetero import (
     HeteroSetup,
     pipeline_schedule,
     run_hetero_decode,
     sub_batch_candidates,
 )
-from sim.decode_step.kernels import KernelCache
-from sim.decode_step.setup import DecodeError, DecodeSetup
-from sim.decode_step.step import attention_cycles, layer_timing
+from pimphony.sim.decode_step.kernels import KernelCache
+from pimphony.sim.decode_step.setup import DecodeError, DecodeSetup
+from pimphony.sim.decode_step.step import attention_cycles, layer_timing
+
 from tests.helpers import run_cli
 
 LLM7B = load_model("llm-7b")
@@ -247,7 +247,7 @@ def test_cli_modules_must_equal_tp(capsys, tmp_path):
 
 def test_timeline_plot_labels(reports, tmp_path, monkeypatch):
     """The timeline has a title, axes with units, a legend of ops and one row per device."""
-    import sim.decode_step.hetero as hetero
+    import pimphony.sim.decode_step.hetero as hetero
 
     seen = {}
     real = hetero.write_figure
@@ -270,7 +270,7 @@ def test_timeline_plot_labels(reports, tmp_path, monkeypatch):
 
 def test_bench_llm72b_128k_under_a_second():
     """``make bench``'s GPU and xPU+PIM decode steps of LLM-72B @ 128K."""
-    from sim.experiments.bench import bench_hetero_decode
+    from pimphony.sim.experiments.bench import bench_hetero_decode
 
     rows = bench_hetero_decode()
     assert [r["case"].split(",")[-1].split(" ")[-1] for r in rows] == ["GPU", "K=1", "K=2"]

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from compiler.hub import encode_kernels, encode_runs, encode_streams, run_count
-from compiler.kernels import compile_kernel
-from models.config import load_preset
-from models.hub import (
+from pimphony.compiler.hub import encode_kernels, encode_runs, encode_streams, run_count
+from pimphony.compiler.kernels import compile_kernel
+from pimphony.models.config import load_preset
+from pimphony.models.hub import (
     HUB_DTYPE,
     OP_SIZE_BITS,
     HubError,
@@ -18,8 +17,8 @@ from models.hub import (
     link_cycles,
     sequence,
 )
-from models.isa import Op, field_widths, make_stream
-from sim.verify.streams import random_stream
+from pimphony.models.isa import Op, field_widths, make_stream
+from pimphony.sim.verify.streams import random_stream
 
 
 @pytest.fixture(scope="module")

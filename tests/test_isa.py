@@ -10,9 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from models.config import load_preset
-from models.isa import (
+from pimphony.models.config import load_preset
+from pimphony.models.isa import (
     COMMAND_DTYPE,
     FORMAT_MAGIC,
     FORMAT_VERSION,

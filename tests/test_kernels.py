@@ -8,8 +8,7 @@ import math
 
 import numpy as np
 import pytest
-
-from compiler.kernels import (
+from pimphony.compiler.kernels import (
     CompileError,
     attention_max_tokens,
     compile_gemv,
@@ -20,10 +19,10 @@ from compiler.kernels import (
     gemv_pass_size,
     row_switch_estimate,
 )
-from models.channel import SCHEDULERS, run_channel
-from models.config import load_preset
-from models.functional import execute
-from models.isa import Op, validate_stream
+from pimphony.models.channel import SCHEDULERS, run_channel
+from pimphony.models.config import load_preset
+from pimphony.models.functional import execute
+from pimphony.models.isa import Op, validate_stream
 
 BANKS, ELEMS, COLS, HALF = 16, 16, 64, 32  # aim-16ch: B, E, C, NG/2 = NO/2
 

@@ -16,18 +16,23 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-OURS = ("models", "compiler", "rtl", "sim", "tests")
+OURS = ("models", "compiler", "rtl", "sim")
+"""The layers, imported as ``pimphony.<layer>`` (a bare ``import models`` is always wrong)."""
 ALLOWED = {
     "models": {"models"},
     "compiler": {"models", "compiler"},
     "rtl": {"models", "rtl"},
     "sim": {"models", "compiler", "rtl", "sim"},
 }
-HEAVY = ("amaranth", "cocotb", "vcdvcd", "matplotlib", "rtl.blocks")
+HEAVY = ("amaranth", "cocotb", "vcdvcd", "matplotlib", "pimphony.rtl.blocks")
 
 
 def imported_packages(path: Path) -> list[tuple[int, str]]:
-    """(line, top-level package of ours) for every import in ``path``, at any depth."""
+    """(line, layer of ours) for every import in ``path``, at any depth.
+
+    ``pimphony.sim.cli`` is layer ``sim``; a bare ``sim.cli`` (the old top-level names, which
+    the installed package does not have) is reported as ``"bare sim"``.
+    """
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
@@ -36,7 +41,12 @@ def imported_packages(path: Path) -> list[tuple[int, str]]:
             names = [node.module]
         else:
             continue
-        found += [(node.lineno, n.split(".")[0]) for n in names if n.split(".")[0] in OURS]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "pimphony" and len(parts) > 1 and parts[1] in OURS:
+                found.append((node.lineno, parts[1]))
+            elif parts[0] in OURS:
+                found.append((node.lineno, f"bare {parts[0]}"))
     return found
 
 
@@ -53,8 +63,21 @@ def test_imports_run_one_way(layer):
 
 def test_the_checker_sees_a_wrong_import(tmp_path):
     bad = tmp_path / "bad.py"
-    bad.write_text("def f():\n    from compiler.kernels import compile_kernel\n")
-    assert imported_packages(bad) == [(2, "compiler")]
+    bad.write_text(
+        "def f():\n    from pimphony.compiler.kernels import compile_kernel\n"
+        "import models.isa\n"
+    )
+    assert sorted(imported_packages(bad)) == [(2, "compiler"), (3, "bare models")]
+
+
+def test_tests_import_only_the_pimphony_names():
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} imports {pkg}"
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        for line, pkg in imported_packages(path)
+        if pkg.startswith("bare ")
+    ]
+    assert not wrong, "import pimphony.<layer>, not the bare folder name:\n" + "\n".join(wrong)
 
 
 @pytest.mark.parametrize(
@@ -71,10 +94,10 @@ def test_the_checker_sees_a_wrong_import(tmp_path):
 )
 def test_light_commands_do_not_import_heavy_packages(argv, needs, tmp_path):
     code = (
-        "import sys\nfrom sim.cli import main\ntry:\n    main(sys.argv[1:])\n"
+        "import sys\nfrom pimphony.sim.cli import main\ntry:\n    main(sys.argv[1:])\n"
         "except SystemExit:\n    pass\n"
         "print(sorted({m.split('.')[0] for m in sys.modules}"
-        " | {m for m in sys.modules if m.startswith('rtl.')}))"
+        " | {m for m in sys.modules if m.startswith('pimphony.rtl.')}))"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code, *argv],

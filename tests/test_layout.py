@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from models.layout import (
+from pimphony.models.layout import (
     AddressMap,
     LayoutError,
     MemoryLayout,

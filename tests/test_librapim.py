@@ -8,16 +8,15 @@ import math
 
 import numpy as np
 import pytest
-
-from compiler.kernels import compile_kernel
-from compiler.llm import LayerOp, load_model
-from models.channel import run_channel
-from models.config import load_preset
-from models.dbo import DboCase
-from models.xpu_config import load_xpu
-from sim.decode_step.hetero import HeteroSetup, run_hetero_decode
-from sim.decode_step.kernels import KernelCache
-from sim.decode_step.librapim import (
+from pimphony.compiler.kernels import compile_kernel
+from pimphony.compiler.llm import LayerOp, load_model
+from pimphony.models.channel import run_channel
+from pimphony.models.config import load_preset
+from pimphony.models.dbo import DboCase
+from pimphony.models.xpu_config import load_xpu
+from pimphony.sim.decode_step.hetero import HeteroSetup, run_hetero_decode
+from pimphony.sim.decode_step.kernels import KernelCache
+from pimphony.sim.decode_step.librapim import (
     SYSTEMS,
     BankAccess,
     Offload,
@@ -31,14 +30,15 @@ from sim.decode_step.librapim import (
     run_librapim,
     sharded_shapes,
 )
-from sim.decode_step.setup import DecodeError, DecodeSetup
-from sim.decode_step.step import attention_cycles
-from sim.workloads import (
+from pimphony.sim.decode_step.setup import DecodeError, DecodeSetup
+from pimphony.sim.decode_step.step import attention_cycles
+from pimphony.sim.workloads import (
     WorkloadError,
     generation_context_lengths,
     load_workload,
     sample_context_lengths,
 )
+
 from tests.helpers import run_cli
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from pimphony.compiler.llm import load_model
+from pimphony.models.config import load_preset
+from pimphony.models.energy import HbmEnergyParams, load_energy
+from pimphony.sim.experiments.librapim_energy import BAR_PARTS, fig22, npu_energy_params
 
-from compiler.llm import load_model
-from models.config import load_preset
-from models.energy import HbmEnergyParams, load_energy
-from sim.experiments.librapim_energy import BAR_PARTS, fig22, npu_energy_params
 from tests.helpers import run_cli
 
 

@@ -8,22 +8,22 @@ import json
 import math
 
 import pytest
-
-from compiler.llm import LayerOp, gemv_shapes, load_model
-from models.config import load_preset
-from models.dbo import DboThroughput, solve_ffn_offload, solve_mha_offload
-from models.xpu import gemm_cost
-from models.xpu_config import load_xpu
-from sim.decode_step.kernels import KernelCache
-from sim.decode_step.librapim import (
+from pimphony.compiler.llm import LayerOp, gemv_shapes, load_model
+from pimphony.models.config import load_preset
+from pimphony.models.dbo import DboThroughput, solve_ffn_offload, solve_mha_offload
+from pimphony.models.xpu import gemm_cost
+from pimphony.models.xpu_config import load_xpu
+from pimphony.sim.decode_step.kernels import KernelCache
+from pimphony.sim.decode_step.librapim import (
     _Parts,
     dbo_model,
     measured_throughput,
     run_librapim,
 )
-from sim.decode_step.setup import DecodeError
-from sim.experiments.librapim_fig21 import scaled_npu
-from sim.experiments.librapim_util import step_row, sweep
+from pimphony.sim.decode_step.setup import DecodeError
+from pimphony.sim.experiments.librapim_fig21 import scaled_npu
+from pimphony.sim.experiments.librapim_util import step_row, sweep
+
 from tests.helpers import run_cli
 
 SPEC = "llm-1.8b"

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from compiler.kernels import CompileError, compile_gemv, compile_qk, compile_sv
-from compiler.llm import (
+from pimphony.compiler.kernels import CompileError, compile_gemv, compile_qk, compile_sv
+from pimphony.compiler.llm import (
     MODELS_DIR,
     OP_NAMES,
     DecodeOp,
@@ -25,8 +24,8 @@ from compiler.llm import (
     spec_from_hf_config,
     to_kernel,
 )
-from models.config import load_preset
-from models.hub import SOFTMAX_FLOPS_PER_SCORE
+from pimphony.models.config import load_preset
+from pimphony.models.hub import SOFTMAX_FLOPS_PER_SCORE
 
 # name: (layers, heads, kv_heads, hidden, intermediate, head_dim, context_window, vocab_size)
 EXPECTED = {

@@ -6,9 +6,8 @@ import math
 
 import numpy as np
 import pytest
-
-from models.config import ConfigError, load_preset
-from models.memory import (
+from pimphony.models.config import ConfigError, load_preset
+from pimphony.models.memory import (
     CHUNK_BYTES,
     GIB,
     ChunkGeometry,
@@ -17,13 +16,13 @@ from models.memory import (
     StaticAllocator,
     kv_bytes_per_token,
 )
-from sim.experiments.capacity import (
+from pimphony.sim.experiments.capacity import (
     PAPER_SETUPS,
     capacity_utilization,
     format_capacity_table,
     paper_comparison,
 )
-from sim.workloads import (
+from pimphony.sim.workloads import (
     WORKLOAD_DIR,
     WorkloadError,
     available_workloads,

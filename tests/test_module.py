@@ -7,9 +7,8 @@ import random
 
 import numpy as np
 import pytest
-
-from models.config import load_preset
-from models.module import (
+from pimphony.models.config import load_preset
+from pimphony.models.module import (
     attention_tasks,
     channel_order,
     makespan,

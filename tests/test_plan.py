@@ -6,9 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-
-from compiler.kernels import compile_kernel
-from compiler.plan import (
+from pimphony.compiler.kernels import compile_kernel
+from pimphony.compiler.plan import (
     PARTITIONS,
     LayerPlan,
     Partition,
@@ -20,10 +19,10 @@ from compiler.plan import (
     score_tile_tokens,
     split_evenly,
 )
-from models.channel import run_channel
-from models.config import load_preset
-from sim.decode_step.kernels import KernelCache, run_module
-from sim.decode_step.step import attention_schedule, plan_tasks
+from pimphony.models.channel import run_channel
+from pimphony.models.config import load_preset
+from pimphony.sim.decode_step.kernels import KernelCache, run_module
+from pimphony.sim.decode_step.step import attention_schedule, plan_tasks
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from compiler.pim_gemv import gemv_layout
-from compiler.rearrange import (
+from pimphony.compiler.pim_gemv import gemv_layout
+from pimphony.compiler.rearrange import (
     RearrangeError,
     Strategy,
     access_stream,
@@ -20,8 +19,8 @@ from compiler.rearrange import (
     rearrangement_cost,
     rearrangement_seconds,
 )
-from models.backends import load_backend
-from models.hbm_pim import Op, time_stream
+from pimphony.models.backends import load_backend
+from pimphony.models.hbm_pim import Op, time_stream
 
 HBM = load_backend("hbm-pim")
 

@@ -12,11 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from amaranth.hdl import Fragment
-
-from compiler.dpa import encode_kernel
-from models.config import load_preset
-from models.dpa.dispatcher import Dispatcher
-from models.dpa.format import (
+from pimphony.compiler.dpa import encode_kernel
+from pimphony.models.config import load_preset
+from pimphony.models.dpa.dispatcher import Dispatcher
+from pimphony.models.dpa.format import (
     Command,
     DynLoop,
     DynModi,
@@ -27,10 +26,10 @@ from models.dpa.format import (
     TranslationError,
     word_fields,
 )
-from models.dpa.program import DpaProgram, expand
-from models.isa import Op, field_widths
-from rtl.dpa import DpaDispatcher, DpaError, DpaPipeline, HostOp, buffer_bytes, host_writes
-from sim.verify.dpa import (
+from pimphony.models.dpa.program import DpaProgram, expand
+from pimphony.models.isa import Op, field_widths
+from pimphony.rtl.dpa import DpaDispatcher, DpaError, DpaPipeline, HostOp, buffer_bytes, host_writes
+from pimphony.sim.verify.dpa import (
     DpaRun,
     compare_dispatch,
     compare_pipeline,

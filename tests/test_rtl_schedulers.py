@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from pimphony.compiler.kernels import compile_qk, compile_sv
+from pimphony.models.channel import check_schedule, run_channel
+from pimphony.models.config import load_preset
+from pimphony.models.pingpong import PingPongError
+from pimphony.rtl.blocks import BLOCK_OF_SCHEDULER, BLOCKS
+from pimphony.rtl.dcs import DcsScheduler
+from pimphony.rtl.pingpong import PingPongScheduler, slot_bits
+from pimphony.sim.verify.scheduler import RtlStream, compare_with_tlm, simulate_scheduler
+from pimphony.sim.verify.streams import random_pingpong_stream, random_stream
 
-from compiler.kernels import compile_qk, compile_sv
-from models.channel import check_schedule, run_channel
-from models.config import load_preset
-from models.pingpong import PingPongError
-from rtl.blocks import BLOCK_OF_SCHEDULER, BLOCKS
-from rtl.dcs import DcsScheduler
-from rtl.pingpong import PingPongScheduler, slot_bits
-from sim.verify.scheduler import RtlStream, compare_with_tlm, simulate_scheduler
-from sim.verify.streams import random_pingpong_stream, random_stream
 from tests.test_scheduling import (
     CONVENTIONS,
     EXAMPLE,

@@ -6,14 +6,13 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-
-from models.channel import check_schedule, run_channel
-from models.config import load_preset
-from models.dcs import dcs_schedule, entry_predecessors
-from models.dram import activation_offsets, timing_vector
-from models.isa import Op, make_stream
-from models.pingpong import PingPongError, pingpong_slots
-from sim.verify.streams import random_pingpong_stream, random_stream
+from pimphony.models.channel import check_schedule, run_channel
+from pimphony.models.config import load_preset
+from pimphony.models.dcs import dcs_schedule, entry_predecessors
+from pimphony.models.dram import activation_offsets, timing_vector
+from pimphony.models.isa import Op, make_stream
+from pimphony.models.pingpong import PingPongError, pingpong_slots
+from pimphony.sim.verify.streams import random_pingpong_stream, random_stream
 
 W, M, R = Op.WR_INP, Op.MAC, Op.RD_OUT
 

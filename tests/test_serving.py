@@ -7,18 +7,18 @@ import json
 
 import numpy as np
 import pytest
+from pimphony.compiler.plan import layer_plan
+from pimphony.models.config import load_preset
+from pimphony.models.errors import PimphonyError
+from pimphony.models.hub import epu_cycles
+from pimphony.models.system import stage_hop_cycles
+from pimphony.sim.decode_step.kernels import KernelCache
+from pimphony.sim.decode_step.setup import DecodeSetup
+from pimphony.sim.decode_step.step import _gemv_op, epu_other_flops, run_decode
+from pimphony.sim.serving.engine import ServeConfig, ServeError, pim_prefill_cycles, serve
+from pimphony.sim.serving.report import metrics
+from pimphony.sim.serving.trace import Request, TraceError, read_trace, workload_requests
 
-from compiler.plan import layer_plan
-from models.config import load_preset
-from models.errors import PimphonyError
-from models.hub import epu_cycles
-from models.system import stage_hop_cycles
-from sim.decode_step.kernels import KernelCache
-from sim.decode_step.setup import DecodeSetup
-from sim.decode_step.step import _gemv_op, epu_other_flops, run_decode
-from sim.serving.engine import ServeConfig, ServeError, pim_prefill_cycles, serve
-from sim.serving.report import metrics
-from sim.serving.trace import Request, TraceError, read_trace, workload_requests
 from tests.helpers import run_cli
 from tests.test_decode_step import TINY
 
@@ -313,9 +313,9 @@ def test_serve_command(tmp_path, capsys):
 
 
 def test_xpu_pim_and_gpu_steps_equal_their_decode_runs(cfg):
-    from models.xpu_config import load_xpu
-    from sim.decode_step.gpu import GpuSetup, run_gpu_decode
-    from sim.decode_step.hetero import HeteroSetup, run_hetero_decode
+    from pimphony.models.xpu_config import load_xpu
+    from pimphony.sim.decode_step.gpu import GpuSetup, run_gpu_decode
+    from pimphony.sim.decode_step.hetero import HeteroSetup, run_hetero_decode
 
     reqs = [Request(k, 0.0002 * k, 300 + 97 * k, 3 + k % 3) for k in range(6)]
     npu = load_xpu("neupims-npu")
@@ -341,7 +341,7 @@ def test_xpu_pim_and_gpu_steps_equal_their_decode_runs(cfg):
 
 
 def test_bench_serving_row():
-    from sim.experiments.bench import bench_serving
+    from pimphony.sim.experiments.bench import bench_serving
 
     rows = bench_serving(requests=4, outputs=3, reference_steps=2)
     assert [r["partition"] for r in rows] == ["tcp", "auto"]
@@ -356,7 +356,7 @@ def test_fig17_serving_shape_small():
     """PIMphony Fig. 17 as serving runs, on a small slice: (a) throughput rises with the
     capacity, the queue is twice what the memory admits; (b) PIMphony beats CENT more at the
     longer context."""
-    from sim.serving.fig17 import fig17a_rows, fig17b_rows
+    from pimphony.sim.serving.fig17 import fig17a_rows, fig17b_rows
 
     a = fig17a_rows(modules=(8, 16), outputs=4)
     assert a[1]["tokens_per_s"] > 1.8 * a[0]["tokens_per_s"]

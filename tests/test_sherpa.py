@@ -9,16 +9,15 @@ import math
 from dataclasses import replace
 
 import pytest
-
-from compiler.llm import ModelSpec, load_model, weight_matrices
-from compiler.pim_gemv import lower_gemv
-from models.backends import load_backend
-from models.config import CONFIG_DIR
-from models.hbm_pim import time_stream
-from models.layout import AddressMap, load_layout
-from models.xpu_config import load_xpu
-from sim.experiments.sherpa import STRATEGIES, Strategy, capacity
-from sim.sherpa_timing import (
+from pimphony.compiler.llm import ModelSpec, load_model, weight_matrices
+from pimphony.compiler.pim_gemv import lower_gemv
+from pimphony.models.backends import load_backend
+from pimphony.models.config import CONFIG_DIR
+from pimphony.models.hbm_pim import time_stream
+from pimphony.models.layout import AddressMap, load_layout
+from pimphony.models.xpu_config import load_xpu
+from pimphony.sim.experiments.sherpa import STRATEGIES, Strategy, capacity
+from pimphony.sim.sherpa_timing import (
     ATTENTION,
     PREFILL_MODELS,
     Prefill,
@@ -31,6 +30,7 @@ from sim.sherpa_timing import (
     smc_seconds,
     table2,
 )
+
 from tests.helpers import run_cli
 
 LP = load_layout("lpddr5x-pim")
@@ -277,8 +277,8 @@ def test_table2_is_the_papers():
 def test_a_gemv_too_big_for_the_pim_rows_runs_in_slices():
     """Llama 3.2 3B's LM head needs 6,056 rows per bank (> 4,096 PIM rows): two GEMVs of
     64,128 rows, each fitting, timed one after the other."""
-    from compiler.pim_gemv import PimGemvError, gemv_layout
-    from sim.sherpa_timing import _gemv_cycles
+    from pimphony.compiler.pim_gemv import PimGemvError, gemv_layout
+    from pimphony.sim.sherpa_timing import _gemv_cycles
 
     with pytest.raises(PimGemvError, match="6,056 rows"):
         gemv_layout(LP5X, 128256, 3072)

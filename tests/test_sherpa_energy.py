@@ -11,11 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from compiler.llm import load_model
-from compiler.pim_gemv import lower_gemv
-from models.backends import load_backend
-from models.energy import (
+from pimphony.compiler.llm import load_model
+from pimphony.compiler.pim_gemv import lower_gemv
+from pimphony.models.backends import load_backend
+from pimphony.models.energy import (
     ENERGY_DIR,
     EnergyConfigError,
     HbmPimActivity,
@@ -25,10 +24,10 @@ from models.energy import (
     load_energy,
     load_energy_config,
 )
-from models.hbm_pim import Op, time_stream
-from models.xpu import gemv_cost
-from models.xpu_config import load_xpu
-from sim.sherpa_energy import SWEPT, host_phase_energy, pim_gemv_energy, sensitivity
+from pimphony.models.hbm_pim import Op, time_stream
+from pimphony.models.xpu import gemv_cost
+from pimphony.models.xpu_config import load_xpu
+from pimphony.sim.sherpa_energy import SWEPT, host_phase_energy, pim_gemv_energy, sensitivity
 
 ROOT = Path(__file__).resolve().parents[1]
 LP = load_backend("lpddr5x-pim")
@@ -177,7 +176,7 @@ def test_sensitivity_moves_only_what_each_choice_touches():
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "sim.cli", *args], capture_output=True, text=True, cwd=cwd,
+        [sys.executable, "-m", "pimphony.sim.cli", *args], capture_output=True, text=True, cwd=cwd,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
-from models.config import load_preset
-from sim.cli import main
-from sim.experiments.sweep import sweep, sweep_table
+from pimphony.models.config import load_preset
+from pimphony.sim.cli import main
+from pimphony.sim.experiments.sweep import sweep, sweep_table
 
 
 @pytest.fixture(scope="module")

@@ -13,17 +13,17 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
-from compiler.kernels import compile_gemv
-from models.channel import run_channel
-from models.config import load_preset
-from sim.experiments.sweep_run import (
+from pimphony.compiler.kernels import compile_gemv
+from pimphony.models.channel import run_channel
+from pimphony.models.config import load_preset
+from pimphony.sim.experiments.sweep_run import (
     SweepError,
     available_sweeps,
     inputs_key,
     load_sweep,
     run_sweep,
 )
+
 from tests.helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,7 +193,7 @@ def test_ray_sweep_killed_half_way_resumes_and_equals_serial(tmp_path):
     path = _write(tmp_path, RAY_SWEEP)
     out = tmp_path / "ray"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled"}
-    cmd = [sys.executable, "-m", "sim.cli", "sweep-run", str(path), "--out", str(out),
+    cmd = [sys.executable, "-m", "pimphony.sim.cli", "sweep-run", str(path), "--out", str(out),
            "--workers", "2", "--json"]  # fmt: skip
     proc = subprocess.Popen(
         cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

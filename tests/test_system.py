@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from models.config import load_preset
-from models.hub import link_cycles
-from models.system import allreduce_cycles, pipeline_period, stage_hop_cycles
+from pimphony.models.config import load_preset
+from pimphony.models.hub import link_cycles
+from pimphony.models.system import allreduce_cycles, pipeline_period, stage_hop_cycles
 
 
 @pytest.fixture(scope="module")

@@ -11,16 +11,15 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from compiler.dcc_cost import draft_cost
-from compiler.dcc_schedule import DccKernel
-from compiler.dcc_tune import default_draft
-from compiler.rearrange import access_stream
-from models.backends import load_backend
-from models.energy import EnergyConfigError
-from models.hbm_pim import Op, time_stream
-from models.xpu import VectorOp, vector_cost
-from sim.tune_energy import PHASES, draft_energy, energy_params
+from pimphony.compiler.dcc_cost import draft_cost
+from pimphony.compiler.dcc_schedule import DccKernel
+from pimphony.compiler.dcc_tune import default_draft
+from pimphony.compiler.rearrange import access_stream
+from pimphony.models.backends import load_backend
+from pimphony.models.energy import EnergyConfigError
+from pimphony.models.hbm_pim import Op, time_stream
+from pimphony.models.xpu import VectorOp, vector_cost
+from pimphony.sim.tune_energy import PHASES, draft_energy, energy_params
 
 ROOT = Path(__file__).resolve().parents[1]
 GEMV = DccKernel.GEMV
@@ -70,7 +69,7 @@ def test_hbm_pim_gemv_by_hand():
     assert e.rearrange.io == pytest.approx(64 * 256 * (0.44 + 3.04))
     assert e.rearrange.activation == pytest.approx(8 * 8192 * 0.11)
     # the read-back stream: its banks open from its first command to its last PRE
-    from compiler.dcc_cost import lowerings
+    from pimphony.compiler.dcc_cost import lowerings
 
     prog = lowerings(cfg.kind)[GEMV](cfg, (64, 128), (8, 1))
     (outs,) = prog.outputs.values()
@@ -152,8 +151,8 @@ def test_aim_rearrangement_by_hand():
     access the timing times), each write a WR burst + the pins, each ACT one bank's ACT+PRE,
     the channel active for the access run's cycles. The host reads those 16,384 B from its
     memory (A100: 31.2 pJ/B); the other channels and the gaps stand by precharged."""
-    from compiler.dcc_cost import lowerings
-    from compiler.rearrange import group_access_cycles
+    from pimphony.compiler.dcc_cost import lowerings
+    from pimphony.compiler.rearrange import group_access_cycles
 
     cfg, c, e = _aim_draft(DccKernel.RED, (64, 128))
     prog = lowerings(cfg.kind)[DccKernel.RED](cfg, c.share.sizes, c.share.cores)
@@ -175,7 +174,7 @@ def test_aim_rearrangement_by_hand():
 def test_presets_are_checked_against_the_back_end(tmp_path):
     """A preset of another kind, or whose chip count does not fit the back end's hardware, is
     refused with what is allowed."""
-    from models.energy import ENERGY_DIR
+    from pimphony.models.energy import ENERGY_DIR
 
     chips = tmp_path / "chips.toml"
     text = (ENERGY_DIR / "aim-cent.toml").read_text()
@@ -198,7 +197,7 @@ def test_presets_are_checked_against_the_back_end(tmp_path):
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "sim.cli", *args], capture_output=True, text=True, cwd=ROOT,
+        [sys.executable, "-m", "pimphony.sim.cli", *args], capture_output=True, text=True, cwd=ROOT,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
 

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pimphony.compiler.kernels import compile_kernel
+from pimphony.models.channel import run_channel
+from pimphony.models.config import load_preset
+from pimphony.models.isa import Op
+from pimphony.rtl.common import command_layout, issued_layout
+from pimphony.sim.eda.vcd import WaveformError, read_stamp, stamp_vcd, summarize_vcd
+from pimphony.sim.eda.waves import record_waves
 from vcdvcd import VCDVCD
 
-from compiler.kernels import compile_kernel
-from models.channel import run_channel
-from models.config import load_preset
-from models.isa import Op
-from rtl.common import command_layout, issued_layout
-from sim.eda.vcd import WaveformError, read_stamp, stamp_vcd, summarize_vcd
-from sim.eda.waves import record_waves
 from tests.helpers import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,7 +114,7 @@ def test_cli_wave_summary_json(recorded, capsys):
 
 
 def test_reset_between_streams_summarises_the_last(in_repo):
-    from sim.verify.scheduler import RtlStream, run_rtl
+    from pimphony.sim.verify.scheduler import RtlStream, run_rtl
 
     a = compile_kernel(CFG, "qk", tokens=32, d_h=32).commands
     b = compile_kernel(CFG, "gemv", d_out=32, d_in=64).commands

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from models.xpu import (
+from pimphony.models.xpu import (
     VECTOR_OPS,
     Bound,
     Traffic,
@@ -27,7 +26,7 @@ from models.xpu import (
     gemv_cost,
     vector_cost,
 )
-from models.xpu_config import (
+from pimphony.models.xpu_config import (
     PRECISION_BYTES,
     XPU_DIR,
     XPU_FIELD_RANGES,
@@ -39,6 +38,7 @@ from models.xpu_config import (
     load_xpu,
     load_xpu_config,
 )
+
 from tests.helpers import run_cli
 
 A100 = XPU_DIR / "a100-80gb.toml"

@@ -15,18 +15,17 @@ from fractions import Fraction
 from typing import NamedTuple
 
 import numpy as np
-
-from models.channel import ScheduleResult, run_channel
-from models.config import ChannelGeometry, HardwareConfig
-from models.dpa.format import (
+from pimphony.models.channel import ScheduleResult, run_channel
+from pimphony.models.config import ChannelGeometry, HardwareConfig
+from pimphony.models.dpa.format import (
     CONFIG_ENTRY_BYTES,
     WORD_BYTES,
     DpaCapacityError,
     DpaError,
     MappingError,
 )
-from models.dpa.program import DpaProgram, expand
-from models.isa import field_widths
+from pimphony.models.dpa.program import DpaProgram, expand
+from pimphony.models.isa import field_widths
 
 __all__ = [
     "DecoderTiming",

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from models.errors import PimphonyError
-from models.isa import FIELDS, Op
+from pimphony.models.errors import PimphonyError
+from pimphony.models.isa import FIELDS, Op
 
 __all__ = [
     "CONFIG_ENTRY_BYTES",

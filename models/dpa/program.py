@@ -13,9 +13,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
-
-from models.config import ChannelGeometry, HardwareConfig
-from models.dpa.format import (
+from pimphony.models.config import ChannelGeometry, HardwareConfig
+from pimphony.models.dpa.format import (
     FORMAT_VERSION,
     KERNEL_CODES,
     NO_RULE,
@@ -33,10 +32,10 @@ from models.dpa.format import (
     decode_word,
     encode_word,
 )
-from models.isa import OPERAND_FIELDS, Op, empty_stream
+from pimphony.models.isa import OPERAND_FIELDS, Op, empty_stream
 
 if TYPE_CHECKING:
-    from models.dpa.dispatcher import DecoderTiming
+    from pimphony.models.dpa.dispatcher import DecoderTiming
 
 __all__ = ["DpaProgram", "expand"]
 
@@ -113,7 +112,9 @@ class DpaProgram:
     def decode_times(self, n_commands: int, timing: DecoderTiming | None = None) -> np.ndarray:
         """:func:`models.dpa.dispatcher.decode_times` of ``n_commands`` expanded from this
         program."""
-        from models.dpa.dispatcher import decode_times  # the dispatcher module imports this one
+        from pimphony.models.dpa.dispatcher import (
+            decode_times,  # the dispatcher module imports this one
+        )
 
         return decode_times(n_commands, len(self.rules), timing, self.body_words)
 

@@ -6,13 +6,19 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from compiler.llm import ModelSpec
-from models.config import HardwareConfig
-from models.dpa.dispatcher import va2pa_entry_bytes
-from models.dpa.format import CONFIG_ENTRY_BYTES
-from models.memory import MEMORY_POLICIES, ChunkGeometry, MemoryPolicy, OutOfMemory, make_allocator
-from sim.decode_step.kernels import KernelCache
-from sim.decode_step.setup import DecodeError, DecodeSetup
+from pimphony.compiler.llm import ModelSpec
+from pimphony.models.config import HardwareConfig
+from pimphony.models.dpa.dispatcher import va2pa_entry_bytes
+from pimphony.models.dpa.format import CONFIG_ENTRY_BYTES
+from pimphony.models.memory import (
+    MEMORY_POLICIES,
+    ChunkGeometry,
+    MemoryPolicy,
+    OutOfMemory,
+    make_allocator,
+)
+from pimphony.sim.decode_step.kernels import KernelCache
+from pimphony.sim.decode_step.setup import DecodeError, DecodeSetup
 
 __all__ = ["admit", "dpa_buffers", "fill_batch", "kv_allocator", "queue_batches"]
 

@@ -16,17 +16,17 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from compiler.llm import load_model
-from compiler.plan import PARTITIONS
-from models.channel import SCHEDULERS
-from models.config import load_preset
-from models.energy import DEFAULT_ENERGY, available_energy_presets, load_energy
-from models.fileio import BUILD_DIR, write_atomic
-from models.memory import MEMORY_POLICIES
-from models.xpu_config import load_xpu
-from sim.cli import SEED, bounded_int, choice_names
-from sim.decode_step.admission import fill_batch
-from sim.decode_step.gpu import (
+from pimphony.compiler.llm import load_model
+from pimphony.compiler.plan import PARTITIONS
+from pimphony.models.channel import SCHEDULERS
+from pimphony.models.config import load_preset
+from pimphony.models.energy import DEFAULT_ENERGY, available_energy_presets, load_energy
+from pimphony.models.fileio import BUILD_DIR, write_atomic
+from pimphony.models.memory import MEMORY_POLICIES
+from pimphony.models.xpu_config import load_xpu
+from pimphony.sim.cli import SEED, bounded_int, choice_names
+from pimphony.sim.decode_step.admission import fill_batch
+from pimphony.sim.decode_step.gpu import (
     GpuSetup,
     format_gpu_report,
     gpu_fill_batch,
@@ -35,7 +35,7 @@ from sim.decode_step.gpu import (
     plot_gpu_report,
     run_gpu_decode,
 )
-from sim.decode_step.hetero import (
+from pimphony.sim.decode_step.hetero import (
     SUB_BATCHES_AUTO,
     HeteroSetup,
     format_hetero_report,
@@ -44,12 +44,12 @@ from sim.decode_step.hetero import (
     plot_hetero_report,
     run_hetero_decode,
 )
-from sim.decode_step.report import format_report, plot_report, report_stem, setup_digest
-from sim.decode_step.setup import MICRO_BATCHES_AUTO, DecodeError, DecodeSetup, Mapping
-from sim.decode_step.step import run_decode
-from sim.provenance import inputs_digest, provenance
-from sim.report import user_output, user_plot
-from sim.workloads import load_workload, read_context_lengths, sample_context_lengths
+from pimphony.sim.decode_step.report import format_report, plot_report, report_stem, setup_digest
+from pimphony.sim.decode_step.setup import MICRO_BATCHES_AUTO, DecodeError, DecodeSetup, Mapping
+from pimphony.sim.decode_step.step import run_decode
+from pimphony.sim.provenance import inputs_digest, provenance
+from pimphony.sim.report import user_output, user_plot
+from pimphony.sim.workloads import load_workload, read_context_lengths, sample_context_lengths
 
 __all__ = [
     "DECODE_DIR",

@@ -29,9 +29,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from compiler.llm import GEMV_OPS
-from compiler.plan import (
+from pimphony.compiler.llm import GEMV_OPS
+from pimphony.compiler.plan import (
     PARTITIONS,
     AttentionUnit,
     ChannelJob,
@@ -43,18 +42,18 @@ from compiler.plan import (
     micro_batches,
     stage_layers,
 )
-from models.hub import epu_cycles, hub_instruction_bytes, link_cycles
-from models.memory import MemoryPolicy
-from models.module import makespan_arrays, task_arrays
-from models.system import allreduce_cycles, pipeline_period, stage_hop_cycles
-from sim.decode_step.kernels import KernelCache, KernelStats
-from sim.decode_step.setup import (
+from pimphony.models.hub import epu_cycles, hub_instruction_bytes, link_cycles
+from pimphony.models.memory import MemoryPolicy
+from pimphony.models.module import makespan_arrays, task_arrays
+from pimphony.models.system import allreduce_cycles, pipeline_period, stage_hop_cycles
+from pimphony.sim.decode_step.kernels import KernelCache, KernelStats
+from pimphony.sim.decode_step.setup import (
     MICRO_BATCHES_AUTO,
     DecodeError,
     DecodeSetup,
     micro_batch_candidates,
 )
-from sim.decode_step.step import (
+from pimphony.sim.decode_step.step import (
     KernelCaches,
     _gemv_op,
     decode_errors,

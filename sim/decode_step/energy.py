@@ -16,16 +16,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from models.config import HardwareConfig
-from models.energy import (
+from pimphony.models.config import HardwareConfig
+from pimphony.models.energy import (
     ChannelActivity,
     Energy,
     EnergyParams,
     background_energy,
     dynamic_energy,
 )
-from models.xpu import XpuCost
-from models.xpu_config import XpuConfig
+from pimphony.models.xpu import XpuCost
+from pimphony.models.xpu_config import XpuConfig
 
 __all__ = [
     "PHASES",
@@ -135,12 +135,12 @@ def hetero_energy(
     precharged the rest of ``cycles``), softmax FLOPs on the EPU; Q/K/V and outputs
     (``link_bytes``) and static-memory commands (``cmd_cycles`` of host link) over the host
     link."""
-    from compiler.llm import gemv_shapes
-    from compiler.plan import layer_plan
-    from models.energy import load_energy
-    from models.hub import SOFTMAX_FLOPS_PER_SCORE
-    from models.xpu import VectorOp, gemm_cost, vector_cost
-    from sim.decode_step.step import attention_cycles
+    from pimphony.compiler.llm import gemv_shapes
+    from pimphony.compiler.plan import layer_plan
+    from pimphony.models.energy import load_energy
+    from pimphony.models.hub import SOFTMAX_FLOPS_PER_SCORE
+    from pimphony.models.xpu import VectorOp, gemm_cost, vector_cost
+    from pimphony.sim.decode_step.step import attention_cycles
 
     pim, dev = setup.pim, setup.xpu
     cfg, spec = pim.hw, pim.model

@@ -29,10 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from compiler.llm import GEMV_OPS, LayerOp, ModelSpec
-from models.fileio import pyplot, write_figure
-from models.xpu import (
+from pimphony.compiler.llm import GEMV_OPS, LayerOp, ModelSpec
+from pimphony.models.fileio import pyplot, write_figure
+from pimphony.models.xpu import (
     VectorOp,
     XpuCost,
     attention_cost,
@@ -40,10 +39,10 @@ from models.xpu import (
     ring_allreduce_seconds,
     vector_cost,
 )
-from models.xpu_config import DeviceKind, XpuConfig
-from sim.decode_step.energy import energy_line, gpu_energy
-from sim.decode_step.setup import DecodeError
-from sim.provenance import inputs_digest
+from pimphony.models.xpu_config import DeviceKind, XpuConfig
+from pimphony.sim.decode_step.energy import energy_line, gpu_energy
+from pimphony.sim.decode_step.setup import DecodeError
+from pimphony.sim.provenance import inputs_digest
 
 __all__ = [
     "GPU_PARTS",

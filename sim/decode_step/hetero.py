@@ -34,20 +34,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from compiler.llm import LayerOp, gemv_shapes
-from compiler.plan import micro_batches
-from models.energy import EnergyParams
-from models.fileio import pyplot, write_figure
-from models.hub import link_cycles
-from models.xpu import VectorOp, gemm_cost, vector_cost
-from models.xpu_config import XpuConfig
-from sim.decode_step.admission import admit
-from sim.decode_step.energy import energy_line, hetero_energy
-from sim.decode_step.kernels import KernelCache
-from sim.decode_step.setup import DecodeError, DecodeSetup
-from sim.decode_step.step import attention_cycles
-from sim.provenance import inputs_digest
+from pimphony.compiler.llm import LayerOp, gemv_shapes
+from pimphony.compiler.plan import micro_batches
+from pimphony.models.energy import EnergyParams
+from pimphony.models.fileio import pyplot, write_figure
+from pimphony.models.hub import link_cycles
+from pimphony.models.xpu import VectorOp, gemm_cost, vector_cost
+from pimphony.models.xpu_config import XpuConfig
+from pimphony.sim.decode_step.admission import admit
+from pimphony.sim.decode_step.energy import energy_line, hetero_energy
+from pimphony.sim.decode_step.kernels import KernelCache
+from pimphony.sim.decode_step.setup import DecodeError, DecodeSetup
+from pimphony.sim.decode_step.step import attention_cycles
+from pimphony.sim.provenance import inputs_digest
 
 __all__ = [
     "DEVICES",

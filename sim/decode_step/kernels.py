@@ -12,15 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from compiler.dpa import encode_kernel
-from compiler.hub import run_count
-from compiler.kernels import CompileError, attention_max_tokens, compile_kernel
-from compiler.plan import ChannelJob
-from models.channel import run_channel
-from models.config import HardwareConfig
-from models.dpa.dispatcher import gaps_from_times
-from models.energy import ChannelActivity, channel_activity
+from pimphony.compiler.dpa import encode_kernel
+from pimphony.compiler.hub import run_count
+from pimphony.compiler.kernels import CompileError, attention_max_tokens, compile_kernel
+from pimphony.compiler.plan import ChannelJob
+from pimphony.models.channel import run_channel
+from pimphony.models.config import HardwareConfig
+from pimphony.models.dpa.dispatcher import gaps_from_times
+from pimphony.models.energy import ChannelActivity, channel_activity
 
 __all__ = ["KernelCache", "KernelStats", "ModuleRun", "active_banks", "job_key", "run_module"]
 

@@ -42,10 +42,9 @@ from enum import StrEnum
 from typing import Any
 
 import numpy as np
-
-from compiler.kernels import compile_kernel, gemv_max_batch
-from compiler.llm import LayerOp, ModelSpec, gemv_shapes
-from compiler.plan import (
+from pimphony.compiler.kernels import compile_kernel, gemv_max_batch
+from pimphony.compiler.llm import LayerOp, ModelSpec, gemv_shapes
+from pimphony.compiler.plan import (
     TP_SPLIT,
     DecodeMappingError,
     GemvJob,
@@ -54,16 +53,21 @@ from compiler.plan import (
     micro_batches,
     split_evenly,
 )
-from models.bank_slice import HOST_READ_DTYPE, SliceConfig, empty_host_reads, run_bank_slice
-from models.config import HardwareConfig
-from models.dbo import DboDecision, DboModel, DboThroughput, dynamic_batch_offload
-from models.hub import link_cycles
-from models.xpu import VectorOp, attention_cost, gemm_cost, vector_cost
-from models.xpu_config import XpuConfig
-from sim.decode_step.hetero import pipeline_schedule
-from sim.decode_step.kernels import KernelCache
-from sim.decode_step.setup import DecodeError, DecodeSetup
-from sim.decode_step.step import attention_cycles, layer_timing
+from pimphony.models.bank_slice import (
+    HOST_READ_DTYPE,
+    SliceConfig,
+    empty_host_reads,
+    run_bank_slice,
+)
+from pimphony.models.config import HardwareConfig
+from pimphony.models.dbo import DboDecision, DboModel, DboThroughput, dynamic_batch_offload
+from pimphony.models.hub import link_cycles
+from pimphony.models.xpu import VectorOp, attention_cost, gemm_cost, vector_cost
+from pimphony.models.xpu_config import XpuConfig
+from pimphony.sim.decode_step.hetero import pipeline_schedule
+from pimphony.sim.decode_step.kernels import KernelCache
+from pimphony.sim.decode_step.setup import DecodeError, DecodeSetup
+from pimphony.sim.decode_step.step import attention_cycles, layer_timing
 
 __all__ = [
     "ATTENTION_PARTITIONS",

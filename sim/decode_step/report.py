@@ -8,12 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from compiler.llm import LayerOp
-from models.fileio import pyplot, write_figure
-from sim.decode_step.energy import energy_line
-from sim.decode_step.setup import DecodeSetup
-from sim.provenance import inputs_digest
+from pimphony.compiler.llm import LayerOp
+from pimphony.models.fileio import pyplot, write_figure
+from pimphony.sim.decode_step.energy import energy_line
+from pimphony.sim.decode_step.setup import DecodeSetup
+from pimphony.sim.provenance import inputs_digest
 
 __all__ = [
     "OP_KEYS",
@@ -174,7 +173,7 @@ def format_report(report: DecodeReport) -> str:
     if r.get("energy"):
         lines.append(energy_line(r["energy"]))
     if r.get("mapping"):
-        from sim.decode_step.tuned import mapping_lines
+        from pimphony.sim.decode_step.tuned import mapping_lines
 
         lines += mapping_lines(r["mapping"])
     sim = r["simulation"]

@@ -6,13 +6,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 import numpy as np
-
-from compiler.llm import ModelSpec
-from compiler.plan import PARTITIONS, DecodeMappingError, Parallelism
-from models.channel import SCHEDULERS
-from models.config import HardwareConfig
-from models.errors import PimphonyError
-from models.memory import MEMORY_POLICIES, MemoryPolicy
+from pimphony.compiler.llm import ModelSpec
+from pimphony.compiler.plan import PARTITIONS, DecodeMappingError, Parallelism
+from pimphony.models.channel import SCHEDULERS
+from pimphony.models.config import HardwareConfig
+from pimphony.models.errors import PimphonyError
+from pimphony.models.memory import MEMORY_POLICIES, MemoryPolicy
 
 __all__ = [
     "MICRO_BATCHES_AUTO",

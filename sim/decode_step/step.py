@@ -24,11 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-from compiler.hub import instruction_count
-from compiler.kernels import CompileError
-from compiler.llm import GEMV_OPS, LayerOp, ModelSpec
-from compiler.plan import (
+from pimphony.compiler.hub import instruction_count
+from pimphony.compiler.kernels import CompileError
+from pimphony.compiler.llm import GEMV_OPS, LayerOp, ModelSpec
+from pimphony.compiler.plan import (
     LayerPlan,
     PartitionError,
     candidates,
@@ -36,9 +35,9 @@ from compiler.plan import (
     micro_batches,
     stage_layers,
 )
-from models.config import HardwareConfig
-from models.energy import ChannelActivity, Energy, EnergyParams, load_energy
-from models.hub import (
+from pimphony.models.config import HardwareConfig
+from pimphony.models.energy import ChannelActivity, Energy, EnergyParams, load_energy
+from pimphony.models.hub import (
     NORM_FLOPS_PER_ELEMENT,
     RELU_FLOPS_PER_ELEMENT,
     RESIDUAL_FLOPS_PER_ELEMENT,
@@ -47,14 +46,20 @@ from models.hub import (
     hub_instruction_bytes,
     link_cycles,
 )
-from models.memory import MemoryPolicy
-from models.module import AttentionSchedule, AttentionTasks, attention_tasks, makespan, schedule
-from models.system import allreduce_cycles, pipeline_period, stage_hop_cycles
-from sim.decode_step.admission import admit, dpa_buffers
-from sim.decode_step.energy import energy_report, pim_phase_energy
-from sim.decode_step.kernels import KernelCache, job_key
-from sim.decode_step.report import OP_KEYS, DecodeReport
-from sim.decode_step.setup import (
+from pimphony.models.memory import MemoryPolicy
+from pimphony.models.module import (
+    AttentionSchedule,
+    AttentionTasks,
+    attention_tasks,
+    makespan,
+    schedule,
+)
+from pimphony.models.system import allreduce_cycles, pipeline_period, stage_hop_cycles
+from pimphony.sim.decode_step.admission import admit, dpa_buffers
+from pimphony.sim.decode_step.energy import energy_report, pim_phase_energy
+from pimphony.sim.decode_step.kernels import KernelCache, job_key
+from pimphony.sim.decode_step.report import OP_KEYS, DecodeReport
+from pimphony.sim.decode_step.setup import (
     MICRO_BATCHES_AUTO,
     DecodeError,
     DecodeSetup,
@@ -149,7 +154,7 @@ class LayerTiming:
 
 def _tuned() -> Any:
     """``sim.decode_step.tuned``, imported when a step is tuned (it loads the DCC compiler)."""
-    from sim.decode_step import tuned
+    from pimphony.sim.decode_step import tuned
 
     return tuned
 

@@ -42,16 +42,16 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from compiler.dcc_cost import DraftCost, draft_cost
-from compiler.dcc_predictor import Entry, LookupTable
-from compiler.dcc_schedule import DccKernel, Draft
-from compiler.dcc_tune import kernel_drafts
-from compiler.llm import GEMV_OPS
-from compiler.plan import GemvJob, LayerPlan, batch_jobs, split_evenly
-from models.backends import BackendConfig, aim_backend
-from models.config import HardwareConfig
-from models.errors import PimphonyError
-from models.hub import epu_cycles
+from pimphony.compiler.dcc_cost import DraftCost, draft_cost
+from pimphony.compiler.dcc_predictor import Entry, LookupTable
+from pimphony.compiler.dcc_schedule import DccKernel, Draft
+from pimphony.compiler.dcc_tune import kernel_drafts
+from pimphony.compiler.llm import GEMV_OPS
+from pimphony.compiler.plan import GemvJob, LayerPlan, batch_jobs, split_evenly
+from pimphony.models.backends import BackendConfig, aim_backend
+from pimphony.models.config import HardwareConfig
+from pimphony.models.errors import PimphonyError
+from pimphony.models.hub import epu_cycles
 
 __all__ = [
     "TABLE",

@@ -24,11 +24,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
-from models.errors import PimphonyError
-from models.fileio import BUILD_DIR, write_atomic
-from rtl import EMITTED
-from sim.provenance import provenance
+from pimphony.models.config import DEFAULT_PRESET, HardwareConfig, load_preset
+from pimphony.models.errors import PimphonyError
+from pimphony.models.fileio import BUILD_DIR, write_atomic
+from pimphony.rtl import EMITTED
+from pimphony.sim.provenance import provenance
 
 __all__ = [
     "AREA_DIR",
@@ -59,7 +59,7 @@ def area_component(block: str, cfg: HardwareConfig):
     except that the DPA dispatcher's command buffer and VA2PA table are
     :data:`rtl.blocks.DPA_AREA_ENTRIES` deep.
     """
-    from rtl.blocks import BLOCKS
+    from pimphony.rtl.blocks import BLOCKS
 
     spec = BLOCKS[block]
     return spec.build(cfg, **spec.area_args)
@@ -259,7 +259,7 @@ def synthesise(block: str, cfg: HardwareConfig, out_dir: Path = AREA_DIR) -> Blo
         raise ValueError(f"block {block!r} is unknown; allowed: {', '.join(EMITTED)}")
     out_dir = Path(out_dir)
     t0 = time.perf_counter()
-    from rtl.blocks import component_verilog
+    from pimphony.rtl.blocks import component_verilog
 
     text = component_verilog(area_component(block, cfg), block)
     write_atomic(out_dir / f"{block}.v", text.encode())
@@ -353,7 +353,7 @@ def area_report(
     if "dcs" in results:
         report["dcs_tables"] = _dcs_summary(cfg, results["dcs"])
     if "dpa" in results:
-        from rtl.dpa import buffer_bytes
+        from pimphony.rtl.dpa import buffer_bytes
 
         buffers = buffer_bytes(cfg)
         report["dpa_buffers"] = {**buffers, "total": sum(buffers.values()), "paper_limit": 200_000}
@@ -431,7 +431,7 @@ def format_report(report: dict[str, Any]) -> str:
         ]
     dpa = report.get("dpa_buffers")
     if dpa:
-        from rtl.blocks import DPA_AREA_ENTRIES
+        from pimphony.rtl.blocks import DPA_AREA_ENTRIES
 
         parts = ", ".join(
             f"{k} {v:,} B" for k, v in dpa.items() if k not in ("total", "paper_limit")

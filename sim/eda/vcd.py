@@ -16,11 +16,11 @@ import json
 import re
 from pathlib import Path
 
-from models.config import DEFAULT_PRESET, ConfigError, HardwareConfig, load_preset
-from models.dram import execution_times
-from models.errors import PimphonyError
-from models.isa import Op
-from rtl import Block
+from pimphony.models.config import DEFAULT_PRESET, ConfigError, HardwareConfig, load_preset
+from pimphony.models.dram import execution_times
+from pimphony.models.errors import PimphonyError
+from pimphony.models.isa import Op
+from pimphony.rtl import Block
 
 __all__ = [
     "STAMP_TAG",
@@ -248,9 +248,8 @@ def summarize_vcd(path: str | Path, cfg: HardwareConfig) -> dict:
         ``cycles``, ``mac_utilization``, ``commands``, ``counts`` (per opcode name),
         ``first_issue``, ``last_issue``, ``longest_stall``, ``runs``, ``notes``, ``signals``.
     """
+    from pimphony.rtl.common import command_layout, issued_layout
     from vcdvcd import VCDVCD
-
-    from rtl.common import command_layout, issued_layout
 
     path = Path(path)
     refs = list(vcd_references(path))

@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
-from models.fileio import BUILD_DIR, write_atomic
-from rtl import EMITTED
+from pimphony.models.config import DEFAULT_PRESET, HardwareConfig, load_preset
+from pimphony.models.fileio import BUILD_DIR, write_atomic
+from pimphony.rtl import EMITTED
 
 __all__ = ["RTL_DIR", "add_arguments", "run", "write_verilog"]
 
@@ -19,7 +19,7 @@ RTL_DIR = BUILD_DIR / "rtl"
 
 def write_verilog(block: str, cfg: HardwareConfig, out_dir: Path = RTL_DIR) -> Path:
     """Write ``block``'s Verilog to ``out_dir/block.v`` (atomically) and return the path."""
-    from rtl.blocks import generate_verilog
+    from pimphony.rtl.blocks import generate_verilog
 
     path = Path(out_dir) / f"{block}.v"
     write_atomic(path, generate_verilog(block, cfg).encode())

@@ -16,13 +16,13 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from compiler.kernels import KERNELS, CompileError, compile_kernel
-from models.channel import SCHEDULERS, run_channel
-from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
-from models.fileio import BUILD_DIR, write_atomic
-from rtl import EMITTED, Block
-from sim.cli import choice_names
-from sim.eda.vcd import (
+from pimphony.compiler.kernels import KERNELS, CompileError, compile_kernel
+from pimphony.models.channel import SCHEDULERS, run_channel
+from pimphony.models.config import DEFAULT_PRESET, HardwareConfig, load_preset
+from pimphony.models.fileio import BUILD_DIR, write_atomic
+from pimphony.rtl import EMITTED, Block
+from pimphony.sim.cli import choice_names
+from pimphony.sim.eda.vcd import (
     WaveformError,
     find_signal,
     format_summary,
@@ -32,7 +32,7 @@ from sim.eda.vcd import (
     summarize_vcd,
     vcd_references,
 )
-from sim.provenance import preset_record, tool_record
+from pimphony.sim.provenance import preset_record, tool_record
 
 __all__ = [
     "OWN_RUN",
@@ -159,7 +159,7 @@ def _gtkw_groups(
     An item is a trace ``(reference, alias or None)``, a comment ``(None, text)`` or a nested
     group ``(name, items)``. Signals the VCD lacks are left out, and so are empty groups.
     """
-    from rtl.common import command_layout
+    from pimphony.rtl.common import command_layout
 
     by_base = {signal_base(r): r for r in refs}
     scopes = sorted({b[: -len(".clk")] for b in by_base if b.endswith(".clk")})
@@ -337,8 +337,8 @@ def record_waves(
     log
         Called with progress messages (the first Verilator build takes ~10-20 s).
     """
-    from rtl.blocks import BLOCK_OF_SCHEDULER, BLOCKS, generate_verilog
-    from sim.verify.scheduler import RtlStream, run_rtl
+    from pimphony.rtl.blocks import BLOCK_OF_SCHEDULER, BLOCKS, generate_verilog
+    from pimphony.sim.verify.scheduler import RtlStream, run_rtl
 
     if sched not in BLOCK_OF_SCHEDULER:
         raise WaveformError(
@@ -385,12 +385,12 @@ def record_block_waves(
         raise WaveformError(
             f"block {block!r} has no built-in waveform run; allowed: {', '.join(OWN_RUN)}"
         )
-    src = Path(importlib.import_module(f"sim.verify.{block}").record_waves(cfg))
+    src = Path(importlib.import_module(f"pimphony.sim.verify.{block}").record_waves(cfg))
     out_dir = Path(out_dir)
     raw = stamp_vcd(_gtkwave_safe(src.read_bytes()), _stamp(block, cfg))
     vcd_path = write_atomic(out_dir / f"{block}.vcd", raw)
     refs = vcd_references(vcd_path)
-    from rtl.blocks import BLOCKS
+    from pimphony.rtl.blocks import BLOCKS
 
     component = BLOCKS[block].build(cfg)
     component._MustUse__silence = True  # built only to read its port names
@@ -449,7 +449,7 @@ def run(args: argparse.Namespace) -> int:
     Exit status 0 if the VCD's cycles and counts equal the TLM's, 1 if they differ or the
     simulation failed, 2 for bad arguments.
     """
-    from rtl.blocks import SCHEDULER_OF_BLOCK
+    from pimphony.rtl.blocks import SCHEDULER_OF_BLOCK
 
     cfg = load_preset(args.preset)
     if args.block in OWN_RUN:

@@ -20,18 +20,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from compiler.llm import ModelSpec, load_model
-from compiler.plan import DecodeMappingError, Parallelism
-from models.config import load_preset
-from models.fileio import BUILD_DIR, pyplot, write_figure
-from sim.cli import SEED, bounded_int
-from sim.decode_step.admission import queue_batches
-from sim.decode_step.command import micro_batches_arg
-from sim.decode_step.setup import MICRO_BATCHES_AUTO, DecodeError, DecodeSetup
-from sim.decode_step.step import KernelCaches, run_decode
-from sim.provenance import provenance
-from sim.report import user_plot
-from sim.workloads import load_workload, sample_context_lengths
+from pimphony.compiler.llm import ModelSpec, load_model
+from pimphony.compiler.plan import DecodeMappingError, Parallelism
+from pimphony.models.config import load_preset
+from pimphony.models.fileio import BUILD_DIR, pyplot, write_figure
+from pimphony.sim.cli import SEED, bounded_int
+from pimphony.sim.decode_step.admission import queue_batches
+from pimphony.sim.decode_step.command import micro_batches_arg
+from pimphony.sim.decode_step.setup import MICRO_BATCHES_AUTO, DecodeError, DecodeSetup
+from pimphony.sim.decode_step.step import KernelCaches, run_decode
+from pimphony.sim.provenance import provenance
+from pimphony.sim.report import user_plot
+from pimphony.sim.workloads import load_workload, sample_context_lengths
 
 __all__ = [
     "STEP_COLOURS",
@@ -318,7 +318,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_hetero(args: argparse.Namespace) -> int:
     """``pimphony ablation --system xpu+pim``: PIMphony Fig. 14 (one case or ``--fig14``)."""
-    from sim.experiments.hetero_ablation import (
+    from pimphony.sim.experiments.hetero_ablation import (
         FIG14_CASES,
         HETERO_XPU,
         case_label,

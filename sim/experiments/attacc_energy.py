@@ -19,11 +19,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from compiler.attacc_lowering import lower_attention, lower_group
-from compiler.dcc_schedule import DccKernel
-from models.attacc import time_stream
-from models.backends import BackendConfig, load_backend
-from models.energy import (
+from pimphony.compiler.attacc_lowering import lower_attention, lower_group
+from pimphony.compiler.dcc_schedule import DccKernel
+from pimphony.models.attacc import time_stream
+from pimphony.models.backends import BackendConfig, load_backend
+from pimphony.models.energy import (
     ActBasis,
     AttAccEnergyParams,
     EnergyConfigError,
@@ -31,9 +31,9 @@ from models.energy import (
     attacc_energy,
     load_energy,
 )
-from models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
-from sim.provenance import provenance
-from sim.report import user_output, user_plot
+from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
+from pimphony.sim.provenance import provenance
+from pimphony.sim.report import user_output, user_plot
 
 __all__ = [
     "IDD_SCALES",

@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from compiler.kernels import compile_gemv
-from models.channel import (
+from pimphony.compiler.kernels import compile_gemv
+from pimphony.models.channel import (
     DEFAULT_CHUNK,
     SCHEDULERS,
     ChannelRun,
@@ -29,8 +29,8 @@ from models.channel import (
     run_channel_reference,
     run_channels,
 )
-from models.config import load_preset
-from sim.verify.streams import repeated_gemv_chunks
+from pimphony.models.config import CONFIG_DIR, load_preset
+from pimphony.sim.verify.streams import repeated_gemv_chunks
 
 __all__ = [
     "STARTUP_COMMANDS",
@@ -185,9 +185,9 @@ def bench_rtl(d: int = 2048, preset: str = "aim-16ch", copies: int = 10) -> list
     stream. The compiled harness runs ``copies`` copies of the stream in one process (best
     of three such runs): one alone simulates for a few milliseconds only.
     """
-    from rtl.blocks import SCHEDULER_OF_BLOCK
-    from sim.verify.compiled import build_harness
-    from sim.verify.scheduler import RtlStream, run_rtl
+    from pimphony.rtl.blocks import SCHEDULER_OF_BLOCK
+    from pimphony.sim.verify.compiled import build_harness
+    from pimphony.sim.verify.scheduler import RtlStream, run_rtl
 
     cfg = load_preset(preset)
     stream = compile_gemv(cfg, d, d).commands
@@ -247,9 +247,9 @@ def bench_decode() -> list[dict]:
     """
     import dataclasses
 
-    from compiler.llm import load_model
-    from sim.decode_step.setup import DecodeSetup
-    from sim.decode_step.step import run_decode
+    from pimphony.compiler.llm import load_model
+    from pimphony.sim.decode_step.setup import DecodeSetup
+    from pimphony.sim.decode_step.step import run_decode
 
     rows = []
     for label, model, context, batch, preset, tp, pp in DECODE_CASES:
@@ -282,10 +282,10 @@ def bench_hetero_decode() -> list[dict]:
     ``neupims-npu`` + 8 ``pimphony-neupims`` modules, serial and 2 sub-batches. Timing only:
     the 70B weights exceed one NPU's 32 GiB, so the xPU capacity check is off (the KV fits the
     modules)."""
-    from compiler.llm import load_model
-    from models.xpu_config import load_xpu
-    from sim.decode_step.hetero import HeteroSetup, run_hetero_decode
-    from sim.decode_step.setup import DecodeSetup
+    from pimphony.compiler.llm import load_model
+    from pimphony.models.xpu_config import load_xpu
+    from pimphony.sim.decode_step.hetero import HeteroSetup, run_hetero_decode
+    from pimphony.sim.decode_step.setup import DecodeSetup
 
     pim = DecodeSetup(
         load_model("llama-3.1-70b"),
@@ -294,7 +294,7 @@ def bench_hetero_decode() -> list[dict]:
         tp=8,
         check_capacity=False,
     )
-    from sim.decode_step.gpu import GpuSetup, run_gpu_decode
+    from pimphony.sim.decode_step.gpu import GpuSetup, run_gpu_decode
 
     rows = []
     started = time.perf_counter()
@@ -323,14 +323,14 @@ def bench_hetero_decode() -> list[dict]:
 
 #: Commands whose start-up is measured: (label, argv, module the command runs from).
 STARTUP_COMMANDS = (
-    ("pimphony --help", ("--help",), "sim.cli"),
-    ("pimphony presets", ("presets",), "sim.presets"),
+    ("pimphony --help", ("--help",), "pimphony.sim.cli"),
+    ("pimphony presets", ("presets",), "pimphony.sim.presets"),
     (
         "pimphony run (small)",
         ("run", "--kernel", "gemv", "--dout", "64", "--din", "64"),
-        "sim.channel_commands",
+        "pimphony.sim.channel_commands",
     ),
-    ("pimphony decode", ("decode", "--context", "1024"), "sim.decode_step.command"),
+    ("pimphony decode", ("decode", "--context", "1024"), "pimphony.sim.decode_step.command"),
 )
 STARTUP_TARGET_S = 0.3
 #: Packages light commands must not import.
@@ -347,7 +347,7 @@ def bench_sweep(points: int = SWEEP_POINTS, workers: int = 2) -> list[dict]:
     time (Ray start-up included) and points/s."""
     import tempfile
 
-    from sim.experiments.sweep_run import load_sweep, run_sweep
+    from pimphony.sim.experiments.sweep_run import load_sweep, run_sweep
 
     douts = ", ".join(str(64 + 8 * k) for k in range(math.ceil(points / 3)))
     text = (
@@ -390,12 +390,11 @@ def bench_serving(
     the full ``run_decode`` report of the first ``reference_steps`` of its batches for
     comparison (the step ``pimphony serve`` timed before ``sim.decode_step.cycles``)."""
     import numpy as np
-
-    from compiler.llm import load_model
-    from sim.decode_step.setup import DecodeSetup
-    from sim.decode_step.step import run_decode
-    from sim.serving.engine import ServeConfig, serve
-    from sim.serving.trace import Request
+    from pimphony.compiler.llm import load_model
+    from pimphony.sim.decode_step.setup import DecodeSetup
+    from pimphony.sim.decode_step.step import run_decode
+    from pimphony.sim.serving.engine import ServeConfig, serve
+    from pimphony.sim.serving.trace import Request
 
     spec, hw = load_model("llm-7b"), load_preset("aim-32ch-32g")
     rng = np.random.default_rng(0)
@@ -424,16 +423,16 @@ def bench_serving(
     return rows
 
 
-SERVING_TARGET_TRACE = Path(__file__).resolve().parents[2] / "configs/traces/long32k-1000.jsonl"
+SERVING_TARGET_TRACE = CONFIG_DIR / "traces" / "long32k-1000.jsonl"
 """Issue 19's target: 1,000 requests of 30,000-31,768 prompt tokens x 1,000 outputs."""
 
 
 def bench_serving_target(partition: str = "tcp") -> dict:
     """Issue 19's target run itself (``SERVING_TARGET_TRACE`` on 8 x aim-32ch-32g, TP 8,
     lazy, no prefill): wall seconds, decode steps and output tokens."""
-    from compiler.llm import load_model
-    from sim.serving.engine import ServeConfig, serve
-    from sim.serving.trace import read_trace
+    from pimphony.compiler.llm import load_model
+    from pimphony.sim.serving.engine import ServeConfig, serve
+    from pimphony.sim.serving.trace import read_trace
 
     spec, hw = load_model("llm-7b"), load_preset("aim-32ch-32g")
     reqs = read_trace(SERVING_TARGET_TRACE)
@@ -467,7 +466,7 @@ def bench_startup(repeat: int = 5) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="pimphony-bench-") as tmp:
         for label, argv, module in STARTUP_COMMANDS:
             start, _ = _best_wall([sys.executable, "-c", f"import sim.cli, {module}"], repeat, tmp)
-            cmd = [sys.executable, "-X", "importtime", "-m", "sim.cli", *argv]
+            cmd = [sys.executable, "-X", "importtime", "-m", "pimphony.sim.cli", *argv]
             total, stderr = _best_wall(cmd, repeat, tmp)
             heavy = {
                 name.split(".")[0]

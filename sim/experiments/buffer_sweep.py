@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from compiler.kernels import CompileError, compile_qk
-from models.channel import run_channel
-from models.config import HardwareConfig, load_preset
-from models.fileio import BUILD_DIR, pyplot, write_figure
-from sim.cli import bounded_int
-from sim.provenance import provenance
-from sim.report import parse_list, user_plot
+from pimphony.compiler.kernels import CompileError, compile_qk
+from pimphony.models.channel import run_channel
+from pimphony.models.config import HardwareConfig, load_preset
+from pimphony.models.fileio import BUILD_DIR, pyplot, write_figure
+from pimphony.sim.cli import bounded_int
+from pimphony.sim.provenance import provenance
+from pimphony.sim.report import parse_list, user_plot
 
 __all__ = [
     "BUFFER_SWEEP_PLOT",

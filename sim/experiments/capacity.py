@@ -20,20 +20,19 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
-
-from compiler.llm import ModelSpec, load_model
-from models.config import DEFAULT_PRESET, HardwareConfig
-from models.errors import PimphonyError
-from models.memory import (
+from pimphony.compiler.llm import ModelSpec, load_model
+from pimphony.models.config import DEFAULT_PRESET, HardwareConfig
+from pimphony.models.errors import PimphonyError
+from pimphony.models.memory import (
     CHUNK_BYTES,
     GIB,
     ChunkGeometry,
     MemoryPolicy,
     make_allocator,
 )
-from sim.cli import SEED, bounded_int
-from sim.provenance import provenance
-from sim.workloads import Workload, load_workload, sample_context_lengths
+from pimphony.sim.cli import SEED, bounded_int
+from pimphony.sim.provenance import provenance
+from pimphony.sim.workloads import Workload, load_workload, sample_context_lengths
 
 __all__ = [
     "CapacityError",

@@ -48,19 +48,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from compiler.dcc_cost import DraftCost, Placement, draft_cost
-from compiler.dcc_predictor import LookupTable
-from compiler.dcc_schedule import DccKernel, Draft
-from compiler.dcc_tune import default_draft
-from compiler.llm import LayerOp, ModelSpec, load_model
-from models.backends import BackendConfig, load_backend
-from models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
-from sim.decode_step.energy import xpu_energy
-from sim.decode_step.gpu import GpuSetup, gpu_fc_shapes, gpu_op_costs
-from sim.decode_step.setup import DecodeError
-from sim.provenance import provenance
-from sim.report import user_output, user_plot
+from pimphony.compiler.dcc_cost import DraftCost, Placement, draft_cost
+from pimphony.compiler.dcc_predictor import LookupTable
+from pimphony.compiler.dcc_schedule import DccKernel, Draft
+from pimphony.compiler.dcc_tune import default_draft
+from pimphony.compiler.llm import LayerOp, ModelSpec, load_model
+from pimphony.models.backends import BackendConfig, load_backend
+from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
+from pimphony.sim.decode_step.energy import xpu_energy
+from pimphony.sim.decode_step.gpu import GpuSetup, gpu_fc_shapes, gpu_op_costs
+from pimphony.sim.decode_step.setup import DecodeError
+from pimphony.sim.provenance import provenance
+from pimphony.sim.report import user_output, user_plot
 
 __all__ = [
     "FIG8_BACKEND",
@@ -194,7 +193,7 @@ class PimTimes:
         self.energy_preset = energy
         self.params = None
         if energy is not None:
-            from sim.tune_energy import energy_params
+            from pimphony.sim.tune_energy import energy_params
 
             self.params = energy_params(cfg, energy)
 
@@ -216,7 +215,7 @@ class PimTimes:
     @functools.cache  # noqa: B019
     def _dcc_report(self, kernel: str, sizes: tuple[int, ...]) -> tuple[float, Any]:
         """(seconds, the chosen draft's energy block or None) of DCC's choice."""
-        from sim.tune import tune_report
+        from pimphony.sim.tune import tune_report
 
         r = tune_report(self.cfg.name, kernel, sizes, top=1, budget=self.budget,
                         verify=self.verify, table=self.table,
@@ -239,7 +238,7 @@ class PimTimes:
     def energy(self, kernel: str, sizes: tuple[int, ...], dcc: bool) -> dict[str, float]:
         """pJ by draft phase (:data:`sim.tune_energy.PHASES`) of the draft :meth:`time` times:
         DCC's chosen draft (``tune --energy``'s block) or :meth:`default_cost`'s."""
-        from sim.tune_energy import draft_energy
+        from pimphony.sim.tune_energy import draft_energy
 
         if self.params is None:
             raise DecodeError("PimTimes was made without an energy preset")
@@ -360,7 +359,7 @@ def step_energy(
     (:func:`sim.decode_step.energy.xpu_energy`, the decode GPU model's), ``pim.<phase>.<draft
     phase>`` the PIM kernels' drafts (:meth:`PimTimes.energy`). A shared FFN GEMM charges
     each device the share of its weight rows it runs (``t / t_device`` of its whole GEMM)."""
-    from sim.tune_energy import PHASES as DRAFT_PHASES
+    from pimphony.sim.tune_energy import PHASES as DRAFT_PHASES
 
     if host.energy is None:
         raise DecodeError(f"GPU preset {host.name} has no [energy] section: no GPU energy model")
@@ -745,7 +744,7 @@ def run(args: argparse.Namespace) -> int:
     pim, inputs = None, {}
     energy = getattr(args, "energy", None)
     if args.table is not None:
-        from sim.experiments.dcc_lut import read_table, table_digest
+        from pimphony.sim.experiments.dcc_lut import read_table, table_digest
 
         cfg = load_backend(args.backend)
         pim = PimTimes(cfg, args.budget, args.verify, read_table(args.table, cfg), energy)
@@ -786,7 +785,7 @@ def run(args: argparse.Namespace) -> int:
             print("energy not modelled: " + "; ".join(ENERGY_NOT_MODELLED))
         if pim is not None:
             n = pim.looked_up
-            from sim.experiments.dcc_lut import untabled_line
+            from pimphony.sim.experiments.dcc_lut import untabled_line
 
             print(f"DCC drafts: {n['table']} shape(s) from table {args.table} (not searched), "
                   f"{untabled_line(pim.table, n['predicted'], n['searched'])}")  # fmt: skip

@@ -56,16 +56,15 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from pimphony.compiler.dcc_cost import Placement, clear_caches
+from pimphony.compiler.dcc_predictor import LookupTable
+from pimphony.models.backends import load_backend
+from pimphony.models.errors import PimphonyError
+from pimphony.models.fileio import BUILD_DIR, check_writable, pyplot, write_atomic, write_figure
+from pimphony.sim.cli import choice_names
+from pimphony.sim.provenance import provenance
+from pimphony.sim.tune import tune_report
 from tqdm import tqdm
-
-from compiler.dcc_cost import Placement, clear_caches
-from compiler.dcc_predictor import LookupTable
-from models.backends import load_backend
-from models.errors import PimphonyError
-from models.fileio import BUILD_DIR, check_writable, pyplot, write_atomic, write_figure
-from sim.cli import choice_names
-from sim.provenance import provenance
-from sim.tune import tune_report
 
 __all__ = [
     "FIG7_ELEMENTWISE",
@@ -434,7 +433,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _read_table(args: argparse.Namespace, fig: Figure, backend: str) -> LookupTable:
     """``--table`` read for the back ends of the figure's points (one in a figure), refused
     with one line as :func:`sim.experiments.dcc_lut.read_table` refuses it, and for fig2."""
-    from sim.experiments.dcc_lut import read_table
+    from pimphony.sim.experiments.dcc_lut import read_table
 
     if fig is Figure.FIG2:
         raise FigureError(_FIG2_TABLE)
@@ -470,7 +469,7 @@ def run(args: argparse.Namespace) -> int:
     ))  # fmt: skip
     inputs: dict[str, Any] = {}
     if table is not None:
-        from sim.experiments.dcc_lut import table_digest, untabled_line
+        from pimphony.sim.experiments.dcc_lut import table_digest, untabled_line
 
         n = {s: sum(r["draft_source"] == s for r in rows) for s in ("table", "predicted", "search")}
         inputs["table"] = {"path": str(args.table), "sha256": table_digest(args.table),

@@ -41,10 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
-
-from compiler.dcc_cost import Placement, check_lowered
-from compiler.dcc_predictor import (
+from pimphony.compiler.dcc_cost import Placement, check_lowered
+from pimphony.compiler.dcc_predictor import (
     DEFAULT_N_ESTIMATORS,
     LookupTable,
     LookupTableError,
@@ -55,12 +53,13 @@ from compiler.dcc_predictor import (
     simulated_seconds,
     train_predictor,
 )
-from compiler.dcc_schedule import DccError, DccKernel
-from models.backends import BackendConfig, load_backend
-from models.fileio import check_writable
-from sim.cli import SEED, bounded_int, choice_names
-from sim.experiments.dcc_table2 import split_configs
-from sim.provenance import inputs_digest, provenance
+from pimphony.compiler.dcc_schedule import DccError, DccKernel
+from pimphony.models.backends import BackendConfig, load_backend
+from pimphony.models.fileio import check_writable
+from pimphony.sim.cli import SEED, bounded_int, choice_names
+from pimphony.sim.experiments.dcc_table2 import split_configs
+from pimphony.sim.provenance import inputs_digest, provenance
+from tqdm import tqdm
 
 __all__ = [
     "NO_PREDICTOR",
@@ -92,7 +91,7 @@ class ShapeSource(StrEnum):
 def _figs_shapes(backend: str) -> list[tuple[str, tuple[int, ...]]]:
     """Every point of the ``dcc-figs`` figures that run on ``backend`` with weights / KV
     resident (Fig. 2's points rearrange every input per call: another cost, not tabled)."""
-    from sim.experiments.dcc_figs import FIGURE_BACKENDS, FIGURES
+    from pimphony.sim.experiments.dcc_figs import FIGURE_BACKENDS, FIGURES
 
     return [
         (kernel, tuple(shape))
@@ -105,7 +104,7 @@ def _figs_shapes(backend: str) -> list[tuple[str, tuple[int, ...]]]:
 
 def _fig8_shapes(backend: str) -> list[tuple[str, tuple[int, ...]]]:
     """``dcc-fig8``'s default run's DCC kernels, on its back end only."""
-    from sim.experiments.dcc_fig8 import FIG8_BACKEND, dcc_shapes
+    from pimphony.sim.experiments.dcc_fig8 import FIG8_BACKEND, dcc_shapes
 
     return dcc_shapes() if backend == FIG8_BACKEND else []
 

@@ -32,9 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
-
-from compiler.dcc_predictor import (
+from pimphony.compiler.dcc_predictor import (
     DEFAULT_N_ESTIMATORS,
     Predictor,
     Samples,
@@ -44,12 +42,13 @@ from compiler.dcc_predictor import (
     simulated_seconds,
     train_predictor,
 )
-from compiler.dcc_schedule import DccError, DccKernel
-from models.backends import load_backend
-from models.errors import PimphonyError
-from models.fileio import BUILD_DIR, check_writable, pyplot, write_atomic, write_figure
-from sim.cli import SEED, bounded_int, choice_names
-from sim.provenance import provenance
+from pimphony.compiler.dcc_schedule import DccError, DccKernel
+from pimphony.models.backends import load_backend
+from pimphony.models.errors import PimphonyError
+from pimphony.models.fileio import BUILD_DIR, check_writable, pyplot, write_atomic, write_figure
+from pimphony.sim.cli import SEED, bounded_int, choice_names
+from pimphony.sim.provenance import provenance
+from tqdm import tqdm
 
 __all__ = [
     "PAPER_OVERALL",

@@ -20,20 +20,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-
-from compiler.kernels import compile_kernel
-from models.bank_slice import (
+from pimphony.compiler.kernels import compile_kernel
+from pimphony.models.bank_slice import (
     SliceConfig,
     SliceError,
     empty_host_reads,
     run_bank_slice,
 )
-from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
-from models.fileio import BUILD_DIR, pyplot, write_figure
-from models.isa import Op
-from sim.cli import SEED
-from sim.provenance import provenance
-from sim.report import parse_list, user_plot
+from pimphony.models.config import DEFAULT_PRESET, HardwareConfig, load_preset
+from pimphony.models.fileio import BUILD_DIR, pyplot, write_figure
+from pimphony.models.isa import Op
+from pimphony.sim.cli import SEED
+from pimphony.sim.provenance import provenance
+from pimphony.sim.report import parse_list, user_plot
 
 __all__ = [
     "DEFAULT_PLOT",

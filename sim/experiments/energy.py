@@ -15,16 +15,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from compiler.llm import load_model
-from models.config import load_preset
-from models.energy import DEFAULT_ENERGY, load_energy
-from models.fileio import BUILD_DIR, pyplot, write_figure
-from sim.cli import bounded_int
-from sim.decode_step.setup import DecodeSetup
-from sim.decode_step.step import run_decode
-from sim.experiments.ablation import STEPS
-from sim.provenance import provenance
-from sim.report import user_plot
+from pimphony.compiler.llm import load_model
+from pimphony.models.config import load_preset
+from pimphony.models.energy import DEFAULT_ENERGY, load_energy
+from pimphony.models.fileio import BUILD_DIR, pyplot, write_figure
+from pimphony.sim.cli import bounded_int
+from pimphony.sim.decode_step.setup import DecodeSetup
+from pimphony.sim.decode_step.step import run_decode
+from pimphony.sim.experiments.ablation import STEPS
+from pimphony.sim.provenance import provenance
+from pimphony.sim.report import user_plot
 
 __all__ = [
     "ENERGY_PLOT",
@@ -186,7 +186,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``pimphony energy``."""
-    from sim.decode_step.setup import DecodeError
+    from pimphony.sim.decode_step.setup import DecodeError
 
     plot = user_plot(args.plot, ENERGY_PLOT, args.force)
     known = {r[0]: r for r in ROWS}

@@ -27,15 +27,15 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from compiler.kernels import compile_kernel, compile_qk
-from compiler.llm import load_model
-from compiler.plan import partition_attention
-from models.channel import run_channel
-from models.config import load_preset
-from models.fileio import write_atomic
-from models.memory import MemoryPolicy
-from sim.provenance import tool_record
-from sim.report import user_output
+from pimphony.compiler.kernels import compile_kernel, compile_qk
+from pimphony.compiler.llm import load_model
+from pimphony.compiler.plan import partition_attention
+from pimphony.models.channel import run_channel
+from pimphony.models.config import load_preset
+from pimphony.models.fileio import write_atomic
+from pimphony.models.memory import MemoryPolicy
+from pimphony.sim.provenance import tool_record
+from pimphony.sim.report import user_output
 
 __all__ = [
     "CLAIMS",
@@ -146,7 +146,7 @@ def _fig8() -> Measured:
 def _fig18_ratios(obuf: int | None = None) -> dict[int, float]:
     """DCS over ping-pong on QK^T (T 4096, d_h 128) per GQA group that fits, on the
     PIMphony preset with ``obuf`` OBuf entries (default the preset's)."""
-    from sim.experiments.buffer_sweep import Convention, buffer_sweep
+    from pimphony.sim.experiments.buffer_sweep import Convention, buffer_sweep
 
     entries = obuf or load_preset(PIMPHONY_PRESET).channel.obuf_entries
     rows = buffer_sweep([Convention(PIMPHONY_PRESET, PIMPHONY_PRESET)], obuf=[entries])
@@ -182,8 +182,8 @@ def _fig18_small() -> Measured:
 
 
 def _sv_reduction() -> Measured:
-    from sim.decode_step.setup import DecodeSetup
-    from sim.decode_step.step import run_decode
+    from pimphony.sim.decode_step.setup import DecodeSetup
+    from pimphony.sim.decode_step.step import run_decode
 
     spec, cfg = load_model("llm-7b"), load_preset(PIMPHONY_PRESET)
     share = {}
@@ -206,7 +206,7 @@ def _sv_reduction() -> Measured:
 def _threshold(kind: str) -> int:
     """Smallest T at which TCP gives every bank of every channel of aim-16ch work (one
     head)."""
-    from sim.decode_step.kernels import active_banks
+    from pimphony.sim.decode_step.kernels import active_banks
 
     cfg = load_preset("aim-16ch")
     banks, channels = cfg.channel.banks, cfg.module.channels
@@ -248,10 +248,10 @@ def _dstable() -> Measured:
 
 
 def _dpa_buffers() -> Measured:
-    from sim.decode_step.admission import fill_batch
-    from sim.decode_step.setup import DecodeSetup
-    from sim.decode_step.step import run_decode
-    from sim.workloads import load_workload, sample_context_lengths
+    from pimphony.sim.decode_step.admission import fill_batch
+    from pimphony.sim.decode_step.setup import DecodeSetup
+    from pimphony.sim.decode_step.step import run_decode
+    from pimphony.sim.workloads import load_workload, sample_context_lengths
 
     spec, cfg = load_model("llm-7b"), load_preset(PIMPHONY_PRESET)
     pool = [int(t) for t in sample_context_lengths(load_workload("qmsum"), 256, 0)]
@@ -270,7 +270,7 @@ def _dpa_buffers() -> Measured:
 
 
 def _fig19() -> Measured:
-    from sim.experiments.capacity import paper_comparison
+    from pimphony.sim.experiments.capacity import paper_comparison
 
     rows = paper_comparison(n_requests=256)
     static = 100 * sum(r[1].total_utilization for r in rows) / len(rows)
@@ -291,7 +291,7 @@ def _fig19() -> Measured:
 @functools.cache
 def _ablation(model: str, workload: str, modules: int, requests: int) -> list[dict[str, Any]]:
     """``pimphony ablation`` rows on the PIMphony preset, run once per process."""
-    from sim.experiments.ablation import ablation
+    from pimphony.sim.experiments.ablation import ablation
 
     return ablation(model, workload, PIMPHONY_PRESET, modules, requests)
 
@@ -326,7 +326,7 @@ def _fig15() -> Measured:
 
 
 def _fig17a() -> Measured:
-    from sim.decode_step.admission import fill_batch
+    from pimphony.sim.decode_step.admission import fill_batch
 
     spec, hw = load_model("llama-3.1-8b"), load_preset(PIMPHONY_PRESET)
     speeds = {}
@@ -384,7 +384,7 @@ def _fig13b() -> Measured:
 @functools.cache
 def _fig14_rows() -> dict[tuple[str, str, int], list[dict[str, Any]]]:
     """``pimphony ablation --system xpu+pim --fig14``: every case's rows, run once."""
-    from sim.experiments.hetero_ablation import FIG14_CASES, hetero_ablation
+    from pimphony.sim.experiments.hetero_ablation import FIG14_CASES, hetero_ablation
 
     return {(m, w, n): hetero_ablation(m, w, modules=n, requests=r) for m, w, n, r in FIG14_CASES}
 
@@ -441,7 +441,7 @@ def _fig14b() -> Measured:
 
 @functools.cache
 def _fig20_rows() -> list[dict[str, Any]]:
-    from sim.experiments.gpu_fig20 import fig20
+    from pimphony.sim.experiments.gpu_fig20 import fig20
 
     return fig20()
 
@@ -470,8 +470,8 @@ def _fig20() -> Measured:
 
 @functools.cache
 def _fig16_rows() -> list[dict[str, Any]]:
-    from models.energy import DEFAULT_ENERGY
-    from sim.experiments.energy import ROWS, energy_rows
+    from pimphony.models.energy import DEFAULT_ENERGY
+    from pimphony.sim.experiments.energy import ROWS, energy_rows
 
     return energy_rows(ROWS, 4, PIMPHONY_PRESET, DEFAULT_ENERGY)
 
@@ -512,7 +512,7 @@ def _fig16() -> Measured:
 
 
 def _fig17(context: int, model: str) -> dict[str, Any]:
-    from sim.decode_step.admission import fill_batch
+    from pimphony.sim.decode_step.admission import fill_batch
 
     spec, hw = load_model(model), load_preset(PIMPHONY_PRESET)
     out: dict[str, Any] = {}
@@ -580,8 +580,8 @@ def _fig7a_shapes(cfg) -> dict[str, tuple[str, dict]]:
     """Channel 0's kernel of each Fig. 7a operation in the decode step's own plan: one
     Qwen1.5-7B request at Musique's mean context (16,362 tokens, LoL-PIM Table 2) on one
     module under ITPP (K split by tokens, V by head dimension), TP 1."""
-    from compiler.plan import layer_plan
-    from sim.workloads import load_workload
+    from pimphony.compiler.plan import layer_plan
+    from pimphony.sim.workloads import load_workload
 
     mean = round(load_workload("musique").mean)
     plan = layer_plan(load_model("llm-7b"), cfg, [mean], tp=1, partition="itpp")
@@ -621,7 +621,7 @@ def _fig7a() -> Measured:
 
 def _fig9() -> Measured:
     """LoL-PIM Fig. 9(a) at its two ends (128 and 1024 GB), the text's three numbers."""
-    from sim.experiments.gpu_compare import WORKLOADS, gpu_compare
+    from pimphony.sim.experiments.gpu_compare import WORKLOADS, gpu_compare
 
     rows = gpu_compare("llm-7b", WORKLOADS, (128, 1024))
     tps: dict[tuple[str, int], dict[str, float]] = {}
@@ -680,16 +680,16 @@ _TABLE8_SYSTEMS = (
 @functools.cache
 def _caches():
     """Kernel caches shared by every decode step of one fidelity run (exact)."""
-    from sim.decode_step.step import KernelCaches
+    from pimphony.sim.decode_step.step import KernelCaches
 
     return KernelCaches()
 
 
 def _best_step(spec, hw, modules: int, batch, **choices):
     """The fastest decode step over every valid (TP, PP) split of ``modules``."""
-    from sim.decode_step.setup import MICRO_BATCHES_AUTO, DecodeSetup
-    from sim.decode_step.step import run_decode
-    from sim.experiments.ablation import valid_splits
+    from pimphony.sim.decode_step.setup import MICRO_BATCHES_AUTO, DecodeSetup
+    from pimphony.sim.decode_step.step import run_decode
+    from pimphony.sim.experiments.ablation import valid_splits
 
     steps = [
         run_decode(
@@ -702,7 +702,7 @@ def _best_step(spec, hw, modules: int, batch, **choices):
 
 
 def _fig4() -> Measured:
-    from sim.decode_step.admission import fill_batch
+    from pimphony.sim.decode_step.admission import fill_batch
 
     hw, spec = load_preset(LOLPIM_PRESET), load_model("llm-7b")
     gain = {}
@@ -728,11 +728,11 @@ def _fig4() -> Measured:
 
 
 def _fig11() -> Measured:
-    from sim.decode_step.admission import fill_batch
-    from sim.decode_step.setup import DecodeSetup
-    from sim.decode_step.step import run_decode
-    from sim.experiments.ablation import valid_splits
-    from sim.workloads import load_workload, sample_context_lengths
+    from pimphony.sim.decode_step.admission import fill_batch
+    from pimphony.sim.decode_step.setup import DecodeSetup
+    from pimphony.sim.decode_step.step import run_decode
+    from pimphony.sim.experiments.ablation import valid_splits
+    from pimphony.sim.workloads import load_workload, sample_context_lengths
 
     hw, spec, modules = load_preset(LOLPIM_PRESET), load_model("llm-7b"), 32
     pool = [int(t) for t in sample_context_lengths(load_workload("musique"), 2048, 0)]
@@ -767,11 +767,11 @@ def _fig11() -> Measured:
 
 
 def _table8() -> Measured:
-    from sim.decode_step.admission import fill_batch
-    from sim.decode_step.setup import MICRO_BATCHES_AUTO, DecodeSetup
-    from sim.decode_step.step import run_decode
-    from sim.experiments.ablation import valid_splits
-    from sim.workloads import load_workload, sample_context_lengths
+    from pimphony.sim.decode_step.admission import fill_batch
+    from pimphony.sim.decode_step.setup import MICRO_BATCHES_AUTO, DecodeSetup
+    from pimphony.sim.decode_step.step import run_decode
+    from pimphony.sim.experiments.ablation import valid_splits
+    from pimphony.sim.workloads import load_workload, sample_context_lengths
 
     presets = {name: load_preset(name) for name in (LOLPIM_PRESET, LOLPIM_IO_PRESET)}
     nodes_of = presets[LOLPIM_PRESET].module.modules_per_node
@@ -851,7 +851,7 @@ _LP_FIG21_SIZES = (32, 64, 128)
 
 
 def _lp_fig19() -> Measured:
-    from sim.experiments.librapim_fig19 import PAPER_SPEEDUP, fig19, means
+    from pimphony.sim.experiments.librapim_fig19 import PAPER_SPEEDUP, fig19, means
 
     rows = fig19(batches=_LP_FIG19_BATCHES, contexts=_LP_FIG19_CONTEXTS)
     m = means(rows)["all"]
@@ -880,8 +880,8 @@ def _lp_fig19() -> Measured:
 
 
 def _lp_fig20() -> Measured:
-    from sim.decode_step.librapim import System
-    from sim.experiments.librapim_util import FIG20_PAPER, sweep
+    from pimphony.sim.decode_step.librapim import System
+    from pimphony.sim.experiments.librapim_util import FIG20_PAPER, sweep
 
     paper = FIG20_PAPER["at_longest"]
     rows = sweep(_LP_FIG20_MODEL, (128,), (4096,), tuple(paper))
@@ -917,8 +917,8 @@ def _lp_fig20() -> Measured:
 def _lp_fig21() -> Measured:
     import argparse
 
-    from sim.decode_step.librapim import System
-    from sim.experiments.librapim_fig21 import fig21_summary, run_fig21
+    from pimphony.sim.decode_step.librapim import System
+    from pimphony.sim.experiments.librapim_fig21 import fig21_summary, run_fig21
 
     args = argparse.Namespace(
         model=_LP_FIG20_MODEL, batches=(256,), contexts=(512,),
@@ -947,8 +947,8 @@ def _lp_fig21() -> Measured:
 
 
 def _lp_fig22() -> Measured:
-    from sim.decode_step.librapim import System
-    from sim.experiments.librapim_energy import fig22, summary
+    from pimphony.sim.decode_step.librapim import System
+    from pimphony.sim.experiments.librapim_energy import fig22, summary
 
     rows = fig22()
     mean = summary(rows)
@@ -976,7 +976,7 @@ def _lp_fig22() -> Measured:
 
 
 def _dcc_fig7_elementwise() -> Measured:
-    from sim.experiments.dcc_figs import PAPER, Figure, figure_rows, summary
+    from pimphony.sim.experiments.dcc_figs import PAPER, Figure, figure_rows, summary
 
     panels = ("RED", "VA", "RELU")
     got = summary(Figure.FIG7, figure_rows(Figure.FIG7, panels))
@@ -1007,7 +1007,7 @@ def _dcc_fig7_elementwise() -> Measured:
 
 
 def _dcc_fig6() -> Measured:
-    from sim.experiments.dcc_figs import PAPER, Figure, figure_rows, summary
+    from pimphony.sim.experiments.dcc_figs import PAPER, Figure, figure_rows, summary
 
     got = summary(Figure.FIG6, figure_rows(Figure.FIG6))
     paper = PAPER[Figure.FIG6]
@@ -1041,7 +1041,7 @@ def _dcc_fig6() -> Measured:
 
 
 def _dcc_fig2_attacc() -> Measured:
-    from sim.experiments.dcc_figs import PAPER, Figure, figure_rows, summary
+    from pimphony.sim.experiments.dcc_figs import PAPER, Figure, figure_rows, summary
 
     rows = figure_rows(Figure.FIG2, backend="attacc")
     got = summary(Figure.FIG2, rows)
@@ -1078,7 +1078,7 @@ def _geomean_of(xs: list[float]) -> float:
 
 
 def _dcc_fig9_attacc() -> Measured:
-    from sim.experiments.dcc_figs import PAPER, Figure, figure_rows, summary
+    from pimphony.sim.experiments.dcc_figs import PAPER, Figure, figure_rows, summary
 
     got = summary(Figure.FIG9, figure_rows(Figure.FIG9, backend="attacc"))
     paper = PAPER[Figure.FIG9]
@@ -1108,9 +1108,9 @@ def _dcc_fig9_attacc() -> Measured:
 
 
 def _sherpa_fig9() -> Measured:
-    from compiler.llm import load_model
-    from models.layout import load_layout
-    from sim.experiments.sherpa import capacity
+    from pimphony.compiler.llm import load_model
+    from pimphony.models.layout import load_layout
+    from pimphony.sim.experiments.sherpa import capacity
 
     layout = load_layout("lpddr5x-pim")
     paper = {

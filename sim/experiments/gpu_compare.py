@@ -32,21 +32,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from compiler.llm import ModelSpec, load_model
-from models.config import load_preset
-from models.errors import PimphonyError
-from models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
-from models.xpu_config import load_xpu
-from sim.cli import SEED
-from sim.decode_step.admission import fill_batch
-from sim.decode_step.command import System
-from sim.decode_step.gpu import GpuSetup, gpu_fill_batch, run_gpu_decode
-from sim.decode_step.setup import DecodeSetup
-from sim.decode_step.step import KernelCaches, run_decode
-from sim.experiments.ablation import valid_splits
-from sim.provenance import provenance
-from sim.report import parse_list, user_output, user_plot
-from sim.workloads import load_workload, sample_context_lengths
+from pimphony.compiler.llm import ModelSpec, load_model
+from pimphony.models.config import load_preset
+from pimphony.models.errors import PimphonyError
+from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
+from pimphony.models.xpu_config import load_xpu
+from pimphony.sim.cli import SEED
+from pimphony.sim.decode_step.admission import fill_batch
+from pimphony.sim.decode_step.command import System
+from pimphony.sim.decode_step.gpu import GpuSetup, gpu_fill_batch, run_gpu_decode
+from pimphony.sim.decode_step.setup import DecodeSetup
+from pimphony.sim.decode_step.step import KernelCaches, run_decode
+from pimphony.sim.experiments.ablation import valid_splits
+from pimphony.sim.provenance import provenance
+from pimphony.sim.report import parse_list, user_output, user_plot
+from pimphony.sim.workloads import load_workload, sample_context_lengths
 
 __all__ = [
     "CAPACITIES_GB",

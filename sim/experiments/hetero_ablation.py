@@ -34,17 +34,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from compiler.llm import load_model
-from models.config import load_preset
-from models.fileio import pyplot, write_figure
-from models.xpu import ring_allreduce_seconds
-from models.xpu_config import XpuConfig, load_xpu
-from sim.decode_step.admission import queue_batches
-from sim.decode_step.hetero import SUB_BATCHES_AUTO, HeteroSetup, run_hetero_decode
-from sim.decode_step.kernels import KernelCache
-from sim.decode_step.setup import DecodeSetup
-from sim.experiments.ablation import STEP_COLOURS, STEPS, summed_energy
-from sim.workloads import load_workload, sample_context_lengths
+from pimphony.compiler.llm import load_model
+from pimphony.models.config import load_preset
+from pimphony.models.fileio import pyplot, write_figure
+from pimphony.models.xpu import ring_allreduce_seconds
+from pimphony.models.xpu_config import XpuConfig, load_xpu
+from pimphony.sim.decode_step.admission import queue_batches
+from pimphony.sim.decode_step.hetero import SUB_BATCHES_AUTO, HeteroSetup, run_hetero_decode
+from pimphony.sim.decode_step.kernels import KernelCache
+from pimphony.sim.decode_step.setup import DecodeSetup
+from pimphony.sim.experiments.ablation import STEP_COLOURS, STEPS, summed_energy
+from pimphony.sim.workloads import load_workload, sample_context_lengths
 
 __all__ = [
     "FIG14_CASES",

@@ -12,12 +12,12 @@ import dataclasses
 import json
 import sys
 
-from compiler.llm import load_model
-from models.channel import SCHEDULERS
-from models.config import load_preset
-from models.xpu_config import load_xpu
-from sim.cli import SEED, bounded_int, choice_names
-from sim.decode_step.librapim import (
+from pimphony.compiler.llm import load_model
+from pimphony.models.channel import SCHEDULERS
+from pimphony.models.config import load_preset
+from pimphony.models.xpu_config import load_xpu
+from pimphony.sim.cli import SEED, bounded_int, choice_names
+from pimphony.sim.decode_step.librapim import (
     DEFAULT_TP,
     SYSTEMS,
     format_librapim,
@@ -25,9 +25,9 @@ from sim.decode_step.librapim import (
     run_librapim,
     weights_per_device,
 )
-from sim.decode_step.setup import DecodeError
-from sim.experiments.librapim_energy import hbm_energy, system_energy
-from sim.workloads import generation_context_lengths, load_workload, sample_context_lengths
+from pimphony.sim.decode_step.setup import DecodeError
+from pimphony.sim.experiments.librapim_energy import hbm_energy, system_energy
+from pimphony.sim.workloads import generation_context_lengths, load_workload, sample_context_lengths
 
 __all__ = ["add_arguments", "batch_lengths", "format_energy", "run"]
 

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from models.fileio import pyplot, write_figure
+from pimphony.models.fileio import pyplot, write_figure
 
 __all__ = ["dbo_summary", "format_dbo", "plot_dbo"]
 

@@ -32,9 +32,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from compiler.kernels import gemv_max_batch
-from compiler.llm import LayerOp, ModelSpec, load_model
-from compiler.plan import (
+from pimphony.compiler.kernels import gemv_max_batch
+from pimphony.compiler.llm import LayerOp, ModelSpec, load_model
+from pimphony.compiler.plan import (
     DecodeMappingError,
     GemvJob,
     PartitionError,
@@ -42,8 +42,8 @@ from compiler.plan import (
     micro_batches,
     split_evenly,
 )
-from models.config import HardwareConfig, load_preset
-from models.energy import (
+from pimphony.models.config import HardwareConfig, load_preset
+from pimphony.models.energy import (
     PARTS,
     ChannelActivity,
     Energy,
@@ -52,13 +52,13 @@ from models.energy import (
     dynamic_energy,
     load_energy,
 )
-from models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
-from models.hub import SOFTMAX_FLOPS_PER_SCORE
-from models.xpu import VectorOp, XpuCost, attention_cost, gemm_cost, vector_cost
-from models.xpu_config import XpuConfig, XpuEnergy, load_xpu
-from sim.decode_step.energy import xpu_energy
-from sim.decode_step.kernels import KernelCache
-from sim.decode_step.librapim import (
+from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
+from pimphony.models.hub import SOFTMAX_FLOPS_PER_SCORE
+from pimphony.models.xpu import VectorOp, XpuCost, attention_cost, gemm_cost, vector_cost
+from pimphony.models.xpu_config import XpuConfig, XpuEnergy, load_xpu
+from pimphony.sim.decode_step.energy import xpu_energy
+from pimphony.sim.decode_step.kernels import KernelCache
+from pimphony.sim.decode_step.librapim import (
     ATTENTION_PARTITIONS,
     DEFAULT_TP,
     SYSTEMS,
@@ -68,11 +68,11 @@ from sim.decode_step.librapim import (
     run_librapim,
     sharded_shapes,
 )
-from sim.decode_step.setup import DecodeError, DecodeSetup
-from sim.decode_step.step import attention_cycles
-from sim.experiments.librapim_fig19 import FIG19_CONTEXTS, _int_list
-from sim.provenance import provenance
-from sim.report import user_output, user_plot
+from pimphony.sim.decode_step.setup import DecodeError, DecodeSetup
+from pimphony.sim.decode_step.step import attention_cycles
+from pimphony.sim.experiments.librapim_fig19 import FIG19_CONTEXTS, _int_list
+from pimphony.sim.provenance import provenance
+from pimphony.sim.report import user_output, user_plot
 
 __all__ = [
     "FIG22_SYSTEMS",

@@ -18,14 +18,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from compiler.llm import load_model
-from models.config import load_preset
-from models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
-from models.xpu_config import load_xpu
-from sim.decode_step.librapim import DEFAULT_TP, System, run_librapim
-from sim.decode_step.setup import DecodeError
-from sim.provenance import provenance
-from sim.report import user_output, user_plot
+from pimphony.compiler.llm import load_model
+from pimphony.models.config import load_preset
+from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
+from pimphony.models.xpu_config import load_xpu
+from pimphony.sim.decode_step.librapim import DEFAULT_TP, System, run_librapim
+from pimphony.sim.decode_step.setup import DecodeError
+from pimphony.sim.provenance import provenance
+from pimphony.sim.report import user_output, user_plot
 
 __all__ = [
     "FIG19_BATCHES",

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from models.fileio import pyplot, write_figure
-from models.xpu_config import XpuConfig, load_xpu
-from sim.decode_step.librapim import System
-from sim.decode_step.setup import DecodeError
-from sim.experiments.librapim_util import sweep
+from pimphony.models.fileio import pyplot, write_figure
+from pimphony.models.xpu_config import XpuConfig, load_xpu
+from pimphony.sim.decode_step.librapim import System
+from pimphony.sim.decode_step.setup import DecodeError
+from pimphony.sim.experiments.librapim_util import sweep
 
 __all__ = [
     "FIG21_PAPER",

@@ -29,15 +29,15 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from models.config import load_preset
-from models.fileio import write_atomic
-from sim.cli import choice_names
-from sim.decode_step.librapim import DEFAULT_TP, SYSTEMS, System
-from sim.experiments import librapim_dbo, librapim_fig21, librapim_util
-from sim.experiments.librapim_fig19 import FIG19_DIR, _int_list
-from sim.experiments.librapim_util import sweep
-from sim.provenance import provenance
-from sim.report import user_output, user_plot
+from pimphony.models.config import load_preset
+from pimphony.models.fileio import write_atomic
+from pimphony.sim.cli import choice_names
+from pimphony.sim.decode_step.librapim import DEFAULT_TP, SYSTEMS, System
+from pimphony.sim.experiments import librapim_dbo, librapim_fig21, librapim_util
+from pimphony.sim.experiments.librapim_fig19 import FIG19_DIR, _int_list
+from pimphony.sim.experiments.librapim_util import sweep
+from pimphony.sim.provenance import provenance
+from pimphony.sim.report import user_output, user_plot
 
 __all__ = ["FIGURES", "Figure", "FigureSpec", "add_arguments", "run"]
 

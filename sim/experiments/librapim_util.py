@@ -13,12 +13,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from compiler.llm import load_model
-from models.config import load_preset
-from models.fileio import pyplot, write_figure
-from models.xpu_config import XpuConfig, load_xpu
-from sim.decode_step.librapim import DEFAULT_TP, System, run_librapim
-from sim.decode_step.setup import DecodeError
+from pimphony.compiler.llm import load_model
+from pimphony.models.config import load_preset
+from pimphony.models.fileio import pyplot, write_figure
+from pimphony.models.xpu_config import XpuConfig, load_xpu
+from pimphony.sim.decode_step.librapim import DEFAULT_TP, System, run_librapim
+from pimphony.sim.decode_step.setup import DecodeError
 
 __all__ = [
     "FIG7_PAPER",

@@ -29,22 +29,22 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from compiler.llm import ModelSpec, load_model, weight_matrices
-from models.backends import load_backend
-from models.fileio import pyplot, write_figure
-from models.layout import MemoryLayout, load_layout, pim_aware_shape
-from models.xpu_config import load_xpu
-from sim.cli import choice_names
-from sim.provenance import provenance
-from sim.report import parse_list, user_plot
-from sim.sherpa_energy import (
+from pimphony.compiler.llm import ModelSpec, load_model, weight_matrices
+from pimphony.models.backends import load_backend
+from pimphony.models.fileio import pyplot, write_figure
+from pimphony.models.layout import MemoryLayout, load_layout, pim_aware_shape
+from pimphony.models.xpu_config import load_xpu
+from pimphony.sim.cli import choice_names
+from pimphony.sim.provenance import provenance
+from pimphony.sim.report import parse_list, user_plot
+from pimphony.sim.sherpa_energy import (
     energy_rows,
     format_energy,
     plot_sensitivity,
     sensitivity,
     sherpa_params,
 )
-from sim.sherpa_timing import (
+from pimphony.sim.sherpa_timing import (
     ATTENTION,
     Prefill,
     SherpaError,

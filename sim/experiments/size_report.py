@@ -17,14 +17,13 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
-
-from compiler.dpa import DpaEncodeError, encode_kernel, positive
-from compiler.kernels import CompileError, compile_qk, compile_sv
-from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
-from models.dpa.format import WORD_BYTES
-from models.fileio import BUILD_DIR, pyplot, write_figure
-from sim.provenance import provenance
-from sim.report import parse_list, user_plot
+from pimphony.compiler.dpa import DpaEncodeError, encode_kernel, positive
+from pimphony.compiler.kernels import CompileError, compile_qk, compile_sv
+from pimphony.models.config import DEFAULT_PRESET, HardwareConfig, load_preset
+from pimphony.models.dpa.format import WORD_BYTES
+from pimphony.models.fileio import BUILD_DIR, pyplot, write_figure
+from pimphony.sim.provenance import provenance
+from pimphony.sim.report import parse_list, user_plot
 
 __all__ = [
     "DEFAULT_PLOT",

@@ -7,20 +7,20 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from compiler.kernels import CompileError, Kernel, compile_gemv, compile_qk
-from models.channel import BREAKDOWN_KEYS, SCHEDULERS, run_channel
-from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
-from models.energy import (
+from pimphony.compiler.kernels import CompileError, Kernel, compile_gemv, compile_qk
+from pimphony.models.channel import BREAKDOWN_KEYS, SCHEDULERS, run_channel
+from pimphony.models.config import DEFAULT_PRESET, HardwareConfig, load_preset
+from pimphony.models.energy import (
     DEFAULT_ENERGY,
     EnergyParams,
     HbmEnergyParams,
     load_energy,
     run_energy,
 )
-from models.fileio import BUILD_DIR, pyplot, write_figure
-from sim.cli import choice_names
-from sim.provenance import provenance
-from sim.report import parse_list, user_plot
+from pimphony.models.fileio import BUILD_DIR, pyplot, write_figure
+from pimphony.sim.cli import choice_names
+from pimphony.sim.provenance import provenance
+from pimphony.sim.report import parse_list, user_plot
 
 __all__ = [
     "DEFAULT_DIMS",

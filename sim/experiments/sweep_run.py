@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from models.config import (
+from pimphony.models.config import (
     CONFIG_DIR,
     check_value,
     find_toml,
@@ -42,9 +42,9 @@ from models.config import (
     reject_unknown_keys,
     require_key,
 )
-from models.errors import PimphonyError
-from models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
-from sim.provenance import provenance
+from pimphony.models.errors import PimphonyError
+from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
+from pimphony.sim.provenance import provenance
 
 __all__ = [
     "SWEEP_DIR",
@@ -60,7 +60,7 @@ __all__ = [
 ]
 
 SWEEP_DIR = CONFIG_DIR / "sweeps"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = CONFIG_DIR.parent  # the repository, or the installed pimphony package
 _SOURCE_PACKAGES = ("models", "compiler", "sim", "rtl")
 _SCALAR = (str, int, float, bool)
 
@@ -103,7 +103,7 @@ def argv_of(command: str, options: dict[str, Any]) -> list[str]:
 
 def _check_point(command: str, options: dict[str, Any], label: str) -> None:
     """Parse the point's argv with the real parser; its message on failure."""
-    from sim.cli import build_parser
+    from pimphony.sim.cli import build_parser
 
     argv = [*argv_of(command, options), "--json"]
     err = io.StringIO()
@@ -124,7 +124,7 @@ def available_sweeps() -> list[str]:
 
 def load_sweep(name_or_path: str | Path) -> SweepFile:
     """A sweep file by name (``configs/sweeps/``) or path, every point checked."""
-    from sim.cli import COMMANDS
+    from pimphony.sim.cli import COMMANDS
 
     path = find_toml(name_or_path, SWEEP_DIR, SweepError, "sweep", available_sweeps)
     table = load_toml_table(path, SweepError, "sweep")
@@ -230,7 +230,7 @@ def inputs_key(command: str, options: dict[str, Any], digest: str) -> str:
 
 def run_point(argv: list[str]) -> dict[str, Any]:
     """Run ``pimphony argv --json`` in this process: ``{"ok", "report" | "error", "seconds"}``."""
-    from sim.cli import main
+    from pimphony.sim.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     t0 = time.perf_counter()

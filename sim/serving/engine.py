@@ -26,20 +26,19 @@ from enum import StrEnum
 from typing import Any
 
 import numpy as np
-
-from compiler.kernels import gemv_max_batch
-from compiler.llm import ModelSpec, gemv_shapes
-from compiler.plan import TP_SPLIT, GemvJob, split_evenly
-from models.config import HardwareConfig
-from models.errors import PimphonyError
-from models.hub import epu_cycles, link_cycles
-from models.memory import MemoryPolicy, OutOfMemory
-from models.system import allreduce_cycles, stage_hop_cycles
-from models.xpu import VectorOp, gemm_cost, ring_allreduce_seconds, vector_cost
-from models.xpu_config import XpuConfig
-from sim.decode_step.admission import kv_allocator
-from sim.decode_step.cycles import StepCycles
-from sim.decode_step.gpu import (
+from pimphony.compiler.kernels import gemv_max_batch
+from pimphony.compiler.llm import ModelSpec, gemv_shapes
+from pimphony.compiler.plan import TP_SPLIT, GemvJob, split_evenly
+from pimphony.models.config import HardwareConfig
+from pimphony.models.errors import PimphonyError
+from pimphony.models.hub import epu_cycles, link_cycles
+from pimphony.models.memory import MemoryPolicy, OutOfMemory
+from pimphony.models.system import allreduce_cycles, stage_hop_cycles
+from pimphony.models.xpu import VectorOp, gemm_cost, ring_allreduce_seconds, vector_cost
+from pimphony.models.xpu_config import XpuConfig
+from pimphony.sim.decode_step.admission import kv_allocator
+from pimphony.sim.decode_step.cycles import StepCycles
+from pimphony.sim.decode_step.gpu import (
     KV_BLOCK_TOKENS,
     GpuSetup,
     _block_bytes,
@@ -48,11 +47,11 @@ from sim.decode_step.gpu import (
     kv_blocks,
     run_gpu_decode,
 )
-from sim.decode_step.hetero import HeteroSetup, run_hetero_decode
-from sim.decode_step.kernels import KernelCache
-from sim.decode_step.setup import DecodeSetup
-from sim.decode_step.step import KernelCaches, epu_other_flops
-from sim.serving.trace import Request
+from pimphony.sim.decode_step.hetero import HeteroSetup, run_hetero_decode
+from pimphony.sim.decode_step.kernels import KernelCache
+from pimphony.sim.decode_step.setup import DecodeSetup
+from pimphony.sim.decode_step.step import KernelCaches, epu_other_flops
+from pimphony.sim.serving.trace import Request
 
 __all__ = [
     "BACKENDS",

@@ -13,12 +13,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from compiler.llm import load_model
-from models.config import load_preset
-from sim.decode_step.admission import fill_batch
-from sim.serving.engine import ServeConfig, serve
-from sim.serving.report import metrics
-from sim.serving.trace import Request
+from pimphony.compiler.llm import load_model
+from pimphony.models.config import load_preset
+from pimphony.sim.decode_step.admission import fill_batch
+from pimphony.sim.serving.engine import ServeConfig, serve
+from pimphony.sim.serving.report import metrics
+from pimphony.sim.serving.trace import Request
 
 __all__ = ["FIG17A_MODULES", "FIG17B_CONTEXTS", "SYSTEMS", "fig17a_rows", "fig17b_rows", "main"]
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from compiler.llm import load_model
-from models.config import load_preset
-from models.memory import ChunkGeometry
-from models.xpu_config import load_xpu
-from sim.serving.engine import ServeConfig, serve
-from sim.serving.report import metrics
-from sim.serving.trace import workload_requests
+from pimphony.compiler.llm import load_model
+from pimphony.models.config import load_preset
+from pimphony.models.memory import ChunkGeometry
+from pimphony.models.xpu_config import load_xpu
+from pimphony.sim.serving.engine import ServeConfig, serve
+from pimphony.sim.serving.report import metrics
+from pimphony.sim.serving.trace import workload_requests
 
 __all__ = ["FIG4_MODULES", "FIG4_WORKLOADS", "fig4_rows", "main"]
 

@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from models.fileio import pyplot, write_figure
-from sim.serving.engine import ServeResult, percentiles
+from pimphony.models.fileio import pyplot, write_figure
+from pimphony.sim.serving.engine import ServeResult, percentiles
 
 __all__ = ["SERIES_BINS", "format_summary", "metrics", "plot_result"]
 

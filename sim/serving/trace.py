@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-from models.errors import PimphonyError
-from sim.workloads import load_workload, sample_context_lengths
+from pimphony.models.errors import PimphonyError
+from pimphony.sim.workloads import load_workload, sample_context_lengths
 
 __all__ = [
     "TRACE_COLUMNS",

@@ -19,21 +19,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-from models.bank_slice import (
+from pimphony.models.bank_slice import (
     SOURCE_HOST,
     SOURCE_PIM,
     SliceConfig,
     empty_host_reads,
     run_bank_slice,
 )
-from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
-from models.isa import HW_FIELDS, describe_command
-from rtl import Block
-from rtl.bank_slice import BankSliceController, host_read_layout, slice_issued_layout
-from rtl.blocks import generate_verilog
-from rtl.common import command_layout
-from sim.verify.runner import (
+from pimphony.models.config import DEFAULT_PRESET, HardwareConfig, load_preset
+from pimphony.models.isa import HW_FIELDS, describe_command
+from pimphony.rtl import Block
+from pimphony.rtl.bank_slice import BankSliceController, host_read_layout, slice_issued_layout
+from pimphony.rtl.blocks import generate_verilog
+from pimphony.rtl.common import command_layout
+from pimphony.sim.verify.runner import (
     BUILD_ROOT,
     CosimError,
     field_spec,
@@ -127,7 +126,7 @@ def run_slice_batch(
     run = run_cocotb(
         Block.BANK_SLICE,
         text,
-        "sim.verify.tb_bank_slice",
+        "pimphony.sim.verify.tb_bank_slice",
         job,
         simulator=simulator,
         waves=waves,
@@ -279,7 +278,7 @@ def mixed_workload(
     cfg: HardwareConfig, n_host: int = 64, rate: float = 0.1, seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
     """A small compiler PIM stream (QK^T, T=64, d_h=64) and seeded random host reads."""
-    from compiler.kernels import compile_kernel
+    from pimphony.compiler.kernels import compile_kernel
 
     pim = compile_kernel(cfg, "qk", tokens=64, d_h=64).commands
     rng = np.random.default_rng(seed)

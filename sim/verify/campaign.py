@@ -47,22 +47,21 @@ from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
-
-from compiler.kernels import GQA_MAPPINGS, CompileError, compile_kernel
-from models.channel import check_schedule, run_channel
-from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
-from models.errors import PimphonyError
-from models.fileio import BUILD_DIR, check_writable, write_atomic
-from models.isa import StreamError, load_stream, save_stream
-from models.pingpong import PingPongError
-from rtl import Block
-from rtl.blocks import SCHEDULER_OF_BLOCK
-from sim.cli import SEED, bounded_int, choice_names
-from sim.provenance import provenance
-from sim.verify.compiled import CompiledHarness, CompiledRun, build_harness, encode_streams
-from sim.verify.runner import CosimError
-from sim.verify.scheduler import RtlStream, expectation, first_difference
-from sim.verify.streams import random_pingpong_stream, random_stream
+from pimphony.compiler.kernels import GQA_MAPPINGS, CompileError, compile_kernel
+from pimphony.models.channel import check_schedule, run_channel
+from pimphony.models.config import DEFAULT_PRESET, HardwareConfig, load_preset
+from pimphony.models.errors import PimphonyError
+from pimphony.models.fileio import BUILD_DIR, check_writable, write_atomic
+from pimphony.models.isa import StreamError, load_stream, save_stream
+from pimphony.models.pingpong import PingPongError
+from pimphony.rtl import Block
+from pimphony.rtl.blocks import SCHEDULER_OF_BLOCK
+from pimphony.sim.cli import SEED, bounded_int, choice_names
+from pimphony.sim.provenance import provenance
+from pimphony.sim.verify.compiled import CompiledHarness, CompiledRun, build_harness, encode_streams
+from pimphony.sim.verify.runner import CosimError
+from pimphony.sim.verify.scheduler import RtlStream, expectation, first_difference
+from pimphony.sim.verify.streams import random_pingpong_stream, random_stream
 
 __all__ = [
     "ALL_BLOCKS",
@@ -850,7 +849,7 @@ def _fraction(text: str) -> float:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``pimphony verify campaign``."""
-    from sim.verify.campaign_blocks import CAMPAIGNS
+    from pimphony.sim.verify.campaign_blocks import CAMPAIGNS
 
     parser.add_argument(
         "--block",
@@ -939,7 +938,7 @@ def _read_record(path: Path) -> dict:
 
 
 def _run_replay(args: argparse.Namespace) -> int:
-    from sim.verify.campaign_blocks import CAMPAIGNS
+    from pimphony.sim.verify.campaign_blocks import CAMPAIGNS
 
     given = [opt for opt in ("block", "preset") if getattr(args, opt) is not None]
     if given:
@@ -985,7 +984,7 @@ def summary(r: CampaignResult) -> list[str]:
 
 def _blocks(given: list[str] | None) -> list[Block]:
     """The blocks of ``--block`` (``all``: every block of the campaign table)."""
-    from sim.verify.campaign_blocks import CAMPAIGNS
+    from pimphony.sim.verify.campaign_blocks import CAMPAIGNS
 
     given = given or [Block.DCS]
     if ALL_BLOCKS in given:
@@ -1000,7 +999,7 @@ def _blocks(given: list[str] | None) -> list[Block]:
 def run(args: argparse.Namespace) -> int:
     """Run the campaign of every ``--block`` in turn (every block for ``all``) or ``--replay``
     one reproducer; print the summary (exit status 1 via :class:`CosimError` on a mismatch)."""
-    from sim.verify.campaign_blocks import CAMPAIGNS, CampaignOptions
+    from pimphony.sim.verify.campaign_blocks import CAMPAIGNS, CampaignOptions
 
     if args.replay is not None:
         return _run_replay(args)

@@ -50,10 +50,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-
-from compiler.dpa import encode_kernel
-from compiler.kernels import GQA_MAPPINGS, CompileError, compile_kernel
-from models.bank_slice import (
+from pimphony.compiler.dpa import encode_kernel
+from pimphony.compiler.kernels import GQA_MAPPINGS, CompileError, compile_kernel
+from pimphony.models.bank_slice import (
     HOST_READ_DTYPE,
     SliceConfig,
     SliceError,
@@ -61,8 +60,8 @@ from models.bank_slice import (
     empty_host_reads,
     run_bank_slice,
 )
-from models.config import HardwareConfig, load_preset
-from models.dpa.format import (
+from pimphony.models.config import HardwareConfig, load_preset
+from pimphony.models.dpa.format import (
     Command,
     DpaError,
     DynLoop,
@@ -71,16 +70,16 @@ from models.dpa.format import (
     Rule,
     Target,
 )
-from models.dpa.program import DpaProgram, expand
-from models.errors import PimphonyError
-from models.fileio import check_writable, write_atomic
-from models.isa import COMMAND_DTYPE, Op, StreamError, gpr_tiles, validate_stream
-from rtl import Block
-from rtl.blocks import SCHEDULER_OF_BLOCK
-from rtl.dpa import DpaDispatcher
-from sim.verify import campaign as sched_campaign
-from sim.verify.bank_slice import SliceRun, compare_with_tlm, run_slice_batch, slice_built
-from sim.verify.campaign import (
+from pimphony.models.dpa.program import DpaProgram, expand
+from pimphony.models.errors import PimphonyError
+from pimphony.models.fileio import check_writable, write_atomic
+from pimphony.models.isa import COMMAND_DTYPE, Op, StreamError, gpr_tiles, validate_stream
+from pimphony.rtl import Block
+from pimphony.rtl.blocks import SCHEDULER_OF_BLOCK
+from pimphony.rtl.dpa import DpaDispatcher
+from pimphony.sim.verify import campaign as sched_campaign
+from pimphony.sim.verify.bank_slice import SliceRun, compare_with_tlm, run_slice_batch, slice_built
+from pimphony.sim.verify.campaign import (
     REDRAWS,
     CampaignOptions,
     CampaignResult,
@@ -94,7 +93,7 @@ from sim.verify.campaign import (
     format_rate,
     kernel_shape,
 )
-from sim.verify.dpa import (
+from pimphony.sim.verify.dpa import (
     DpaResult,
     DpaRun,
     compare_dispatch,
@@ -102,9 +101,9 @@ from sim.verify.dpa import (
     dpa_built,
     make_run,
 )
-from sim.verify.dpa import run_rtl_dpa as _run_rtl_dpa
-from sim.verify.runner import CosimError
-from sim.verify.streams import random_stream
+from pimphony.sim.verify.dpa import run_rtl_dpa as _run_rtl_dpa
+from pimphony.sim.verify.runner import CosimError
+from pimphony.sim.verify.streams import random_stream
 
 __all__ = [
     "CAMPAIGNS",

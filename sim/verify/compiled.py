@@ -50,14 +50,13 @@ from enum import IntEnum
 from pathlib import Path
 
 import numpy as np
-
-from models.config import HardwareConfig
-from models.fileio import write_atomic
-from models.isa import StreamError, validate_stream
-from rtl.blocks import BLOCKS, SCHEDULER_OF_BLOCK, generate_verilog
-from rtl.common import SEQ_BITS, command_layout, issued_layout
-from sim.verify.runner import BUILD_ROOT, CosimError, field_spec, pack_words, verilator_env
-from sim.verify.scheduler import RtlStream, max_cycles
+from pimphony.models.config import HardwareConfig
+from pimphony.models.fileio import write_atomic
+from pimphony.models.isa import StreamError, validate_stream
+from pimphony.rtl.blocks import BLOCKS, SCHEDULER_OF_BLOCK, generate_verilog
+from pimphony.rtl.common import SEQ_BITS, command_layout, issued_layout
+from pimphony.sim.verify.runner import BUILD_ROOT, CosimError, field_spec, pack_words, verilator_env
+from pimphony.sim.verify.scheduler import RtlStream, max_cycles
 
 __all__ = [
     "FORMAT_VERSION",

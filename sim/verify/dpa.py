@@ -25,17 +25,16 @@ from pathlib import Path
 
 import numpy as np
 from amaranth.lib import data
-
-from models.config import DEFAULT_PRESET, HardwareConfig, load_preset
-from models.dpa.dispatcher import DecoderTiming, decode_times, run_pipeline
-from models.dpa.format import TranslationError
-from models.dpa.program import DpaProgram, expand
-from models.isa import HW_FIELDS, Op, describe_command, empty_stream
-from rtl import Block
-from rtl.blocks import BLOCKS, component_verilog
-from rtl.common import command_layout, issued_layout
-from rtl.dpa import DpaError, DpaPipeline, HostOp, host_writes, pack_host
-from sim.verify.runner import (
+from pimphony.models.config import DEFAULT_PRESET, HardwareConfig, load_preset
+from pimphony.models.dpa.dispatcher import DecoderTiming, decode_times, run_pipeline
+from pimphony.models.dpa.format import TranslationError
+from pimphony.models.dpa.program import DpaProgram, expand
+from pimphony.models.isa import HW_FIELDS, Op, describe_command, empty_stream
+from pimphony.rtl import Block
+from pimphony.rtl.blocks import BLOCKS, component_verilog
+from pimphony.rtl.common import command_layout, issued_layout
+from pimphony.rtl.dpa import DpaError, DpaPipeline, HostOp, host_writes, pack_host
+from pimphony.sim.verify.runner import (
     BUILD_ROOT,
     CosimError,
     field_spec,
@@ -379,7 +378,7 @@ def run_rtl_dpa(
     run = run_cocotb(
         block,
         text,
-        "sim.verify.tb_dpa",
+        "pimphony.sim.verify.tb_dpa",
         job,
         simulator=simulator,
         waves=waves,
@@ -409,7 +408,7 @@ def record_waves(
     The run is checked against the TLM (:func:`compare_dispatch`, cycles included) first;
     :class:`~sim.verify.runner.CosimError` if it differs.
     """
-    from compiler.dpa import encode_kernel
+    from pimphony.compiler.dpa import encode_kernel
 
     cfg = cfg or load_preset(DEFAULT_PRESET)
     prog = encode_kernel(cfg, kernel, d_h, 1, 4096)

@@ -24,9 +24,8 @@ from pathlib import Path
 
 import numpy as np
 from amaranth.lib import data
-
-from models.errors import PimphonyError
-from models.fileio import BUILD_DIR
+from pimphony.models.errors import PimphonyError
+from pimphony.models.fileio import BUILD_DIR
 
 __all__ = [
     "BUILD_ROOT",

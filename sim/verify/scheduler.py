@@ -18,14 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-from models.channel import check_schedule, run_channel
-from models.config import HardwareConfig
-from models.isa import HW_FIELDS, describe_command
-from models.pingpong import PingPongError
-from rtl.blocks import BLOCKS, SCHEDULER_OF_BLOCK, generate_verilog
-from rtl.common import command_layout, issued_layout
-from sim.verify.runner import (
+from pimphony.models.channel import check_schedule, run_channel
+from pimphony.models.config import HardwareConfig
+from pimphony.models.isa import HW_FIELDS, describe_command
+from pimphony.models.pingpong import PingPongError
+from pimphony.rtl.blocks import BLOCKS, SCHEDULER_OF_BLOCK, generate_verilog
+from pimphony.rtl.common import command_layout, issued_layout
+from pimphony.sim.verify.runner import (
     BUILD_ROOT,
     CosimError,
     field_spec,
@@ -144,7 +143,7 @@ def run_rtl(
     run = run_cocotb(
         block,
         text,
-        "sim.verify.tb_scheduler",
+        "pimphony.sim.verify.tb_scheduler",
         job,
         simulator=simulator,
         waves=waves,

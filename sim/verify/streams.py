@@ -12,15 +12,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-
-from compiler.kernels import compile_kernel
-from models.channel import run_channel
-from models.config import HardwareConfig
-from models.isa import Op, empty_stream
-from models.pingpong import PingPongError, pingpong_slots
+from pimphony.compiler.kernels import compile_kernel
+from pimphony.models.channel import run_channel
+from pimphony.models.config import HardwareConfig
+from pimphony.models.isa import Op, empty_stream
+from pimphony.models.pingpong import PingPongError, pingpong_slots
 
 if TYPE_CHECKING:
-    from sim.verify.scheduler import RtlStream
+    from pimphony.sim.verify.scheduler import RtlStream
 
 __all__ = [
     "COSIM_KERNELS",
@@ -220,7 +219,7 @@ def cosim_streams(cfg: HardwareConfig, sched: str) -> list[RtlStream]:
     as is (``random-<seed>``), with input gaps the TLM accepts (``-valid-gaps``) and with a
     61-cycle output ``ready`` pattern (``-ready-gaps``; the TLM cannot predict those cycles,
     only the rules, ``models.channel.check_schedule``)."""
-    from sim.verify.scheduler import RtlStream  # loads Amaranth; the random streams do not
+    from pimphony.sim.verify.scheduler import RtlStream  # loads Amaranth; the random streams do not
 
     streams = [RtlStream(name, s) for name, s in kernel_streams(cfg).items()]
     make = random_pingpong_stream if sched == "pingpong" else random_stream

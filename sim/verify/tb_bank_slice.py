@@ -12,8 +12,7 @@ reset is released, as in the TLM.
 from __future__ import annotations
 
 from cocotb.triggers import FallingEdge, RisingEdge
-
-from sim.verify.tb_common import GappedSource, field, job_test, reset
+from pimphony.sim.verify.tb_common import GappedSource, field, job_test, reset
 
 __all__ = ["run_job"]
 

@@ -13,9 +13,8 @@ accepted, and the error registers once the dispatcher is idle; a pipeline run en
 from __future__ import annotations
 
 from cocotb.triggers import FallingEdge, RisingEdge
-
-from models.isa import HW_FIELDS
-from sim.verify.tb_common import GappedSource, field, job_test, reset
+from pimphony.models.isa import HW_FIELDS
+from pimphony.sim.verify.tb_common import GappedSource, field, job_test, reset
 
 __all__ = ["run_job"]
 

@@ -82,7 +82,7 @@ _LEGACY: dict[str, str] = {}
 def _pimphony(argv: tuple[str, ...]) -> list[str]:
     if argv[0] in _LEGACY:  # before the move these were separate entry points
         return [sys.executable, "-m", _LEGACY[argv[0]], *argv[1:]]
-    return [sys.executable, "-m", "sim.cli", *argv]
+    return [sys.executable, "-m", "pimphony.sim.cli", *argv]
 
 
 def capture(case: GoldenCase) -> str:
