@@ -28,7 +28,7 @@ tensor-parallel module runs (``docs/decode.md``):
     output groups of ``banks`` dimensions of every pair are dealt to channels round-robin, so
     every channel reads all of a pair's scores and writes disjoint outputs (no reduction).
   - **auto**: per layer, whichever of HFP and TCP the decode step times faster
-    (``sim.decode_step.step``); the plan itself is always one concrete partition.
+    (``sim.systems.step``); the plan itself is always one concrete partition.
 
 **GPR tiling** (:func:`score_tile_tokens`): the EPU's softmax reads a pair's QK^T scores from
 the HUB's GPR, so a pair whose scores do not fit is processed in contiguous token *tiles*

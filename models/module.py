@@ -11,7 +11,7 @@ before reduction, then pair order), so EPU work overlaps channel work. The contr
 
 :func:`makespan` is the reference event simulation over an :class:`AttentionTasks`;
 :func:`makespan_arrays` is the same simulation compiled (numba) over per-unit part-cycle
-arrays (:func:`task_arrays`), for callers that time many steps (``sim.decode_step.cycles``);
+arrays (:func:`task_arrays`), for callers that time many steps (``sim.systems.cycles``);
 ``tests/test_module.py`` checks that the two agree.
 """
 

@@ -92,7 +92,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "decode",
         "one LLM decode step on a multi-module PIM system (or N GPUs: --system gpu)",
-        "decode_step.command",
+        "systems.command",
     ),
     Command(
         "serve",

@@ -46,7 +46,6 @@ from pimphony.models.fileio import pyplot, write_figure
 from pimphony.models.hbm_pim import time_stream
 from pimphony.models.xpu import XpuCost, attention_cost, gemm_cost, gemv_cost
 from pimphony.models.xpu_config import XpuConfig, load_xpu
-from pimphony.sim.decode_step.energy import xpu_energy
 from pimphony.sim.sherpa_timing import (
     Prefill,
     SherpaHost,
@@ -54,6 +53,7 @@ from pimphony.sim.sherpa_timing import (
     gemv_slices,
     load_sherpa_host,
 )
+from pimphony.sim.systems.energy import xpu_energy
 
 __all__ = [
     "SWEPT",

@@ -50,7 +50,7 @@ from pimphony.models.energy import (
     load_energy,
     run_energy,
 )
-from pimphony.sim.decode_step.energy import xpu_energy
+from pimphony.sim.systems.energy import xpu_energy
 
 __all__ = [
     "ENERGY_OF",

@@ -1,4 +1,4 @@
-"""The cycles-only decode step (sim/decode_step/cycles.py) equals ``run_decode``'s cycles."""
+"""The cycles-only decode step (sim/systems/cycles.py) equals ``run_decode``'s cycles."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from pimphony.compiler.plan import PARTITIONS, Partition, layer_plan
 from pimphony.models.config import load_preset
-from pimphony.sim.decode_step.cycles import (
+from pimphony.sim.serving.engine import ServingCaches
+from pimphony.sim.systems.cycles import (
     PAIR_KEY,
     AttentionBlock,
     StepCycles,
@@ -17,9 +18,8 @@ from pimphony.sim.decode_step.cycles import (
     _RequestBlock,
     decode_cycles,
 )
-from pimphony.sim.decode_step.setup import DecodeError, DecodeSetup
-from pimphony.sim.decode_step.step import KernelCaches, run_decode
-from pimphony.sim.serving.engine import ServingCaches
+from pimphony.sim.systems.setup import DecodeError, DecodeSetup
+from pimphony.sim.systems.step import KernelCaches, run_decode
 
 from tests.test_decode_step import TINY
 

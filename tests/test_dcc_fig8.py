@@ -8,8 +8,6 @@ import numpy as np
 import pytest
 from pimphony.compiler.llm import LayerOp, load_model
 from pimphony.models.backends import load_backend
-from pimphony.sim.decode_step.gpu import GpuSetup, gpu_fc_shapes, run_gpu_decode
-from pimphony.sim.decode_step.setup import DecodeError
 from pimphony.sim.experiments.dcc_fig8 import (
     PAPER,
     SYSTEMS,
@@ -22,6 +20,8 @@ from pimphony.sim.experiments.dcc_fig8 import (
     run_phases,
     step_phases,
 )
+from pimphony.sim.systems.gpu import GpuSetup, gpu_fc_shapes, run_gpu_decode
+from pimphony.sim.systems.setup import DecodeError
 
 SPEC = load_model("gpt3-13b-4k")
 CFG = load_backend("attacc")
@@ -227,9 +227,9 @@ def test_pim_kernel_energy_is_its_drafts(energy_rows):
 
 
 def test_full_moves_ffn_energy_from_gpu_to_pim(energy_rows):
-    from pimphony.sim.decode_step.energy import xpu_energy
-    from pimphony.sim.decode_step.gpu import gpu_op_costs
     from pimphony.sim.experiments.dcc_fig8 import FC_KERNEL, fc_sizes
+    from pimphony.sim.systems.energy import xpu_energy
+    from pimphony.sim.systems.gpu import gpu_op_costs
 
     pim, rows = energy_rows
     sy = rows[0]["systems"]

@@ -1,4 +1,4 @@
-"""The decode step on a multi-module system (sim/decode_step/, models/module.py, models/system.py,
+"""The decode step on a multi-module system (sim/systems/, models/module.py, models/system.py,
 compiler/plan.py)."""
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from pimphony.models.hub import (
     hub_instruction_bytes,
     link_cycles,
 )
-from pimphony.sim.decode_step.admission import fill_batch
-from pimphony.sim.decode_step.report import OP_KEYS, OP_STYLE
-from pimphony.sim.decode_step.setup import DecodeError, DecodeSetup
-from pimphony.sim.decode_step.step import attention_schedule, run_decode
+from pimphony.sim.systems.admission import fill_batch
+from pimphony.sim.systems.report import OP_KEYS, OP_STYLE
+from pimphony.sim.systems.setup import DecodeError, DecodeSetup
+from pimphony.sim.systems.step import attention_schedule, run_decode
 
 TINY = ModelSpec(
     name="tiny",

@@ -1,4 +1,4 @@
-"""``pimphony decode --mapping tuned`` (sim/decode_step/tuned.py): DCC's drafts as channel
+"""``pimphony decode --mapping tuned`` (sim/systems/tuned.py): DCC's drafts as channel
 jobs, never slower than the fixed mapping, the lookup table, the search's bound, the report
 and the command line."""
 
@@ -12,10 +12,10 @@ from pimphony.compiler.dcc_schedule import DccKernel, Index, Part
 from pimphony.compiler.plan import GemvJob, layer_plan
 from pimphony.models.config import load_preset
 from pimphony.models.hub import epu_cycles
-from pimphony.sim.decode_step import tuned
-from pimphony.sim.decode_step.cycles import StepCycles
-from pimphony.sim.decode_step.setup import DecodeError, DecodeSetup
-from pimphony.sim.decode_step.step import run_decode
+from pimphony.sim.systems import tuned
+from pimphony.sim.systems.cycles import StepCycles
+from pimphony.sim.systems.setup import DecodeError, DecodeSetup
+from pimphony.sim.systems.step import run_decode
 
 from tests.helpers import run_cli
 from tests.test_decode_step import TINY

@@ -277,8 +277,8 @@ def test_cli_bad_energy_preset_is_one_line():
 
 def _pim_step(**kw):
     from pimphony.compiler.llm import load_model
-    from pimphony.sim.decode_step.setup import DecodeSetup
-    from pimphony.sim.decode_step.step import run_decode
+    from pimphony.sim.systems.setup import DecodeSetup
+    from pimphony.sim.systems.step import run_decode
 
     hw = load_preset("aim-32ch-32g")
     setup = DecodeSetup(load_model("llm-7b"), hw, (4096,), **kw)
@@ -326,7 +326,7 @@ def test_gpu_decode_energy_by_hand():
     from pimphony.compiler.llm import load_model
     from pimphony.models.xpu import attention_cost
     from pimphony.models.xpu_config import load_xpu
-    from pimphony.sim.decode_step.gpu import GpuSetup, run_gpu_decode
+    from pimphony.sim.systems.gpu import GpuSetup, run_gpu_decode
 
     gpu = load_xpu("a100-80gb")
     rep = run_gpu_decode(GpuSetup(load_model("llm-7b"), gpu, 1, (4096,)))
@@ -342,8 +342,8 @@ def test_hetero_decode_energy():
     PIM-only step's attention MAC energy (same attention kernels) and the parts add up."""
     from pimphony.compiler.llm import load_model
     from pimphony.models.xpu_config import load_xpu
-    from pimphony.sim.decode_step.hetero import HeteroSetup, run_hetero_decode
-    from pimphony.sim.decode_step.setup import DecodeSetup
+    from pimphony.sim.systems.hetero import HeteroSetup, run_hetero_decode
+    from pimphony.sim.systems.setup import DecodeSetup
 
     hw = load_preset("aim-32ch-32g")
     spec = load_model("llm-7b")

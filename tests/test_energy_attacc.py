@@ -266,7 +266,7 @@ def test_split_attention_draft_energy_counts_the_combine():
     from pimphony.compiler.dcc_cost import draft_cost, share_program
     from pimphony.compiler.dcc_schedule import Index, Part
     from pimphony.models.xpu import attention_combine_cost
-    from pimphony.sim.decode_step.energy import xpu_energy
+    from pimphony.sim.systems.energy import xpu_energy
     from pimphony.sim.tune_energy import draft_energy, energy_params
 
     d = (Part(1, 1, "K0", 1, Index("h")), Part(2, 8, "K1", 256, Index("t")),

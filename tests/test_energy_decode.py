@@ -14,9 +14,9 @@ from pimphony.compiler.llm import load_model
 from pimphony.models.config import load_preset
 from pimphony.models.energy import ENERGY_DIR, load_energy
 from pimphony.models.xpu_config import load_xpu
-from pimphony.sim.decode_step.hetero import HeteroSetup, run_hetero_decode
-from pimphony.sim.decode_step.setup import DecodeSetup
-from pimphony.sim.decode_step.step import run_decode
+from pimphony.sim.systems.hetero import HeteroSetup, run_hetero_decode
+from pimphony.sim.systems.setup import DecodeSetup
+from pimphony.sim.systems.step import run_decode
 
 ROOT = Path(__file__).resolve().parents[1]
 LLM7B = load_model("llm-7b")
@@ -117,7 +117,7 @@ def test_text_line_lists_every_part():
     """The text report's energy lines: phases, then every part (J per step); a part the
     block says is not modelled is named."""
     from pimphony.models.energy import Energy
-    from pimphony.sim.decode_step.energy import energy_line, energy_report
+    from pimphony.sim.systems.energy import energy_line, energy_report
 
     phases = {
         "fc": Energy(mac=1e12, io=2e12),

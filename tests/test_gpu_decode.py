@@ -1,4 +1,4 @@
-"""The GPU-only decode step (``sim/decode_step/gpu.py``, issue 14 deliverable 4).
+"""The GPU-only decode step (``sim/systems/gpu.py``, issue 14 deliverable 4).
 
 Every expected time is computed by hand here from the A100 preset's numbers (312 TFLOPS FP16
 at 0.8, 19.5 TFLOPS vector at 0.8, 2039 GB/s at 0.85, 600 GB/s NVLink), not with
@@ -14,7 +14,7 @@ import pytest
 from pimphony.compiler.llm import ModelSpec, load_model
 from pimphony.models.xpu import ring_allreduce_seconds
 from pimphony.models.xpu_config import load_xpu
-from pimphony.sim.decode_step.gpu import (
+from pimphony.sim.systems.gpu import (
     KV_BLOCK_TOKENS,
     GpuSetup,
     gpu_fill_batch,
@@ -22,7 +22,7 @@ from pimphony.sim.decode_step.gpu import (
     kv_blocks,
     run_gpu_decode,
 )
-from pimphony.sim.decode_step.setup import DecodeError
+from pimphony.sim.systems.setup import DecodeError
 
 from tests.helpers import run_cli
 

@@ -11,9 +11,6 @@ from pimphony.compiler.llm import load_model
 from pimphony.models.config import load_preset
 from pimphony.models.xpu import gemm_cost, ring_allreduce_seconds
 from pimphony.models.xpu_config import load_xpu
-from pimphony.sim.decode_step.admission import queue_batches
-from pimphony.sim.decode_step.hetero import SUB_BATCHES_AUTO, HeteroSetup, run_hetero_decode
-from pimphony.sim.decode_step.setup import DecodeSetup
 from pimphony.sim.experiments.ablation import STEPS
 from pimphony.sim.experiments.hetero_ablation import (
     FIG14_CASES,
@@ -22,6 +19,9 @@ from pimphony.sim.experiments.hetero_ablation import (
     plot_hetero_ablation,
     tensor_parallel_xpu,
 )
+from pimphony.sim.systems.admission import queue_batches
+from pimphony.sim.systems.hetero import SUB_BATCHES_AUTO, HeteroSetup, run_hetero_decode
+from pimphony.sim.systems.setup import DecodeSetup
 from pimphony.sim.workloads import load_workload, sample_context_lengths
 
 from tests.helpers import run_cli

@@ -1,4 +1,4 @@
-"""The heterogeneous xPU+PIM decode step (``sim/decode_step/hetero.py``, issue 14
+"""The heterogeneous xPU+PIM decode step (``sim/systems/hetero.py``, issue 14
 deliverable 3): the pipeline schedule by hand, serial composition, bounds, reuse of the PIM
 attention model, and refusals."""
 
@@ -12,16 +12,16 @@ from pimphony.compiler.llm import load_model
 from pimphony.models.config import load_preset
 from pimphony.models.xpu import gemm_cost
 from pimphony.models.xpu_config import load_xpu
-from pimphony.sim.decode_step.admission import fill_batch
-from pimphony.sim.decode_step.hetero import (
+from pimphony.sim.systems.admission import fill_batch
+from pimphony.sim.systems.hetero import (
     HeteroSetup,
     pipeline_schedule,
     run_hetero_decode,
     sub_batch_candidates,
 )
-from pimphony.sim.decode_step.kernels import KernelCache
-from pimphony.sim.decode_step.setup import DecodeError, DecodeSetup
-from pimphony.sim.decode_step.step import attention_cycles, layer_timing
+from pimphony.sim.systems.kernels import KernelCache
+from pimphony.sim.systems.setup import DecodeError, DecodeSetup
+from pimphony.sim.systems.step import attention_cycles, layer_timing
 
 from tests.helpers import run_cli
 
@@ -247,7 +247,7 @@ def test_cli_modules_must_equal_tp(capsys, tmp_path):
 
 def test_timeline_plot_labels(reports, tmp_path, monkeypatch):
     """The timeline has a title, axes with units, a legend of ops and one row per device."""
-    import pimphony.sim.decode_step.hetero as hetero
+    import pimphony.sim.systems.hetero as hetero
 
     seen = {}
     real = hetero.write_figure

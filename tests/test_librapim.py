@@ -14,9 +14,9 @@ from pimphony.models.channel import run_channel
 from pimphony.models.config import load_preset
 from pimphony.models.dbo import DboCase
 from pimphony.models.xpu_config import load_xpu
-from pimphony.sim.decode_step.hetero import HeteroSetup, run_hetero_decode
-from pimphony.sim.decode_step.kernels import KernelCache
-from pimphony.sim.decode_step.librapim import (
+from pimphony.sim.systems.hetero import HeteroSetup, run_hetero_decode
+from pimphony.sim.systems.kernels import KernelCache
+from pimphony.sim.systems.librapim import (
     SYSTEMS,
     BankAccess,
     Offload,
@@ -30,8 +30,8 @@ from pimphony.sim.decode_step.librapim import (
     run_librapim,
     sharded_shapes,
 )
-from pimphony.sim.decode_step.setup import DecodeError, DecodeSetup
-from pimphony.sim.decode_step.step import attention_cycles
+from pimphony.sim.systems.setup import DecodeError, DecodeSetup
+from pimphony.sim.systems.step import attention_cycles
 from pimphony.sim.workloads import (
     WorkloadError,
     generation_context_lengths,

@@ -13,16 +13,16 @@ from pimphony.models.config import load_preset
 from pimphony.models.dbo import DboThroughput, solve_ffn_offload, solve_mha_offload
 from pimphony.models.xpu import gemm_cost
 from pimphony.models.xpu_config import load_xpu
-from pimphony.sim.decode_step.kernels import KernelCache
-from pimphony.sim.decode_step.librapim import (
+from pimphony.sim.experiments.librapim_fig21 import scaled_npu
+from pimphony.sim.experiments.librapim_util import step_row, sweep
+from pimphony.sim.systems.kernels import KernelCache
+from pimphony.sim.systems.librapim import (
     _Parts,
     dbo_model,
     measured_throughput,
     run_librapim,
 )
-from pimphony.sim.decode_step.setup import DecodeError
-from pimphony.sim.experiments.librapim_fig21 import scaled_npu
-from pimphony.sim.experiments.librapim_util import step_row, sweep
+from pimphony.sim.systems.setup import DecodeError
 
 from tests.helpers import run_cli
 

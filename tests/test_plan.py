@@ -21,8 +21,8 @@ from pimphony.compiler.plan import (
 )
 from pimphony.models.channel import run_channel
 from pimphony.models.config import load_preset
-from pimphony.sim.decode_step.kernels import KernelCache, run_module
-from pimphony.sim.decode_step.step import attention_schedule, plan_tasks
+from pimphony.sim.systems.kernels import KernelCache, run_module
+from pimphony.sim.systems.step import attention_schedule, plan_tasks
 
 
 @dataclass(frozen=True)

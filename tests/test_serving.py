@@ -12,12 +12,12 @@ from pimphony.models.config import load_preset
 from pimphony.models.errors import PimphonyError
 from pimphony.models.hub import epu_cycles
 from pimphony.models.system import stage_hop_cycles
-from pimphony.sim.decode_step.kernels import KernelCache
-from pimphony.sim.decode_step.setup import DecodeSetup
-from pimphony.sim.decode_step.step import _gemv_op, epu_other_flops, run_decode
 from pimphony.sim.serving.engine import ServeConfig, ServeError, pim_prefill_cycles, serve
 from pimphony.sim.serving.report import metrics
 from pimphony.sim.serving.trace import Request, TraceError, read_trace, workload_requests
+from pimphony.sim.systems.kernels import KernelCache
+from pimphony.sim.systems.setup import DecodeSetup
+from pimphony.sim.systems.step import _gemv_op, epu_other_flops, run_decode
 
 from tests.helpers import run_cli
 from tests.test_decode_step import TINY
@@ -314,8 +314,8 @@ def test_serve_command(tmp_path, capsys):
 
 def test_xpu_pim_and_gpu_steps_equal_their_decode_runs(cfg):
     from pimphony.models.xpu_config import load_xpu
-    from pimphony.sim.decode_step.gpu import GpuSetup, run_gpu_decode
-    from pimphony.sim.decode_step.hetero import HeteroSetup, run_hetero_decode
+    from pimphony.sim.systems.gpu import GpuSetup, run_gpu_decode
+    from pimphony.sim.systems.hetero import HeteroSetup, run_hetero_decode
 
     reqs = [Request(k, 0.0002 * k, 300 + 97 * k, 3 + k % 3) for k in range(6)]
     npu = load_xpu("neupims-npu")

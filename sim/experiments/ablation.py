@@ -7,7 +7,7 @@ window per request, DPA's lazy allocation only what each request uses). A step's
 is the population's decode tokens over the summed step times of its batches, so static and
 lazy are compared on the same requests, only batched differently. Each batch runs at the best
 of every (TP, PP) split ("using optimal TP/PP settings"); the row names the split most batches
-used. Pipeline micro-batches are ``auto`` (``sim.decode_step.setup``).
+used. Pipeline micro-batches are ``auto`` (``sim.systems.setup``).
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from pimphony.compiler.plan import DecodeMappingError, Parallelism
 from pimphony.models.config import load_preset
 from pimphony.models.fileio import BUILD_DIR, pyplot, write_figure
 from pimphony.sim.cli import SEED, bounded_int
-from pimphony.sim.decode_step.admission import queue_batches
-from pimphony.sim.decode_step.command import micro_batches_arg
-from pimphony.sim.decode_step.setup import MICRO_BATCHES_AUTO, DecodeError, DecodeSetup
-from pimphony.sim.decode_step.step import KernelCaches, run_decode
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import user_plot
+from pimphony.sim.systems.admission import queue_batches
+from pimphony.sim.systems.command import micro_batches_arg
+from pimphony.sim.systems.setup import MICRO_BATCHES_AUTO, DecodeError, DecodeSetup
+from pimphony.sim.systems.step import KernelCaches, run_decode
 from pimphony.sim.workloads import load_workload, sample_context_lengths
 
 __all__ = [

@@ -248,8 +248,8 @@ def bench_decode() -> list[dict]:
     import dataclasses
 
     from pimphony.compiler.llm import load_model
-    from pimphony.sim.decode_step.setup import DecodeSetup
-    from pimphony.sim.decode_step.step import run_decode
+    from pimphony.sim.systems.setup import DecodeSetup
+    from pimphony.sim.systems.step import run_decode
 
     rows = []
     for label, model, context, batch, preset, tp, pp in DECODE_CASES:
@@ -284,8 +284,8 @@ def bench_hetero_decode() -> list[dict]:
     modules)."""
     from pimphony.compiler.llm import load_model
     from pimphony.models.xpu_config import load_xpu
-    from pimphony.sim.decode_step.hetero import HeteroSetup, run_hetero_decode
-    from pimphony.sim.decode_step.setup import DecodeSetup
+    from pimphony.sim.systems.hetero import HeteroSetup, run_hetero_decode
+    from pimphony.sim.systems.setup import DecodeSetup
 
     pim = DecodeSetup(
         load_model("llama-3.1-70b"),
@@ -294,7 +294,7 @@ def bench_hetero_decode() -> list[dict]:
         tp=8,
         check_capacity=False,
     )
-    from pimphony.sim.decode_step.gpu import GpuSetup, run_gpu_decode
+    from pimphony.sim.systems.gpu import GpuSetup, run_gpu_decode
 
     rows = []
     started = time.perf_counter()
@@ -330,7 +330,7 @@ STARTUP_COMMANDS = (
         ("run", "--kernel", "gemv", "--dout", "64", "--din", "64"),
         "pimphony.sim.channel_commands",
     ),
-    ("pimphony decode", ("decode", "--context", "1024"), "pimphony.sim.decode_step.command"),
+    ("pimphony decode", ("decode", "--context", "1024"), "pimphony.sim.systems.command"),
 )
 STARTUP_TARGET_S = 0.3
 #: Packages light commands must not import.
@@ -388,13 +388,13 @@ def bench_serving(
     """Wall time and decode steps/s of a fixed ``pimphony serve`` run (LLM-7B, 8 x
     aim-32ch-32g, TP 8, TCP and auto, lazy memory, no prefill) on the cycles-only step, and
     the full ``run_decode`` report of the first ``reference_steps`` of its batches for
-    comparison (the step ``pimphony serve`` timed before ``sim.decode_step.cycles``)."""
+    comparison (the step ``pimphony serve`` timed before ``sim.systems.cycles``)."""
     import numpy as np
     from pimphony.compiler.llm import load_model
-    from pimphony.sim.decode_step.setup import DecodeSetup
-    from pimphony.sim.decode_step.step import run_decode
     from pimphony.sim.serving.engine import ServeConfig, serve
     from pimphony.sim.serving.trace import Request
+    from pimphony.sim.systems.setup import DecodeSetup
+    from pimphony.sim.systems.step import run_decode
 
     spec, hw = load_model("llm-7b"), load_preset("aim-32ch-32g")
     rng = np.random.default_rng(0)

@@ -8,7 +8,7 @@ on GPU. However, with DCC's optimizations, we enable QKV generation and projecti
 executed on the PIM side". The systems (:data:`SYSTEMS`), per decoder layer of one generation
 step of ``B`` requests at context ``L``:
 
-- ``gpu``: every part on the host GPU (:func:`sim.decode_step.gpu.run_gpu_decode`, one GPU);
+- ``gpu``: every part on the host GPU (:func:`sim.systems.gpu.run_gpu_decode`, one GPU);
 - ``attacc-base``: attention (QK^T, softmax, SV: the ``attn`` kernel, ``B x heads`` heads of
   ``L`` tokens) on AttAcc with its default mapping (DCC V), K/V resident, plus the new token's
   K and V written into PIM; the rest on the GPU. The KV cache is kept in PIM layout padded to
@@ -55,11 +55,11 @@ from pimphony.compiler.dcc_tune import default_draft
 from pimphony.compiler.llm import LayerOp, ModelSpec, load_model
 from pimphony.models.backends import BackendConfig, load_backend
 from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
-from pimphony.sim.decode_step.energy import xpu_energy
-from pimphony.sim.decode_step.gpu import GpuSetup, gpu_fc_shapes, gpu_op_costs
-from pimphony.sim.decode_step.setup import DecodeError
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import user_output, user_plot
+from pimphony.sim.systems.energy import xpu_energy
+from pimphony.sim.systems.gpu import GpuSetup, gpu_fc_shapes, gpu_op_costs
+from pimphony.sim.systems.setup import DecodeError
 
 __all__ = [
     "FIG8_BACKEND",
@@ -356,7 +356,7 @@ def step_energy(
 ) -> dict[str, float]:
     """Joules of one generation step (every layer) on ``system``, placed as
     :func:`step_phases` places the time: ``gpu.<phase>`` the GPU's ops
-    (:func:`sim.decode_step.energy.xpu_energy`, the decode GPU model's), ``pim.<phase>.<draft
+    (:func:`sim.systems.energy.xpu_energy`, the decode GPU model's), ``pim.<phase>.<draft
     phase>`` the PIM kernels' drafts (:meth:`PimTimes.energy`). A shared FFN GEMM charges
     each device the share of its weight rows it runs (``t / t_device`` of its whole GEMM)."""
     from pimphony.sim.tune_energy import PHASES as DRAFT_PHASES

@@ -4,7 +4,7 @@ For each model (non-GQA at 32K on LongBench, GQA at 128K on LV-Eval in the paper
 fixed batch at one context length, ``docs/energy.md``) one decode step runs twice on
 ``pimphony-cent`` modules: the CENT baseline (HFP partition, static scheduling, static
 memory) and PIMphony (per-layer TCP/HFP, DCS, DPA). Each step's energy report
-(:mod:`sim.decode_step.energy`) gives joules per token by phase (FC, attention) and by part
+(:mod:`sim.systems.energy`) gives joules per token by phase (FC, attention) and by part
 (MAC, I/O, background, else = activation + EPU + links).
 """
 
@@ -20,11 +20,11 @@ from pimphony.models.config import load_preset
 from pimphony.models.energy import DEFAULT_ENERGY, load_energy
 from pimphony.models.fileio import BUILD_DIR, pyplot, write_figure
 from pimphony.sim.cli import bounded_int
-from pimphony.sim.decode_step.setup import DecodeSetup
-from pimphony.sim.decode_step.step import run_decode
 from pimphony.sim.experiments.ablation import STEPS
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import user_plot
+from pimphony.sim.systems.setup import DecodeSetup
+from pimphony.sim.systems.step import run_decode
 
 __all__ = [
     "ENERGY_PLOT",
@@ -186,7 +186,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``pimphony energy``."""
-    from pimphony.sim.decode_step.setup import DecodeError
+    from pimphony.sim.systems.setup import DecodeError
 
     plot = user_plot(args.plot, ENERGY_PLOT, args.force)
     known = {r[0]: r for r in ROWS}

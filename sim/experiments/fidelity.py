@@ -182,8 +182,8 @@ def _fig18_small() -> Measured:
 
 
 def _sv_reduction() -> Measured:
-    from pimphony.sim.decode_step.setup import DecodeSetup
-    from pimphony.sim.decode_step.step import run_decode
+    from pimphony.sim.systems.setup import DecodeSetup
+    from pimphony.sim.systems.step import run_decode
 
     spec, cfg = load_model("llm-7b"), load_preset(PIMPHONY_PRESET)
     share = {}
@@ -206,7 +206,7 @@ def _sv_reduction() -> Measured:
 def _threshold(kind: str) -> int:
     """Smallest T at which TCP gives every bank of every channel of aim-16ch work (one
     head)."""
-    from pimphony.sim.decode_step.kernels import active_banks
+    from pimphony.sim.systems.kernels import active_banks
 
     cfg = load_preset("aim-16ch")
     banks, channels = cfg.channel.banks, cfg.module.channels
@@ -248,9 +248,9 @@ def _dstable() -> Measured:
 
 
 def _dpa_buffers() -> Measured:
-    from pimphony.sim.decode_step.admission import fill_batch
-    from pimphony.sim.decode_step.setup import DecodeSetup
-    from pimphony.sim.decode_step.step import run_decode
+    from pimphony.sim.systems.admission import fill_batch
+    from pimphony.sim.systems.setup import DecodeSetup
+    from pimphony.sim.systems.step import run_decode
     from pimphony.sim.workloads import load_workload, sample_context_lengths
 
     spec, cfg = load_model("llm-7b"), load_preset(PIMPHONY_PRESET)
@@ -326,7 +326,7 @@ def _fig15() -> Measured:
 
 
 def _fig17a() -> Measured:
-    from pimphony.sim.decode_step.admission import fill_batch
+    from pimphony.sim.systems.admission import fill_batch
 
     spec, hw = load_model("llama-3.1-8b"), load_preset(PIMPHONY_PRESET)
     speeds = {}
@@ -512,7 +512,7 @@ def _fig16() -> Measured:
 
 
 def _fig17(context: int, model: str) -> dict[str, Any]:
-    from pimphony.sim.decode_step.admission import fill_batch
+    from pimphony.sim.systems.admission import fill_batch
 
     spec, hw = load_model(model), load_preset(PIMPHONY_PRESET)
     out: dict[str, Any] = {}
@@ -680,16 +680,16 @@ _TABLE8_SYSTEMS = (
 @functools.cache
 def _caches():
     """Kernel caches shared by every decode step of one fidelity run (exact)."""
-    from pimphony.sim.decode_step.step import KernelCaches
+    from pimphony.sim.systems.step import KernelCaches
 
     return KernelCaches()
 
 
 def _best_step(spec, hw, modules: int, batch, **choices):
     """The fastest decode step over every valid (TP, PP) split of ``modules``."""
-    from pimphony.sim.decode_step.setup import MICRO_BATCHES_AUTO, DecodeSetup
-    from pimphony.sim.decode_step.step import run_decode
     from pimphony.sim.experiments.ablation import valid_splits
+    from pimphony.sim.systems.setup import MICRO_BATCHES_AUTO, DecodeSetup
+    from pimphony.sim.systems.step import run_decode
 
     steps = [
         run_decode(
@@ -702,7 +702,7 @@ def _best_step(spec, hw, modules: int, batch, **choices):
 
 
 def _fig4() -> Measured:
-    from pimphony.sim.decode_step.admission import fill_batch
+    from pimphony.sim.systems.admission import fill_batch
 
     hw, spec = load_preset(LOLPIM_PRESET), load_model("llm-7b")
     gain = {}
@@ -728,10 +728,10 @@ def _fig4() -> Measured:
 
 
 def _fig11() -> Measured:
-    from pimphony.sim.decode_step.admission import fill_batch
-    from pimphony.sim.decode_step.setup import DecodeSetup
-    from pimphony.sim.decode_step.step import run_decode
     from pimphony.sim.experiments.ablation import valid_splits
+    from pimphony.sim.systems.admission import fill_batch
+    from pimphony.sim.systems.setup import DecodeSetup
+    from pimphony.sim.systems.step import run_decode
     from pimphony.sim.workloads import load_workload, sample_context_lengths
 
     hw, spec, modules = load_preset(LOLPIM_PRESET), load_model("llm-7b"), 32
@@ -767,10 +767,10 @@ def _fig11() -> Measured:
 
 
 def _table8() -> Measured:
-    from pimphony.sim.decode_step.admission import fill_batch
-    from pimphony.sim.decode_step.setup import MICRO_BATCHES_AUTO, DecodeSetup
-    from pimphony.sim.decode_step.step import run_decode
     from pimphony.sim.experiments.ablation import valid_splits
+    from pimphony.sim.systems.admission import fill_batch
+    from pimphony.sim.systems.setup import MICRO_BATCHES_AUTO, DecodeSetup
+    from pimphony.sim.systems.step import run_decode
     from pimphony.sim.workloads import load_workload, sample_context_lengths
 
     presets = {name: load_preset(name) for name in (LOLPIM_PRESET, LOLPIM_IO_PRESET)}
@@ -880,8 +880,8 @@ def _lp_fig19() -> Measured:
 
 
 def _lp_fig20() -> Measured:
-    from pimphony.sim.decode_step.librapim import System
     from pimphony.sim.experiments.librapim_util import FIG20_PAPER, sweep
+    from pimphony.sim.systems.librapim import System
 
     paper = FIG20_PAPER["at_longest"]
     rows = sweep(_LP_FIG20_MODEL, (128,), (4096,), tuple(paper))
@@ -917,8 +917,8 @@ def _lp_fig20() -> Measured:
 def _lp_fig21() -> Measured:
     import argparse
 
-    from pimphony.sim.decode_step.librapim import System
     from pimphony.sim.experiments.librapim_fig21 import fig21_summary, run_fig21
+    from pimphony.sim.systems.librapim import System
 
     args = argparse.Namespace(
         model=_LP_FIG20_MODEL, batches=(256,), contexts=(512,),
@@ -947,8 +947,8 @@ def _lp_fig21() -> Measured:
 
 
 def _lp_fig22() -> Measured:
-    from pimphony.sim.decode_step.librapim import System
     from pimphony.sim.experiments.librapim_energy import fig22, summary
+    from pimphony.sim.systems.librapim import System
 
     rows = fig22()
     mean = summary(rows)

@@ -10,7 +10,7 @@ workload, on four systems (:data:`SYSTEMS`):
   memory; ``C / 8 GB`` modules;
 - ``gpu-hbm`` and ``gpu-gddr6``: ``C / 64 GB`` GPUs of ``lolpim-gpu-hbm`` (80 GB each) and
   ``lolpim-gpu-gddr6`` (64 GB each), tensor parallel over NVLink
-  (:mod:`sim.decode_step.gpu`).
+  (:mod:`sim.systems.gpu`).
 
 The PIM systems take the fastest (TP, PP) of :func:`sim.experiments.ablation.valid_splits`
 (micro-batches ``auto``); the GPU count matches LoL-PIM's: one GPU per AiMX node of eight
@@ -38,14 +38,14 @@ from pimphony.models.errors import PimphonyError
 from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
 from pimphony.models.xpu_config import load_xpu
 from pimphony.sim.cli import SEED
-from pimphony.sim.decode_step.admission import fill_batch
-from pimphony.sim.decode_step.command import System
-from pimphony.sim.decode_step.gpu import GpuSetup, gpu_fill_batch, run_gpu_decode
-from pimphony.sim.decode_step.setup import DecodeSetup
-from pimphony.sim.decode_step.step import KernelCaches, run_decode
 from pimphony.sim.experiments.ablation import valid_splits
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import parse_list, user_output, user_plot
+from pimphony.sim.systems.admission import fill_batch
+from pimphony.sim.systems.command import System
+from pimphony.sim.systems.gpu import GpuSetup, gpu_fill_batch, run_gpu_decode
+from pimphony.sim.systems.setup import DecodeSetup
+from pimphony.sim.systems.step import KernelCaches, run_decode
 from pimphony.sim.workloads import load_workload, sample_context_lengths
 
 __all__ = [

@@ -10,7 +10,7 @@ decode batch is admitted first-come-first-served from the same 4,096-request poo
 - ``a100``: ``C / 64 GB`` A100-80GB (``configs/xpu/a100-80gb.toml``), tensor parallel on
   NVLink, each letting weights and paged KV use 64 of its 80 GB (``--gpu-memory-fraction
   0.8``), so both systems hold the same ``C`` GB. Flash-decoding and paged attention are what
-  the GPU step models (:mod:`sim.decode_step.gpu`): attention reads the paged KV in whole
+  the GPU step models (:mod:`sim.systems.gpu`): attention reads the paged KV in whole
   16-token blocks at the roofline's capped bandwidth, which flash-decoding's split over the
   sequence is what reaches at batch sizes too small to fill the SMs by heads alone;
 - ``a100-full``: the same GPUs with all 80 GB each (more capacity than PIM: a sensitivity).
@@ -31,13 +31,13 @@ from pimphony.models.config import load_preset
 from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
 from pimphony.models.xpu_config import load_xpu
 from pimphony.sim.cli import SEED
-from pimphony.sim.decode_step.admission import fill_batch
-from pimphony.sim.decode_step.gpu import GpuSetup, gpu_fill_batch, run_gpu_decode
-from pimphony.sim.decode_step.setup import DecodeSetup
-from pimphony.sim.decode_step.step import KernelCaches, run_decode
 from pimphony.sim.experiments.ablation import valid_splits
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import user_output, user_plot
+from pimphony.sim.systems.admission import fill_batch
+from pimphony.sim.systems.gpu import GpuSetup, gpu_fill_batch, run_gpu_decode
+from pimphony.sim.systems.setup import DecodeSetup
+from pimphony.sim.systems.step import KernelCaches, run_decode
 from pimphony.sim.workloads import load_workload, sample_context_lengths
 
 __all__ = [

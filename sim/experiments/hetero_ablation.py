@@ -7,7 +7,7 @@ holds its share of the weights and of the KV cache; its NPU (``neupims-npu``) re
 through the same channels. So:
 
 - **Capacity.** A batch is admitted as on the PIM-only system: weights and KV together in
-  ``modules x 32 GiB`` (:func:`sim.decode_step.admission.queue_batches`), static memory
+  ``modules x 32 GiB`` (:func:`sim.systems.admission.queue_batches`), static memory
   reserving the model's window per request, DPA's lazy allocation what each request uses.
   That is where DPA helps here: it enlarges the batch the NPUs see.
 - **FC on the NPUs.** The FC layers run tensor parallel over the ``modules`` NPUs (Megatron's
@@ -18,7 +18,7 @@ through the same channels. So:
   and PIMphony name no inter-device link); each row reports what they would add serially on
   the preset's 10 GB/s ``device_gbps`` (``allreduce_ms_not_charged``).
 - **Attention on PIM.** Tensor parallel over the ``modules`` PIM modules (KV heads split),
-  timed by :func:`sim.decode_step.hetero.run_hetero_decode` with the step's partition,
+  timed by :func:`sim.systems.hetero.run_hetero_decode` with the step's partition,
   scheduler and memory policy; ``--sub-batches auto`` per batch (NeuPIMs pipelines sub-batches,
   so every step, the baseline included, gets its best K).
 
@@ -39,11 +39,11 @@ from pimphony.models.config import load_preset
 from pimphony.models.fileio import pyplot, write_figure
 from pimphony.models.xpu import ring_allreduce_seconds
 from pimphony.models.xpu_config import XpuConfig, load_xpu
-from pimphony.sim.decode_step.admission import queue_batches
-from pimphony.sim.decode_step.hetero import SUB_BATCHES_AUTO, HeteroSetup, run_hetero_decode
-from pimphony.sim.decode_step.kernels import KernelCache
-from pimphony.sim.decode_step.setup import DecodeSetup
 from pimphony.sim.experiments.ablation import STEP_COLOURS, STEPS, summed_energy
+from pimphony.sim.systems.admission import queue_batches
+from pimphony.sim.systems.hetero import SUB_BATCHES_AUTO, HeteroSetup, run_hetero_decode
+from pimphony.sim.systems.kernels import KernelCache
+from pimphony.sim.systems.setup import DecodeSetup
 from pimphony.sim.workloads import load_workload, sample_context_lengths
 
 __all__ = [

@@ -17,7 +17,8 @@ from pimphony.models.channel import SCHEDULERS
 from pimphony.models.config import load_preset
 from pimphony.models.xpu_config import load_xpu
 from pimphony.sim.cli import SEED, bounded_int, choice_names
-from pimphony.sim.decode_step.librapim import (
+from pimphony.sim.experiments.librapim_energy import hbm_energy, system_energy
+from pimphony.sim.systems.librapim import (
     DEFAULT_TP,
     SYSTEMS,
     format_librapim,
@@ -25,8 +26,7 @@ from pimphony.sim.decode_step.librapim import (
     run_librapim,
     weights_per_device,
 )
-from pimphony.sim.decode_step.setup import DecodeError
-from pimphony.sim.experiments.librapim_energy import hbm_energy, system_energy
+from pimphony.sim.systems.setup import DecodeError
 from pimphony.sim.workloads import generation_context_lengths, load_workload, sample_context_lengths
 
 __all__ = ["add_arguments", "batch_lengths", "format_energy", "run"]

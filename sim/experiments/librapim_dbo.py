@@ -1,8 +1,8 @@
 """Algorithm 1 with peak vs attainable throughputs: predicted beside simulated step times.
 
-``librapim`` predicts with the presets' peak FLOP/s (:func:`~sim.decode_step.librapim.
+``librapim`` predicts with the presets' peak FLOP/s (:func:`~sim.systems.librapim.
 dbo_throughput`); ``librapim-measured`` with the rates the xPU cost model and the channel TLM
-attain at the batch group's load (:func:`~sim.decode_step.librapim.measured_throughput`).
+attain at the batch group's load (:func:`~sim.systems.librapim.measured_throughput`).
 Both are then simulated; the prediction is Algorithm 1's per-layer ``max(xPU, PIM)`` summed
 over groups, times the layers (``docs/librapim.md``).
 """

@@ -1,12 +1,12 @@
 """``pimphony librapim-energy``: LibraPIM Fig. 22 shape -- energy of a decode step of the
 LibraPIM systems (NPU+AiM, AttAcc, NeuPIMs, LibraPIM) by part (``docs/energy.md``).
 
-Every point is one :func:`sim.decode_step.librapim.run_librapim` step (the systems' times and
+Every point is one :func:`sim.systems.librapim.run_librapim` step (the systems' times and
 decisions, not modified). Its energy is re-derived from what each system ran, per device and
 layer, then x layers x ``tp`` devices:
 
 * **PIM MAC / I/O / activation**: the channel kernels of the system's PIM work (attention of
-  the requests left on PIM, in the partition :func:`~sim.decode_step.step.attention_cycles`
+  the requests left on PIM, in the partition :func:`~sim.systems.step.attention_cycles`
   picks, the fastest as the system's timing does; AttAcc's co-processed FFN GEMVs; LibraPIM's
   offloaded FFN in the Fig. 14 mode), their :class:`models.energy.ChannelActivity` from the
   kernel cache, converted with the HBM energy preset (``hbm-pim``: AiM commands on HBM2);
@@ -56,9 +56,12 @@ from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
 from pimphony.models.hub import SOFTMAX_FLOPS_PER_SCORE
 from pimphony.models.xpu import VectorOp, XpuCost, attention_cost, gemm_cost, vector_cost
 from pimphony.models.xpu_config import XpuConfig, XpuEnergy, load_xpu
-from pimphony.sim.decode_step.energy import xpu_energy
-from pimphony.sim.decode_step.kernels import KernelCache
-from pimphony.sim.decode_step.librapim import (
+from pimphony.sim.experiments.librapim_fig19 import FIG19_CONTEXTS, _int_list
+from pimphony.sim.provenance import provenance
+from pimphony.sim.report import user_output, user_plot
+from pimphony.sim.systems.energy import xpu_energy
+from pimphony.sim.systems.kernels import KernelCache
+from pimphony.sim.systems.librapim import (
     ATTENTION_PARTITIONS,
     DEFAULT_TP,
     SYSTEMS,
@@ -68,11 +71,8 @@ from pimphony.sim.decode_step.librapim import (
     run_librapim,
     sharded_shapes,
 )
-from pimphony.sim.decode_step.setup import DecodeError, DecodeSetup
-from pimphony.sim.decode_step.step import attention_cycles
-from pimphony.sim.experiments.librapim_fig19 import FIG19_CONTEXTS, _int_list
-from pimphony.sim.provenance import provenance
-from pimphony.sim.report import user_output, user_plot
+from pimphony.sim.systems.setup import DecodeError, DecodeSetup
+from pimphony.sim.systems.step import attention_cycles
 
 __all__ = [
     "FIG22_SYSTEMS",
@@ -136,7 +136,7 @@ def _attention_activity(
     spec: ModelSpec, hw: HardwareConfig, tp: int, lengths: tuple[int, ...], cache: KernelCache
 ) -> tuple[ChannelActivity, str]:
     """One layer's PIM attention of ``lengths`` on one (1/``tp``-of-the-heads) device: the
-    fastest partition, as ``sim.decode_step.librapim`` picks it; its kernels' activity."""
+    fastest partition, as ``sim.systems.librapim`` picks it; its kernels' activity."""
     best: tuple[int, str] | None = None
     key = tuple(sorted(lengths))
     for part in ATTENTION_PARTITIONS:
@@ -178,7 +178,7 @@ def _ffn_shared_activity(
 ) -> ChannelActivity:
     """LibraPIM's offloaded FFN of ``m`` requests (Fig. 14 mode) on one device: per channel
     GEMVs whose matrix is the inputs and whose vectors are the channel's weight rows, as
-    ``sim.decode_step.librapim`` times them; all channels."""
+    ``sim.systems.librapim`` times them; all channels."""
     act = ChannelActivity.zero()
     if not m:
         return act
@@ -220,7 +220,7 @@ def _xpu_costs(
 
 def _qkv_out_bytes(spec: ModelSpec, tp: int, n: int) -> int:
     """Q/K/V to PIM and attention outputs back for ``n`` requests on one device (bytes), as
-    ``sim.decode_step.librapim`` sends them."""
+    ``sim.systems.librapim`` sends them."""
     e = spec.element_bytes
     qkv = n * (spec.heads + 2 * spec.kv_heads) * spec.head_dim * e // tp
     return qkv + n * spec.heads * spec.head_dim * e // tp

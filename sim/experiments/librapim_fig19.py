@@ -1,7 +1,7 @@
 """``pimphony librapim-fig19``: LibraPIM Fig. 19 shape -- each system's speedup over NPU+AiM
 for GPT3-175B and Llama3-70B over batch x input length (``docs/librapim.md``).
 
-Every point is one :func:`sim.decode_step.librapim.run_librapim` step (every system, the
+Every point is one :func:`sim.systems.librapim.run_librapim` step (every system, the
 same ``tp`` devices, every request at the same context). The report gives per point the step
 times and the speedups, per model and system the arithmetic and geometric means beside the
 paper's averages (6.2x LibraPIM over NPU+AiM, 4.4x over AttAcc, 2.1x over NeuPIMs; 6.2).
@@ -22,10 +22,10 @@ from pimphony.compiler.llm import load_model
 from pimphony.models.config import load_preset
 from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
 from pimphony.models.xpu_config import load_xpu
-from pimphony.sim.decode_step.librapim import DEFAULT_TP, System, run_librapim
-from pimphony.sim.decode_step.setup import DecodeError
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import user_output, user_plot
+from pimphony.sim.systems.librapim import DEFAULT_TP, System, run_librapim
+from pimphony.sim.systems.setup import DecodeError
 
 __all__ = [
     "FIG19_BATCHES",

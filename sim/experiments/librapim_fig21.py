@@ -19,9 +19,9 @@ from typing import Any
 
 from pimphony.models.fileio import pyplot, write_figure
 from pimphony.models.xpu_config import XpuConfig, load_xpu
-from pimphony.sim.decode_step.librapim import System
-from pimphony.sim.decode_step.setup import DecodeError
 from pimphony.sim.experiments.librapim_util import sweep
+from pimphony.sim.systems.librapim import System
+from pimphony.sim.systems.setup import DecodeError
 
 __all__ = [
     "FIG21_PAPER",

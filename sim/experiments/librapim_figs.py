@@ -11,9 +11,9 @@
 * ``dbo``: Algorithm 1's predicted step beside the simulated one, peak vs measured
   throughputs (:mod:`sim.experiments.librapim_dbo`).
 
-Every figure is a sweep of :func:`sim.decode_step.librapim.run_librapim` steps (one row per
+Every figure is a sweep of :func:`sim.systems.librapim.run_librapim` steps (one row per
 model, xPU, system, batch and input length; every request at the same length). Utilisation
-is the step's (:class:`~sim.decode_step.librapim.LibrapimSystem`): the NPU's useful matrix
+is the step's (:class:`~sim.systems.librapim.LibrapimSystem`): the NPU's useful matrix
 FLOP/s over its peak; PIM's MAC commands, counted by the channel TLM, x ``tCCD`` over
 channels x step cycles. Idle is ``1 - busy``, busy the fraction of the step a device works.
 Each run writes a JSON report with provenance and a PNG under ``build/librapim/``.
@@ -32,12 +32,12 @@ from typing import Any
 from pimphony.models.config import load_preset
 from pimphony.models.fileio import write_atomic
 from pimphony.sim.cli import choice_names
-from pimphony.sim.decode_step.librapim import DEFAULT_TP, SYSTEMS, System
 from pimphony.sim.experiments import librapim_dbo, librapim_fig21, librapim_util
 from pimphony.sim.experiments.librapim_fig19 import FIG19_DIR, _int_list
 from pimphony.sim.experiments.librapim_util import sweep
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import user_output, user_plot
+from pimphony.sim.systems.librapim import DEFAULT_TP, SYSTEMS, System
 
 __all__ = ["FIGURES", "Figure", "FigureSpec", "add_arguments", "run"]
 

@@ -1,6 +1,6 @@
 """LibraPIM's utilisation and idle-time figures (Figs. 20, 7 and 9) from system steps.
 
-:func:`sweep` runs :func:`sim.decode_step.librapim.run_librapim` over batch x input length and
+:func:`sweep` runs :func:`sim.systems.librapim.run_librapim` over batch x input length and
 keeps per step :func:`step_row`: time, Algorithm 1's prediction, busy / idle fractions and
 the utilisation the step reports (NPU: useful matrix FLOP/s over peak; PIM: MAC commands the
 channel TLM issued x ``tCCD`` over channels x step cycles, and useful FLOP/s over peak).
@@ -17,8 +17,8 @@ from pimphony.compiler.llm import load_model
 from pimphony.models.config import load_preset
 from pimphony.models.fileio import pyplot, write_figure
 from pimphony.models.xpu_config import XpuConfig, load_xpu
-from pimphony.sim.decode_step.librapim import DEFAULT_TP, System, run_librapim
-from pimphony.sim.decode_step.setup import DecodeError
+from pimphony.sim.systems.librapim import DEFAULT_TP, System, run_librapim
+from pimphony.sim.systems.setup import DecodeError
 
 __all__ = [
     "FIG7_PAPER",

@@ -15,18 +15,18 @@ from pimphony.models.fileio import BUILD_DIR, write_atomic
 from pimphony.models.memory import MEMORY_POLICIES
 from pimphony.models.xpu_config import load_xpu
 from pimphony.sim.cli import SEED, bounded_int, choice_names
-from pimphony.sim.decode_step.command import (
+from pimphony.sim.provenance import inputs_digest, provenance
+from pimphony.sim.report import user_output, user_plot
+from pimphony.sim.serving.engine import BACKENDS, ServeConfig, ServeError, System, serve
+from pimphony.sim.serving.report import format_summary, metrics, plot_result
+from pimphony.sim.serving.trace import Request, read_trace, workload_requests
+from pimphony.sim.systems.command import (
     DECODE_GPU,
     DECODE_PRESET,
     DECODE_XPU,
     micro_batches_arg,
     sub_batches_arg,
 )
-from pimphony.sim.provenance import inputs_digest, provenance
-from pimphony.sim.report import user_output, user_plot
-from pimphony.sim.serving.engine import BACKENDS, ServeConfig, ServeError, System, serve
-from pimphony.sim.serving.report import format_summary, metrics, plot_result
-from pimphony.sim.serving.trace import Request, read_trace, workload_requests
 from pimphony.sim.workloads import available_workloads
 
 __all__ = ["DEFAULT_OUTPUT_TOKENS", "DEFAULT_REQUESTS", "SERVE_DIR", "add_arguments", "run"]

@@ -6,9 +6,9 @@ static max-context reservation or lazy 1 MiB chunks; admission never preempts an
 the first request that does not fit); the newly admitted are prefilled (on the xPU when the
 system has one, as PIM GEMVs over the prompt tokens on a PIM-only system, or not at all with
 ``prefill=False``); the running batch takes one decode step, timed as ``pimphony decode``
-times it (PIM only: :class:`sim.decode_step.cycles.StepCycles`, exactly the cycles of
-:func:`sim.decode_step.step.run_decode` without its report;
-:func:`sim.decode_step.hetero.run_hetero_decode`, :func:`sim.decode_step.gpu.run_gpu_decode`);
+times it (PIM only: :class:`sim.systems.cycles.StepCycles`, exactly the cycles of
+:func:`sim.systems.step.run_decode` without its report;
+:func:`sim.systems.hetero.run_hetero_decode`, :func:`sim.systems.gpu.run_gpu_decode`);
 finished requests are released, and every other request's KV grows by one token. When lazy
 growth finds no free chunk, the most recently admitted running request is preempted (its
 memory freed, it returns to the head of the queue and its KV is recomputed on re-admission).
@@ -36,9 +36,10 @@ from pimphony.models.memory import MemoryPolicy, OutOfMemory
 from pimphony.models.system import allreduce_cycles, stage_hop_cycles
 from pimphony.models.xpu import VectorOp, gemm_cost, ring_allreduce_seconds, vector_cost
 from pimphony.models.xpu_config import XpuConfig
-from pimphony.sim.decode_step.admission import kv_allocator
-from pimphony.sim.decode_step.cycles import StepCycles
-from pimphony.sim.decode_step.gpu import (
+from pimphony.sim.serving.trace import Request
+from pimphony.sim.systems.admission import kv_allocator
+from pimphony.sim.systems.cycles import StepCycles
+from pimphony.sim.systems.gpu import (
     KV_BLOCK_TOKENS,
     GpuSetup,
     _block_bytes,
@@ -47,11 +48,10 @@ from pimphony.sim.decode_step.gpu import (
     kv_blocks,
     run_gpu_decode,
 )
-from pimphony.sim.decode_step.hetero import HeteroSetup, run_hetero_decode
-from pimphony.sim.decode_step.kernels import KernelCache
-from pimphony.sim.decode_step.setup import DecodeSetup
-from pimphony.sim.decode_step.step import KernelCaches, epu_other_flops
-from pimphony.sim.serving.trace import Request
+from pimphony.sim.systems.hetero import HeteroSetup, run_hetero_decode
+from pimphony.sim.systems.kernels import KernelCache
+from pimphony.sim.systems.setup import DecodeSetup
+from pimphony.sim.systems.step import KernelCaches, epu_other_flops
 
 __all__ = [
     "BACKENDS",
@@ -308,7 +308,7 @@ def xpu_prefill_seconds(
 ) -> float:
     """Seconds to prefill ``prompts`` (tokens each) on ``shards`` tensor-parallel devices of
     the xPU cost model (``docs/xpu.md``): per layer the FC GEMMs over all prompt tokens
-    (Megatron split, :func:`sim.decode_step.gpu.gpu_fc_shapes`), 2 norms, 2 residual adds and
+    (Megatron split, :func:`sim.systems.gpu.gpu_fc_shapes`), 2 norms, 2 residual adds and
     the activation, each prompt's attention as two GEMMs per query head (``n x d_h x n`` and
     ``n x n x d_h``, the full square: no causal skipping) and, on more than one device, two
     ring all-reduces; times the layers."""
@@ -393,7 +393,7 @@ class _PimBackend(_Backend):
         )
 
     def _step(self, lengths: tuple[int, ...]) -> tuple[float, int | None]:
-        # The cycles-only step (sim.decode_step.cycles): run_decode's cycles without its
+        # The cycles-only step (sim.systems.cycles): run_decode's cycles without its
         # report, which serving does not read.
         if self._cycles is None:
             self._cycles = StepCycles(self.decode_setup(lengths), self.caches)

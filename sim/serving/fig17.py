@@ -15,10 +15,10 @@ from typing import Any
 
 from pimphony.compiler.llm import load_model
 from pimphony.models.config import load_preset
-from pimphony.sim.decode_step.admission import fill_batch
 from pimphony.sim.serving.engine import ServeConfig, serve
 from pimphony.sim.serving.report import metrics
 from pimphony.sim.serving.trace import Request
+from pimphony.sim.systems.admission import fill_batch
 
 __all__ = ["FIG17A_MODULES", "FIG17B_CONTEXTS", "SYSTEMS", "fig17a_rows", "fig17b_rows", "main"]
 

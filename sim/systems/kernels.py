@@ -69,7 +69,7 @@ class KernelCache:
     _memo: dict = field(default_factory=dict)
     _programs: dict = field(default_factory=dict)
     dpa_refused: dict = field(default_factory=dict)
-    #: Per-request attention blocks of the cycles-only step (``sim.decode_step.cycles``),
+    #: Per-request attention blocks of the cycles-only step (``sim.systems.cycles``),
     #: built from this cache's kernels and so valid only with it.
     blocks: dict = field(default_factory=dict)
 

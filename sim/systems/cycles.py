@@ -2,7 +2,7 @@
 
 A serving run times tens of thousands of decode steps and reads only each step's cycles
 (``docs/serving.md``). :class:`StepCycles` computes them from the same plans, channel
-kernels, attention task graph and pipeline as :func:`sim.decode_step.step.run_decode`, and
+kernels, attention task graph and pipeline as :func:`sim.systems.step.run_decode`, and
 skips what only the report reads: the three marginal schedules, energy, MACs and activity
 sums, HUB counts under lazy memory and the re-admission of the batch. Equality with
 ``run_decode`` is the contract (``tests/test_cycles.py`` checks it on random batches).
@@ -46,14 +46,14 @@ from pimphony.models.hub import epu_cycles, hub_instruction_bytes, link_cycles
 from pimphony.models.memory import MemoryPolicy
 from pimphony.models.module import makespan_arrays, task_arrays
 from pimphony.models.system import allreduce_cycles, pipeline_period, stage_hop_cycles
-from pimphony.sim.decode_step.kernels import KernelCache, KernelStats
-from pimphony.sim.decode_step.setup import (
+from pimphony.sim.systems.kernels import KernelCache, KernelStats
+from pimphony.sim.systems.setup import (
     MICRO_BATCHES_AUTO,
     DecodeError,
     DecodeSetup,
     micro_batch_candidates,
 )
-from pimphony.sim.decode_step.step import (
+from pimphony.sim.systems.step import (
     KernelCaches,
     _gemv_op,
     decode_errors,
@@ -373,7 +373,7 @@ class StepCycles:
         self, cache: KernelCache, scheme: Partition, unit: AttentionUnit
     ) -> AttentionBlock:
         """One unit's jobs exactly as ``compiler.plan.layer_plan`` makes them, timed by
-        :func:`sim.decode_step.step.plan_tasks` (zero rows if it has no job)."""
+        :func:`sim.systems.step.plan_tasks` (zero rows if it has no job)."""
         spec, cfg = self.setup.model, self.setup.hw
         d_h, g = spec.head_dim, spec.gqa_group
         spec_p = PARTITIONS[scheme]

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 from pimphony.compiler.llm import LayerOp
 from pimphony.models.fileio import pyplot, write_figure
-from pimphony.sim.decode_step.energy import energy_line
-from pimphony.sim.decode_step.setup import DecodeSetup
 from pimphony.sim.provenance import inputs_digest
+from pimphony.sim.systems.energy import energy_line
+from pimphony.sim.systems.setup import DecodeSetup
 
 __all__ = [
     "OP_KEYS",
@@ -173,7 +173,7 @@ def format_report(report: DecodeReport) -> str:
     if r.get("energy"):
         lines.append(energy_line(r["energy"]))
     if r.get("mapping"):
-        from pimphony.sim.decode_step.tuned import mapping_lines
+        from pimphony.sim.systems.tuned import mapping_lines
 
         lines += mapping_lines(r["mapping"])
     sim = r["simulation"]

@@ -72,7 +72,7 @@ class DecodeSetup:
     check_capacity : bool
         Refuse batches that do not fit (default); off only for timing studies.
     mapping : {"fixed", "tuned"}
-        The weight GEMVs' mapping (:class:`Mapping`, ``sim.decode_step.tuned``).
+        The weight GEMVs' mapping (:class:`Mapping`, ``sim.systems.tuned``).
     """
 
     model: ModelSpec

@@ -4,7 +4,7 @@ The timing contract (``docs/decode.md``, xPU+PIM): the FC layers (QKV, projectio
 FFN2) and the vector operations (norms, activation, residual adds) run on one xPU as GEMMs
 over a sub-batch, weights read from the xPU's memory and costed by :mod:`models.xpu`;
 attention (QK^T, softmax, SV) runs on the PIM modules, which hold only the KV cache, timed
-exactly as the PIM-only step times it (:func:`sim.decode_step.step.attention_cycles`). Per
+exactly as the PIM-only step times it (:func:`sim.systems.step.attention_cycles`). Per
 layer the Q/K/V vectors cross the PIM modules' host link to the modules and the attention
 outputs cross it back.
 
@@ -41,12 +41,12 @@ from pimphony.models.fileio import pyplot, write_figure
 from pimphony.models.hub import link_cycles
 from pimphony.models.xpu import VectorOp, gemm_cost, vector_cost
 from pimphony.models.xpu_config import XpuConfig
-from pimphony.sim.decode_step.admission import admit
-from pimphony.sim.decode_step.energy import energy_line, hetero_energy
-from pimphony.sim.decode_step.kernels import KernelCache
-from pimphony.sim.decode_step.setup import DecodeError, DecodeSetup
-from pimphony.sim.decode_step.step import attention_cycles
 from pimphony.sim.provenance import inputs_digest
+from pimphony.sim.systems.admission import admit
+from pimphony.sim.systems.energy import energy_line, hetero_energy
+from pimphony.sim.systems.kernels import KernelCache
+from pimphony.sim.systems.setup import DecodeError, DecodeSetup
+from pimphony.sim.systems.step import attention_cycles
 
 __all__ = [
     "DEVICES",

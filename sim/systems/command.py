@@ -25,8 +25,10 @@ from pimphony.models.fileio import BUILD_DIR, write_atomic
 from pimphony.models.memory import MEMORY_POLICIES
 from pimphony.models.xpu_config import load_xpu
 from pimphony.sim.cli import SEED, bounded_int, choice_names
-from pimphony.sim.decode_step.admission import fill_batch
-from pimphony.sim.decode_step.gpu import (
+from pimphony.sim.provenance import inputs_digest, provenance
+from pimphony.sim.report import user_output, user_plot
+from pimphony.sim.systems.admission import fill_batch
+from pimphony.sim.systems.gpu import (
     GpuSetup,
     format_gpu_report,
     gpu_fill_batch,
@@ -35,7 +37,7 @@ from pimphony.sim.decode_step.gpu import (
     plot_gpu_report,
     run_gpu_decode,
 )
-from pimphony.sim.decode_step.hetero import (
+from pimphony.sim.systems.hetero import (
     SUB_BATCHES_AUTO,
     HeteroSetup,
     format_hetero_report,
@@ -44,11 +46,9 @@ from pimphony.sim.decode_step.hetero import (
     plot_hetero_report,
     run_hetero_decode,
 )
-from pimphony.sim.decode_step.report import format_report, plot_report, report_stem, setup_digest
-from pimphony.sim.decode_step.setup import MICRO_BATCHES_AUTO, DecodeError, DecodeSetup, Mapping
-from pimphony.sim.decode_step.step import run_decode
-from pimphony.sim.provenance import inputs_digest, provenance
-from pimphony.sim.report import user_output, user_plot
+from pimphony.sim.systems.report import format_report, plot_report, report_stem, setup_digest
+from pimphony.sim.systems.setup import MICRO_BATCHES_AUTO, DecodeError, DecodeSetup, Mapping
+from pimphony.sim.systems.step import run_decode
 from pimphony.sim.workloads import load_workload, read_context_lengths, sample_context_lengths
 
 __all__ = [
@@ -101,7 +101,7 @@ def micro_batches_arg(value: str) -> int | str:
 
 def sub_batches_arg(value: str) -> int | str:
     """``--sub-batches``: an integer (its range against the batch is checked by
-    :class:`~sim.decode_step.hetero.HeteroSetup`) or ``auto``."""
+    :class:`~sim.systems.hetero.HeteroSetup`) or ``auto``."""
     if value == SUB_BATCHES_AUTO:
         return value
     try:

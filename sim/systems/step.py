@@ -55,11 +55,11 @@ from pimphony.models.module import (
     schedule,
 )
 from pimphony.models.system import allreduce_cycles, pipeline_period, stage_hop_cycles
-from pimphony.sim.decode_step.admission import admit, dpa_buffers
-from pimphony.sim.decode_step.energy import energy_report, pim_phase_energy
-from pimphony.sim.decode_step.kernels import KernelCache, job_key
-from pimphony.sim.decode_step.report import OP_KEYS, DecodeReport
-from pimphony.sim.decode_step.setup import (
+from pimphony.sim.systems.admission import admit, dpa_buffers
+from pimphony.sim.systems.energy import energy_report, pim_phase_energy
+from pimphony.sim.systems.kernels import KernelCache, job_key
+from pimphony.sim.systems.report import OP_KEYS, DecodeReport
+from pimphony.sim.systems.setup import (
     MICRO_BATCHES_AUTO,
     DecodeError,
     DecodeSetup,
@@ -153,8 +153,8 @@ class LayerTiming:
 
 
 def _tuned() -> Any:
-    """``sim.decode_step.tuned``, imported when a step is tuned (it loads the DCC compiler)."""
-    from pimphony.sim.decode_step import tuned
+    """``sim.systems.tuned``, imported when a step is tuned (it loads the DCC compiler)."""
+    from pimphony.sim.systems import tuned
 
     return tuned
 
@@ -553,7 +553,7 @@ def _step_energy(
     epu_flops: dict[str, float],
     link_bytes: dict[str, int],
 ) -> dict[str, Any]:
-    """The report's ``energy`` block (``sim.decode_step.energy``): FC, attention and the rest
+    """The report's ``energy`` block (``sim.systems.energy``): FC, attention and the rest
     of the step period on every channel of every module, EPU work and link traffic."""
     cfg = setup.hw
     chips = params.chips(cfg)

@@ -1,10 +1,10 @@
 """LibraPIM end to end (seed 002): four NPU+PIM systems' decode steps, with DBO.
 
 Every system runs on the same device (``librapim-hbm2`` PIM, ``librapim-npu`` xPU by default)
-and is timed with the xPU+PIM step's parts (:mod:`sim.decode_step.hetero`: the xPU cost
-model, the PIM channel TLM through :func:`sim.decode_step.step.attention_cycles` and
-:func:`~sim.decode_step.step.layer_timing`, the four-resource
-:func:`~sim.decode_step.hetero.pipeline_schedule`). The :data:`SYSTEMS` registry, keyed by
+and is timed with the xPU+PIM step's parts (:mod:`sim.systems.hetero`: the xPU cost
+model, the PIM channel TLM through :func:`sim.systems.step.attention_cycles` and
+:func:`~sim.systems.step.layer_timing`, the four-resource
+:func:`~sim.systems.hetero.pipeline_schedule`). The :data:`SYSTEMS` registry, keyed by
 :class:`System`, holds what each system does (``docs/librapim.md`` quotes the paper):
 
 * **npu+aim**: serial, one batch group, FC on the xPU, attention on PIM.
@@ -64,10 +64,10 @@ from pimphony.models.dbo import DboDecision, DboModel, DboThroughput, dynamic_ba
 from pimphony.models.hub import link_cycles
 from pimphony.models.xpu import VectorOp, attention_cost, gemm_cost, vector_cost
 from pimphony.models.xpu_config import XpuConfig
-from pimphony.sim.decode_step.hetero import pipeline_schedule
-from pimphony.sim.decode_step.kernels import KernelCache
-from pimphony.sim.decode_step.setup import DecodeError, DecodeSetup
-from pimphony.sim.decode_step.step import attention_cycles, layer_timing
+from pimphony.sim.systems.hetero import pipeline_schedule
+from pimphony.sim.systems.kernels import KernelCache
+from pimphony.sim.systems.setup import DecodeError, DecodeSetup
+from pimphony.sim.systems.step import attention_cycles, layer_timing
 
 __all__ = [
     "ATTENTION_PARTITIONS",
@@ -578,7 +578,7 @@ def _pipelined(
     dex: bool | None = None,
 ) -> LibrapimSystem:
     """NPU+AiM (``groups = 1``), the pipelined systems and LibraPIM: per group the layer
-    chain on :func:`~sim.decode_step.hetero.pipeline_schedule`. ``offload``: Algorithm 1's
+    chain on :func:`~sim.systems.hetero.pipeline_schedule`. ``offload``: Algorithm 1's
     split with peak (``ALGORITHM_1``) or measured (``MEASURED``) throughputs, or none;
     ``fixed_m`` instead puts ``min(fixed_m, group)`` requests' FFN on PIM in every group.
     ``dex``: ``None``, PIM and the xPU never conflict; ``True`` / ``False``, PIM's MAC-bound

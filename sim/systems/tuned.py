@@ -216,7 +216,7 @@ def mapping_report(setup: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
         "mapping": "tuned",
         "dcc_backend": module_backend(setup.hw).name,
         "gemv": sorted(rows, key=lambda r: (r["batch"], GEMV_OPS.index(r["op"]))),
-        "attention": "fixed (see sim/decode_step/tuned.py)",
+        "attention": "fixed (see sim/systems/tuned.py)",
     }
 
 

@@ -17,8 +17,8 @@ from pimphony.models.memory import (
     OutOfMemory,
     make_allocator,
 )
-from pimphony.sim.decode_step.kernels import KernelCache
-from pimphony.sim.decode_step.setup import DecodeError, DecodeSetup
+from pimphony.sim.systems.kernels import KernelCache
+from pimphony.sim.systems.setup import DecodeError, DecodeSetup
 
 __all__ = ["admit", "dpa_buffers", "fill_batch", "kv_allocator", "queue_batches"]
 

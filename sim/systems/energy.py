@@ -140,7 +140,7 @@ def hetero_energy(
     from pimphony.models.energy import load_energy
     from pimphony.models.hub import SOFTMAX_FLOPS_PER_SCORE
     from pimphony.models.xpu import VectorOp, gemm_cost, vector_cost
-    from pimphony.sim.decode_step.step import attention_cycles
+    from pimphony.sim.systems.step import attention_cycles
 
     pim, dev = setup.pim, setup.xpu
     cfg, spec = pim.hw, pim.model

@@ -40,9 +40,9 @@ from pimphony.models.xpu import (
     vector_cost,
 )
 from pimphony.models.xpu_config import DeviceKind, XpuConfig
-from pimphony.sim.decode_step.energy import energy_line, gpu_energy
-from pimphony.sim.decode_step.setup import DecodeError
 from pimphony.sim.provenance import inputs_digest
+from pimphony.sim.systems.energy import energy_line, gpu_energy
+from pimphony.sim.systems.setup import DecodeError
 
 __all__ = [
     "GPU_PARTS",
@@ -234,7 +234,7 @@ def gpu_fill_batch(
     all_may_fit: bool = False,
 ) -> tuple[int, ...]:
     """The longest prefix of ``candidates`` (context lengths, FCFS) whose KV blocks fit every
-    GPU: :func:`sim.decode_step.admission.fill_batch`'s queue semantics for paged KV.
+    GPU: :func:`sim.systems.admission.fill_batch`'s queue semantics for paged KV.
 
     Unless ``all_may_fit``, every candidate fitting is an error (the batch would not be
     capacity-bound).
