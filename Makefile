@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup sim test test-all bench lint clean rtl wave area cosim-campaign
+.PHONY: setup sim test test-all bench lint clean rtl wave area cosim-campaign wheel-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,9 @@ cosim-campaign: $(STAMP)  ## N random + compiler streams (items) per RTL block, 
 
 area: $(STAMP)  ## Yosys synth + stat of every block at the papers' parameters
 	$(BIN)/pimphony area
+
+wheel-check: $(STAMP)  ## build the wheel, install it in a fresh venv, run it outside the repo
+	.ci/wheel_check
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -17,16 +17,23 @@ if (_CHECKOUT / "pyproject.toml").is_file() and (_CHECKOUT / "models" / "__init_
     # A source checkout: pimphony.models is <checkout>/models, and so on.
     __path__.append(str(_CHECKOUT))  # noqa: F821 (a package's __path__)
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "decode", "run_kernel", "serve"]
+
+_API = {"decode", "run_kernel", "serve"}
 
 
-def _version() -> str:
-    from importlib import metadata
+def __getattr__(name: str):  # noqa: ANN202 (module __getattr__, PEP 562)
+    """The API functions and ``__version__``, loaded on first use (``import pimphony`` is
+    light: the command line imports this package on every start)."""
+    if name in _API:
+        from pimphony import api
 
-    try:
-        return metadata.version("pimphony")
-    except metadata.PackageNotFoundError:
-        return "unknown (not installed)"
+        return getattr(api, name)
+    if name == "__version__":
+        from importlib import metadata
 
-
-__version__ = _version()
+        try:
+            return metadata.version("pimphony")
+        except metadata.PackageNotFoundError:
+            return "unknown (not installed)"
+    raise AttributeError(f"module 'pimphony' has no attribute {name!r}")
