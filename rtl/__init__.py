@@ -1,4 +1,10 @@
-"""Amaranth descriptions of the PIM controller blocks.
+"""Amaranth descriptions of the PIM controller blocks; imports only :mod:`pimphony.models`.
+
+Each block is the twin of a :mod:`pimphony.models` file and is checked cycle for cycle
+against it by :mod:`pimphony.sim.verify`: ``static_sched``, ``pingpong``, ``dcs``, ``dpa``
+(the DPA dispatcher), ``bank_slice`` (LibraPIM's dual-path execution); ``common`` shared
+layouts and helpers; ``blocks`` the one ``BLOCKS`` table (builder, TLM twin, co-simulation
+and area arguments).
 
 :class:`Block` names them; importing this package loads no Amaranth (the command line reads
 the names to build its options). The table of blocks is :data:`rtl.blocks.BLOCKS`.
