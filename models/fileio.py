@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from pimphony.models.errors import PimphonyError
@@ -13,7 +15,9 @@ __all__ = [
     "BUILD_DIR",
     "FIGURE_FORMATS",
     "OutputError",
+    "check_outputs",
     "check_writable",
+    "file_kind",
     "figure_format",
     "pyplot",
     "write_atomic",
@@ -25,15 +29,81 @@ __all__ = [
 BUILD_DIR = Path("build")
 
 
+_KINDS = (
+    (stat.S_ISREG, "regular file"),
+    (stat.S_ISDIR, "directory"),
+    (stat.S_ISLNK, "symbolic link"),
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+)
+
+
+def file_kind(path: str | Path) -> str | None:
+    """What is at ``path`` itself (a symbolic link is not followed): ``"regular file"``,
+    ``"directory"``, ``"symbolic link"``, ``"FIFO"``, ``"socket"``, ``"character device"``,
+    ``"block device"``; ``None`` if nothing is."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    return next((kind for test, kind in _KINDS if test(mode)), "special file")
+
+
 def check_writable(path: str | Path, overwrite: bool) -> Path:
-    """``path`` if a file may be written there: not a directory, and (unless ``overwrite``)
-    not an existing file (:class:`FileExistsError`)."""
+    """``path`` if a file may be written there: nothing there yet, or (with ``overwrite``) a
+    regular file. A directory, symbolic link, FIFO, socket or device is refused whatever
+    ``overwrite`` says (:class:`OutputError` naming its kind); an existing file without
+    ``overwrite`` is :class:`FileExistsError`."""
     path = Path(path)
-    if path.is_dir():
+    kind = file_kind(path)
+    if kind == "directory":
         raise OutputError(f"{path} is a directory; name a file to write")
-    if path.exists() and not overwrite:
+    if kind not in (None, "regular file"):
+        raise OutputError(
+            f"{path} is a {kind}; only a regular file is ever replaced (--force included)"
+        )
+    if kind is not None and not overwrite:
         raise FileExistsError(f"{path} exists; pass --force (overwrite=True) to replace it")
     return path
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """``a`` and ``b`` name one file: the same resolved path, or (both existing) the same
+    inode, which also catches hard links."""
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_outputs(
+    outputs: Mapping[str, str | Path], inputs: Mapping[str, str | Path] | None = None
+) -> None:
+    """Refuse a command's outputs that would destroy what it reads or each other.
+
+    ``outputs`` and ``inputs`` map an option name (as the user wrote it, ``--report``) to a
+    path. An output that is the same file as an input (same path, symbolic link or hard link)
+    is refused, ``--force`` or not; so are two outputs naming one file. :class:`OutputError`
+    names both options and the user's path.
+    """
+    outs = [(name, Path(p)) for name, p in outputs.items()]
+    for name, path in outs:
+        for in_name, in_path in (inputs or {}).items():
+            if _same_file(path, Path(in_path)):
+                raise OutputError(
+                    f"{name} {path} is the file {in_name} reads; writing it would destroy "
+                    "the input (--force does not override this): name another file"
+                )
+    for k, (name, path) in enumerate(outs):
+        for other, other_path in outs[k + 1 :]:
+            if _same_file(path, other_path):
+                raise OutputError(
+                    f"{name} and {other} both name {path}; give each output its own file"
+                )
 
 
 def write_atomic(path: str | Path, data: bytes, overwrite: bool = True) -> Path:
@@ -43,17 +113,23 @@ def write_atomic(path: str | Path, data: bytes, overwrite: bool = True) -> Path:
     an existing file is left alone and :class:`FileExistsError` is raised.
     """
     path = check_writable(path, overwrite)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
+    except OSError as exc:  # name the user's path, not the temporary file
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise OSError(exc.errno, f"cannot write {path}: {exc.strerror}") from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise
     return path
 

@@ -298,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv).parse_args(argv)
     try:
+        from pimphony.sim.outputs import check_command_files
+
+        check_command_files(args)
         return args._command.function("run")(args)
     except BrokenPipeError:  # the reader left (``pimphony demo | head -1``): not an error
         _silence_stdout()

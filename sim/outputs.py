@@ -1,0 +1,61 @@
+"""The one output rule at the command line's edge: no output may destroy an input or another
+output of the same command (``docs/errors.md``).
+
+Every ``pimphony`` option that names something the command writes has its destination in
+:data:`OUTPUT_OPTIONS`; every other option whose value names an existing file is an input.
+:func:`check_command_files` runs before any command does, so a refusal leaves every file as
+it was. Replacing only regular files, and only with ``--force``, is
+:func:`pimphony.models.fileio.check_writable`'s part, at every write.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pimphony.models.fileio import OutputError, check_outputs, file_kind
+
+__all__ = ["OUTPUT_OPTIONS", "check_command_files", "command_files"]
+
+OUTPUT_OPTIONS: frozenset[str] = frozenset(
+    {"output", "write", "report", "plot", "csv", "timeline", "energy_plot", "out", "out_dir",
+     "repro_dir"}
+)  # fmt: skip
+"""argparse destinations of the options that name an output file or folder."""
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def command_files(args: argparse.Namespace) -> tuple[dict[str, Path], dict[str, Path]]:
+    """``(outputs, inputs)`` of parsed ``args``, keyed by option as the user writes it.
+
+    Outputs: the options of :data:`OUTPUT_OPTIONS` given a value. Inputs: every other option
+    (or positional argument) whose value names an existing file."""
+    outputs: dict[str, Path] = {}
+    inputs: dict[str, Path] = {}
+    for dest, value in vars(args).items():
+        if dest.startswith("_") or not isinstance(value, str | Path) or value == "":
+            continue
+        if dest in OUTPUT_OPTIONS:
+            outputs[_flag(dest)] = Path(value)
+        elif Path(value).is_file():
+            inputs[_flag(dest)] = Path(value)
+    return outputs, inputs
+
+
+def check_command_files(args: argparse.Namespace) -> None:
+    """:class:`~pimphony.models.fileio.OutputError` if an output of ``args`` is one of its
+    inputs (path, symbolic or hard link), two outputs name one file, or an output names
+    something no write may replace (a FIFO, socket, device or symbolic link), before the
+    command runs."""
+    outputs, inputs = command_files(args)
+    for flag, path in outputs.items():
+        kind = file_kind(path)
+        if kind not in (None, "regular file", "directory"):
+            raise OutputError(
+                f"{flag} {path} is a {kind}; only a regular file is ever replaced "
+                "(--force included)"
+            )
+    check_outputs(outputs, inputs)
