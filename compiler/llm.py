@@ -28,6 +28,7 @@ from pimphony.models.config import (
     require_key,
 )
 from pimphony.models.errors import PimphonyError
+from pimphony.models.fileio import read_utf8
 from pimphony.models.hub import SOFTMAX_FLOPS_PER_SCORE
 from pimphony.models.memory import kv_bytes_per_token
 
@@ -262,11 +263,9 @@ def _load_toml(path: Path) -> ModelSpec:
 
 def _load_hf(path: Path) -> ModelSpec:
     try:
-        text = path.read_text()
+        text = read_utf8(path, ModelSpecError)
     except FileNotFoundError:
         raise ModelSpecError(f"{path}: no such config file") from None
-    except UnicodeDecodeError:
-        raise ModelSpecError(f"{path}: not valid JSON (not UTF-8 text)") from None
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pimphony.models.errors import PimphonyError
+from pimphony.models.fileio import read_utf8
 
 __all__ = [
     "CONFIG_DIR",
@@ -284,12 +285,13 @@ def find_toml(
 def load_toml_table(path: str | Path, error: type[Exception], what: str) -> dict[str, Any]:
     """The top-level table of TOML file ``path``.
 
-    Raises ``error`` with ``"{path}: no such {what} file"`` if it does not exist and
+    Raises ``error`` with ``"{path}: no such {what} file"`` if it does not exist,
+    ``"{path}: not UTF-8 text (...)"`` naming the first bad byte's line and column, and
     ``"{path}: not valid TOML: ..."`` if it does not parse.
     """
     path = Path(path)
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(read_utf8(path, error))
     except FileNotFoundError:
         raise error(f"{path}: no such {what} file") from None
     except tomllib.TOMLDecodeError as exc:

@@ -20,6 +20,7 @@ __all__ = [
     "file_kind",
     "figure_format",
     "pyplot",
+    "read_utf8",
     "write_atomic",
     "write_figure",
 ]
@@ -132,6 +133,21 @@ def write_atomic(path: str | Path, data: bytes, overwrite: bool = True) -> Path:
             Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def read_utf8(path: str | Path, error: type[Exception]) -> str:
+    """The text of ``path``; ``error`` naming the file, line and column of the first byte
+    that is not UTF-8. A missing file is :class:`FileNotFoundError`, for the caller to name."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise error(
+            f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at line {line}, "
+            f"column {column})"
+        ) from None
 
 
 def pyplot():

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 from pimphony.models.config import CONFIG_DIR, ConfigError, find_toml, load_toml_table, typed_fields
+from pimphony.models.fileio import read_utf8
 
 __all__ = [
     "WORKLOAD_DIR",
@@ -221,11 +222,9 @@ def read_context_lengths(path: str | Path, max_context: int | None = None) -> np
     """
     path = Path(path)
     try:
-        text = path.read_text()
+        text = read_utf8(path, WorkloadError)
     except FileNotFoundError:
         raise WorkloadError(f"{path}: no such context-length file") from None
-    except UnicodeDecodeError:
-        raise WorkloadError(f"{path}: not a text file") from None
     items: list[tuple[str, Any]] = []
     if path.suffix == ".json" or text.lstrip().startswith("["):
         try:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 from pimphony.models.errors import PimphonyError
+from pimphony.models.fileio import read_utf8
 from pimphony.sim.workloads import load_workload, sample_context_lengths
 
 __all__ = [
@@ -120,11 +121,9 @@ def read_trace(path: str | Path) -> list[Request]:
     line and field."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = read_utf8(path, TraceError)
     except FileNotFoundError:
         raise TraceError(f"{path}: no such trace file") from None
-    except UnicodeDecodeError:
-        raise TraceError(f"{path}: not a text file") from None
     requests: list[Request] = []
     last = 0.0
     for where, record in _rows(path, text):

@@ -51,7 +51,7 @@ from pimphony.compiler.kernels import GQA_MAPPINGS, CompileError, compile_kernel
 from pimphony.models.channel import check_schedule, run_channel
 from pimphony.models.config import DEFAULT_PRESET, HardwareConfig, load_preset
 from pimphony.models.errors import PimphonyError
-from pimphony.models.fileio import BUILD_DIR, check_writable, write_atomic
+from pimphony.models.fileio import BUILD_DIR, check_writable, read_utf8, write_atomic
 from pimphony.models.isa import StreamError, load_stream, save_stream
 from pimphony.models.pingpong import PingPongError
 from pimphony.rtl import Block
@@ -927,7 +927,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _read_record(path: Path) -> dict:
     try:
-        record = json.loads(path.read_text())
+        record = json.loads(read_utf8(path, ReplayError))
     except json.JSONDecodeError as exc:
         raise ReplayError(f"{path}: not a campaign reproducer (not JSON: {exc})") from None
     except OSError as exc:
