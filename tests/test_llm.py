@@ -305,7 +305,7 @@ def test_hf_not_json_or_not_object(tmp_path):
     with pytest.raises(ModelSpecError, match=rf"{re.escape(str(bad))}: not valid JSON"):
         load_model(bad)
     bad.write_bytes(b"\xff\xfe\x00garbage")
-    with pytest.raises(ModelSpecError, match="not valid JSON"):
+    with pytest.raises(ModelSpecError, match=r"not UTF-8 text \(byte 0xff at line 1, column 1\)"):
         load_model(bad)
     bad.write_text("[1, 2]")
     with pytest.raises(ModelSpecError, match="top level must be a JSON object, got list"):
