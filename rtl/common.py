@@ -10,7 +10,7 @@ from amaranth import Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from pimphony.models.config import HardwareConfig
-from pimphony.models.dram import activation_offsets
+from pimphony.models.dram import activation_offsets, execution_times
 from pimphony.models.isa import HW_FIELDS, field_widths
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "MacFirstIssue",
     "ModeSwitch",
     "RowTimer",
+    "StaticGap",
     "command_layout",
     "issued_layout",
     "row_timer_signature",
@@ -230,6 +231,47 @@ class MacFirstIssue(wiring.Component):
                 m.d.sync += wait.eq(tm.tCCD - 1)
             with m.Else():
                 saturating_down(m, wait)
+        return m
+
+
+class StaticGap(wiring.Component):
+    """The gap rule of an in-order queue (``models.static_sched.static_gap``).
+
+    The head issues ``tCCD`` after a command of its own opcode, else after the previous
+    command's execution time; the first command waits for nothing. Both waits are
+    down-counters of cycles left.
+
+    Ports: ``op`` (the head's opcode), ``issue`` (the head issues this cycle), ``ok`` (its gap
+    has passed).
+    """
+
+    def __init__(self, cfg: HardwareConfig):
+        self._t = cfg.timing
+        super().__init__({"op": In(field_widths(cfg.channel)["op"]), "issue": In(1), "ok": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        tm = self._t
+        exec_time = execution_times(tm)
+        last_op = Signal.like(self.op)
+        any_issued = Signal()
+        wait_bits = int(max(exec_time.max(), tm.tCCD)).bit_length()
+        ccd_wait = Signal(wait_bits)
+        exec_wait = Signal(wait_bits)
+        m.d.comb += self.ok.eq(
+            ~any_issued
+            | ((self.op == last_op) & (ccd_wait == 0))
+            | ((self.op != last_op) & (exec_wait == 0))
+        )
+        with m.If(self.issue):
+            m.d.sync += [last_op.eq(self.op), any_issued.eq(1), ccd_wait.eq(tm.tCCD - 1)]
+            with m.Switch(self.op):
+                for op, t in enumerate(exec_time):
+                    with m.Case(op):
+                        m.d.sync += exec_wait.eq(int(t) - 1)
+        with m.Else():
+            saturating_down(m, ccd_wait)
+            saturating_down(m, exec_wait)
         return m
 
 

@@ -12,8 +12,9 @@ Cycle-exact twin of :func:`models.dcs.dcs_schedule`; the rules are in ``docs/sch
   one entry per cycle and clears ``live`` once expired, so stale timestamps never wrap into
   the future.
 - **Queues**: in-order I/O queue (WR_INP, RD_OUT) and compute queue (MAC), ``lib.fifo``.
-- **Issue**: at most one command per cycle, the MAC first; an offered I/O command is held
-  until the output stream takes it.
+- **Issue** (``rtl.common.MacFirstIssue``, shared with ping-pong): at most one command per
+  cycle, the MAC first, tCCD apart per queue; an offered I/O command is held until the
+  output stream takes it.
 - **Mode switch** (``t_MOD > 0`` only): the current mode keeps the channel while its queue
   head can issue without the other queue (the queue is not empty and the S-Table holds the
   head's DIDs); otherwise the other head starts a TMOD once it is ready (``ModeSwitch``).

@@ -21,8 +21,9 @@ Cycle-exact twin of :func:`models.pingpong.pingpong_schedule`; the rules are in
   earliest waiting slot and its heads may issue in the same cycle.
 - **Issue.** Inside a slot each queue keeps the static gaps among its own commands (tCCD, or
   the previous I/O's execution time on an opcode change); one command per cycle, the MAC
-  first; an offered command is held until the output stream takes it. Rows: ``RowTimer``
-  with the compute-queue head (which may belong to a later slot).
+  first; an offered command is held until the output stream takes it
+  (``rtl.common.MacFirstIssue``, shared with DCS). Rows: ``RowTimer`` with the compute-queue
+  head (which may belong to a later slot).
 - **Mode switch** (``t_MOD > 0`` only): the current mode keeps the channel while its queue's
   head belongs to the running slot (the compute queue's, or the I/O queue ``cur % 2``'s);
   otherwise the other head of the slot starts a TMOD once it is ready (``ModeSwitch``).
