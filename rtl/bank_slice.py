@@ -5,8 +5,8 @@ Cycle-exact twin of :func:`models.bank_slice.run_bank_slice`; the rules are in
 stream of issued operations tagged with their source, sequence number and issue cycle.
 
 - **PIM path**: an in-order ``lib.fifo.SyncFIFO`` of ``dcs.queue_depth`` commands issued
-  with the static-scheduler gaps; one all-bank KV row (precharge/activate timing of
-  ``models.dram``).
+  with the static-scheduler gaps (``rtl.common.StaticGap``); one all-bank KV row
+  (precharge/activate timing of ``models.dram``).
 - **Host path**: a shift-register queue of ``host_queue_depth`` requests, oldest in slot 0;
   per bank, the oldest queued request opens its weight row ahead of its turn (single-bank
   activate, tRCD_MAC before the read).
@@ -28,9 +28,16 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 from pimphony.models.bank_slice import SOURCE_HOST, SOURCE_PIM, SliceConfig
 from pimphony.models.config import HardwareConfig
-from pimphony.models.dram import activation_offsets, execution_times
+from pimphony.models.dram import activation_offsets
 from pimphony.models.isa import OP_MAC, field_widths
-from pimphony.rtl.common import CYCLE_BITS, SEQ_BITS, command_layout, saturating_down
+from pimphony.rtl.common import (
+    CYCLE_BITS,
+    SEQ_BITS,
+    StaticGap,
+    command_layout,
+    saturating_down,
+    sequenced_layout,
+)
 
 __all__ = [
     "BankSliceController",
@@ -114,8 +121,9 @@ class BankSliceController(wiring.Component):
         m.d.sync += self.cycle.eq(self.cycle + 1)
 
         # ---- PIM path: in-order FIFO ---------------------------------------------------
-        p_entry = data.StructLayout({"cmd": command_layout(cfg), "seq": unsigned(SEQ_BITS)})
+        p_entry = sequenced_layout(cfg)
         m.submodules.pim_queue = pq = fifo.SyncFIFO(width=p_entry.size, depth=cfg.dcs.queue_depth)
+        m.submodules.pim_gap = pim_gap = StaticGap(cfg)
         p_seq = Signal(SEQ_BITS)
         pushed = data.View(p_entry, pq.w_data)
         m.d.comb += [
@@ -188,20 +196,11 @@ class BankSliceController(wiring.Component):
             oldest.append(o)
 
         # ---- Issue: PIM head first, else host head; held until the output takes it -------
-        last_op = Signal.like(head.cmd.op)
-        any_issued = Signal()
-        gap_bits = int(max(execution_times(tm).max(), tm.tCCD)).bit_length()
-        ccd_wait = Signal(gap_bits)
-        exec_wait = Signal(gap_bits)
-        gap_ok = (
-            ~any_issued
-            | ((head.cmd.op == last_op) & (ccd_wait == 0))
-            | ((head.cmd.op != last_op) & (exec_wait == 0))
-        )
         pim_ok = Signal()
+        m.d.comb += pim_gap.op.eq(head.cmd.op)
         m.d.comb += pim_ok.eq(
             pq.r_rdy
-            & gap_ok
+            & pim_gap.ok
             & Mux(
                 is_mac,
                 pim_may & pim_valid & (pim_row == head.cmd.row) & (pim_wait == 0),
@@ -238,20 +237,12 @@ class BankSliceController(wiring.Component):
             issue_pim.eq(fire & sel_pim),
             issue_host.eq(fire & sel_host),
             pq.r_en.eq(issue_pim),
+            pim_gap.issue.eq(issue_pim),
         ]
         m.d.sync += [
             hold_pim.eq(sel_pim & ~self.o.ready),
             hold_host.eq(sel_host & ~self.o.ready),
         ]
-        with m.If(issue_pim):
-            m.d.sync += [last_op.eq(head.cmd.op), any_issued.eq(1), ccd_wait.eq(tm.tCCD - 1)]
-            with m.Switch(head.cmd.op):
-                for op, t in enumerate(execution_times(tm)):
-                    with m.Case(op):
-                        m.d.sync += exec_wait.eq(int(t) - 1)
-        with m.Else():
-            saturating_down(m, ccd_wait)
-            saturating_down(m, exec_wait)
         with m.If(issue_pim & is_mac):
             m.d.sync += mac_rtp.eq(tm.tRTP - 1)
         with m.Else():

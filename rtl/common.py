@@ -10,16 +10,20 @@ from amaranth import Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from pimphony.models.config import HardwareConfig
-from pimphony.models.dram import activation_offsets
+from pimphony.models.dram import activation_offsets, execution_times
 from pimphony.models.isa import HW_FIELDS, field_widths
 
 __all__ = [
     "CYCLE_BITS",
     "SEQ_BITS",
+    "MacFirstIssue",
     "ModeSwitch",
     "RowTimer",
+    "StaticGap",
     "command_layout",
     "issued_layout",
+    "row_timer_signature",
+    "sequenced_layout",
     "saturating_down",
     "scheduler_signature",
 ]
@@ -34,6 +38,11 @@ def command_layout(cfg: HardwareConfig) -> data.StructLayout:
     """Layout of one channel command (fields of :data:`models.isa.COMMAND_DTYPE` in hardware)."""
     w = field_widths(cfg.channel)
     return data.StructLayout({name: unsigned(w[name]) for name in HW_FIELDS})
+
+
+def sequenced_layout(cfg: HardwareConfig) -> data.StructLayout:
+    """Layout of a queued command: the command and its program-order sequence number."""
+    return data.StructLayout({"cmd": command_layout(cfg), "seq": unsigned(SEQ_BITS)})
 
 
 def issued_layout(cfg: HardwareConfig) -> data.StructLayout:
@@ -51,6 +60,20 @@ def scheduler_signature(cfg: HardwareConfig) -> wiring.Signature:
             "i": In(stream.Signature(command_layout(cfg))),
             "o": Out(stream.Signature(issued_layout(cfg))),
             "cycle": Out(CYCLE_BITS),
+        }
+    )
+
+
+def row_timer_signature(cfg: HardwareConfig) -> wiring.Signature:
+    """The ports of a :class:`RowTimer` as its user drives them: ``head_valid``, ``head_row``,
+    ``mac_issue`` out, ``row_ok`` and ``switching`` in."""
+    return wiring.Signature(
+        {
+            "head_valid": Out(1),
+            "head_row": Out(field_widths(cfg.channel)["row"]),
+            "mac_issue": Out(1),
+            "row_ok": In(1),
+            "switching": In(1),
         }
     )
 
@@ -119,6 +142,139 @@ class ModeSwitch:
             m.d.sync += self.owned.eq(0)
 
 
+class MacFirstIssue(wiring.Component):
+    """Issue stage of the two-queue schedulers (DCS, ping-pong): MAC first, tCCD apart.
+
+    At most one command issues per cycle: the compute-queue head when it may, else the
+    I/O-queue head; an offered I/O command is held until ``o`` takes it. MACs issue ``tCCD``
+    apart (the MAC pipeline) and so do I/O commands (the data bus); each wait is a
+    down-counter of cycles left. The MAC head drives the block's :class:`RowTimer` (``rows``,
+    connect with ``wiring.connect``). With ``t_MOD > 0`` a :class:`ModeSwitch` decides which
+    class holds the channel (``models.dram.mode_switch``).
+
+    Ports: ``mac``, ``io`` (the queue heads, :func:`sequenced_layout`); ``mac_valid``,
+    ``io_valid`` (a command is at the head); ``mac_ok``, ``io_ok`` (the block's own rules let
+    that head issue, tCCD and rows aside); ``hold_compute``, ``hold_register`` (the current
+    mode keeps the channel, see :meth:`ModeSwitch.start`; read only with ``t_MOD > 0``);
+    ``cycle`` (tagged on each issued command); ``rows`` (:func:`row_timer_signature`); ``o``
+    (issued commands, :func:`issued_layout`); ``issue_mac``, ``issue_io`` (``o`` takes a MAC /
+    an I/O command this cycle).
+    """
+
+    def __init__(self, cfg: HardwareConfig):
+        self._t = cfg.timing
+        head = sequenced_layout(cfg)
+        super().__init__(
+            {
+                "mac": In(head),
+                "mac_valid": In(1),
+                "mac_ok": In(1),
+                "io": In(head),
+                "io_valid": In(1),
+                "io_ok": In(1),
+                "hold_compute": In(1),
+                "hold_register": In(1),
+                "cycle": In(CYCLE_BITS),
+                "rows": Out(row_timer_signature(cfg)),
+                "o": Out(stream.Signature(issued_layout(cfg))),
+                "issue_mac": Out(1),
+                "issue_io": Out(1),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        tm = self._t
+        wait_bits = max(tm.tCCD, 1).bit_length()
+        io_wait = Signal(wait_bits)  # data bus: tCCD between transfers
+        mac_wait = Signal(wait_bits)  # MAC pipeline: tCCD between MACs
+        mac_ready_no_row = Signal()
+        mac_ready = Signal()
+        io_ready = Signal()
+        m.d.comb += [
+            self.rows.head_valid.eq(self.mac_valid),
+            self.rows.head_row.eq(self.mac.cmd.row),
+            self.rows.mac_issue.eq(self.issue_mac),
+            mac_ready_no_row.eq(self.mac_valid & self.mac_ok & (mac_wait == 0)),
+            mac_ready.eq(mac_ready_no_row & self.rows.row_ok),
+            io_ready.eq(self.io_valid & self.io_ok & (io_wait == 0)),
+        ]
+        mac_go, io_go = mac_ready, io_ready
+        switch = None
+        if tm.t_MOD > 0:
+            # A MAC may start its TMOD without its row when the two overlap.
+            switch = ModeSwitch(tm.t_MOD, mac_ready, io_ready)
+            mac_go, io_go = switch.mac_go, switch.io_go
+            switch.start(
+                m,
+                mac_ready_no_row if tm.mod_overlaps_row else mac_ready,
+                hold_compute=self.hold_compute,
+                hold_register=self.hold_register,
+            )
+
+        hold_io = Signal()
+        sel_mac = mac_go & ~hold_io
+        sel_io = io_go & (hold_io | ~mac_go)
+        m.d.comb += [
+            self.o.valid.eq(sel_mac | sel_io),
+            self.o.payload.cmd.eq(Mux(sel_mac, self.mac.cmd, self.io.cmd)),
+            self.o.payload.seq.eq(Mux(sel_mac, self.mac.seq, self.io.seq)),
+            self.o.payload.cycle.eq(self.cycle),
+        ]
+        fire = self.o.valid & self.o.ready
+        m.d.comb += [self.issue_mac.eq(fire & sel_mac), self.issue_io.eq(fire & sel_io)]
+        m.d.sync += hold_io.eq(sel_io & ~self.o.ready)
+        if switch is not None:
+            switch.issued(m, fire)
+        for issue, wait in ((self.issue_mac, mac_wait), (self.issue_io, io_wait)):
+            with m.If(issue):
+                m.d.sync += wait.eq(tm.tCCD - 1)
+            with m.Else():
+                saturating_down(m, wait)
+        return m
+
+
+class StaticGap(wiring.Component):
+    """The gap rule of an in-order queue (``models.static_sched.static_gap``).
+
+    The head issues ``tCCD`` after a command of its own opcode, else after the previous
+    command's execution time; the first command waits for nothing. Both waits are
+    down-counters of cycles left.
+
+    Ports: ``op`` (the head's opcode), ``issue`` (the head issues this cycle), ``ok`` (its gap
+    has passed).
+    """
+
+    def __init__(self, cfg: HardwareConfig):
+        self._t = cfg.timing
+        super().__init__({"op": In(field_widths(cfg.channel)["op"]), "issue": In(1), "ok": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        tm = self._t
+        exec_time = execution_times(tm)
+        last_op = Signal.like(self.op)
+        any_issued = Signal()
+        wait_bits = int(max(exec_time.max(), tm.tCCD)).bit_length()
+        ccd_wait = Signal(wait_bits)
+        exec_wait = Signal(wait_bits)
+        m.d.comb += self.ok.eq(
+            ~any_issued
+            | ((self.op == last_op) & (ccd_wait == 0))
+            | ((self.op != last_op) & (exec_wait == 0))
+        )
+        with m.If(self.issue):
+            m.d.sync += [last_op.eq(self.op), any_issued.eq(1), ccd_wait.eq(tm.tCCD - 1)]
+            with m.Switch(self.op):
+                for op, t in enumerate(exec_time):
+                    with m.Case(op):
+                        m.d.sync += exec_wait.eq(int(t) - 1)
+        with m.Else():
+            saturating_down(m, ccd_wait)
+            saturating_down(m, exec_wait)
+        return m
+
+
 class RowTimer(wiring.Component):
     """Open-row state and row-switch timing for all-bank MACs (``models.dram``).
 
@@ -134,18 +290,9 @@ class RowTimer(wiring.Component):
         tm = cfg.timing
         self._span = activation_offsets(tm, cfg.channel.banks)[-1]
         self._t = tm
-        row_bits = field_widths(cfg.channel)["row"]
         longest = tm.tRAS + tm.tRTP + tm.tRP + self._span + max(tm.tRCD_MAC, tm.tRAS)
         self._wait_shape = unsigned(longest.bit_length())
-        super().__init__(
-            {
-                "head_valid": In(1),
-                "head_row": In(row_bits),
-                "mac_issue": In(1),
-                "row_ok": Out(1),
-                "switching": Out(1),
-            }
-        )
+        super().__init__(row_timer_signature(cfg).flip())
 
     def elaborate(self, platform):
         m = Module()

@@ -12,8 +12,9 @@ Cycle-exact twin of :func:`models.dcs.dcs_schedule`; the rules are in ``docs/sch
   one entry per cycle and clears ``live`` once expired, so stale timestamps never wrap into
   the future.
 - **Queues**: in-order I/O queue (WR_INP, RD_OUT) and compute queue (MAC), ``lib.fifo``.
-- **Issue**: at most one command per cycle, the MAC first; an offered I/O command is held
-  until the output stream takes it.
+- **Issue** (``rtl.common.MacFirstIssue``, shared with ping-pong): at most one command per
+  cycle, the MAC first, tCCD apart per queue; an offered I/O command is held until the
+  output stream takes it.
 - **Mode switch** (``t_MOD > 0`` only): the current mode keeps the channel while its queue
   head can issue without the other queue (the queue is not empty and the S-Table holds the
   head's DIDs); otherwise the other head starts a TMOD once it is ready (``ModeSwitch``).
@@ -27,11 +28,9 @@ from pimphony.models.config import HardwareConfig
 from pimphony.models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP
 from pimphony.rtl.common import (
     SEQ_BITS,
-    ModeSwitch,
+    MacFirstIssue,
     RowTimer,
     command_layout,
-    issued_layout,
-    saturating_down,
     scheduler_signature,
 )
 
@@ -101,6 +100,7 @@ class DcsScheduler(wiring.Component):
         m.submodules.io_queue = io_q = fifo.SyncFIFO(width=entry.size, depth=dcs.queue_depth)
         m.submodules.mac_queue = c_q = fifo.SyncFIFO(width=entry.size, depth=dcs.queue_depth)
         m.submodules.rows = rows = RowTimer(cfg)
+        m.submodules.issue = issue = MacFirstIssue(cfg)
 
         # D-Table: read at dispatch, written with the incremented ID.
         d_g = _Table(m, "d_table_gbuf", unsigned(dcs.id_bits), ch.gbuf_entries, reads=1)
@@ -160,88 +160,43 @@ class DcsScheduler(wiring.Component):
                 ~live.bit_select(index, 1) | expired(s_entry.exp) | bypass
             )
 
-        wait_bits = max(tm.tCCD, 1).bit_length()
-        io_wait = Signal(wait_bits)  # data bus: tCCD between transfers
-        mac_wait = Signal(wait_bits)  # MAC pipeline: tCCD between MACs
         io_is_w = io.cmd.op == OP_WR_INP
-        io_ready = Signal()
-        mac_ready = Signal()
         m.d.comb += [
-            io_ready.eq(
-                io_q.r_rdy
-                & (io_wait == 0)
-                & Mux(
+            issue.mac.cmd.eq(mac.cmd),
+            issue.mac.seq.eq(mac.seq),
+            issue.mac_valid.eq(c_q.r_rdy),
+            issue.mac_ok.eq(
+                resolved(mac_s_g, live_g, mac.cmd.gbuf, mac.did_g)
+                & resolved(mac_s_o, live_o, mac.cmd.out, mac.did_o, bypass=mac_s_o.is_mac)
+            ),
+            issue.io.cmd.eq(io.cmd),
+            issue.io.seq.eq(io.seq),
+            issue.io_valid.eq(io_q.r_rdy),
+            issue.io_ok.eq(
+                Mux(
                     io_is_w,
                     resolved(io_s_g, live_g, io.cmd.gbuf, io.did_g),
                     resolved(io_s_o, live_o, io.cmd.out, io.did_o),
                 )
             ),
-            rows.head_valid.eq(c_q.r_rdy),
-            rows.head_row.eq(mac.cmd.row),
-            mac_ready.eq(
-                c_q.r_rdy
-                & (mac_wait == 0)
-                & rows.row_ok
-                & resolved(mac_s_g, live_g, mac.cmd.gbuf, mac.did_g)
-                & resolved(mac_s_o, live_o, mac.cmd.out, mac.did_o, bypass=mac_s_o.is_mac)
+            # Mode switch (t_MOD > 0; models.dram.mode_switch, models.dcs): the current mode
+            # keeps the channel while its queue head can issue without the other queue -- the
+            # queue is not empty and the S-Table holds the head's DIDs (the head waits at most
+            # for expirations, buses or its row).
+            issue.hold_compute.eq(
+                c_q.r_rdy & (mac_s_g.id == mac.did_g) & (mac_s_o.id == mac.did_o)
             ),
+            issue.hold_register.eq(
+                io_q.r_rdy & Mux(io_is_w, io_s_g.id == io.did_g, io_s_o.id == io.did_o)
+            ),
+            issue.cycle.eq(self.cycle),
         ]
 
-        # ---- Mode switch (models.dram.mode_switch, models.dcs) -------------------------------
-        # The current mode keeps the channel while its queue head can issue without the other
-        # queue: the queue is not empty and the S-Table holds the head's DIDs (the head waits
-        # at most for expirations, buses or its row). Otherwise a head of the other class
-        # (MAC: compute, WR_INP/RD_OUT: register) starts a TMOD in the cycle it is ready (a
-        # MAC without its row with mod_overlaps_row); it then owns the channel until it
-        # issues, t_MOD later at the earliest.
-        mac_go, io_go = mac_ready, io_ready
-        switch = None
-        if tm.t_MOD > 0:
-            switch = ModeSwitch(tm.t_MOD, mac_ready, io_ready)
-            mac_go, io_go = switch.mac_go, switch.io_go
-            mac_ready_no_row = (
-                c_q.r_rdy
-                & (mac_wait == 0)
-                & resolved(mac_s_g, live_g, mac.cmd.gbuf, mac.did_g)
-                & resolved(mac_s_o, live_o, mac.cmd.out, mac.did_o, bypass=mac_s_o.is_mac)
-            )
-            mac_unblocked = Signal()
-            io_unblocked = Signal()
-            m.d.comb += [
-                mac_unblocked.eq(c_q.r_rdy & (mac_s_g.id == mac.did_g) & (mac_s_o.id == mac.did_o)),
-                io_unblocked.eq(
-                    io_q.r_rdy & Mux(io_is_w, io_s_g.id == io.did_g, io_s_o.id == io.did_o)
-                ),
-            ]
-            switch.start(
-                m,
-                mac_ready_no_row if tm.mod_overlaps_row else mac_ready,
-                hold_compute=mac_unblocked,
-                hold_register=io_unblocked,
-            )
-
-        # ---- Issue: MAC first; an offered I/O command is held until taken ------------------
-        hold_io = Signal()
-        sel_mac = mac_go & ~hold_io
-        sel_io = io_go & (hold_io | ~mac_go)
-        issued = data.View(issued_layout(cfg), self.o.payload)
-        m.d.comb += [
-            self.o.valid.eq(sel_mac | sel_io),
-            issued.cmd.eq(Mux(sel_mac, mac.cmd, io.cmd)),
-            issued.seq.eq(Mux(sel_mac, mac.seq, io.seq)),
-            issued.cycle.eq(self.cycle),
-        ]
-        fire = self.o.valid & self.o.ready
-        issue_mac = fire & sel_mac
-        issue_io = fire & sel_io
-        m.d.sync += hold_io.eq(sel_io & ~self.o.ready)
-        if switch is not None:
-            switch.issued(m, fire)
-        m.d.comb += [
-            c_q.r_en.eq(issue_mac),
-            io_q.r_en.eq(issue_io),
-            rows.mac_issue.eq(issue_mac),
-        ]
+        # ---- Issue: MAC first, tCCD apart (rtl.common.MacFirstIssue) ------------------------
+        wiring.connect(m, issue.rows, rows)
+        wiring.connect(m, issue.o, wiring.flipped(self.o))
+        issue_mac, issue_io = issue.issue_mac, issue.issue_io
+        m.d.comb += [c_q.r_en.eq(issue_mac), io_q.r_en.eq(issue_io)]
 
         # S-Table writes: one per table per cycle (one command issues per cycle).
         g_entry = Signal(s_layout)
@@ -259,14 +214,6 @@ class DcsScheduler(wiring.Component):
             s_o.write.data.eq(o_entry),
             s_o.write.en.eq(issue_mac | (issue_io & ~io_is_w)),
         ]
-        with m.If(issue_mac):
-            m.d.sync += mac_wait.eq(tm.tCCD - 1)
-        with m.Else():
-            saturating_down(m, mac_wait)
-        with m.If(issue_io):
-            m.d.sync += io_wait.eq(tm.tCCD - 1)
-        with m.Else():
-            saturating_down(m, io_wait)
 
         # ---- live bits and the scrubber ---------------------------------------------------
         for table, live, reads_data, n in (

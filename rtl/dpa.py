@@ -335,8 +335,8 @@ class DpaDispatcher(wiring.Component):
         d_wr, d_rd = dec.write_port(), dec.read_port(domain="comb")
 
         # ---- configuration registers and host interface -----------------------------------
-        IDLE, PREPASS, WALK = 0, 1, 2
-        state = Signal(2)
+        in_prepass = Signal()  # the sequencing FSM (below) is in PREPASS
+        in_walk = Signal()  # ... in WALK
         t_cur, request, layer = self.t_cur, self.request, self.layer
         table_base = Signal(g.map_addr_bits)
         table_len = Signal(g.map_addr_bits + 1)
@@ -344,7 +344,7 @@ class DpaDispatcher(wiring.Component):
         nwords = Signal(g.word_index_bits)
         s1_valid, s2_valid = Signal(), Signal()
         busy = Signal()
-        m.d.comb += [busy.eq((state != IDLE) | s1_valid | s2_valid), self.busy.eq(busy)]
+        m.d.comb += self.busy.eq(busy)
         h = self.host.payload
         m.d.comb += self.host.ready.eq(~busy)
         hfire = self.host.valid & ~busy
@@ -373,7 +373,7 @@ class DpaDispatcher(wiring.Component):
         acc_o = [Signal(g.out_bits, name=f"acc_o{a}") for a in range(D + 1)]
         ends = Array(Signal(lvl_shape, name=f"ends{e}") for e in range(g.decoded_entries))
 
-        m.d.comb += c_rd.addr.eq(Mux(state == PREPASS, base + j + 1, h.addr))
+        m.d.comb += c_rd.addr.eq(Mux(in_prepass, base + j + 1, h.addr))
         word = c_rd.data
         kind = word[KIND_LSB : KIND_LSB + KIND_BITS]
 
@@ -500,7 +500,7 @@ class DpaDispatcher(wiring.Component):
         s2_inside = Signal()
         adv = Signal()
         m.d.comb += adv.eq(~s2_valid | self.o.ready)
-        walk = (state == WALK) & adv
+        walk = in_walk & adv
 
         # Stage 1 -> VA2PA read (synchronous) -> stage 2.
         v_index = Signal(g.map_addr_bits + 1)
@@ -530,131 +530,150 @@ class DpaDispatcher(wiring.Component):
                 s2_vrow.eq(s1_vrow),
                 s2_inside.eq((s1_vrow < table_len) & (v_index < g.map_entries)),
             ]
-        with m.If(walk):
-            m.d.sync += [
-                s1.op.eq(e.op),
-                s1.gbuf.eq(f_gbuf),
-                s1.col.eq(f_addr[: g.col_bits]),
-                s1.row.eq(f_addr[g.col_bits :]),
-                s1.out.eq(f_out),
-                s1_vrow.eq(f_addr[g.col_bits :]),
-                pc.eq(Mux(found, target, pc + 1)),
-                looped.eq(found),
-                lb_level.eq(back_level),
-            ]
-            for a in range(D):
-                m.d.sync += [
-                    cnt[a].eq(Mux(found & (back_level == a), idx[a] + 1, idx[a])),
-                    bnd[a].eq(bnd_eff[a]),
-                    start[a].eq(start_eff[a]),
-                ]
-            with m.If(~found & (pc + 1 >= n)):
-                m.d.sync += state.eq(IDLE)
 
-        # ---- host operations ---------------------------------------------------------------
-        with m.If(hfire), m.Switch(h.op):
-            with m.Case(HostOp.SET_REQUEST):
-                m.d.sync += [
-                    request.eq(h.data[: len(request)]),
-                    layer.eq(h.data[len(request) : len(request) + len(layer)]),
-                ]
-            with m.Case(HostOp.SET_TOKENS):
-                m.d.sync += t_cur.eq(h.data)
-            with m.Case(HostOp.ADVANCE):
-                m.d.sync += t_cur.eq(t_cur + 1)
-            with m.Case(HostOp.SET_TABLE):
-                m.d.sync += [table_base.eq(h.addr), table_len.eq(h.data)]
-            with m.Case(HostOp.RELEASE):
-                m.d.sync += [request.eq(0), t_cur.eq(0), layer.eq(0), table_len.eq(0)]
-            with m.Case(HostOp.START):
-                m.d.sync += [
-                    err.eq(0),
-                    err_code.eq(DpaError.NONE),
-                    err_row.eq(0),
-                    base.eq(h.addr),
-                    nwords.eq(h.data),
-                    j.eq(0),
-                    depth.eq(0),
-                    committed.eq(0),
-                    n.eq(0),
-                    skipping.eq(0),
-                    pc.eq(0),
-                    looped.eq(0),
-                ]
-                m.d.sync += [x.eq(0) for x in acc_g + acc_a + acc_o]
-                with m.If(h.data == 0):
-                    fail(DpaError.PROGRAM)
-                with m.Else():
-                    m.d.sync += state.eq(PREPASS)
-
-        # ---- pre-decode pass: word j of the program ----------------------------------------
-        with m.If(state == PREPASS):
-            m.d.sync += j.eq(j + 1)
-            last = j + 1 >= nwords
-            pops_kept = Signal(lvl_shape)  # popped levels that hold entries
-            m.d.comb += pops_kept.eq(Mux(committed > after_pop, committed - after_pop, 0))
-            new_depth = Signal(lvl_shape)
-            new_committed = Signal(lvl_shape)
-            m.d.comb += [
-                new_depth.eq(after_pop),
-                new_committed.eq(Mux(committed < after_pop, committed, after_pop)),
-            ]
-            with m.If(j == 0):
-                max_tokens = _field(word, Kind.HEADER, "max_tokens")
-                with m.If(
-                    (kind != Kind.HEADER) | (_field(word, Kind.HEADER, "version") != FORMAT_VERSION)
-                ):
-                    fail(DpaError.PROGRAM)
-                with m.Elif((t_cur == 0) | (t_cur > max_tokens)):
-                    fail(DpaError.TOKENS)
-            with m.Elif(skipping), m.If(j == skip_end):
-                m.d.sync += skipping.eq(0)
-            with m.Else(), m.Switch(kind):
-                with m.Case(Kind.RULE):
-                    with m.If(divisor == 0):
-                        fail(DpaError.PROGRAM)
-                    rid = _field(word, Kind.RULE, "rule_id")
-                    m.d.sync += rule_val[rid].eq(v_pos)
-                with m.Case(Kind.DYN_LOOP):
-                    with m.If(bound == 0):
-                        m.d.sync += [skipping.eq(1), skip_end.eq(l_end)]
-                    with m.Elif(depth >= D):
+        # ---- sequencing ----------------------------------------------------------------------
+        # IDLE: host writes (served only while idle with the output pipeline empty). PREPASS:
+        # the pre-decode pass, word j of the program per cycle. WALK: the walker expands the
+        # decoded table, one command per cycle the output pipeline advances. An error (a failing
+        # check, an unmapped MAC row) returns to IDLE.
+        with m.FSM() as fsm:
+            with m.State("IDLE"), m.If(hfire), m.Switch(h.op):
+                with m.Case(HostOp.SET_REQUEST):
+                    m.d.sync += [
+                        request.eq(h.data[: len(request)]),
+                        layer.eq(h.data[len(request) : len(request) + len(layer)]),
+                    ]
+                with m.Case(HostOp.SET_TOKENS):
+                    m.d.sync += t_cur.eq(h.data)
+                with m.Case(HostOp.ADVANCE):
+                    m.d.sync += t_cur.eq(t_cur + 1)
+                with m.Case(HostOp.SET_TABLE):
+                    m.d.sync += [table_base.eq(h.addr), table_len.eq(h.data)]
+                with m.Case(HostOp.RELEASE):
+                    m.d.sync += [request.eq(0), t_cur.eq(0), layer.eq(0), table_len.eq(0)]
+                with m.Case(HostOp.START):
+                    m.d.sync += [
+                        err.eq(0),
+                        err_code.eq(DpaError.NONE),
+                        err_row.eq(0),
+                        base.eq(h.addr),
+                        nwords.eq(h.data),
+                        j.eq(0),
+                        depth.eq(0),
+                        committed.eq(0),
+                        n.eq(0),
+                        skipping.eq(0),
+                        pc.eq(0),
+                        looped.eq(0),
+                    ]
+                    m.d.sync += [x.eq(0) for x in acc_g + acc_a + acc_o]
+                    with m.If(h.data == 0):
                         fail(DpaError.PROGRAM)
                     with m.Else():
-                        for a in range(D):
-                            with m.If(depth == a):
-                                m.d.sync += [end_word[a].eq(l_end), bnd_pend[a].eq(bound)]
-                        m.d.comb += new_depth.eq(depth + 1)
-                with m.Case(Kind.DYN_MODI):
-                    with m.If((m_level != NO_LEVEL) & (m_level >= depth)):
+                        m.next = "PREPASS"
+
+            with m.State("PREPASS"):
+                m.d.sync += j.eq(j + 1)
+                last = j + 1 >= nwords
+                pops_kept = Signal(lvl_shape)  # popped levels that hold entries
+                m.d.comb += pops_kept.eq(Mux(committed > after_pop, committed - after_pop, 0))
+                new_depth = Signal(lvl_shape)
+                new_committed = Signal(lvl_shape)
+                m.d.comb += [
+                    new_depth.eq(after_pop),
+                    new_committed.eq(Mux(committed < after_pop, committed, after_pop)),
+                ]
+                with m.If(j == 0):
+                    max_tokens = _field(word, Kind.HEADER, "max_tokens")
+                    with m.If(
+                        (kind != Kind.HEADER)
+                        | (_field(word, Kind.HEADER, "version") != FORMAT_VERSION)
+                    ):
                         fail(DpaError.PROGRAM)
-                    for a in range(D + 1):
-                        with m.If(slot == a), m.Switch(m_target):
-                            with m.Case(Target.GBUF):
-                                m.d.sync += acc_g[a].eq(acc_g[a] + prod)
-                            with m.Case(Target.ROW, Target.COL):
-                                m.d.sync += acc_a[a].eq(acc_a[a] + prod)
-                            with m.Case(Target.OUT):
-                                m.d.sync += acc_o[a].eq(acc_o[a] + prod)
-                with m.Case(Kind.WR_INP, Kind.MAC, Kind.RD_OUT):
-                    with m.If(n >= g.decoded_entries):
+                    with m.Elif((t_cur == 0) | (t_cur > max_tokens)):
+                        fail(DpaError.TOKENS)
+                with m.Elif(skipping), m.If(j == skip_end):
+                    m.d.sync += skipping.eq(0)
+                with m.Else(), m.Switch(kind):
+                    with m.Case(Kind.RULE):
+                        with m.If(divisor == 0):
+                            fail(DpaError.PROGRAM)
+                        rid = _field(word, Kind.RULE, "rule_id")
+                        m.d.sync += rule_val[rid].eq(v_pos)
+                    with m.Case(Kind.DYN_LOOP):
+                        with m.If(bound == 0):
+                            m.d.sync += [skipping.eq(1), skip_end.eq(l_end)]
+                        with m.Elif(depth >= D):
+                            fail(DpaError.PROGRAM)
+                        with m.Else():
+                            for a in range(D):
+                                with m.If(depth == a):
+                                    m.d.sync += [end_word[a].eq(l_end), bnd_pend[a].eq(bound)]
+                            m.d.comb += new_depth.eq(depth + 1)
+                    with m.Case(Kind.DYN_MODI):
+                        with m.If((m_level != NO_LEVEL) & (m_level >= depth)):
+                            fail(DpaError.PROGRAM)
+                        for a in range(D + 1):
+                            with m.If(slot == a), m.Switch(m_target):
+                                with m.Case(Target.GBUF):
+                                    m.d.sync += acc_g[a].eq(acc_g[a] + prod)
+                                with m.Case(Target.ROW, Target.COL):
+                                    m.d.sync += acc_a[a].eq(acc_a[a] + prod)
+                                with m.Case(Target.OUT):
+                                    m.d.sync += acc_o[a].eq(acc_o[a] + prod)
+                    with m.Case(Kind.WR_INP, Kind.MAC, Kind.RD_OUT):
+                        with m.If(n >= g.decoded_entries):
+                            fail(DpaError.PROGRAM)
+                        with m.Else():
+                            m.d.comb += [emit.eq(1), new_committed.eq(after_pop)]
+                            m.d.sync += n.eq(n + 1)
+                            m.d.sync += [x.eq(0) for x in acc_g + acc_a + acc_o]
+                    with m.Default():
                         fail(DpaError.PROGRAM)
+                m.d.sync += [depth.eq(new_depth), committed.eq(new_committed)]
+                with m.If(emit):
+                    m.d.sync += ends[n].eq(npop)
+                with m.Elif(pops_kept != 0):
+                    m.d.sync += ends[n - 1].eq(ends[n - 1] + pops_kept)
+                with m.If(last):
+                    with m.If((n != 0) | emit):
+                        m.next = "WALK"
                     with m.Else():
-                        m.d.comb += [emit.eq(1), new_committed.eq(after_pop)]
-                        m.d.sync += n.eq(n + 1)
-                        m.d.sync += [x.eq(0) for x in acc_g + acc_a + acc_o]
-                with m.Default():
-                    fail(DpaError.PROGRAM)
-            m.d.sync += [depth.eq(new_depth), committed.eq(new_committed)]
-            with m.If(emit):
-                m.d.sync += ends[n].eq(npop)
-            with m.Elif(pops_kept != 0):
-                m.d.sync += ends[n - 1].eq(ends[n - 1] + pops_kept)
-            with m.If(last):
-                m.d.sync += state.eq(Mux((n != 0) | emit, WALK, IDLE))
+                        m.next = "IDLE"
+                with m.If(failing):
+                    m.next = "IDLE"
+
+            with m.State("WALK"):
+                with m.If(adv):
+                    m.d.sync += [
+                        s1.op.eq(e.op),
+                        s1.gbuf.eq(f_gbuf),
+                        s1.col.eq(f_addr[: g.col_bits]),
+                        s1.row.eq(f_addr[g.col_bits :]),
+                        s1.out.eq(f_out),
+                        s1_vrow.eq(f_addr[g.col_bits :]),
+                        pc.eq(Mux(found, target, pc + 1)),
+                        looped.eq(found),
+                        lb_level.eq(back_level),
+                    ]
+                    for a in range(D):
+                        m.d.sync += [
+                            cnt[a].eq(Mux(found & (back_level == a), idx[a] + 1, idx[a])),
+                            bnd[a].eq(bnd_eff[a]),
+                            start[a].eq(start_eff[a]),
+                        ]
+                    with m.If(~found & (pc + 1 >= n)):
+                        m.next = "IDLE"
+                with m.If(bad):
+                    m.next = "IDLE"
+        m.d.comb += [
+            busy.eq(~fsm.ongoing("IDLE") | s1_valid | s2_valid),
+            in_prepass.eq(fsm.ongoing("PREPASS")),
+            in_walk.eq(fsm.ongoing("WALK")),
+        ]
 
         with m.If(failing):
-            m.d.sync += [err.eq(1), err_code.eq(fail_code), state.eq(IDLE)]
+            m.d.sync += [err.eq(1), err_code.eq(fail_code)]
 
         # A MAC whose virtual row has no mapping stops the dispatch with the row.
         with m.If(bad):
@@ -662,7 +681,6 @@ class DpaDispatcher(wiring.Component):
                 err.eq(1),
                 err_code.eq(DpaError.UNMAPPED),
                 err_row.eq(s2_vrow),
-                state.eq(IDLE),
                 s1_valid.eq(0),
                 s2_valid.eq(0),
             ]

@@ -21,8 +21,9 @@ Cycle-exact twin of :func:`models.pingpong.pingpong_schedule`; the rules are in
   earliest waiting slot and its heads may issue in the same cycle.
 - **Issue.** Inside a slot each queue keeps the static gaps among its own commands (tCCD, or
   the previous I/O's execution time on an opcode change); one command per cycle, the MAC
-  first; an offered command is held until the output stream takes it. Rows: ``RowTimer``
-  with the compute-queue head (which may belong to a later slot).
+  first; an offered command is held until the output stream takes it
+  (``rtl.common.MacFirstIssue``, shared with DCS). Rows: ``RowTimer`` with the compute-queue
+  head (which may belong to a later slot).
 - **Mode switch** (``t_MOD > 0`` only): the current mode keeps the channel while its queue's
   head belongs to the running slot (the compute queue's, or the I/O queue ``cur % 2``'s);
   otherwise the other head of the slot starts a TMOD once it is ready (``ModeSwitch``).
@@ -44,10 +45,9 @@ from pimphony.models.dram import execution_times
 from pimphony.models.isa import OP_MAC, OP_WR_INP
 from pimphony.rtl.common import (
     SEQ_BITS,
-    ModeSwitch,
+    MacFirstIssue,
     RowTimer,
     command_layout,
-    issued_layout,
     saturating_down,
     scheduler_signature,
 )
@@ -110,6 +110,7 @@ class PingPongScheduler(wiring.Component):
         m.submodules.io_queue_0 = io_q0 = fifo.SyncFIFO(width=entry.size, depth=self.depth)
         m.submodules.io_queue_1 = io_q1 = fifo.SyncFIFO(width=entry.size, depth=self.depth)
         m.submodules.rows = rows = RowTimer(cfg)
+        m.submodules.issue = issue = MacFirstIssue(cfg)
         io_qs = (io_q0, io_q1)
 
         cur = Signal(sbits)  # running slot; cur[0] is the ping-pong bit
@@ -208,69 +209,35 @@ class PingPongScheduler(wiring.Component):
         # ---- Readiness of the heads of the running slot -------------------------------------
         io_rdy = Mux(cur_eff[0], io_q1.r_rdy, io_q0.r_rdy)
         io = data.View(entry, Mux(cur_eff[0], io_q1.r_data, io_q0.r_data))
-        wait_bits = int(max(exec_time.max(), tm.tCCD)).bit_length()
-        io_wait = Signal(wait_bits)  # data bus: tCCD between transfers
-        mac_wait = Signal(wait_bits)  # MAC pipeline: tCCD between MACs
-        exec_wait = Signal(wait_bits)  # I/O queue: the previous I/O's execution time
+        exec_wait = Signal(busy_bits)  # I/O queue: the previous I/O's execution time
         last_io_op = Signal.like(io.cmd.op)
         io_in_slot = Signal()  # an I/O of the running slot has issued
         gap_ok = (io.cmd.op == last_io_op) | ~(io_in_slot & ~flip) | (exec_wait == 0)
-        io_ready = Signal()
-        mac_ready = Signal()
         m.d.comb += [
-            io_ready.eq(io_rdy & (io.slot == cur_eff) & (io_wait == 0) & gap_ok),
-            rows.head_valid.eq(c_q.r_rdy),
-            rows.head_row.eq(mac.cmd.row),
-            mac_ready.eq(c_q.r_rdy & (mac.slot == cur_eff) & (mac_wait == 0) & rows.row_ok),
+            issue.mac.cmd.eq(mac.cmd),
+            issue.mac.seq.eq(mac.seq),
+            issue.mac_valid.eq(c_q.r_rdy),
+            issue.mac_ok.eq(mac.slot == cur_eff),
+            issue.io.cmd.eq(io.cmd),
+            issue.io.seq.eq(io.seq),
+            issue.io_valid.eq(io_rdy),
+            issue.io_ok.eq((io.slot == cur_eff) & gap_ok),
+            # Mode switch (t_MOD > 0; models.dram.mode_switch, models.pingpong): the current
+            # mode keeps the channel while its queue holds a head of the running slot (inside
+            # a slot nothing but its own queue's gaps and rows delays it).
+            issue.hold_compute.eq(c_q.r_rdy & (mac.slot == cur_eff)),
+            issue.hold_register.eq(io_rdy & (io.slot == cur_eff)),
+            issue.cycle.eq(self.cycle),
         ]
 
-        # ---- Mode switch (models.dram.mode_switch, models.pingpong) --------------------------
-        # The current mode keeps the channel while its queue holds a head of the running slot
-        # (inside a slot nothing but its own queue's gaps and rows delays it). Otherwise a
-        # head of the other class starts a TMOD in the cycle it is ready (a MAC without its
-        # row with mod_overlaps_row); it then owns the channel until it issues, t_MOD later at
-        # the earliest.
-        mac_go, io_go = mac_ready, io_ready
-        switch = None
-        if tm.t_MOD > 0:
-            switch = ModeSwitch(tm.t_MOD, mac_ready, io_ready)
-            mac_go, io_go = switch.mac_go, switch.io_go
-            mac_in_slot = Signal()
-            io_head_in_slot = Signal()
-            m.d.comb += [
-                mac_in_slot.eq(c_q.r_rdy & (mac.slot == cur_eff)),
-                io_head_in_slot.eq(io_rdy & (io.slot == cur_eff)),
-            ]
-            mac_ready_no_row = mac_in_slot & (mac_wait == 0)
-            switch.start(
-                m,
-                mac_ready_no_row if tm.mod_overlaps_row else mac_ready,
-                hold_compute=mac_in_slot,
-                hold_register=io_head_in_slot,
-            )
-
-        # ---- Issue: MAC first; an offered command is held until taken -----------------------
-        hold_io = Signal()
-        sel_mac = mac_go & ~hold_io
-        sel_io = io_go & (hold_io | ~mac_go)
-        issued = data.View(issued_layout(cfg), self.o.payload)
-        m.d.comb += [
-            self.o.valid.eq(sel_mac | sel_io),
-            issued.cmd.eq(Mux(sel_mac, mac.cmd, io.cmd)),
-            issued.seq.eq(Mux(sel_mac, mac.seq, io.seq)),
-            issued.cycle.eq(self.cycle),
-        ]
-        fire = self.o.valid & self.o.ready
-        issue_mac = fire & sel_mac
-        issue_io = fire & sel_io
-        m.d.sync += hold_io.eq(sel_io & ~self.o.ready)
-        if switch is not None:
-            switch.issued(m, fire)
+        # ---- Issue: MAC first, tCCD apart (rtl.common.MacFirstIssue) ------------------------
+        wiring.connect(m, issue.rows, rows)
+        wiring.connect(m, issue.o, wiring.flipped(self.o))
+        issue_mac, issue_io = issue.issue_mac, issue.issue_io
         m.d.comb += [
             c_q.r_en.eq(issue_mac),
             io_q0.r_en.eq(issue_io & ~cur_eff[0]),
             io_q1.r_en.eq(issue_io & cur_eff[0]),
-            rows.mac_issue.eq(issue_mac),
         ]
 
         # Completion tracking and gaps.
@@ -279,23 +246,17 @@ class PingPongScheduler(wiring.Component):
             for op, t in enumerate(exec_time):
                 with m.Case(op):
                     m.d.comb += issued_exec.eq(int(t))
-        with m.If(fire & (issued_exec > busy)):
+        with m.If((issue_mac | issue_io) & (issued_exec > busy)):
             m.d.sync += busy.eq(issued_exec - 1)
         with m.Else():
             saturating_down(m, busy)
-        with m.If(issue_mac):
-            m.d.sync += mac_wait.eq(tm.tCCD - 1)
-        with m.Else():
-            saturating_down(m, mac_wait)
         with m.If(issue_io):
             m.d.sync += [
-                io_wait.eq(tm.tCCD - 1),
                 exec_wait.eq(issued_exec - 1),
                 last_io_op.eq(io.cmd.op),
                 io_in_slot.eq(1),
             ]
         with m.Else():
-            saturating_down(m, io_wait)
             saturating_down(m, exec_wait)
             with m.If(flip):
                 m.d.sync += io_in_slot.eq(0)

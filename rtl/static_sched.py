@@ -6,18 +6,18 @@ conventions included; the rules are in ``docs/scheduling.md``.
 
 from __future__ import annotations
 
-from amaranth import Module, Signal, unsigned
+from amaranth import Module, Signal
 from amaranth.lib import data, fifo, wiring
 from pimphony.models.config import HardwareConfig
-from pimphony.models.dram import execution_times
 from pimphony.models.isa import OP_MAC
 from pimphony.rtl.common import (
     SEQ_BITS,
     RowTimer,
-    command_layout,
+    StaticGap,
     issued_layout,
     saturating_down,
     scheduler_signature,
+    sequenced_layout,
 )
 
 __all__ = ["StaticScheduler"]
@@ -38,9 +38,10 @@ class StaticScheduler(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg, tm = self.cfg, self.cfg.timing
-        entry = data.StructLayout({"cmd": command_layout(cfg), "seq": unsigned(SEQ_BITS)})
+        entry = sequenced_layout(cfg)
         m.submodules.queue = queue = fifo.SyncFIFO(width=entry.size, depth=cfg.dcs.queue_depth)
         m.submodules.rows = rows = RowTimer(cfg)
+        m.submodules.gap = gap = StaticGap(cfg)
 
         m.d.sync += self.cycle.eq(self.cycle + 1)
 
@@ -57,20 +58,11 @@ class StaticScheduler(wiring.Component):
             m.d.sync += seq.eq(seq + 1)
 
         # Issue: the head waits tCCD after a command of its own opcode, else the previous
-        # command's execution time.
+        # command's execution time (StaticGap).
         head = data.View(entry, queue.r_data)
-        last_op = Signal.like(head.cmd.op)
-        any_issued = Signal()
-        wait_bits = int(max(execution_times(tm).max(), tm.tCCD)).bit_length()
-        ccd_wait = Signal(wait_bits)
-        exec_wait = Signal(wait_bits)
         is_mac = head.cmd.op == OP_MAC
-        gap_ok = (
-            ~any_issued
-            | ((head.cmd.op == last_op) & (ccd_wait == 0))
-            | ((head.cmd.op != last_op) & (exec_wait == 0))
-        )
-        ready_no_row = queue.r_rdy & gap_ok
+        m.d.comb += gap.op.eq(head.cmd.op)
+        ready_no_row = queue.r_rdy & gap.ok
         ready = ready_no_row & (~is_mac | rows.row_ok)
         # Mode switch (models.dram.mode_switch): a head of the other class (MAC: compute,
         # WR_INP/RD_OUT: register) starts a TMOD in the cycle it is ready (without its row with
@@ -96,19 +88,5 @@ class StaticScheduler(wiring.Component):
             issued.cycle.eq(self.cycle),
         ]
         fire = self.o.valid & self.o.ready
-        m.d.comb += [queue.r_en.eq(fire), rows.mac_issue.eq(fire & is_mac)]
-        with m.If(fire):
-            exec_time = execution_times(tm)
-            m.d.sync += [
-                last_op.eq(head.cmd.op),
-                any_issued.eq(1),
-                ccd_wait.eq(tm.tCCD - 1),
-            ]
-            with m.Switch(head.cmd.op):
-                for op, t in enumerate(exec_time):
-                    with m.Case(op):
-                        m.d.sync += exec_wait.eq(int(t) - 1)
-        with m.Else():
-            saturating_down(m, ccd_wait)
-            saturating_down(m, exec_wait)
+        m.d.comb += [queue.r_en.eq(fire), rows.mac_issue.eq(fire & is_mac), gap.issue.eq(fire)]
         return m

@@ -179,7 +179,8 @@ def _gtkw_groups(
     stream_in += local(*(f"i__payload.{f}" for f in fields))
     issue = port("o__valid", "o__ready", "o__payload")
     issue += local(*(f"o__payload.cmd.{f}" for f in fields), "o__payload.seq", "o__payload.cycle")
-    issue += port("cycle") + local("io_ready", "mac_ready", "hold_io")
+    # The issue stage of DCS and ping-pong (rtl.common.MacFirstIssue).
+    issue += port("cycle") + local(*(f"issue.{n}" for n in ("io_ready", "mac_ready", "hold_io")))
     queues = []
     for s in scopes:
         sub = s[len(dut) + 1 :] if s.startswith(dut + ".") else ""
