@@ -330,8 +330,9 @@ def time_stream(
         k = int(np.flatnonzero(bad_bank | bad_op)[0])
         why = f"bank {int(bank[k])} >= banks = {g.banks}" if bad_bank[k] else f"unknown op {op[k]}"
         raise _fail(k, stream[k], why)
-    sfm = np.where(stream["op"] == Op.SFM, softmax_cycles(cfg, stream["n"].astype(np.int64),
-                                                          stream["mode"]), 0)  # fmt: skip
+    sfm = np.zeros(len(stream), np.int64)  # the softmax unit's busy cycles, SFMs only
+    at = np.flatnonzero(op == Op.SFM)
+    sfm[at] = softmax_cycles(cfg, stream["n"][at].astype(np.int64), stream["mode"][at])
     issue, end = engine(bank_rules(cfg.timing), _nodes(g), Commands.of(op, bank, extra=sfm))
     return Timeline(issue=issue, cycles=end, counts=counts)
 

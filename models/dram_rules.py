@@ -15,8 +15,8 @@ those in the command's node (Ramulator's rule), or only the channel's newest one
 the same node or in another (HBM-PIM's tRRD / tCCD, which look at the last ACT / column
 command only). An *all-bank* command (an op in ``BankRules.wide`` or a command flagged wide:
 HBM-PIM's AB modes) is in every node below the channel: it waits for all of them and counts in
-all of them; for a ``Match.NEWEST_*`` rule it is in the same node as any earlier command, and
-a later command is in another node than it.
+all of them; for a ``Match.NEWEST_*`` rule below the channel it is in the same node as any
+earlier command, and a later command is in another node than it (HBM-PIM's rule).
 
 A command completes ``completion[op]`` cycles after its issue (plus its own ``extra``: the
 softmax unit's busy time); a stream ends when its last command completes. :func:`issue` is
@@ -102,30 +102,23 @@ class Constraint:
 
 class Compiled(NamedTuple):
     """A :class:`BankRules` table as the arrays the kernel reads. Constraints sharing their
-    (prev, level, window, match kind, since) share one history, a *slot*; per op, the checks
-    it makes (``chk_*``, CSR by ``chk_ptr``: slot, its kind, level, window, the latency if the
-    newest prerequisite is in the same node and if it is in another) and the slots it records
-    in (``rec_*``: slot, kind, level, window, whether it records its completion)."""
+    (prev, level, window, match kind, since) share one history, a *slot*. Per op (a row of
+    ``per_op``): where its checks and its records start and end, grouped by the slot's kind
+    (newest-only, window 1 over the channel, window 1 per node, ring; columns 0-4 and 5-9),
+    its completion and whether it is all-bank. ``checks``: rows slot, level, window, the
+    latency if the newest prerequisite is in the same node and if it is in another;
+    ``records``: rows slot, level, window, whether it records the completion."""
 
-    completion: np.ndarray
-    chk_ptr: np.ndarray
-    chk_slot: np.ndarray
-    chk_kind: np.ndarray
-    chk_level: np.ndarray
-    chk_win: np.ndarray
-    chk_lat: np.ndarray
-    chk_lat2: np.ndarray
-    rec_ptr: np.ndarray
-    rec_slot: np.ndarray
-    rec_kind: np.ndarray
-    rec_level: np.ndarray
-    rec_win: np.ndarray
-    rec_done: np.ndarray
-    wide_op: np.ndarray
+    per_op: np.ndarray
+    checks: np.ndarray
+    records: np.ndarray
+    slots: int
+    window: int
 
 
-# slot kinds: the channel's newest prerequisite only, every one (window 1), a ring of `window`
-_NEWEST, _LAST, _RING = 0, 1, 2
+# slot kinds: the channel's newest prerequisite only; every one (window 1) in the channel or
+# per node below it; a ring of `window` per node
+_NEWEST, _TOP, _LAST, _RING = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -160,7 +153,12 @@ class BankRules:
         # per op, per slot: [latency same, latency other] (NEVER: the rule does not apply)
         checks: list[dict[int, list[int]]] = [{} for _ in range(self.ops)]
         for c in self.constraints:
-            kind = _NEWEST if c.match is not Match.EACH else _LAST if c.window == 1 else _RING
+            if c.match is not Match.EACH:
+                kind = _NEWEST
+            elif c.window > 1:
+                kind = _RING
+            else:
+                kind = _TOP if c.level is Level.CHANNEL else _LAST
             key = (c.prev, c.level, c.window, kind, c.since)
             if key not in slots:
                 slots[key] = len(slots)
@@ -172,23 +170,40 @@ class BankRules:
                 for side in sides:
                     lat[side] = max(lat[side], c.latency)
         keys = list(slots)
-        chk = [(s, *lat) for o in range(self.ops) for s, lat in sorted(checks[o].items())]
-        rec = [s for o in range(self.ops) for s in range(len(keys)) if o in keys[s][0]]
-        chk_ptr = np.cumsum([0] + [len(checks[o]) for o in range(self.ops)])
-        rec_ptr = np.cumsum([0] + [sum(o in k[0] for k in keys) for o in range(self.ops)])
-        i64 = np.int64
-        cs = np.array([x[0] for x in chk], i64)
-        rs = np.array(rec, i64)
-        level = np.array([int(k[1]) for k in keys], i64)
-        window = np.array([k[2] for k in keys], i64)
-        kind = np.array(kinds, i64)
-        done = np.array([k[4] is Since.DONE for k in keys], np.bool_)
+        # per op its entries by kind; ptr[o, k] .. ptr[o, k + 1]: those of kind k
+        chk = [sorted(checks[o], key=lambda s: (kinds[s], s)) for o in range(self.ops)]
+        rec = [
+            sorted((s for s in range(len(keys)) if o in keys[s][0]), key=lambda s: (kinds[s], s))
+            for o in range(self.ops)
+        ]
+
+        def ptr(per_op: list[list[int]]) -> np.ndarray:
+            out = np.zeros((self.ops, 5), np.int64)
+            start = 0
+            for o, entries in enumerate(per_op):
+                out[o] = start + np.searchsorted([kinds[s] for s in entries], [0, 1, 2, 3, 4])
+                start += len(entries)
+            return out
+
+        cs = [s for x in chk for s in x]
+        rs = [s for x in rec for s in x]
+        lat = [checks[o][s] for o in range(self.ops) for s in chk[o]]
+        per_op = np.concatenate(
+            [
+                ptr(chk),
+                ptr(rec),
+                np.array([self.completion, [o in self.wide for o in range(self.ops)]]).T,
+            ],
+            axis=1,
+        )
         return Compiled(
-            np.array(self.completion, i64),
-            chk_ptr.astype(i64), cs, kind[cs], level[cs], window[cs],
-            np.array([x[1] for x in chk], i64), np.array([x[2] for x in chk], i64),
-            rec_ptr.astype(i64), rs, kind[rs], level[rs], window[rs], done[rs],
-            np.isin(np.arange(self.ops), sorted(self.wide)),
+            per_op.astype(np.int64),
+            np.array([cs, [keys[s][1] for s in cs], [keys[s][2] for s in cs],
+                      [x[0] for x in lat], [x[1] for x in lat]], np.int64).reshape(5, -1),
+            np.array([rs, [keys[s][1] for s in rs], [keys[s][2] for s in rs],
+                      [keys[s][4] is Since.DONE for s in rs]], np.int64).reshape(4, -1),
+            len(keys),
+            max([1, *(k[2] for k in keys)]),
         )  # fmt: skip
 
 
@@ -245,22 +260,29 @@ def node_table(
     return out
 
 
+@njit(cache=True, inline="always")
+def _span(nodes, size, lv, b, wide):
+    """The nodes at level ``lv`` a command to bank ``b`` is in: (first, end)."""
+    if wide and lv != nodes.shape[0] - 1:
+        return 0, size[lv]
+    return nodes[lv, b], nodes[lv, b] + 1
+
+
 @njit(cache=True)
-def _issue_kernel(op, bank, wide_cmd, extra, nodes, completion, chk_ptr, chk_slot, chk_kind,
-                  chk_level, chk_win, chk_lat, chk_lat2, rec_ptr, rec_slot, rec_kind, rec_level,
-                  rec_win, rec_done, wide_op):  # fmt: skip
-    """Issue cycles and the end cycle (:func:`issue`). Per slot ``s``: ``hist[s, node]`` holds
-    each node's maximum recorded (window 1) or a ring of ``window`` issue cycles, ``cnt`` each
-    node's count; an all-bank record of a window-1 slot goes to ``spread[s]`` (every node's
-    floor) instead of to every node; ``top[s]`` is the maximum over nodes, or for a
-    newest-only slot its newest value, and ``last[s]`` the node of that (-1: all-bank)."""
+def _issue_kernel(op, bank, wide_cmd, extra, nodes, per_op, checks, records, n_slot, win):
+    """Issue cycles and the end cycle (:func:`issue`; the table as :class:`Compiled`). Per slot
+    ``s``: ``top[s]`` is the maximum recorded over all nodes (a newest-only slot: its newest
+    value, ``last[s]`` that one's node, -1 for all-bank); below the channel, ``hist[s, node]``
+    holds each node's maximum (window 1) or a ring of ``window`` issue cycles (``cnt``: each
+    node's count), and an all-bank record of a window-1 slot goes to ``spread[s]``, every
+    node's floor."""
+    chk_slot, chk_level, chk_win, chk_lat, chk_lat2 = checks
+    rec_slot, rec_level, rec_win, rec_done = records
     n_lvl, nb = nodes.shape
     channel = n_lvl - 1
     size = np.empty(n_lvl, dtype=np.int64)
     for lv in range(n_lvl):
         size[lv] = nodes[lv].max() + 1
-    n_slot = 1 + max(chk_slot.max() if chk_slot.size else 0, rec_slot.max() if rec_slot.size else 0)
-    win = max(chk_win.max() if chk_win.size else 1, rec_win.max() if rec_win.size else 1)
     stride = nb * win
     hist = np.full(n_slot * stride, NEVER, dtype=np.int64)
     cnt = np.zeros(n_slot * nb, dtype=np.int64)
@@ -272,54 +294,57 @@ def _issue_kernel(op, bank, wide_cmd, extra, nodes, completion, chk_ptr, chk_slo
     prev, end = -1, 0
     for k in range(n):
         o = op[k]
-        wide = wide_cmd[k] or wide_op[o]
+        wide = wide_cmd[k] or per_op[o, 11] != 0
         b = 0 if wide else bank[k]  # an all-bank command's bank is not read
         at = prev + 1
-        for i in range(chk_ptr[o], chk_ptr[o + 1]):
-            s, lv, kind = chk_slot[i], chk_level[i], chk_kind[i]
-            if kind == _NEWEST:
-                same = wide or last[s] == nodes[lv, b]
-                t = top[s] + (chk_lat[i] if same else chk_lat2[i])
-            elif kind == _LAST:
-                if wide and lv != channel:
-                    t = top[s] + chk_lat[i]
-                else:
-                    t = max(hist[s * stride + nodes[lv, b]], spread[s]) + chk_lat[i]
-            else:
-                w = chk_win[i]
-                lo, hi = nodes[lv, b], nodes[lv, b] + 1
-                if wide and lv != channel:
-                    lo, hi = 0, size[lv]
-                t = NEVER
-                for node in range(lo, hi):
-                    c = cnt[s * nb + node]
-                    if c >= w:
-                        t = max(t, hist[s * stride + node * w + c % w] + chk_lat[i])
-            if t > at:
-                at = t
-        done = at + completion[o] + extra[k]
-        for i in range(rec_ptr[o], rec_ptr[o + 1]):
-            s, lv, kind = rec_slot[i], rec_level[i], rec_kind[i]
-            v = done if rec_done[i] else at
-            if kind == _NEWEST:
-                top[s] = v
-                last[s] = -1 if wide and lv != channel else nodes[lv, b]
-            elif kind == _LAST:
+        # per_op[o]: its checks by kind from columns 0 to 4, its records from 5 to 9
+        for i in range(per_op[o, 0], per_op[o, 1]):  # newest-only
+            s, lv = chk_slot[i], chk_level[i]
+            same = wide or last[s] == nodes[lv, b]
+            at = max(at, top[s] + (chk_lat[i] if same else chk_lat2[i]))
+        for i in range(per_op[o, 1], per_op[o, 2]):  # window 1 over the channel
+            at = max(at, top[chk_slot[i]] + chk_lat[i])
+        if wide:  # window 1 per node: an all-bank command waits for every node
+            for i in range(per_op[o, 2], per_op[o, 3]):
+                at = max(at, top[chk_slot[i]] + chk_lat[i])
+        else:
+            for i in range(per_op[o, 2], per_op[o, 3]):
+                s = chk_slot[i]
+                t = max(hist[s * stride + nodes[chk_level[i], b]], spread[s])
+                at = max(at, t + chk_lat[i])
+        for i in range(per_op[o, 3], per_op[o, 4]):  # ring
+            s, w = chk_slot[i], chk_win[i]
+            for node in range(*_span(nodes, size, chk_level[i], b, wide)):
+                c = cnt[s * nb + node]
+                if c >= w:
+                    at = max(at, hist[s * stride + node * w + c % w] + chk_lat[i])
+        done = at + per_op[o, 10] + extra[k]
+        for i in range(per_op[o, 5], per_op[o, 6]):
+            s, lv = rec_slot[i], rec_level[i]
+            top[s] = done if rec_done[i] else at
+            last[s] = -1 if wide and lv != channel else nodes[lv, b]
+        for i in range(per_op[o, 6], per_op[o, 7]):
+            s = rec_slot[i]
+            top[s] = max(top[s], done if rec_done[i] else at)
+        if wide:  # to every node: the floor of all
+            for i in range(per_op[o, 7], per_op[o, 8]):
+                s = rec_slot[i]
+                v = done if rec_done[i] else at
                 top[s] = max(top[s], v)
-                if wide and lv != channel:
-                    spread[s] = max(spread[s], v)
-                else:
-                    j = s * stride + nodes[lv, b]
-                    hist[j] = max(hist[j], v)
-            else:
-                w = rec_win[i]
-                lo, hi = nodes[lv, b], nodes[lv, b] + 1
-                if wide and lv != channel:
-                    lo, hi = 0, size[lv]
-                for node in range(lo, hi):
-                    c = cnt[s * nb + node]
-                    hist[s * stride + node * w + c % w] = v
-                    cnt[s * nb + node] = c + 1
+                spread[s] = max(spread[s], v)
+        else:
+            for i in range(per_op[o, 7], per_op[o, 8]):
+                s = rec_slot[i]
+                v = done if rec_done[i] else at
+                top[s] = max(top[s], v)
+                j = s * stride + nodes[rec_level[i], b]
+                hist[j] = max(hist[j], v)
+        for i in range(per_op[o, 8], per_op[o, 9]):
+            s, w = rec_slot[i], rec_win[i]
+            for node in range(*_span(nodes, size, rec_level[i], b, wide)):
+                c = cnt[s * nb + node]
+                hist[s * stride + node * w + c % w] = at
+                cnt[s * nb + node] = c + 1
         out[k] = at
         prev = at
         end = max(end, done)

@@ -417,10 +417,11 @@ def time_stream(
         return Timeline(issue=np.empty(0, dtype=np.int64), cycles=0, counts=counts)
     mode = modes(cfg, stream)
     bank = stream["bank"].astype(np.int64)
-    bad = np.flatnonzero((mode == Mode.SB) & (bank >= g.banks))
+    all_banks = mode != int(Mode.SB)
+    bad = np.flatnonzero(~all_banks & (bank >= g.banks))
     if len(bad):
         raise _fail(int(bad[0]), stream[bad[0]], f"bank {int(bank[bad[0]])} >= banks = {g.banks}")
-    cmds = Commands.of(op, bank, wide=mode != Mode.SB)
+    cmds = Commands.of(op, bank, wide=all_banks)
     issue, end = engine(bank_rules(cfg.timing), _nodes(g), cmds)
     return Timeline(issue=issue, cycles=end, counts=counts)
 
