@@ -22,13 +22,23 @@ rearrangement) to a stream.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import lru_cache
 
 import numpy as np
-from numba import njit
-from pimphony.models.backends import BackendConfig, BackendKind, PimDtype
+from pimphony.models import dram_rules
+from pimphony.models.backends import BackendConfig, BackendKind, GroupSpec, PimDtype, PimTiming
+from pimphony.models.dram_rules import (
+    BankRules,
+    Commands,
+    Constraint,
+    Engine,
+    Level,
+    Since,
+    Timeline,
+    node_table,
+)
 from pimphony.models.errors import PimphonyError
 
 __all__ = [
@@ -42,15 +52,15 @@ __all__ = [
     "Scope",
     "SfmMode",
     "Timeline",
+    "access_addresses",
     "access_stream",
-    "access_stream_reference",
+    "bank_rules",
     "check_backend",
     "command",
     "execute",
     "interleave",
     "softmax_cycles",
     "time_stream",
-    "time_stream_reference",
 ]
 
 
@@ -179,7 +189,11 @@ class Levels:
     @classmethod
     def of(cls, cfg: BackendConfig) -> Levels:
         """The levels of ``cfg``'s group (bank groups split evenly over pCH x ranks)."""
-        g = cfg.group
+        return cls.of_group(cfg.group)
+
+    @classmethod
+    def of_group(cls, g: GroupSpec) -> Levels:
+        """The levels of group ``g``."""
         per_bg = g.banks // g.bank_groups
         bg = np.arange(g.banks) // per_bg
         rank = bg // (g.bank_groups // (g.pseudo_channels * g.ranks))
@@ -195,15 +209,6 @@ def interleave(cfg: BackendConfig) -> np.ndarray:
     bg_in_rank = lv.bank_group % (g.bank_groups // (g.pseudo_channels * g.ranks))
     bank_in_bg = np.arange(g.banks) % lv.per_group
     return np.lexsort((lv.pseudo_channel, lv.rank % g.ranks, bg_in_rank, bank_in_bg))
-
-
-@dataclass
-class Timeline:
-    """Issue cycle of every command and the cycle the last one completes."""
-
-    issue: np.ndarray
-    cycles: int
-    counts: dict[str, int]
 
 
 def softmax_cycles(
@@ -225,246 +230,88 @@ def _fail(k: int, cmd: np.void, why: str) -> AttAccError:
     return AttAccError(f"command {k} ({op.name} {args}): {why}".replace(" )", ")"))
 
 
-def time_stream_reference(cfg: BackendConfig, stream: np.ndarray) -> Timeline:
-    """The plain-Python reference of :func:`time_stream`: the same rules, the same cycles;
-    kept to test the compiled path against.
-
-    Issue each command in order, one per cycle, at the first cycle every rule allows.
-
-    Rules (HBM3-PIM.cpp's constraints; ``docs/dcc.md``): ACT waits its bank's PRE + tRP and
-    ACT + tRC, the rank's last ACT + tRRD_S (same bank group tRRD_L) and its fourth-last +
-    tFAW; ACTAB waits every bank's PRE + tRP and ACT + tRC; a row command waits 2 cycles
-    after an ACT/ACTAB (two-cycle row commands). Data-path commands (RD, WR, WRGB, MVSB,
-    MVGB, SFM, RDSB) wait nBL after the last one on their pseudo-channel, tCCD_S on their
-    rank, tCCD_L in their bank group; RD/WR wait tRCD after their bank's ACT and the rank's
-    read/write turnaround. MACAB waits every bank's ACT + tRCD_RD and the last MACAB +
-    tCCD_AB. PRE/PREA wait tRAS, tRTP after a RD or MACAB, WL + BL/2 + tWR after a WR.
-    Dependencies through buffers (choices): MACAB waits for the GEMV-buffer writes to land
-    (WRGB + WL + BL/2, MVGB + BL/2); MVSB waits the last MACAB + tCCD_AB; SFM waits the last
-    MVSB + BL/2; anything reading the softmax buffer waits for SFM to finish
-    (:func:`softmax_cycles`). The kernel ends when the last command completes.
-    """
-    check_backend(cfg)
-    t, g = cfg.timing, cfg.group
-    assert t is not None
-    lv = Levels.of(cfg)
-    bgs, ranks, pchs = lv.bank_group.tolist(), lv.rank.tolist(), lv.pseudo_channel.tolist()
-    nb, n_rank = g.banks, g.pseudo_channels * g.ranks
-    never = -(1 << 40)
-    act, pre, rd, wr = ([never] * nb for _ in range(4))
-    bg_act = [never] * g.bank_groups
-    rank_act = [never] * n_rank
-    faw = [deque(maxlen=4) for _ in range(n_rank)]
-    col_pch = [never] * g.pseudo_channels
-    col_rank = [never] * n_rank
-    col_bg = [never] * g.bank_groups
-    rank_rd = [never] * n_rank
-    rank_wr = [never] * n_rank
-    last_row_act = last_mac = never
-    gb_ready = acc_ready = sb_ready = sfm_done = never
-    burst = t.burst_cycles
-    ops, banks = stream["op"].tolist(), stream["bank"].tolist()
-    ns, modes = stream["n"].tolist(), stream["mode"].tolist()
-    issue = np.empty(len(stream), dtype=np.int64)
-    prev, end = -1, 0
-    for k in range(len(stream)):
-        op, b = ops[k], banks[k]
-        if b >= nb:
-            raise _fail(k, stream[k], f"bank {b} >= banks = {nb}")
-        bg, rk, pc = bgs[b], ranks[b], pchs[b]
-        at = prev + 1
-        if op in (Op.ACT, Op.ACTAB, Op.PRE, Op.PREA):
-            at = max(at, last_row_act + 2)
-        if op == Op.ACT:
-            at = max(
-                at, pre[b] + t.tRP, act[b] + t.tRC, rank_act[rk] + t.tRRD_S, bg_act[bg] + t.tRRD_L
-            )
-            if len(faw[rk]) == 4:
-                at = max(at, faw[rk][0] + t.tFAW)
-            act[b] = bg_act[bg] = rank_act[rk] = last_row_act = at
-            faw[rk].append(at)
-            done = at + t.tRCD_RD
-        elif op == Op.ACTAB:
-            at = max(at, max(pre) + t.tRP, max(act) + t.tRC)
-            act = [at] * nb
-            last_row_act = at
-            done = at + t.tRCD_RD
-        elif op in (Op.PRE, Op.PREA):
-            sel = range(nb) if op == Op.PREA else (b,)
-            at = max(
-                at,
-                max(act[i] for i in sel) + t.tRAS,
-                max(rd[i] for i in sel) + t.tRTP,
-                max(wr[i] for i in sel) + t.write_to_precharge,
-            )
-            if op == Op.PREA:
-                at = max(at, last_mac + t.tRTP)
-                pre = [at] * nb
-            else:
-                pre[b] = at
-            done = at + t.tRP
-        elif op == Op.MACAB:
-            at = max(at, max(act) + t.tRCD_RD, last_mac + t.tCCD_AB, gb_ready)
-            last_mac = at
-            acc_ready = at + t.tCCD_AB
-            done = acc_ready
-        else:  # data path
-            at = max(at, col_pch[pc] + burst, col_rank[rk] + t.tCCD_S, col_bg[bg] + t.tCCD_L)
-            if op == Op.RD:
-                at = max(at, act[b] + t.tRCD_RD, rank_wr[rk] + t.write_to_read)
-                rd[b] = rank_rd[rk] = at
-                done = at + t.RL + burst
-            elif op == Op.WR:
-                at = max(at, act[b] + t.tRCD_WR, rank_rd[rk] + t.read_to_write)
-                wr[b] = rank_wr[rk] = at
-                done = at + t.WL + burst
-            elif op == Op.WRGB:
-                done = at + t.WL + burst
-                gb_ready = max(gb_ready, done)
-            elif op == Op.MVSB:
-                at = max(at, acc_ready, sfm_done)
-                done = at + burst
-                sb_ready = max(sb_ready, done)
-            elif op == Op.SFM:
-                at = max(at, sb_ready, sfm_done)
-                done = sfm_done = at + int(softmax_cycles(cfg, ns[k], modes[k]))
-            elif op == Op.MVGB:
-                at = max(at, sfm_done, sb_ready)
-                done = at + burst
-                gb_ready = max(gb_ready, done)
-            elif op == Op.RDSB:
-                at = max(at, sfm_done, sb_ready)
-                done = at + t.RL + burst
-            else:
-                raise _fail(k, stream[k], f"unknown op {op}")
-            col_pch[pc] = col_rank[rk] = col_bg[bg] = at
-        issue[k] = at
-        prev = at
-        end = max(end, done)
-    counts = {o.name: int(np.count_nonzero(stream["op"] == o)) for o in Op}
-    return Timeline(issue=issue, cycles=int(end) if len(stream) else 0, counts=counts)
+@lru_cache(maxsize=64)
+def bank_rules(t: PimTiming) -> BankRules:
+    """The constraint table of a channel with timing ``t`` (HBM3-PIM.cpp's constraints;
+    ``docs/dcc.md``). ACT waits its bank's PRE + tRP and ACT + tRC, the rank's last ACT +
+    tRRD_S (same bank group tRRD_L) and its fourth-last + tFAW; ACTAB waits every bank's PRE +
+    tRP and ACT + tRC; a row command waits 2 cycles after an ACT/ACTAB (two-cycle row
+    commands). Data-path commands (:data:`DATA_OPS`) wait nBL after the last one on their
+    pseudo-channel, tCCD_S on their rank, tCCD_L in their bank group; RD/WR wait tRCD after
+    their bank's ACT and the rank's read/write turnaround. MACAB waits every bank's ACT +
+    tRCD_RD and the last MACAB + tCCD_AB. PRE/PREA wait tRAS, tRTP after a RD (PREA: or a
+    MACAB), WL + BL/2 + tWR after a WR. Dependencies through buffers (choices), from the
+    prerequisite's completion: MACAB waits for the GEMV-buffer writes (WRGB + WL + BL/2,
+    MVGB + BL/2) and MVSB for the last MACAB (+ tCCD_AB); SFM waits the MVSBs (+ BL/2);
+    anything reading the softmax buffer waits for SFM to finish (:func:`softmax_cycles`, a
+    command's ``extra``) and for the MVSBs."""
+    (act, pre, rd, wr, actab, prea, mac, wrgb, mvsb, sfm, mvgb, rdsb) = (
+        frozenset({int(o)}) for o in Op
+    )
+    acts, data = act | actab, frozenset(int(o) for o in DATA_OPS)
+    bank, bg, rank = Level.BANK, Level.BANK_GROUP, Level.RANK
+    pch, channel, done = Level.PSEUDO_CHANNEL, Level.CHANNEL, Since.DONE
+    sfm_readers = mvsb | sfm | mvgb | rdsb
+    c, burst = Constraint, t.burst_cycles
+    return BankRules(
+        ops=len(Op),
+        constraints=(
+            c(acts, acts | pre | prea, channel, 2),
+            c(pre | prea, acts, bank, t.tRP),
+            c(acts, acts, bank, t.tRC),
+            c(act, act, rank, t.tRRD_S),
+            c(act, act, bg, t.tRRD_L),
+            c(act, act, rank, t.tFAW, window=4),
+            c(acts, pre | prea, bank, t.tRAS),
+            c(rd, pre | prea, bank, t.tRTP),
+            c(wr, pre | prea, bank, t.write_to_precharge),
+            c(mac, prea, channel, t.tRTP),
+            c(acts, mac | rd, bank, t.tRCD_RD),
+            c(acts, wr, bank, t.tRCD_WR),
+            c(mac, mac, channel, t.tCCD_AB),
+            c(wrgb | mvgb, mac, channel, 0, since=done),
+            c(data, data, pch, burst),
+            c(data, data, rank, t.tCCD_S),
+            c(data, data, bg, t.tCCD_L),
+            c(wr, rd, rank, t.write_to_read),
+            c(rd, wr, rank, t.read_to_write),
+            c(mac, mvsb, channel, 0, since=done),
+            c(sfm, sfm_readers, channel, 0, since=done),
+            c(mvsb, sfm_readers - mvsb, channel, 0, since=done),
+        ),
+        completion=tuple(
+            {
+                Op.ACT: t.tRCD_RD,
+                Op.ACTAB: t.tRCD_RD,
+                Op.PRE: t.tRP,
+                Op.PREA: t.tRP,
+                Op.MACAB: t.tCCD_AB,
+                Op.RD: t.RL + burst,
+                Op.WR: t.WL + burst,
+                Op.WRGB: t.WL + burst,
+                Op.MVSB: burst,
+                Op.SFM: 0,
+                Op.MVGB: burst,
+                Op.RDSB: t.RL + burst,
+            }[o]
+            for o in Op
+        ),
+        wide=actab | prea | mac,
+    )
 
 
-# ----------------------------------------------------------------------------- compiled path
-# time_stream runs time_stream_reference's rules compiled by numba (`pimphony tune` times
-# thousands of streams); tests/test_attacc.py checks them equal on every lowering's streams,
-# access streams and random command mixes, with the preset's and random timing.
-
-_ACT, _PRE, _RD, _WR = int(Op.ACT), int(Op.PRE), int(Op.RD), int(Op.WR)
-_ACTAB, _PREA, _MACAB, _WRGB = int(Op.ACTAB), int(Op.PREA), int(Op.MACAB), int(Op.WRGB)
-_MVSB, _SFM, _MVGB = int(Op.MVSB), int(Op.SFM), int(Op.MVGB)
+@lru_cache(maxsize=64)
+def _nodes(g: GroupSpec) -> np.ndarray:
+    lv = Levels.of_group(g)
+    return node_table(g.banks, lv.bank_group, lv.rank, lv.pseudo_channel)
 
 
-@njit(cache=True)
-def _time_kernel(op, bank, sfm, bgs, ranks, pchs, n_bg, n_rank, n_pch, p):
-    """Issue cycles and the end cycle of a stream (:func:`time_stream_reference`'s rules);
-    ``sfm``: softmax-unit cycles per command; ``p``: :func:`_timing_params`' order. Issue
-    cycles rise strictly, so the latest ACT / PRE / RD / WR of any bank is the newest one."""
-    tRP, tRC, tRRD_S, tRRD_L, tFAW, tRCD_RD, tRCD_WR = p[0], p[1], p[2], p[3], p[4], p[5], p[6]
-    tRAS, tRTP, wr_pre, tCCD_AB, tCCD_S, tCCD_L = p[7], p[8], p[9], p[10], p[11], p[12]
-    burst, wr_rd, rd_wr, RL, WL = p[13], p[14], p[15], p[16], p[17]
-    never = -(1 << 40)
-    nb = bgs.shape[0]
-    act = np.full(nb, never, dtype=np.int64)
-    pre = np.full(nb, never, dtype=np.int64)
-    rd = np.full(nb, never, dtype=np.int64)
-    wr = np.full(nb, never, dtype=np.int64)
-    act_max = pre_max = rd_max = wr_max = never
-    bg_act = np.full(n_bg, never, dtype=np.int64)
-    rank_act = np.full(n_rank, never, dtype=np.int64)
-    faw = np.zeros((n_rank, 4), dtype=np.int64)  # ring of each rank's last four ACTs
-    n_faw = np.zeros(n_rank, dtype=np.int64)
-    col_pch = np.full(n_pch, never, dtype=np.int64)
-    col_rank = np.full(n_rank, never, dtype=np.int64)
-    col_bg = np.full(n_bg, never, dtype=np.int64)
-    rank_rd = np.full(n_rank, never, dtype=np.int64)
-    rank_wr = np.full(n_rank, never, dtype=np.int64)
-    last_row_act = last_mac = never
-    gb_ready = acc_ready = sb_ready = sfm_done = never
-    n = op.shape[0]
-    issue = np.empty(n, dtype=np.int64)
-    prev, end = -1, 0
-    for k in range(n):
-        o, b = op[k], bank[k]
-        bg, rk, pc = bgs[b], ranks[b], pchs[b]
-        at = prev + 1
-        if o in (_ACT, _ACTAB, _PRE, _PREA):
-            at = max(at, last_row_act + 2)
-        if o == _ACT:
-            at = max(at, pre[b] + tRP, act[b] + tRC, rank_act[rk] + tRRD_S, bg_act[bg] + tRRD_L)
-            if n_faw[rk] >= 4:
-                at = max(at, faw[rk, n_faw[rk] % 4] + tFAW)
-            act[b] = bg_act[bg] = rank_act[rk] = last_row_act = act_max = at
-            faw[rk, n_faw[rk] % 4] = at
-            n_faw[rk] += 1
-            done = at + tRCD_RD
-        elif o == _ACTAB:
-            at = max(at, pre_max + tRP, act_max + tRC)
-            act[:] = at
-            act_max = last_row_act = at
-            done = at + tRCD_RD
-        elif o == _PRE:
-            at = max(at, act[b] + tRAS, rd[b] + tRTP, wr[b] + wr_pre)
-            pre[b] = pre_max = at
-            done = at + tRP
-        elif o == _PREA:
-            at = max(at, act_max + tRAS, rd_max + tRTP, wr_max + wr_pre, last_mac + tRTP)
-            pre[:] = at
-            pre_max = at
-            done = at + tRP
-        elif o == _MACAB:
-            at = max(at, act_max + tRCD_RD, last_mac + tCCD_AB, gb_ready)
-            last_mac = at
-            acc_ready = at + tCCD_AB
-            done = acc_ready
-        else:  # data path
-            at = max(at, col_pch[pc] + burst, col_rank[rk] + tCCD_S, col_bg[bg] + tCCD_L)
-            if o == _RD:
-                at = max(at, act[b] + tRCD_RD, rank_wr[rk] + wr_rd)
-                rd[b] = rank_rd[rk] = rd_max = at
-                done = at + RL + burst
-            elif o == _WR:
-                at = max(at, act[b] + tRCD_WR, rank_rd[rk] + rd_wr)
-                wr[b] = rank_wr[rk] = wr_max = at
-                done = at + WL + burst
-            elif o == _WRGB:
-                done = at + WL + burst
-                gb_ready = max(gb_ready, done)
-            elif o == _MVSB:
-                at = max(at, acc_ready, sfm_done)
-                done = at + burst
-                sb_ready = max(sb_ready, done)
-            elif o == _SFM:
-                at = max(at, sb_ready, sfm_done)
-                done = sfm_done = at + sfm[k]
-            elif o == _MVGB:
-                at = max(at, sfm_done, sb_ready)
-                done = at + burst
-                gb_ready = max(gb_ready, done)
-            else:  # RDSB
-                at = max(at, sfm_done, sb_ready)
-                done = at + RL + burst
-            col_pch[pc] = col_rank[rk] = col_bg[bg] = at
-        issue[k] = at
-        prev = at
-        end = max(end, done)
-    return issue, end
-
-
-def _timing_params(cfg: BackendConfig) -> np.ndarray:
-    t = cfg.timing
-    assert t is not None
-    return np.array(
-        [t.tRP, t.tRC, t.tRRD_S, t.tRRD_L, t.tFAW, t.tRCD_RD, t.tRCD_WR, t.tRAS, t.tRTP,
-         t.write_to_precharge, t.tCCD_AB, t.tCCD_S, t.tCCD_L, t.burst_cycles, t.write_to_read,
-         t.read_to_write, t.RL, t.WL],
-        dtype=np.int64,
-    )  # fmt: skip
-
-
-def time_stream(cfg: BackendConfig, stream: np.ndarray) -> Timeline:
-    """Issue each command in order, one per cycle, at the first cycle every rule allows
-    (the rules: :func:`time_stream_reference`, its plain-Python twin). Compiled (numba)."""
+def time_stream(
+    cfg: BackendConfig, stream: np.ndarray, engine: Engine = dram_rules.issue
+) -> Timeline:
+    """Issue each command in order, one per cycle, at the first cycle every rule allows (the
+    rules: :func:`bank_rules`, run by ``engine``, the compiled :func:`models.dram_rules.issue`
+    by default); the kernel ends when the last command completes."""
     check_backend(cfg)
     g = cfg.group
     op = stream["op"].astype(np.int64)
@@ -483,17 +330,11 @@ def time_stream(cfg: BackendConfig, stream: np.ndarray) -> Timeline:
         k = int(np.flatnonzero(bad_bank | bad_op)[0])
         why = f"bank {int(bank[k])} >= banks = {g.banks}" if bad_bank[k] else f"unknown op {op[k]}"
         raise _fail(k, stream[k], why)
-    lv = Levels.of(cfg)
-    sfm = softmax_cycles(
-        cfg, stream["n"].astype(np.int64), np.where(stream["op"] == Op.SFM, stream["mode"], 0)
-    )
-    n_rank = g.pseudo_channels * g.ranks
-    issue, end = _time_kernel(
-        op, bank, sfm, lv.bank_group.astype(np.int64), lv.rank.astype(np.int64),
-        lv.pseudo_channel.astype(np.int64), g.bank_groups, n_rank, g.pseudo_channels,
-        _timing_params(cfg),
-    )  # fmt: skip
-    return Timeline(issue=issue, cycles=int(end), counts=counts)
+    sfm = np.zeros(len(stream), np.int64)  # the softmax unit's busy cycles, SFMs only
+    at = np.flatnonzero(op == Op.SFM)
+    sfm[at] = softmax_cycles(cfg, stream["n"][at].astype(np.int64), stream["mode"][at])
+    issue, end = engine(bank_rules(cfg.timing), _nodes(g), Commands.of(op, bank, extra=sfm))
+    return Timeline(issue=issue, cycles=end, counts=counts)
 
 
 @dataclass
@@ -683,7 +524,7 @@ def execute(
     return state
 
 
-def _access_addresses(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> np.ndarray:
+def access_addresses(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> np.ndarray:
     """The distinct ``(bank, row, column)`` rows of ``addresses``, sorted; refused if ``op``
     moves no data, there are none, or one lies outside the group."""
     if op not in (Op.RD, Op.WR):
@@ -709,44 +550,6 @@ def _access_addresses(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> np.n
     return np.stack(np.unravel_index(flat, dims), axis=1).astype(np.int64)
 
 
-def access_stream_reference(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> np.ndarray:
-    """The plain-Python reference of :func:`access_stream` (the same stream), kept to test it.
-
-    Single-bank RDs or WRs of ``addresses`` (``(n, 3)``: bank, row, column) of one group, as
-    an open-page controller issues them: rows in order; per row, an ACT for every bank with
-    data there, the columns round-robin over those banks, then a PRE per bank. The order of
-    :func:`compiler.rearrange.access_stream` (consecutive commands in different bank groups),
-    taken one level up: banks are interleaved pseudo-channel first, then rank, then bank
-    group (:func:`interleave`), so consecutive commands alternate pseudo-channels and both
-    data buses fill."""
-    addr = _access_addresses(cfg, addresses, op)
-    g = cfg.group
-    order = interleave(cfg)
-    rank_of = np.empty(g.banks, np.int64)
-    rank_of[order] = np.arange(g.banks)
-    out: list[tuple] = []
-    data = 0 if op == Op.WR else -1
-    for row in np.unique(addr[:, 1]):
-        here = addr[addr[:, 1] == row]
-        banks = sorted(set(here[:, 0].tolist()), key=lambda b: rank_of[b])
-        cols = {b: here[here[:, 0] == b, 2].tolist() for b in banks}
-        out.extend(command(Op.ACT, bank=b, row=int(row)) for b in banks)
-        for k in range(max(len(v) for v in cols.values())):
-            out.extend(
-                command(
-                    Op(op),
-                    bank=b,
-                    row=int(row),
-                    col=cols[b][k],
-                    **({"data": data} if op == Op.WR else {}),
-                )
-                for b in banks
-                if k < len(cols[b])
-            )
-        out.extend(command(Op.PRE, bank=b) for b in banks)
-    return np.array(out, dtype=COMMAND_DTYPE)
-
-
 def access_stream(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> np.ndarray:
     """Single-bank RDs or WRs of ``addresses`` (``(n, 3)``: bank, row, column) of one group, as
     an open-page controller issues them: rows in order; per row, an ACT for every bank with
@@ -754,8 +557,9 @@ def access_stream(cfg: BackendConfig, addresses: np.ndarray, op: Op) -> np.ndarr
     :func:`compiler.rearrange.access_stream` (consecutive commands in different bank groups),
     taken one level up: banks are interleaved pseudo-channel first, then rank, then bank
     group (:func:`interleave`), so consecutive commands alternate pseudo-channels and both
-    data buses fill. Vectorised; :func:`access_stream_reference` is the same loop by loop."""
-    addr = _access_addresses(cfg, addresses, op)
+    data buses fill. Vectorised; ``models.reference.access_stream_reference`` is the same loop
+    by loop."""
+    addr = access_addresses(cfg, addresses, op)
     g = cfg.group
     rank_of = np.empty(g.banks, np.int64)
     rank_of[interleave(cfg)] = np.arange(g.banks)

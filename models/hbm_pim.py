@@ -20,13 +20,24 @@ a worked example.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import lru_cache
 
 import numpy as np
 from numba import njit
-from pimphony.models.backends import BackendConfig, BackendKind, PimDtype
+from pimphony.models import dram_rules
+from pimphony.models.backends import BackendConfig, BackendKind, GroupSpec, PimDtype, PimTiming
+from pimphony.models.dram_rules import (
+    BankRules,
+    Commands,
+    Constraint,
+    Engine,
+    Level,
+    Match,
+    Timeline,
+    node_table,
+)
 from pimphony.models.errors import PimphonyError
 
 __all__ = [
@@ -51,15 +62,15 @@ __all__ = [
     "Op",
     "PimState",
     "Timeline",
+    "bank_rules",
     "check_backend",
     "decode_instr",
     "encode_instr",
     "execute",
     "instr_payload",
+    "mode_banks",
     "modes",
-    "modes_reference",
     "time_stream",
-    "time_stream_reference",
 ]
 
 
@@ -272,8 +283,12 @@ def check_backend(cfg: BackendConfig) -> None:
         )
 
 
-def _bank_index(cfg: BackendConfig, bg: int, b: int) -> int:
-    return bg * (cfg.group.banks // cfg.group.bank_groups) + b
+def mode_banks(cfg: BackendConfig) -> tuple[frozenset[int], frozenset[int]]:
+    """The banks whose writes enter AB mode (:data:`AB_ENTRY_BANKS`) and leave it
+    (:data:`SB_ENTRY_BANKS`), as bank indices of ``cfg``'s group."""
+    per_bg = cfg.group.banks // cfg.group.bank_groups
+    enter = frozenset(bg * per_bg + b for bg, b in AB_ENTRY_BANKS)
+    return enter, frozenset(bg * per_bg + b for bg, b in SB_ENTRY_BANKS)
 
 
 def _fail(k: int, cmd: np.void, why: str) -> HbmPimError:
@@ -282,114 +297,9 @@ def _fail(k: int, cmd: np.void, why: str) -> HbmPimError:
     return HbmPimError(f"command {k} ({op.name} {args}): {why}")
 
 
-@dataclass
-class Timeline:
-    """Issue cycle of every command and the cycle the last one completes."""
-
-    issue: np.ndarray
-    cycles: int
-    counts: dict[str, int]
-
-
-def modes_reference(cfg: BackendConfig, stream: np.ndarray) -> np.ndarray:
-    """The mode each command is issued in (mode changes take effect after their command):
-    the plain-Python reference of :func:`modes`, command by command."""
-    entry = {_bank_index(cfg, *p) for p in AB_ENTRY_BANKS}
-    exit_ = {_bank_index(cfg, *p) for p in SB_ENTRY_BANKS}
-    mode, marks = Mode.SB, set()
-    out = np.empty(len(stream), dtype=np.uint8)
-    for k in range(len(stream)):
-        out[k] = mode
-        op, bank, row, col = (int(stream[f][k]) for f in ("op", "bank", "row", "col"))
-        if op != Op.WR:
-            continue
-        if mode is Mode.SB and (row, col) == (AB_ENTRY_ROW, MODE_COLUMN) and bank in entry:
-            marks.add(bank)
-            if marks == entry:
-                mode, marks = Mode.AB, set()
-        elif mode is Mode.AB and (row, col) == (SB_ENTRY_ROW, MODE_COLUMN) and bank in exit_:
-            marks.add(bank)
-            if marks == exit_:
-                mode, marks = Mode.SB, set()
-    return out
-
-
-def time_stream_reference(cfg: BackendConfig, stream: np.ndarray) -> Timeline:
-    """The plain-Python reference of :func:`time_stream`: the same rules (listed there), the
-    same cycles; kept to test the compiled path against.
-    """
-    check_backend(cfg)
-    t, g = cfg.timing, cfg.group
-    assert t is not None
-    nb = g.banks
-    per_bg = nb // g.bank_groups
-    modes = modes_reference(cfg, stream).tolist()
-    never = -(1 << 40)
-    # per-bank times as Python lists: a command touches one bank or all of them
-    act, pre, rd, wr = ([never] * nb for _ in range(4))
-    acts: deque[int] = deque(maxlen=4)
-    last_act, last_act_bg = never, -1
-    last_col, last_col_bg = never, -1
-    last_rd_any = last_wr_any = never
-    prev = -1  # the first command issues at cycle 0
-    ops, bank_ids = stream["op"].tolist(), stream["bank"].tolist()
-    issue = np.empty(len(stream), dtype=np.int64)
-    end = 0
-    everything = range(nb)
-    for k in range(len(stream)):
-        op, bank = ops[k], bank_ids[k]
-        ab = modes[k] != Mode.SB
-        banks = everything if ab else (bank,)
-        bg = -1 if ab else bank // per_bg
-        at = prev + 1
-        if op == Op.ACT:
-            at = max(at, max(pre[b] for b in banks) + t.tRP, max(act[b] for b in banks) + t.tRC)
-            same = ab or bg == last_act_bg
-            at = max(at, last_act + (t.tRRD_L if same else t.tRRD_S))
-            if len(acts) == 4:
-                at = max(at, acts[0] + t.tFAW)
-            for b in banks:
-                act[b] = at
-            acts.append(at)
-            last_act, last_act_bg = at, bg
-            done = at + t.tRCD_RD
-        elif op == Op.PRE:
-            at = max(
-                at,
-                max(act[b] for b in banks) + t.tRAS,
-                max(rd[b] for b in banks) + t.tRTP,
-                max(wr[b] for b in banks) + t.write_to_precharge,
-            )
-            for b in banks:
-                pre[b] = at
-            done = at + t.tRP
-        else:
-            same = ab or bg == last_col_bg
-            at = max(at, last_col + (t.tCCD_L if same else t.tCCD_S))
-            opened = max(act[b] for b in banks)
-            if op == Op.RD:
-                at = max(at, opened + t.tRCD_RD, last_wr_any + t.write_to_read)
-                for b in banks:
-                    rd[b] = at
-                last_rd_any = at
-                done = at + t.RL + t.burst_cycles
-            else:
-                at = max(at, opened + t.tRCD_WR, last_rd_any + t.read_to_write)
-                for b in banks:
-                    wr[b] = at
-                last_wr_any = at
-                done = at + t.WL + t.burst_cycles
-            last_col, last_col_bg = at, bg
-        issue[k] = at
-        prev = at
-        end = max(end, done)
-    counts = {o.name: int(np.count_nonzero(stream["op"] == o)) for o in Op}
-    return Timeline(issue=issue, cycles=int(end) if len(stream) else 0, counts=counts)
-
-
 # ----------------------------------------------------------------------------- compiled path
-# time_stream and modes run the references' rules compiled by numba (`pimphony tune` times
-# thousands of streams); tests/test_hbm_pim.py checks them equal on random legal streams.
+# modes and time_stream are compiled by numba (`pimphony tune` times thousands of streams);
+# their plain-Python twins are in models/reference.py, held equal by the tests.
 
 _WR = int(Op.WR)
 
@@ -429,8 +339,8 @@ def modes(cfg: BackendConfig, stream: np.ndarray) -> np.ndarray:
     effect after their command."""
     nb = cfg.group.banks
     entry, exit_ = np.zeros(nb, dtype=np.bool_), np.zeros(nb, dtype=np.bool_)
-    entry[[_bank_index(cfg, *p) for p in AB_ENTRY_BANKS]] = True
-    exit_[[_bank_index(cfg, *p) for p in SB_ENTRY_BANKS]] = True
+    enter, leave = mode_banks(cfg)
+    entry[sorted(enter)], exit_[sorted(leave)] = True, True
     if len(stream) == 0:
         return np.empty(0, dtype=np.uint8)
     return _modes_kernel(
@@ -440,89 +350,46 @@ def modes(cfg: BackendConfig, stream: np.ndarray) -> np.ndarray:
     )  # fmt: skip
 
 
-@njit(cache=True)
-def _time_kernel(op, bank, mode, nb, per_bg, p):
-    """Issue cycles and the end cycle of a stream (:func:`time_stream_reference`'s rules);
-    ``p``: the timing parameters in :func:`_timing_params`' order."""
-    tRP, tRC, tRRD_L, tRRD_S, tFAW, tRCD_RD, tRCD_WR = p[0], p[1], p[2], p[3], p[4], p[5], p[6]
-    tRAS, tRTP, wr_pre, tCCD_L, tCCD_S = p[7], p[8], p[9], p[10], p[11]
-    wr_rd, rd_wr, rd_done, wr_done = p[12], p[13], p[14], p[15]
-    never = -(1 << 40)
-    act = np.full(nb, never, dtype=np.int64)
-    pre = np.full(nb, never, dtype=np.int64)
-    rd = np.full(nb, never, dtype=np.int64)
-    wr = np.full(nb, never, dtype=np.int64)
-    acts = np.zeros(4, dtype=np.int64)  # ring of the last four ACTs
-    n_acts = 0
-    last_act, last_act_bg = never, -1
-    last_col, last_col_bg = never, -1
-    last_rd_any, last_wr_any = never, never
-    n = op.shape[0]
-    issue = np.empty(n, dtype=np.int64)
-    prev, end = -1, 0
-    for k in range(n):
-        o = op[k]
-        ab = mode[k] != 0
-        if ab:
-            lo, hi, bg = 0, nb, -1
-        else:
-            lo, hi = bank[k], bank[k] + 1
-            bg = bank[k] // per_bg
-        at = prev + 1
-        if o == 0:  # ACT
-            for b in range(lo, hi):
-                at = max(at, pre[b] + tRP, act[b] + tRC)
-            at = max(at, last_act + (tRRD_L if ab or bg == last_act_bg else tRRD_S))
-            if n_acts >= 4:
-                at = max(at, acts[n_acts % 4] + tFAW)
-            for b in range(lo, hi):
-                act[b] = at
-            acts[n_acts % 4] = at
-            n_acts += 1
-            last_act, last_act_bg = at, bg
-            done = at + tRCD_RD
-        elif o == 1:  # PRE
-            for b in range(lo, hi):
-                at = max(at, act[b] + tRAS, rd[b] + tRTP, wr[b] + wr_pre)
-            for b in range(lo, hi):
-                pre[b] = at
-            done = at + tRP
-        else:
-            at = max(at, last_col + (tCCD_L if ab or bg == last_col_bg else tCCD_S))
-            opened = never
-            for b in range(lo, hi):
-                opened = max(opened, act[b])
-            if o == 2:  # RD
-                at = max(at, opened + tRCD_RD, last_wr_any + wr_rd)
-                for b in range(lo, hi):
-                    rd[b] = at
-                last_rd_any = at
-                done = at + rd_done
-            else:
-                at = max(at, opened + tRCD_WR, last_rd_any + rd_wr)
-                for b in range(lo, hi):
-                    wr[b] = at
-                last_wr_any = at
-                done = at + wr_done
-            last_col, last_col_bg = at, bg
-        issue[k] = at
-        prev = at
-        end = max(end, done)
-    return issue, end
+@lru_cache(maxsize=64)
+def bank_rules(t: PimTiming) -> BankRules:
+    """The constraint table of a pseudo-channel with timing ``t`` (:func:`time_stream`'s
+    rules; bank group is the only level below the channel)."""
+    act, pre, rd, wr = (frozenset({int(o)}) for o in Op)
+    col = rd | wr
+    bank, bg, channel = Level.BANK, Level.BANK_GROUP, Level.CHANNEL
+    same, other = Match.NEWEST_SAME, Match.NEWEST_OTHER
+    c = Constraint
+    return BankRules(
+        ops=len(Op),
+        constraints=(
+            c(pre, act, bank, t.tRP),
+            c(act, act, bank, t.tRC),
+            c(act, act, bg, t.tRRD_L, match=same),
+            c(act, act, bg, t.tRRD_S, match=other),
+            c(act, act, channel, t.tFAW, window=4),
+            c(act, pre, bank, t.tRAS),
+            c(rd, pre, bank, t.tRTP),
+            c(wr, pre, bank, t.write_to_precharge),
+            c(col, col, bg, t.tCCD_L, match=same),
+            c(col, col, bg, t.tCCD_S, match=other),
+            c(act, rd, bank, t.tRCD_RD),
+            c(act, wr, bank, t.tRCD_WR),
+            c(wr, rd, channel, t.write_to_read),
+            c(rd, wr, channel, t.read_to_write),
+        ),
+        completion=(t.tRCD_RD, t.tRP, t.RL + t.burst_cycles, t.WL + t.burst_cycles),
+    )
 
 
-def _timing_params(cfg: BackendConfig) -> np.ndarray:
-    t = cfg.timing
-    assert t is not None
-    return np.array(
-        [t.tRP, t.tRC, t.tRRD_L, t.tRRD_S, t.tFAW, t.tRCD_RD, t.tRCD_WR, t.tRAS, t.tRTP,
-         t.write_to_precharge, t.tCCD_L, t.tCCD_S, t.write_to_read, t.read_to_write,
-         t.RL + t.burst_cycles, t.WL + t.burst_cycles],
-        dtype=np.int64,
-    )  # fmt: skip
+@lru_cache(maxsize=64)
+def _nodes(g: GroupSpec) -> np.ndarray:
+    zero = np.zeros(g.banks, np.int64)
+    return node_table(g.banks, np.arange(g.banks) // (g.banks // g.bank_groups), zero, zero)
 
 
-def time_stream(cfg: BackendConfig, stream: np.ndarray) -> Timeline:
+def time_stream(
+    cfg: BackendConfig, stream: np.ndarray, engine: Engine = dram_rules.issue
+) -> Timeline:
     """Issue each command in order at the first cycle every rule allows.
 
     Rules (``docs/dcc.md``): one command per cycle, in stream order; ACT waits tRP after its
@@ -533,7 +400,8 @@ def time_stream(cfg: BackendConfig, stream: np.ndarray) -> Timeline:
     tRTP after a RD and WL + BL/2 + tWR after a WR. In AB modes ACT/PRE/RD/WR address every
     bank; an all-bank ACT counts once for tRRD/tFAW. The kernel ends when the last command
     completes: a RD RL + BL/2, a WR WL + BL/2, an ACT tRCD_RD and a PRE tRP after issue.
-    Compiled (numba); :func:`time_stream_reference` is the same in plain Python.
+    The rules are :func:`bank_rules`' table, run by ``engine`` (the compiled
+    :func:`models.dram_rules.issue`).
     """
     check_backend(cfg)
     g = cfg.group
@@ -549,13 +417,13 @@ def time_stream(cfg: BackendConfig, stream: np.ndarray) -> Timeline:
         return Timeline(issue=np.empty(0, dtype=np.int64), cycles=0, counts=counts)
     mode = modes(cfg, stream)
     bank = stream["bank"].astype(np.int64)
-    bad = np.flatnonzero((mode == Mode.SB) & (bank >= g.banks))
+    all_banks = mode != int(Mode.SB)
+    bad = np.flatnonzero(~all_banks & (bank >= g.banks))
     if len(bad):
         raise _fail(int(bad[0]), stream[bad[0]], f"bank {int(bank[bad[0]])} >= banks = {g.banks}")
-    issue, end = _time_kernel(
-        op, bank, mode, g.banks, g.banks // g.bank_groups, _timing_params(cfg)
-    )
-    return Timeline(issue=issue, cycles=int(end), counts=counts)
+    cmds = Commands.of(op, bank, wide=all_banks)
+    issue, end = engine(bank_rules(cfg.timing), _nodes(g), cmds)
+    return Timeline(issue=issue, cycles=end, counts=counts)
 
 
 @dataclass

@@ -36,16 +36,20 @@ from pimphony.models.attacc import (
     Scope,
     SfmMode,
     access_stream,
-    access_stream_reference,
     command,
     execute,
     interleave,
     time_stream,
-    time_stream_reference,
 )
 from pimphony.models.backends import PimTiming, load_backend
+from pimphony.models.reference import access_stream_reference, issue_reference
 
 ATT = load_backend("attacc")
+
+
+def time_stream_reference(cfg, stream):
+    """time_stream on the bank-rule engine's plain-Python reference."""
+    return time_stream(cfg, stream, engine=issue_reference)
 
 
 def _numpy(kernel: DccKernel, a: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

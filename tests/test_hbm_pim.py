@@ -41,12 +41,16 @@ from pimphony.models.hbm_pim import (
     encode_instr,
     execute,
     modes,
-    modes_reference,
     time_stream,
-    time_stream_reference,
 )
+from pimphony.models.reference import issue_reference, modes_reference
 
 HBM = load_backend("hbm-pim")
+
+
+def time_stream_reference(cfg, stream):
+    """time_stream on the bank-rule engine's plain-Python reference."""
+    return time_stream(cfg, stream, engine=issue_reference)
 
 
 def _stream(*cmds: tuple) -> np.ndarray:
