@@ -31,8 +31,10 @@ from pimphony.models.errors import PimphonyError
 from pimphony.models.fileio import read_utf8
 from pimphony.models.hub import SOFTMAX_FLOPS_PER_SCORE
 from pimphony.models.memory import kv_bytes_per_token
+from pimphony.models.xpu import VectorOp
 
 __all__ = [
+    "FFN_ACTIVATION",
     "FFN_KINDS",
     "GEMV_OPS",
     "HF_ACTIVATIONS",
@@ -54,7 +56,10 @@ __all__ = [
 ]
 
 MODELS_DIR = CONFIG_DIR / "models"
-FFN_KINDS = ("swiglu", "relu")
+#: Each FFN kind and the element-wise activation between its two GEMVs (a vector op of the
+#: xPU cost model); the kinds a model spec may name are its keys.
+FFN_ACTIVATION: dict[str, VectorOp] = {"swiglu": VectorOp.SWIGLU, "relu": VectorOp.RELU}
+FFN_KINDS = tuple(FFN_ACTIVATION)
 #: HuggingFace ``hidden_act`` values and the FFN they mean ("silu"/"swish" are the same SiLU,
 #: used gated in Llama/Qwen-style MLPs).
 HF_ACTIVATIONS = {"silu": "swiglu", "swish": "swiglu", "relu": "relu"}
@@ -145,6 +150,11 @@ class ModelSpec:
     def qkv_dim(self) -> int:
         """Output width of the fused QKV projection, ``(heads + 2 kv_heads) head_dim``."""
         return (self.heads + 2 * self.kv_heads) * self.head_dim
+
+    @property
+    def activation(self) -> VectorOp:
+        """The FFN's activation (:data:`FFN_ACTIVATION`): SwiGLU or ReLU."""
+        return FFN_ACTIVATION[self.ffn]
 
     @property
     def ffn1_dim(self) -> int:

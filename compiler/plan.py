@@ -61,6 +61,8 @@ __all__ = [
     "ChannelJob",
     "DecodeMappingError",
     "GemvJob",
+    "KV_HEAD_REPLICATION",
+    "KvHeads",
     "LayerPlan",
     "Parallelism",
     "Partition",
@@ -69,12 +71,14 @@ __all__ = [
     "attention_units",
     "batch_jobs",
     "candidates",
+    "kv_heads_per_device",
     "layer_plan",
     "micro_batches",
     "partition_attention",
     "score_tile_tokens",
     "split_evenly",
     "stage_layers",
+    "tp_shapes",
 ]
 
 #: Which GEMV dimension tensor parallelism splits (Megatron): column-parallel ``qkv``/``ffn1``
@@ -89,6 +93,68 @@ TP_SPLIT: dict[LayerOp, str] = {
 
 class DecodeMappingError(PimphonyError, ValueError):
     """A model, batch or parallelism choice cannot be mapped onto the system."""
+
+
+class KvHeads(StrEnum):
+    """Where ``tp`` tensor-parallel devices put a model's KV heads (the one rule of both).
+
+    Each device takes ``kv_heads / tp`` whole KV heads when ``tp`` divides ``kv_heads``.
+    With more devices than KV heads the two kinds of system part:
+
+    * ``SPLIT`` (PIM modules): a KV head is never copied, so ``tp`` must divide
+      ``kv_heads`` (:meth:`Parallelism.check`, the LibraPIM systems refuse the rest);
+    * ``REPLICATE`` (GPUs, as Megatron-LM and vLLM do): when ``tp`` is a multiple of
+      ``kv_heads`` each device holds (and its QKV GEMM computes) one replicated KV head.
+    """
+
+    SPLIT = "split"
+    REPLICATE = "replicate"
+
+
+#: Whether each :class:`KvHeads` rule replicates a KV head on devices beyond ``kv_heads``.
+KV_HEAD_REPLICATION: dict[KvHeads, bool] = {KvHeads.SPLIT: False, KvHeads.REPLICATE: True}
+
+
+def kv_heads_per_device(spec: ModelSpec, tp: int, rule: KvHeads = KvHeads.SPLIT) -> int:
+    """KV heads one of ``tp`` devices holds under ``rule`` (:class:`KvHeads`).
+
+    >>> from pimphony.compiler.llm import load_model
+    >>> m = load_model("llama-3.1-70b")  # 8 KV heads
+    >>> kv_heads_per_device(m, 4), kv_heads_per_device(m, 16, KvHeads.REPLICATE)
+    (2, 1)
+    """
+    if spec.kv_heads % tp == 0:
+        return spec.kv_heads // tp
+    if KV_HEAD_REPLICATION[rule] and tp % spec.kv_heads == 0:
+        return 1
+    allowed = "divide or be a multiple of" if KV_HEAD_REPLICATION[rule] else "divide"
+    raise DecodeMappingError(
+        f"tp = {tp}: must {allowed} {spec.name}'s kv_heads = {spec.kv_heads} "
+        f"(KV heads: {rule.value})"
+    )
+
+
+def tp_shapes(
+    spec: ModelSpec, tp: int, rule: KvHeads = KvHeads.SPLIT
+) -> dict[LayerOp, tuple[int, int]]:
+    """``(d_out, d_in)`` of each weight GEMV of one layer on one of ``tp`` devices: the one
+    tensor-parallel split (Megatron-LM, :data:`TP_SPLIT`).
+
+    ``qkv`` and ``ffn1`` keep ``1/tp`` of their output columns (``qkv``: the device's
+    ``heads / tp`` query heads and its KV heads under ``rule``), ``proj`` and ``ffn2``
+    ``1/tp`` of their input rows.
+    """
+    kv = kv_heads_per_device(spec, tp, rule)
+    shapes = {}
+    for op, (d_out, d_in) in gemv_shapes(spec).items():
+        if op == LayerOp.QKV:
+            d_out = (spec.heads // tp + 2 * kv) * spec.head_dim
+        elif TP_SPLIT[op] == "d_out":
+            d_out //= tp
+        else:
+            d_in //= tp
+        shapes[op] = (d_out, d_in)
+    return shapes
 
 
 @dataclass(frozen=True)
@@ -426,14 +492,8 @@ def layer_plan(
     b = len(lengths)
     if b == 0:
         raise DecodeMappingError("a micro-batch needs at least one request")
-    d_h, kvh = spec.head_dim, spec.kv_heads // tp
-    gemv = {}
-    for op, (d_out, d_in) in gemv_shapes(spec).items():
-        if TP_SPLIT[op] == "d_out":
-            d_out //= tp
-        else:
-            d_in //= tp
-        gemv[op] = _gemv_jobs(cfg, d_out, d_in, b)
+    d_h, kvh = spec.head_dim, kv_heads_per_device(spec, tp)
+    gemv = {op: _gemv_jobs(cfg, *shape, b) for op, shape in tp_shapes(spec, tp).items()}
     g = spec.gqa_group
     try:
         scheme = _concrete(partition)

@@ -6,7 +6,7 @@ import argparse
 
 import numpy as np
 import pytest
-from pimphony.compiler.llm import LayerOp, load_model
+from pimphony.compiler.llm import LayerOp, gemv_shapes, load_model
 from pimphony.models.backends import load_backend
 from pimphony.sim.experiments.dcc_fig8 import (
     PAPER,
@@ -20,7 +20,7 @@ from pimphony.sim.experiments.dcc_fig8 import (
     run_phases,
     step_phases,
 )
-from pimphony.sim.systems.gpu import GpuSetup, gpu_fc_shapes, run_gpu_decode
+from pimphony.sim.systems.gpu import GpuSetup, run_gpu_decode
 from pimphony.sim.systems.setup import DecodeError
 
 SPEC = load_model("gpt3-13b-4k")
@@ -68,7 +68,7 @@ def test_attacc_systems_compose_by_hand():
     L, H, d = SPEC.layers, SPEC.heads, SPEC.head_dim
     kv_s = 2 * b * SPEC.kv_heads * d * 2 / (CFG.host_gbps * 1e9)
     attn = 1e-3 + 1e-9 * (b * H * 1024 * d)  # 1000 tokens padded to 4 x 256
-    shapes = gpu_fc_shapes(SPEC, 1)
+    shapes = gemv_shapes(SPEC)  # (d_out, d_in) = (N, K) of a GEMM on one GPU
 
     base = step_phases(SPEC, HOST, b, ctx, SYSTEMS[Fig8System.BASE], pim)
     assert base[Phase.ATTENTION] == pytest.approx(L * (attn + kv_s))
@@ -77,13 +77,13 @@ def test_attacc_systems_compose_by_hand():
 
     base_dcc = step_phases(SPEC, HOST, b, ctx, SYSTEMS[Fig8System.BASE_DCC], pim)
     assert base_dcc[Phase.ATTENTION] == pytest.approx(L * (attn / 2 + kv_s))
-    k, n = shapes[LayerOp.QKV]
+    n, k = shapes[LayerOp.QKV]
     assert base_dcc[Phase.QKV] == pytest.approx(L * min(ops["qkv"], (1e-3 + 1e-9 * b * n * k) / 2))
 
     full = step_phases(SPEC, HOST, b, ctx, SYSTEMS[Fig8System.FULL], pim)
     ffn = 0.0
     for op in (LayerOp.FFN1, LayerOp.FFN2):
-        k, n = shapes[op]
+        n, k = shapes[op]
         t_gpu, t_pim = ops[str(op)], 1e-3 + 1e-9 * b * n * k
         ffn += t_gpu * t_pim / (t_gpu + t_pim)
     assert full[Phase.FFN] == pytest.approx(L * ffn)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from pimphony.compiler.kernels import compile_kernel
 from pimphony.compiler.llm import LayerOp, load_model
+from pimphony.compiler.plan import tp_shapes
 from pimphony.models.channel import run_channel
 from pimphony.models.config import load_preset
 from pimphony.models.dbo import DboCase
@@ -28,7 +29,6 @@ from pimphony.sim.systems.librapim import (
     dbo_throughput,
     format_librapim,
     run_librapim,
-    sharded_shapes,
 )
 from pimphony.sim.systems.setup import DecodeError, DecodeSetup
 from pimphony.sim.systems.step import attention_cycles
@@ -119,15 +119,6 @@ def test_dbo_throughputs_scale_with_the_devices(hbm2):
     assert eight.pim_channels == 64  # Channel_PIM is one device's
 
 
-def test_tensor_parallel_shapes_gpt3():
-    s = sharded_shapes(load_model("gpt3-175b"), 8)
-    # Megatron: QKV/FFN1 split d_out, Proj/FFN2 split d_in; d = 12288, d_ff = 49152
-    assert s[LayerOp.QKV] == (3 * 12288 // 8, 12288)
-    assert s[LayerOp.PROJ] == (12288, 12288 // 8)
-    assert s[LayerOp.FFN1] == (49152 // 8, 12288)
-    assert s[LayerOp.FFN2] == (12288, 49152 // 8)
-
-
 def test_registry_has_the_four_systems_of_6_1():
     assert list(SYSTEMS)[:4] == ["npu+aim", "attacc", "neupims", "librapim"]
     flags = {
@@ -202,7 +193,7 @@ def test_shared_weight_ffn_is_one_pass_per_bank_of_requests(hbm2):
     # MAC bound, by hand: llm-1.8b's FFN1 (SwiGLU: 2 x 5504 rows of 2048) puts 172 weight
     # rows on the busiest of 64 channels, FFN2 (2048 rows of 5504) 32; every row costs
     # d_in / 16 all-bank MACs at tCCD = 2.
-    assert sharded_shapes(spec, 1)[LayerOp.FFN1] == (2 * 5504, 2048)
+    assert tp_shapes(spec, 1)[LayerOp.FFN1] == (2 * 5504, 2048)
     macs = 172 * 2048 // 16 + 32 * 5504 // 16
     assert 2 * macs <= one <= 1.05 * 2 * macs
 

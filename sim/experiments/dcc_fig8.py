@@ -52,13 +52,13 @@ from pimphony.compiler.dcc_cost import DraftCost, Placement, draft_cost
 from pimphony.compiler.dcc_predictor import LookupTable
 from pimphony.compiler.dcc_schedule import DccKernel, Draft
 from pimphony.compiler.dcc_tune import default_draft
-from pimphony.compiler.llm import LayerOp, ModelSpec, load_model
+from pimphony.compiler.llm import LayerOp, ModelSpec, gemv_shapes, load_model
 from pimphony.models.backends import BackendConfig, load_backend
 from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import user_output, user_plot
 from pimphony.sim.systems.energy import xpu_energy
-from pimphony.sim.systems.gpu import GpuSetup, gpu_fc_shapes, gpu_op_costs
+from pimphony.sim.systems.gpu import GpuSetup, gpu_op_costs
 from pimphony.sim.systems.setup import DecodeError
 
 __all__ = [
@@ -422,8 +422,8 @@ def attention_sizes(
 
 def fc_sizes(spec: ModelSpec, batch: int) -> dict[LayerOp, tuple[int, int, int]]:
     """The ``batched-gemv`` sizes (batch, outputs, inputs) of each weight GEMM of a layer."""
-    shapes = gpu_fc_shapes(spec, 1)
-    return {op: (batch, shapes[op][1], shapes[op][0]) for op in FC_OPS}
+    shapes = gemv_shapes(spec)
+    return {op: (batch, *shapes[op]) for op in FC_OPS}
 
 
 def dcc_shapes(

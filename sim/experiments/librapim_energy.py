@@ -41,6 +41,7 @@ from pimphony.compiler.plan import (
     layer_plan,
     micro_batches,
     split_evenly,
+    tp_shapes,
 )
 from pimphony.models.config import HardwareConfig, load_preset
 from pimphony.models.energy import (
@@ -54,11 +55,11 @@ from pimphony.models.energy import (
 )
 from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
 from pimphony.models.hub import SOFTMAX_FLOPS_PER_SCORE
-from pimphony.models.xpu import VectorOp, XpuCost, attention_cost, gemm_cost, vector_cost
 from pimphony.models.xpu_config import XpuConfig, XpuEnergy, load_xpu
 from pimphony.sim.experiments.librapim_fig19 import FIG19_CONTEXTS, _int_list
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import user_output, user_plot
+from pimphony.sim.systems.costs import OpCosts, layer_costs
 from pimphony.sim.systems.energy import xpu_energy
 from pimphony.sim.systems.kernels import KernelCache
 from pimphony.sim.systems.librapim import (
@@ -69,7 +70,6 @@ from pimphony.sim.systems.librapim import (
     System,
     librapim_cache,
     run_librapim,
-    sharded_shapes,
 )
 from pimphony.sim.systems.setup import DecodeError, DecodeSetup
 from pimphony.sim.systems.step import attention_cycles
@@ -183,39 +183,13 @@ def _ffn_shared_activity(
     if not m:
         return act
     for op in (LayerOp.FFN1, LayerOp.FFN2):
-        d_out, d_in = sharded_shapes(spec, tp)[op]
+        d_out, d_in = tp_shapes(spec, tp)[op]
         most = max(1, gemv_max_batch(hw, m, d_in))
         for rows in split_evenly(d_out, hw.module.channels, 1):
             sizes = [most] * (rows // most) + ([rows % most] if rows % most else [])
             for k in sizes:
                 act += cache.run(GemvJob(m, d_in, k)).activity
     return act
-
-
-def _xpu_costs(
-    spec: ModelSpec, xpu: XpuConfig, tp: int, batch: int, ffn_batch: int, on_xpu: tuple[int, ...]
-) -> dict[str, tuple[XpuCost, int]]:
-    """One layer's xPU ops for a group of ``batch`` requests, ``ffn_batch`` of them with their
-    FFN on the xPU and attention of contexts ``on_xpu`` moved there (one device)."""
-    shapes = sharded_shapes(spec, tp)
-    act = VectorOp.SWIGLU if spec.ffn == "swiglu" else VectorOp.RELU
-    costs: dict[str, tuple[XpuCost, int]] = {
-        "norm": (vector_cost(xpu, VectorOp.NORM, batch * spec.hidden), 2),
-        "residual": (vector_cost(xpu, VectorOp.RESIDUAL, batch * spec.hidden), 2),
-    }
-    for op, m in ((LayerOp.QKV, batch), (LayerOp.PROJ, batch), (LayerOp.FFN1, ffn_batch),
-                  (LayerOp.FFN2, ffn_batch)):  # fmt: skip
-        if m:
-            d_out, d_in = shapes[op]
-            costs[str(op)] = (gemm_cost(xpu, m, d_in, d_out), 1)
-    if ffn_batch:
-        costs["act"] = (vector_cost(xpu, act, ffn_batch * spec.intermediate // tp), 1)
-    if on_xpu:
-        att = attention_cost(
-            xpu, list(on_xpu), spec.heads // tp, spec.kv_heads // tp, spec.head_dim
-        )
-        costs["attention"] = (att, 1)
-    return costs
 
 
 def _qkv_out_bytes(spec: ModelSpec, tp: int, n: int) -> int:
@@ -253,7 +227,7 @@ def system_energy(
     e_bytes = spec.element_bytes
     npu = dataclasses.replace(xpu, energy=npu_energy_params(params))
     pim = ChannelActivity.zero()
-    costs: dict[str, tuple[XpuCost, int]] = {}
+    costs: OpCosts = {}
     link_bytes = 0
     softmax_scores = 0
     if result.name == System.ATTACC:
@@ -263,8 +237,7 @@ def system_energy(
         att, _ = _attention_activity(spec, hw, tp * chunks, lengths, cache)
         pim = att.scaled(chunks) + _ffn_gemv_activity(spec, hw, tp, m, cache)
         softmax_scores = sum(lengths)
-        for k, (c, n) in _xpu_costs(spec, xpu, tp, b, b - m, ()).items():
-            costs[k] = (c, n)
+        costs.update(layer_costs(spec, xpu, b, tp, ffn_batch=b - m))
         link_bytes = _qkv_out_bytes(spec, tp, b) + 2 * m * spec.hidden * e_bytes
     else:
         for i, mb in enumerate(micro_batches(lengths, result.groups)):
@@ -278,8 +251,8 @@ def system_energy(
                 pim += _attention_activity(spec, hw, tp, on_pim, cache)[0]
             pim += _ffn_shared_activity(spec, hw, tp, m, cache)
             softmax_scores += sum(on_pim)
-            for k, (c, cnt) in _xpu_costs(spec, xpu, tp, len(mb), len(mb) - m, on_xpu).items():
-                costs[f"{k}.{i}"] = (c, cnt)
+            group = layer_costs(spec, xpu, len(mb), tp, ffn_batch=len(mb) - m, contexts=on_xpu)
+            costs.update({f"{k}.{i}": c for k, c in group.items()})
             link_bytes += _qkv_out_bytes(spec, tp, len(on_pim)) + 2 * m * spec.hidden * e_bytes
     layers = spec.layers
     pim = pim.scaled(layers)

@@ -27,24 +27,24 @@ from typing import Any
 
 import numpy as np
 from pimphony.compiler.kernels import gemv_max_batch
-from pimphony.compiler.llm import ModelSpec, gemv_shapes
-from pimphony.compiler.plan import TP_SPLIT, GemvJob, split_evenly
+from pimphony.compiler.llm import ModelSpec
+from pimphony.compiler.plan import GemvJob, KvHeads, split_evenly, tp_shapes
 from pimphony.models.config import HardwareConfig
 from pimphony.models.errors import PimphonyError
 from pimphony.models.hub import epu_cycles, link_cycles
 from pimphony.models.memory import MemoryPolicy, OutOfMemory
 from pimphony.models.system import allreduce_cycles, stage_hop_cycles
-from pimphony.models.xpu import VectorOp, gemm_cost, ring_allreduce_seconds, vector_cost
+from pimphony.models.xpu import gemm_cost, ring_allreduce_seconds
 from pimphony.models.xpu_config import XpuConfig
 from pimphony.sim.serving.trace import Request
 from pimphony.sim.systems.admission import kv_allocator
+from pimphony.sim.systems.costs import layer_costs
 from pimphony.sim.systems.cycles import StepCycles
 from pimphony.sim.systems.gpu import (
     KV_BLOCK_TOKENS,
     GpuSetup,
     _block_bytes,
     _kv_budget,
-    gpu_fc_shapes,
     kv_blocks,
     run_gpu_decode,
 )
@@ -281,11 +281,7 @@ def pim_prefill_cycles(
     """
     spec, cfg = model, hw
     layer = 0
-    for op, (d_out, d_in) in gemv_shapes(spec).items():
-        if TP_SPLIT[op] == "d_out":
-            d_out //= tp
-        else:
-            d_in //= tp
+    for d_out, d_in in tp_shapes(spec, tp).values():
         slowest = 0
         for s in split_evenly(d_out, cfg.module.channels, cfg.channel.banks):
             if not s:
@@ -307,19 +303,15 @@ def xpu_prefill_seconds(
     device: XpuConfig, model: ModelSpec, prompts: Sequence[int], shards: int = 1
 ) -> float:
     """Seconds to prefill ``prompts`` (tokens each) on ``shards`` tensor-parallel devices of
-    the xPU cost model (``docs/xpu.md``): per layer the FC GEMMs over all prompt tokens
-    (Megatron split, :func:`sim.systems.gpu.gpu_fc_shapes`), 2 norms, 2 residual adds and
-    the activation, each prompt's attention as two GEMMs per query head (``n x d_h x n`` and
-    ``n x n x d_h``, the full square: no causal skipping) and, on more than one device, two
-    ring all-reduces; times the layers."""
+    the xPU cost model (``docs/xpu.md``): per layer the cost table
+    :func:`sim.systems.costs.layer_costs` over all prompt tokens (FC GEMMs, 2 norms, 2
+    residual adds, the activation; KV heads replicated as on GPUs), each prompt's attention
+    as two GEMMs per query head (``n x d_h x n`` and ``n x n x d_h``, the full square: no
+    causal skipping) and, on more than one device, two ring all-reduces; times the layers."""
     spec, n = model, int(sum(prompts))
     layer = 0.0
-    for k, out in gpu_fc_shapes(spec, shards).values():
-        layer += gemm_cost(device, n, k, out).seconds
-    act = VectorOp.SWIGLU if spec.ffn == "swiglu" else VectorOp.RELU
-    layer += 2 * vector_cost(device, VectorOp.NORM, n * spec.hidden).seconds
-    layer += 2 * vector_cost(device, VectorOp.RESIDUAL, n * spec.hidden).seconds
-    layer += vector_cost(device, act, n * spec.intermediate // shards).seconds
+    for cost, count in layer_costs(spec, device, n, shards, kv=KvHeads.REPLICATE).values():
+        layer += count * cost.seconds
     heads, d_h = spec.heads // shards, spec.head_dim
     for t in prompts:
         layer += heads * (

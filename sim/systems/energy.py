@@ -135,11 +135,11 @@ def hetero_energy(
     precharged the rest of ``cycles``), softmax FLOPs on the EPU; Q/K/V and outputs
     (``link_bytes``) and static-memory commands (``cmd_cycles`` of host link) over the host
     link."""
-    from pimphony.compiler.llm import gemv_shapes
+    from pimphony.compiler.llm import GEMV_OPS
     from pimphony.compiler.plan import layer_plan
     from pimphony.models.energy import load_energy
     from pimphony.models.hub import SOFTMAX_FLOPS_PER_SCORE
-    from pimphony.models.xpu import VectorOp, gemm_cost, vector_cost
+    from pimphony.sim.systems.costs import layer_costs
     from pimphony.sim.systems.step import attention_cycles
 
     pim, dev = setup.pim, setup.xpu
@@ -152,17 +152,10 @@ def hetero_energy(
     activity = ChannelActivity.zero()
     fc: dict[str, tuple[XpuCost, int]] = {}
     vec: dict[str, tuple[XpuCost, int]] = {}
-    act = VectorOp.SWIGLU if spec.ffn == "swiglu" else VectorOp.RELU
     for i, mb in enumerate(setup.batches):
-        b = len(mb)
-        for op, (d_out, d_in) in gemv_shapes(spec).items():
-            fc[f"{op}.{i}"] = (gemm_cost(dev, b, d_in, d_out), spec.layers)
-        vec[f"norm.{i}"] = (vector_cost(dev, VectorOp.NORM, b * spec.hidden), 2 * spec.layers)
-        vec[f"residual.{i}"] = (
-            vector_cost(dev, VectorOp.RESIDUAL, b * spec.hidden),
-            2 * spec.layers,
-        )
-        vec[f"act.{i}"] = (vector_cost(dev, act, b * spec.intermediate), spec.layers)
+        # the one xPU's ops of a layer (sim.systems.costs), every layer: GEMMs to fc
+        for key, (cost, count) in layer_costs(spec, dev, len(mb)).items():
+            (fc if key in GEMV_OPS else vec)[f"{key}.{i}"] = (cost, count * spec.layers)
         # The partition the timing chose (kernels are cached: this re-reads, not re-runs).
         partition = attention_cycles(pim, mb, cache)[0]
         plan = layer_plan(spec, cfg, mb, pim.tp, partition)

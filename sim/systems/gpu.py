@@ -29,18 +29,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pimphony.compiler.llm import GEMV_OPS, LayerOp, ModelSpec
+from pimphony.compiler.llm import GEMV_OPS, ModelSpec
+from pimphony.compiler.plan import DecodeMappingError, KvHeads, kv_heads_per_device
 from pimphony.models.fileio import pyplot, write_figure
-from pimphony.models.xpu import (
-    VectorOp,
-    XpuCost,
-    attention_cost,
-    gemm_cost,
-    ring_allreduce_seconds,
-    vector_cost,
-)
+from pimphony.models.xpu import XpuCost, ring_allreduce_seconds
 from pimphony.models.xpu_config import DeviceKind, XpuConfig
 from pimphony.sim.provenance import inputs_digest
+from pimphony.sim.systems.costs import ATTENTION, OpCosts, layer_costs
 from pimphony.sim.systems.energy import energy_line, gpu_energy
 from pimphony.sim.systems.setup import DecodeError
 
@@ -52,7 +47,6 @@ __all__ = [
     "GpuReport",
     "GpuSetup",
     "format_gpu_report",
-    "gpu_fc_shapes",
     "gpu_fill_batch",
     "gpu_memory",
     "gpu_op_costs",
@@ -135,37 +129,31 @@ class GpuSetup:
                 f"context length {longest} exceeds {spec.name}'s context_window "
                 f"{spec.context_window}"
             )
-        for what, size in (("heads", spec.heads), ("intermediate", spec.intermediate)):
-            if size % n:
-                raise DecodeError(
-                    f"--gpus {n}: must divide {spec.name}'s {what} = {size} (Megatron tensor "
-                    "parallelism splits them evenly)"
-                )
-        if spec.kv_heads % n and n % spec.kv_heads:
-            raise DecodeError(
-                f"--gpus {n}: {spec.name}'s kv_heads = {spec.kv_heads} must divide or be a "
-                "multiple of the GPU count (KV heads are split, or replicated when fewer)"
-            )
+        _kv_heads(spec, n)
 
     @property
     def kv_heads_per_gpu(self) -> int:
-        """KV heads each GPU holds: ``kv_heads / N``, or 1 (replicated) when N > kv_heads."""
-        return max(1, self.model.kv_heads // self.gpus)
+        """KV heads each GPU holds: ``kv_heads / N``, or 1 (replicated) when N > kv_heads
+        (:class:`compiler.plan.KvHeads`)."""
+        return _kv_heads(self.model, self.gpus)
 
 
-def gpu_fc_shapes(spec: ModelSpec, gpus: int) -> dict[LayerOp, tuple[int, int]]:
-    """``(K, N)`` of each FC GEMM on one of ``gpus`` GPUs (Megatron split; ``M`` is the batch).
-
-    QKV and FFN1 are column-parallel (output split), projection and FFN2 row-parallel (input
-    split); with fewer KV heads than GPUs each GPU computes its replicated KV head.
-    """
-    kv = max(1, spec.kv_heads // gpus)
-    return {
-        LayerOp.QKV: (spec.hidden, (spec.heads // gpus + 2 * kv) * spec.head_dim),
-        LayerOp.PROJ: (spec.heads // gpus * spec.head_dim, spec.hidden),
-        LayerOp.FFN1: (spec.hidden, spec.ffn1_dim // gpus),
-        LayerOp.FFN2: (spec.intermediate // gpus, spec.hidden),
-    }
+def _kv_heads(spec: ModelSpec, gpus: int) -> int:
+    """KV heads each of ``gpus`` GPUs holds (``KvHeads.REPLICATE``), once Megatron's split of
+    ``spec`` over them is checked."""
+    for what, size in (("heads", spec.heads), ("intermediate", spec.intermediate)):
+        if size % gpus:
+            raise DecodeError(
+                f"--gpus {gpus}: must divide {spec.name}'s {what} = {size} (Megatron tensor "
+                "parallelism splits them evenly)"
+            )
+    try:
+        return kv_heads_per_device(spec, gpus, KvHeads.REPLICATE)
+    except DecodeMappingError:
+        raise DecodeError(
+            f"--gpus {gpus}: {spec.name}'s kv_heads = {spec.kv_heads} must divide or be a "
+            "multiple of the GPU count (KV heads are split, or replicated when fewer)"
+        ) from None
 
 
 def _block_bytes(spec: ModelSpec, kv_heads: int) -> int:
@@ -187,7 +175,7 @@ def _kv_budget(spec: ModelSpec, gpu: XpuConfig, gpus: int, fraction: float) -> i
     negative when the weights alone do not fit."""
     usable = math.floor(fraction * gpu.capacity_bytes)
     free = usable - math.ceil(spec.resident_weight_bytes / gpus)
-    block = _block_bytes(spec, max(1, spec.kv_heads // gpus))
+    block = _block_bytes(spec, _kv_heads(spec, gpus))
     return free // block if free >= 0 else -1
 
 
@@ -304,24 +292,13 @@ def _op_record(cost: XpuCost, count: int = 1) -> dict[str, Any]:
     }
 
 
-def gpu_op_costs(setup: GpuSetup) -> dict[str, tuple[XpuCost, int]]:
-    """Each op of one layer on one GPU: op -> (cost, count per layer)."""
-    spec, gpu, n = setup.model, setup.gpu, setup.gpus
-    b = len(setup.lengths)
-    costs: dict[str, tuple[XpuCost, int]] = {}
-    for op, (k, out) in gpu_fc_shapes(spec, n).items():
-        costs[str(op)] = (gemm_cost(gpu, b, k, out), 1)
+def gpu_op_costs(setup: GpuSetup) -> OpCosts:
+    """Each op of one layer on one GPU: op -> (cost, count per layer)
+    (:func:`~sim.systems.costs.layer_costs`, KV heads replicated beyond ``kv_heads``)."""
     # Paged KV: attention reads every request's KV in whole blocks.
     padded = [kv_blocks(t) * KV_BLOCK_TOKENS for t in setup.lengths]
-    costs["attention"] = (
-        attention_cost(gpu, padded, spec.heads // n, setup.kv_heads_per_gpu, spec.head_dim),
-        1,
-    )
-    act = VectorOp.SWIGLU if spec.ffn == "swiglu" else VectorOp.RELU
-    costs["norm"] = (vector_cost(gpu, VectorOp.NORM, b * spec.hidden), 2)
-    costs["residual"] = (vector_cost(gpu, VectorOp.RESIDUAL, b * spec.hidden), 2)
-    costs[str(act)] = (vector_cost(gpu, act, b * spec.intermediate // n), 1)
-    return costs
+    spec, batch, n = setup.model, len(setup.lengths), setup.gpus
+    return layer_costs(spec, setup.gpu, batch, n, contexts=padded, kv=KvHeads.REPLICATE)
 
 
 def run_gpu_decode(setup: GpuSetup) -> GpuReport:
@@ -332,7 +309,7 @@ def run_gpu_decode(setup: GpuSetup) -> GpuReport:
     costs = gpu_op_costs(setup)
     vector_bytes = b * spec.hidden * spec.element_bytes
     one_reduce = ring_allreduce_seconds(gpu, vector_bytes, n)
-    part_of = {str(op): GpuPart.FC for op in GEMV_OPS} | {"attention": GpuPart.ATTENTION}
+    part_of = {str(op): GpuPart.FC for op in GEMV_OPS} | {ATTENTION: GpuPart.ATTENTION}
     layer = dict.fromkeys(GPU_PARTS, 0.0)
     flops = traffic = 0
     for key, (cost, count) in costs.items():

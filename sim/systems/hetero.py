@@ -34,15 +34,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pimphony.compiler.llm import LayerOp, gemv_shapes
+from pimphony.compiler.llm import LayerOp
 from pimphony.compiler.plan import micro_batches
 from pimphony.models.energy import EnergyParams
 from pimphony.models.fileio import pyplot, write_figure
 from pimphony.models.hub import link_cycles
-from pimphony.models.xpu import VectorOp, gemm_cost, vector_cost
+from pimphony.models.xpu import VectorOp
 from pimphony.models.xpu_config import XpuConfig
 from pimphony.sim.provenance import inputs_digest
 from pimphony.sim.systems.admission import admit
+from pimphony.sim.systems.costs import layer_costs, op_cycles
 from pimphony.sim.systems.energy import energy_line, hetero_energy
 from pimphony.sim.systems.kernels import KernelCache
 from pimphony.sim.systems.setup import DecodeError, DecodeSetup
@@ -231,28 +232,18 @@ def pipeline_schedule(
     return Timeline(max(free.values()), tasks)
 
 
-def _cycles(seconds: float, freq_ghz: float) -> int:
-    return math.ceil(seconds * freq_ghz * 1e9)
-
-
 def _xpu_ops(setup: HeteroSetup, batch: int) -> tuple[dict[str, int], dict[str, int]]:
     """Cycles of the pre-attention (norm + QKV) and post-attention ops of one layer for a
-    sub-batch of ``batch`` requests."""
-    spec, dev, f = setup.pim.model, setup.xpu, setup.pim.hw.module.freq_ghz
-    gemm = {
-        str(op): _cycles(gemm_cost(dev, batch, d_in, d_out).seconds, f)
-        for op, (d_out, d_in) in gemv_shapes(spec).items()
-    }
-    norm = _cycles(vector_cost(dev, VectorOp.NORM, batch * spec.hidden).seconds, f)
-    residual = _cycles(vector_cost(dev, VectorOp.RESIDUAL, batch * spec.hidden).seconds, f)
-    act = VectorOp.SWIGLU if spec.ffn == "swiglu" else VectorOp.RELU
-    activation = _cycles(vector_cost(dev, act, batch * spec.intermediate).seconds, f)
-    pre = {"vector": norm, "qkv": gemm[LayerOp.QKV]}
+    sub-batch of ``batch`` requests (:func:`~sim.systems.costs.layer_costs` on the one xPU)."""
+    spec = setup.pim.model
+    c = op_cycles(layer_costs(spec, setup.xpu, batch), setup.pim.hw.module.freq_ghz)
+    norm = c[VectorOp.NORM]
+    pre = {"vector": norm, "qkv": c[LayerOp.QKV]}
     post = {
-        "proj": gemm[LayerOp.PROJ],
-        "vector": 2 * residual + norm + activation,
-        "ffn1": gemm[LayerOp.FFN1],
-        "ffn2": gemm[LayerOp.FFN2],
+        "proj": c[LayerOp.PROJ],
+        "vector": 2 * c[VectorOp.RESIDUAL] + norm + c[spec.activation],
+        "ffn1": c[LayerOp.FFN1],
+        "ffn2": c[LayerOp.FFN2],
     }
     return pre, post
 

@@ -43,15 +43,16 @@ from typing import Any
 
 import numpy as np
 from pimphony.compiler.kernels import compile_kernel, gemv_max_batch
-from pimphony.compiler.llm import LayerOp, ModelSpec, gemv_shapes
+from pimphony.compiler.llm import LayerOp, ModelSpec
 from pimphony.compiler.plan import (
-    TP_SPLIT,
     DecodeMappingError,
     GemvJob,
     PartitionError,
+    kv_heads_per_device,
     layer_plan,
     micro_batches,
     split_evenly,
+    tp_shapes,
 )
 from pimphony.models.bank_slice import (
     HOST_READ_DTYPE,
@@ -62,8 +63,9 @@ from pimphony.models.bank_slice import (
 from pimphony.models.config import HardwareConfig
 from pimphony.models.dbo import DboDecision, DboModel, DboThroughput, dynamic_batch_offload
 from pimphony.models.hub import link_cycles
-from pimphony.models.xpu import VectorOp, attention_cost, gemm_cost, vector_cost
+from pimphony.models.xpu import VectorOp
 from pimphony.models.xpu_config import XpuConfig
+from pimphony.sim.systems.costs import ATTENTION, layer_costs, op_cycles
 from pimphony.sim.systems.hetero import pipeline_schedule
 from pimphony.sim.systems.kernels import KernelCache
 from pimphony.sim.systems.setup import DecodeError, DecodeSetup
@@ -84,7 +86,6 @@ __all__ = [
     "format_librapim",
     "measured_throughput",
     "run_librapim",
-    "sharded_shapes",
     "weights_per_device",
 ]
 
@@ -231,22 +232,9 @@ def dbo_throughput(
     )
 
 
-def sharded_shapes(spec: ModelSpec, tp: int) -> dict[LayerOp, tuple[int, int]]:
-    """``(d_out, d_in)`` of each FC GEMM on one of ``tp`` devices (Megatron:
-    :data:`compiler.plan.TP_SPLIT`)."""
-    out = {}
-    for op, (d_out, d_in) in gemv_shapes(spec).items():
-        out[op] = (d_out // tp, d_in) if TP_SPLIT[op] == "d_out" else (d_out, d_in // tp)
-    return out
-
-
 def weights_per_device(spec: ModelSpec, tp: int, pp: int = 1) -> float:
     """Bytes of weights one device holds when ``tp x pp`` devices share the model."""
     return spec.resident_weight_bytes / (tp * pp)
-
-
-def _cycles(seconds: float, freq_ghz: float) -> int:
-    return math.ceil(seconds * freq_ghz * 1e9)
 
 
 @dataclass
@@ -264,18 +252,29 @@ class _Parts:
     _att_macs: dict = field(default_factory=dict)
     _dex: dict = field(default_factory=dict)
     _ffn: dict = field(default_factory=dict)
+    _xpu: dict = field(default_factory=dict)
 
     @property
     def freq(self) -> float:
         return self.hw.module.freq_ghz
 
+    def xpu_ops(
+        self, batch: int, ffn_batch: int | None = None, att: tuple[int, ...] = ()
+    ) -> dict[str, int]:
+        """Cycles of one run of each xPU op of one layer on one device (the cost table
+        :func:`~sim.systems.costs.layer_costs`; an op without work is absent)."""
+        key = (batch, batch if ffn_batch is None else ffn_batch, att)
+        if key not in self._xpu:
+            costs = layer_costs(self.spec, self.xpu, batch, self.tp, ffn_batch=key[1], contexts=att)
+            self._xpu[key] = op_cycles(costs, self.freq)
+        return self._xpu[key]
+
     def gemm(self, op: LayerOp, m: int) -> int:
-        d_out, d_in = sharded_shapes(self.spec, self.tp)[op]
-        return _cycles(gemm_cost(self.xpu, m, d_in, d_out).seconds, self.freq) if m else 0
+        return self.xpu_ops(m).get(op, 0)
 
     def gemm_flops(self, op: LayerOp, m: int) -> int:
         """Useful FLOPs of one FC GEMM of ``m`` requests on one device."""
-        d_out, d_in = sharded_shapes(self.spec, self.tp)[op]
+        d_out, d_in = tp_shapes(self.spec, self.tp)[op]
         return 2 * m * d_in * d_out
 
     def ffn_flops(self, m: int) -> int:
@@ -288,16 +287,9 @@ class _Parts:
         s = self.spec
         return 4 * (s.heads // self.tp) * s.head_dim * sum(contexts)
 
-    def vec(self, op: VectorOp, n: int) -> int:
-        return _cycles(vector_cost(self.xpu, op, n).seconds, self.freq) if n else 0
-
     def xpu_ffn(self, m: int) -> int:
-        act = VectorOp.SWIGLU if self.spec.ffn == "swiglu" else VectorOp.RELU
-        return (
-            self.vec(act, m * self.spec.intermediate // self.tp)
-            + self.gemm(LayerOp.FFN1, m)
-            + self.gemm(LayerOp.FFN2, m)
-        )
+        c = self.xpu_ops(m)
+        return c.get(self.spec.activation, 0) + c.get(LayerOp.FFN1, 0) + c.get(LayerOp.FFN2, 0)
 
     def attention(self, lengths: tuple[int, ...], chunks: int = 1) -> dict[str, int]:
         """PIM attention cycles of one layer of ``lengths`` for ``1/chunks`` of a device's
@@ -380,7 +372,7 @@ class _Parts:
         if key not in self._ffn:
             total = macs = 0
             for op in (LayerOp.FFN1, LayerOp.FFN2):
-                d_out, d_in = sharded_shapes(self.spec, self.tp)[op]
+                d_out, d_in = tp_shapes(self.spec, self.tp)[op]
                 most = max(1, gemv_max_batch(self.hw, m, d_in))
                 busiest = 0
                 for rows in split_evenly(d_out, self.hw.module.channels, 1):
@@ -425,13 +417,7 @@ class _Parts:
         return self._dex[key]
 
     def xpu_attention(self, contexts: tuple[int, ...]) -> int:
-        if not contexts:
-            return 0
-        s = self.spec
-        cost = attention_cost(
-            self.xpu, list(contexts), s.heads // self.tp, s.kv_heads // self.tp, s.head_dim
-        )
-        return _cycles(cost.seconds, self.freq)
+        return self.xpu_ops(0, 0, contexts).get(ATTENTION, 0)
 
     def link(self, nbytes: int) -> int:
         return link_cycles(self.hw, nbytes, "host")
@@ -441,16 +427,16 @@ class _Parts:
     ) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
         """Pre-attention (norm, QKV) and post-attention xPU ops of one layer for ``batch``
         requests, FFN for ``ffn_batch`` of them, attention for contexts ``att``."""
-        norm = self.vec(VectorOp.NORM, batch * self.spec.hidden)
-        pre = [("vector", norm), ("qkv", self.gemm(LayerOp.QKV, batch))]
-        act = VectorOp.SWIGLU if self.spec.ffn == "swiglu" else VectorOp.RELU
+        c = self.xpu_ops(batch, ffn_batch, att)
+        norm = c.get(VectorOp.NORM, 0)
+        pre = [("vector", norm), ("qkv", c.get(LayerOp.QKV, 0))]
         post = [
-            ("xpu_attention", self.xpu_attention(att)),
-            ("proj", self.gemm(LayerOp.PROJ, batch)),
-            ("vector", 2 * self.vec(VectorOp.RESIDUAL, batch * self.spec.hidden) + norm),
-            ("vector", self.vec(act, ffn_batch * self.spec.intermediate // self.tp)),
-            ("ffn1", self.gemm(LayerOp.FFN1, ffn_batch)),
-            ("ffn2", self.gemm(LayerOp.FFN2, ffn_batch)),
+            ("xpu_attention", c.get(ATTENTION, 0)),
+            ("proj", c.get(LayerOp.PROJ, 0)),
+            ("vector", 2 * c.get(VectorOp.RESIDUAL, 0) + norm),
+            ("vector", c.get(self.spec.activation, 0)),
+            ("ffn1", c.get(LayerOp.FFN1, 0)),
+            ("ffn2", c.get(LayerOp.FFN2, 0)),
         ]
         return pre, post
 
@@ -629,7 +615,7 @@ def _pipelined(
             read = [LayerOp.QKV, LayerOp.PROJ] + (
                 [LayerOp.FFN1, LayerOp.FFN2] if m < len(mb) else []
             )
-            shapes = sharded_shapes(spec, parts.tp)
+            shapes = tp_shapes(spec, parts.tp)
             wbytes = sum(shapes[op][0] * shapes[op][1] for op in read) * e  # what the xPU reads
             load = wbytes / parts.hw.module.channels / max(1, xpu_cycles)
             load /= parts.hw.module.io_bytes_per_cycle
@@ -717,7 +703,7 @@ def _attacc(name: str, parts: _Parts, lengths: tuple[int, ...]) -> LibrapimSyste
     PIM attention and the output transfer flow per head chunk (the device's KV heads, one
     chunk each), then projection and the FFN split between xPU and PIM (co-processing)."""
     spec, e = parts.spec, parts.spec.element_bytes
-    b, kvh = len(lengths), spec.kv_heads // parts.tp
+    b, kvh = len(lengths), kv_heads_per_device(spec, parts.tp)
     att = parts.attention(lengths, kvh)
     qkv = parts.gemm(LayerOp.QKV, b)
     chunk = [
@@ -729,11 +715,12 @@ def _attacc(name: str, parts: _Parts, lengths: tuple[int, ...]) -> LibrapimSyste
     head_flow = _flow([chunk] * kvh)
     m = _coprocess_split(parts, b)
     xpu_ffn, pim_ffn = parts.xpu_ffn(b - m), parts.pim_ffn(m)
-    norm = parts.vec(VectorOp.NORM, b * spec.hidden)
+    vec = parts.xpu_ops(b)
+    norm = vec[VectorOp.NORM]
     rest = (
         norm
         + parts.gemm(LayerOp.PROJ, b)
-        + 2 * parts.vec(VectorOp.RESIDUAL, b * spec.hidden)
+        + 2 * vec[VectorOp.RESIDUAL]
         + norm
         + parts.link(m * spec.hidden * e) * 2
         + max(xpu_ffn, pim_ffn)
