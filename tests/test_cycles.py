@@ -87,13 +87,13 @@ def test_blocks_are_reused_by_token_count(cfg):
     for lengths in [(500, 900), (900, 500, 500), (500,), (900, 900, 900, 500)]:
         steps.cycles(lengths)
     # KernelCaches key by the longest context: three batches share the cache of 900.
-    blocks = steps._cache(900).blocks
+    blocks = steps.kernel_cache(900).blocks
     assert sorted(k[2] for k in blocks if k[0] == "request") == [500, 900]
     assert sorted(k[2] for k in blocks if k[0] == "unit") == [500, 900]  # 4 KV heads, 1 row
-    assert [k[2] for k in steps._cache(500).blocks if k[0] == "request"] == [500]
+    assert [k[2] for k in steps.kernel_cache(500).blocks if k[0] == "request"] == [500]
     hfp = StepCycles(dataclasses.replace(base, partition="hfp"))
     hfp.cycles((500,) * 5)  # 4 KV heads each: first pairs 0, 4, 8, 12, 16 on 16 channels
-    keys = {k for k in hfp._cache(500).blocks if k[0] == "request"}
+    keys = {k for k in hfp.kernel_cache(500).blocks if k[0] == "request"}
     assert keys == {("request", Partition.HFP, 500, p) for p in (0, 4, 8, 12)}
 
 
