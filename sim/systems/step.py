@@ -8,10 +8,14 @@ activation -> ``ffn2`` -> all-reduce (+ static-memory command transfer)
 
 Each GEMV lasts as long as its slowest channel; attention is the task graph of
 :mod:`models.module`; links, all-reduces and the pipeline period come from
-:mod:`models.system`. Every layer of a stage and every TP module of a stage are identical, so
-one layer of one module is simulated per micro-batch, and identical channel kernels are
-simulated once (``memoize``); with ``memoize=False`` every layer, module and kernel is
-simulated and ``tests/test_decode_step.py`` checks that the report is the same.
+:mod:`models.system`. The step's cycles (the partition each micro-batch uses, stage and link
+cycles, the period, the micro-batch count) come from :class:`sim.systems.cycles.StepCycles`;
+this module adds the report: the breakdown by op (which must sum to those cycles),
+utilisation, MACs, HUB counts, admission, energy. Every layer of a stage and every TP module
+of a stage are identical, so one layer of one module is broken down per micro-batch, and
+identical channel kernels are simulated once (``memoize``); with ``memoize=False`` every
+layer, module and kernel is simulated and ``tests/test_decode_step.py`` checks that the
+report is the same.
 """
 
 from __future__ import annotations
