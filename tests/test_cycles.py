@@ -79,6 +79,25 @@ def test_decode_cycles_is_run_decode(cfg):
     assert decode_cycles(setup, caches) == run_decode(setup, caches=caches).cycles
 
 
+def test_run_decode_reports_the_timings(cfg):
+    """The report's micro-batch sweep, stage cycles and partitions are StepCycles' timings."""
+    setup = DecodeSetup(
+        TINY, cfg, (700, 33, 2048, 5, 90), tp=1, pp=2, partition="auto", micro_batches="auto"
+    )
+    timings = StepCycles(setup).timings(setup.lengths)
+    report = run_decode(setup)
+    sweep = report.pipeline["micro_batch_sweep"]
+    assert [s["micro_batches"] for s in sweep] == [len(t.batches) for t in timings]
+    assert len(timings) > 1
+    best = min(timings, key=lambda t: (t.cycles, len(t.batches)))
+    assert report.cycles == best.cycles == min(t.cycles for t in timings)
+    assert report.pipeline["stage_busy_cycles"] == best.stage.sum(axis=0).tolist()
+    layers: dict[str, int] = {}
+    for p in best.partitions:
+        layers[p.value] = layers.get(p.value, 0) + TINY.layers
+    assert report.partition_layers == dict(sorted(layers.items()))
+
+
 def test_blocks_are_reused_by_token_count(cfg):
     """TCP: one unit row and one request block per token count, whatever the request's
     position; HFP: per token count and first pair modulo the channels."""
