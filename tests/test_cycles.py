@@ -98,6 +98,15 @@ def test_run_decode_reports_the_timings(cfg):
     assert report.partition_layers == dict(sorted(layers.items()))
 
 
+def test_caches_shared_by_models_and_splits(cfg):
+    """One KernelCaches across models and TP splits (as experiments share it): blocks are
+    kept per module heads, so every step equals a fresh one."""
+    caches = KernelCaches()
+    for model, tp in [(TINY, 1), (TINY, 2), (TINY_MHA, 2), (TINY_MHA, 1)]:
+        setup = DecodeSetup(model, cfg, (700, 33, 2048), tp=tp, partition="auto")
+        assert run_decode(setup, caches=caches).cycles == run_decode(setup).cycles
+
+
 def test_blocks_are_reused_by_token_count(cfg):
     """TCP: one unit row and one request block per token count, whatever the request's
     position; HFP: per token count and first pair modulo the channels."""
@@ -113,7 +122,8 @@ def test_blocks_are_reused_by_token_count(cfg):
     hfp = StepCycles(dataclasses.replace(base, partition="hfp"))
     hfp.cycles((500,) * 5)  # 4 KV heads each: first pairs 0, 4, 8, 12, 16 on 16 channels
     keys = {k for k in hfp.kernel_cache(500).blocks if k[0] == "request"}
-    assert keys == {("request", Partition.HFP, 500, p) for p in (0, 4, 8, 12)}
+    heads = (TINY.kv_heads, TINY.head_dim, TINY.gqa_group)
+    assert keys == {("request", Partition.HFP, 500, p, *heads) for p in (0, 4, 8, 12)}
 
 
 @pytest.mark.parametrize("scheme", [Partition.TCP, Partition.HFP, Partition.ITPP])

@@ -334,6 +334,9 @@ class StepCycles:
         self._layers = stage_layers(spec.layers, setup.pp)
         self._limit = setup.reservation if setup.memory == MemoryPolicy.STATIC else None
         self._kv_heads = spec.kv_heads // setup.tp
+        # What blocks depend on besides the cache's hardware, scheduler and memory (a cache
+        # may be shared by steps of other models and TP splits): the module's heads.
+        self._heads = (self._kv_heads, spec.head_dim, spec.gqa_group)
         self._candidates = candidates(setup.partition)
         self._static = setup.memory == MemoryPolicy.STATIC
         self._hub_bytes = hub_instruction_bytes(cfg)
@@ -452,7 +455,7 @@ class StepCycles:
         channels = self.setup.hw.module.channels
         pair_key, known = PAIR_KEY.get(scheme, _exact_pair), cache.blocks
         blocks = [
-            known.get(("request", scheme, t, pair_key(r * kvh, channels)))
+            known.get(("request", scheme, t, pair_key(r * kvh, channels), *self._heads))
             or self._block(cache, scheme, t, r * kvh)
             for r, t in enumerate(mb)
         ]
@@ -483,7 +486,7 @@ class StepCycles:
         its units as ``compiler.plan.attention_units`` cuts them, one row each."""
         channels = self.setup.hw.module.channels
         pair_key = PAIR_KEY.get(scheme, _exact_pair)
-        key = ("request", scheme, tokens, pair_key(first_pair, channels))
+        key = ("request", scheme, tokens, pair_key(first_pair, channels), *self._heads)
         block = cache.blocks.get(key)
         if block is None:
             spec, cfg = self.setup.model, self.setup.hw
@@ -507,7 +510,8 @@ class StepCycles:
         :func:`models.module.attention_tasks` costs a unit from its tokens, its SV parts and
         whether it is a pair's first tile)."""
         channels = self.setup.hw.module.channels
-        key = ("unit", scheme, tokens, PAIR_KEY.get(scheme, _exact_pair)(pair, channels), tile > 0)
+        pair_key = PAIR_KEY.get(scheme, _exact_pair)(pair, channels)
+        key = ("unit", scheme, tokens, pair_key, tile > 0, *self._heads)
         row = cache.blocks.get(key)
         if row is None:
             unit = AttentionUnit(0, kv_head, tile, tokens, pair)
