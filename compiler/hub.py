@@ -26,6 +26,7 @@ __all__ = [
     "encode_runs",
     "encode_streams",
     "instruction_count",
+    "multicast_first",
     "multicast_groups",
     "run_count",
 ]
@@ -90,21 +91,42 @@ def encode_kernels(
     return np.concatenate(parts) if parts else np.zeros(0, dtype=HUB_DTYPE)
 
 
+def multicast_first(kernels: np.ndarray) -> np.ndarray:
+    """Which entries of ``kernels[u, c]`` (a kernel id of channel ``c``, ``-1``: none) send
+    their kernel's instructions, as a boolean array of its shape.
+
+    The ``j``-th kernel of every channel (its ``j``-th id >= 0 down column ``c``) is one
+    multicast step; within a step each distinct id is sent once, by its first entry in
+    row-major order, and multicast to the other channels.
+    """
+    first = np.zeros(kernels.shape, dtype=bool)
+    present = kernels >= 0
+    if not present.any():
+        return first
+    position = np.cumsum(present, axis=0)[present] - 1
+    keys = kernels[present]
+    _, index = np.unique(position * (int(keys.max()) + 1) + keys, return_index=True)
+    first.flat[np.flatnonzero(present)[index]] = True
+    return first
+
+
 def multicast_groups(
     kernels: Sequence[Sequence[Hashable]],
 ) -> Iterator[tuple[Hashable, list[int]]]:
-    """``(key, channels)`` per multicast group, in program order.
+    """``(key, channels)`` per multicast group (:func:`multicast_first`), in program order.
 
     Position ``j`` of every channel's kernel list is one step; within a step the channels
     whose ``j``-th kernel has the same key share one copy of its instructions.
     """
+    ids: dict[Hashable, int] = {}
     depth = max((len(k) for k in kernels), default=0)
-    for j in range(depth):
-        groups: dict[Hashable, list[int]] = {}
-        for c, keys in enumerate(kernels):
-            if j < len(keys):
-                groups.setdefault(keys[j], []).append(c)
-        yield from groups.items()
+    matrix = np.full((depth, len(kernels)), -1, dtype=np.int64)
+    for c, keys in enumerate(kernels):
+        for j, key in enumerate(keys):
+            matrix[j, c] = ids.setdefault(key, len(ids))
+    names = list(ids)
+    for j, c in zip(*np.nonzero(multicast_first(matrix)), strict=True):
+        yield names[matrix[j, c]], np.flatnonzero(matrix[j] == matrix[j, c]).tolist()
 
 
 def instruction_count(

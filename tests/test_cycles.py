@@ -79,6 +79,34 @@ def test_decode_cycles_is_run_decode(cfg):
     assert decode_cycles(setup, caches) == run_decode(setup, caches=caches).cycles
 
 
+def test_run_decode_reports_the_timings(cfg):
+    """The report's micro-batch sweep, stage cycles and partitions are StepCycles' timings."""
+    setup = DecodeSetup(
+        TINY, cfg, (700, 33, 2048, 5, 90), tp=1, pp=2, partition="auto", micro_batches="auto"
+    )
+    timings = StepCycles(setup).timings(setup.lengths)
+    report = run_decode(setup)
+    sweep = report.pipeline["micro_batch_sweep"]
+    assert [s["micro_batches"] for s in sweep] == [len(t.batches) for t in timings]
+    assert len(timings) > 1
+    best = min(timings, key=lambda t: (t.cycles, len(t.batches)))
+    assert report.cycles == best.cycles == min(t.cycles for t in timings)
+    assert report.pipeline["stage_busy_cycles"] == best.stage.sum(axis=0).tolist()
+    layers: dict[str, int] = {}
+    for p in best.partitions:
+        layers[p.value] = layers.get(p.value, 0) + TINY.layers
+    assert report.partition_layers == dict(sorted(layers.items()))
+
+
+def test_caches_shared_by_models_and_splits(cfg):
+    """One KernelCaches across models and TP splits (as experiments share it): blocks are
+    kept per module heads, so every step equals a fresh one."""
+    caches = KernelCaches()
+    for model, tp in [(TINY, 1), (TINY, 2), (TINY_MHA, 2), (TINY_MHA, 1)]:
+        setup = DecodeSetup(model, cfg, (700, 33, 2048), tp=tp, partition="auto")
+        assert run_decode(setup, caches=caches).cycles == run_decode(setup).cycles
+
+
 def test_blocks_are_reused_by_token_count(cfg):
     """TCP: one unit row and one request block per token count, whatever the request's
     position; HFP: per token count and first pair modulo the channels."""
@@ -87,14 +115,15 @@ def test_blocks_are_reused_by_token_count(cfg):
     for lengths in [(500, 900), (900, 500, 500), (500,), (900, 900, 900, 500)]:
         steps.cycles(lengths)
     # KernelCaches key by the longest context: three batches share the cache of 900.
-    blocks = steps._cache(900).blocks
+    blocks = steps.kernel_cache(900).blocks
     assert sorted(k[2] for k in blocks if k[0] == "request") == [500, 900]
     assert sorted(k[2] for k in blocks if k[0] == "unit") == [500, 900]  # 4 KV heads, 1 row
-    assert [k[2] for k in steps._cache(500).blocks if k[0] == "request"] == [500]
+    assert [k[2] for k in steps.kernel_cache(500).blocks if k[0] == "request"] == [500]
     hfp = StepCycles(dataclasses.replace(base, partition="hfp"))
     hfp.cycles((500,) * 5)  # 4 KV heads each: first pairs 0, 4, 8, 12, 16 on 16 channels
-    keys = {k for k in hfp._cache(500).blocks if k[0] == "request"}
-    assert keys == {("request", Partition.HFP, 500, p) for p in (0, 4, 8, 12)}
+    keys = {k for k in hfp.kernel_cache(500).blocks if k[0] == "request"}
+    heads = (TINY.kv_heads, TINY.head_dim, TINY.gqa_group)
+    assert keys == {("request", Partition.HFP, 500, p, *heads) for p in (0, 4, 8, 12)}
 
 
 @pytest.mark.parametrize("scheme", [Partition.TCP, Partition.HFP, Partition.ITPP])

@@ -14,7 +14,7 @@ from pimphony.models.config import load_preset
 from pimphony.models.hub import epu_cycles
 from pimphony.sim.systems import tuned
 from pimphony.sim.systems.cycles import StepCycles
-from pimphony.sim.systems.setup import DecodeError, DecodeSetup
+from pimphony.sim.systems.setup import DecodeSetup
 from pimphony.sim.systems.step import run_decode
 
 from tests.helpers import run_cli
@@ -136,11 +136,11 @@ def test_fixed_report_has_no_mapping_block() -> None:
     assert "mapping" in step((512,), mapping="tuned").to_dict()
 
 
-def test_plan_is_untouched_and_cycles_only_step_refuses_tuned() -> None:
+def test_plan_is_untouched_and_cycles_only_step_times_tuned() -> None:
     plan = layer_plan(TINY, HW, (512,))
     assert all(len(c) == 1 for c in plan.gemv["qkv"])  # the fixed plan: one job per channel
-    with pytest.raises(DecodeError, match="mapping = 'tuned': the cycles-only step"):
-        StepCycles(DecodeSetup(TINY, HW, (512,), mapping="tuned"))
+    setup = DecodeSetup(TINY, HW, (512, 200), mapping="tuned")
+    assert StepCycles(setup).cycles(setup.lengths) == run_decode(setup).cycles
 
 
 def test_cli(capsys, tmp_path) -> None:

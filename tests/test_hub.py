@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pimphony.compiler.hub import encode_kernels, encode_runs, encode_streams, run_count
+from pimphony.compiler.hub import (
+    encode_kernels,
+    encode_runs,
+    encode_streams,
+    multicast_first,
+    multicast_groups,
+    run_count,
+)
 from pimphony.compiler.kernels import compile_kernel
 from pimphony.models.config import load_preset
 from pimphony.models.hub import (
@@ -82,6 +89,20 @@ def test_kernel_lists_multicast_per_position(cfg):
     assert all(np.array_equal(x, y) for x, y in zip(out, want, strict=True))
     # Position 0: a -> {0, 1}, b -> {2}; position 1: b -> {0}, a -> {2}.
     assert len(prog) == 2 * run_count(a) + 2 * run_count(b)
+
+
+def test_multicast_first_is_the_groups_of_the_compacted_columns():
+    """Columns with gaps (-1) group by each channel's j-th kernel, as the lists do."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        kernels = rng.integers(-1, 3, size=(rng.integers(0, 6), rng.integers(1, 5)))
+        lists = [[int(k) for k in col if k >= 0] for col in kernels.T]
+        first = multicast_first(kernels)
+        assert sorted(kernels[first].tolist()) == sorted(k for k, _ in multicast_groups(lists))
+    # Position 0: a -> {0, 1}, b -> {2}; position 1: b -> {0}, a -> {2}.
+    assert list(multicast_groups([["a", "b"], ["a"], ["b", "a"], []])) == [
+        ("a", [0, 1]), ("b", [2]), ("b", [0]), ("a", [2]),
+    ]  # fmt: skip
 
 
 def test_instruction_bytes_formula(cfg):

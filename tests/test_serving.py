@@ -15,9 +15,10 @@ from pimphony.models.system import stage_hop_cycles
 from pimphony.sim.serving.engine import ServeConfig, ServeError, pim_prefill_cycles, serve
 from pimphony.sim.serving.report import metrics
 from pimphony.sim.serving.trace import Request, TraceError, read_trace, workload_requests
+from pimphony.sim.systems.cycles import gemv_op
 from pimphony.sim.systems.kernels import KernelCache
 from pimphony.sim.systems.setup import DecodeSetup
-from pimphony.sim.systems.step import _gemv_op, epu_other_flops, run_decode
+from pimphony.sim.systems.step import epu_other_flops, run_decode
 
 from tests.helpers import run_cli
 from tests.test_decode_step import TINY
@@ -199,7 +200,7 @@ def test_pim_prefill_is_the_decode_steps_batched_gemvs(cfg):
     cache = KernelCache(cfg, "dcs")
     for n in (1, 7, 40):
         plan = layer_plan(TINY, cfg, (16,) * n, 1, "tcp")
-        fc = sum(_gemv_op(jobs, cache.run)[0] for jobs in plan.gemv.values())
+        fc = sum(gemv_op(jobs, cache.run)[0] for jobs in plan.gemv.values())
         layer = fc + epu_cycles(cfg, n * epu_other_flops(TINY, 1))
         hop = stage_hop_cycles(cfg, n * TINY.hidden * 2, 0, 1, 1)
         assert pim_prefill_cycles(TINY, cfg, n, 1, 1, cache) == TINY.layers * layer + hop

@@ -1,11 +1,13 @@
-"""The cycles of decode steps without their report: ``run_decode(setup).cycles``, fast.
+"""The cycles of decode steps, fast: the one cycle path of the PIM decode step.
 
-A serving run times tens of thousands of decode steps and reads only each step's cycles
-(``docs/serving.md``). :class:`StepCycles` computes them from the same plans, channel
-kernels, attention task graph and pipeline as :func:`sim.systems.step.run_decode`, and
-skips what only the report reads: the three marginal schedules, energy, MACs and activity
-sums, HUB counts under lazy memory and the re-admission of the batch. Equality with
-``run_decode`` is the contract (``tests/test_cycles.py`` checks it on random batches).
+:class:`StepCycles` times a step (the partition each micro-batch's layers use, stage and
+link cycles, the pipeline period, every micro-batch count tried) from the plans, channel
+kernels and attention task graph; :func:`sim.systems.step.run_decode` takes its cycles from
+it and adds only the report (the breakdown by op, utilisation, energy, MACs and activity,
+HUB counts, admission), checking that its breakdown sums to these cycles. A serving run
+times tens of thousands of decode steps and reads only each step's cycles
+(``docs/serving.md``). Also here, the pieces both share: :func:`plan_tasks`,
+:func:`gemv_op`, :func:`hub_count`, :func:`epu_other_flops`, :func:`decode_errors`.
 
 What makes it fast, exactly:
 
@@ -24,44 +26,153 @@ What makes it fast, exactly:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-from pimphony.compiler.llm import GEMV_OPS
+from pimphony.compiler.hub import instruction_count, multicast_first
+from pimphony.compiler.kernels import CompileError
+from pimphony.compiler.llm import GEMV_OPS, ModelSpec
 from pimphony.compiler.plan import (
     PARTITIONS,
     AttentionUnit,
     ChannelJob,
     LayerPlan,
     Partition,
+    PartitionError,
     attention_units,
     candidates,
     layer_plan,
     micro_batches,
     stage_layers,
 )
-from pimphony.models.hub import epu_cycles, hub_instruction_bytes, link_cycles
+from pimphony.models.config import HardwareConfig
+from pimphony.models.hub import (
+    NORM_FLOPS_PER_ELEMENT,
+    RELU_FLOPS_PER_ELEMENT,
+    RESIDUAL_FLOPS_PER_ELEMENT,
+    SWIGLU_FLOPS_PER_ELEMENT,
+    epu_cycles,
+    hub_instruction_bytes,
+    link_cycles,
+)
 from pimphony.models.memory import MemoryPolicy
-from pimphony.models.module import makespan_arrays, task_arrays
-from pimphony.models.system import allreduce_cycles, pipeline_period, stage_hop_cycles
-from pimphony.sim.systems.kernels import KernelCache, KernelStats
+from pimphony.models.module import AttentionTasks, attention_tasks, makespan_arrays, task_arrays
+from pimphony.models.system import (
+    PipelinePeriod,
+    allreduce_cycles,
+    pipeline_period,
+    stage_hop_cycles,
+)
+from pimphony.sim.systems.kernels import KernelCache, KernelCaches, KernelStats, job_key
 from pimphony.sim.systems.setup import (
     MICRO_BATCHES_AUTO,
     DecodeError,
     DecodeSetup,
+    Mapping,
     micro_batch_candidates,
 )
-from pimphony.sim.systems.step import (
-    KernelCaches,
-    _gemv_op,
-    decode_errors,
-    epu_other_flops,
-    plan_tasks,
-)
 
-__all__ = ["PAIR_KEY", "AttentionBlock", "StepCycles", "decode_cycles"]
+__all__ = [
+    "PAIR_KEY",
+    "AttentionBlock",
+    "StepCycles",
+    "StepTiming",
+    "decode_cycles",
+    "decode_errors",
+    "epu_other_flops",
+    "gemv_op",
+    "hub_count",
+    "plan_tasks",
+]
+
+
+def plan_tasks(plan: LayerPlan, cfg: HardwareConfig, run: Callable[[Any], Any]) -> AttentionTasks:
+    """The attention task graph of ``plan``, its part cycles from ``run(job)``: one task set
+    per attention unit (a (request, KV head) pair, or one GPR score tile of it)."""
+    channels = len(plan.qk)
+    units = sorted({(j.request, j.kv_head, j.tile) for jobs in (*plan.qk, *plan.sv) for j in jobs})
+    index = {u: k for k, u in enumerate(units)}
+    qk_of: list[dict[int, int]] = [{} for _ in range(channels)]
+    sv_of: list[dict[int, int]] = [{} for _ in range(channels)]
+    for c in range(channels):
+        for j in plan.qk[c]:
+            qk_of[c][index[(j.request, j.kv_head, j.tile)]] = run(j).cycles
+        for j in plan.sv[c]:
+            sv_of[c][index[(j.request, j.kv_head, j.tile)]] = run(j).cycles
+    tokens = {(u.request, u.kv_head, u.tile): u.tokens for u in plan.units}
+    unit_tokens = [tokens.get(u, plan.lengths[u[0]]) for u in units]
+    return attention_tasks(
+        cfg,
+        qk_of,
+        sv_of,
+        unit_tokens,
+        plan.gqa_group,
+        plan.head_dim,
+        tiles=[u[2] for u in units],
+        sv_reduction=plan.sv_reduction,
+    )
+
+
+def epu_other_flops(spec: ModelSpec, tp: int) -> int:
+    """EPU flops of one token's non-attention vector work on one TP module of one layer: two
+    RMSNorms, two residual adds and the activation over its ``intermediate / tp`` share."""
+    return (
+        2 * NORM_FLOPS_PER_ELEMENT * spec.hidden
+        + 2 * RESIDUAL_FLOPS_PER_ELEMENT * spec.hidden
+        + (SWIGLU_FLOPS_PER_ELEMENT if spec.ffn == "swiglu" else RELU_FLOPS_PER_ELEMENT)
+        * spec.intermediate
+        // tp
+    )
+
+
+def gemv_op(jobs: list[list[Any]], run: Callable[[Any], Any]) -> tuple[int, int, int, int, int]:
+    """(cycles, MACs, busy channel-cycles, commands, HUB instructions) of one GEMV op."""
+    per_channel = np.zeros(len(jobs), dtype=np.int64)
+    macs = commands = 0
+    for c, channel_jobs in enumerate(jobs):
+        for j in channel_jobs:
+            st = run(j)
+            per_channel[c] += st.cycles
+            macs += st.macs
+            commands += st.commands
+    return int(per_channel.max()), macs, int(per_channel.sum()), commands, hub_count(jobs, run)
+
+
+def hub_count(jobs: list[list[Any]], run: Callable[[Any], Any]) -> int:
+    """HUB instructions of per-channel job lists (:func:`compiler.hub.instruction_count`)."""
+    keys = [[job_key(j) for j in channel_jobs] for channel_jobs in jobs]
+    first: dict[tuple, Any] = {}
+    for channel_jobs, channel_keys in zip(jobs, keys, strict=True):
+        for j, key in zip(channel_jobs, channel_keys, strict=True):
+            first.setdefault(key, j)
+    return instruction_count(keys, lambda key: run(first[key]).hub_instructions)
+
+
+def tuned_module() -> Any:
+    """``sim.systems.tuned``, imported when a step is tuned (it loads the DCC compiler)."""
+    from pimphony.sim.systems import tuned
+
+    return tuned
+
+
+@contextlib.contextmanager
+def decode_errors() -> Iterator[None]:
+    """Turn a kernel or partition that cannot be mapped into a :class:`DecodeError` that says
+    which choice would help."""
+    try:
+        yield
+    except CompileError as exc:
+        hint = (
+            "use more --tp (fewer KV heads per module), shorter contexts, another --partition, "
+            "or a preset with a larger module (gpr_bytes, rows_per_bank)"
+        )
+        raise DecodeError(f"{exc}. {hint}") from None
+    except PartitionError as exc:
+        raise DecodeError(str(exc)) from None
 
 
 def _exact_pair(first_pair: int, channels: int) -> int:
@@ -181,22 +292,35 @@ def _first_startup(blocks: Sequence[_RequestBlock]) -> int:
 
 def _hub_instructions(kernel: np.ndarray, hub: np.ndarray) -> int:
     """:func:`compiler.hub.instruction_count` of per-channel kernel lists given as columns
-    (``kernel[u, c]``: the kernel of unit ``u`` on channel ``c``, -1: none): the ``j``-th
-    kernels of all channels are one multicast step, each distinct kernel of a step counted
-    once."""
-    present = kernel >= 0
-    if not present.any():
-        return 0
-    position = np.cumsum(present, axis=0)[present] - 1
-    keys = kernel[present]
-    groups = position * (int(keys.max()) + 1) + keys
-    _, first = np.unique(groups, return_index=True)
-    return int(hub[present][first].sum())
+    (``kernel[u, c]``: the kernel of unit ``u`` on channel ``c``, -1: none; ``hub[u, c]``
+    its HUB instructions): :func:`compiler.hub.multicast_first`'s entries summed."""
+    return int(hub[multicast_first(kernel)].sum())
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """A decode step's cycles with one micro-batch count: ``batches`` (the micro-batches'
+    context lengths), per micro-batch the ``partitions`` its layers use and ``layer_cycles``
+    (one layer on one TP module), ``stage`` and ``link`` (cycles ``[micro-batch, stage]``,
+    :func:`models.system.pipeline_period`'s inputs) and the ``pipeline`` period."""
+
+    batches: tuple[tuple[int, ...], ...]
+    partitions: tuple[Partition, ...]
+    layer_cycles: tuple[int, ...]
+    stage: np.ndarray
+    link: np.ndarray
+    pipeline: PipelinePeriod
+
+    @property
+    def cycles(self) -> int:
+        """The step's cycles (the pipeline period)."""
+        return self.pipeline.cycles
 
 
 class StepCycles:
-    """Decode-step cycles of one configuration for any batch: exactly
-    ``run_decode(dataclasses.replace(setup, lengths=lengths)).cycles``.
+    """Decode-step cycles of one configuration for any batch: the cycle path of
+    :func:`sim.systems.step.run_decode` (``run_decode(dataclasses.replace(setup,
+    lengths=lengths)).cycles``), which adds only its report.
 
     ``setup`` gives everything but the batch (its ``lengths`` are not used); ``caches``
     shares kernels (and blocks) with other steps, as ``run_decode``'s. The batch is not
@@ -204,17 +328,15 @@ class StepCycles:
     """
 
     def __init__(self, setup: DecodeSetup, caches: KernelCaches | None = None):
-        if setup.mapping != "fixed":
-            raise DecodeError(
-                f"mapping = {setup.mapping!r}: the cycles-only step times the fixed mapping; "
-                "use run_decode for --mapping tuned"
-            )
         self.setup = setup
         self.caches = caches or KernelCaches()
         spec, cfg = setup.model, setup.hw
         self._layers = stage_layers(spec.layers, setup.pp)
         self._limit = setup.reservation if setup.memory == MemoryPolicy.STATIC else None
         self._kv_heads = spec.kv_heads // setup.tp
+        # What blocks depend on besides the cache's hardware, scheduler and memory (a cache
+        # may be shared by steps of other models and TP splits): the module's heads.
+        self._heads = (self._kv_heads, spec.head_dim, spec.gqa_group)
         self._candidates = candidates(setup.partition)
         self._static = setup.memory == MemoryPolicy.STATIC
         self._hub_bytes = hub_instruction_bytes(cfg)
@@ -224,17 +346,23 @@ class StepCycles:
 
     def cycles(self, lengths: Sequence[int]) -> int:
         """Cycles of one decode step of the batch ``lengths`` (context tokens per request)."""
+        return min(t.cycles for t in self.timings(lengths))
+
+    def timings(self, lengths: Sequence[int]) -> tuple[StepTiming, ...]:
+        """The step of the batch ``lengths`` with each micro-batch count it tries: the
+        setup's (default ``min(pp, batch)``), or with ``"auto"`` every count of
+        :func:`sim.systems.setup.micro_batch_candidates`, in that order."""
         lengths = tuple(lengths)
         self._check(lengths)
         setup = self.setup
-        cache = self._cache(max(lengths))
+        cache = self.kernel_cache(max(lengths))
         if setup.micro_batches == MICRO_BATCHES_AUTO:
             counts = micro_batch_candidates(setup.pp, len(lengths))
         else:
             counts = [setup.micro_batches or min(setup.pp, len(lengths))]
-        layer_memo: dict[tuple[int, ...], int] = {}
+        layer_memo: dict[tuple[int, ...], tuple[int, Partition]] = {}
         with decode_errors():
-            return min(self._period(cache, lengths, m, layer_memo) for m in counts)
+            return tuple(self._timing(cache, lengths, m, layer_memo) for m in counts)
 
     def _check(self, lengths: tuple[int, ...]) -> None:
         if not lengths:
@@ -253,24 +381,25 @@ class StepCycles:
                 f"{self._limit}"
             )
 
-    def _cache(self, longest: int) -> KernelCache:
-        """The kernel cache ``run_decode`` would use for a batch whose longest context is
-        ``longest`` (DPA programs are encoded for it)."""
+    def kernel_cache(self, longest: int) -> KernelCache:
+        """The kernel cache of a batch whose longest context is ``longest`` (DPA programs
+        are encoded for it)."""
         if longest not in self._cache_of:
             one = dataclasses.replace(self.setup, lengths=(longest,))
             self._cache_of[longest] = self.caches.for_setup(one)
         return self._cache_of[longest]
 
-    def _period(
+    def _timing(
         self,
         cache: KernelCache,
         lengths: tuple[int, ...],
         m: int,
-        layer_memo: dict[tuple[int, ...], int],
-    ) -> int:
-        """``run_decode``'s pipeline period with ``m`` micro-batches."""
+        layer_memo: dict[tuple[int, ...], tuple[int, Partition]],
+    ) -> StepTiming:
+        """The step with ``m`` micro-batches: each stage runs its layers of each micro-batch
+        on its ``tp`` identical modules, then hands the activations on."""
         setup = self.setup
-        batches = micro_batches(lengths, m)
+        batches = tuple(micro_batches(lengths, m))
         stage = np.zeros((len(batches), setup.pp), dtype=np.int64)
         link = np.zeros((len(batches), setup.pp), dtype=np.int64)
         for i, mb in enumerate(batches):
@@ -278,23 +407,43 @@ class StepCycles:
                 layer_memo[mb] = self._layer(cache, mb)
             vector = len(mb) * self._token_bytes
             for s, n_layers in enumerate(self._layers):
-                stage[i, s] = n_layers * layer_memo[mb]
+                stage[i, s] = n_layers * layer_memo[mb][0]
                 link[i, s] = stage_hop_cycles(setup.hw, vector, s, setup.pp, setup.tp)
-        return pipeline_period(stage, link).cycles
+        return StepTiming(
+            batches,
+            tuple(layer_memo[mb][1] for mb in batches),
+            tuple(layer_memo[mb][0] for mb in batches),
+            stage,
+            link,
+            pipeline_period(stage, link),
+        )
 
-    def _layer(self, cache: KernelCache, mb: tuple[int, ...]) -> int:
-        """One layer of micro-batch ``mb`` on one TP module (``LayerTiming.total``): with
-        several candidate partitions the fastest."""
+    def _layer(self, cache: KernelCache, mb: tuple[int, ...]) -> tuple[int, Partition]:
+        """One layer of micro-batch ``mb`` on one TP module (``LayerTiming.total``) and its
+        partition: with several candidates the fastest (ties: the first)."""
         if len(mb) not in self._fixed:
             self._fixed[len(mb)] = self._fixed_cycles(cache, mb)
-        return self._fixed[len(mb)] + min(self._attention(cache, p, mb) for p in self._candidates)
+        best: tuple[int, Partition] | None = None
+        for p in self._candidates:
+            attention = self._attention(cache, p, mb)
+            if best is None or attention < best[0]:
+                best = (attention, p)
+        assert best is not None
+        return self._fixed[len(mb)] + best[0], best[1]
 
     def _fixed_cycles(self, cache: KernelCache, mb: tuple[int, ...]) -> int:
-        """The weight GEMVs (slowest channel each), the EPU's other work and the two
-        all-reduces of one layer of a micro-batch of ``len(mb)`` requests."""
+        """The weight GEMVs (slowest channel each; tuned: DCC's drafts where faster, with
+        their EPU sums), the EPU's other work and the two all-reduces of one layer of a
+        micro-batch of ``len(mb)`` requests."""
         setup, b = self.setup, len(mb)
         plan = layer_plan(setup.model, setup.hw, mb, setup.tp, self._candidates[0])
-        gemv = sum(_gemv_op(plan.gemv[op], cache.run)[0] for op in GEMV_OPS)
+        if setup.mapping == Mapping.TUNED:
+            tuning = tuned_module().tune_gemvs(setup.hw, plan, cache.run)
+            gemv = sum(
+                gemv_op(tuning.jobs[op], cache.run)[0] + tuning.reduce_cycles[op] for op in GEMV_OPS
+            )
+        else:
+            gemv = sum(gemv_op(plan.gemv[op], cache.run)[0] for op in GEMV_OPS)
         other = epu_cycles(setup.hw, b * epu_other_flops(setup.model, setup.tp))
         allreduce = 2 * allreduce_cycles(setup.hw, b * self._token_bytes, setup.tp)
         return gemv + other + allreduce
@@ -306,7 +455,7 @@ class StepCycles:
         channels = self.setup.hw.module.channels
         pair_key, known = PAIR_KEY.get(scheme, _exact_pair), cache.blocks
         blocks = [
-            known.get(("request", scheme, t, pair_key(r * kvh, channels)))
+            known.get(("request", scheme, t, pair_key(r * kvh, channels), *self._heads))
             or self._block(cache, scheme, t, r * kvh)
             for r, t in enumerate(mb)
         ]
@@ -337,7 +486,7 @@ class StepCycles:
         its units as ``compiler.plan.attention_units`` cuts them, one row each."""
         channels = self.setup.hw.module.channels
         pair_key = PAIR_KEY.get(scheme, _exact_pair)
-        key = ("request", scheme, tokens, pair_key(first_pair, channels))
+        key = ("request", scheme, tokens, pair_key(first_pair, channels), *self._heads)
         block = cache.blocks.get(key)
         if block is None:
             spec, cfg = self.setup.model, self.setup.hw
@@ -361,7 +510,8 @@ class StepCycles:
         :func:`models.module.attention_tasks` costs a unit from its tokens, its SV parts and
         whether it is a pair's first tile)."""
         channels = self.setup.hw.module.channels
-        key = ("unit", scheme, tokens, PAIR_KEY.get(scheme, _exact_pair)(pair, channels), tile > 0)
+        pair_key = PAIR_KEY.get(scheme, _exact_pair)(pair, channels)
+        key = ("unit", scheme, tokens, pair_key, tile > 0, *self._heads)
         row = cache.blocks.get(key)
         if row is None:
             unit = AttentionUnit(0, kv_head, tile, tokens, pair)
@@ -373,7 +523,7 @@ class StepCycles:
         self, cache: KernelCache, scheme: Partition, unit: AttentionUnit
     ) -> AttentionBlock:
         """One unit's jobs exactly as ``compiler.plan.layer_plan`` makes them, timed by
-        :func:`sim.systems.step.plan_tasks` (zero rows if it has no job)."""
+        :func:`plan_tasks` (zero rows if it has no job)."""
         spec, cfg = self.setup.model, self.setup.hw
         d_h, g = spec.head_dim, spec.gqa_group
         spec_p = PARTITIONS[scheme]

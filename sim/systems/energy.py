@@ -121,26 +121,24 @@ def gpu_energy(
 
 def hetero_energy(
     setup: Any,
-    cache: Any,
+    attention: ChannelActivity,
     pim_busy: int,
     cycles: int,
     link_bytes: int,
     cmd_cycles: int,
     params: EnergyParams | None = None,
 ) -> dict[str, Any]:
-    """The xPU+PIM step's ``energy`` block (``setup`` a ``HeteroSetup``, ``cache`` its kernel
-    cache): FC GEMMs and vector ops on the xPU (:func:`xpu_energy`); attention kernels on the
-    PIM modules (their channel activity, re-read from ``cache``), background of every PIM
+    """The xPU+PIM step's ``energy`` block (``setup`` a ``HeteroSetup``): FC GEMMs and vector
+    ops on the xPU (:func:`xpu_energy`); attention kernels on the PIM modules (``attention``,
+    their channel activity over every layer and module), background of every PIM
     channel over the step (attention for ``pim_busy`` cycles on each module, idle and
     precharged the rest of ``cycles``), softmax FLOPs on the EPU; Q/K/V and outputs
     (``link_bytes``) and static-memory commands (``cmd_cycles`` of host link) over the host
     link."""
     from pimphony.compiler.llm import GEMV_OPS
-    from pimphony.compiler.plan import layer_plan
     from pimphony.models.energy import load_energy
     from pimphony.models.hub import SOFTMAX_FLOPS_PER_SCORE
     from pimphony.sim.systems.costs import layer_costs
-    from pimphony.sim.systems.step import attention_cycles
 
     pim, dev = setup.pim, setup.xpu
     cfg, spec = pim.hw, pim.model
@@ -149,20 +147,12 @@ def hetero_energy(
         return {"available": False, "why": f"xPU preset {dev.name} has no [energy] section"}
     chips = params.chips(cfg)
     n_ch = chips * params.channels_per_chip
-    activity = ChannelActivity.zero()
     fc: dict[str, tuple[XpuCost, int]] = {}
     vec: dict[str, tuple[XpuCost, int]] = {}
     for i, mb in enumerate(setup.batches):
         # the one xPU's ops of a layer (sim.systems.costs), every layer: GEMMs to fc
         for key, (cost, count) in layer_costs(spec, dev, len(mb)).items():
             (fc if key in GEMV_OPS else vec)[f"{key}.{i}"] = (cost, count * spec.layers)
-        # The partition the timing chose (kernels are cached: this re-reads, not re-runs).
-        partition = attention_cycles(pim, mb, cache)[0]
-        plan = layer_plan(spec, cfg, mb, pim.tp, partition)
-        for jobs in (*plan.qk, *plan.sv):
-            for j in jobs:
-                # one module's jobs: every layer, on each of the tp modules
-                activity += cache.run(j).activity.scaled(spec.layers * pim.tp)
     softmax_flops = SOFTMAX_FLOPS_PER_SCORE * spec.heads * sum(pim.lengths) * spec.layers
     att_cc = pim.tp * n_ch * pim_busy
     all_cc = pim.tp * n_ch * cycles
@@ -172,7 +162,7 @@ def hetero_energy(
     host = link_bytes + cmd_cycles * cfg.module.host_link_gbps / cfg.module.freq_ghz
     phases = {
         "fc": xfc,
-        "attention": pim_phase_energy(cfg, params, activity, att_cc, softmax_flops),
+        "attention": pim_phase_energy(cfg, params, attention, att_cc, softmax_flops),
         "other": pim_phase_energy(cfg, params, ChannelActivity.zero(), all_cc - att_cc)
         + xvec
         + Energy(links=params.link_pj(host, "host")),

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 from pimphony.compiler.llm import LayerOp
 from pimphony.compiler.plan import micro_batches
-from pimphony.models.energy import EnergyParams
+from pimphony.models.energy import ChannelActivity, EnergyParams
 from pimphony.models.fileio import pyplot, write_figure
 from pimphony.models.hub import link_cycles
 from pimphony.models.xpu import VectorOp
@@ -47,7 +47,7 @@ from pimphony.sim.systems.costs import layer_costs, op_cycles
 from pimphony.sim.systems.energy import energy_line, hetero_energy
 from pimphony.sim.systems.kernels import KernelCache
 from pimphony.sim.systems.setup import DecodeError, DecodeSetup
-from pimphony.sim.systems.step import attention_cycles
+from pimphony.sim.systems.step import attention_step
 
 __all__ = [
     "DEVICES",
@@ -334,9 +334,12 @@ def _run_fixed(
     xpu_tasks, in_tasks, pim_tasks, out_tasks = [], [], [], []
     chosen: dict[str, int] = {}
     in_bytes = out_bytes = 0
+    activity = ChannelActivity.zero()  # of the attention kernels, every layer and module
     for mb in setup.batches:
         pre, post = _xpu_ops(setup, len(mb))
-        partition, att, commands = attention_cycles(pim_setup, mb, cache)
+        step = attention_step(pim_setup, mb, cache)
+        partition, att, commands = step.partition, step.cycles, step.transfer
+        activity += step.activity.scaled(layers * tp)
         chosen[partition] = chosen.get(partition, 0) + layers
         # Each of the tp modules receives its heads' Q/K/V and returns their outputs over its
         # own host link.
@@ -404,7 +407,13 @@ def _run_fixed(
             "xpu_capacity_bytes": setup.xpu.capacity_bytes,
         },
         energy=hetero_energy(
-            setup, cache, busy["pim"], tl.cycles, in_bytes + out_bytes, ops["cmd_transfer"], params
+            setup,
+            activity,
+            busy["pim"],
+            tl.cycles,
+            in_bytes + out_bytes,
+            ops["cmd_transfer"],
+            params,
         )
         if energy
         else {},

@@ -20,8 +20,19 @@ from pimphony.models.channel import run_channel
 from pimphony.models.config import HardwareConfig
 from pimphony.models.dpa.dispatcher import gaps_from_times
 from pimphony.models.energy import ChannelActivity, channel_activity
+from pimphony.models.memory import MemoryPolicy
+from pimphony.sim.systems.setup import DecodeSetup
 
-__all__ = ["KernelCache", "KernelStats", "ModuleRun", "active_banks", "job_key", "run_module"]
+__all__ = [
+    "KernelCache",
+    "KernelCaches",
+    "KernelStats",
+    "ModuleRun",
+    "active_banks",
+    "job_key",
+    "kernel_cache",
+    "run_module",
+]
 
 
 def job_key(job) -> tuple:
@@ -119,6 +130,34 @@ class KernelCache:
         if self.memoize:
             self._memo[key] = stats
         return stats
+
+
+def kernel_cache(setup: DecodeSetup, memoize: bool = True) -> KernelCache:
+    """The channel-kernel cache of ``setup``'s hardware, scheduler and memory policy."""
+    return KernelCache(
+        setup.hw,
+        setup.sched,
+        memoize,
+        dpa=setup.memory == MemoryPolicy.LAZY,
+        dpa_max_tokens=max(setup.lengths),
+    )
+
+
+@dataclass
+class KernelCaches:
+    """Channel-kernel caches shared by many decode steps (splits, batches, partitions of an
+    experiment): one per hardware, scheduler, memory policy and longest context (the DPA
+    programs' length), the inputs a kernel's cycles depend on besides its shape."""
+
+    memoize: bool = True
+    _caches: dict = field(default_factory=dict)
+
+    def for_setup(self, setup: DecodeSetup) -> KernelCache:
+        """The cache ``setup``'s kernels may share."""
+        key = (setup.hw, setup.sched, setup.memory, max(setup.lengths))
+        if key not in self._caches:
+            self._caches[key] = kernel_cache(setup, self.memoize)
+        return self._caches[key]
 
 
 @dataclass(frozen=True)

@@ -8,70 +8,56 @@ activation -> ``ffn2`` -> all-reduce (+ static-memory command transfer)
 
 Each GEMV lasts as long as its slowest channel; attention is the task graph of
 :mod:`models.module`; links, all-reduces and the pipeline period come from
-:mod:`models.system`. Every layer of a stage and every TP module of a stage are identical, so
-one layer of one module is simulated per micro-batch, and identical channel kernels are
-simulated once (``memoize``); with ``memoize=False`` every layer, module and kernel is
-simulated and ``tests/test_decode_step.py`` checks that the report is the same.
+:mod:`models.system`. The step's cycles (the partition each micro-batch uses, stage and link
+cycles, the period, the micro-batch count) come from :class:`sim.systems.cycles.StepCycles`;
+this module adds the report: the breakdown by op (which must sum to those cycles),
+utilisation, MACs, HUB counts, admission, energy. Every layer of a stage and every TP module
+of a stage are identical, so one layer of one module is broken down per micro-batch, and
+identical channel kernels are simulated once (``memoize``); with ``memoize=False`` every
+layer, module and kernel is simulated and ``tests/test_decode_step.py`` checks that the
+report is the same.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from pimphony.compiler.hub import instruction_count
-from pimphony.compiler.kernels import CompileError
-from pimphony.compiler.llm import GEMV_OPS, LayerOp, ModelSpec
-from pimphony.compiler.plan import (
-    LayerPlan,
-    PartitionError,
-    candidates,
-    layer_plan,
-    micro_batches,
-    stage_layers,
-)
+from pimphony.compiler.llm import GEMV_OPS, LayerOp
+from pimphony.compiler.plan import LayerPlan, candidates, layer_plan, stage_layers
 from pimphony.models.config import HardwareConfig
 from pimphony.models.energy import ChannelActivity, Energy, EnergyParams, load_energy
-from pimphony.models.hub import (
-    NORM_FLOPS_PER_ELEMENT,
-    RELU_FLOPS_PER_ELEMENT,
-    RESIDUAL_FLOPS_PER_ELEMENT,
-    SWIGLU_FLOPS_PER_ELEMENT,
-    epu_cycles,
-    hub_instruction_bytes,
-    link_cycles,
-)
+from pimphony.models.hub import epu_cycles, hub_instruction_bytes, link_cycles
 from pimphony.models.memory import MemoryPolicy
-from pimphony.models.module import (
-    AttentionSchedule,
-    AttentionTasks,
-    attention_tasks,
-    makespan,
-    schedule,
-)
-from pimphony.models.system import allreduce_cycles, pipeline_period, stage_hop_cycles
+from pimphony.models.module import AttentionSchedule, AttentionTasks, makespan, schedule
+from pimphony.models.system import allreduce_cycles
 from pimphony.sim.systems.admission import admit, dpa_buffers
-from pimphony.sim.systems.energy import energy_report, pim_phase_energy
-from pimphony.sim.systems.kernels import KernelCache, job_key
-from pimphony.sim.systems.report import OP_KEYS, DecodeReport
-from pimphony.sim.systems.setup import (
-    MICRO_BATCHES_AUTO,
-    DecodeError,
-    DecodeSetup,
-    Mapping,
-    micro_batch_candidates,
+from pimphony.sim.systems.cycles import (
+    StepCycles,
+    StepTiming,
+    decode_errors,
+    epu_other_flops,
+    gemv_op,
+    hub_count,
+    plan_tasks,
+    tuned_module,
 )
+from pimphony.sim.systems.energy import energy_report, pim_phase_energy
+from pimphony.sim.systems.kernels import KernelCache, KernelCaches
+from pimphony.sim.systems.report import OP_KEYS, DecodeReport
+from pimphony.sim.systems.setup import MICRO_BATCHES_AUTO, DecodeSetup, Mapping
 
 __all__ = [
+    "AttentionStep",
     "KernelCaches",
     "LayerTiming",
     "attention_cycles",
     "attention_schedule",
+    "attention_step",
     "decode_errors",
     "epu_other_flops",
     "layer_timing",
@@ -80,33 +66,6 @@ __all__ = [
 ]
 
 _ATTN = (LayerOp.QK, LayerOp.SOFTMAX, LayerOp.SV)
-
-
-def plan_tasks(plan: LayerPlan, cfg: HardwareConfig, run: Callable[[Any], Any]) -> AttentionTasks:
-    """The attention task graph of ``plan``, its part cycles from ``run(job)``: one task set
-    per attention unit (a (request, KV head) pair, or one GPR score tile of it)."""
-    channels = len(plan.qk)
-    units = sorted({(j.request, j.kv_head, j.tile) for jobs in (*plan.qk, *plan.sv) for j in jobs})
-    index = {u: k for k, u in enumerate(units)}
-    qk_of: list[dict[int, int]] = [{} for _ in range(channels)]
-    sv_of: list[dict[int, int]] = [{} for _ in range(channels)]
-    for c in range(channels):
-        for j in plan.qk[c]:
-            qk_of[c][index[(j.request, j.kv_head, j.tile)]] = run(j).cycles
-        for j in plan.sv[c]:
-            sv_of[c][index[(j.request, j.kv_head, j.tile)]] = run(j).cycles
-    tokens = {(u.request, u.kv_head, u.tile): u.tokens for u in plan.units}
-    unit_tokens = [tokens.get(u, plan.lengths[u[0]]) for u in units]
-    return attention_tasks(
-        cfg,
-        qk_of,
-        sv_of,
-        unit_tokens,
-        plan.gqa_group,
-        plan.head_dim,
-        tiles=[u[2] for u in units],
-        sv_reduction=plan.sv_reduction,
-    )
 
 
 def attention_schedule(
@@ -152,13 +111,6 @@ class LayerTiming:
         return sum(self.cycles.values())
 
 
-def _tuned() -> Any:
-    """``sim.systems.tuned``, imported when a step is tuned (it loads the DCC compiler)."""
-    from pimphony.sim.systems import tuned
-
-    return tuned
-
-
 def _once(run: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """``run`` called at most once per job object of a layer plan (equal jobs on different
     channels are different objects, so with memoisation off each is still simulated)."""
@@ -170,29 +122,6 @@ def _once(run: Callable[[Any], Any]) -> Callable[[Any], Any]:
         return done[id(job)][1]
 
     return once
-
-
-def _gemv_op(jobs: list[list[Any]], run: Callable[[Any], Any]) -> tuple[int, int, int, int, int]:
-    """(cycles, MACs, busy channel-cycles, commands, HUB instructions) of one GEMV op."""
-    per_channel = np.zeros(len(jobs), dtype=np.int64)
-    macs = commands = 0
-    for c, channel_jobs in enumerate(jobs):
-        for j in channel_jobs:
-            st = run(j)
-            per_channel[c] += st.cycles
-            macs += st.macs
-            commands += st.commands
-    return int(per_channel.max()), macs, int(per_channel.sum()), commands, _hub_count(jobs, run)
-
-
-def _hub_count(jobs: list[list[Any]], run: Callable[[Any], Any]) -> int:
-    """HUB instructions of per-channel job lists (:func:`compiler.hub.instruction_count`)."""
-    keys = [[job_key(j) for j in channel_jobs] for channel_jobs in jobs]
-    first: dict[tuple, Any] = {}
-    for channel_jobs, channel_keys in zip(jobs, keys, strict=True):
-        for j, key in zip(channel_jobs, channel_keys, strict=True):
-            first.setdefault(key, j)
-    return instruction_count(keys, lambda key: run(first[key]).hub_instructions)
 
 
 def _attention_split(
@@ -214,27 +143,52 @@ def _attention_split(
     return cycles, tasks, att
 
 
-def attention_cycles(
+@dataclass(frozen=True)
+class AttentionStep:
+    """One layer's attention (QK^T, softmax, SV) of a micro-batch on one TP module as the
+    step times it: the ``partition`` used, its ``cycles`` (``qk``, ``sv``, ``softmax``), the
+    ``transfer`` cycles of its instructions on the host link (static memory; 0 with lazy
+    memory, DPA) and the summed channel ``activity`` of its kernels (what energy reads)."""
+
+    partition: str
+    cycles: dict[str, int]
+    transfer: int
+    activity: ChannelActivity
+
+
+def attention_step(
     setup: DecodeSetup, lengths: tuple[int, ...], cache: KernelCache
-) -> tuple[str, dict[str, int], int]:
-    """One layer's attention (QK^T, softmax, SV) of micro-batch ``lengths`` on one TP module,
-    exactly as :func:`layer_timing` times it, without the weight GEMVs: ``(partition,
-    {"qk", "sv", "softmax"} cycles, command-transfer cycles)``; the last is the host link
-    time of the attention instructions under static memory (0 with lazy memory, DPA). With
-    ``--partition auto`` the candidate with the fewest attention cycles (ties: the first)."""
-    best: tuple[str, dict[str, int], int] | None = None
+) -> AttentionStep:
+    """One layer's attention of micro-batch ``lengths`` on one TP module, exactly as
+    :func:`layer_timing` times it, without the weight GEMVs. With ``--partition auto`` the
+    candidate with the fewest attention cycles (ties: the first)."""
+    best: tuple[LayerPlan, Callable[[Any], Any], dict[str, int], int] | None = None
     for partition in candidates(setup.partition):
         plan = layer_plan(setup.model, setup.hw, lengths, setup.tp, partition)
         run = _once(cache.run)
         split = _attention_split(plan, setup.hw, run)[0]
         sent = 0
         if setup.memory == MemoryPolicy.STATIC:
-            hub = _hub_count(plan.qk, run) + _hub_count(plan.sv, run)
+            hub = hub_count(plan.qk, run) + hub_count(plan.sv, run)
             sent = link_cycles(setup.hw, hub * hub_instruction_bytes(setup.hw), "host")
-        if best is None or sum(split.values()) + sent < sum(best[1].values()) + best[2]:
-            best = (plan.partition, split, sent)
+        if best is None or sum(split.values()) + sent < sum(best[2].values()) + best[3]:
+            best = (plan, run, split, sent)
     assert best is not None
-    return best
+    plan, run, split, sent = best
+    activity = ChannelActivity.zero()
+    for jobs in (*plan.qk, *plan.sv):
+        for j in jobs:
+            activity += run(j).activity
+    return AttentionStep(plan.partition, split, sent, activity)
+
+
+def attention_cycles(
+    setup: DecodeSetup, lengths: tuple[int, ...], cache: KernelCache
+) -> tuple[str, dict[str, int], int]:
+    """:func:`attention_step` as ``(partition, {"qk", "sv", "softmax"} cycles,
+    command-transfer cycles)``."""
+    step = attention_step(setup, lengths, cache)
+    return step.partition, step.cycles, step.transfer
 
 
 def layer_timing(setup: DecodeSetup, lengths: tuple[int, ...], cache: KernelCache) -> LayerTiming:
@@ -244,25 +198,13 @@ def layer_timing(setup: DecodeSetup, lengths: tuple[int, ...], cache: KernelCach
     return min(timings, key=lambda lt: lt.total)
 
 
-def epu_other_flops(spec: ModelSpec, tp: int) -> int:
-    """EPU flops of one token's non-attention vector work on one TP module of one layer: two
-    RMSNorms, two residual adds and the activation over its ``intermediate / tp`` share."""
-    return (
-        2 * NORM_FLOPS_PER_ELEMENT * spec.hidden
-        + 2 * RESIDUAL_FLOPS_PER_ELEMENT * spec.hidden
-        + (SWIGLU_FLOPS_PER_ELEMENT if spec.ffn == "swiglu" else RELU_FLOPS_PER_ELEMENT)
-        * spec.intermediate
-        // tp
-    )
-
-
 def _layer_timing(
     setup: DecodeSetup, lengths: tuple[int, ...], cache: KernelCache, partition: str
 ) -> LayerTiming:
     spec, cfg = setup.model, setup.hw
     plan = layer_plan(spec, cfg, lengths, setup.tp, partition)
     run = _once(cache.run)
-    tuning = _tuned().tune_gemvs(cfg, plan, run) if setup.mapping == Mapping.TUNED else None
+    tuning = tuned_module().tune_gemvs(cfg, plan, run) if setup.mapping == Mapping.TUNED else None
     gemv = tuning.jobs if tuning else plan.gemv
     cycles: dict[str, int] = dict.fromkeys(OP_KEYS, 0)
     macs: dict[str, int] = dict.fromkeys(OP_KEYS, 0)
@@ -270,7 +212,7 @@ def _layer_timing(
     busy = commands = 0
     activity = {"fc": ChannelActivity.zero(), "attention": ChannelActivity.zero()}
     for op in GEMV_OPS:
-        c, m, b, n, h = _gemv_op(gemv[op], run)
+        c, m, b, n, h = gemv_op(gemv[op], run)
         cycles[op], macs[op], hub[op] = c + (tuning.reduce_cycles[op] if tuning else 0), m, h
         busy += b
         commands += n
@@ -286,7 +228,7 @@ def _layer_timing(
                 macs[kind] += st.macs
                 commands += st.commands
                 activity["attention"] += st.activity
-        hub[kind] = _hub_count(jobs, run)
+        hub[kind] = hub_count(jobs, run)
     busy += int(att.channel_busy.sum())
     b = len(lengths)
     per_request = epu_other_flops(spec, setup.tp)
@@ -324,67 +266,39 @@ def _layer_timing(
     )
 
 
-def _kernel_cache(setup: DecodeSetup, memoize: bool) -> KernelCache:
-    """The channel-kernel cache of ``setup``'s hardware, scheduler and memory policy."""
-    return KernelCache(
-        setup.hw,
-        setup.sched,
-        memoize,
-        dpa=setup.memory == MemoryPolicy.LAZY,
-        dpa_max_tokens=max(setup.lengths),
-    )
-
-
-@dataclass
-class KernelCaches:
-    """Channel-kernel caches shared by many decode steps (splits, batches, partitions of an
-    experiment): one per hardware, scheduler, memory policy and longest context (the DPA
-    programs' length), the inputs a kernel's cycles depend on besides its shape."""
-
-    memoize: bool = True
-    _caches: dict = field(default_factory=dict)
-
-    def for_setup(self, setup: DecodeSetup) -> KernelCache:
-        """The cache ``setup``'s kernels may share."""
-        key = (setup.hw, setup.sched, setup.memory, max(setup.lengths))
-        if key not in self._caches:
-            self._caches[key] = _kernel_cache(setup, self.memoize)
-        return self._caches[key]
-
-
-def _run_decode(
+def _report(
     setup: DecodeSetup,
-    memoize: bool = True,
-    progress: Callable[[str], None] | None = None,
-    cache: KernelCache | None = None,
-    energy: EnergyParams | None = None,
+    timing: StepTiming,
+    cache: KernelCache,
+    memoize: bool,
+    progress: Callable[[str], None] | None,
+    energy: EnergyParams | None,
+    memory: dict[str, Any],
+    simulated_before: int,
+    started: float,
 ) -> DecodeReport:
-    """Simulate one decode step of ``setup`` (with ``cache``: kernels already simulated for
-    the same hardware, scheduler, memory policy and lengths are reused)."""
-    started = time.perf_counter()
+    """The report of one decode step whose cycles are ``timing`` (:class:`StepCycles`): each
+    micro-batch's layers broken down by op (:func:`_layer_timing` in the partition the
+    timing chose), summed over stages and modules; a breakdown that does not add up to the
+    timing's stage cycles is an error."""
     tuned = setup.mapping == Mapping.TUNED
     cfg, spec = setup.hw, setup.model
     say = progress or (lambda _m: None)
-    memory = admit(setup)
-    cache = cache or _kernel_cache(setup, memoize)
-    simulated_before = cache.simulated
-    m = setup.micro_batches or min(setup.pp, len(setup.lengths))
-    batches = micro_batches(setup.lengths, m)
+    batches = timing.batches
     layers = stage_layers(spec.layers, setup.pp)
     n_ch = cfg.module.channels
     layer_memo: dict[tuple[int, ...], LayerTiming] = {}
 
-    def layer_of(lengths: tuple[int, ...]) -> LayerTiming:
-        if memoize and lengths in layer_memo:
-            return layer_memo[lengths]
-        timing = layer_timing(setup, lengths, cache)
+    def layer_of(i: int) -> LayerTiming:
+        mb = batches[i]
+        if memoize and mb in layer_memo:
+            return layer_memo[mb]
+        lt = _layer_timing(setup, mb, cache, timing.partitions[i])
         if memoize:
-            layer_memo[lengths] = timing
-        return timing
+            layer_memo[mb] = lt
+        return lt
 
     vector_bytes = [len(mb) * spec.hidden * spec.element_bytes for mb in batches]
-    stage_time = np.zeros((len(batches), setup.pp), dtype=np.int64)
-    link_time = np.zeros((len(batches), setup.pp), dtype=np.int64)
     op_cycles = dict.fromkeys(OP_KEYS, 0)
     op_macs = dict.fromkeys(OP_KEYS, 0)
     hub_total = dict.fromkeys((*GEMV_OPS, "qk", "sv"), 0)
@@ -402,11 +316,16 @@ def _run_decode(
             # Every layer of a stage and every TP module of it is identical: with memoisation
             # one layer of one module stands for all; without, each is simulated on its own.
             if memoize:
-                modules, weight = [[(layer_of(mb), n_layers)]], setup.tp
+                modules, weight = [[(layer_of(i), n_layers)]], setup.tp
             else:
-                modules = [[(layer_of(mb), 1) for _ in range(n_layers)] for _ in range(setup.tp)]
+                modules = [[(layer_of(i), 1) for _ in range(n_layers)] for _ in range(setup.tp)]
                 weight = 1
             totals = [sum(lt.total * n for lt, n in mod) for mod in modules]
+            if max(totals) != timing.stage[i, s]:
+                raise AssertionError(
+                    f"micro-batch {i}, stage {s}: the breakdown sums to {max(totals)} cycles, "
+                    f"the step's cycle path to {timing.stage[i, s]}"
+                )
             slowest = modules[int(np.argmax(totals))]
             for lt, n in slowest:
                 for k in OP_KEYS:
@@ -433,11 +352,8 @@ def _run_decode(
                         phase_activity[k] += a.scaled(weight * n)
                     for k, f in lt.epu_flops.items():
                         phase_epu[k] += weight * n * f
-            stage_cycles = max(totals)
-            stage_time[i, s] = stage_cycles
-            link_time[i, s] = stage_hop_cycles(cfg, vector_bytes[i], s, setup.pp, setup.tp)
             _add_link_bytes(link_bytes, setup, vector_bytes[i], s, n_layers)
-    pipe = pipeline_period(stage_time, link_time)
+    stage_time, link_time, pipe = timing.stage, timing.link, timing.pipeline
     busiest_stage, round_trip, period = pipe.busiest_stage, pipe.round_trip, pipe.cycles
     seconds = period / (cfg.module.freq_ghz * 1e9)
     total_channels = n_ch * setup.modules
@@ -522,7 +438,9 @@ def _run_decode(
             "wall_seconds": time.perf_counter() - started,
         },
         energy=energy_block,
-        mapping=(_tuned().mapping_report(setup, list(mapping_rows.values())) if tuned else {}),
+        mapping=(
+            tuned_module().mapping_report(setup, list(mapping_rows.values())) if tuned else {}
+        ),
     )
 
 
@@ -594,54 +512,34 @@ def run_decode(
     """Simulate one decode step of ``setup``; a kernel that cannot be mapped is a
     :class:`DecodeError` that says which choice would help.
 
-    With ``micro_batches="auto"`` every count of :func:`micro_batch_candidates` is simulated
-    and the fastest report returned (ties: fewer micro-batches); its ``pipeline`` holds
+    The cycles are :class:`StepCycles`'s; the report adds their breakdown. With
+    ``micro_batches="auto"`` every count of :func:`micro_batch_candidates` is timed and the
+    fastest reported (ties: fewer micro-batches); its ``pipeline`` holds
     ``micro_batch_sweep``, the tokens/s of each count tried. ``caches`` shares simulated
     kernels with other steps (exact: the same kernel always takes the same cycles).
     ``energy``: the energy preset of the report's ``energy`` block (default
     :data:`models.energy.DEFAULT_ENERGY`).
     """
-    if setup.micro_batches == MICRO_BATCHES_AUTO:
-        reports = []
-        # The candidates share every attention kernel.
-        cache = caches.for_setup(setup) if caches else _kernel_cache(setup, memoize)
-        for m in micro_batch_candidates(setup.pp, len(setup.lengths)):
-            if progress:
-                progress(f"{m} micro-batch(es):")
-            one = dataclasses.replace(setup, micro_batches=m)
-            reports.append(_checked_decode(one, memoize, progress, cache, energy))
-        best = max(reports, key=lambda r: (r.tokens_per_s, -r.micro_batches))
-        sweep = [
-            {"micro_batches": r.micro_batches, "tokens_per_s": r.tokens_per_s} for r in reports
-        ]
-        return dataclasses.replace(best, pipeline={**best.pipeline, "micro_batch_sweep": sweep})
-    cache = caches.for_setup(setup) if caches else None
-    return _checked_decode(setup, memoize, progress, cache, energy)
-
-
-def _checked_decode(
-    setup: DecodeSetup,
-    memoize: bool,
-    progress: Callable[[str], None] | None,
-    cache: KernelCache | None = None,
-    energy: EnergyParams | None = None,
-) -> DecodeReport:
-    """:func:`_run_decode`; a kernel that cannot be mapped says which choice would help."""
+    started = time.perf_counter()
+    memory = admit(setup)
+    steps = StepCycles(setup, caches or KernelCaches(memoize))
+    cache = steps.kernel_cache(max(setup.lengths))
+    simulated_before = cache.simulated
+    timings = steps.timings(setup.lengths)
+    best = min(timings, key=lambda t: (t.cycles, len(t.batches)))
+    if progress and len(timings) > 1:
+        progress(f"{len(best.batches)} micro-batch(es), the fastest of {len(timings)} counts:")
     with decode_errors():
-        return _run_decode(setup, memoize, progress, cache, energy)
-
-
-@contextlib.contextmanager
-def decode_errors() -> Iterator[None]:
-    """Turn a kernel or partition that cannot be mapped into a :class:`DecodeError` that says
-    which choice would help."""
-    try:
-        yield
-    except CompileError as exc:
-        hint = (
-            "use more --tp (fewer KV heads per module), shorter contexts, another --partition, "
-            "or a preset with a larger module (gpr_bytes, rows_per_bank)"
+        report = _report(
+            setup, best, cache, memoize, progress, energy, memory, simulated_before, started
         )
-        raise DecodeError(f"{exc}. {hint}") from None
-    except PartitionError as exc:
-        raise DecodeError(str(exc)) from None
+    if setup.micro_batches != MICRO_BATCHES_AUTO:
+        return report
+    sweep = [
+        {
+            "micro_batches": len(t.batches),
+            "tokens_per_s": len(setup.lengths) / (t.cycles / (setup.hw.module.freq_ghz * 1e9)),
+        }
+        for t in timings
+    ]
+    return dataclasses.replace(report, pipeline={**report.pipeline, "micro_batch_sweep": sweep})
