@@ -406,20 +406,10 @@ class XpuPimSystem(PimSystem):
     def setup(self, lengths: Sequence[int]) -> HeteroSetup:  # type: ignore[override]
         """The :class:`HeteroSetup` of one step of ``lengths`` (no micro-batches, no tuned
         mapping: the xPU runs the FC layers)."""
-        c = self.config
-        pim = DecodeSetup(
-            c.model,
-            self.hw,
-            tuple(lengths),
-            tp=c.tp,
-            pp=c.pp,
-            partition=c.partition,
-            sched=c.sched,
-            memory=c.memory,
-            max_context=c.max_context,
-            check_capacity=c.check_capacity,
+        pim = dataclasses.replace(
+            super().setup(lengths), micro_batches=None, mapping=Mapping.FIXED.value
         )
-        return HeteroSetup(pim, self.xpu, c.sub_batches)
+        return HeteroSetup(pim, self.xpu, self.config.sub_batches)
 
     def step(
         self, lengths: Sequence[int], progress: Callable[[str], None] | None = None
