@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from pimphony.compiler.plan import PARTITIONS, Partition, layer_plan
 from pimphony.models.config import load_preset
-from pimphony.sim.serving.engine import ServingCaches
 from pimphony.sim.systems.cycles import (
     PAIR_KEY,
     AttentionBlock,
@@ -18,6 +17,7 @@ from pimphony.sim.systems.cycles import (
     _RequestBlock,
     decode_cycles,
 )
+from pimphony.sim.systems.registry import ServingCaches
 from pimphony.sim.systems.setup import DecodeError, DecodeSetup
 from pimphony.sim.systems.step import KernelCaches, run_decode
 

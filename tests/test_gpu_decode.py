@@ -209,11 +209,11 @@ def test_cli_refuses_the_other_systems_options(capsys, argv, named):
 
 def test_gpu_compare_one_point(capsys, tmp_path):
     """One workload at 128 GB: every system measured, GPU counts matched as LoL-PIM's."""
-    from pimphony.sim.experiments.gpu_compare import SYSTEMS, format_compare, gpu_compare
+    from pimphony.sim.experiments.gpu_compare import SERIES, format_compare, gpu_compare
 
     rows = gpu_compare("llm-7b", ["qmsum"], [128])
     by = {r["system"]: r for r in rows}
-    assert set(by) == {s.label for s in SYSTEMS}
+    assert set(by) == {s.label for s in SERIES}
     assert by["pim-aimx"]["devices"] == by["lol-pim"]["devices"] == 16  # 128 GB / 8 GB
     assert by["gpu-hbm"]["devices"] == by["gpu-gddr6"]["devices"] == 2  # 128 GB / 64 GB
     # GPU-GDDR6's 64 GB per GPU and paged KV admit what LoL-PIM's lazy 8 x 8 GB node admits.

@@ -64,8 +64,7 @@ def test_imports_run_one_way(layer):
 def test_the_checker_sees_a_wrong_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text(
-        "def f():\n    from pimphony.compiler.kernels import compile_kernel\n"
-        "import models.isa\n"
+        "def f():\n    from pimphony.compiler.kernels import compile_kernel\nimport models.isa\n"
     )
     assert sorted(imported_packages(bad)) == [(2, "compiler"), (3, "bare models")]
 

@@ -20,8 +20,8 @@ from pimphony.sim.systems.kernels import KernelCache
 from pimphony.sim.systems.librapim import (
     SYSTEMS,
     BankAccess,
+    LibrapimKind,
     Offload,
-    System,
     _flow,
     _Parts,
     _pipelined,
@@ -127,14 +127,14 @@ def test_registry_has_the_four_systems_of_6_1():
     }
     x, sl, d = BankAccess.EXCLUSIVE, BankAccess.SLICED, BankAccess.DUAL
     assert flags == {
-        System.NPU_AIM: (True, False, False, Offload.NONE, x),
-        System.ATTACC: (True, True, True, Offload.NONE, x),
-        System.NEUPIMS: (False, False, False, Offload.NONE, d),
-        System.LIBRAPIM: (False, False, False, Offload.ALGORITHM_1, sl),
-        System.LIBRAPIM_BEST: (False, False, False, Offload.BEST, sl),
-        System.AIM_PIPELINED: (False, False, False, Offload.NONE, x),
-        System.LIBRAPIM_NO_DBO: (False, False, False, Offload.NONE, sl),
-        System.LIBRAPIM_MEASURED: (False, False, False, Offload.MEASURED, sl),
+        LibrapimKind.NPU_AIM: (True, False, False, Offload.NONE, x),
+        LibrapimKind.ATTACC: (True, True, True, Offload.NONE, x),
+        LibrapimKind.NEUPIMS: (False, False, False, Offload.NONE, d),
+        LibrapimKind.LIBRAPIM: (False, False, False, Offload.ALGORITHM_1, sl),
+        LibrapimKind.LIBRAPIM_BEST: (False, False, False, Offload.BEST, sl),
+        LibrapimKind.AIM_PIPELINED: (False, False, False, Offload.NONE, x),
+        LibrapimKind.LIBRAPIM_NO_DBO: (False, False, False, Offload.NONE, sl),
+        LibrapimKind.LIBRAPIM_MEASURED: (False, False, False, Offload.MEASURED, sl),
     }
     assert [s for s, r in SYSTEMS.items() if r.dbo] == ["librapim", "librapim-measured"]
 

@@ -12,11 +12,12 @@ from pimphony.models.config import load_preset
 from pimphony.models.errors import PimphonyError
 from pimphony.models.hub import epu_cycles
 from pimphony.models.system import stage_hop_cycles
-from pimphony.sim.serving.engine import ServeConfig, ServeError, pim_prefill_cycles, serve
+from pimphony.sim.serving.engine import ServeConfig, ServeError, serve
 from pimphony.sim.serving.report import metrics
 from pimphony.sim.serving.trace import Request, TraceError, read_trace, workload_requests
 from pimphony.sim.systems.cycles import gemv_op
 from pimphony.sim.systems.kernels import KernelCache
+from pimphony.sim.systems.registry import pim_prefill_cycles
 from pimphony.sim.systems.setup import DecodeSetup
 from pimphony.sim.systems.step import epu_other_flops, run_decode
 

@@ -69,7 +69,7 @@ __all__ = [
     "Fig8System",
     "Phase",
     "PimTimes",
-    "SystemSpec",
+    "Fig8Spec",
     "add_arguments",
     "ENERGY_NOT_MODELLED",
     "attention_sizes",
@@ -119,7 +119,7 @@ class Fig8System(StrEnum):
 
 
 @dataclass(frozen=True)
-class SystemSpec:
+class Fig8Spec:
     """Where a system runs each phase: attention on PIM, FFN shared with PIM, DCC mappings
     (which also move QKV and projection to PIM where faster)."""
 
@@ -128,12 +128,12 @@ class SystemSpec:
     dcc: bool
 
 
-SYSTEMS: dict[Fig8System, SystemSpec] = {
-    Fig8System.GPU: SystemSpec(False, False, False),
-    Fig8System.BASE: SystemSpec(True, False, False),
-    Fig8System.BASE_DCC: SystemSpec(True, False, True),
-    Fig8System.FULL: SystemSpec(True, True, False),
-    Fig8System.FULL_DCC: SystemSpec(True, True, True),
+SYSTEMS: dict[Fig8System, Fig8Spec] = {
+    Fig8System.GPU: Fig8Spec(False, False, False),
+    Fig8System.BASE: Fig8Spec(True, False, False),
+    Fig8System.BASE_DCC: Fig8Spec(True, False, True),
+    Fig8System.FULL: Fig8Spec(True, True, False),
+    Fig8System.FULL_DCC: Fig8Spec(True, True, True),
 }
 
 #: The paper's speedups over the GPU (numbers on Fig. 8's bars): model, batch, (Lin, Lout) ->
@@ -285,7 +285,7 @@ def _layer_placement(
     host: Any,
     batch: int,
     context: int,
-    system: SystemSpec,
+    system: Fig8Spec,
     pim: PimTimes | None,
 ) -> tuple[dict[Phase, _Placed], dict[str, Any]]:
     """Where one layer of a generation step of ``batch`` requests at ``context`` tokens runs
@@ -330,7 +330,7 @@ def step_phases(
     host: Any,
     batch: int,
     context: int,
-    system: SystemSpec,
+    system: Fig8Spec,
     pim: PimTimes | None,
 ) -> dict[Phase, float]:
     """Seconds of each phase of one generation step (every layer) of ``batch`` requests at
@@ -351,7 +351,7 @@ def step_energy(
     host: Any,
     batch: int,
     context: int,
-    system: SystemSpec,
+    system: Fig8Spec,
     pim: PimTimes | None,
 ) -> dict[str, float]:
     """Joules of one generation step (every layer) on ``system``, placed as
@@ -454,7 +454,7 @@ def run_phases(
     batch: int,
     lin: int,
     lout: int,
-    system: SystemSpec,
+    system: Fig8Spec,
     pim: PimTimes | None,
     points: int = SAMPLE_POINTS,
 ) -> dict[Phase, float]:
@@ -482,7 +482,7 @@ def run_energy(
     batch: int,
     lin: int,
     lout: int,
-    system: SystemSpec,
+    system: Fig8Spec,
     pim: PimTimes | None,
     points: int = SAMPLE_POINTS,
 ) -> dict[str, float]:

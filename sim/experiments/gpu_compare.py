@@ -2,7 +2,7 @@
 
 For each workload and each system capacity C (128 -> 1024 GB), one capacity-bound decode
 batch is admitted first-come-first-served from the same pool of requests drawn from the
-workload, on four systems (:data:`SYSTEMS`):
+workload, on four systems (:data:`SERIES`):
 
 - ``pim-aimx``: LoL-PIM's baseline PIM (AiMX): preset ``lolpim-aimx``, HFP partitioning,
   static scheduling, static (max-context) memory; ``C / 8 GB`` modules;
@@ -42,8 +42,8 @@ from pimphony.sim.experiments.ablation import valid_splits
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import parse_list, user_output, user_plot
 from pimphony.sim.systems.admission import fill_batch
-from pimphony.sim.systems.command import System
 from pimphony.sim.systems.gpu import GpuSetup, gpu_fill_batch, run_gpu_decode
+from pimphony.sim.systems.registry import SystemKind
 from pimphony.sim.systems.setup import DecodeSetup
 from pimphony.sim.systems.step import KernelCaches, run_decode
 from pimphony.sim.workloads import load_workload, sample_context_lengths
@@ -55,9 +55,9 @@ __all__ = [
     "GPU_NODE_GB",
     "MODULE_GB",
     "PAPER",
-    "SYSTEMS",
+    "SERIES",
     "WORKLOADS",
-    "CompareSystem",
+    "CompareSeries",
     "add_arguments",
     "format_compare",
     "gpu_compare",
@@ -82,11 +82,11 @@ PAPER = {
 
 
 @dataclass(frozen=True)
-class CompareSystem:
+class CompareSeries:
     """One series: how it is built and how many devices a capacity gives it."""
 
     label: str
-    kind: System
+    kind: SystemKind
     preset: str
     per_device_gb: int
     partition: str = ""
@@ -95,13 +95,15 @@ class CompareSystem:
     link_gbps: float | None = None  # GPU: override the device link (None: the preset's)
 
 
-SYSTEMS: tuple[CompareSystem, ...] = (
-    CompareSystem("pim-aimx", System.PIM, "lolpim-aimx", MODULE_GB, "hfp", "static", "static"),
-    CompareSystem("lol-pim", System.PIM, "lolpim-aimx-io", MODULE_GB, "itpp", "pingpong", "lazy"),
-    CompareSystem("gpu-hbm", System.GPU, "lolpim-gpu-hbm", GPU_NODE_GB),
-    CompareSystem("gpu-gddr6", System.GPU, "lolpim-gpu-gddr6", GPU_NODE_GB),
-    CompareSystem(
-        "gpu-gddr6-10g", System.GPU, "lolpim-gpu-gddr6", GPU_NODE_GB, link_gbps=_SLOW_LINK_GBPS
+SERIES: tuple[CompareSeries, ...] = (
+    CompareSeries("pim-aimx", SystemKind.PIM, "lolpim-aimx", MODULE_GB, "hfp", "static", "static"),
+    CompareSeries(
+        "lol-pim", SystemKind.PIM, "lolpim-aimx-io", MODULE_GB, "itpp", "pingpong", "lazy"
+    ),
+    CompareSeries("gpu-hbm", SystemKind.GPU, "lolpim-gpu-hbm", GPU_NODE_GB),
+    CompareSeries("gpu-gddr6", SystemKind.GPU, "lolpim-gpu-gddr6", GPU_NODE_GB),
+    CompareSeries(
+        "gpu-gddr6-10g", SystemKind.GPU, "lolpim-gpu-gddr6", GPU_NODE_GB, link_gbps=_SLOW_LINK_GBPS
     ),
 )
 
@@ -111,7 +113,7 @@ class CompareError(PimphonyError, ValueError):
 
 
 def _pim_point(
-    sys_: CompareSystem, spec: ModelSpec, pool: Sequence[int], devices: int, caches: KernelCaches
+    sys_: CompareSeries, spec: ModelSpec, pool: Sequence[int], devices: int, caches: KernelCaches
 ) -> dict[str, Any]:
     hw = load_preset(sys_.preset)
     batch = fill_batch(spec, hw, devices, sys_.memory, pool)
@@ -148,7 +150,7 @@ def _energy(block: dict[str, Any]) -> dict[str, Any]:
 
 
 def _gpu_point(
-    sys_: CompareSystem, spec: ModelSpec, pool: Sequence[int], devices: int, _caches: Any
+    sys_: CompareSeries, spec: ModelSpec, pool: Sequence[int], devices: int, _caches: Any
 ) -> dict[str, Any]:
     gpu = load_xpu(sys_.preset)
     if sys_.link_gbps is not None:
@@ -174,9 +176,9 @@ def _gpu_point(
 
 
 #: How a point of each kind of system is measured.
-_POINTS: dict[System, Callable[..., dict[str, Any]]] = {
-    System.PIM: _pim_point,
-    System.GPU: _gpu_point,
+_POINTS: dict[SystemKind, Callable[..., dict[str, Any]]] = {
+    SystemKind.PIM: _pim_point,
+    SystemKind.GPU: _gpu_point,
 }
 
 
@@ -196,7 +198,7 @@ def gpu_compare(
         pool = [int(t) for t in sample_context_lengths(load_workload(wl), _POOL, seed)]
         for cap in capacities:
             point: dict[str, dict[str, Any]] = {}
-            for s in SYSTEMS:
+            for s in SERIES:
                 if cap % s.per_device_gb:
                     raise CompareError(
                         f"capacity {cap} GB is not a whole number of {s.per_device_gb} GB "
@@ -225,7 +227,7 @@ def _series(rows: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, float
 
 def format_compare(rows: list[dict[str, Any]]) -> str:
     """The comparison as a text table: tokens/s per system and LoL-PIM's ratios."""
-    labels = [s.label for s in SYSTEMS]
+    labels = [s.label for s in SERIES]
     head = f"{'workload':<10}{'GB':>6}" + "".join(f"{x:>15}" for x in labels)
     head += f"{'LoL/GDDR':>10}{'LoL/AiMX':>10}{'AiMX/GPU':>10}"
     lines = ["tokens/s (batch) per system; ratios of LoL-PIM and of the PIM baseline", head]
@@ -274,7 +276,7 @@ def plot_compare(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
     axes = list(axes) if len(workloads) > 1 else [axes]
     for ax, wl in zip(axes, workloads, strict=True):
         caps = sorted(c for w, c in series if w == wl)
-        for s in SYSTEMS:
+        for s in SERIES:
             label, color, marker = _STYLE[s.label]
             ax.plot(
                 caps,

@@ -66,8 +66,8 @@ from pimphony.sim.systems.librapim import (
     ATTENTION_PARTITIONS,
     DEFAULT_TP,
     SYSTEMS,
+    LibrapimKind,
     LibrapimSystem,
-    System,
     librapim_cache,
     run_librapim,
 )
@@ -112,11 +112,11 @@ _LABELS = {
 #: Fig. 22's systems (the four of Fig. 19) and LibraPIM without DBO, the paper's
 #: "DBO costs ~20% more energy" comparison.
 FIG22_SYSTEMS = (
-    System.NPU_AIM,
-    System.ATTACC,
-    System.NEUPIMS,
-    System.LIBRAPIM,
-    System.LIBRAPIM_NO_DBO,
+    LibrapimKind.NPU_AIM,
+    LibrapimKind.ATTACC,
+    LibrapimKind.NEUPIMS,
+    LibrapimKind.LIBRAPIM,
+    LibrapimKind.LIBRAPIM_NO_DBO,
 )
 
 
@@ -230,7 +230,7 @@ def system_energy(
     costs: OpCosts = {}
     link_bytes = 0
     softmax_scores = 0
-    if result.name == System.ATTACC:
+    if result.name == LibrapimKind.ATTACC:
         b = len(lengths)
         m = int(result.decisions[0]["m"])
         chunks = int(result.decisions[0]["chunks"])
@@ -242,7 +242,7 @@ def system_energy(
     else:
         for i, mb in enumerate(micro_batches(lengths, result.groups)):
             d = result.decisions[i]
-            use = SYSTEMS[System(result.name)].dbo
+            use = SYSTEMS[LibrapimKind(result.name)].dbo
             m, n = (int(d["m"]), int(d["n"])) if use else (0, 0)
             order = sorted(range(len(mb)), key=lambda r: -mb[r])
             on_xpu = tuple(mb[r] for r in order[:n])
@@ -324,10 +324,10 @@ def fig22(
                     },
                     "dbo": [
                         {k: d[k] for k in ("case", "m", "n")}
-                        for d in systems[System.LIBRAPIM].decisions
+                        for d in systems[LibrapimKind.LIBRAPIM].decisions
                     ],
                 }  # fmt: skip
-                base = row["systems"][System.NEUPIMS]["joules_per_step"]
+                base = row["systems"][LibrapimKind.NEUPIMS]["joules_per_step"]
                 for e in row["systems"].values():
                     e["vs_neupims"] = e["joules_per_step"] / base
                 rows.append(row)

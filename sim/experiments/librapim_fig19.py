@@ -24,7 +24,7 @@ from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
 from pimphony.models.xpu_config import load_xpu
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import user_output, user_plot
-from pimphony.sim.systems.librapim import DEFAULT_TP, System, run_librapim
+from pimphony.sim.systems.librapim import DEFAULT_TP, LibrapimKind, run_librapim
 from pimphony.sim.systems.setup import DecodeError
 
 __all__ = [
@@ -51,18 +51,18 @@ FIG19_CONTEXTS = (16, 64, 256, 1024, 4096)
 #: The systems of Fig. 19 (6.1) and the best-offload analysis row; the other registry rows
 #: belong to Figs. 9, 21 and the DBO variant (``pimphony librapim-figs``).
 FIG19_SYSTEMS = (
-    System.NPU_AIM,
-    System.ATTACC,
-    System.NEUPIMS,
-    System.LIBRAPIM,
-    System.LIBRAPIM_BEST,
+    LibrapimKind.NPU_AIM,
+    LibrapimKind.ATTACC,
+    LibrapimKind.NEUPIMS,
+    LibrapimKind.LIBRAPIM,
+    LibrapimKind.LIBRAPIM_BEST,
 )
 #: Average speedup over NPU+AiM the paper reports or implies (6.2: LibraPIM 6.2x, and 4.4x
 #: over AttAcc, 2.1x over NeuPIMs, so AttAcc 6.2 / 4.4 and NeuPIMs 6.2 / 2.1 over NPU+AiM).
 PAPER_SPEEDUP: dict[str, float] = {
-    System.ATTACC: 6.2 / 4.4,
-    System.NEUPIMS: 6.2 / 2.1,
-    System.LIBRAPIM: 6.2,
+    LibrapimKind.ATTACC: 6.2 / 4.4,
+    LibrapimKind.NEUPIMS: 6.2 / 2.1,
+    LibrapimKind.LIBRAPIM: 6.2,
 }
 
 
@@ -91,14 +91,14 @@ def fig19(
                 systems = run_librapim(
                     spec, hw, dev, (ctx,) * b, min(groups, b), "dcs", tp, FIG19_SYSTEMS
                 )
-                base = systems[System.NPU_AIM].step_seconds
+                base = systems[LibrapimKind.NPU_AIM].step_seconds
                 row: dict[str, Any] = {"model": spec.name, "batch": b, "context": ctx}
                 for s, r in systems.items():
                     row[f"{s}_ms"] = r.step_seconds * 1e3
                     row[f"{s}_speedup"] = base / r.step_seconds
-                row["dbo_case"] = systems[System.LIBRAPIM].decisions[0]["case"]
-                row["dbo_m"] = systems[System.LIBRAPIM].decisions[0]["m"]
-                row["dbo_n"] = systems[System.LIBRAPIM].decisions[0]["n"]
+                row["dbo_case"] = systems[LibrapimKind.LIBRAPIM].decisions[0]["case"]
+                row["dbo_m"] = systems[LibrapimKind.LIBRAPIM].decisions[0]["m"]
+                row["dbo_n"] = systems[LibrapimKind.LIBRAPIM].decisions[0]["n"]
                 rows.append(row)
                 if progress:
                     progress(
@@ -125,7 +125,7 @@ def means(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
 
 def format_fig19(rows: list[dict[str, Any]]) -> str:
     """The table, then the means beside the paper's averages."""
-    names = [str(s) for s in FIG19_SYSTEMS if s != System.NPU_AIM]
+    names = [str(s) for s in FIG19_SYSTEMS if s != LibrapimKind.NPU_AIM]
     head = f"{'model':14s} {'B':>4s} {'L':>5s} {'NPU+AiM ms':>11s} " + " ".join(
         f"{n:>9s}" for n in names
     )
@@ -159,10 +159,10 @@ def to_csv(rows: list[dict[str, Any]]) -> str:
 
 
 _COLOURS = {
-    System.ATTACC: "#219ebc",
-    System.NEUPIMS: "#8ecae6",
-    System.LIBRAPIM: "#e76f51",
-    System.LIBRAPIM_BEST: "#f4a261",
+    LibrapimKind.ATTACC: "#219ebc",
+    LibrapimKind.NEUPIMS: "#8ecae6",
+    LibrapimKind.LIBRAPIM: "#e76f51",
+    LibrapimKind.LIBRAPIM_BEST: "#f4a261",
 }
 
 

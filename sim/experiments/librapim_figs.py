@@ -37,7 +37,7 @@ from pimphony.sim.experiments.librapim_fig19 import FIG19_DIR, _int_list
 from pimphony.sim.experiments.librapim_util import sweep
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import user_output, user_plot
-from pimphony.sim.systems.librapim import DEFAULT_TP, SYSTEMS, System
+from pimphony.sim.systems.librapim import DEFAULT_TP, SYSTEMS, LibrapimKind
 
 __all__ = ["FIGURES", "Figure", "FigureSpec", "add_arguments", "run"]
 
@@ -86,7 +86,7 @@ def _sweep_args(
     )
 
 
-_S = System
+_S = LibrapimKind
 
 #: The registry of figures.
 FIGURES: dict[Figure, FigureSpec] = {

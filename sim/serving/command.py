@@ -4,20 +4,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from pimphony.compiler.llm import load_model
 from pimphony.compiler.plan import PARTITIONS
 from pimphony.models.channel import SCHEDULERS
-from pimphony.models.config import load_preset
-from pimphony.models.fileio import BUILD_DIR, write_atomic
+from pimphony.models.fileio import BUILD_DIR
 from pimphony.models.memory import MEMORY_POLICIES
-from pimphony.models.xpu_config import load_xpu
 from pimphony.sim.cli import SEED, bounded_int, choice_names
 from pimphony.sim.provenance import inputs_digest, provenance
-from pimphony.sim.report import user_output, user_plot
-from pimphony.sim.serving.engine import BACKENDS, ServeConfig, ServeError, System, serve
+from pimphony.sim.serving.engine import ServeConfig, ServeError, serve
 from pimphony.sim.serving.report import format_summary, metrics, plot_result
 from pimphony.sim.serving.trace import Request, read_trace, workload_requests
 from pimphony.sim.systems.command import (
@@ -25,7 +20,17 @@ from pimphony.sim.systems.command import (
     DECODE_PRESET,
     DECODE_XPU,
     micro_batches_arg,
+    output_paths,
+    publish,
     sub_batches_arg,
+    system_help,
+)
+from pimphony.sim.systems.registry import (
+    SYSTEMS,
+    Command,
+    SystemKind,
+    foreign_options,
+    system_config,
 )
 from pimphony.sim.workloads import available_workloads
 
@@ -42,10 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``serve`` subcommand's options."""
     p.add_argument(
         "--system",
-        choices=choice_names(BACKENDS),
-        default=System.PIM.value,
-        help="pim: PIM modules only (default); xpu+pim: FC on an xPU, attention on PIM; "
-        "gpu: N GPUs, tensor parallel",
+        choices=choice_names(SYSTEMS),
+        default=SystemKind.PIM.value,
+        help=system_help(),
     )
     p.add_argument("--model", default="llm-7b", help="model preset, .toml or HF config.json")
     p.add_argument(
@@ -117,26 +121,17 @@ def requests_from_args(args: argparse.Namespace) -> list[Request]:
 
 
 def config_from_args(args: argparse.Namespace) -> ServeConfig:
-    """The :class:`ServeConfig` the options describe."""
-    system = System(args.system)
-    if system == System.XPU_PIM and args.pp != 1:
-        raise ServeError(f"--pp {args.pp}: xpu+pim runs the PIM modules as one TP group")
-    return ServeConfig(
-        system=system.value,
-        model=load_model(args.model),
-        hw=load_preset(args.preset) if system != System.GPU else None,
-        tp=args.tp,
-        pp=args.pp,
-        partition=args.partition,
-        sched=args.sched,
-        memory=args.memory,
-        micro_batches=args.micro_batches,
-        max_context=args.max_context,
-        xpu=load_xpu(args.xpu) if system == System.XPU_PIM else None,
-        sub_batches=args.sub_batches,
-        gpu=load_xpu(args.gpu) if system == System.GPU else None,
-        gpus=args.gpus,
-        gpu_memory_fraction=args.gpu_memory_fraction,
+    """The :class:`ServeConfig` the options describe; another ``--system``'s options (given a
+    value other than their default) are refused, from the registry's table."""
+    kind = SystemKind(args.system)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    refusal = foreign_options(args, kind, Command.SERVE, parser.get_default)
+    if refusal:
+        raise ServeError(refusal)
+    return ServeConfig.of(
+        kind.value,
+        system_config(args, kind, Command.SERVE),
         prefill=not args.no_prefill,
         max_batch=args.max_batch,
     )
@@ -154,10 +149,9 @@ def run(args: argparse.Namespace) -> int:
     stem = (
         f"{cfg.model.name}-{cfg.system.replace('+', '-')}-{cfg.memory}-{len(reqs)}req-{digest[:10]}"
     )
-    out = user_output(args.out, SERVE_DIR / f"{stem}.json", args.force)
-    png = user_plot(args.plot, SERVE_DIR / f"{stem}.png", args.force)
-    if out.resolve() == png.resolve():
-        raise ServeError(f"--out and --plot both name {out}; give two files")
+    paths = output_paths(
+        args.out, args.plot, SERVE_DIR / stem, args.force, ("--out", "--plot"), ServeError
+    )
     say = None if args.json else (lambda m: print(f"  {m}", flush=True))
     res = serve(cfg, reqs, progress=say)
     report = {
@@ -205,12 +199,11 @@ def run(args: argparse.Namespace) -> int:
             inputs_sha256=digest,
         ),
     }
-    text = json.dumps(report, indent=2)
-    write_atomic(out, (text + "\n").encode())
-    plot_result(res, report, png)
-    if args.json:
-        print(text)
-    else:
-        print(format_summary(report))
-        print(f"report: {out}\nplot:   {png}")
+    publish(
+        report,
+        paths,
+        lambda path: plot_result(res, report, path),
+        lambda: format_summary(report),
+        args.json,
+    )
     return 0

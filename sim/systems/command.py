@@ -12,43 +12,26 @@ import dataclasses
 import json
 import sys
 from collections.abc import Callable
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pimphony.compiler.llm import load_model
 from pimphony.compiler.plan import PARTITIONS
 from pimphony.models.channel import SCHEDULERS
-from pimphony.models.config import load_preset
-from pimphony.models.energy import DEFAULT_ENERGY, available_energy_presets, load_energy
+from pimphony.models.energy import DEFAULT_ENERGY, available_energy_presets
 from pimphony.models.fileio import BUILD_DIR, write_atomic
 from pimphony.models.memory import MEMORY_POLICIES
-from pimphony.models.xpu_config import load_xpu
 from pimphony.sim.cli import SEED, bounded_int, choice_names
-from pimphony.sim.provenance import inputs_digest, provenance
+from pimphony.sim.provenance import provenance
 from pimphony.sim.report import user_output, user_plot
-from pimphony.sim.systems.admission import fill_batch
-from pimphony.sim.systems.gpu import (
-    GpuSetup,
-    format_gpu_report,
-    gpu_fill_batch,
-    gpu_report_stem,
-    gpu_setup_digest,
-    plot_gpu_report,
-    run_gpu_decode,
+from pimphony.sim.systems.hetero import SUB_BATCHES_AUTO
+from pimphony.sim.systems.registry import (
+    SYSTEMS,
+    Command,
+    SystemKind,
+    foreign_options,
+    system_config,
 )
-from pimphony.sim.systems.hetero import (
-    SUB_BATCHES_AUTO,
-    HeteroSetup,
-    format_hetero_report,
-    hetero_report_stem,
-    hetero_setup_digest,
-    plot_hetero_report,
-    run_hetero_decode,
-)
-from pimphony.sim.systems.report import format_report, plot_report, report_stem, setup_digest
-from pimphony.sim.systems.setup import MICRO_BATCHES_AUTO, DecodeError, DecodeSetup, Mapping
-from pimphony.sim.systems.step import run_decode
+from pimphony.sim.systems.setup import MICRO_BATCHES_AUTO, DecodeError, Mapping
 from pimphony.sim.workloads import load_workload, read_context_lengths, sample_context_lengths
 
 __all__ = [
@@ -56,15 +39,13 @@ __all__ = [
     "DECODE_GPU",
     "DECODE_PRESET",
     "DECODE_XPU",
-    "SYSTEMS",
-    "System",
     "add_arguments",
     "micro_batches_arg",
+    "output_paths",
+    "publish",
     "run",
-    "gpu_setup_from_args",
-    "hetero_setup_from_args",
-    "setup_from_args",
     "sub_batches_arg",
+    "system_help",
 ]
 
 DECODE_DIR = BUILD_DIR / "decode"
@@ -80,14 +61,6 @@ MAX_BATCH = 1024
 DECODE_GPU = "a100-80gb"
 #: The xPU of ``--system xpu+pim`` unless ``--xpu`` names another (PIMphony's NeuPIMs NPU).
 DECODE_XPU = "neupims-npu"
-
-
-class System(StrEnum):
-    """What runs the decode step (``--system``)."""
-
-    PIM = "pim"
-    GPU = "gpu"
-    XPU_PIM = "xpu+pim"
 
 
 def micro_batches_arg(value: str) -> int | str:
@@ -129,14 +102,18 @@ def _batch(value: str) -> int | str:
     return n
 
 
+def system_help() -> str:
+    """``--system``'s help: each row of :data:`~sim.systems.registry.SYSTEMS` and its summary."""
+    return "; ".join(f"{kind}: {row.summary}" for kind, row in SYSTEMS.items())
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``decode`` subcommand's options."""
     p.add_argument(
         "--system",
-        choices=[s.value for s in System],
-        default=System.PIM.value,
-        help="pim: PIM modules only (default); gpu: N GPUs, tensor parallel; xpu+pim: FC "
-        "layers on an xPU, attention on PIM modules (docs/decode.md)",
+        choices=choice_names(SYSTEMS),
+        default=SystemKind.PIM.value,
+        help=f"{system_help()} (docs/decode.md)",
     )
     p.add_argument("--model", default="llm-7b", help="model preset, .toml or HF config.json")
     src = p.add_mutually_exclusive_group()
@@ -250,267 +227,91 @@ def _lengths(args: argparse.Namespace, window: int) -> tuple[list[int], bool]:
     return [context] * n, auto
 
 
-def setup_from_args(args: argparse.Namespace) -> DecodeSetup:
-    """Validated :class:`DecodeSetup` from parsed ``decode`` options."""
-    model = load_model(args.model)
-    hw = load_preset(args.preset)
-    if args.modules is not None and args.modules != args.tp * args.pp:
-        raise DecodeError(
-            f"--modules {args.modules} must equal --tp x --pp = {args.tp} x {args.pp} = "
-            f"{args.tp * args.pp}"
-        )
-    lengths, auto = _lengths(args, model.context_window)
-    if auto:
-        lengths = list(
-            fill_batch(model, hw, args.tp * args.pp, args.memory, lengths, args.max_context)
-        )
-    return DecodeSetup(
-        model,
-        hw,
-        tuple(lengths),
-        tp=args.tp,
-        pp=args.pp,
-        partition=args.partition,
-        sched=args.sched,
-        memory=args.memory,
-        micro_batches=args.micro_batches,
-        max_context=args.max_context,
-        check_capacity=not args.ignore_capacity,
-        mapping=getattr(args, "mapping", Mapping.FIXED.value),
-    )
-
-
-def gpu_setup_from_args(args: argparse.Namespace) -> GpuSetup:
-    """Validated :class:`GpuSetup` from parsed ``decode --system gpu`` options."""
-    model = load_model(args.model)
-    gpu = load_xpu(args.gpu)
-    lengths, auto = _lengths(args, model.context_window)
-    if auto:
-        lengths = list(gpu_fill_batch(model, gpu, args.gpus, lengths, args.gpu_memory_fraction))
-    return GpuSetup(
-        model,
-        gpu,
-        args.gpus,
-        tuple(lengths),
-        memory_fraction=args.gpu_memory_fraction,
-        check_capacity=not args.ignore_capacity,
-    )
-
-
-def _run_gpu(args: argparse.Namespace) -> int:
-    """``pimphony decode --system gpu``: cost, report (text or JSON) and plot one GPU step."""
-    args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in _XPU_PIM_ONLY})
-    setup = gpu_setup_from_args(args)
-    stem = gpu_report_stem(setup)
-    json_path = user_output(args.report, DECODE_DIR / f"{stem}.json", args.force)
-    png_path = user_plot(args.plot, DECODE_DIR / f"{stem}.png", args.force)
+def output_paths(
+    report: Path | None,
+    plot: Path | None,
+    default: Path,
+    force: bool,
+    flags: tuple[str, str] = ("--report", "--plot"),
+    error: type[Exception] = DecodeError,
+) -> tuple[Path, Path]:
+    """The JSON report's and the figure's paths (``default`` + ``.json`` / ``.png`` unless
+    given; a given file is replaced only with ``force``), checked before any work is done;
+    ``error`` when both name one file."""
+    json_path = user_output(report, Path(f"{default}.json"), force)
+    png_path = user_plot(plot, Path(f"{default}.png"), force)
     if json_path.resolve() == png_path.resolve():
-        raise DecodeError(f"--report and --plot both name {json_path}; give two files")
-    report = dataclasses.replace(
-        run_gpu_decode(setup),
-        provenance=provenance(
-            args,
-            None,
-            gpu={
-                "name": setup.gpu.name,
-                "sha256": inputs_digest(dataclasses.asdict(setup.gpu)),
-                "values": dataclasses.asdict(setup.gpu),
-            },
-            model=dataclasses.asdict(setup.model),
-            workload=args.workload,
-            seed=args.seed if args.workload else None,
-            context_lengths=list(setup.lengths),
-            inputs_sha256=gpu_setup_digest(setup),
-        ),
-    )
-    text = json.dumps(report.to_dict(), indent=2, default=str)
-    write_atomic(json_path, (text + "\n").encode())
-    plot_gpu_report(report, png_path)
-    if args.json:
-        print(text)
+        raise error(f"{flags[0]} and {flags[1]} both name {json_path}; give two files")
+    return json_path, png_path
+
+
+def publish(
+    report: dict[str, Any],
+    paths: tuple[Path, Path],
+    plot: Callable[[Path], Any],
+    text: Callable[[], str],
+    as_json: bool,
+) -> None:
+    """Write ``report`` as JSON and its figure (``plot(path)``) to ``paths``, then print the
+    JSON (``as_json``) or ``text()`` and where both went."""
+    json_path, png_path = paths
+    dumped = json.dumps(report, indent=2, default=str)
+    write_atomic(json_path, (dumped + "\n").encode())
+    plot(png_path)
+    if as_json:
+        print(dumped)
     else:
-        print(format_gpu_report(report))
+        print(text())
         print(f"report: {json_path}\nplot:   {png_path}")
-    return 0
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``pimphony decode`` on the ``--system`` of :data:`SYSTEMS`; user errors propagate
-    as :class:`DecodeError` and friends."""
-    system = System(args.system)
-    _refuse_other_systems_options(args, system)
-    if args.mapping == Mapping.FIXED:  # the default: reports' options stay as before it existed
-        args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "mapping"})
-    return SYSTEMS[system](args)
-
-
-#: Options that only one system reads (``dest`` names); the others refuse them.
-_SYSTEM_OPTIONS: dict[System, tuple[str, ...]] = {
-    System.PIM: (
-        "modules", "tp", "pp", "micro_batches", "partition", "sched", "memory", "max_context",
-        "preset", "ignore_capacity", "energy", "mapping",
-    ),
-    System.GPU: ("gpu", "gpus", "gpu_memory_fraction"),
-    System.XPU_PIM: (
-        "modules", "tp", "partition", "sched", "memory", "max_context", "preset",
-        "ignore_capacity", "xpu", "sub_batches", "energy",
-    ),
-}  # fmt: skip
-
-
-def _refuse_other_systems_options(args: argparse.Namespace, system: System) -> None:
-    """:class:`DecodeError` naming the options of another ``--system`` given a value other
-    than their default (they would be ignored silently)."""
-    defaults = argparse.ArgumentParser()
-    add_arguments(defaults)
-    others = dict.fromkeys(
-        dest
-        for other, dests in _SYSTEM_OPTIONS.items()
-        if other is not system
-        for dest in dests
-        if dest not in _SYSTEM_OPTIONS[system]
-    )
-    foreign = [
-        f"--{dest.replace('_', '-')}"
-        for dest in others
-        if getattr(args, dest, None) != defaults.get_default(dest)
-    ]
-    if foreign:
-        owner: dict[str, str] = {}
-        for o, dests in _SYSTEM_OPTIONS.items():
-            for d in dests:
-                owner.setdefault(d, o.value)
-        named = ", ".join(f"{f} (--system {owner[f[2:].replace('-', '_')]})" for f in foreign)
-        raise DecodeError(f"--system {system.value} does not use {named}; drop them")
-
-
-#: Options only ``--system gpu`` reads; a PIM report's provenance leaves them out, so that it
-#: stays what it was before the GPU baseline existed (tests/golden).
-_GPU_ONLY = ("system", "gpu", "gpus", "gpu_memory_fraction", "xpu", "sub_batches")
-
-
-def _energy_params(args: argparse.Namespace, hw) -> tuple[Any, argparse.Namespace]:
-    """The ``--energy`` preset, checked against the PIM hardware (its chip or stack count
-    must fit: :class:`~models.energy.EnergyConfigError` otherwise), and ``args`` for the
-    provenance: ``energy`` left out at its default, so that default reports stay what they
-    were before the option existed (tests/golden; the report's energy block names the
-    preset)."""
-    params = load_energy(args.energy)
-    params.chips(hw)
+    """Run ``pimphony decode`` on the ``--system`` of :data:`~sim.systems.registry.SYSTEMS`:
+    one step through the :class:`~sim.systems.base.System` interface, its JSON report (with
+    provenance) and plot written, the report printed; user errors propagate as
+    :class:`DecodeError` and friends."""
+    kind = SystemKind(args.system)
+    row = SYSTEMS[kind]
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    refusal = foreign_options(args, kind, Command.DECODE, parser.get_default)
+    if refusal:
+        raise DecodeError(refusal)
+    # Reports' provenance leaves out what did not exist when their system's reports were
+    # first saved (tests/golden): the row's omissions, the default mapping and energy preset.
+    omit = set(row.provenance_omits)
+    if args.mapping == Mapping.FIXED:
+        omit.add("mapping")
     if args.energy == DEFAULT_ENERGY:
-        args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "energy"})
-    return params, args
-
-
-#: Options a GPU step does not read (only ``--system xpu+pim``, or the PIM systems' energy
-#: preset); a GPU report's provenance leaves them out.
-_XPU_PIM_ONLY = ("xpu", "sub_batches", "energy")
-
-
-def _run_pim(args: argparse.Namespace) -> int:
-    """``pimphony decode`` on PIM modules (the default system)."""
-    args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in _GPU_ONLY})
-    setup = setup_from_args(args)
-    params, args = _energy_params(args, setup.hw)
-    stem = report_stem(setup)
-    json_path = user_output(args.report, DECODE_DIR / f"{stem}.json", args.force)
-    png_path = user_plot(args.plot, DECODE_DIR / f"{stem}.png", args.force)
-    if json_path.resolve() == png_path.resolve():
-        raise DecodeError(f"--report and --plot both name {json_path}; give two files")
-    progress = None if args.json else (lambda msg: print(f"  {msg}", flush=True))
-    report = dataclasses.replace(
-        run_decode(setup, progress=progress, energy=params),
-        provenance=provenance(
-            args,
-            setup.hw,
-            model=dataclasses.asdict(setup.model),
-            workload=args.workload,
-            seed=args.seed if args.workload else None,
-            context_lengths=list(setup.lengths),
-            inputs_sha256=setup_digest(setup),
-        ),
-    )
-    text = json.dumps(report.to_dict(), indent=2)
-    write_atomic(json_path, (text + "\n").encode())
-    plot_report(report, png_path)
-    if args.json:
-        print(text)
-    else:
-        print(format_report(report))
-        print(f"report: {json_path}\nplot:   {png_path}")
-    return 0
-
-
-def hetero_setup_from_args(args: argparse.Namespace) -> HeteroSetup:
-    """Validated :class:`HeteroSetup` from parsed ``decode --system xpu+pim`` options; the
-    PIM modules hold only the KV cache (``--batch auto`` fills them with it)."""
-    model = load_model(args.model)
-    hw = load_preset(args.preset)
-    xpu = load_xpu(args.xpu)
-    if args.modules is not None and args.modules != args.tp:
-        raise DecodeError(f"--modules {args.modules} must equal --tp = {args.tp}")
+        omit.add("energy")
+    system = row.build(system_config(args, kind, Command.DECODE))
+    args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in omit})
+    model = system.config.model
     lengths, auto = _lengths(args, model.context_window)
     if auto:
-        lengths = list(
-            fill_batch(model, hw, args.tp, args.memory, lengths, args.max_context, weights=False)
-        )
-    pim = DecodeSetup(
-        model,
-        hw,
-        tuple(lengths),
-        tp=args.tp,
-        partition=args.partition,
-        sched=args.sched,
-        memory=args.memory,
-        max_context=args.max_context,
-        check_capacity=not args.ignore_capacity,
-    )
-    return HeteroSetup(pim, xpu, args.sub_batches)
-
-
-def _run_xpu_pim(args: argparse.Namespace) -> int:
-    """``pimphony decode --system xpu+pim``: time, report and plot one heterogeneous step."""
-    args = argparse.Namespace(
-        **{k: v for k, v in vars(args).items() if k not in ("gpu", "gpus", "gpu_memory_fraction")}
-    )
-    setup = hetero_setup_from_args(args)
-    params, args = _energy_params(args, setup.pim.hw)
-    stem = hetero_report_stem(setup)
-    json_path = user_output(args.report, DECODE_DIR / f"{stem}.json", args.force)
-    png_path = user_plot(args.plot, DECODE_DIR / f"{stem}.png", args.force)
-    if json_path.resolve() == png_path.resolve():
-        raise DecodeError(f"--report and --plot both name {json_path}; give two files")
+        lengths = list(system.fill_batch(lengths))
+    setup = system.setup(lengths)
+    paths = output_paths(args.report, args.plot, DECODE_DIR / row.stem(setup), args.force)
+    progress = None if args.json else (lambda msg: print(f"  {msg}", flush=True))
+    result = system.step(lengths, progress=progress)
     report = dataclasses.replace(
-        run_hetero_decode(setup, params=params),
+        result.report,
         provenance=provenance(
             args,
-            setup.pim.hw,
-            xpu={
-                "name": setup.xpu.name,
-                "sha256": inputs_digest(dataclasses.asdict(setup.xpu)),
-                "values": dataclasses.asdict(setup.xpu),
-            },
-            model=dataclasses.asdict(setup.pim.model),
+            system.hw,
+            **system.provenance_inputs(),
+            model=dataclasses.asdict(model),
             workload=args.workload,
             seed=args.seed if args.workload else None,
-            context_lengths=list(setup.pim.lengths),
-            inputs_sha256=hetero_setup_digest(setup),
+            context_lengths=list(lengths),
+            inputs_sha256=row.digest(setup),
         ),
     )
-    text = json.dumps(report.to_dict(), indent=2, default=str)
-    write_atomic(json_path, (text + "\n").encode())
-    plot_hetero_report(report, png_path)
-    if args.json:
-        print(text)
-    else:
-        print(format_hetero_report(report))
-        print(f"report: {json_path}\nplot:   {png_path}")
+    publish(
+        report.to_dict(),
+        paths,
+        lambda path: row.plot(report, path),
+        lambda: row.text(report),
+        args.json,
+    )
     return 0
-
-
-#: ``--system`` -> the function that runs the step.
-SYSTEMS: dict[System, Callable[[argparse.Namespace], int]] = {
-    System.PIM: _run_pim,
-    System.GPU: _run_gpu,
-    System.XPU_PIM: _run_xpu_pim,
-}

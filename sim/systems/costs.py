@@ -7,7 +7,7 @@ the device attends to, the two norms, the two residual adds and the FFN's activa
 (:attr:`compiler.llm.ModelSpec.activation`). Every system builds on it: the GPU step
 (:func:`sim.systems.gpu.gpu_op_costs`), the xPU+PIM step and its energy
 (:mod:`sim.systems.hetero`, :func:`sim.systems.energy.hetero_energy`), the LibraPIM systems
-and their energy, and serving's xPU prefill.
+and their energy, and the xPU prefill (:func:`xpu_prefill_seconds`).
 
 Where KV heads go when ``tp`` exceeds them is the one rule :class:`compiler.plan.KvHeads`:
 GPUs replicate a KV head (``KvHeads.REPLICATE``), PIM modules refuse (``KvHeads.SPLIT``,
@@ -22,10 +22,17 @@ from collections.abc import Mapping, Sequence
 
 from pimphony.compiler.llm import LayerOp, ModelSpec
 from pimphony.compiler.plan import KvHeads, kv_heads_per_device, tp_shapes
-from pimphony.models.xpu import VectorOp, XpuCost, attention_cost, gemm_cost, vector_cost
+from pimphony.models.xpu import (
+    VectorOp,
+    XpuCost,
+    attention_cost,
+    gemm_cost,
+    ring_allreduce_seconds,
+    vector_cost,
+)
 from pimphony.models.xpu_config import XpuConfig
 
-__all__ = ["ATTENTION", "OpCosts", "layer_costs", "op_cycles"]
+__all__ = ["ATTENTION", "OpCosts", "layer_costs", "op_cycles", "xpu_prefill_seconds"]
 
 #: An op's name -> (its cost on one device, how many times one layer runs it).
 OpCosts = dict[str, tuple[XpuCost, int]]
@@ -89,3 +96,26 @@ def op_cycles(costs: Mapping[str, tuple[XpuCost, int]], freq_ghz: float) -> dict
     """Cycles at ``freq_ghz`` of ONE run of each op of ``costs`` (counts not applied):
     ``ceil(seconds x freq)``."""
     return {key: math.ceil(cost.seconds * freq_ghz * 1e9) for key, (cost, _) in costs.items()}
+
+
+def xpu_prefill_seconds(
+    device: XpuConfig, model: ModelSpec, prompts: Sequence[int], shards: int = 1
+) -> float:
+    """Seconds to prefill ``prompts`` (tokens each) on ``shards`` tensor-parallel devices of
+    the xPU cost model (``docs/xpu.md``): per layer the cost table
+    :func:`layer_costs` over all prompt tokens (FC GEMMs, 2 norms, 2
+    residual adds, the activation; KV heads replicated as on GPUs), each prompt's attention
+    as two GEMMs per query head (``n x d_h x n`` and ``n x n x d_h``, the full square: no
+    causal skipping) and, on more than one device, two ring all-reduces; times the layers."""
+    spec, n = model, int(sum(prompts))
+    layer = 0.0
+    for cost, count in layer_costs(spec, device, n, shards, kv=KvHeads.REPLICATE).values():
+        layer += count * cost.seconds
+    heads, d_h = spec.heads // shards, spec.head_dim
+    for t in prompts:
+        layer += heads * (
+            gemm_cost(device, t, d_h, t).seconds + gemm_cost(device, t, t, d_h).seconds
+        )
+    if shards > 1:
+        layer += 2 * ring_allreduce_seconds(device, n * spec.hidden * spec.element_bytes, shards)
+    return spec.layers * layer

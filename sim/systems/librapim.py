@@ -5,7 +5,7 @@ and is timed with the xPU+PIM step's parts (:mod:`sim.systems.hetero`: the xPU c
 model, the PIM channel TLM through :func:`sim.systems.step.attention_cycles` and
 :func:`~sim.systems.step.layer_timing`, the four-resource
 :func:`~sim.systems.hetero.pipeline_schedule`). The :data:`SYSTEMS` registry, keyed by
-:class:`System`, holds what each system does (``docs/librapim.md`` quotes the paper):
+:class:`LibrapimKind`, holds what each system does (``docs/librapim.md`` quotes the paper):
 
 * **npu+aim**: serial, one batch group, FC on the xPU, attention on PIM.
 * **attacc**: serial flow, head-level pipelining of QKV generation / attention, FFN
@@ -79,8 +79,8 @@ __all__ = [
     "LibrapimSystem",
     "librapim_cache",
     "Offload",
-    "System",
-    "SystemSpec",
+    "LibrapimKind",
+    "LibrapimSpec",
     "dbo_model",
     "dbo_throughput",
     "format_librapim",
@@ -99,7 +99,7 @@ ATTENTION_PARTITIONS = ("hfp", "tcp", "itpp")
 DEFAULT_TP = 8
 
 
-class System(StrEnum):
+class LibrapimKind(StrEnum):
     """The four systems of LibraPIM 6.1 and the analysis rows (module docstring)."""
 
     NPU_AIM = "npu+aim"
@@ -138,7 +138,7 @@ class Offload(StrEnum):
 
 
 @dataclass(frozen=True)
-class SystemSpec:
+class LibrapimSpec:
     """What one system does: serial or batch-pipelined, head-level pipelining, FFN
     co-processing, its offload rule, and how PIM and the xPU's weight reads share the banks
     (in a serial flow the two never overlap, so ``banks`` then costs nothing)."""
@@ -159,29 +159,29 @@ class SystemSpec:
 _X, _S, _D = BankAccess.EXCLUSIVE, BankAccess.SLICED, BankAccess.DUAL
 
 #: The registry (``docs/librapim.md`` quotes the paper for every row).
-SYSTEMS: dict[System, SystemSpec] = {
-    System.NPU_AIM: SystemSpec(
+SYSTEMS: dict[LibrapimKind, LibrapimSpec] = {
+    LibrapimKind.NPU_AIM: LibrapimSpec(
         True, False, False, Offload.NONE, _X, "serial, exclusive bank access"
     ),
-    System.ATTACC: SystemSpec(
+    LibrapimKind.ATTACC: LibrapimSpec(
         True, True, True, Offload.NONE, _X, "serial flow, head-level pipelining, FFN co-processing"
     ),
-    System.NEUPIMS: SystemSpec(
+    LibrapimKind.NEUPIMS: LibrapimSpec(
         False, False, False, Offload.NONE, _D, "batch pipelining, dual row buffers"
     ),
-    System.LIBRAPIM: SystemSpec(
+    LibrapimKind.LIBRAPIM: LibrapimSpec(
         False, False, False, Offload.ALGORITHM_1, _S, "batch pipelining + DEX + DBO"
     ),
-    System.LIBRAPIM_BEST: SystemSpec(
+    LibrapimKind.LIBRAPIM_BEST: LibrapimSpec(
         False, False, False, Offload.BEST, _S, "LibraPIM, FFN offload chosen by simulation"
     ),
-    System.AIM_PIPELINED: SystemSpec(
+    LibrapimKind.AIM_PIPELINED: LibrapimSpec(
         False, False, False, Offload.NONE, _X, "batch pipelining on exclusive AiM banks"
     ),
-    System.LIBRAPIM_NO_DBO: SystemSpec(
+    LibrapimKind.LIBRAPIM_NO_DBO: LibrapimSpec(
         False, False, False, Offload.NONE, _S, "batch pipelining + DEX, no DBO"
     ),
-    System.LIBRAPIM_MEASURED: SystemSpec(
+    LibrapimKind.LIBRAPIM_MEASURED: LibrapimSpec(
         False,
         False,
         False,
@@ -787,7 +787,7 @@ def run_librapim(
     chosen = []
     for name in systems or tuple(SYSTEMS):
         try:
-            chosen.append(System(name))
+            chosen.append(LibrapimKind(name))
         except ValueError:
             raise DecodeError(
                 f"system {name!r} is unknown; allowed: {', '.join(SYSTEMS)}"

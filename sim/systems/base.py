@@ -1,0 +1,172 @@
+"""What every system that runs an LLM decode step offers: the :class:`System` interface.
+
+A system (PIM modules only, an xPU with PIM for attention, GPUs: the rows of
+:data:`sim.systems.registry.SYSTEMS`) is built once from a :class:`SystemConfig` and then
+asked, for a batch's context lengths, for its step with the full report (:meth:`System.step`,
+``pimphony decode``), for the step's time alone (:meth:`System.cycles`, the fast path of
+``pimphony serve``), for its KV memory (:meth:`System.pool`) and for the time of prefilling
+prompts (:meth:`System.prefill`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from pimphony.compiler.llm import ModelSpec
+from pimphony.models.config import HardwareConfig
+from pimphony.models.energy import EnergyParams
+from pimphony.models.memory import MemoryPolicy
+from pimphony.models.xpu_config import XpuConfig
+
+__all__ = ["KvPool", "PoolStats", "StepReport", "StepResult", "StepTime", "System", "SystemConfig"]
+
+
+@dataclass(frozen=True)
+class SystemConfig:
+    """Everything a system depends on besides the batch's lengths.
+
+    ``hw`` is the PIM preset (PIM, xPU+PIM); ``xpu`` the xPU of xPU+PIM; ``gpu``, ``gpus``
+    and ``gpu_memory_fraction`` the GPU system. ``tp``, ``pp``, ``partition``, ``sched``,
+    ``memory``, ``micro_batches``, ``max_context``, ``sub_batches`` and ``mapping`` mean what
+    they mean for ``pimphony decode`` (``docs/decode.md``); ``check_capacity`` off times a
+    batch that does not fit; ``energy`` is the PIM energy preset (``None``: the default).
+    A system reads only its own fields; all but ``model`` and ``hw`` are keyword-only.
+    """
+
+    model: ModelSpec
+    hw: HardwareConfig | None = None
+    _: KW_ONLY
+    tp: int = 1
+    pp: int = 1
+    partition: str = "auto"
+    sched: str = "dcs"
+    memory: str = "lazy"
+    micro_batches: int | str | None = None
+    max_context: int | None = None
+    xpu: XpuConfig | None = None
+    sub_batches: int | str = 1
+    gpu: XpuConfig | None = None
+    gpus: int = 1
+    gpu_memory_fraction: float = 1.0
+    check_capacity: bool = True
+    mapping: str = "fixed"
+    energy: EnergyParams | None = None
+
+    @property
+    def reservation(self) -> int:
+        """Tokens a request may reach: the static reservation, else the model's window."""
+        if self.memory == MemoryPolicy.STATIC:
+            return self.max_context or self.model.context_window
+        return self.model.context_window
+
+
+class StepReport(Protocol):
+    """A decode step's full report (``DecodeReport``, ``HeteroReport``, ``GpuReport``)."""
+
+    step_seconds: float
+    tokens_per_s: float
+    energy: dict[str, Any]
+    provenance: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON report."""
+        ...
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One decode step with what later stages read of it, so that none re-plans it.
+
+    ``cycles`` is the PIM clock's (``None`` on a system without PIM); ``partition_layers``
+    the attention partition the step chose per layer (empty without PIM); ``activity`` each
+    device's busy share as the report states it; ``link_bytes`` the bytes over each link;
+    ``report`` the full report (``to_dict`` is the JSON of ``pimphony decode``).
+    """
+
+    seconds: float
+    cycles: int | None
+    tokens_per_s: float
+    partition_layers: Mapping[str, int]
+    activity: Mapping[str, Any]
+    link_bytes: Mapping[str, int]
+    report: StepReport
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """A decode step's time alone (the serving fast path): seconds and PIM cycles (``None``
+    on a system without PIM)."""
+
+    seconds: float
+    cycles: int | None
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    """KV bytes in use (tokens) and held (chunks, slots or blocks) against the capacity."""
+
+    used_bytes: int
+    reserved_bytes: int
+    capacity_bytes: int
+
+
+@runtime_checkable
+class KvPool(Protocol):
+    """A system's KV memory as the serving loop admits, grows and releases requests in it."""
+
+    def admit(self, rid: Any, tokens: int, *, raise_on_oom: bool = True) -> bool:
+        """Take the memory of ``tokens`` tokens; ``False`` (or ``OutOfMemory``) if full."""
+        ...
+
+    def grow(self, rid: Any, tokens: int = 1) -> tuple[int, ...]:
+        """``tokens`` more tokens (``OutOfMemory`` if full)."""
+        ...
+
+    def release(self, rid: Any) -> tuple[int, ...]:
+        """Free a request's memory."""
+        ...
+
+    def stats(self) -> Any:
+        """Bytes used, held and the capacity (``used_bytes``, ``reserved_bytes``,
+        ``capacity_bytes``)."""
+        ...
+
+
+@runtime_checkable
+class System(Protocol):
+    """One system running LLM decode steps (the rows of ``sim.systems.registry.SYSTEMS``)."""
+
+    config: SystemConfig
+
+    def setup(self, lengths: Sequence[int]) -> Any:
+        """The validated setup of one step of ``lengths`` (what reports name and digest)."""
+        ...
+
+    def step(
+        self, lengths: Sequence[int], progress: Callable[[str], None] | None = None
+    ) -> StepResult:
+        """One decode step of ``lengths`` with its full report (``pimphony decode``)."""
+        ...
+
+    def cycles(self, lengths: Sequence[int]) -> StepTime:
+        """The same step's time alone, fast (``pimphony serve``)."""
+        ...
+
+    def pool(self) -> KvPool:
+        """An empty KV memory of the system (admission)."""
+        ...
+
+    def fill_batch(self, candidates: Sequence[int]) -> tuple[int, ...]:
+        """The longest prefix of ``candidates`` (context lengths, FCFS) the memory holds."""
+        ...
+
+    def prefill(self, prompts: Sequence[int]) -> float:
+        """Seconds to prefill ``prompts`` (tokens each) and place their KV."""
+        ...
+
+    def provenance_inputs(self) -> dict[str, Any]:
+        """The devices a report's provenance records beside the PIM preset (``gpu``,
+        ``xpu``: name, digest, values)."""
+        ...

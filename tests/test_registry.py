@@ -1,0 +1,145 @@
+"""The system registry (sim/systems/registry.py): every row decodes and serves through the
+one :class:`~sim.systems.base.System` interface, and each command refuses another row's
+options from the table."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from pimphony.compiler.llm import load_model
+from pimphony.models.config import load_preset
+from pimphony.models.xpu_config import load_xpu
+from pimphony.sim.systems.base import StepResult, System, SystemConfig
+from pimphony.sim.systems.command import DECODE_GPU, DECODE_PRESET, DECODE_XPU
+from pimphony.sim.systems.registry import SYSTEMS, Command, SystemKind, make_system
+
+from tests.helpers import run_cli
+
+MODEL = "llm-1.8b"
+CONTEXT = 512
+BATCH = 2
+
+#: A value other than the default for every option some row reads (``dest`` -> argv).
+OTHER_VALUE: dict[str, tuple[str, ...]] = {
+    "modules": ("--modules", "2"),
+    "tp": ("--tp", "2"),
+    "pp": ("--pp", "2"),
+    "micro_batches": ("--micro-batches", "2"),
+    "partition": ("--partition", "tcp"),
+    "sched": ("--sched", "static"),
+    "memory": ("--memory", "static"),
+    "max_context": ("--max-context", "4096"),
+    "preset": ("--preset", "aim-16ch"),
+    "ignore_capacity": ("--ignore-capacity",),
+    "energy": ("--energy", "hbm-pim"),
+    "mapping": ("--mapping", "tuned"),
+    "gpu": ("--gpu", "h100-80gb"),
+    "gpus": ("--gpus", "2"),
+    "gpu_memory_fraction": ("--gpu-memory-fraction", "0.5"),
+    "xpu": ("--xpu", "a100-80gb"),
+    "sub_batches": ("--sub-batches", "2"),
+}
+
+
+def _config(kind: SystemKind) -> SystemConfig:
+    """The configuration ``decode --system kind`` builds by default."""
+    model = load_model(MODEL)
+    return SystemConfig(
+        model,
+        load_preset(DECODE_PRESET) if kind != SystemKind.GPU else None,
+        xpu=load_xpu(DECODE_XPU) if kind == SystemKind.XPU_PIM else None,
+        gpu=load_xpu(DECODE_GPU) if kind == SystemKind.GPU else None,
+    )
+
+
+def test_the_decode_and_serve_choices_are_the_registry():
+    assert [str(k) for k in SYSTEMS] == [str(k) for k in SystemKind]
+    for row in SYSTEMS.values():
+        assert set(row.options) == set(Command)
+        for command, dests in row.options.items():
+            assert set(dests) <= set(OTHER_VALUE), (command, dests)
+
+
+@pytest.mark.parametrize("kind", list(SYSTEMS))
+def test_every_row_decodes(kind, tmp_path, capsys):
+    """``pimphony decode --system K`` for every row; its report is the interface's step, and
+    the fast path (``cycles``) times the step as the full step does."""
+    out, png = tmp_path / "r.json", tmp_path / "r.png"
+    rc, stdout, err = run_cli(
+        capsys, "decode", "--system", kind, "--model", MODEL, "--context", CONTEXT,
+        "--batch", BATCH, "--json", "--report", out, "--plot", png,
+    )  # fmt: skip
+    assert rc == 0, err
+    report = json.loads(stdout)
+    assert report == json.loads(out.read_text()) and png.stat().st_size > 0
+    assert report["batch"] == BATCH
+
+    system = make_system(kind, _config(kind))
+    assert isinstance(system, System)
+    lengths = (CONTEXT,) * BATCH
+    step = system.step(lengths)
+    assert isinstance(step, StepResult)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        step.seconds = 0.0  # type: ignore[misc]
+    assert step.seconds == report["step_seconds"] == step.report.step_seconds
+    assert step.tokens_per_s == report["tokens_per_s"]
+    fast = system.cycles(lengths)
+    assert fast.seconds == pytest.approx(step.seconds, rel=1e-12) and fast.cycles == step.cycles
+    if kind == SystemKind.GPU:
+        assert step.cycles is None and not step.partition_layers
+    else:
+        assert step.cycles == report["cycles"] > 0
+        assert step.partition_layers == report["partition_layers"]
+        assert sum(step.partition_layers.values()) > 0
+    assert step.activity and all(v >= 0 for v in step.activity.values())
+    assert set(step.link_bytes) and all(v >= 0 for v in step.link_bytes.values())
+
+
+@pytest.mark.parametrize("kind", list(SYSTEMS))
+def test_every_row_serves(kind, tmp_path, capsys):
+    """``pimphony serve --system K`` for every row: every request finishes."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        '{"arrival_s": 0, "input_tokens": 300, "output_tokens": 2}\n'
+        '{"arrival_s": 0.001, "input_tokens": 200, "output_tokens": 3}\n'
+    )
+    out, png = tmp_path / "s.json", tmp_path / "s.png"
+    rc, stdout, err = run_cli(
+        capsys, "serve", "--system", kind, "--model", MODEL, "--workload", trace,
+        "--json", "--out", out, "--plot", png,
+    )  # fmt: skip
+    assert rc == 0, err
+    report = json.loads(stdout)
+    assert report["system"] == kind
+    rows = report["requests"]["rows"]
+    assert len(rows) == 2 and all(r[5] is not None and r[5] > 0 for r in rows)
+    assert report["simulation"]["distinct_steps"] >= 1
+
+    system = make_system(kind, _config(kind))
+    assert system.prefill([300, 200]) > 0
+    pool = system.pool()
+    assert pool.admit(0, 300, raise_on_oom=False)
+    pool.grow(0)
+    pool.release(0)
+    assert pool.stats().used_bytes == 0
+
+
+@pytest.mark.parametrize("command", list(Command))
+@pytest.mark.parametrize("kind", list(SYSTEMS))
+def test_other_rows_options_are_refused_from_the_table(kind, command, tmp_path, capsys):
+    """Each option another row reads (and this one does not) is refused by name, with the
+    row that reads it."""
+    mine = SYSTEMS[kind].options[command]
+    foreign = {d for row in SYSTEMS.values() for d in row.options[command] if d not in mine}
+    assert foreign, f"{kind} reads every {command} option"
+    for dest in sorted(foreign):
+        first = next(k for k, row in SYSTEMS.items() if dest in row.options[command])
+        rc, _, err = run_cli(
+            capsys, command, "--system", kind, "--model", MODEL, *OTHER_VALUE[dest],
+            "--json", "--force",
+        )  # fmt: skip
+        flag = OTHER_VALUE[dest][0]
+        assert rc != 0
+        assert f"--system {kind} does not use {flag} (--system {first})" in err, err
