@@ -20,8 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pimphony.compiler.llm import ModelSpec, load_model
-from pimphony.compiler.plan import DecodeMappingError, Parallelism
+from pimphony.compiler.llm import load_model
 from pimphony.models.config import load_preset
 from pimphony.models.fileio import BUILD_DIR, pyplot, write_figure
 from pimphony.sim.cli import SEED, bounded_int
@@ -29,6 +28,7 @@ from pimphony.sim.provenance import provenance
 from pimphony.sim.report import user_plot
 from pimphony.sim.systems.admission import queue_batches
 from pimphony.sim.systems.command import micro_batches_arg
+from pimphony.sim.systems.search import best_split, valid_splits
 from pimphony.sim.systems.setup import MICRO_BATCHES_AUTO, DecodeError, DecodeSetup
 from pimphony.sim.systems.step import KernelCaches, run_decode
 from pimphony.sim.workloads import load_workload, sample_context_lengths
@@ -45,7 +45,6 @@ __all__ = [
     "plot_ablation",
     "run",
     "summed_energy",
-    "valid_splits",
 ]
 
 ABLATION_PLOT = BUILD_DIR / "ablation" / "fig13.png"
@@ -58,20 +57,6 @@ STEPS = (
     ("+DCS", "auto", "dcs", "static"),
     ("+DPA", "auto", "dcs", "lazy"),
 )
-
-
-def valid_splits(spec: ModelSpec, modules: int) -> list[tuple[int, int]]:
-    """Every (TP, PP) with ``TP x PP = modules`` that the model can be mapped onto."""
-    out = []
-    for tp in range(modules, 0, -1):
-        if modules % tp:
-            continue
-        try:
-            Parallelism(tp, modules // tp).check(spec)
-        except DecodeMappingError:
-            continue
-        out.append((tp, modules // tp))
-    return out
 
 
 def ablation(
@@ -104,7 +89,8 @@ def ablation(
         tried: list[dict[str, Any]] = []  # per batch, every split
         steps = []
         for k, batch in enumerate(batches, start=1):
-            reports = [step_of(batch, tp, pp) for tp, pp in splits]
+            search = best_split(lambda tp, pp, b=batch: step_of(b, tp, pp), splits)
+            reports = search.results
             tried.append(
                 {
                     "batch": len(batch),
@@ -121,7 +107,7 @@ def ablation(
                     ],
                 }
             )
-            best = max(reports, key=lambda st: st.tokens_per_s)
+            best = search.best
             steps.append(best)
             if progress:
                 progress(

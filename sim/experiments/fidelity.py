@@ -687,18 +687,17 @@ def _caches():
 
 def _best_step(spec, hw, modules: int, batch, **choices):
     """The fastest decode step over every valid (TP, PP) split of ``modules``."""
-    from pimphony.sim.experiments.ablation import valid_splits
+    from pimphony.sim.systems.search import best_split, valid_splits
     from pimphony.sim.systems.setup import MICRO_BATCHES_AUTO, DecodeSetup
     from pimphony.sim.systems.step import run_decode
 
-    steps = [
-        run_decode(
-            DecodeSetup(spec, hw, batch, tp=tp, pp=pp, micro_batches=MICRO_BATCHES_AUTO, **choices),
-            caches=_caches(),
+    def step(tp: int, pp: int):
+        setup = DecodeSetup(
+            spec, hw, batch, tp=tp, pp=pp, micro_batches=MICRO_BATCHES_AUTO, **choices
         )
-        for tp, pp in valid_splits(spec, modules)
-    ]
-    return max(steps, key=lambda step: step.tokens_per_s)
+        return run_decode(setup, caches=_caches())
+
+    return best_split(step, valid_splits(spec, modules)).best
 
 
 def _fig4() -> Measured:
@@ -728,8 +727,8 @@ def _fig4() -> Measured:
 
 
 def _fig11() -> Measured:
-    from pimphony.sim.experiments.ablation import valid_splits
     from pimphony.sim.systems.admission import fill_batch
+    from pimphony.sim.systems.search import valid_splits
     from pimphony.sim.systems.setup import DecodeSetup
     from pimphony.sim.systems.step import run_decode
     from pimphony.sim.workloads import load_workload, sample_context_lengths
@@ -767,8 +766,8 @@ def _fig11() -> Measured:
 
 
 def _table8() -> Measured:
-    from pimphony.sim.experiments.ablation import valid_splits
     from pimphony.sim.systems.admission import fill_batch
+    from pimphony.sim.systems.search import valid_splits
     from pimphony.sim.systems.setup import MICRO_BATCHES_AUTO, DecodeSetup
     from pimphony.sim.systems.step import run_decode
     from pimphony.sim.workloads import load_workload, sample_context_lengths
