@@ -72,7 +72,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "fidelity",
         "the papers' claims beside pimphony's numbers (docs/fidelity.md)",
-        "experiments.fidelity",
+        "fidelity",
     ),
     Command(
         "buffer-sweep",

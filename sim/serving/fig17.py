@@ -19,6 +19,7 @@ from pimphony.sim.serving.engine import ServeConfig, serve
 from pimphony.sim.serving.report import metrics
 from pimphony.sim.serving.trace import Request
 from pimphony.sim.systems.admission import fill_batch
+from pimphony.sim.systems.techniques import CENT, PIMPHONY
 
 __all__ = ["FIG17A_MODULES", "FIG17B_CONTEXTS", "SYSTEMS", "fig17a_rows", "fig17b_rows", "main"]
 
@@ -28,7 +29,7 @@ FIG17A_MODULES = (8, 16, 32, 64)
 #: (b): 4K to 1M at 512 GB (32 modules).
 FIG17B_CONTEXTS = (4096, 16384, 65536, 262144, 1 << 20)
 #: (label, partition, scheduler, memory): the CENT baseline and PIMphony (as the ablation).
-SYSTEMS = (("CENT", "hfp", "static", "static"), ("PIMphony", "auto", "dcs", "lazy"))
+SYSTEMS = (("CENT", *CENT), ("PIMphony", *PIMPHONY))
 
 
 def _run(model: str, modules: int, tp: int, context: int, system: tuple, outputs: int) -> dict:

@@ -384,7 +384,7 @@ def _fig13b() -> Measured:
 @functools.cache
 def _fig14_rows() -> dict[tuple[str, str, int], list[dict[str, Any]]]:
     """``pimphony ablation --system xpu+pim --fig14``: every case's rows, run once."""
-    from pimphony.sim.experiments.hetero_ablation import FIG14_CASES, hetero_ablation
+    from pimphony.sim.experiments.ablation import FIG14_CASES, hetero_ablation
 
     return {(m, w, n): hetero_ablation(m, w, modules=n, requests=r) for m, w, n, r in FIG14_CASES}
 
