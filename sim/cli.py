@@ -187,7 +187,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "sweep-run",
         "a design-space sweep file, each point a Ray task, cached and resumable",
-        "experiments.sweep_run",
+        "sweep_run",
     ),
     Command("rtl", "write the Verilog of every RTL block (build/rtl/)", "eda.verilog"),
     Command("area", "Yosys synthesis of every RTL block: cells, flip-flops", "eda.area"),

@@ -55,16 +55,26 @@ from pimphony.compiler.dcc_tune import default_draft
 from pimphony.compiler.llm import LayerOp, ModelSpec, load_model
 from pimphony.models.backends import BackendConfig, load_backend
 from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
+from pimphony.sim.analysis.dcc_shapes import (
+    ATTN_KERNEL,
+    FC_KERNEL,
+    FIG8_BACKEND,
+    FIG8_BATCHES,
+    FIG8_MODELS,
+    FIG8_RUNS,
+    SAMPLE_POINTS,
+    attention_sizes,
+    fc_sizes,
+    sample_contexts,
+)
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import user_output, user_plot
 from pimphony.sim.systems.energy import xpu_energy
-from pimphony.sim.systems.gpu import GpuSetup, gpu_fc_shapes, gpu_op_costs
+from pimphony.sim.systems.gpu import GpuSetup, gpu_op_costs
 from pimphony.sim.systems.setup import DecodeError
 
 __all__ = [
-    "FIG8_BACKEND",
     "PAPER",
-    "SAMPLE_POINTS",
     "SYSTEMS",
     "Fig8System",
     "Phase",
@@ -72,30 +82,15 @@ __all__ = [
     "SystemSpec",
     "add_arguments",
     "ENERGY_NOT_MODELLED",
-    "attention_sizes",
-    "dcc_shapes",
     "energy_block",
     "fc_default_draft",
-    "fc_sizes",
     "fig8",
     "run",
     "run_energy",
-    "sample_contexts",
     "step_energy",
     "step_phases",
 ]
 
-FIG8_BACKEND = "attacc"
-FIG8_MODELS = ("gpt3-13b-4k", "llama-33b-4k")
-FIG8_BATCHES = (1, 4)
-FIG8_RUNS = ((128, 2048), (2048, 128), (2048, 2048))  # (Lin, Lout), Fig. 8's three groups
-#: Contexts each phase is costed at over a run's steps (a choice: attention is linear in the
-#: context on both devices, so the integral is exact up to the KV-block and tiling steps; the
-#: test compares 5 points with every step).
-SAMPLE_POINTS = 5
-ATTN_KERNEL = "attn"
-FC_KERNEL = "batched-gemv"
-FC_OPS = (LayerOp.QKV, LayerOp.PROJ, LayerOp.FFN1, LayerOp.FFN2)
 
 
 class Phase(StrEnum):
@@ -404,50 +399,6 @@ def energy_block(joules: dict[str, float], tokens: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def sample_contexts(lin: int, lout: int, points: int = SAMPLE_POINTS) -> list[int]:
-    """The contexts a run of ``lout`` steps after ``lin`` tokens is costed at: ``points``
-    evenly spaced from ``lin + 1`` to ``lin + lout`` (fewer if ``lout`` is smaller)."""
-    xs = np.linspace(lin + 1, lin + lout, min(points, lout)).round().astype(int)
-    return [int(x) for x in np.unique(xs)]
-
-
-def attention_sizes(
-    spec: ModelSpec, batch: int, context: int, cfg: BackendConfig
-) -> tuple[int, int, int]:
-    """The ``attn`` kernel's sizes of one layer: ``batch x heads`` heads, the context padded to
-    whole softmax-buffer entries (``bank_groups x lanes`` tokens), ``head_dim``."""
-    quantum = cfg.group.bank_groups * cfg.core.lanes
-    return batch * spec.heads, -(-context // quantum) * quantum, spec.head_dim
-
-
-def fc_sizes(spec: ModelSpec, batch: int) -> dict[LayerOp, tuple[int, int, int]]:
-    """The ``batched-gemv`` sizes (batch, outputs, inputs) of each weight GEMM of a layer."""
-    shapes = gpu_fc_shapes(spec, 1)
-    return {op: (batch, shapes[op][1], shapes[op][0]) for op in FC_OPS}
-
-
-def dcc_shapes(
-    models: Sequence[str] = FIG8_MODELS,
-    batches: Sequence[int] = FIG8_BATCHES,
-    runs: Sequence[tuple[int, int]] = FIG8_RUNS,
-    backend: str = FIG8_BACKEND,
-    points: int = SAMPLE_POINTS,
-) -> list[tuple[str, tuple[int, ...]]]:
-    """Every (kernel, sizes) whose DCC mapping the ``+dcc`` systems ask for, in first-asked
-    order: attention at each sampled context, the four weight GEMMs per model and batch."""
-    cfg = load_backend(backend)
-    out: dict[tuple[str, tuple[int, ...]], None] = {}
-    for name in models:
-        spec = load_model(name)
-        for b in batches:
-            for lin, lout in runs:
-                for x in sample_contexts(lin, lout, points):
-                    out[ATTN_KERNEL, attention_sizes(spec, b, x, cfg)] = None
-            for sizes in fc_sizes(spec, b).values():
-                out[FC_KERNEL, sizes] = None
-    return list(out)
-
-
 def run_phases(
     spec: ModelSpec,
     host: Any,
@@ -744,7 +695,7 @@ def run(args: argparse.Namespace) -> int:
     pim, inputs = None, {}
     energy = getattr(args, "energy", None)
     if args.table is not None:
-        from pimphony.sim.experiments.dcc_lut import read_table, table_digest
+        from pimphony.sim.analysis.dcc_table import read_table, table_digest
 
         cfg = load_backend(args.backend)
         pim = PimTimes(cfg, args.budget, args.verify, read_table(args.table, cfg), energy)
@@ -785,7 +736,7 @@ def run(args: argparse.Namespace) -> int:
             print("energy not modelled: " + "; ".join(ENERGY_NOT_MODELLED))
         if pim is not None:
             n = pim.looked_up
-            from pimphony.sim.experiments.dcc_lut import untabled_line
+            from pimphony.sim.analysis.dcc_table import untabled_line
 
             print(f"DCC drafts: {n['table']} shape(s) from table {args.table} (not searched), "
                   f"{untabled_line(pim.table, n['predicted'], n['searched'])}")  # fmt: skip
