@@ -24,9 +24,9 @@ For one back end, the shapes (kernel, sizes) of the evaluation -- by default eve
 :func:`sim.analysis.dcc_table.read_table` is how a command reads it back (``pimphony tune
 --table``, ``pimphony dcc-fig8 --table``, ``pimphony dcc-figs --table``): a missing file, a
 file that is not a table, one filled for another back end or for the same name with other
-values (a stale table), one whose saved predictor is missing, altered or of another feature layout is
-refused with one line. A table written before the predictor was saved (no ``model``
-record) is still read; its new shapes are searched as without a table.
+values (a stale table), one whose saved predictor is missing, altered or of another feature
+layout is refused with one line. A table written before the predictor was saved (no
+``model`` record) is still read; its new shapes are searched as without a table.
 """
 
 from __future__ import annotations
