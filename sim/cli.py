@@ -227,6 +227,17 @@ def choice_names(registry: Iterable[str]) -> list[str]:
     return [str(key) for key in registry]
 
 
+def positive_ints(text: str) -> tuple[int, ...]:
+    """An argparse ``type``: comma-separated integers, each >= 1."""
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers") from None
+    if any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: every value must be >= 1")
+    return values
+
+
 def bounded_int(lo: int, hi: int) -> Callable[[str], int]:
     """An argparse ``type``: an integer from ``lo`` to ``hi``, else a message saying so."""
 

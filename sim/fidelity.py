@@ -879,7 +879,7 @@ def _lp_fig19() -> Measured:
 
 
 def _lp_fig20() -> Measured:
-    from pimphony.sim.experiments.librapim_util import FIG20_PAPER, sweep
+    from pimphony.sim.experiments.librapim_figs.utilisation import FIG20_PAPER, sweep
     from pimphony.sim.systems.librapim import System
 
     paper = FIG20_PAPER["at_longest"]
@@ -916,7 +916,7 @@ def _lp_fig20() -> Measured:
 def _lp_fig21() -> Measured:
     import argparse
 
-    from pimphony.sim.experiments.librapim_fig21 import fig21_summary, run_fig21
+    from pimphony.sim.experiments.librapim_figs.fig21 import fig21_summary, run_fig21
     from pimphony.sim.systems.librapim import System
 
     args = argparse.Namespace(
