@@ -28,6 +28,7 @@ __all__ = [
     "build_parser",
     "choice_names",
     "main",
+    "positive_ints",
 ]
 
 DESCRIPTION = (
@@ -98,6 +99,16 @@ COMMANDS: tuple[Command, ...] = (
         "serve",
         "serve requests over time: arrivals, continuous batching, latency percentiles",
         "serving.command",
+    ),
+    Command(
+        "serve-fig4",
+        "static vs lazy KV memory served over capacity, a saturated queue (LoL-PIM Fig. 4 shape)",
+        "serving.fig4",
+    ),
+    Command(
+        "serve-fig17",
+        "PIMphony throughput vs capacity and CENT vs PIMphony vs context, served (Fig. 17 shape)",
+        "serving.fig17",
     ),
     Command(
         "gpu-compare",
