@@ -67,6 +67,7 @@ from pimphony.sim.analysis.dcc_shapes import (
     fc_sizes,
     sample_contexts,
 )
+from pimphony.sim.cli import positive_ints
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import user_output, user_plot
 from pimphony.sim.systems.energy import xpu_energy
@@ -647,16 +648,6 @@ def _runs(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        vals = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers") from None
-    if any(v < 1 for v in vals):
-        raise argparse.ArgumentTypeError(f"{text!r}: every value must be >= 1")
-    return vals
-
-
 FIG8_DIR = BUILD_DIR / "dcc"
 
 
@@ -664,7 +655,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``pimphony dcc-fig8``."""
     p.add_argument("--models", default=",".join(FIG8_MODELS),
                    help="comma-separated model presets")  # fmt: skip
-    p.add_argument("--batches", type=_ints, default=FIG8_BATCHES, help="e.g. 1,4")
+    p.add_argument("--batches", type=positive_ints, default=FIG8_BATCHES, help="e.g. 1,4")
     p.add_argument("--runs", type=_runs, default=FIG8_RUNS,
                    help="Lin:Lout pairs, e.g. 128:2048,2048:128")  # fmt: skip
     p.add_argument("--backend", default=FIG8_BACKEND, help="PIM back end (with a softmax unit)")
