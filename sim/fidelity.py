@@ -298,10 +298,16 @@ def _ablation(model: str, workload: str, modules: int, requests: int) -> list[di
 
 def _pp_gain(rows: list[dict[str, Any]]) -> tuple[float, str]:
     """Best split over TP-only (PP 1) on the last step's first batch, and the best split."""
-    splits = rows[-1]["per_batch"][0]["splits"]
-    tp_only = max(t["tokens_per_s"] for t in splits if t["pp"] == 1)
-    best = max(splits, key=lambda t: t["tokens_per_s"])
-    return best["tokens_per_s"] / tp_only, f"TP {best['tp']} x PP {best['pp']}"
+    from pimphony.sim.systems.search import best_split
+
+    tried = {(t["tp"], t["pp"]): t for t in rows[-1]["per_batch"][0]["splits"]}
+
+    def search(splits):
+        return best_split(lambda tp, pp: tried[tp, pp], splits, key=lambda t: t["tokens_per_s"])
+
+    top = search(tried)
+    tp_only = search([s for s in tried if s[1] == 1]).best["tokens_per_s"]
+    return top.best["tokens_per_s"] / tp_only, f"TP {top.split[0]} x PP {top.split[1]}"
 
 
 def _fig15() -> Measured:
