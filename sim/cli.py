@@ -28,6 +28,7 @@ __all__ = [
     "build_parser",
     "choice_names",
     "main",
+    "positive_ints",
 ]
 
 DESCRIPTION = (
@@ -72,7 +73,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "fidelity",
         "the papers' claims beside pimphony's numbers (docs/fidelity.md)",
-        "experiments.fidelity",
+        "fidelity",
     ),
     Command(
         "buffer-sweep",
@@ -98,6 +99,16 @@ COMMANDS: tuple[Command, ...] = (
         "serve",
         "serve requests over time: arrivals, continuous batching, latency percentiles",
         "serving.command",
+    ),
+    Command(
+        "serve-fig4",
+        "static vs lazy KV memory served over capacity, a saturated queue (LoL-PIM Fig. 4 shape)",
+        "serving.fig4",
+    ),
+    Command(
+        "serve-fig17",
+        "PIMphony throughput vs capacity and CENT vs PIMphony vs context, served (Fig. 17 shape)",
+        "serving.fig17",
     ),
     Command(
         "gpu-compare",
@@ -187,7 +198,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "sweep-run",
         "a design-space sweep file, each point a Ray task, cached and resumable",
-        "experiments.sweep_run",
+        "sweep_run",
     ),
     Command("rtl", "write the Verilog of every RTL block (build/rtl/)", "eda.verilog"),
     Command("area", "Yosys synthesis of every RTL block: cells, flip-flops", "eda.area"),
@@ -225,6 +236,17 @@ COMMANDS: tuple[Command, ...] = (
 def choice_names(registry: Iterable[str]) -> list[str]:
     """A registry's keys as plain strings, for ``choices=`` (argparse shows their repr)."""
     return [str(key) for key in registry]
+
+
+def positive_ints(text: str) -> tuple[int, ...]:
+    """An argparse ``type``: comma-separated integers, each >= 1."""
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers") from None
+    if any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: every value must be >= 1")
+    return values
 
 
 def bounded_int(lo: int, hi: int) -> Callable[[str], int]:

@@ -164,7 +164,7 @@ def tune_report(
     energy_of: tuple[str, ...] = ("chosen", "default"),
 ) -> dict[str, Any]:
     """The search's results as plain data (see the module docstring). With ``table`` (read by
-    :func:`sim.experiments.dcc_lut.read_table`), a shape it holds is not searched: its draft
+    :func:`sim.analysis.dcc_table.read_table`), a shape it holds is not searched: its draft
     is simulated as the choice (``report["table"]["hit"]``). Another shape is, if the table
     has its offline predictor (``table.offline``), predicted by it over the pruned drafts and
     the best predicted simulated (DCC IV-D; ``report["table"]["new_shape"] = "predicted"``),
@@ -304,7 +304,7 @@ def run(args: argparse.Namespace) -> int:
         raise LookupTableError("--extend records a searched shape in a table: give --table FILE")
     table = None
     if args.table:
-        from pimphony.sim.experiments.dcc_lut import read_table
+        from pimphony.sim.analysis.dcc_table import read_table
 
         table = read_table(args.table, load_backend(args.backend))
     report = tune_report(
@@ -323,7 +323,7 @@ def run(args: argparse.Namespace) -> int:
     )
     cfg = load_backend(args.backend)
     if table is not None:
-        from pimphony.sim.experiments.dcc_lut import table_digest
+        from pimphony.sim.analysis.dcc_table import table_digest
 
         if report["table"]["extended"]:
             table.save(args.table, overwrite=True)
@@ -366,7 +366,7 @@ def run(args: argparse.Namespace) -> int:
               f"{d['simulated']:,} simulated ({refused:,} refused), "
               f"{d['search_seconds']:.1f} s")  # fmt: skip
     if "table" in r and not hit and not predicted:
-        from pimphony.sim.experiments.dcc_lut import NO_PREDICTOR
+        from pimphony.sim.analysis.dcc_table import NO_PREDICTOR
 
         done = "; its best recorded in the table (runtime)" if r["table"]["extended"] else ""
         print(f"  table: {r['kernel']} {tuple(r['shape'])} is not in {args.table}: searched"

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 from pimphony.compiler.llm import load_model
 from pimphony.models.config import load_preset
-from pimphony.sim.experiments.ablation import STEPS, ablation, format_ablation
+from pimphony.sim.experiments.ablation import ablation, format_ablation
 from pimphony.sim.systems.admission import fill_batch, queue_batches
 from pimphony.sim.systems.setup import DecodeSetup, micro_batch_candidates
 from pimphony.sim.systems.step import run_decode
+from pimphony.sim.systems.techniques import STEPS
 from pimphony.sim.workloads import load_workload, sample_context_lengths
 
 

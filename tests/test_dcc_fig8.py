@@ -144,8 +144,8 @@ def _tiny_table(fc_default: bool = True):
     from pimphony.compiler.dcc_predictor import Entry, LookupTable
     from pimphony.compiler.dcc_schedule import DccKernel
     from pimphony.compiler.dcc_tune import default_draft
-    from pimphony.sim.experiments.dcc_fig8 import dcc_shapes
-    from pimphony.sim.experiments.dcc_lut import backend_record
+    from pimphony.sim.analysis.dcc_shapes import dcc_shapes
+    from pimphony.sim.analysis.dcc_table import backend_record
 
     table = LookupTable({"backend": backend_record(CFG)})
     for k, sizes in dcc_shapes(*TINY, points=2):
@@ -199,7 +199,8 @@ def test_pim_kernel_energy_is_its_drafts(energy_rows):
     from pimphony.compiler.dcc_cost import Placement, draft_cost
     from pimphony.compiler.dcc_schedule import DccKernel
     from pimphony.compiler.dcc_tune import default_draft
-    from pimphony.sim.experiments.dcc_fig8 import attention_sizes, step_energy
+    from pimphony.sim.analysis.dcc_shapes import attention_sizes
+    from pimphony.sim.experiments.dcc_fig8 import step_energy
     from pimphony.sim.tune_energy import PHASES, draft_energy, energy_params
 
     pim, _ = energy_rows
@@ -227,7 +228,7 @@ def test_pim_kernel_energy_is_its_drafts(energy_rows):
 
 
 def test_full_moves_ffn_energy_from_gpu_to_pim(energy_rows):
-    from pimphony.sim.experiments.dcc_fig8 import FC_KERNEL, fc_sizes
+    from pimphony.sim.analysis.dcc_shapes import FC_KERNEL, fc_sizes
     from pimphony.sim.systems.energy import xpu_energy
     from pimphony.sim.systems.gpu import gpu_op_costs
 

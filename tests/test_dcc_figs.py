@@ -12,9 +12,10 @@ import pytest
 from pimphony.compiler.dcc_cost import Placement
 from pimphony.compiler.dcc_predictor import LookupTable
 from pimphony.models.backends import load_backend
+from pimphony.sim.analysis.dcc_shapes import FIGURES, Figure
+from pimphony.sim.analysis.dcc_table import backend_record, table_digest
 from pimphony.sim.experiments import dcc_figs
-from pimphony.sim.experiments.dcc_figs import FIGURES, Figure, summary
-from pimphony.sim.experiments.dcc_lut import backend_record, table_digest
+from pimphony.sim.experiments.dcc_figs import summary
 from pimphony.sim.tune import tune_report
 
 from tests.helpers import run_cli

@@ -28,15 +28,11 @@ from pimphony.compiler.dcc_predictor import (
 from pimphony.compiler.dcc_schedule import DccKernel
 from pimphony.compiler.dcc_tune import default_draft
 from pimphony.models.backends import load_backend
+from pimphony.sim.analysis.dcc_shapes import FIGURE_BACKENDS, FIGURES, dcc_shapes
+from pimphony.sim.analysis.dcc_table import backend_digest, backend_record, read_table
 from pimphony.sim.cli import main
 from pimphony.sim.experiments import dcc_fig8
-from pimphony.sim.experiments.dcc_figs import FIGURE_BACKENDS, FIGURES
-from pimphony.sim.experiments.dcc_lut import (
-    ShapeSource,
-    backend_digest,
-    backend_record,
-    evaluation_shapes,
-)
+from pimphony.sim.experiments.dcc_lut import ShapeSource, evaluation_shapes
 
 from tests.helpers import run_cli
 from tests.test_dcc_cost import small_backend
@@ -331,13 +327,13 @@ def test_the_default_shapes_are_the_evaluations() -> None:
         for _, k, s, placement, _ in FIGURES[fig]("attacc")
         if placement == "resident"
     }
-    fig8 = {(DccKernel(k), s) for k, s in dcc_fig8.dcc_shapes()}
+    fig8 = {(DccKernel(k), s) for k, s in dcc_shapes()}
     shapes = evaluation_shapes("attacc")
     assert set(shapes) == figs | fig8 and len(shapes) == len(set(shapes))
     assert (DccKernel.BATCHED_GEMV, (1, 5120, 5120)) in shapes  # GPT3-13B's projection
     assert (DccKernel.RED, (4096, 2048)) not in shapes  # Fig. 2's, rearranged every call
     assert evaluation_shapes("attacc", [ShapeSource.DCC_FIG8]) == [
-        (DccKernel(k), s) for k, s in dcc_fig8.dcc_shapes()
+        (DccKernel(k), s) for k, s in dcc_shapes()
     ]
     assert {k for k, _ in evaluation_shapes("attacc", kernels=[DccKernel.ATTN])} == {"attn"}
     hbm = evaluation_shapes("hbm-pim")
@@ -358,7 +354,7 @@ def test_fig8_dcc_shapes_are_the_shapes_its_systems_ask_for(monkeypatch) -> None
     monkeypatch.setattr(dcc_fig8.PimTimes, "default", lambda self, k, s: 1e-6)
     args = (("gpt3-13b-4k",), (2,), ((128, 300),))
     dcc_fig8.fig8(*args, points=3)
-    assert sorted(set(asked)) == sorted(dcc_fig8.dcc_shapes(*args, points=3))
+    assert sorted(set(asked)) == sorted(dcc_shapes(*args, points=3))
 
 
 def test_fig8_takes_tabled_drafts_without_searching(monkeypatch) -> None:
@@ -397,7 +393,7 @@ def test_fig8_command_reads_the_table_and_refuses_a_foreign_one(
            "--points", "2", *out)  # fmt: skip
     rc, out, err = run_cli(capsys, *run, "--table", path)
     assert rc == 0, err
-    shapes = dcc_fig8.dcc_shapes(("gpt3-13b-4k",), (1,), ((128, 128),), points=2)
+    shapes = dcc_shapes(("gpt3-13b-4k",), (1,), ((128, 128),), points=2)
     attn = sum(k == "attn" for k, _ in shapes)
     assert f"DCC drafts: {attn} shape(s) from table {path} (not searched), " in out
     prov = json.loads((tmp_path / "r.json").read_text())["provenance"]
@@ -430,7 +426,6 @@ def test_holdout_zero_and_single_shapes_hold_nothing_out(capsys, tmp_path) -> No
 
 def test_fig8_predicts_a_shape_the_table_lacks(table, monkeypatch) -> None:
     import pimphony.sim.tune as sim_tune
-    from pimphony.sim.experiments.dcc_lut import read_table
 
     backend, out = table
     monkeypatch.setattr(sim_tune, "predicted_search", lambda *a, **k: 1 / 0)

@@ -17,11 +17,9 @@ from pimphony.sim.experiments.dcc_table2 import (
     PAPER_OVERALL,
     ROWS,
     PredictorScope,
-    Table2Error,
     Table2Row,
     evaluate,
     overall,
-    split_configs,
 )
 
 from tests.helpers import run_cli
@@ -39,17 +37,6 @@ def test_paper_rows_give_the_papers_overall_accuracy() -> None:
     ]  # fmt: skip
     for spec in ROWS.values():  # every configuration is one the kernel's loop nest takes
         assert len(set(spec.configs)) == len(spec.configs) >= 16
-
-
-def test_split_is_disjoint_seeded_and_checked() -> None:
-    grid = ROWS[Table2Row.HBM_PIM_VA].configs
-    train, test = split_configs(grid, 5, seed=3)
-    assert len(test) == 5 and len(train) == len(grid) - 5
-    assert set(train) | set(test) == set(grid) and not set(train) & set(test)
-    assert split_configs(grid, 5, seed=3) == (train, test)
-    assert split_configs(grid, 5, seed=4) != (train, test)
-    with pytest.raises(Table2Error, match="--test 16: a row has 16 configurations"):
-        split_configs(grid, 16, seed=0)
 
 
 ROWS_SMALL = {

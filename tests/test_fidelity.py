@@ -1,4 +1,4 @@
-"""The fidelity table (sim/experiments/fidelity): every claim re-measured, verdicts pinned.
+"""The fidelity table (sim/fidelity): every claim re-measured, verdicts pinned.
 
 A change that breaks a reproduced result (or turns a trend into a difference) fails here;
 a change that improves one fails too, so the expectation and ``docs/fidelity.md`` are
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pimphony.sim.experiments.fidelity import CLAIMS, Verdict, format_fidelity, measure_all
+from pimphony.sim.fidelity import CLAIMS, Verdict, format_fidelity, measure_all
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPECTED = {

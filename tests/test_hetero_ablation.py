@@ -1,5 +1,6 @@
-"""PIMphony Fig. 14 on xPU+PIM (sim/experiments/hetero_ablation.py): the aggregate NPU of
-tensor-parallel devices, the cumulative steps on one small case, the CLI and the plot."""
+"""PIMphony Fig. 14 on xPU+PIM (``ablation --system xpu+pim``, sim/experiments/ablation.py):
+the aggregate NPU of tensor-parallel devices, the cumulative steps on one small case, the CLI
+and the plot."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ from pimphony.compiler.llm import load_model
 from pimphony.models.config import load_preset
 from pimphony.models.xpu import gemm_cost, ring_allreduce_seconds
 from pimphony.models.xpu_config import load_xpu
-from pimphony.sim.experiments.ablation import STEPS
-from pimphony.sim.experiments.hetero_ablation import (
+from pimphony.sim.experiments.ablation import (
     FIG14_CASES,
     format_hetero_ablation,
     hetero_ablation,
@@ -22,6 +22,7 @@ from pimphony.sim.experiments.hetero_ablation import (
 from pimphony.sim.systems.admission import queue_batches
 from pimphony.sim.systems.hetero import SUB_BATCHES_AUTO, HeteroSetup, run_hetero_decode
 from pimphony.sim.systems.setup import DecodeSetup
+from pimphony.sim.systems.techniques import STEPS
 from pimphony.sim.workloads import load_workload, sample_context_lengths
 
 from tests.helpers import run_cli
@@ -137,7 +138,7 @@ def test_fig14_cases_are_memory_matched():
 
 
 def test_plot_labels(rows, tmp_path, monkeypatch):
-    import pimphony.sim.experiments.hetero_ablation as ha
+    import pimphony.sim.experiments.ablation as ha
 
     seen = {}
     real = ha.write_figure

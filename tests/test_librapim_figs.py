@@ -13,8 +13,8 @@ from pimphony.models.config import load_preset
 from pimphony.models.dbo import DboThroughput, solve_ffn_offload, solve_mha_offload
 from pimphony.models.xpu import gemm_cost
 from pimphony.models.xpu_config import load_xpu
-from pimphony.sim.experiments.librapim_fig21 import scaled_npu
-from pimphony.sim.experiments.librapim_util import step_row, sweep
+from pimphony.sim.experiments.librapim_figs.fig21 import scaled_npu
+from pimphony.sim.experiments.librapim_figs.utilisation import step_row, sweep
 from pimphony.sim.systems.kernels import KernelCache
 from pimphony.sim.systems.librapim import (
     _Parts,

@@ -1,4 +1,4 @@
-"""``pimphony sweep-run`` (sim/experiments/sweep_run.py): sweep files, the per-point cache,
+"""``pimphony sweep-run`` (sim/sweep_run.py): sweep files, the per-point cache,
 failures that do not stop a sweep, and a local Ray run killed half-way and resumed."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from pimphony.compiler.kernels import compile_gemv
 from pimphony.models.channel import run_channel
 from pimphony.models.config import load_preset
-from pimphony.sim.experiments.sweep_run import (
+from pimphony.sim.sweep_run import (
     SweepError,
     available_sweeps,
     inputs_key,

@@ -347,7 +347,7 @@ def bench_sweep(points: int = SWEEP_POINTS, workers: int = 2) -> list[dict]:
     time (Ray start-up included) and points/s."""
     import tempfile
 
-    from pimphony.sim.experiments.sweep_run import load_sweep, run_sweep
+    from pimphony.sim.sweep_run import load_sweep, run_sweep
 
     douts = ", ".join(str(64 + 8 * k) for k in range(math.ceil(points / 3)))
     text = (

@@ -52,9 +52,22 @@ from pimphony.compiler.dcc_cost import DraftCost, Placement, draft_cost
 from pimphony.compiler.dcc_predictor import LookupTable
 from pimphony.compiler.dcc_schedule import DccKernel, Draft
 from pimphony.compiler.dcc_tune import default_draft
-from pimphony.compiler.llm import LayerOp, ModelSpec, gemv_shapes, load_model
+from pimphony.compiler.llm import LayerOp, ModelSpec, load_model
 from pimphony.models.backends import BackendConfig, load_backend
 from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
+from pimphony.sim.analysis.dcc_shapes import (
+    ATTN_KERNEL,
+    FC_KERNEL,
+    FIG8_BACKEND,
+    FIG8_BATCHES,
+    FIG8_MODELS,
+    FIG8_RUNS,
+    SAMPLE_POINTS,
+    attention_sizes,
+    fc_sizes,
+    sample_contexts,
+)
+from pimphony.sim.cli import positive_ints
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import user_output, user_plot
 from pimphony.sim.systems.energy import xpu_energy
@@ -62,9 +75,7 @@ from pimphony.sim.systems.gpu import GpuSetup, gpu_op_costs
 from pimphony.sim.systems.setup import DecodeError
 
 __all__ = [
-    "FIG8_BACKEND",
     "PAPER",
-    "SAMPLE_POINTS",
     "SYSTEMS",
     "Fig8System",
     "Phase",
@@ -72,30 +83,15 @@ __all__ = [
     "Fig8Spec",
     "add_arguments",
     "ENERGY_NOT_MODELLED",
-    "attention_sizes",
-    "dcc_shapes",
     "energy_block",
     "fc_default_draft",
-    "fc_sizes",
     "fig8",
     "run",
     "run_energy",
-    "sample_contexts",
     "step_energy",
     "step_phases",
 ]
 
-FIG8_BACKEND = "attacc"
-FIG8_MODELS = ("gpt3-13b-4k", "llama-33b-4k")
-FIG8_BATCHES = (1, 4)
-FIG8_RUNS = ((128, 2048), (2048, 128), (2048, 2048))  # (Lin, Lout), Fig. 8's three groups
-#: Contexts each phase is costed at over a run's steps (a choice: attention is linear in the
-#: context on both devices, so the integral is exact up to the KV-block and tiling steps; the
-#: test compares 5 points with every step).
-SAMPLE_POINTS = 5
-ATTN_KERNEL = "attn"
-FC_KERNEL = "batched-gemv"
-FC_OPS = (LayerOp.QKV, LayerOp.PROJ, LayerOp.FFN1, LayerOp.FFN2)
 
 
 class Phase(StrEnum):
@@ -404,50 +400,6 @@ def energy_block(joules: dict[str, float], tokens: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def sample_contexts(lin: int, lout: int, points: int = SAMPLE_POINTS) -> list[int]:
-    """The contexts a run of ``lout`` steps after ``lin`` tokens is costed at: ``points``
-    evenly spaced from ``lin + 1`` to ``lin + lout`` (fewer if ``lout`` is smaller)."""
-    xs = np.linspace(lin + 1, lin + lout, min(points, lout)).round().astype(int)
-    return [int(x) for x in np.unique(xs)]
-
-
-def attention_sizes(
-    spec: ModelSpec, batch: int, context: int, cfg: BackendConfig
-) -> tuple[int, int, int]:
-    """The ``attn`` kernel's sizes of one layer: ``batch x heads`` heads, the context padded to
-    whole softmax-buffer entries (``bank_groups x lanes`` tokens), ``head_dim``."""
-    quantum = cfg.group.bank_groups * cfg.core.lanes
-    return batch * spec.heads, -(-context // quantum) * quantum, spec.head_dim
-
-
-def fc_sizes(spec: ModelSpec, batch: int) -> dict[LayerOp, tuple[int, int, int]]:
-    """The ``batched-gemv`` sizes (batch, outputs, inputs) of each weight GEMM of a layer."""
-    shapes = gemv_shapes(spec)
-    return {op: (batch, *shapes[op]) for op in FC_OPS}
-
-
-def dcc_shapes(
-    models: Sequence[str] = FIG8_MODELS,
-    batches: Sequence[int] = FIG8_BATCHES,
-    runs: Sequence[tuple[int, int]] = FIG8_RUNS,
-    backend: str = FIG8_BACKEND,
-    points: int = SAMPLE_POINTS,
-) -> list[tuple[str, tuple[int, ...]]]:
-    """Every (kernel, sizes) whose DCC mapping the ``+dcc`` systems ask for, in first-asked
-    order: attention at each sampled context, the four weight GEMMs per model and batch."""
-    cfg = load_backend(backend)
-    out: dict[tuple[str, tuple[int, ...]], None] = {}
-    for name in models:
-        spec = load_model(name)
-        for b in batches:
-            for lin, lout in runs:
-                for x in sample_contexts(lin, lout, points):
-                    out[ATTN_KERNEL, attention_sizes(spec, b, x, cfg)] = None
-            for sizes in fc_sizes(spec, b).values():
-                out[FC_KERNEL, sizes] = None
-    return list(out)
-
-
 def run_phases(
     spec: ModelSpec,
     host: Any,
@@ -696,16 +648,6 @@ def _runs(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        vals = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers") from None
-    if any(v < 1 for v in vals):
-        raise argparse.ArgumentTypeError(f"{text!r}: every value must be >= 1")
-    return vals
-
-
 FIG8_DIR = BUILD_DIR / "dcc"
 
 
@@ -713,7 +655,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``pimphony dcc-fig8``."""
     p.add_argument("--models", default=",".join(FIG8_MODELS),
                    help="comma-separated model presets")  # fmt: skip
-    p.add_argument("--batches", type=_ints, default=FIG8_BATCHES, help="e.g. 1,4")
+    p.add_argument("--batches", type=positive_ints, default=FIG8_BATCHES, help="e.g. 1,4")
     p.add_argument("--runs", type=_runs, default=FIG8_RUNS,
                    help="Lin:Lout pairs, e.g. 128:2048,2048:128")  # fmt: skip
     p.add_argument("--backend", default=FIG8_BACKEND, help="PIM back end (with a softmax unit)")
@@ -744,7 +686,7 @@ def run(args: argparse.Namespace) -> int:
     pim, inputs = None, {}
     energy = getattr(args, "energy", None)
     if args.table is not None:
-        from pimphony.sim.experiments.dcc_lut import read_table, table_digest
+        from pimphony.sim.analysis.dcc_table import read_table, table_digest
 
         cfg = load_backend(args.backend)
         pim = PimTimes(cfg, args.budget, args.verify, read_table(args.table, cfg), energy)
@@ -785,7 +727,7 @@ def run(args: argparse.Namespace) -> int:
             print("energy not modelled: " + "; ".join(ENERGY_NOT_MODELLED))
         if pim is not None:
             n = pim.looked_up
-            from pimphony.sim.experiments.dcc_lut import untabled_line
+            from pimphony.sim.analysis.dcc_table import untabled_line
 
             print(f"DCC drafts: {n['table']} shape(s) from table {args.table} (not searched), "
                   f"{untabled_line(pim.table, n['predicted'], n['searched'])}")  # fmt: skip

@@ -32,7 +32,7 @@ by default):
   AttAcc (``--backend attacc``) at the paper's four, 512 to 4,096 (:data:`FIG9_OUTPUTS`).
 
 ``--table FILE`` (DCC IV-D's lookup table filled offline, ``pimphony dcc-lut``, read by
-:func:`sim.experiments.dcc_lut.read_table`): a point whose (back end, kernel, sizes) the
+:func:`sim.analysis.dcc_table.read_table`): a point whose (back end, kernel, sizes) the
 table holds takes the table's draft, simulated for the row's times, without a search
 (:func:`sim.tune.tune_report` with ``table``); another point takes the draft the table's
 offline predictor predicts best, simulated likewise, or, with a table written before the
@@ -51,28 +51,27 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections.abc import Callable
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pimphony.compiler.dcc_cost import Placement, clear_caches
+from pimphony.compiler.dcc_cost import clear_caches
 from pimphony.compiler.dcc_predictor import LookupTable
 from pimphony.models.backends import load_backend
 from pimphony.models.errors import PimphonyError
 from pimphony.models.fileio import BUILD_DIR, check_writable, pyplot, write_atomic, write_figure
+from pimphony.sim.analysis.dcc_shapes import (
+    FIGURE_BACKENDS,
+    FIGURES,
+    Case,
+    Figure,
+)
 from pimphony.sim.cli import choice_names
 from pimphony.sim.provenance import provenance
 from pimphony.sim.tune import tune_report
 from tqdm import tqdm
 
 __all__ = [
-    "FIG7_ELEMENTWISE",
-    "FIG9_OUTPUTS",
-    "FIGURES",
-    "FIGURE_BACKENDS",
     "PAPER",
-    "Figure",
     "FigureError",
     "add_arguments",
     "figure_cases",
@@ -94,30 +93,6 @@ _FIG2_TABLE = (
     "table holds drafts chosen with weights / KV resident; drop --table"
 )
 
-
-class Figure(StrEnum):
-    """DCC's result figures reproduced as shapes."""
-
-    FIG2 = "fig2"
-    FIG6 = "fig6"
-    FIG7 = "fig7"
-    FIG9 = "fig9"
-
-
-GEMV_SIZES = ((32, 512), (32, 4096), (64, 512), (64, 4096))  # Figs. 6-7: heads x outputs
-
-#: Fig. 7's RED, VA and RELU panels (its x axes: "tensor size" 1024, 2048, 4096 at batch
-#: size 1, 2, 4). Reading: each batch row is one tensor of that many elements (a length-N
-#: vector reduced to one value, added to another, or rectified), so the kernels are
-#: ``batched-red`` (B, 1, N), ``batched-va`` (B, N), ``batched-relu`` (B, N); the paper gives
-#: no other dimension for these kernels (``docs/dcc.md``, Results, says why this reading).
-FIG7_ELEMENTWISE: dict[str, tuple[str, Callable[[int, int], tuple[int, ...]]]] = {
-    "RED": ("batched-red", lambda b, n: (b, 1, n)),
-    "VA": ("batched-va", lambda b, n: (b, n)),
-    "RELU": ("batched-relu", lambda b, n: (b, n)),
-}
-FIG7_TENSOR_SIZES = (1024, 2048, 4096)
-FIG7_BATCHES = (1, 2, 4)
 
 #: The paper's numbers each figure is compared with (DCC V, Figs. 2, 6, 7, 9 and their text).
 PAPER: dict[Figure, dict[str, float]] = {
@@ -162,88 +137,6 @@ PAPER: dict[Figure, dict[str, float]] = {
         "attacc_b8": 1.33,
     },
 }
-
-Case = tuple[str, str, tuple[int, ...], str, dict[str, Any]]  # backend, kernel, shape, placement
-
-
-def _gemv(backend: str, batches: tuple[int, ...], sizes=GEMV_SIZES, kernel="qk") -> list[Case]:
-    return [
-        (backend, kernel, (b * h, t, 128), str(Placement.RESIDENT),
-         {"batch": b, "size": f"{h}x{t}"})
-        for b in batches
-        for h, t in sizes
-    ]  # fmt: skip
-
-
-def _fig6(backend: str) -> list[Case]:
-    """Fig. 6's points: ATTN and GEMV as :func:`_gemv`; RED "N" at batch B as Fig. 7's RED
-    panel reads it (``batched-red`` (B, 1, N), :data:`FIG7_ELEMENTWISE`), batch rows a set the
-    default mapping spreads over channels."""
-    out = [(*c[:4], {**c[4], "kernel": "ATTN"}) for c in _gemv(backend, (1, 4), kernel="attn")]
-    out += [(*c[:4], {**c[4], "kernel": "GEMV"}) for c in _gemv(backend, (1, 4))]
-    kernel, shape = FIG7_ELEMENTWISE["RED"]
-    out += [
-        (backend, kernel, shape(b, n), str(Placement.RESIDENT),
-         {"batch": b, "size": str(n), "kernel": "RED"})
-        for b in (1, 4)
-        for n in FIG7_TENSOR_SIZES
-    ]  # fmt: skip
-    return out
-
-
-def _fig7(backend: str) -> list[Case]:
-    out = [(*c[:4], {**c[4], "kernel": "GEMV"}) for c in _gemv(backend, (1, 4))]
-    for panel, (kernel, shape) in FIG7_ELEMENTWISE.items():
-        out += [
-            (backend, kernel, shape(b, n), str(Placement.RESIDENT),
-             {"batch": b, "size": str(n), "kernel": panel})
-            for b in FIG7_BATCHES
-            for n in FIG7_TENSOR_SIZES
-        ]  # fmt: skip
-    return out
-
-
-def _fig2(backend: str) -> list[Case]:
-    every = str(Placement.EVERY_CALL)
-    out: list[Case] = []
-    for b in (16, 28):
-        for n in (2048, 4096):
-            label = {"batch": b, "size": f"256x{n}"}
-            out.append((backend, "red", (b * 256, n), every, {**label, "kernel": "RED"}))
-            out.append((backend, "batched-gemv", (b, 256, n), every, {**label, "kernel": "GEMV"}))
-    return out
-
-
-#: Fig. 9's output sizes per back end (32 heads, input 128): the paper's 512, 1024, 2048 and
-#: 4096 on both.
-FIG9_OUTPUTS: dict[str, tuple[int, ...]] = {
-    "hbm-pim": (512, 1024, 2048, 4096),
-    "attacc": (512, 1024, 2048, 4096),
-}
-
-
-def _fig9(backend: str) -> list[Case]:
-    return _gemv(backend, (1, 2, 4, 8), tuple((32, t) for t in FIG9_OUTPUTS[backend]))
-
-
-#: Each figure's points on a back end.
-FIGURES: dict[Figure, Callable[[str], list[Case]]] = {
-    Figure.FIG2: _fig2,
-    Figure.FIG6: _fig6,
-    Figure.FIG7: _fig7,
-    Figure.FIG9: _fig9,
-}
-
-#: The back ends each figure runs on (``--backend``), its default first. Fig. 2 is the
-#: paper's on AttAcc; it ran first on HBM-PIM, which stays its default so that reports of
-#: that run reproduce. Fig. 6 is AttAcc's, Fig. 7 HBM-PIM's, Fig. 9 has a panel of each.
-FIGURE_BACKENDS: dict[Figure, tuple[str, ...]] = {
-    Figure.FIG2: ("hbm-pim", "attacc"),
-    Figure.FIG6: ("attacc",),
-    Figure.FIG7: ("hbm-pim",),
-    Figure.FIG9: ("hbm-pim", "attacc"),
-}
-
 
 def _geomean(xs: list[float | None]) -> float:
     """Geometric mean of the values that exist (a default mapping that cannot run has none)."""
@@ -432,8 +325,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _read_table(args: argparse.Namespace, fig: Figure, backend: str) -> LookupTable:
     """``--table`` read for the back ends of the figure's points (one in a figure), refused
-    with one line as :func:`sim.experiments.dcc_lut.read_table` refuses it, and for fig2."""
-    from pimphony.sim.experiments.dcc_lut import read_table
+    with one line as :func:`sim.analysis.dcc_table.read_table` refuses it, and for fig2."""
+    from pimphony.sim.analysis.dcc_table import read_table
 
     if fig is Figure.FIG2:
         raise FigureError(_FIG2_TABLE)
@@ -469,7 +362,7 @@ def run(args: argparse.Namespace) -> int:
     ))  # fmt: skip
     inputs: dict[str, Any] = {}
     if table is not None:
-        from pimphony.sim.experiments.dcc_lut import table_digest, untabled_line
+        from pimphony.sim.analysis.dcc_table import table_digest, untabled_line
 
         n = {s: sum(r["draft_source"] == s for r in rows) for s in ("table", "predicted", "search")}
         inputs["table"] = {"path": str(args.table), "sha256": table_digest(args.table),

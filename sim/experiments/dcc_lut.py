@@ -9,31 +9,30 @@ For one back end, the shapes (kernel, sizes) of the evaluation -- by default eve
    (:func:`compiler.dcc_predictor.collect` with
    :func:`~compiler.dcc_predictor.simulated_seconds`, as ``dcc-table2`` does);
 2. the held-out error: one XGBoost predictor is trained on every kernel's shapes but a share
-   held out per kernel (:func:`sim.experiments.dcc_table2.split_configs`), and its MAPE on
+   held out per kernel (:func:`sim.analysis.dcc_shapes.split_configs`), and its MAPE on
    the held-out shapes' labelled drafts is recorded;
 3. one predictor trained on all the labels (across kernels: the features name the kernel and
    the back end) predicts every pruned draft of each shape; the best predicted goes in the
    table (:meth:`compiler.dcc_predictor.LookupTable.fill`), simulated once to record its time;
 4. the table is written atomically (an existing file only with ``--force``) with the
-   provenance and the back end's name and :func:`backend_digest`; beside it, the predictor of
-   step 3 in XGBoost's own format (``NAME.model.ubj``,
+   provenance and the back end's name and :func:`sim.analysis.dcc_table.backend_digest`;
+   beside it, the predictor of step 3 in XGBoost's own format (``NAME.model.ubj``,
    :func:`compiler.dcc_predictor.model_path`, also only replaced with ``--force``), which the
    table records by name, SHA-256 and feature layout, so that a run meeting a shape the table
    lacks predicts it with the very predictor that filled the table (DCC IV-D).
 
-:func:`read_table` is how a command reads it back (``pimphony tune --table``, ``pimphony
-dcc-fig8 --table``, ``pimphony dcc-figs --table``): a missing file, a file that is not a
-table, one filled for another back end or for the same name with other values (a stale
-table), one whose saved predictor is missing, altered or of another feature layout is
-refused with one line. A table written before the predictor was saved (no ``model``
-record) is still read; its new shapes are searched as without a table.
+:func:`sim.analysis.dcc_table.read_table` is how a command reads it back (``pimphony tune
+--table``, ``pimphony dcc-fig8 --table``, ``pimphony dcc-figs --table``): a missing file, a
+file that is not a table, one filled for another back end or for the same name with other
+values (a stale table), one whose saved predictor is missing, altered or of another feature
+layout is refused with one line. A table written before the predictor was saved (no
+``model`` record) is still read; its new shapes are searched as without a table.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import time
 from collections.abc import Callable, Sequence
 from enum import StrEnum
@@ -56,25 +55,26 @@ from pimphony.compiler.dcc_predictor import (
 from pimphony.compiler.dcc_schedule import DccError, DccKernel
 from pimphony.models.backends import BackendConfig, load_backend
 from pimphony.models.fileio import check_writable
+from pimphony.sim.analysis.dcc_shapes import (
+    FIG8_BACKEND,
+    FIGURE_BACKENDS,
+    FIGURES,
+    dcc_shapes,
+    split_configs,
+)
+from pimphony.sim.analysis.dcc_table import backend_digest, backend_record
 from pimphony.sim.cli import SEED, bounded_int, choice_names
-from pimphony.sim.experiments.dcc_table2 import split_configs
-from pimphony.sim.provenance import inputs_digest, provenance
+from pimphony.sim.provenance import provenance
 from tqdm import tqdm
 
 __all__ = [
-    "NO_PREDICTOR",
     "SHAPE_SOURCES",
     "Shape",
     "ShapeSource",
     "add_arguments",
-    "backend_digest",
-    "backend_record",
     "evaluation_shapes",
     "fill_table",
-    "read_table",
     "run",
-    "table_digest",
-    "untabled_line",
 ]
 
 #: One table row's key besides the back end: the kernel and its sizes.
@@ -91,8 +91,6 @@ class ShapeSource(StrEnum):
 def _figs_shapes(backend: str) -> list[tuple[str, tuple[int, ...]]]:
     """Every point of the ``dcc-figs`` figures that run on ``backend`` with weights / KV
     resident (Fig. 2's points rearrange every input per call: another cost, not tabled)."""
-    from pimphony.sim.experiments.dcc_figs import FIGURE_BACKENDS, FIGURES
-
     return [
         (kernel, tuple(shape))
         for fig, backends in FIGURE_BACKENDS.items()
@@ -104,8 +102,6 @@ def _figs_shapes(backend: str) -> list[tuple[str, tuple[int, ...]]]:
 
 def _fig8_shapes(backend: str) -> list[tuple[str, tuple[int, ...]]]:
     """``dcc-fig8``'s default run's DCC kernels, on its back end only."""
-    from pimphony.sim.experiments.dcc_fig8 import FIG8_BACKEND, dcc_shapes
-
     return dcc_shapes() if backend == FIG8_BACKEND else []
 
 
@@ -130,70 +126,6 @@ def evaluation_shapes(
             if kernels is None or k in kernels:
                 out[k, tuple(sizes)] = None
     return list(out)
-
-
-def backend_digest(cfg: BackendConfig) -> str:
-    """SHA-256 of every value a draft's cost depends on: the back end's (its name and levels,
-    timing, an AiM back end's hardware preset) and its host xPU's; not the file's path."""
-    values = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "source"}
-    values = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v
-              for k, v in values.items()}  # fmt: skip
-    return inputs_digest({"backend": values, "host": dataclasses.asdict(cfg.host())})
-
-
-def backend_record(cfg: BackendConfig) -> dict[str, str]:
-    """What a table records of its back end: the name and :func:`backend_digest`."""
-    return {"name": cfg.name, "sha256": backend_digest(cfg)}
-
-
-def table_digest(path: str | Path) -> str:
-    """SHA-256 of a table file's bytes (a report names the exact table it read)."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def read_table(path: str | Path, cfg: BackendConfig) -> LookupTable:
-    """The table in ``path``, if it was filled for ``cfg`` as it is now; else
-    :class:`~compiler.dcc_predictor.LookupTableError` saying why not, in one line."""
-    path = Path(path)
-    if not path.is_file():
-        raise LookupTableError(f"--table {path}: no such file (fill one with pimphony dcc-lut)")
-    table = LookupTable.load(path)
-    rec = table.provenance.get("backend")
-    if not isinstance(rec, dict) or not {"name", "sha256"} <= rec.keys():
-        raise LookupTableError(
-            f"--table {path}: provenance.backend (name, sha256) is missing: not a table "
-            "pimphony dcc-lut wrote"
-        )
-    if rec["name"] != cfg.name:
-        raise LookupTableError(
-            f"--table {path} holds drafts for back end {rec['name']}, not {cfg.name}"
-        )
-    now = backend_digest(cfg)
-    if rec["sha256"] != now:
-        raise LookupTableError(
-            f"--table {path} is stale: filled for back end {cfg.name} with digest "
-            f"{str(rec['sha256'])[:12]}, the preset's values now digest to {now[:12]}; refill "
-            f"it (pimphony dcc-lut --out {path} --force)"
-        )
-    try:
-        table.load_predictor(path)
-    except LookupTableError as e:
-        raise LookupTableError(f"--table {path}: {e}") from None
-    return table
-
-
-#: Why a table's new shapes are searched rather than predicted.
-NO_PREDICTOR = (
-    "the table has no saved predictor: an older dcc-lut file; refill it to predict new shapes"
-)
-
-
-def untabled_line(table: LookupTable, predicted: int, searched: int) -> str:
-    """How a run did the shapes ``table`` lacks: ``predicted`` by its offline predictor,
-    ``searched`` (all of them when the table has no saved predictor, said so)."""
-    if table.offline is None:
-        return f"{searched} searched ({NO_PREDICTOR})"
-    return f"{predicted} predicted by its offline predictor, {searched} searched"
 
 
 def _check_shapes(cfg: BackendConfig, shapes: Sequence[Shape]) -> None:

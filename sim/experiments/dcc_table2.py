@@ -46,6 +46,7 @@ from pimphony.compiler.dcc_schedule import DccError, DccKernel
 from pimphony.models.backends import load_backend
 from pimphony.models.errors import PimphonyError
 from pimphony.models.fileio import BUILD_DIR, check_writable, pyplot, write_atomic, write_figure
+from pimphony.sim.analysis.dcc_shapes import split_configs
 from pimphony.sim.cli import SEED, bounded_int, choice_names
 from pimphony.sim.provenance import provenance
 from tqdm import tqdm
@@ -64,7 +65,6 @@ __all__ = [
     "overall",
     "plot",
     "run",
-    "split_configs",
     "sweep_plot",
     "table_lines",
 ]
@@ -223,21 +223,6 @@ class RowResult:
                       "suboptimal": spec.paper_suboptimal},
             "configs": [{**asdict(r), "agree": r.agree} for r in self.results],
         }  # fmt: skip
-
-
-def split_configs(
-    configs: Sequence[tuple[int, ...]], test: int, seed: int
-) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]]:
-    """``configs`` shuffled by ``seed`` into (training, test); ``test`` of them are tested,
-    the rest trained on (at least one of each)."""
-    if not 1 <= test < len(configs):
-        raise Table2Error(
-            f"--test {test}: a row has {len(configs)} configurations; test 1 to "
-            f"{len(configs) - 1} of them so that at least one is left to train on"
-        )
-    order = np.random.default_rng(seed).permutation(len(configs))
-    picked = [tuple(configs[i]) for i in order]
-    return tuple(sorted(picked[test:])), tuple(sorted(picked[:test]))
 
 
 Label = Callable[..., float]

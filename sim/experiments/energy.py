@@ -20,11 +20,11 @@ from pimphony.models.config import load_preset
 from pimphony.models.energy import DEFAULT_ENERGY, load_energy
 from pimphony.models.fileio import BUILD_DIR, pyplot, write_figure
 from pimphony.sim.cli import bounded_int
-from pimphony.sim.experiments.ablation import STEPS
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import user_plot
 from pimphony.sim.systems.setup import DecodeSetup
 from pimphony.sim.systems.step import run_decode
+from pimphony.sim.systems.techniques import CENT, PIMPHONY
 
 __all__ = [
     "ENERGY_PLOT",
@@ -49,7 +49,7 @@ ROWS: tuple[tuple[str, str, int, int, int], ...] = (
 )
 #: (label, partition, scheduler, memory) of the two systems compared: the ablation's first
 #: step (the CENT baseline) and its last (PIMphony).
-SYSTEMS = (("CENT", *STEPS[0][1:]), ("CENT+PIMphony", *STEPS[-1][1:]))
+SYSTEMS = (("CENT", *CENT), ("CENT+PIMphony", *PIMPHONY))
 _ELSE = ("activation", "epu", "xpu", "links")
 
 

@@ -12,7 +12,7 @@ workload, on four systems (:data:`SERIES`):
   ``lolpim-gpu-gddr6`` (64 GB each), tensor parallel over NVLink
   (:mod:`sim.systems.gpu`).
 
-The PIM systems take the fastest (TP, PP) of :func:`sim.experiments.ablation.valid_splits`
+The PIM systems take the fastest (TP, PP) of :func:`sim.systems.search.valid_splits`
 (micro-batches ``auto``); the GPU count matches LoL-PIM's: one GPU per AiMX node of eight
 8 GB modules (Table 7: a GPU-GDDR6 has the node's 64 GB and 4096 GB/s; 16 AiMX cards vs a
 16-GPU DGX-A100 at 1024 GB). A fifth series, ``gpu-gddr6-10g``, reruns GPU-GDDR6 with its
@@ -38,12 +38,13 @@ from pimphony.models.errors import PimphonyError
 from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
 from pimphony.models.xpu_config import load_xpu
 from pimphony.sim.cli import SEED
-from pimphony.sim.experiments.ablation import valid_splits
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import parse_list, user_output, user_plot
 from pimphony.sim.systems.admission import fill_batch
 from pimphony.sim.systems.gpu import GpuSetup, gpu_fill_batch, run_gpu_decode
 from pimphony.sim.systems.registry import SystemKind
+from pimphony.sim.systems.report import DecodeReport
+from pimphony.sim.systems.search import best_split, valid_splits
 from pimphony.sim.systems.setup import DecodeSetup
 from pimphony.sim.systems.step import KernelCaches, run_decode
 from pimphony.sim.workloads import load_workload, sample_context_lengths
@@ -117,16 +118,16 @@ def _pim_point(
 ) -> dict[str, Any]:
     hw = load_preset(sys_.preset)
     batch = fill_batch(spec, hw, devices, sys_.memory, pool)
-    tried = []
-    for tp, pp in valid_splits(spec, devices):
+
+    def step(tp: int, pp: int) -> DecodeReport:
         setup = DecodeSetup(
             spec, hw, batch, tp=tp, pp=pp, partition=sys_.partition, sched=sys_.sched,
             memory=sys_.memory, micro_batches="auto",
         )  # fmt: skip
-        r = run_decode(setup, caches=caches)
-        tried.append({"tp": tp, "pp": pp, "tokens_per_s": r.tokens_per_s, "report": r})
-    best = max(tried, key=lambda x: x["tokens_per_s"])
-    r = best["report"]
+        return run_decode(setup, caches=caches)
+
+    search = best_split(step, valid_splits(spec, devices))
+    r = search.best
     return {
         "devices": devices,
         "batch": len(batch),
@@ -138,7 +139,7 @@ def _pim_point(
         "capacity_utilization": r.capacity_utilization,
         "mac_utilization": r.mac_utilization,
         "bubble_fraction": r.pipeline["bubble_fraction"],
-        "splits": {f"{x['tp']}x{x['pp']}": x["tokens_per_s"] for x in tried},
+        "splits": {f"{tp}x{pp}": x.tokens_per_s for (tp, pp), x in search.tried},
         **_energy(r.energy),
     }
 

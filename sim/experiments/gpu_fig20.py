@@ -6,7 +6,7 @@ decode batch is admitted first-come-first-served from the same 4,096-request poo
 
 - ``pimphony``: PIMphony on CENT, ``C / 16 GB`` modules of ``pimphony-cent``, partition
   ``auto`` (TCP/HFP per layer), DCS, lazy (DPA) memory, the fastest (TP, PP) of
-  :func:`sim.experiments.ablation.valid_splits` with micro-batches ``auto``;
+  :func:`sim.systems.search.valid_splits` with micro-batches ``auto``;
 - ``a100``: ``C / 64 GB`` A100-80GB (``configs/xpu/a100-80gb.toml``), tensor parallel on
   NVLink, each letting weights and paged KV use 64 of its 80 GB (``--gpu-memory-fraction
   0.8``), so both systems hold the same ``C`` GB. Flash-decoding and paged attention are what
@@ -31,11 +31,12 @@ from pimphony.models.config import load_preset
 from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
 from pimphony.models.xpu_config import load_xpu
 from pimphony.sim.cli import SEED
-from pimphony.sim.experiments.ablation import valid_splits
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import user_output, user_plot
 from pimphony.sim.systems.admission import fill_batch
 from pimphony.sim.systems.gpu import GpuSetup, gpu_fill_batch, run_gpu_decode
+from pimphony.sim.systems.report import DecodeReport
+from pimphony.sim.systems.search import best_split, valid_splits
 from pimphony.sim.systems.setup import DecodeSetup
 from pimphony.sim.systems.step import KernelCaches, run_decode
 from pimphony.sim.workloads import load_workload, sample_context_lengths
@@ -75,16 +76,15 @@ _POOL = 4096
 def _pim(spec: ModelSpec, pool: Sequence[int], modules: int, caches: KernelCaches) -> dict:
     hw = load_preset(PIM_PRESET)
     batch = fill_batch(spec, hw, modules, "lazy", pool)
-    best = None
-    for tp, pp in valid_splits(spec, modules):
+
+    def step(tp: int, pp: int) -> DecodeReport:
         setup = DecodeSetup(
             spec, hw, batch, tp=tp, pp=pp, partition="auto", sched="dcs", memory="lazy",
             micro_batches="auto",
         )  # fmt: skip
-        r = run_decode(setup, caches=caches)
-        if best is None or r.tokens_per_s > best.tokens_per_s:
-            best = r
-    assert best is not None
+        return run_decode(setup, caches=caches)
+
+    best = best_split(step, valid_splits(spec, modules)).best
     return {
         "devices": modules,
         "batch": len(batch),

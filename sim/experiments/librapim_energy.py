@@ -53,10 +53,11 @@ from pimphony.models.energy import (
     dynamic_energy,
     load_energy,
 )
-from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
+from pimphony.models.fileio import pyplot, write_atomic, write_figure
 from pimphony.models.hub import SOFTMAX_FLOPS_PER_SCORE
 from pimphony.models.xpu_config import XpuConfig, XpuEnergy, load_xpu
-from pimphony.sim.experiments.librapim_fig19 import FIG19_CONTEXTS, _int_list
+from pimphony.sim.analysis.librapim_grid import LIBRAPIM_CONTEXTS, LIBRAPIM_DIR
+from pimphony.sim.cli import positive_ints
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import user_output, user_plot
 from pimphony.sim.systems.costs import OpCosts, layer_costs
@@ -77,7 +78,6 @@ from pimphony.sim.systems.step import attention_cycles
 __all__ = [
     "FIG22_SYSTEMS",
     "FIG22_BATCH",
-    "FIG22_DIR",
     "FIG22_MODEL",
     "PAPER_DBO_OVER_NEUPIMS",
     "add_arguments",
@@ -90,7 +90,6 @@ __all__ = [
     "system_energy",
 ]
 
-FIG22_DIR = BUILD_DIR / "librapim"
 #: LibraPIM 6.5 / Fig. 22: "Energy consumption in Llama3-70B", "under the batch size of 128".
 FIG22_MODEL = "llama-3.1-70b"
 FIG22_BATCH = 128
@@ -293,7 +292,7 @@ def system_energy(
 def fig22(
     models: Sequence[str] = (FIG22_MODEL,),
     batches: Sequence[int] = (FIG22_BATCH,),
-    contexts: Sequence[int] = FIG19_CONTEXTS,
+    contexts: Sequence[int] = LIBRAPIM_CONTEXTS,
     groups: int = 2,
     tp: int = DEFAULT_TP,
     energy: str = "hbm-pim",
@@ -417,21 +416,23 @@ def plot_fig22(rows: list[dict[str, Any]], path: Path) -> Path:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``librapim-energy`` subcommand's options."""
     p.add_argument("--models", default=FIG22_MODEL, help="comma-separated model presets")
-    p.add_argument("--batches", type=_int_list, default=(FIG22_BATCH,), help="e.g. 128")
-    p.add_argument("--contexts", type=_int_list, default=FIG19_CONTEXTS, help="e.g. 16,4096")
+    p.add_argument("--batches", type=positive_ints, default=(FIG22_BATCH,), help="e.g. 128")
+    p.add_argument(
+        "--contexts", type=positive_ints, default=LIBRAPIM_CONTEXTS, help="e.g. 16,4096"
+    )
     p.add_argument("--groups", type=int, default=2, help="batch groups (NeuPIMs, LibraPIM)")
     p.add_argument("--tp", type=int, default=DEFAULT_TP, help="devices sharing every layer")
     p.add_argument("--energy", default="hbm-pim", help="kind = hbm energy preset or .toml")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--report", type=Path, help=f"JSON path (default {FIG22_DIR}/fig22.json)")
-    p.add_argument("--plot", type=Path, help=f"PNG path (default {FIG22_DIR}/fig22.png)")
+    p.add_argument("--report", type=Path, help=f"JSON path (default {LIBRAPIM_DIR}/fig22.json)")
+    p.add_argument("--plot", type=Path, help=f"PNG path (default {LIBRAPIM_DIR}/fig22.png)")
     p.add_argument("--force", action="store_true", help="replace existing output files")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``pimphony librapim-energy``."""
-    report = user_output(args.report, FIG22_DIR / "fig22.json", args.force)
-    plot = user_plot(args.plot, FIG22_DIR / "fig22.png", args.force)
+    report = user_output(args.report, LIBRAPIM_DIR / "fig22.json", args.force)
+    plot = user_plot(args.plot, LIBRAPIM_DIR / "fig22.png", args.force)
     progress = None if args.json else (lambda m: print(f"  {m}", flush=True))
     models = tuple(m for m in args.models.split(",") if m)
     rows = fig22(

@@ -20,18 +20,21 @@ from typing import Any
 
 from pimphony.compiler.llm import load_model
 from pimphony.models.config import load_preset
-from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
+from pimphony.models.fileio import pyplot, write_atomic, write_figure
 from pimphony.models.xpu_config import load_xpu
+from pimphony.sim.analysis.librapim_grid import (
+    LIBRAPIM_BATCHES,
+    LIBRAPIM_CONTEXTS,
+    LIBRAPIM_DIR,
+    LIBRAPIM_MODELS,
+)
+from pimphony.sim.cli import positive_ints
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import user_output, user_plot
 from pimphony.sim.systems.librapim import DEFAULT_TP, LibrapimKind, run_librapim
 from pimphony.sim.systems.setup import DecodeError
 
 __all__ = [
-    "FIG19_BATCHES",
-    "FIG19_CONTEXTS",
-    "FIG19_DIR",
-    "FIG19_MODELS",
     "FIG19_SYSTEMS",
     "PAPER_SPEEDUP",
     "add_arguments",
@@ -42,12 +45,6 @@ __all__ = [
     "run",
 ]
 
-FIG19_DIR = BUILD_DIR / "librapim"
-#: LibraPIM 6.1: "GPT3 175B [5] and Llama3-70B [15]" (our presets with a 4096-token window).
-FIG19_MODELS = ("gpt3-175b-4k", "llama-3.1-70b")
-#: 6.1: "We vary the input sequence length from 16 to 4096 and the batch size from 32 to 384."
-FIG19_BATCHES = (32, 64, 128, 256, 384)
-FIG19_CONTEXTS = (16, 64, 256, 1024, 4096)
 #: The systems of Fig. 19 (6.1) and the best-offload analysis row; the other registry rows
 #: belong to Figs. 9, 21 and the DBO variant (``pimphony librapim-figs``).
 FIG19_SYSTEMS = (
@@ -67,9 +64,9 @@ PAPER_SPEEDUP: dict[str, float] = {
 
 
 def fig19(
-    models: Sequence[str] = FIG19_MODELS,
-    batches: Sequence[int] = FIG19_BATCHES,
-    contexts: Sequence[int] = FIG19_CONTEXTS,
+    models: Sequence[str] = LIBRAPIM_MODELS,
+    batches: Sequence[int] = LIBRAPIM_BATCHES,
+    contexts: Sequence[int] = LIBRAPIM_CONTEXTS,
     groups: int = 2,
     tp: int = DEFAULT_TP,
     preset: str = "librapim-hbm2",
@@ -198,35 +195,25 @@ def plot_fig19(rows: list[dict[str, Any]], path: Path) -> Path:
     return write_figure(fig, path)
 
 
-def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated integers") from None
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: every value must be >= 1")
-    return values
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``librapim-fig19`` subcommand's options."""
-    p.add_argument("--models", default=",".join(FIG19_MODELS), help="comma-separated presets")
-    p.add_argument("--batches", type=_int_list, default=FIG19_BATCHES, help="e.g. 32,64")
-    p.add_argument("--contexts", type=_int_list, default=FIG19_CONTEXTS, help="e.g. 16,4096")
+    p.add_argument("--models", default=",".join(LIBRAPIM_MODELS), help="comma-separated presets")
+    p.add_argument("--batches", type=positive_ints, default=LIBRAPIM_BATCHES, help="e.g. 32,64")
+    p.add_argument("--contexts", type=positive_ints, default=LIBRAPIM_CONTEXTS, help="e.g. 16,4096")
     p.add_argument("--groups", type=int, default=2, help="batch groups (NeuPIMs, LibraPIM)")
     p.add_argument("--tp", type=int, default=DEFAULT_TP, help="devices sharing every layer")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--report", type=Path, help=f"JSON path (default {FIG19_DIR}/fig19.json)")
-    p.add_argument("--csv", type=Path, help=f"CSV path (default {FIG19_DIR}/fig19.csv)")
-    p.add_argument("--plot", type=Path, help=f"PNG path (default {FIG19_DIR}/fig19.png)")
+    p.add_argument("--report", type=Path, help=f"JSON path (default {LIBRAPIM_DIR}/fig19.json)")
+    p.add_argument("--csv", type=Path, help=f"CSV path (default {LIBRAPIM_DIR}/fig19.csv)")
+    p.add_argument("--plot", type=Path, help=f"PNG path (default {LIBRAPIM_DIR}/fig19.png)")
     p.add_argument("--force", action="store_true", help="replace existing output files")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``pimphony librapim-fig19``."""
-    report = user_output(args.report, FIG19_DIR / "fig19.json", args.force)
-    table = user_output(args.csv, FIG19_DIR / "fig19.csv", args.force)
-    plot = user_plot(args.plot, FIG19_DIR / "fig19.png", args.force)
+    report = user_output(args.report, LIBRAPIM_DIR / "fig19.json", args.force)
+    table = user_output(args.csv, LIBRAPIM_DIR / "fig19.csv", args.force)
+    plot = user_plot(args.plot, LIBRAPIM_DIR / "fig19.png", args.force)
     progress = None if args.json else (lambda m: print(f"  {m}", flush=True))
     models = tuple(m for m in args.models.split(",") if m)
     rows = fig19(models, args.batches, args.contexts, args.groups, args.tp, progress=progress)

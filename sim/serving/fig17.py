@@ -4,8 +4,8 @@ CENT vs PIMphony as the context grows at 512 GB (``docs/serving.md``).
 Every request arrives at 0 (a saturated queue of ``2 x`` what the memory admits at once) with
 the figure's context and ``output_tokens`` outputs; prefill is skipped (decode only). The
 paper's "3-sigma context variation" is not defined, so contexts are fixed, as in the decode
-rows of ``docs/fidelity.md``. Run ``python -m sim.serving.fig17`` (minutes); it prints the
-markdown tables of the docs.
+rows of ``docs/fidelity.md``. ``pimphony serve-fig17`` (minutes) prints the markdown tables of
+the docs.
 """
 
 from __future__ import annotations
@@ -15,12 +15,22 @@ from typing import Any
 
 from pimphony.compiler.llm import load_model
 from pimphony.models.config import load_preset
+from pimphony.sim.cli import bounded_int
 from pimphony.sim.serving.engine import ServeConfig, serve
 from pimphony.sim.serving.report import metrics
 from pimphony.sim.serving.trace import Request
 from pimphony.sim.systems.admission import fill_batch
+from pimphony.sim.systems.techniques import CENT, PIMPHONY
 
-__all__ = ["FIG17A_MODULES", "FIG17B_CONTEXTS", "SYSTEMS", "fig17a_rows", "fig17b_rows", "main"]
+__all__ = [
+    "FIG17A_MODULES",
+    "FIG17B_CONTEXTS",
+    "SYSTEMS",
+    "add_arguments",
+    "fig17a_rows",
+    "fig17b_rows",
+    "run",
+]
 
 PRESET = "pimphony-cent"  # CENT's 16 GB modules (PIMphony Table IV)
 #: (a): 8-64 CENT modules = 128-1024 GB at 64K context.
@@ -28,7 +38,7 @@ FIG17A_MODULES = (8, 16, 32, 64)
 #: (b): 4K to 1M at 512 GB (32 modules).
 FIG17B_CONTEXTS = (4096, 16384, 65536, 262144, 1 << 20)
 #: (label, partition, scheduler, memory): the CENT baseline and PIMphony (as the ablation).
-SYSTEMS = (("CENT", "hfp", "static", "static"), ("PIMphony", "auto", "dcs", "lazy"))
+SYSTEMS = (("CENT", *CENT), ("PIMphony", *PIMPHONY))
 
 
 def _run(model: str, modules: int, tp: int, context: int, system: tuple, outputs: int) -> dict:
@@ -79,12 +89,14 @@ def fig17b_rows(contexts=FIG17B_CONTEXTS, outputs: int = 64, tp: int = 8) -> lis
     return rows
 
 
-def main() -> None:
-    """Print both tables."""
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--outputs", type=int, default=64)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``pimphony serve-fig17``."""
+    p.add_argument("--outputs", type=bounded_int(1, 1 << 20), default=64)
     p.add_argument("--part", choices=("a", "b", "both"), default="both")
-    a = p.parse_args()
+
+
+def run(a: argparse.Namespace) -> int:
+    """Print the tables of ``--part``, a row as each point is served."""
     if a.part in ("a", "both"):
         print("| capacity | requests | mean batch | tokens/s |\n|---|---:|---:|---:|")
         fig17a_rows(outputs=a.outputs)
@@ -92,7 +104,4 @@ def main() -> None:
         print("\n| context | CENT batch | CENT tok/s | PIMphony batch | PIMphony tok/s | speedup |")
         print("|---:|---:|---:|---:|---:|---:|")
         fig17b_rows(outputs=a.outputs)
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -1,7 +1,7 @@
 """LoL-PIM Fig. 4(b) shape: average batch and decode throughput, static vs lazy KV memory,
 over capacity, by serving a saturated queue (``docs/serving.md``).
 
-Run ``python -m sim.serving.fig4`` (minutes); it prints the markdown table of the docs.
+``pimphony serve-fig4`` (minutes) prints the markdown table of the docs.
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from pimphony.compiler.llm import load_model
 from pimphony.models.config import load_preset
 from pimphony.models.memory import ChunkGeometry
 from pimphony.models.xpu_config import load_xpu
+from pimphony.sim.cli import bounded_int
 from pimphony.sim.serving.engine import ServeConfig, serve
 from pimphony.sim.serving.report import metrics
 from pimphony.sim.serving.trace import workload_requests
 
-__all__ = ["FIG4_MODULES", "FIG4_WORKLOADS", "fig4_rows", "main"]
+__all__ = ["FIG4_MODULES", "FIG4_WORKLOADS", "add_arguments", "fig4_rows", "run"]
 
 #: 16 GiB ``aim-32ch`` modules (CENT's module, PIMphony Table IV): 64, 128 and 256 GiB.
 FIG4_MODULES = (4, 8, 16)
@@ -88,15 +89,17 @@ def _line(r: dict[str, Any]) -> str:
     )
 
 
-def main() -> None:
-    """Print the table."""
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--output-tokens", type=int, default=32)
-    p.add_argument("--requests-per-slot", type=int, default=3)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``pimphony serve-fig4``."""
+    p.add_argument("--output-tokens", type=bounded_int(1, 1 << 20), default=32)
+    p.add_argument("--requests-per-slot", type=bounded_int(1, 1000), default=3)
     p.add_argument("--system", choices=("pim", "xpu+pim"), default="pim")
-    p.add_argument("--modules", type=int, nargs="+", default=list(FIG4_MODULES))
+    p.add_argument("--modules", type=bounded_int(1, 1024), nargs="+", default=list(FIG4_MODULES))
     p.add_argument("--workloads", nargs="+", default=list(FIG4_WORKLOADS))
-    a = p.parse_args()
+
+
+def run(a: argparse.Namespace) -> int:
+    """Print the table, a row as each (workload, capacity) is served."""
     print(
         "| workload | capacity | requests | static batch | lazy batch | ideal | lazy vs static "
         "| static mean (all steps) | lazy mean (all steps) | static tok/s | lazy tok/s | speedup |"
@@ -109,7 +112,4 @@ def main() -> None:
         a.output_tokens,
         system=a.system,
     )
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -19,7 +19,7 @@ from typing import Any
 
 from pimphony.models.fileio import pyplot, write_figure
 from pimphony.models.xpu_config import XpuConfig, load_xpu
-from pimphony.sim.experiments.librapim_util import sweep
+from pimphony.sim.experiments.librapim_figs.utilisation import sweep
 from pimphony.sim.systems.librapim import LibrapimKind
 from pimphony.sim.systems.setup import DecodeError
 

@@ -7,9 +7,9 @@
 * ``fig9``: utilisation with ideal batch pipelining (dual row buffers) vs exclusive bank
   access, B = 32 and 256 (3.3);
 * ``fig21``: normalised performance for systolic arrays of 32 to 256, input 512, with and
-  without DBO (6.4; :mod:`sim.experiments.librapim_fig21`);
+  without DBO (6.4; :mod:`sim.experiments.librapim_figs.fig21`);
 * ``dbo``: Algorithm 1's predicted step beside the simulated one, peak vs measured
-  throughputs (:mod:`sim.experiments.librapim_dbo`).
+  throughputs (:mod:`sim.experiments.librapim_figs.dbo`).
 
 Every figure is a sweep of :func:`sim.systems.librapim.run_librapim` steps (one row per
 model, xPU, system, batch and input length; every request at the same length). Utilisation
@@ -31,10 +31,10 @@ from typing import Any
 
 from pimphony.models.config import load_preset
 from pimphony.models.fileio import write_atomic
-from pimphony.sim.cli import choice_names
-from pimphony.sim.experiments import librapim_dbo, librapim_fig21, librapim_util
-from pimphony.sim.experiments.librapim_fig19 import FIG19_DIR, _int_list
-from pimphony.sim.experiments.librapim_util import sweep
+from pimphony.sim.analysis.librapim_grid import LIBRAPIM_DIR
+from pimphony.sim.cli import choice_names, positive_ints
+from pimphony.sim.experiments.librapim_figs import dbo, fig21, utilisation
+from pimphony.sim.experiments.librapim_figs.utilisation import sweep
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import user_output, user_plot
 from pimphony.sim.systems.librapim import DEFAULT_TP, SYSTEMS, LibrapimKind
@@ -96,10 +96,10 @@ FIGURES: dict[Figure, FigureSpec] = {
         (16, 32, 64, 128, 256, 512, 1024, 2048, 4096),
         (_S.NPU_AIM, _S.ATTACC, _S.NEUPIMS, _S.LIBRAPIM),
         _sweep_args,
-        librapim_util.fig20_summary,
-        librapim_util.format_fig20,
-        librapim_util.plot_fig20,
-        librapim_util.FIG20_PAPER,
+        utilisation.fig20_summary,
+        utilisation.format_fig20,
+        utilisation.plot_fig20,
+        utilisation.FIG20_PAPER,
     ),
     Figure.FIG7: FigureSpec(
         "idle fraction of NPU and PIM, NPU+AiM, batch x input length (Fig. 7)",
@@ -107,10 +107,10 @@ FIGURES: dict[Figure, FigureSpec] = {
         (16, 64, 256, 1024, 4096),
         (_S.NPU_AIM,),
         _sweep_args,
-        librapim_util.fig7_summary,
-        librapim_util.format_fig7,
-        librapim_util.plot_fig7,
-        librapim_util.FIG7_PAPER,
+        utilisation.fig7_summary,
+        utilisation.format_fig7,
+        utilisation.plot_fig7,
+        utilisation.FIG7_PAPER,
     ),
     Figure.FIG9: FigureSpec(
         "utilisation, ideal pipelining vs exclusive bank access (Fig. 9)",
@@ -118,21 +118,21 @@ FIGURES: dict[Figure, FigureSpec] = {
         (16, 64, 256, 512, 1024, 2048, 4096),
         (_S.NEUPIMS, _S.AIM_PIPELINED),
         _sweep_args,
-        librapim_util.fig9_summary,
-        librapim_util.format_fig9,
-        librapim_util.plot_fig9,
-        librapim_util.FIG9_PAPER,
+        utilisation.fig9_summary,
+        utilisation.format_fig9,
+        utilisation.plot_fig9,
+        utilisation.FIG9_PAPER,
     ),
     Figure.FIG21: FigureSpec(
         "normalised performance vs systolic array size, input 512 (Fig. 21)",
         (32, 256),
         (512,),
         (_S.LIBRAPIM_NO_DBO, _S.LIBRAPIM),
-        librapim_fig21.run_fig21,
-        librapim_fig21.fig21_summary,
-        librapim_fig21.format_fig21,
-        librapim_fig21.plot_fig21,
-        librapim_fig21.FIG21_PAPER,
+        fig21.run_fig21,
+        fig21.fig21_summary,
+        fig21.format_fig21,
+        fig21.plot_fig21,
+        fig21.FIG21_PAPER,
     ),
     Figure.DBO: FigureSpec(
         "Algorithm 1 predicted vs simulated step, peak vs measured throughputs",
@@ -140,9 +140,9 @@ FIGURES: dict[Figure, FigureSpec] = {
         (16, 256, 4096),
         (_S.LIBRAPIM, _S.LIBRAPIM_MEASURED),
         _sweep_args,
-        librapim_dbo.dbo_summary,
-        librapim_dbo.format_dbo,
-        librapim_dbo.plot_dbo,
+        dbo.dbo_summary,
+        dbo.format_dbo,
+        dbo.plot_dbo,
     ),
 }
 
@@ -162,11 +162,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``librapim-figs`` subcommand's options."""
     p.add_argument("--figure", required=True, choices=choice_names(Figure), help="which figure")
     p.add_argument("--model", default="gpt3-175b-4k", help="model preset (default GPT3-175B)")
-    p.add_argument("--batches", type=_int_list, help="e.g. 32,256 (default: the figure's)")
-    p.add_argument("--contexts", type=_int_list, help="input lengths (default: the figure's)")
+    p.add_argument("--batches", type=positive_ints, help="e.g. 32,256 (default: the figure's)")
+    p.add_argument("--contexts", type=positive_ints, help="input lengths (default: the figure's)")
     p.add_argument("--systems", type=_systems, help="comma-separated (default: the figure's)")
     p.add_argument(
-        "--sizes", type=_int_list, default=(32, 64, 128, 256), help="fig21: systolic array sizes"
+        "--sizes",
+        type=positive_ints,
+        default=(32, 64, 128, 256),
+        help="fig21: systolic array sizes",
     )
     p.add_argument(
         "--vector-scaling",
@@ -177,8 +180,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--groups", type=int, default=2, help="batch groups of pipelined systems")
     p.add_argument("--tp", type=int, default=DEFAULT_TP, help="devices sharing every layer")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--report", type=Path, help=f"JSON path (default {FIG19_DIR}/<figure>.json)")
-    p.add_argument("--plot", type=Path, help=f"PNG path (default {FIG19_DIR}/<figure>.png)")
+    p.add_argument("--report", type=Path, help=f"JSON path (default {LIBRAPIM_DIR}/<figure>.json)")
+    p.add_argument("--plot", type=Path, help=f"PNG path (default {LIBRAPIM_DIR}/<figure>.png)")
     p.add_argument("--force", action="store_true", help="replace existing output files")
 
 
@@ -186,8 +189,8 @@ def run(args: argparse.Namespace) -> int:
     """Run ``pimphony librapim-figs``."""
     fig = Figure(args.figure)
     spec = FIGURES[fig]
-    report = user_output(args.report, FIG19_DIR / f"{fig}.json", args.force)
-    plot = user_plot(args.plot, FIG19_DIR / f"{fig}.png", args.force)
+    report = user_output(args.report, LIBRAPIM_DIR / f"{fig}.json", args.force)
+    plot = user_plot(args.plot, LIBRAPIM_DIR / f"{fig}.png", args.force)
     args.batches = args.batches or spec.batches
     args.contexts = args.contexts or spec.contexts
     args.systems = args.systems or spec.systems

@@ -298,10 +298,16 @@ def _ablation(model: str, workload: str, modules: int, requests: int) -> list[di
 
 def _pp_gain(rows: list[dict[str, Any]]) -> tuple[float, str]:
     """Best split over TP-only (PP 1) on the last step's first batch, and the best split."""
-    splits = rows[-1]["per_batch"][0]["splits"]
-    tp_only = max(t["tokens_per_s"] for t in splits if t["pp"] == 1)
-    best = max(splits, key=lambda t: t["tokens_per_s"])
-    return best["tokens_per_s"] / tp_only, f"TP {best['tp']} x PP {best['pp']}"
+    from pimphony.sim.systems.search import best_split
+
+    tried = {(t["tp"], t["pp"]): t for t in rows[-1]["per_batch"][0]["splits"]}
+
+    def search(splits):
+        return best_split(lambda tp, pp: tried[tp, pp], splits, key=lambda t: t["tokens_per_s"])
+
+    top = search(tried)
+    tp_only = search([s for s in tried if s[1] == 1]).best["tokens_per_s"]
+    return top.best["tokens_per_s"] / tp_only, f"TP {top.split[0]} x PP {top.split[1]}"
 
 
 def _fig15() -> Measured:
@@ -384,7 +390,7 @@ def _fig13b() -> Measured:
 @functools.cache
 def _fig14_rows() -> dict[tuple[str, str, int], list[dict[str, Any]]]:
     """``pimphony ablation --system xpu+pim --fig14``: every case's rows, run once."""
-    from pimphony.sim.experiments.hetero_ablation import FIG14_CASES, hetero_ablation
+    from pimphony.sim.experiments.ablation import FIG14_CASES, hetero_ablation
 
     return {(m, w, n): hetero_ablation(m, w, modules=n, requests=r) for m, w, n, r in FIG14_CASES}
 
@@ -687,18 +693,17 @@ def _caches():
 
 def _best_step(spec, hw, modules: int, batch, **choices):
     """The fastest decode step over every valid (TP, PP) split of ``modules``."""
-    from pimphony.sim.experiments.ablation import valid_splits
+    from pimphony.sim.systems.search import best_split, valid_splits
     from pimphony.sim.systems.setup import MICRO_BATCHES_AUTO, DecodeSetup
     from pimphony.sim.systems.step import run_decode
 
-    steps = [
-        run_decode(
-            DecodeSetup(spec, hw, batch, tp=tp, pp=pp, micro_batches=MICRO_BATCHES_AUTO, **choices),
-            caches=_caches(),
+    def step(tp: int, pp: int):
+        setup = DecodeSetup(
+            spec, hw, batch, tp=tp, pp=pp, micro_batches=MICRO_BATCHES_AUTO, **choices
         )
-        for tp, pp in valid_splits(spec, modules)
-    ]
-    return max(steps, key=lambda step: step.tokens_per_s)
+        return run_decode(setup, caches=_caches())
+
+    return best_split(step, valid_splits(spec, modules)).best
 
 
 def _fig4() -> Measured:
@@ -728,8 +733,8 @@ def _fig4() -> Measured:
 
 
 def _fig11() -> Measured:
-    from pimphony.sim.experiments.ablation import valid_splits
     from pimphony.sim.systems.admission import fill_batch
+    from pimphony.sim.systems.search import valid_splits
     from pimphony.sim.systems.setup import DecodeSetup
     from pimphony.sim.systems.step import run_decode
     from pimphony.sim.workloads import load_workload, sample_context_lengths
@@ -767,8 +772,8 @@ def _fig11() -> Measured:
 
 
 def _table8() -> Measured:
-    from pimphony.sim.experiments.ablation import valid_splits
     from pimphony.sim.systems.admission import fill_batch
+    from pimphony.sim.systems.search import valid_splits
     from pimphony.sim.systems.setup import MICRO_BATCHES_AUTO, DecodeSetup
     from pimphony.sim.systems.step import run_decode
     from pimphony.sim.workloads import load_workload, sample_context_lengths
@@ -880,7 +885,7 @@ def _lp_fig19() -> Measured:
 
 
 def _lp_fig20() -> Measured:
-    from pimphony.sim.experiments.librapim_util import FIG20_PAPER, sweep
+    from pimphony.sim.experiments.librapim_figs.utilisation import FIG20_PAPER, sweep
     from pimphony.sim.systems.librapim import LibrapimKind
 
     paper = FIG20_PAPER["at_longest"]
@@ -917,7 +922,7 @@ def _lp_fig20() -> Measured:
 def _lp_fig21() -> Measured:
     import argparse
 
-    from pimphony.sim.experiments.librapim_fig21 import fig21_summary, run_fig21
+    from pimphony.sim.experiments.librapim_figs.fig21 import fig21_summary, run_fig21
     from pimphony.sim.systems.librapim import LibrapimKind
 
     args = argparse.Namespace(
