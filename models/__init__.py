@@ -23,7 +23,9 @@ A leaf: imports nothing else of pimphony. Modules:
 - ``memory`` chunk geometry and the ``ALLOCATORS`` registry of KV memory policies; ``layout``
   weight layouts for a host with PIM banks (``configs/layouts/``, ``docs/sherpa.md``).
 - ``backends`` DCC's multi-level PIM abstraction as data (``configs/backends/``); ``attacc``
-  and ``hbm_pim`` the command-level AttAcc and HBM-PIM back ends (``docs/dcc.md``).
+  and ``hbm_pim`` the command-level AttAcc and HBM-PIM back ends (``docs/dcc.md``), whose
+  DRAM bank rules are tables run by one engine, ``dram_rules`` (one ``Timeline``).
+- ``reference`` the plain-Python oracles the numba kernels are tested against.
 - ``fileio`` ``BUILD_DIR``, atomic writes, the plot preamble; ``errors`` ``PimphonyError``,
   the base of every deliberate error (``docs/errors.md``).
 """

@@ -13,9 +13,9 @@ from pimphony.models.errors import PimphonyError
 from pimphony.models.fileio import read_utf8
 from pimphony.models.layout import load_layout
 from pimphony.models.xpu_config import load_xpu_config
-from pimphony.sim.experiments.sweep_run import load_sweep
 from pimphony.sim.serving.trace import read_trace
 from pimphony.sim.sherpa_timing import load_sherpa_host
+from pimphony.sim.sweep_run import load_sweep
 from pimphony.sim.verify.campaign import replay
 from pimphony.sim.workloads import load_workload, read_context_lengths
 
