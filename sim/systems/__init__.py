@@ -1,11 +1,15 @@
-"""Systems: what runs an LLM decode step, on PIM, an xPU beside PIM, GPUs or LibraPIM's rows.
+"""Systems: what runs an LLM decode step, on PIM, an xPU beside PIM or GPUs.
 
-``setup`` (what a step depends on), ``kernels`` (channel kernels run through the TLM, memoised),
-``admission`` (KV memory and batch filling), ``step`` (one PIM step: layers, attention,
-pipeline), ``cycles`` (the same step's cycles without its report, for serving), ``costs``
-(the one per-layer xPU/GPU cost table), ``report``
-(the frozen :class:`~pimphony.sim.systems.report.DecodeReport`, text and plot), ``gpu`` (the
-GPU-only step), ``hetero`` (the xPU+PIM step), ``librapim`` (LibraPIM's systems), ``tuned``
-(weight GEMVs on DCC's AiM drafts), ``energy`` (the steps' energy) and ``command``
-(``pimphony decode``).
+``base`` (the ``System`` interface: ``step``, ``cycles``, ``pool``, ``prefill``; the typed
+``StepResult``), ``registry`` (``SystemKind`` and the ``SYSTEMS`` table: each row's class,
+its command-line options and report; ``pimphony decode`` and ``serve`` run any row),
+``costs`` (the one per-layer xPU/GPU cost table and the xPU prefill), ``search`` (the one
+split search over TP x PP), ``techniques`` (the ablation's technique steps), ``setup`` (what
+a PIM step depends on), ``kernels`` (channel kernels run through the TLM, memoised),
+``admission`` (KV memory and batch filling), ``cycles`` (the one cycle path of a PIM step,
+``StepCycles``), ``step`` (``run_decode``: the cycle path plus the report's breakdowns),
+``report`` (the frozen :class:`~pimphony.sim.systems.report.DecodeReport`, text and plot),
+``gpu`` (the GPU-only step), ``hetero`` (the xPU+PIM step), ``librapim`` (LibraPIM's systems
+and analysis rows), ``tuned`` (weight GEMVs on DCC's AiM drafts), ``energy`` (the steps'
+energy) and ``command`` (``pimphony decode``: one runner for every ``SystemKind``).
 """
