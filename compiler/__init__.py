@@ -7,10 +7,6 @@
   encoder.
 - ``pim_gemv`` GEMV lowered to an HBM-PIM command stream (PIM-SHERPA Algorithm 1);
   ``rearrange`` host layout <-> PIM layout on the host bus (``REARRANGEMENTS``).
-- DCC (``docs/dcc.md``): ``dcc_schedule`` the data-centric schedule generator (loop nests,
-  drafts, pruning, core tiles); ``dcc_lowering`` ``GroupProgram``; the group lowerings
-  ``hbm_pim_lowering``, ``aim_lowering``, ``attacc_lowering`` (``GROUP_LOWERINGS``,
-  ``run_group``, each back end's default mapping); ``dcc_cost`` what a draft costs;
-  ``dcc_tune`` the search over drafts; ``dcc_predictor`` the coupled XGBoost predictor and
-  the best-draft ``LookupTable``.
+- ``dcc/`` DCC's data-centric compilation (``docs/dcc.md``): its schedule generator, the group
+  lowerings of each back end, what a draft costs, the search and the predictor.
 """

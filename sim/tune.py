@@ -18,16 +18,16 @@ import json
 import time
 from typing import Any
 
-from pimphony.compiler.dcc_cost import DraftCost, Placement, draft_cost, gpu_seconds, kernel_nest
-from pimphony.compiler.dcc_predictor import (
+from pimphony.compiler.dcc.cost import DraftCost, Placement, draft_cost, gpu_seconds, kernel_nest
+from pimphony.compiler.dcc.predictor import (
     Entry,
     LookupTable,
     LookupTableError,
     PredictedSearch,
     predicted_search,
 )
-from pimphony.compiler.dcc_schedule import DccKernel, dimension_sets
-from pimphony.compiler.dcc_tune import (
+from pimphony.compiler.dcc.schedule import DccKernel, dimension_sets
+from pimphony.compiler.dcc.tune import (
     Objective,
     SearchResult,
     best,

@@ -1,6 +1,6 @@
 """Energy of a DCC draft (``pimphony tune --energy``, ``docs/energy.md``).
 
-A draft's time (:class:`compiler.dcc_cost.DraftCost`) is rearrangement in + compute +
+A draft's time (:class:`compiler.dcc.cost.DraftCost`) is rearrangement in + compute +
 rearrangement out + host additions. Its energy has the same phases, each from the streams the
 timing runs, converted by the back end's energy preset (:mod:`models.energy`):
 
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from pimphony.compiler.dcc_cost import RESIDENT, DraftCost, Placement, host_costs, share_program
-from pimphony.compiler.dcc_lowering import GroupProgram
+from pimphony.compiler.dcc.cost import RESIDENT, DraftCost, Placement, host_costs, share_program
+from pimphony.compiler.dcc.lowering import GroupProgram
 from pimphony.models.backends import BackendConfig, BackendKind, PimDtype
 from pimphony.models.config import HardwareConfig
 from pimphony.models.energy import (
@@ -62,7 +62,7 @@ __all__ = [
     "tune_energy",
 ]
 
-#: The phases of a draft's energy: those of its time (:class:`compiler.dcc_cost.DraftCost`:
+#: The phases of a draft's energy: those of its time (:class:`compiler.dcc.cost.DraftCost`:
 #: compute, rearrangement in and out, host additions) plus idle standby.
 PHASES = ("compute", "rearrange_in", "rearrange_out", "host", "idle")
 
@@ -124,7 +124,7 @@ def _hbm_pim_run(
 
 
 def _hbm_pim_compute(cfg, c: DraftCost, prog, params, basis) -> tuple[Energy, int]:
-    from pimphony.compiler.hbm_pim_lowering import lower_group
+    from pimphony.compiler.dcc.hbm_pim_lowering import lower_group
 
     _, payload = lower_group(cfg, c.kernel, c.share.sizes, c.share.cores)  # the WRs' data
     return _hbm_pim_run(cfg, prog.stream, payload, params, basis)
@@ -159,16 +159,16 @@ def _attacc_access(cfg, addresses, write, params, basis) -> tuple[Energy, int]:
 
 
 def _aim_hardware(cfg: BackendConfig) -> HardwareConfig:
-    from pimphony.compiler.aim_lowering import hardware
+    from pimphony.compiler.dcc.aim_lowering import hardware
 
     return hardware(cfg)
 
 
 def _aim_compute(cfg, c: DraftCost, prog, params, basis) -> tuple[Energy, int]:
     """One AiM channel running the group's stream: the channel TLM's statistics (the run
-    :func:`compiler.aim_lowering.lower_group` times, same scheduler) converted as ``pimphony
+    :func:`compiler.dcc.aim_lowering.lower_group` times, same scheduler) converted as ``pimphony
     run --energy`` converts a channel run (:func:`~models.energy.run_energy`)."""
-    from pimphony.compiler.aim_lowering import SCHEDULER
+    from pimphony.compiler.dcc.aim_lowering import SCHEDULER
     from pimphony.models.channel import run_channel
 
     hw = _aim_hardware(cfg)
@@ -256,7 +256,7 @@ def energy_params(cfg: BackendConfig, preset: str | None) -> EnergyParams | HbmE
 
 def _moved(prog: GroupProgram, c: DraftCost, write: bool) -> np.ndarray:
     """One group's addresses the timing moves in (``write``: the non-resident inputs) or out
-    (the results), as :func:`compiler.dcc_cost.draft_cost` selects them."""
+    (the results), as :func:`compiler.dcc.cost.draft_cost` selects them."""
     skip = RESIDENT[c.kernel] if c.placement is Placement.RESIDENT else frozenset()
     tensors = prog.inputs if write else prog.outputs
     arrays = [a for name, a in tensors.items() if len(a) and name not in skip]

@@ -1,4 +1,4 @@
-"""AiM as a DCC back end (compiler/aim_lowering.py): hand-checked cycles and addresses of a
+"""AiM as a DCC back end (compiler/dcc/aim_lowering.py): hand-checked cycles and addresses of a
 small GEMV, results == numpy for every kernel AiM runs, the refusals, the fixed mapping as
 the default draft, the AiM host-access timing of a rearrangement, and ``tune --backend aim``."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pimphony.compiler.aim_lowering import GROUP_LOWERINGS, lower_group, run_group
-from pimphony.compiler.dcc_cost import draft_cost
-from pimphony.compiler.dcc_schedule import DccError, DccKernel
-from pimphony.compiler.dcc_tune import best, default_draft, default_name, search
+from pimphony.compiler.dcc.aim_lowering import GROUP_LOWERINGS, lower_group, run_group
+from pimphony.compiler.dcc.cost import draft_cost
+from pimphony.compiler.dcc.schedule import DccError, DccKernel
+from pimphony.compiler.dcc.tune import best, default_draft, default_name, search
 from pimphony.compiler.kernels import compile_gemv, gemv_pass_size
 from pimphony.compiler.rearrange import group_access_cycles
 from pimphony.models.backends import aim_backend, load_backend

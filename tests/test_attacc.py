@@ -1,5 +1,5 @@
 """The AttAcc command-level model (models/attacc.py) and its DCC lowerings
-(compiler/attacc_lowering.py): hand-timed streams, closed-form counts, values == numpy."""
+(compiler/dcc/attacc_lowering.py): hand-timed streams, closed-form counts, values == numpy."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
-from pimphony.compiler.attacc_lowering import (
+from pimphony.compiler.dcc.attacc_lowering import (
     GROUP_LOWERINGS,
     AttAccLoweringError,
     _nest,
@@ -25,8 +25,8 @@ from pimphony.compiler.attacc_lowering import (
     run_group,
     token_shares,
 )
-from pimphony.compiler.dcc_schedule import DCC_KERNELS, DccKernel, dimension_sets, drafts
-from pimphony.compiler.dcc_tune import default_draft
+from pimphony.compiler.dcc.schedule import DCC_KERNELS, DccKernel, dimension_sets, drafts
+from pimphony.compiler.dcc.tune import default_draft
 from pimphony.models.attacc import (
     COMMAND_DTYPE,
     AttAccError,
@@ -802,7 +802,7 @@ def test_attn_group_lowering_runs_attention() -> None:
 def test_attn_default_draft_and_share_checks() -> None:
     """DCC V's default for attention: heads over the groups, tokens over the 16 bank groups,
     d_h over the 4 banks. The share check refuses exactly what the lowering refuses."""
-    from pimphony.compiler.attacc_lowering import SHARE_CHECKS
+    from pimphony.compiler.dcc.attacc_lowering import SHARE_CHECKS
 
     d = default_draft(ATT, DccKernel.ATTN, (32, 512, 128))
     assert [(p.groups, p.cores, p.dim) for p in d] == [(32, 1, "K0"), (1, 16, "K1"), (1, 4, "K2")]

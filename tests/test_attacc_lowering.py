@@ -1,4 +1,4 @@
-"""The vectorised AttAcc lowerings (compiler/attacc_lowering.py) against the command-by-command
+"""The vectorised AttAcc lowerings (compiler/dcc/attacc_lowering.py) against the command-by-command
 reference builder they replace: the same stream byte for byte, the same cycles, counts and
 weight addresses, the same payload, placement and read-back gathers (so the same values);
 the same refusals."""
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from pimphony.compiler.attacc_lowering import (
+from pimphony.compiler.dcc.attacc_lowering import (
     AttAccLoweringError,
     _attention,
     _attention_reference,
@@ -22,7 +22,7 @@ from pimphony.compiler.attacc_lowering import (
     lower_group,
     lower_group_reference,
 )
-from pimphony.compiler.dcc_schedule import DccKernel
+from pimphony.compiler.dcc.schedule import DccKernel
 from pimphony.models.backends import load_backend
 
 ATT = load_backend("attacc")

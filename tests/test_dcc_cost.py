@@ -1,4 +1,4 @@
-"""DCC draft costs (compiler/dcc_cost.py): the worst group's share by hand, each part of the
+"""DCC draft costs (compiler/dcc/cost.py): the worst group's share by hand, each part of the
 end-to-end time recomputed from its definition, placement, refusals, the GPU roofline."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from pimphony.compiler.dcc_cost import (
+from pimphony.compiler.dcc.cost import (
     DraftCost,
     Placement,
     draft_cost,
@@ -16,8 +16,8 @@ from pimphony.compiler.dcc_cost import (
     group_share,
     kernel_nest,
 )
-from pimphony.compiler.dcc_schedule import DccError, DccKernel, Index, Part
-from pimphony.compiler.hbm_pim_lowering import GROUP_LOWERINGS
+from pimphony.compiler.dcc.hbm_pim_lowering import GROUP_LOWERINGS
+from pimphony.compiler.dcc.schedule import DccError, DccKernel, Index, Part
 from pimphony.compiler.rearrange import Strategy, access_stream, rearrangement_seconds
 from pimphony.models.backends import load_backend
 from pimphony.models.hbm_pim import Op, time_stream
@@ -159,7 +159,7 @@ def test_gpu_roofline_by_hand() -> None:
 def test_kernel_without_a_lowering_is_refused_by_name() -> None:
     """AttAcc lowers neither VA nor ReLU, batched or not (no element-wise unit): a specific
     refusal naming what it lowers, not a KeyError."""
-    from pimphony.compiler.dcc_tune import default_draft
+    from pimphony.compiler.dcc.tune import default_draft
 
     attacc = load_backend("attacc")
     lowered = r"\(kind attacc lowers only gemv, batched-gemv, qk, sv, red, batched-red, attn\)"
@@ -187,7 +187,7 @@ def test_clear_caches_keeps_costs(tmp_path) -> None:
     """clear_caches forgets the memoised programs (dcc-figs runs many shapes in one process);
     a draft costs the same before and after."""
     from pimphony.compiler import dcc_cost
-    from pimphony.compiler.dcc_tune import default_draft
+    from pimphony.compiler.dcc.tune import default_draft
 
     cfg = load_backend(str(small_backend(tmp_path)))
     shape = (2, 64, 128)
@@ -219,7 +219,7 @@ def test_attn_tokens_over_groups_by_hand() -> None:
     5 P - 1 = 73 on 19.5 TFLOPS x 0.8 = 4.7 ps; bytes (P (d + 2) + d) x 2 B = 104 B at
     2,039 GB/s x 0.85 = 60.0 ps, the larger. K and V are resident and results leave by RDSB
     inside the stream: no rearrangement. Total = 312 / 1.3 GHz + 60.0 ps."""
-    from pimphony.compiler.attacc_lowering import lower_attention
+    from pimphony.compiler.dcc.attacc_lowering import lower_attention
     from pimphony.models.xpu import attention_combine_cost
 
     att = load_backend("attacc")

@@ -141,9 +141,9 @@ def _tiny_table(fc_default: bool = True):
     """A table holding every shape the tiny run asks DCC for (no search): attention at the
     back end's default draft, the FC GEMMs at :func:`fc_default_draft` (not the tune's
     default, so the table's draft is what is read)."""
-    from pimphony.compiler.dcc_predictor import Entry, LookupTable
-    from pimphony.compiler.dcc_schedule import DccKernel
-    from pimphony.compiler.dcc_tune import default_draft
+    from pimphony.compiler.dcc.predictor import Entry, LookupTable
+    from pimphony.compiler.dcc.schedule import DccKernel
+    from pimphony.compiler.dcc.tune import default_draft
     from pimphony.sim.analysis.dcc_shapes import dcc_shapes
     from pimphony.sim.analysis.dcc_table import backend_record
 
@@ -196,9 +196,9 @@ def test_gpu_energy_is_the_decode_gpu_model(energy_rows):
 
 
 def test_pim_kernel_energy_is_its_drafts(energy_rows):
-    from pimphony.compiler.dcc_cost import Placement, draft_cost
-    from pimphony.compiler.dcc_schedule import DccKernel
-    from pimphony.compiler.dcc_tune import default_draft
+    from pimphony.compiler.dcc.cost import Placement, draft_cost
+    from pimphony.compiler.dcc.schedule import DccKernel
+    from pimphony.compiler.dcc.tune import default_draft
     from pimphony.sim.analysis.dcc_shapes import attention_sizes
     from pimphony.sim.experiments.dcc_fig8 import step_energy
     from pimphony.sim.tune_energy import PHASES, draft_energy, energy_params

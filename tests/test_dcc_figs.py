@@ -9,8 +9,8 @@ import math
 from pathlib import Path
 
 import pytest
-from pimphony.compiler.dcc_cost import Placement
-from pimphony.compiler.dcc_predictor import LookupTable
+from pimphony.compiler.dcc.cost import Placement
+from pimphony.compiler.dcc.predictor import LookupTable
 from pimphony.models.backends import load_backend
 from pimphony.sim.analysis.dcc_shapes import FIGURES, Figure
 from pimphony.sim.analysis.dcc_table import backend_record, table_digest

@@ -15,8 +15,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from pimphony.compiler.dcc_cost import draft_cost
-from pimphony.compiler.dcc_predictor import (
+from pimphony.compiler.dcc.cost import draft_cost
+from pimphony.compiler.dcc.predictor import (
     FEATURE_DIGEST,
     FEATURE_NAMES,
     Entry,
@@ -25,8 +25,8 @@ from pimphony.compiler.dcc_predictor import (
     kernel_drafts,
     model_path,
 )
-from pimphony.compiler.dcc_schedule import DccKernel
-from pimphony.compiler.dcc_tune import default_draft
+from pimphony.compiler.dcc.schedule import DccKernel
+from pimphony.compiler.dcc.tune import default_draft
 from pimphony.models.backends import load_backend
 from pimphony.sim.analysis.dcc_shapes import FIGURE_BACKENDS, FIGURES, dcc_shapes
 from pimphony.sim.analysis.dcc_table import backend_digest, backend_record, read_table

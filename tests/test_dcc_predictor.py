@@ -1,4 +1,4 @@
-"""DCC's coupled predictor (compiler/dcc_predictor.py): features, training, search, lookup.
+"""DCC's coupled predictor (compiler/dcc/predictor.py): features, training, search, lookup.
 
 Most tests label drafts with :func:`roofline_label`, a deterministic closed-form time written
 here, not the simulator. That is a legitimate unit test of the predictor's mechanics (the
@@ -16,7 +16,7 @@ from functools import cache
 
 import numpy as np
 import pytest
-from pimphony.compiler.dcc_predictor import (
+from pimphony.compiler.dcc.predictor import (
     FEATURE_NAMES,
     MAX_SETS,
     Entry,
@@ -32,7 +32,7 @@ from pimphony.compiler.dcc_predictor import (
     kernel_nest,
     train_predictor,
 )
-from pimphony.compiler.dcc_schedule import (
+from pimphony.compiler.dcc.schedule import (
     DCC_KERNELS,
     DccError,
     DccKernel,
@@ -355,12 +355,12 @@ def test_entry_is_a_value():
 
 @pytest.mark.slow
 def test_real_labels_gemv_on_hbm_pim():
-    """Trained on simulated drafts (``compiler.dcc_cost.draft_cost``, GEMV on ``hbm-pim``, 5
+    """Trained on simulated drafts (``compiler.dcc.cost.draft_cost``, GEMV on ``hbm-pim``, 5
     devices) with DCC's 5000 rounds at 0.1: the held-out MAPE must be below a quarter of the
     shape-only predictor's (as above), every held-out pick and the pruned + predicted pick on
     64 x 128 (against all 29,440 drafts) within DCC's worst reported suboptimal pick (Table
     II: 94.01% of the optimum, AttAcc + RED), and pruning must lose nothing on 64 x 128."""
-    from pimphony.compiler.dcc_predictor import simulated_seconds
+    from pimphony.compiler.dcc.predictor import simulated_seconds
 
     train = [(o, i) for o in (64, 256, 1024) for i in (128, 512, 2048)]
     test = [(128, 256), (512, 1024), (2048, 512)]
@@ -391,8 +391,8 @@ def test_real_labels_gemv_on_hbm_pim():
 def test_predicted_search_simulates_budget_plus_verify(tmp_path) -> None:
     """Above the budget: ``budget`` sampled + ``verify`` predicted drafts are simulated and
     the choice is the best simulated; at or below it, every draft is (the plain search)."""
-    from pimphony.compiler.dcc_predictor import predicted_search
-    from pimphony.compiler.dcc_tune import best, search
+    from pimphony.compiler.dcc.predictor import predicted_search
+    from pimphony.compiler.dcc.tune import best, search
 
     from tests.test_dcc_cost import small_backend
 

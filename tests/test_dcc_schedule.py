@@ -1,10 +1,10 @@
-"""DCC's schedule generator (compiler/dcc_schedule.py) on the paper's Fig. 4 example: six
+"""DCC's schedule generator (compiler/dcc/schedule.py) on the paper's Fig. 4 example: six
 tensor dimensions, three dimension sets, the drafts each pruning rule removes, core tiles."""
 
 from __future__ import annotations
 
 import pytest
-from pimphony.compiler.dcc_schedule import (
+from pimphony.compiler.dcc.schedule import (
     DccError,
     Index,
     LoopNest,
@@ -102,7 +102,7 @@ def test_index_parsing_and_refusals():
 
 def test_kernels_as_loop_nests_and_their_dimension_sets():
     """Each kernel written once; its dimension sets are the ones its loops imply."""
-    from pimphony.compiler.dcc_schedule import DCC_KERNELS, DccKernel
+    from pimphony.compiler.dcc.schedule import DCC_KERNELS, DccKernel
 
     def names(nest):
         return [[d for d, _, _ in s.members] for s in dimension_sets(nest)]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from pimphony.compiler.dcc_predictor import kernel_drafts, simulated_seconds
+from pimphony.compiler.dcc.predictor import kernel_drafts, simulated_seconds
 from pimphony.models.backends import load_backend
 from pimphony.sim.experiments.dcc_table2 import (
     PAPER_OVERALL,
@@ -90,7 +90,7 @@ def test_scoring_recomputed_from_the_labels(scope: PredictorScope) -> None:
 def test_an_oracle_predictor_is_always_best(monkeypatch) -> None:
     # a predictor that returns the labels is right on every configuration; one that returns
     # their negation picks the slowest draft, which the scoring must count as suboptimal
-    from pimphony.compiler.dcc_predictor import Predictor
+    from pimphony.compiler.dcc.predictor import Predictor
 
     def oracle(self, cfg, kernel, sizes, ds):
         return np.asarray([simulated_seconds(cfg, kernel, tuple(sizes), d) for d in ds])

@@ -1,4 +1,4 @@
-"""DCC's search (compiler/dcc_tune.py) and ``pimphony tune``: the pruned search finds the
+"""DCC's search (compiler/dcc/tune.py) and ``pimphony tune``: the pruned search finds the
 exhaustive search's best on small shapes, the objectives pick what they say, the default
 mapping is one of the generated drafts, and the command's output and refusals."""
 
@@ -9,9 +9,9 @@ import re
 from pathlib import Path
 
 import pytest
-from pimphony.compiler.dcc_cost import draft_cost
-from pimphony.compiler.dcc_schedule import DccError, DccKernel, Index, Part
-from pimphony.compiler.dcc_tune import Objective, best, default_draft, kernel_drafts, search
+from pimphony.compiler.dcc.cost import draft_cost
+from pimphony.compiler.dcc.schedule import DccError, DccKernel, Index, Part
+from pimphony.compiler.dcc.tune import Objective, best, default_draft, kernel_drafts, search
 from pimphony.models.backends import load_backend
 from pimphony.sim.cli import main
 
@@ -170,9 +170,9 @@ def test_tune_reports_a_default_that_cannot_run(capsys) -> None:
 def test_rule1_while_generating_keeps_the_same_drafts(backend, kernel, sizes) -> None:
     """Generating only the first of equivalent mappings (rule 1 while generating) leaves
     exactly the drafts rules 1-3 keep of the full compact generation, in the same order."""
-    from pimphony.compiler.dcc_cost import kernel_nest
-    from pimphony.compiler.dcc_schedule import dimension_sets, innermost_set, prune
-    from pimphony.compiler.dcc_tune import compact_drafts
+    from pimphony.compiler.dcc.cost import kernel_nest
+    from pimphony.compiler.dcc.schedule import dimension_sets, innermost_set, prune
+    from pimphony.compiler.dcc.tune import compact_drafts
 
     cfg = load_backend(backend)
     nest = kernel_nest(kernel, sizes)
@@ -193,7 +193,7 @@ def test_attn_drafts_are_those_attacc_runs() -> None:
     lowering accepts (tokens per core whole softmax-buffer entries, the round's heads' scores,
     results and statistics within the buffer, a shorter last token share too) are kept;
     every kept draft runs."""
-    from pimphony.compiler.dcc_cost import group_share
+    from pimphony.compiler.dcc.cost import group_share
 
     att = load_backend("attacc")
     kept, _ = kernel_drafts(att, DccKernel.ATTN, (4, 512, 64))

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from pimphony.compiler.dcc_cost import draft_cost
-from pimphony.compiler.dcc_schedule import DccKernel, Index, Part
+from pimphony.compiler.dcc.cost import draft_cost
+from pimphony.compiler.dcc.schedule import DccKernel, Index, Part
 from pimphony.compiler.plan import GemvJob, layer_plan
 from pimphony.models.config import load_preset
 from pimphony.models.hub import epu_cycles

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pimphony.compiler.attacc_lowering import lower_group
-from pimphony.compiler.dcc_schedule import DccKernel
+from pimphony.compiler.dcc.attacc_lowering import lower_group
+from pimphony.compiler.dcc.schedule import DccKernel
 from pimphony.models.attacc import COMMAND_DTYPE, MacMode, Op, Scope, command, time_stream
 from pimphony.models.backends import load_backend
 from pimphony.models.energy import (
@@ -263,8 +263,8 @@ def test_split_attention_draft_energy_counts_the_combine():
     """ATTN with tokens over 2 groups: the energy runs the partial program (its statistics
     RDSB included, as the cost does) and the host's energy includes the combine (the same
     xPU cost ``draft_cost`` charges), on top of the DRAM bytes moved (none here)."""
-    from pimphony.compiler.dcc_cost import draft_cost, share_program
-    from pimphony.compiler.dcc_schedule import Index, Part
+    from pimphony.compiler.dcc.cost import draft_cost, share_program
+    from pimphony.compiler.dcc.schedule import Index, Part
     from pimphony.models.xpu import attention_combine_cost
     from pimphony.sim.systems.energy import xpu_energy
     from pimphony.sim.tune_energy import draft_energy, energy_params

@@ -4,7 +4,7 @@ column (``models.fileio.read_utf8``), never a ``UnicodeDecodeError``."""
 from __future__ import annotations
 
 import pytest
-from pimphony.compiler.dcc_predictor import LookupTable
+from pimphony.compiler.dcc.predictor import LookupTable
 from pimphony.compiler.llm import load_model
 from pimphony.models.backends import load_backend_config
 from pimphony.models.config import load_config

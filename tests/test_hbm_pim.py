@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
-from pimphony.compiler.dcc_schedule import DccKernel
-from pimphony.compiler.hbm_pim_lowering import GROUP_LOWERINGS
+from pimphony.compiler.dcc.hbm_pim_lowering import GROUP_LOWERINGS
+from pimphony.compiler.dcc.schedule import DccKernel
 from pimphony.compiler.pim_gemv import (
     PIM_ROWS,
     Emitter,

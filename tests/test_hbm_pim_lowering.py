@@ -1,4 +1,4 @@
-"""HBM-PIM group lowerings of DCC's kernels (compiler/hbm_pim_lowering.py): values against
+"""HBM-PIM group lowerings of DCC's kernels (compiler/dcc/hbm_pim_lowering.py): values against
 numpy over shapes and core splits, a VA cycle count by hand, closed-form counts, refusals."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pimphony.compiler.dcc_lowering import GroupProgram
-from pimphony.compiler.dcc_schedule import DccKernel
-from pimphony.compiler.hbm_pim_lowering import GROUP_LOWERINGS, HbmPimLoweringError, run_group
+from pimphony.compiler.dcc.hbm_pim_lowering import GROUP_LOWERINGS, HbmPimLoweringError, run_group
+from pimphony.compiler.dcc.lowering import GroupProgram
+from pimphony.compiler.dcc.schedule import DccKernel
 from pimphony.compiler.pim_gemv import PIM_ROWS, lower_gemv
 from pimphony.models.backends import load_backend
 from pimphony.models.hbm_pim import (
@@ -267,7 +267,7 @@ def test_relu_and_add_instructions() -> None:
 def test_va_needs_the_drain() -> None:
     """VA lowered for a unit without pipeline drain (no NOP, no dummy reads) and run on the
     real one: the first MOV reads GRF_B right after the last ADD; the model refuses it."""
-    from pimphony.compiler.hbm_pim_lowering import _LOWER
+    from pimphony.compiler.dcc.hbm_pim_lowering import _LOWER
     from pimphony.models.hbm_pim import execute
 
     eager = dataclasses.replace(HBM, core=dataclasses.replace(HBM.core, pipeline_drain=0))

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from pimphony.compiler.dcc_cost import draft_cost
-from pimphony.compiler.dcc_schedule import DccKernel
-from pimphony.compiler.dcc_tune import default_draft
+from pimphony.compiler.dcc.cost import draft_cost
+from pimphony.compiler.dcc.schedule import DccKernel
+from pimphony.compiler.dcc.tune import default_draft
 from pimphony.compiler.rearrange import access_stream
 from pimphony.models.backends import load_backend
 from pimphony.models.energy import EnergyConfigError
@@ -69,7 +69,7 @@ def test_hbm_pim_gemv_by_hand():
     assert e.rearrange.io == pytest.approx(64 * 256 * (0.44 + 3.04))
     assert e.rearrange.activation == pytest.approx(8 * 8192 * 0.11)
     # the read-back stream: its banks open from its first command to its last PRE
-    from pimphony.compiler.dcc_cost import lowerings
+    from pimphony.compiler.dcc.cost import lowerings
 
     prog = lowerings(cfg.kind)[GEMV](cfg, (64, 128), (8, 1))
     (outs,) = prog.outputs.values()
@@ -151,7 +151,7 @@ def test_aim_rearrangement_by_hand():
     access the timing times), each write a WR burst + the pins, each ACT one bank's ACT+PRE,
     the channel active for the access run's cycles. The host reads those 16,384 B from its
     memory (A100: 31.2 pJ/B); the other channels and the gaps stand by precharged."""
-    from pimphony.compiler.dcc_cost import lowerings
+    from pimphony.compiler.dcc.cost import lowerings
     from pimphony.compiler.rearrange import group_access_cycles
 
     cfg, c, e = _aim_draft(DccKernel.RED, (64, 128))

@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 import numpy as np
-from pimphony.compiler.dcc_cost import Placement
+from pimphony.compiler.dcc.cost import Placement
 from pimphony.compiler.llm import LayerOp, ModelSpec, gemv_shapes, load_model
 from pimphony.models.backends import BackendConfig, load_backend
 from pimphony.models.errors import PimphonyError

@@ -10,7 +10,7 @@ import dataclasses
 import hashlib
 from pathlib import Path
 
-from pimphony.compiler.dcc_predictor import LookupTable, LookupTableError
+from pimphony.compiler.dcc.predictor import LookupTable, LookupTableError
 from pimphony.models.backends import BackendConfig
 from pimphony.sim.provenance import inputs_digest
 
@@ -45,7 +45,7 @@ def table_digest(path: str | Path) -> str:
 
 def read_table(path: str | Path, cfg: BackendConfig) -> LookupTable:
     """The table in ``path``, if it was filled for ``cfg`` as it is now; else
-    :class:`~compiler.dcc_predictor.LookupTableError` saying why not, in one line."""
+    :class:`~compiler.dcc.predictor.LookupTableError` saying why not, in one line."""
     path = Path(path)
     if not path.is_file():
         raise LookupTableError(f"--table {path}: no such file (fill one with pimphony dcc-lut)")

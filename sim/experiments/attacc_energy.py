@@ -2,7 +2,7 @@
 
 Each kernel of DCC's AttAcc back end (GEMV, QK^T, SV, and the attention of one head: QK^T,
 softmax, SV) is lowered to one group's stream on AttAcc's default mapping
-(:mod:`compiler.attacc_lowering`), timed (:func:`models.attacc.time_stream`) and converted by
+(:mod:`compiler.dcc.attacc_lowering`), timed (:func:`models.attacc.time_stream`) and converted by
 the ``attacc`` preset (:func:`models.energy.attacc_energy`), with both activation readings.
 Beside it, the AttAcc simulator's own formula on the same command counts (its
 ``ramulator_wrapper`` traffic classes x its ``ENERGY_TABLE``, ``src/devices.py``: no
@@ -19,8 +19,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pimphony.compiler.attacc_lowering import lower_attention, lower_group
-from pimphony.compiler.dcc_schedule import DccKernel
+from pimphony.compiler.dcc.attacc_lowering import lower_attention, lower_group
+from pimphony.compiler.dcc.schedule import DccKernel
 from pimphony.models.attacc import time_stream
 from pimphony.models.backends import BackendConfig, load_backend
 from pimphony.models.energy import (

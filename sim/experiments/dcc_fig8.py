@@ -48,10 +48,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pimphony.compiler.dcc_cost import DraftCost, Placement, draft_cost
-from pimphony.compiler.dcc_predictor import LookupTable
-from pimphony.compiler.dcc_schedule import DccKernel, Draft
-from pimphony.compiler.dcc_tune import default_draft
+from pimphony.compiler.dcc.cost import DraftCost, Placement, draft_cost
+from pimphony.compiler.dcc.predictor import LookupTable
+from pimphony.compiler.dcc.schedule import DccKernel, Draft
+from pimphony.compiler.dcc.tune import default_draft
 from pimphony.compiler.llm import LayerOp, ModelSpec, load_model
 from pimphony.models.backends import BackendConfig, load_backend
 from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure

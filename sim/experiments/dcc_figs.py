@@ -54,8 +54,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pimphony.compiler.dcc_cost import clear_caches
-from pimphony.compiler.dcc_predictor import LookupTable
+from pimphony.compiler.dcc.cost import clear_caches
+from pimphony.compiler.dcc.predictor import LookupTable
 from pimphony.models.backends import load_backend
 from pimphony.models.errors import PimphonyError
 from pimphony.models.fileio import BUILD_DIR, check_writable, pyplot, write_atomic, write_figure

@@ -6,18 +6,18 @@ For one back end, the shapes (kernel, sizes) of the evaluation -- by default eve
 (:data:`SHAPE_SOURCES`), with weights / KV resident -- or the ``--shape`` s given:
 
 1. ``--per-shape`` pruned drafts of each shape are labelled by the simulator
-   (:func:`compiler.dcc_predictor.collect` with
-   :func:`~compiler.dcc_predictor.simulated_seconds`, as ``dcc-table2`` does);
+   (:func:`compiler.dcc.predictor.collect` with
+   :func:`~compiler.dcc.predictor.simulated_seconds`, as ``dcc-table2`` does);
 2. the held-out error: one XGBoost predictor is trained on every kernel's shapes but a share
    held out per kernel (:func:`sim.analysis.dcc_shapes.split_configs`), and its MAPE on
    the held-out shapes' labelled drafts is recorded;
 3. one predictor trained on all the labels (across kernels: the features name the kernel and
    the back end) predicts every pruned draft of each shape; the best predicted goes in the
-   table (:meth:`compiler.dcc_predictor.LookupTable.fill`), simulated once to record its time;
+   table (:meth:`compiler.dcc.predictor.LookupTable.fill`), simulated once to record its time;
 4. the table is written atomically (an existing file only with ``--force``) with the
    provenance and the back end's name and :func:`sim.analysis.dcc_table.backend_digest`;
    beside it, the predictor of step 3 in XGBoost's own format (``NAME.model.ubj``,
-   :func:`compiler.dcc_predictor.model_path`, also only replaced with ``--force``), which the
+   :func:`compiler.dcc.predictor.model_path`, also only replaced with ``--force``), which the
    table records by name, SHA-256 and feature layout, so that a run meeting a shape the table
    lacks predicts it with the very predictor that filled the table (DCC IV-D).
 
@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pimphony.compiler.dcc_cost import Placement, check_lowered
-from pimphony.compiler.dcc_predictor import (
+from pimphony.compiler.dcc.cost import Placement, check_lowered
+from pimphony.compiler.dcc.predictor import (
     DEFAULT_N_ESTIMATORS,
     LookupTable,
     LookupTableError,
@@ -52,7 +52,7 @@ from pimphony.compiler.dcc_predictor import (
     simulated_seconds,
     train_predictor,
 )
-from pimphony.compiler.dcc_schedule import DccError, DccKernel
+from pimphony.compiler.dcc.schedule import DccError, DccKernel
 from pimphony.models.backends import BackendConfig, load_backend
 from pimphony.models.fileio import check_writable
 from pimphony.sim.analysis.dcc_shapes import (
@@ -185,7 +185,7 @@ def fill_table(
 ) -> tuple[LookupTable, dict[str, Any]]:
     """Label, measure the held-out error, train on everything and fill (module docstring).
     The table's ``predictor`` record holds the training and the held-out error, its
-    ``offline`` the trained predictor (:meth:`~compiler.dcc_predictor.LookupTable.save` with
+    ``offline`` the trained predictor (:meth:`~compiler.dcc.predictor.LookupTable.save` with
     it writes both); the second value is what the fill took (seconds per stage)."""
     _check_shapes(cfg, shapes)
     t0 = time.perf_counter()

@@ -7,7 +7,7 @@ into training and test configurations. One XGBoost predictor (DCC V's 5000 round
 is trained on ``--per-shape`` labelled pruned drafts of every training configuration of
 every row at once (``--predictor joint``: the features name the kernel and the back end), or
 one per row (``per-row``). Then, per test configuration, every pruned draft is labelled by
-the simulator (:func:`compiler.dcc_predictor.simulated_seconds`: the draft's end-to-end time,
+the simulator (:func:`compiler.dcc.predictor.simulated_seconds`: the draft's end-to-end time,
 weights / KV resident in PIM layout) and the predictor's pick is compared with the labelled
 best, as Table II does: *Total* configurations, *#Best* where the pick is as fast as the
 best, *Suboptimal performance* the geometric mean of best / pick over the others.
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pimphony.compiler.dcc_predictor import (
+from pimphony.compiler.dcc.predictor import (
     DEFAULT_N_ESTIMATORS,
     Predictor,
     Samples,
@@ -42,7 +42,7 @@ from pimphony.compiler.dcc_predictor import (
     simulated_seconds,
     train_predictor,
 )
-from pimphony.compiler.dcc_schedule import DccError, DccKernel
+from pimphony.compiler.dcc.schedule import DccError, DccKernel
 from pimphony.models.backends import load_backend
 from pimphony.models.errors import PimphonyError
 from pimphony.models.fileio import BUILD_DIR, check_writable, pyplot, write_atomic, write_figure

@@ -5,14 +5,14 @@ Under the fixed mapping (``compiler.plan``) a weight GEMV (``qkv``, ``proj``, ``
 groups and the whole ``d_in``. Under ``tuned`` each op is a DCC batched GEMV ``(batch, d_out,
 d_in)`` (its micro-batch, its TP share) on the module as an AiM back end
 (:func:`models.backends.aim_backend`: the module's channels are DCC's groups, a channel's banks
-its cores), lowered by :mod:`compiler.aim_lowering` and searched by
-:func:`compiler.dcc_tune.search`:
+its cores), lowered by :mod:`compiler.dcc.aim_lowering` and searched by
+:func:`compiler.dcc.tune.search`:
 
 - **candidates**: the pruned drafts (DCC IV-B) that keep one copy of the weights (the batch
   set on one group: the step's capacity counts the weights once per TP module) and fill the
   banks (a draft whose banks hold more outputs each than ``ceil(share / banks)`` runs the
   same GEMV with more output groups; AiM's MAC is all-bank, so it is never faster);
-- **objective**: one channel's program on the channel TLM (:func:`compiler.dcc_cost.
+- **objective**: one channel's program on the channel TLM (:func:`compiler.dcc.cost.
   draft_cost`'s compute time) plus, when ``d_in`` is split over channels, the HUB EPU's sum of
   their partial outputs (:func:`models.hub.epu_cycles`): the PIM-only system's "host" is the
   HUB, not the DCC back end's host xPU. Drafts are simulated in the order of a lower bound
@@ -42,10 +42,10 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from pimphony.compiler.dcc_cost import DraftCost, draft_cost
-from pimphony.compiler.dcc_predictor import Entry, LookupTable
-from pimphony.compiler.dcc_schedule import DccKernel, Draft
-from pimphony.compiler.dcc_tune import kernel_drafts
+from pimphony.compiler.dcc.cost import DraftCost, draft_cost
+from pimphony.compiler.dcc.predictor import Entry, LookupTable
+from pimphony.compiler.dcc.schedule import DccKernel, Draft
+from pimphony.compiler.dcc.tune import kernel_drafts
 from pimphony.compiler.llm import GEMV_OPS
 from pimphony.compiler.plan import GemvJob, LayerPlan, batch_jobs, split_evenly
 from pimphony.models.backends import BackendConfig, aim_backend

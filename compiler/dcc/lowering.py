@@ -1,10 +1,10 @@
 """What a back end's DCC group lowering returns (issue 17, ``docs/dcc.md``).
 
 Each back end has a ``GROUP_LOWERINGS`` table keyed by
-:class:`compiler.dcc_schedule.DccKernel`: ``GROUP_LOWERINGS[kernel](cfg, sizes, cores)`` lowers
+:class:`compiler.dcc.schedule.DccKernel`: ``GROUP_LOWERINGS[kernel](cfg, sizes, cores)`` lowers
 one PIM group's share of a kernel (``sizes``: the group's extent per dimension set, ``cores``:
 cores per dimension set) to a :class:`GroupProgram`. The lowering of a kernel in
-:data:`compiler.dcc_cost.GROUP_COMBINED` (AttAcc's ``attn``) also takes ``partial=True``: the
+:data:`compiler.dcc.cost.GROUP_COMBINED` (AttAcc's ``attn``) also takes ``partial=True``: the
 group holds a share of a set split over groups whose partial results the host combines (the
 split softmax), and the program leaves what the combine needs.
 """

@@ -1,8 +1,8 @@
 """DCC kernels lowered to one AttAcc group (:mod:`models.attacc`).
 
-Per the contract of :mod:`compiler.dcc_lowering`, ``GROUP_LOWERINGS[kernel](cfg, sizes,
+Per the contract of :mod:`compiler.dcc.lowering`, ``GROUP_LOWERINGS[kernel](cfg, sizes,
 cores)`` lowers one group's share (``sizes`` per dimension set, ``cores`` per set, product
-<= 64) to a :class:`compiler.dcc_lowering.GroupProgram`; :func:`run_group` runs it on values.
+<= 64) to a :class:`compiler.dcc.lowering.GroupProgram`; :func:`run_group` runs it on values.
 
 Cores are banks. They are numbered in the order of the dimensions of the tensor that lives
 in the banks (W, K, V, A), so its first split dimension spreads over bank groups and its
@@ -41,7 +41,7 @@ Streams are built as arrays (:func:`_lower`, :func:`_attention`); the command-by
 builder they replace is kept as :func:`lower_group_reference` / :func:`lower_attention_reference`
 (the same streams, ``tests/test_attacc_lowering.py``).
 
-:func:`compiler.dcc_tune.default_draft` gives AttAcc's default mapping as a draft.
+:func:`compiler.dcc.tune.default_draft` gives AttAcc's default mapping as a draft.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from pimphony.compiler.dcc_lowering import GroupProgram
-from pimphony.compiler.dcc_schedule import (
+from pimphony.compiler.dcc.lowering import GroupProgram
+from pimphony.compiler.dcc.schedule import (
     DCC_KERNELS,
     DccError,
     DccKernel,

@@ -1,13 +1,13 @@
 """DCC's coupled predictor (DCC, seed 003, IV-D and V): draft + back end -> end-to-end time.
 
-Four pieces, on top of the schedule generator (:mod:`compiler.dcc_schedule`):
+Four pieces, on top of the schedule generator (:mod:`compiler.dcc.schedule`):
 
 - :func:`draft_features`: a fixed-length vector (:data:`FEATURE_NAMES`) of a draft's
   configuration (per dimension set, padded to three sets), the kernel's sizes and tensors
   (bytes, replication over groups and cores), and the back end (``models.backends``).
 - :func:`collect` and :func:`train_predictor`: "a diverse subset of drafts across different
   tensor sizes" (IV-D), pruned drafts sampled per shape, labelled by a callable
-  ``label(cfg, kernel, sizes, draft) -> seconds`` (the simulator, ``compiler/dcc_cost.py``),
+  ``label(cfg, kernel, sizes, draft) -> seconds`` (the simulator, ``compiler/dcc/cost.py``),
   and an XGBoost regressor fitted on log time with DCC's "5000 iterations with learning rate
   of 0.1" (V) as defaults. :func:`holdout` reports the error on shapes it was not trained on.
 - :class:`LookupTable`: the best draft per (back end, kernel, sizes), filled offline from
@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pimphony.compiler.dcc_cost import Placement, draft_cost
-from pimphony.compiler.dcc_cost import kernel_nest as cost_kernel_nest
-from pimphony.compiler.dcc_schedule import (
+from pimphony.compiler.dcc.cost import Placement, draft_cost
+from pimphony.compiler.dcc.cost import kernel_nest as cost_kernel_nest
+from pimphony.compiler.dcc.schedule import (
     DccError,
     DccKernel,
     DimensionSet,
@@ -52,8 +52,8 @@ from pimphony.compiler.dcc_schedule import (
     innermost_set,
     parse_index,
 )
-from pimphony.compiler.dcc_tune import SearchResult, generated_count, search
-from pimphony.compiler.dcc_tune import kernel_drafts as tune_kernel_drafts
+from pimphony.compiler.dcc.tune import SearchResult, generated_count, search
+from pimphony.compiler.dcc.tune import kernel_drafts as tune_kernel_drafts
 from pimphony.compiler.rearrange import Strategy
 from pimphony.models.backends import BackendConfig, BackendKind
 from pimphony.models.errors import PimphonyError
@@ -95,7 +95,7 @@ DEFAULT_N_ESTIMATORS = 5000
 DEFAULT_LEARNING_RATE = 0.1
 
 #: Dimension sets and tensors a feature vector has room for (the kernels of
-#: :data:`~compiler.dcc_schedule.DCC_KERNELS` have at most three sets and four tensors,
+#: :data:`~compiler.dcc.schedule.DCC_KERNELS` have at most three sets and four tensors,
 #: ATTN's Q, K, V, O); fewer are padded with zeros, more are refused.
 MAX_SETS = 3
 MAX_TENSORS = 4
@@ -123,7 +123,7 @@ def _kernel(kernel: DccKernel | str) -> DccKernel:
 def kernel_nest(
     kernel: DccKernel | str, sizes: Sequence[int], cfg: BackendConfig | None = None
 ) -> LoopNest:
-    """The loop nest of ``kernel`` at ``sizes`` (:func:`compiler.dcc_cost.kernel_nest`), also
+    """The loop nest of ``kernel`` at ``sizes`` (:func:`compiler.dcc.cost.kernel_nest`), also
     refusing an unknown kernel, a size that is no integer, and tensors larger than ``cfg``'s
     PIM memory (:class:`DccError`)."""
     k = _kernel(kernel)
@@ -147,7 +147,7 @@ def kernel_nest(
 def kernel_drafts(
     cfg: BackendConfig, kernel: DccKernel | str, sizes: Sequence[int], pruned: bool = True
 ) -> list[Draft]:
-    """:func:`compiler.dcc_tune.kernel_drafts` after :func:`kernel_nest`'s checks, memoised
+    """:func:`compiler.dcc.tune.kernel_drafts` after :func:`kernel_nest`'s checks, memoised
     (the features, the search and the lookup table ask for the same drafts)."""
     k = _kernel(kernel)
     kernel_nest(k, sizes, cfg)
@@ -164,7 +164,7 @@ def _drafts(
 def simulated_seconds(
     cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], draft: Draft
 ) -> float:
-    """The simulator as a :data:`Label`: :func:`compiler.dcc_cost.draft_cost`'s end-to-end
+    """The simulator as a :data:`Label`: :func:`compiler.dcc.cost.draft_cost`'s end-to-end
     ``total_s`` (its default strategy and placement)."""
     return draft_cost(cfg, kernel, sizes, draft).total_s
 

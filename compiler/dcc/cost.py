@@ -1,11 +1,11 @@
 """What a DCC tiling draft costs on a back end: compute from the command-level model, plus the
 data rearrangement it implies (DCC IV-B/C/D, the simulator that labels drafts).
 
-A draft (:mod:`compiler.dcc_schedule`) gives every dimension set ``groups`` PIM groups and
+A draft (:mod:`compiler.dcc.schedule`) gives every dimension set ``groups`` PIM groups and
 ``cores`` cores per group. The worst group's share (:func:`group_share`: per set ``ceil(trip /
 groups)`` loop values over ``cores`` cores) is lowered by the back end's group lowering
-(``GROUP_LOWERINGS`` of :mod:`compiler.hbm_pim_lowering`, :mod:`compiler.attacc_lowering` or
-:mod:`compiler.aim_lowering`) into one group's command stream and timed on the back end's
+(``GROUP_LOWERINGS`` of :mod:`compiler.dcc.hbm_pim_lowering`, :mod:`compiler.dcc.attacc_lowering` or
+:mod:`compiler.dcc.aim_lowering`) into one group's command stream and timed on the back end's
 command-level model; groups run in parallel on their own buses, so that is the kernel's compute
 time. Around it (:class:`DraftCost`):
 
@@ -35,8 +35,8 @@ from enum import StrEnum
 from functools import cache, lru_cache
 
 import numpy as np
-from pimphony.compiler.dcc_lowering import GroupProgram
-from pimphony.compiler.dcc_schedule import (
+from pimphony.compiler.dcc.lowering import GroupProgram
+from pimphony.compiler.dcc.schedule import (
     DCC_KERNELS,
     DccError,
     DccKernel,
@@ -95,19 +95,19 @@ def lowerings(kind: BackendKind) -> dict[DccKernel, Lowering]:
 
 
 def _hbm_pim() -> dict[DccKernel, Lowering]:
-    from pimphony.compiler.hbm_pim_lowering import GROUP_LOWERINGS
+    from pimphony.compiler.dcc.hbm_pim_lowering import GROUP_LOWERINGS
 
     return GROUP_LOWERINGS
 
 
 def _attacc() -> dict[DccKernel, Lowering]:
-    from pimphony.compiler.attacc_lowering import GROUP_LOWERINGS
+    from pimphony.compiler.dcc.attacc_lowering import GROUP_LOWERINGS
 
     return GROUP_LOWERINGS
 
 
 def _aim() -> dict[DccKernel, Lowering]:
-    from pimphony.compiler.aim_lowering import GROUP_LOWERINGS
+    from pimphony.compiler.dcc.aim_lowering import GROUP_LOWERINGS
 
     return GROUP_LOWERINGS
 
@@ -123,7 +123,7 @@ ShareCheck = Callable[[BackendConfig, tuple[int, ...], tuple[int, ...]], object]
 
 
 def _attacc_checks() -> dict[DccKernel, ShareCheck]:
-    from pimphony.compiler.attacc_lowering import SHARE_CHECKS
+    from pimphony.compiler.dcc.attacc_lowering import SHARE_CHECKS
 
     return SHARE_CHECKS
 

@@ -1,8 +1,8 @@
 """DCC kernels lowered to one AiM channel: the channel TLM as a DCC back end (issue 17).
 
-Per the contract of :mod:`compiler.dcc_lowering`, ``GROUP_LOWERINGS[kernel](cfg, sizes,
+Per the contract of :mod:`compiler.dcc.lowering`, ``GROUP_LOWERINGS[kernel](cfg, sizes,
 cores)`` lowers one group's share (``sizes`` per dimension set, ``cores`` per set) to a
-:class:`compiler.dcc_lowering.GroupProgram`; :func:`run_group` runs it on values. A group is
+:class:`compiler.dcc.lowering.GroupProgram`; :func:`run_group` runs it on values. A group is
 one AiM channel, a core one bank; the hardware is the back end's AiM preset
 (``BackendConfig.hardware_config``: banks, rows, GBuf and OBuf entries, the GPR, timing).
 
@@ -63,8 +63,8 @@ from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
-from pimphony.compiler.dcc_lowering import GroupProgram
-from pimphony.compiler.dcc_schedule import (
+from pimphony.compiler.dcc.lowering import GroupProgram
+from pimphony.compiler.dcc.schedule import (
     DCC_KERNELS,
     DccError,
     DccKernel,
@@ -137,7 +137,7 @@ class Form:
     result: str
 
 
-#: Each kernel's :class:`Form` (set order as ``compiler.dcc_schedule.dimension_sets``).
+#: Each kernel's :class:`Form` (set order as ``compiler.dcc.schedule.dimension_sets``).
 FORMS: dict[DccKernel, Form] = {
     DccKernel.GEMV: Form(0, 1, None, None, "W", "x", "y"),
     DccKernel.BATCHED_GEMV: Form(1, 2, None, 0, "W", "X", "Y"),

@@ -4,7 +4,7 @@ the back end's default mapping (DCC IV-B/D, V "Comparison Points").
 :func:`search` generates a kernel's drafts on a back end (groups = all PIM groups of the
 system, cores = the back end's cores per group), prunes them (rules 1-3, SIMD width = the
 core's lanes along the innermost loop's set) unless asked not to, and simulates each with
-:func:`compiler.dcc_cost.draft_cost`. Drafts a back end cannot run (a share beyond its rows,
+:func:`compiler.dcc.cost.draft_cost`. Drafts a back end cannot run (a share beyond its rows,
 more cores than a lowering supports) are skipped and counted, never silently: the result
 says how many and why.
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cache
 
-from pimphony.compiler.dcc_cost import (
+from pimphony.compiler.dcc.cost import (
     CORE_LOCAL,
     GROUP_LOCAL,
     DraftCost,
@@ -46,7 +46,7 @@ from pimphony.compiler.dcc_cost import (
     kernel_nest,
     share_checks,
 )
-from pimphony.compiler.dcc_schedule import (
+from pimphony.compiler.dcc.schedule import (
     DccError,
     DccKernel,
     DimensionSet,
@@ -145,7 +145,7 @@ def compact_drafts(
     group_limits: list[int] | None = None,
     core_limits: list[int] | None = None,
 ):
-    """The drafts of :func:`compiler.dcc_schedule.drafts` whose every part uses the fewest
+    """The drafts of :func:`compiler.dcc.schedule.drafts` whose every part uses the fewest
     groups for its group share and the fewest cores for its core share (rule 3 applied per
     set while generating: more groups or cores for the same shares add resources, not
     parallelism), in the same search order. ``rule1``: of a set's mappings with the same
@@ -176,7 +176,7 @@ def compact_drafts(
 
 @cache
 def _count(n_sets: int, groups: int, cores: int) -> int:
-    """How many allocations :func:`compiler.dcc_schedule.drafts` enumerates."""
+    """How many allocations :func:`compiler.dcc.schedule.drafts` enumerates."""
     if n_sets == 0:
         return 1
     return sum(
@@ -281,7 +281,7 @@ def best(result: SearchResult, objective: Objective = Objective.END_TO_END) -> D
 
 
 def _aim_default(cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...]) -> Draft:
-    from pimphony.compiler.aim_lowering import default_draft as aim_default
+    from pimphony.compiler.dcc.aim_lowering import default_draft as aim_default
 
     return aim_default(cfg, kernel, sizes)
 

@@ -1,7 +1,7 @@
 """DCC's kernels lowered to one HBM-PIM group (a pseudo-channel): the back end's group lowerings.
 
 ``GROUP_LOWERINGS[kernel](cfg, sizes, cores)`` gives the :class:`GroupProgram` of one group's
-share (:mod:`compiler.dcc_lowering`): ``sizes`` per dimension set, ``cores`` PIM units per
+share (:mod:`compiler.dcc.lowering`): ``sizes`` per dimension set, ``cores`` PIM units per
 set, each unit taking ``ceil(size / cores)`` of each set (unit ``u`` is core coordinate
 ``unravel_index(u, cores)``; the last coordinates may hold less or nothing). Every unit runs
 the same broadcast stream on its own banks (padding where its share is short); units beyond
@@ -33,8 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from pimphony.compiler.dcc_lowering import GroupProgram
-from pimphony.compiler.dcc_schedule import DCC_KERNELS, DccKernel
+from pimphony.compiler.dcc.lowering import GroupProgram
+from pimphony.compiler.dcc.schedule import DCC_KERNELS, DccKernel
 from pimphony.compiler.pim_gemv import (
     JUMP_MAX,
     PIM_ROWS,
