@@ -11,13 +11,14 @@ from pimphony.models.backends import load_backend
 from pimphony.sim.experiments.dcc_fig8 import (
     PAPER,
     SYSTEMS,
+    Fig8Step,
     Fig8System,
     Phase,
     PimTimes,
     _runs,
     fc_default_draft,
     fig8,
-    run_phases,
+    over_steps,
     step_phases,
 )
 from pimphony.sim.systems.gpu import GpuSetup, run_gpu_decode
@@ -51,7 +52,7 @@ def _gpu_ops(batch, context):
 
 def test_gpu_phases_are_the_gpu_step_ops():
     ops, report = _gpu_ops(4, 1000)
-    got = step_phases(SPEC, HOST, 4, 1000, SYSTEMS[Fig8System.GPU], None)
+    got = step_phases(Fig8Step(SPEC, HOST, 4, 1000, SYSTEMS[Fig8System.GPU], None))
     L = SPEC.layers
     assert got[Phase.ATTENTION] == pytest.approx(L * ops["attention"])
     assert got[Phase.QKV] == pytest.approx(L * ops["qkv"])
@@ -70,17 +71,17 @@ def test_attacc_systems_compose_by_hand():
     attn = 1e-3 + 1e-9 * (b * H * 1024 * d)  # 1000 tokens padded to 4 x 256
     shapes = gemv_shapes(SPEC)  # (d_out, d_in) = (N, K) of a GEMM on one GPU
 
-    base = step_phases(SPEC, HOST, b, ctx, SYSTEMS[Fig8System.BASE], pim)
+    base = step_phases(Fig8Step(SPEC, HOST, b, ctx, SYSTEMS[Fig8System.BASE], pim))
     assert base[Phase.ATTENTION] == pytest.approx(L * (attn + kv_s))
     assert base[Phase.QKV] == pytest.approx(L * ops["qkv"])  # stays on the GPU
     assert base[Phase.FFN] == pytest.approx(L * (ops["ffn1"] + ops["ffn2"]))
 
-    base_dcc = step_phases(SPEC, HOST, b, ctx, SYSTEMS[Fig8System.BASE_DCC], pim)
+    base_dcc = step_phases(Fig8Step(SPEC, HOST, b, ctx, SYSTEMS[Fig8System.BASE_DCC], pim))
     assert base_dcc[Phase.ATTENTION] == pytest.approx(L * (attn / 2 + kv_s))
     n, k = shapes[LayerOp.QKV]
     assert base_dcc[Phase.QKV] == pytest.approx(L * min(ops["qkv"], (1e-3 + 1e-9 * b * n * k) / 2))
 
-    full = step_phases(SPEC, HOST, b, ctx, SYSTEMS[Fig8System.FULL], pim)
+    full = step_phases(Fig8Step(SPEC, HOST, b, ctx, SYSTEMS[Fig8System.FULL], pim))
     ffn = 0.0
     for op in (LayerOp.FFN1, LayerOp.FFN2):
         n, k = shapes[op]
@@ -96,17 +97,17 @@ def test_attacc_systems_compose_by_hand():
 def test_run_integrates_every_step():
     system = SYSTEMS[Fig8System.GPU]
     lin, lout = 100, 37
-    every = run_phases(SPEC, HOST, 2, lin, lout, system, None, points=lout)
+    every = over_steps(step_phases, SPEC, HOST, 2, lin, lout, system, None, points=lout)
     brute = {p: 0.0 for p in Phase}
     for ctx in range(lin + 1, lin + lout + 1):
-        for p, t in step_phases(SPEC, HOST, 2, ctx, system, None).items():
+        for p, t in step_phases(Fig8Step(SPEC, HOST, 2, ctx, system, None)).items():
             brute[p] += t
     for p in Phase:
         assert every[p] == pytest.approx(brute[p], rel=1e-12)
     # Fig. 8's Lin 2048, Lout 128 at the default 5 points: attention is linear in the context
     # but for the 16-token KV blocks (1 in 128 steps here)
-    every = run_phases(SPEC, HOST, 2, 2048, 128, system, None, points=128)
-    few = run_phases(SPEC, HOST, 2, 2048, 128, system, None)
+    every = over_steps(step_phases, SPEC, HOST, 2, 2048, 128, system, None, points=128)
+    few = over_steps(step_phases, SPEC, HOST, 2, 2048, 128, system, None)
     assert few[Phase.ATTENTION] == pytest.approx(every[Phase.ATTENTION], rel=0.005)
     assert few[Phase.FFN] == pytest.approx(every[Phase.FFN], rel=1e-12)
 
@@ -211,7 +212,7 @@ def test_pim_kernel_energy_is_its_drafts(energy_rows):
         CFG, draft_cost(CFG, k, sizes, default_draft(CFG, k, sizes), placement=Placement.RESIDENT),
         params,
     )  # fmt: skip
-    step = step_energy(SPEC, HOST, 1, 129, SYSTEMS[Fig8System.BASE], pim)
+    step = step_energy(Fig8Step(SPEC, HOST, 1, 129, SYSTEMS[Fig8System.BASE], pim))
     for p in PHASES:
         assert step[f"pim.attention.{p}"] == pytest.approx(
             SPEC.layers * getattr(want, p).total * 1e-12, rel=1e-12
@@ -262,7 +263,7 @@ def test_energy_refuses_a_host_without_an_energy_model():
 
     bare = dataclasses.replace(HOST, energy=None)
     with pytest.raises(DecodeError, match="no \\[energy\\] section"):
-        step_energy(SPEC, bare, 1, 129, SYSTEMS[Fig8System.GPU], None)
+        step_energy(Fig8Step(SPEC, bare, 1, 129, SYSTEMS[Fig8System.GPU], None))
     with pytest.raises(DecodeError, match="without an energy preset"):
         PimTimes(CFG).energy("attn", (40, 256, 128), False)
 

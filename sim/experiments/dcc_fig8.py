@@ -81,13 +81,14 @@ __all__ = [
     "Phase",
     "PimTimes",
     "Fig8Spec",
+    "Fig8Step",
     "add_arguments",
     "ENERGY_NOT_MODELLED",
     "energy_block",
     "fc_default_draft",
     "fig8",
+    "over_steps",
     "run",
-    "run_energy",
     "step_energy",
     "step_phases",
 ]
@@ -124,6 +125,19 @@ class Fig8Spec:
     dcc: bool
 
 
+@dataclass(frozen=True)
+class Fig8Step:
+    """One generation step of ``batch`` requests at ``context`` tokens of ``spec`` on
+    ``system``: ``host`` the GPU, ``pim`` the PIM back end's kernel times (None for the GPU)."""
+
+    spec: ModelSpec
+    host: Any
+    batch: int
+    context: int
+    system: Fig8Spec
+    pim: PimTimes | None
+
+
 SYSTEMS: dict[Fig8System, Fig8Spec] = {
     Fig8System.GPU: Fig8Spec(False, False, False),
     Fig8System.BASE: Fig8Spec(True, False, False),
@@ -134,20 +148,25 @@ SYSTEMS: dict[Fig8System, Fig8Spec] = {
 
 #: The paper's speedups over the GPU (numbers on Fig. 8's bars): model, batch, (Lin, Lout) ->
 #: Base, Base+DCC, Full, Full+DCC.
-PAPER: dict[tuple[str, int, tuple[int, int]], tuple[float, float, float, float]] = {
-    ("gpt3-13b-4k", 1, (128, 2048)): (1.09, 1.47, 2.56, 6.54),
-    ("gpt3-13b-4k", 1, (2048, 128)): (1.16, 1.56, 2.74, 7.00),
-    ("gpt3-13b-4k", 1, (2048, 2048)): (1.23, 1.66, 2.92, 7.45),
-    ("llama-33b-4k", 1, (128, 2048)): (1.05, 1.42, 2.59, 7.11),
-    ("llama-33b-4k", 1, (2048, 128)): (1.09, 1.47, 2.70, 7.41),
-    ("llama-33b-4k", 1, (2048, 2048)): (1.13, 1.53, 2.82, 7.71),
-    ("gpt3-13b-4k", 4, (128, 2048)): (1.16, 1.34, 2.30, 3.11),
-    ("gpt3-13b-4k", 4, (2048, 128)): (1.30, 1.50, 2.60, 3.51),
-    ("gpt3-13b-4k", 4, (2048, 2048)): (1.43, 1.65, 2.89, 3.90),
-    ("llama-33b-4k", 4, (128, 2048)): (1.09, 1.21, 2.30, 2.92),
-    ("llama-33b-4k", 4, (2048, 128)): (1.16, 1.29, 2.47, 3.14),
-    ("llama-33b-4k", 4, (2048, 2048)): (1.24, 1.37, 2.65, 3.36),
-}
+# fmt: off
+PAPER: dict[tuple[str, int, tuple[int, int]], tuple[float, float, float, float]] = dict(
+    zip(
+        (
+            (model, batch, lin_lout)
+            for batch in (1, 4)
+            for model in ("gpt3-13b-4k", "llama-33b-4k")
+            for lin_lout in ((128, 2048), (2048, 128), (2048, 2048))
+        ),
+        (  # per (model, batch): Lin/Lout 128/2048, 2048/128, 2048/2048
+            (1.09, 1.47, 2.56, 6.54), (1.16, 1.56, 2.74, 7.00), (1.23, 1.66, 2.92, 7.45),
+            (1.05, 1.42, 2.59, 7.11), (1.09, 1.47, 2.70, 7.41), (1.13, 1.53, 2.82, 7.71),
+            (1.16, 1.34, 2.30, 3.11), (1.30, 1.50, 2.60, 3.51), (1.43, 1.65, 2.89, 3.90),
+            (1.09, 1.21, 2.30, 2.92), (1.16, 1.29, 2.47, 3.14), (1.24, 1.37, 2.65, 3.36),
+        ),
+        strict=True,
+    )
+)
+# fmt: on
 
 
 def fc_default_draft(cfg: BackendConfig, sizes: tuple[int, ...]) -> Draft:
@@ -276,17 +295,13 @@ _PHASE_OPS: dict[Phase, tuple[str, ...]] = {
 }
 
 
-def _layer_placement(
-    spec: ModelSpec,
-    host: Any,
-    batch: int,
-    context: int,
-    system: Fig8Spec,
-    pim: PimTimes | None,
-) -> tuple[dict[Phase, _Placed], dict[str, Any]]:
+def _layer_placement(step: Fig8Step) -> tuple[dict[Phase, _Placed], dict[str, Any]]:
     """Where one layer of a generation step of ``batch`` requests at ``context`` tokens runs
     on ``system``, per phase, and the GPU's op costs (op -> (cost, count per layer)): the one
     placement :func:`step_phases` times and :func:`step_energy` charges."""
+    spec, host, batch, context, system, pim = (
+        step.spec, step.host, step.batch, step.context, step.system, step.pim
+    )  # fmt: skip
     costs = gpu_op_costs(GpuSetup(spec, host, 1, (context,) * batch, check_capacity=False))
     sec = {k: n * c.seconds for k, (c, n) in costs.items()}
     other = [k for k in costs if not any(k in ops for ops in _PHASE_OPS.values())]
@@ -321,18 +336,11 @@ def _layer_placement(
     return layer, costs
 
 
-def step_phases(
-    spec: ModelSpec,
-    host: Any,
-    batch: int,
-    context: int,
-    system: Fig8Spec,
-    pim: PimTimes | None,
-) -> dict[Phase, float]:
+def step_phases(step: Fig8Step) -> dict[Phase, float]:
     """Seconds of each phase of one generation step (every layer) of ``batch`` requests at
     ``context`` tokens on ``system``."""
-    layer, _ = _layer_placement(spec, host, batch, context, system, pim)
-    return {p: spec.layers * placed.seconds for p, placed in layer.items()}
+    layer, _ = _layer_placement(step)
+    return {p: step.spec.layers * placed.seconds for p, placed in layer.items()}
 
 
 #: What the ``--energy`` breakdown does not charge (no energy model here; docs/energy.md).
@@ -342,14 +350,7 @@ ENERGY_NOT_MODELLED = (
 )
 
 
-def step_energy(
-    spec: ModelSpec,
-    host: Any,
-    batch: int,
-    context: int,
-    system: Fig8Spec,
-    pim: PimTimes | None,
-) -> dict[str, float]:
+def step_energy(step: Fig8Step) -> dict[str, float]:
     """Joules of one generation step (every layer) on ``system``, placed as
     :func:`step_phases` places the time: ``gpu.<phase>`` the GPU's ops
     (:func:`sim.systems.energy.xpu_energy`, the decode GPU model's), ``pim.<phase>.<draft
@@ -357,9 +358,10 @@ def step_energy(
     each device the share of its weight rows it runs (``t / t_device`` of its whole GEMM)."""
     from pimphony.sim.tune_energy import PHASES as DRAFT_PHASES
 
+    spec, host, pim = step.spec, step.host, step.pim
     if host.energy is None:
         raise DecodeError(f"GPU preset {host.name} has no [energy] section: no GPU energy model")
-    layer, costs = _layer_placement(spec, host, batch, context, system, pim)
+    layer, costs = _layer_placement(step)
     out: dict[str, float] = {}
     for p, placed in layer.items():
         if placed.gpu:
@@ -400,7 +402,8 @@ def energy_block(joules: dict[str, float], tokens: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def run_phases(
+def over_steps(
+    cost: Callable[..., dict[Any, float]],
     spec: ModelSpec,
     host: Any,
     batch: int,
@@ -409,40 +412,18 @@ def run_phases(
     system: Fig8Spec,
     pim: PimTimes | None,
     points: int = SAMPLE_POINTS,
-) -> dict[Phase, float]:
-    """Seconds of each phase over the ``lout`` generation steps at contexts ``lin + 1`` to
+) -> dict[Any, float]:
+    """Each key of ``cost`` (:func:`step_phases`: seconds per phase; :func:`step_energy`:
+    joules) summed over the ``lout`` generation steps at contexts ``lin + 1`` to
     ``lin + lout``: costed at ``points`` contexts, integrated piecewise linearly."""
     xs = sample_contexts(lin, lout, points)
-    at = [step_phases(spec, host, batch, x, system, pim) for x in xs]
-    return _integrate(lin, lout, xs, at, list(Phase))
-
-
-def _integrate(lin: int, lout: int, xs: list[int], at: list[dict], keys: list) -> dict:
-    """Each key's per-step values ``at`` contexts ``xs`` summed over the steps, piecewise
-    linearly."""
+    at = [cost(Fig8Step(spec, host, batch, x, system, pim)) for x in xs]
     steps = np.arange(lin + 1, lin + lout + 1)
     return {
         p: float(np.interp(steps, xs, [a[p] for a in at]).sum()) if len(xs) > 1 else
         at[0][p] * lout
-        for p in keys
+        for p in at[0]
     }  # fmt: skip
-
-
-def run_energy(
-    spec: ModelSpec,
-    host: Any,
-    batch: int,
-    lin: int,
-    lout: int,
-    system: Fig8Spec,
-    pim: PimTimes | None,
-    points: int = SAMPLE_POINTS,
-) -> dict[str, float]:
-    """Joules of each :func:`step_energy` key over the ``lout`` steps, at the contexts and
-    with the integration of :func:`run_phases`."""
-    xs = sample_contexts(lin, lout, points)
-    at = [step_energy(spec, host, batch, x, system, pim) for x in xs]
-    return _integrate(lin, lout, xs, at, list(at[0]))
 
 
 def fig8(
@@ -481,8 +462,8 @@ def fig8(
                     str(s): {
                         "phases": {
                             str(p): t
-                            for p, t in run_phases(
-                                spec, host, b, lin, lout, sys, pim, points
+                            for p, t in over_steps(
+                                step_phases, spec, host, b, lin, lout, sys, pim, points
                             ).items()
                         }
                     }
@@ -494,7 +475,7 @@ def fig8(
                     s["speedup_over_gpu"] = base / s["seconds"]
                 if energy is not None:
                     for s, sys in SYSTEMS.items():
-                        j = run_energy(spec, host, b, lin, lout, sys, pim, points)
+                        j = over_steps(step_energy, spec, host, b, lin, lout, sys, pim, points)
                         systems[s]["energy"] = energy_block(j, b * lout)
                     gpu_j = systems[Fig8System.GPU]["energy"]["joules_per_token"]
                     for s in systems.values():
