@@ -73,11 +73,13 @@ __all__ = [
     "ReplayError",
     "Replayed",
     "Reproduction",
+    "ReproTarget",
     "Shrunk",
     "add_arguments",
     "campaign_stream",
     "chunk_ranges",
     "compiler_item",
+    "describe_item",
     "draw_gaps",
     "draw_ready",
     "format_rate",
@@ -92,6 +94,7 @@ __all__ = [
     "scheduler_replay",
     "scheduler_reproduce",
     "scheduler_run",
+    "shrink_chunks",
     "shrink_stream",
     "summary",
     "write_reproducer",
@@ -139,14 +142,29 @@ class CampaignStream:
     def describe(self) -> str:
         """``#12 (87 commands, valid gaps)``-style text."""
         s = self.stream
-        what = [f"{s.commands.shape[0]} commands"]
-        if self.source != "random":
-            what.append(self.source)
-        if s.valid_gaps is not None:
-            what.append("valid gaps")
-        if s.ready_pattern is not None:
-            what.append(f"ready pattern of {len(s.ready_pattern)}")
-        return f"#{self.index} ({', '.join(what)})"
+        return describe_item(
+            self.index, [f"{s.commands.shape[0]} commands"], self.source, s.valid_gaps,
+            s.ready_pattern,
+        )  # fmt: skip
+
+
+def describe_item(
+    index: int,
+    what: list[str],
+    source: str,
+    valid_gaps: object | None,
+    ready_pattern: object | None,
+) -> str:
+    """``#12 (<what>, <source>, valid gaps, ready pattern of 9)``: a campaign item's text,
+    its source named unless it was drawn at random."""
+    what = list(what)
+    if source != "random":
+        what.append(source)
+    if valid_gaps is not None:
+        what.append("valid gaps")
+    if ready_pattern is not None:
+        what.append(f"ready pattern of {len(ready_pattern)}")  # type: ignore[arg-type]
+    return f"#{index} ({', '.join(what)})"
 
 
 def draw_gaps(rng: np.random.Generator, n: int) -> tuple[int, ...]:
@@ -454,6 +472,40 @@ def _subset(cs: CampaignStream, keep: np.ndarray) -> RtlStream:
     return RtlStream(s.name, s.commands[keep].copy(), gaps, s.ready_pattern)
 
 
+W = TypeVar("W")  # a campaign item (a stream or an item)
+C = TypeVar("C")  # a candidate built from one
+
+
+def shrink_chunks(
+    cur: W,
+    msg: str,
+    length: Callable[[W], int],
+    keep: Callable[[W, np.ndarray], C | None],
+    first_failing: Callable[[list[C]], tuple[W, str] | None],
+) -> tuple[W, str]:
+    """Delta debugging: ``cur`` (of ``length`` commands) without ever smaller chunks, while a
+    candidate still fails. ``keep`` builds a candidate of the kept command indices (``None``:
+    not a legal one); ``first_failing`` names the first failing candidate and its message."""
+    n = 2
+    while (total := length(cur)) >= 2:
+        n = min(n, total)
+        size = math.ceil(total / n)
+        candidates = [
+            c
+            for lo in range(0, total, size)
+            if (c := keep(cur, np.delete(np.arange(total), np.s_[lo : lo + size]))) is not None
+        ]
+        found = first_failing(candidates)
+        if found:
+            cur, msg = found
+            n = max(n - 1, 2)
+        elif n >= total:
+            break
+        else:
+            n = min(2 * n, total)
+    return cur, msg
+
+
 def _first_failing(
     harness: CompiledHarness,
     cfg: HardwareConfig,
@@ -532,23 +584,13 @@ def shrink_stream(block: str, cfg: HardwareConfig, cs: CampaignStream, message: 
     found = _first_failing(harness, cfg, sched, cs.index, _simpler_patterns(cur), counter)
     if found:
         cur, msg = found
-    n = 2
-    while (length := cur.stream.commands.shape[0]) >= 2:
-        n = min(n, length)
-        size = math.ceil(length / n)
-        everything = np.arange(length)
-        candidates = [
-            _subset(cur, np.delete(everything, np.s_[lo : lo + size]))
-            for lo in range(0, length, size)
-        ]
-        found = _first_failing(harness, cfg, sched, cs.index, candidates, counter)
-        if found:
-            cur, msg = found
-            n = max(n - 1, 2)
-        elif n >= length:
-            break
-        else:
-            n = min(2 * n, length)
+    cur, msg = shrink_chunks(
+        cur,
+        msg,
+        lambda c: c.stream.commands.shape[0],
+        _subset,
+        lambda found: _first_failing(harness, cfg, sched, cs.index, found, counter),
+    )
     found = _first_failing(harness, cfg, sched, cs.index, _simpler_patterns(cur), counter)
     if found:
         cur, msg = found
@@ -736,6 +778,19 @@ class Reproduction:
 
 
 @dataclass(frozen=True)
+class ReproTarget:
+    """Where a campaign's first mismatch is written once shrunk: the hardware ``cfg`` and its
+    ``preset`` name, the campaign's ``options``, the ``directory``, and whether an existing
+    reproducer is replaced (``overwrite``)."""
+
+    cfg: HardwareConfig
+    preset: str
+    options: CampaignOptions
+    directory: Path
+    overwrite: bool
+
+
+@dataclass(frozen=True)
 class Replayed:
     """Outcome of :func:`replay_item` (or :func:`scheduler_replay`): the block,
     what was run (``87 commands (exact)``), the JSON fields of ``--replay --json`` and the
@@ -774,16 +829,10 @@ def scheduler_run(
     )
 
 
-def scheduler_reproduce(
-    failed: CampaignResult,
-    cfg: HardwareConfig,
-    preset: str,
-    options: CampaignOptions,
-    directory: Path,
-    overwrite: bool,
-) -> Reproduction:
+def scheduler_reproduce(failed: CampaignResult, to: ReproTarget) -> Reproduction:
     """Shrink the first failing stream of ``failed`` (:func:`shrink_stream`) and write it
-    (:func:`write_reproducer`)."""
+    (:func:`write_reproducer`) as ``to`` says."""
+    cfg = to.cfg
     notes: tuple[str, ...] = ()
     try:
         shrunk = shrink_stream(failed.block, cfg, failed.failure, failed.mismatches[0])
@@ -795,14 +844,14 @@ def scheduler_reproduce(
     not_written = None
     try:
         written = write_reproducer(
-            directory,
+            to.directory,
             shrunk,
             block=failed.block,
             cfg=cfg,
-            preset=preset,
+            preset=to.preset,
             seed=failed.seed,
-            options=options.flags(),
-            overwrite=overwrite,
+            options=to.options.flags(),
+            overwrite=to.overwrite,
         )
     except (FileExistsError, PimphonyError) as exc:
         not_written = str(exc)
@@ -1043,7 +1092,8 @@ def run(args: argparse.Namespace) -> int:
     repro: Reproduction | None = None
     if failed is not None and not args.keep_going:
         b = Block(failed.block)
-        repro = CAMPAIGNS[b].reproduce(failed, cfg, preset, options(b), args.repro_dir, args.force)
+        to = ReproTarget(cfg, preset, options(b), args.repro_dir, args.force)
+        repro = CAMPAIGNS[b].reproduce(failed, to)
         for note in repro.notes:
             print(note, flush=True)
     if args.json:

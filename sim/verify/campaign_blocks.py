@@ -41,7 +41,6 @@ zero bases; bank_slice: delta debugging over the PIM commands and host reads) an
 from __future__ import annotations
 
 import json
-import math
 import shlex
 import time
 from collections.abc import Callable, Sequence
@@ -86,12 +85,15 @@ from pimphony.sim.verify.campaign import (
     Replayed,
     ReplayError,
     Reproduction,
+    ReproTarget,
     chunk_ranges,
     compiler_item,
+    describe_item,
     draw_gaps,
     draw_ready,
     format_rate,
     kernel_shape,
+    shrink_chunks,
 )
 from pimphony.sim.verify.dpa import (
     DpaResult,
@@ -464,13 +466,7 @@ class SliceItem:
         r = self.run
         what = ["DEX" if self.sliced else "baseline", f"{r.pim.shape[0]} PIM commands"]
         what.append(f"{r.host.shape[0]} host reads")
-        if self.source != "random":
-            what.append(self.source)
-        if r.valid_gaps is not None:
-            what.append("valid gaps")
-        if r.ready_pattern is not None:
-            what.append(f"ready pattern of {len(r.ready_pattern)}")
-        return f"#{self.index} ({', '.join(what)})"
+        return describe_item(self.index, what, self.source, r.valid_gaps, r.ready_pattern)
 
 
 def _host_reads(cfg: HardwareConfig, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -826,25 +822,19 @@ def shrink_item(block: str, cfg: HardwareConfig, item: Item, message: str) -> Sh
         found = _first_failing(block, cfg, _named([candidate]), counter)
         if found:
             cur, msg = found
-    n = 2
-    while (length := cur.commands) >= 2:
-        n = min(n, length)
-        size = math.ceil(length / n)
-        n_pim = int(cur.run.pim.shape[0])
-        candidates = []
-        for lo in range(0, length, size):
-            keep = np.delete(np.arange(length), np.s_[lo : lo + size])
-            c = _slice_subset(cur, keep[keep < n_pim], keep[keep >= n_pim] - n_pim)
-            if _legal(cfg, c):
-                candidates.append(c)
-        found = _first_failing(block, cfg, _named(candidates), counter)
-        if found:
-            cur, msg = found
-            n = max(n - 1, 2)
-        elif n >= length:
-            break
-        else:
-            n = min(2 * n, length)
+
+    def keep(item: SliceItem, kept: np.ndarray) -> SliceItem | None:
+        n_pim = int(item.run.pim.shape[0])
+        c = _slice_subset(item, kept[kept < n_pim], kept[kept >= n_pim] - n_pim)
+        return c if _legal(cfg, c) else None
+
+    cur, msg = shrink_chunks(
+        cur,
+        msg,
+        lambda c: c.commands,
+        keep,
+        lambda found: _first_failing(block, cfg, _named(found), counter),
+    )
     return ShrunkItem(cur, msg, original, counter[0], counter[1])
 
 
@@ -1045,8 +1035,8 @@ class BlockCampaign:
     ``harness`` names the simulator flow, ``unit`` what one random input is (``stream``,
     ``item``), ``kernels`` the default fraction of compiler inputs. ``run(block, cfg, n, seed,
     options, progress)`` runs the campaign, ``summary(result)`` gives its printed lines,
-    ``reproduce(result, cfg, preset, options, directory, overwrite)`` shrinks and writes the
-    first mismatch, ``replay(path, record)`` runs a reproducer again.
+    ``reproduce(result, target)`` shrinks the first mismatch and writes it where
+    :class:`ReproTarget` says, ``replay(path, record)`` runs a reproducer again.
     """
 
     block: Block
@@ -1055,7 +1045,7 @@ class BlockCampaign:
     kernels: float
     run: Callable[[str, HardwareConfig, int, int, CampaignOptions, Progress | None], object]
     summary: Callable[[CampaignResult], list[str]]
-    reproduce: Callable[..., Reproduction]
+    reproduce: Callable[[CampaignResult, ReproTarget], Reproduction]
     replay: Callable[[Path, dict], Replayed]
 
 
@@ -1077,15 +1067,9 @@ def _block_run(block, cfg, n, seed, options, progress):
     return run_block_campaign(block, cfg, n, seed, options, progress)
 
 
-def _block_reproduce(
-    result: CampaignResult,
-    cfg: HardwareConfig,
-    preset: str,
-    options: CampaignOptions,
-    directory: Path,
-    overwrite: bool,
-) -> Reproduction:
-    """Shrink the first failing item of ``result`` and write it."""
+def _block_reproduce(result: CampaignResult, to: ReproTarget) -> Reproduction:
+    """Shrink the first failing item of ``result`` and write it as ``to`` says."""
+    cfg = to.cfg
     item = result.failure
     try:
         shrunk = shrink_item(result.block, cfg, item, result.mismatches[0])
@@ -1096,14 +1080,14 @@ def _block_reproduce(
     written, not_written = None, None
     try:
         written = write_item(
-            directory,
+            to.directory,
             shrunk,
             block=result.block,
             cfg=cfg,
-            preset=preset,
+            preset=to.preset,
             seed=result.seed,
-            options=options,
-            overwrite=overwrite,
+            options=to.options,
+            overwrite=to.overwrite,
         )
     except (FileExistsError, PimphonyError) as exc:
         not_written = str(exc)
