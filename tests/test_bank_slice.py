@@ -33,7 +33,7 @@ from pimphony.sim.verify.bank_slice import (
     compare_with_tlm,
     mixed_workload,
     record_waves,
-    run_rtl_bank_slice,
+    run_slice_batch,
     simulate_amaranth,
 )
 
@@ -251,7 +251,7 @@ RUNS = {r.name: r for r in _cosim_runs()}
 @pytest.fixture(scope="module", params=list(MODES))
 def verilator_run(request):
     slicing = MODES[request.param]
-    return request.param, run_rtl_bank_slice(CFG, slicing, list(RUNS.values()))
+    return request.param, run_slice_batch(CFG, slicing, list(RUNS.values())).issue
 
 
 @pytest.mark.parametrize("name", list(RUNS))
@@ -275,7 +275,7 @@ def test_verilator_dex_experiment_workload(mode):
     horizon = run_bank_slice(pim, empty_host_reads(0), CFG).pim_cycles
     host = dex.host_stream(CFG, 0.3, horizon, "stream", seed=1)
     run = SliceRun("dex-T1024", pim, host)
-    p, h = run_rtl_bank_slice(CFG, MODES[mode], [run])[run.name]
+    p, h = run_slice_batch(CFG, MODES[mode], [run]).issue[run.name]
     msg = compare_with_tlm(CFG, MODES[mode], run, p, h)
     assert msg is None, msg
 

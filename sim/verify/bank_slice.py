@@ -1,11 +1,11 @@
 """Bank-slice (DEX) controller: RTL runs (cocotb + Verilator, or Amaranth's simulator) and the
 cycle-for-cycle comparison with the TLM (:func:`models.bank_slice.run_bank_slice`).
 
-``run_rtl_bank_slice(cfg, slicing, runs)`` generates the Verilog of
+``run_slice_batch(cfg, slicing, runs)`` generates the Verilog of
 :class:`rtl.bank_slice.BankSliceController` (top module ``bank_slice``), builds it once per
 configuration (cached in ``build/sim/``), runs ``sim/verify/tb_bank_slice.py`` on every run in
 one simulator process and returns the RTL issue cycles of every PIM command and host read
-(``run_slice_batch`` also the cycles simulated per run).
+and the cycles simulated per run.
 ``simulate_amaranth`` does the same in Amaranth's Python simulator (no build; small runs).
 ``compare_with_tlm`` names the first operation whose cycles differ. ``record_waves`` records a
 checked VCD of a small mixed workload (``make wave BLOCK=bank_slice`` copies it out).
@@ -49,7 +49,6 @@ __all__ = [
     "describe_operation",
     "mixed_workload",
     "record_waves",
-    "run_rtl_bank_slice",
     "run_slice_batch",
     "simulate_amaranth",
     "slice_built",
@@ -140,26 +139,6 @@ def run_slice_batch(
         {name: int(r["cycles_simulated"]) for name, r in run.result.items()},
         run.waves,
     )
-
-
-def run_rtl_bank_slice(
-    cfg: HardwareConfig,
-    slicing: SliceConfig | None,
-    runs: Sequence[SliceRun],
-    simulator: str = "verilator",
-    waves: bool = False,
-    build_root: Path = BUILD_ROOT,
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """RTL issue cycles ``{name: (pim_issue, host_issue)}`` of every run (program order).
-
-    :func:`run_slice_batch`'s issue cycles. With ``waves`` the simulator also writes a
-    waveform into the build directory; its path is returned under the key ``"__waves__"``.
-    """
-    batch = run_slice_batch(cfg, slicing, runs, simulator, waves, build_root)
-    result: dict = dict(batch.issue)
-    if batch.waves is not None:
-        result["__waves__"] = batch.waves
-    return result
 
 
 def simulate_amaranth(
@@ -303,8 +282,8 @@ def record_waves(
     slicing = slicing or SliceConfig()
     pim, host = mixed_workload(cfg)
     run = SliceRun("waves", pim, host)
-    res = run_rtl_bank_slice(cfg, slicing, [run], simulator=simulator, waves=True)
-    msg = compare_with_tlm(cfg, slicing, run, *res[run.name])
+    batch = run_slice_batch(cfg, slicing, [run], simulator=simulator, waves=True)
+    msg = compare_with_tlm(cfg, slicing, run, *batch.issue[run.name])
     if msg:
         raise CosimError(msg)
-    return Path(res["__waves__"])
+    return Path(batch.waves)  # type: ignore[arg-type]
