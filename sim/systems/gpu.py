@@ -37,7 +37,7 @@ from pimphony.models.xpu_config import DeviceKind, XpuConfig
 from pimphony.sim.provenance import inputs_digest
 from pimphony.sim.systems.costs import ATTENTION, OpCosts, layer_costs
 from pimphony.sim.systems.energy import energy_line, gpu_energy
-from pimphony.sim.systems.setup import DecodeError
+from pimphony.sim.systems.setup import DecodeError, checked_lengths
 
 __all__ = [
     "GPU_PARTS",
@@ -116,12 +116,7 @@ class GpuSetup:
             raise DecodeError(f"--gpus {self.gpus!r}: must be a positive integer")
         if not 0 < self.memory_fraction <= 1:
             raise DecodeError(f"memory fraction {self.memory_fraction!r}: must be in (0, 1]")
-        if not self.lengths:
-            raise DecodeError("the batch is empty: give at least one context length")
-        for i, t in enumerate(self.lengths):
-            if isinstance(t, bool) or not isinstance(t, int | np.integer) or t <= 0:
-                raise DecodeError(f"context length of request {i} = {t!r}: must be a positive int")
-        object.__setattr__(self, "lengths", tuple(int(t) for t in self.lengths))
+        object.__setattr__(self, "lengths", checked_lengths(self.lengths))
         spec, n = self.model, self.gpus
         longest = max(self.lengths)
         if longest > spec.context_window:

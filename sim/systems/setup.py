@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -18,10 +19,22 @@ __all__ = [
     "DecodeError",
     "DecodeSetup",
     "Mapping",
+    "checked_lengths",
     "micro_batch_candidates",
 ]
 
 MICRO_BATCHES_AUTO = "auto"
+
+
+def checked_lengths(lengths: Sequence[int]) -> tuple[int, ...]:
+    """The batch's context lengths as plain ints; :class:`DecodeError` for an empty batch or a
+    length that is not a positive int."""
+    if not lengths:
+        raise DecodeError("the batch is empty: give at least one context length")
+    for i, t in enumerate(lengths):
+        if isinstance(t, bool) or not isinstance(t, int | np.integer) or t <= 0:
+            raise DecodeError(f"context length of request {i} = {t!r}: must be a positive int")
+    return tuple(int(t) for t in lengths)
 
 
 class Mapping(StrEnum):
@@ -89,12 +102,7 @@ class DecodeSetup:
     mapping: str = Mapping.FIXED.value
 
     def __post_init__(self) -> None:
-        if not self.lengths:
-            raise DecodeError("the batch is empty: give at least one context length")
-        for i, t in enumerate(self.lengths):
-            if isinstance(t, bool) or not isinstance(t, int | np.integer) or t <= 0:
-                raise DecodeError(f"context length of request {i} = {t!r}: must be a positive int")
-        object.__setattr__(self, "lengths", tuple(int(t) for t in self.lengths))
+        object.__setattr__(self, "lengths", checked_lengths(self.lengths))
         try:
             Parallelism(self.tp, self.pp).check(self.model)
         except DecodeMappingError as exc:
