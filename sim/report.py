@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import argparse
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pimphony.compiler.kernels import KernelProgram
 from pimphony.models.channel import BREAKDOWN_KEYS, ScheduleResult
@@ -14,6 +17,10 @@ from pimphony.models.fileio import figure_format, pyplot, write_atomic, write_fi
 T = TypeVar("T")
 
 __all__ = [
+    "OutputFile",
+    "FORCE_REPORT_PLOT",
+    "ReportFiles",
+    "publish_json",
     "user_plot",
     "parse_list",
     "describe_kernel",
@@ -63,6 +70,71 @@ def user_plot(given: Path | None, default: Path, force: bool) -> Path:
     path = user_output(given, default, force)
     figure_format(path)
     return path
+
+
+@dataclass(frozen=True)
+class OutputFile:
+    """A command's file option: its ``flag``, the format its help names (``JSON``, ``CSV``,
+    ``PNG``) and the ``default`` path its help gives."""
+
+    flag: str
+    kind: str
+    default: Path | str
+
+
+#: ``--force``'s help: of most report commands, and where the files are --report and --plot.
+FORCE_OUTPUTS = "replace existing output files"
+FORCE_REPORT_PLOT = "replace existing --report/--plot files"
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """A report command's files: the JSON ``report`` and the figure ``plot`` (default paths),
+    the ``more`` file options between them, and ``--force``'s help."""
+
+    report: Path | str
+    plot: Path | str
+    more: tuple[OutputFile, ...] = ()
+    force_help: str = FORCE_OUTPUTS
+
+    @classmethod
+    def named(cls, directory: Path, stem: str, force_help: str = FORCE_OUTPUTS) -> ReportFiles:
+        """``<directory>/<stem>.json`` and ``<directory>/<stem>.png``."""
+        return cls(directory / f"{stem}.json", directory / f"{stem}.png", force_help=force_help)
+
+    def add_options(self, p: argparse.ArgumentParser) -> None:
+        """``--json``, ``--report``, the ``more`` options, ``--plot`` and ``--force``."""
+        p.add_argument("--json", action="store_true", help="print one JSON object")
+        files = (
+            OutputFile("--report", "JSON", self.report),
+            *self.more,
+            OutputFile("--plot", "PNG", self.plot),
+        )
+        for f in files:
+            p.add_argument(f.flag, type=Path, help=f"{f.kind} path (default {f.default})")
+        p.add_argument("--force", action="store_true", help=self.force_help)
+
+    def paths(self, args: argparse.Namespace) -> tuple[Path, Path]:
+        """The report's and the figure's paths (:func:`user_output`, :func:`user_plot`),
+        checked before any work is done."""
+        return (
+            user_output(args.report, Path(self.report), args.force),
+            user_plot(args.plot, Path(self.plot), args.force),
+        )
+
+
+def publish_json(
+    doc: dict[str, Any], files: Mapping[str, Path], as_json: bool, text: Callable[[], str]
+) -> None:
+    """Write ``doc`` as JSON to ``files["report"]``, then print the JSON (``as_json``) or
+    ``text()`` and where each of ``files`` went (``report: <path>``, ``plot:   <path>``)."""
+    dumped = json.dumps(doc, indent=2, default=str)
+    write_atomic(files["report"], (dumped + "\n").encode())
+    if as_json:
+        print(dumped)
+    else:
+        print(text())
+        print("\n".join(f"{label + ':':<8}{path}" for label, path in files.items()))
 
 
 def describe_kernel(prog: KernelProgram) -> str:

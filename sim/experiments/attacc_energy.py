@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +30,9 @@ from pimphony.models.energy import (
     attacc_energy,
     load_energy,
 )
-from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
+from pimphony.models.fileio import BUILD_DIR, pyplot, write_figure
 from pimphony.sim.provenance import provenance
-from pimphony.sim.report import user_output, user_plot
+from pimphony.sim.report import ReportFiles, publish_json
 
 __all__ = [
     "IDD_SCALES",
@@ -157,20 +156,19 @@ def plot_sensitivity(rows: list[dict[str, Any]], path: Path) -> Path:
     return write_figure(fig, path)
 
 
+_FILES = ReportFiles(OUT_DIR / "attacc.json", OUT_DIR / "attacc-idd.png")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``attacc-energy`` subcommand's options."""
     p.add_argument("--backend", default="attacc", help="AttAcc back end name or .toml")
     p.add_argument("--energy", default="attacc", help="kind = attacc energy preset or .toml")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--report", type=Path, help=f"JSON path (default {OUT_DIR}/attacc.json)")
-    p.add_argument("--plot", type=Path, help=f"PNG path (default {OUT_DIR}/attacc-idd.png)")
-    p.add_argument("--force", action="store_true", help="replace existing output files")
+    _FILES.add_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``pimphony attacc-energy``."""
-    report = user_output(args.report, OUT_DIR / "attacc.json", args.force)
-    plot = user_plot(args.plot, OUT_DIR / "attacc-idd.png", args.force)
+    report, plot = _FILES.paths(args)
     cfg = load_backend(args.backend)
     params = load_energy(args.energy)
     if not isinstance(params, AttAccEnergyParams):
@@ -182,12 +180,7 @@ def run(args: argparse.Namespace) -> int:
     rows = kernel_rows(cfg, params)
     doc = {"preset": params.name, "backend": cfg.name, "rows": rows,
            "provenance": provenance(args, backend=cfg.name, energy=params.name)}  # fmt: skip
-    text = json.dumps(doc, indent=2)
-    write_atomic(report, (text + "\n").encode())
     plot_sensitivity(rows, plot)
-    if args.json:
-        print(text)
-    else:
-        print(format_rows(rows, params.name))
-        print(f"report: {report}\nplot:   {plot}")
+    files = {"report": report, "plot": plot}
+    publish_json(doc, files, args.json, lambda: format_rows(rows, params.name))
     return 0

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,11 +34,11 @@ from typing import Any
 from pimphony.compiler.llm import ModelSpec, load_model
 from pimphony.models.config import load_preset
 from pimphony.models.errors import PimphonyError
-from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
+from pimphony.models.fileio import BUILD_DIR, pyplot, write_figure
 from pimphony.models.xpu_config import load_xpu
 from pimphony.sim.cli import SEED
 from pimphony.sim.provenance import provenance
-from pimphony.sim.report import parse_list, user_output, user_plot
+from pimphony.sim.report import FORCE_REPORT_PLOT, ReportFiles, parse_list, publish_json
 from pimphony.sim.systems.admission import fill_batch
 from pimphony.sim.systems.gpu import GpuSetup, gpu_fill_batch, run_gpu_decode
 from pimphony.sim.systems.registry import SystemKind
@@ -70,6 +69,8 @@ GPU_COMPARE_DIR = BUILD_DIR / "gpu-compare"
 CAPACITIES_GB = (128, 256, 512, 1024)
 WORKLOADS = ("qmsum", "hotpotqa", "musique")
 MODULE_GB = 8  # one AiMX module: 8 x 1 GB AiM chips (LoL-PIM 8.1)
+#: The JSON report and the figure, their default paths.
+_FILES = ReportFiles.named(GPU_COMPARE_DIR, "fig9", FORCE_REPORT_PLOT)
 GPU_NODE_GB = 64  # one AiMX node = 8 modules = one GPU (Table 7's 64 GB columns)
 _POOL = 4096  # candidate requests per workload; every system admits a prefix of the same pool
 _SLOW_LINK_GBPS = 10.0  # LoL-PIM 8.1: "Multi-node communication ... 10GB/s ... matched"
@@ -311,16 +312,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="comma-separated system capacities, GB (multiples of 64)",
     )
     p.add_argument("--seed", type=SEED, default=0, help="seed of the context-length draws")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--report", type=Path, help=f"JSON path (default {GPU_COMPARE_DIR}/fig9.json)")
-    p.add_argument("--plot", type=Path, help=f"PNG path (default {GPU_COMPARE_DIR}/fig9.png)")
-    p.add_argument("--force", action="store_true", help="replace existing --report/--plot files")
+    _FILES.add_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``pimphony gpu-compare``."""
-    report = user_output(args.report, GPU_COMPARE_DIR / "fig9.json", args.force)
-    plot = user_plot(args.plot, GPU_COMPARE_DIR / "fig9.png", args.force)
+    report, plot = _FILES.paths(args)
     workloads = parse_list("--workloads", args.workloads, str, CompareError)
     capacities = parse_list("--capacities", args.capacities, int, CompareError)
     progress = None if args.json else (lambda m: print(f"  {m}", flush=True))
@@ -332,11 +329,5 @@ def run(args: argparse.Namespace) -> int:
     path = plot_compare(rows, plot, title)
     block = provenance(args, None, model=dataclasses.asdict(load_model(args.model)), seed=args.seed)
     doc = {"rows": rows, "paper": PAPER, "plot": str(path), "provenance": block}
-    text = json.dumps(doc, indent=2, default=str)
-    write_atomic(report, (text + "\n").encode())
-    if args.json:
-        print(text)
-    else:
-        print(format_compare(rows))
-        print(f"report: {report}\nplot:   {path}")
+    publish_json(doc, {"report": report, "plot": path}, args.json, lambda: format_compare(rows))
     return 0

@@ -21,18 +21,17 @@ Throughput is ``batch / step time``; the speedup is PIMphony's over ``a100``.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from pimphony.compiler.llm import ModelSpec, load_model
 from pimphony.models.config import load_preset
-from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
+from pimphony.models.fileio import BUILD_DIR, pyplot, write_figure
 from pimphony.models.xpu_config import load_xpu
 from pimphony.sim.cli import SEED
 from pimphony.sim.provenance import provenance
-from pimphony.sim.report import user_output, user_plot
+from pimphony.sim.report import FORCE_REPORT_PLOT, ReportFiles, publish_json
 from pimphony.sim.systems.admission import fill_batch
 from pimphony.sim.systems.gpu import GpuSetup, gpu_fill_batch, run_gpu_decode
 from pimphony.sim.systems.report import DecodeReport
@@ -56,6 +55,8 @@ __all__ = [
 ]
 
 FIG20_DIR = BUILD_DIR / "gpu-fig20"
+#: The JSON report and the figure, their default paths.
+_FILES = ReportFiles.named(FIG20_DIR, "fig20", FORCE_REPORT_PLOT)
 #: (model, workload, capacity GB): non-GQA models on LongBench, GQA on LV-Eval (VIII-A).
 FIG20_CASES: tuple[tuple[str, str, int], ...] = (
     ("llm-7b", "qmsum", 128),
@@ -211,27 +212,17 @@ def plot_fig20(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``gpu-fig20`` subcommand's options."""
     p.add_argument("--seed", type=SEED, default=0, help="seed of the context-length draws")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--report", type=Path, help=f"JSON path (default {FIG20_DIR}/fig20.json)")
-    p.add_argument("--plot", type=Path, help=f"PNG path (default {FIG20_DIR}/fig20.png)")
-    p.add_argument("--force", action="store_true", help="replace existing --report/--plot files")
+    _FILES.add_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``pimphony gpu-fig20``."""
-    report = user_output(args.report, FIG20_DIR / "fig20.json", args.force)
-    plot = user_plot(args.plot, FIG20_DIR / "fig20.png", args.force)
+    report, plot = _FILES.paths(args)
     progress = None if args.json else (lambda m: print(f"  {m}", flush=True))
     rows = fig20(seed=args.seed, progress=progress)
     title = "PIMphony (PIM-only) vs A100s with flash-decoding + paged attention (Fig. 20 shape)"
     path = plot_fig20(rows, plot, title)
     block = provenance(args, load_preset(PIM_PRESET), gpu=GPU, cases=[list(c) for c in FIG20_CASES])
     doc = {"rows": rows, "plot": str(path), "provenance": block}
-    text = json.dumps(doc, indent=2, default=str)
-    write_atomic(report, (text + "\n").encode())
-    if args.json:
-        print(text)
-    else:
-        print(format_fig20(rows))
-        print(f"report: {report}\nplot:   {path}")
+    publish_json(doc, {"report": report, "plot": path}, args.json, lambda: format_fig20(rows))
     return 0

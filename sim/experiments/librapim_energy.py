@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -53,13 +52,13 @@ from pimphony.models.energy import (
     dynamic_energy,
     load_energy,
 )
-from pimphony.models.fileio import pyplot, write_atomic, write_figure
+from pimphony.models.fileio import pyplot, write_figure
 from pimphony.models.hub import SOFTMAX_FLOPS_PER_SCORE
 from pimphony.models.xpu_config import XpuConfig, XpuEnergy, load_xpu
 from pimphony.sim.analysis.librapim_grid import LIBRAPIM_CONTEXTS, LIBRAPIM_DIR
 from pimphony.sim.cli import positive_ints
 from pimphony.sim.provenance import provenance
-from pimphony.sim.report import user_output, user_plot
+from pimphony.sim.report import ReportFiles, publish_json
 from pimphony.sim.systems.costs import OpCosts, layer_costs
 from pimphony.sim.systems.energy import xpu_energy
 from pimphony.sim.systems.kernels import KernelCache
@@ -413,6 +412,9 @@ def plot_fig22(rows: list[dict[str, Any]], path: Path) -> Path:
     return write_figure(fig, path)
 
 
+_FILES = ReportFiles.named(LIBRAPIM_DIR, "fig22")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``librapim-energy`` subcommand's options."""
     p.add_argument("--models", default=FIG22_MODEL, help="comma-separated model presets")
@@ -423,16 +425,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--groups", type=int, default=2, help="batch groups (NeuPIMs, LibraPIM)")
     p.add_argument("--tp", type=int, default=DEFAULT_TP, help="devices sharing every layer")
     p.add_argument("--energy", default="hbm-pim", help="kind = hbm energy preset or .toml")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--report", type=Path, help=f"JSON path (default {LIBRAPIM_DIR}/fig22.json)")
-    p.add_argument("--plot", type=Path, help=f"PNG path (default {LIBRAPIM_DIR}/fig22.png)")
-    p.add_argument("--force", action="store_true", help="replace existing output files")
+    _FILES.add_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``pimphony librapim-energy``."""
-    report = user_output(args.report, LIBRAPIM_DIR / "fig22.json", args.force)
-    plot = user_plot(args.plot, LIBRAPIM_DIR / "fig22.png", args.force)
+    report, plot = _FILES.paths(args)
     progress = None if args.json else (lambda m: print(f"  {m}", flush=True))
     models = tuple(m for m in args.models.split(",") if m)
     rows = fig22(
@@ -448,11 +446,5 @@ def run(args: argparse.Namespace) -> int:
         "plot": str(path),
         "provenance": block,
     }
-    text = json.dumps(doc, indent=2, default=str)
-    write_atomic(report, (text + "\n").encode())
-    if args.json:
-        print(text)
-    else:
-        print(format_fig22(rows))
-        print(f"report: {report}\nplot:   {plot}")
+    publish_json(doc, {"report": report, "plot": plot}, args.json, lambda: format_fig22(rows))
     return 0

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,7 +29,7 @@ from pimphony.sim.analysis.librapim_grid import (
 )
 from pimphony.sim.cli import positive_ints
 from pimphony.sim.provenance import provenance
-from pimphony.sim.report import user_output, user_plot
+from pimphony.sim.report import OutputFile, ReportFiles, publish_json, user_output
 from pimphony.sim.systems.librapim import DEFAULT_TP, LibrapimKind, run_librapim
 from pimphony.sim.systems.setup import DecodeError
 
@@ -195,6 +194,12 @@ def plot_fig19(rows: list[dict[str, Any]], path: Path) -> Path:
     return write_figure(fig, path)
 
 
+_CSV, _DIR = LIBRAPIM_DIR / "fig19.csv", LIBRAPIM_DIR
+_FILES = ReportFiles(
+    _DIR / "fig19.json", _DIR / "fig19.png", more=(OutputFile("--csv", "CSV", _CSV),)
+)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``librapim-fig19`` subcommand's options."""
     p.add_argument("--models", default=",".join(LIBRAPIM_MODELS), help="comma-separated presets")
@@ -202,18 +207,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--contexts", type=positive_ints, default=LIBRAPIM_CONTEXTS, help="e.g. 16,4096")
     p.add_argument("--groups", type=int, default=2, help="batch groups (NeuPIMs, LibraPIM)")
     p.add_argument("--tp", type=int, default=DEFAULT_TP, help="devices sharing every layer")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--report", type=Path, help=f"JSON path (default {LIBRAPIM_DIR}/fig19.json)")
-    p.add_argument("--csv", type=Path, help=f"CSV path (default {LIBRAPIM_DIR}/fig19.csv)")
-    p.add_argument("--plot", type=Path, help=f"PNG path (default {LIBRAPIM_DIR}/fig19.png)")
-    p.add_argument("--force", action="store_true", help="replace existing output files")
+    _FILES.add_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``pimphony librapim-fig19``."""
-    report = user_output(args.report, LIBRAPIM_DIR / "fig19.json", args.force)
-    table = user_output(args.csv, LIBRAPIM_DIR / "fig19.csv", args.force)
-    plot = user_plot(args.plot, LIBRAPIM_DIR / "fig19.png", args.force)
+    report, plot = _FILES.paths(args)
+    table = user_output(args.csv, _CSV, args.force)
     progress = None if args.json else (lambda m: print(f"  {m}", flush=True))
     models = tuple(m for m in args.models.split(",") if m)
     rows = fig19(models, args.batches, args.contexts, args.groups, args.tp, progress=progress)
@@ -221,12 +221,7 @@ def run(args: argparse.Namespace) -> int:
     block = provenance(args, load_preset("librapim-hbm2"), models=list(models))
     doc = {"rows": rows, "means": means(rows), "paper": PAPER_SPEEDUP, "plot": str(path)}
     doc["provenance"] = block
-    text = json.dumps(doc, indent=2, default=str)
-    write_atomic(report, (text + "\n").encode())
     write_atomic(table, to_csv(rows).encode())
-    if args.json:
-        print(text)
-    else:
-        print(format_fig19(rows))
-        print(f"report: {report}\ntable:  {table}\nplot:   {plot}")
+    files = {"report": report, "table": table, "plot": plot}
+    publish_json(doc, files, args.json, lambda: format_fig19(rows))
     return 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,11 +17,11 @@ from typing import Any
 from pimphony.compiler.plan import PARTITIONS
 from pimphony.models.channel import SCHEDULERS
 from pimphony.models.energy import DEFAULT_ENERGY, available_energy_presets
-from pimphony.models.fileio import BUILD_DIR, write_atomic
+from pimphony.models.fileio import BUILD_DIR
 from pimphony.models.memory import MEMORY_POLICIES
 from pimphony.sim.cli import SEED, bounded_int, choice_names
 from pimphony.sim.provenance import provenance
-from pimphony.sim.report import user_output, user_plot
+from pimphony.sim.report import publish_json, user_output, user_plot
 from pimphony.sim.systems.hetero import SUB_BATCHES_AUTO
 from pimphony.sim.systems.registry import (
     SYSTEMS,
@@ -255,14 +254,8 @@ def publish(
     """Write ``report`` as JSON and its figure (``plot(path)``) to ``paths``, then print the
     JSON (``as_json``) or ``text()`` and where both went."""
     json_path, png_path = paths
-    dumped = json.dumps(report, indent=2, default=str)
-    write_atomic(json_path, (dumped + "\n").encode())
     plot(png_path)
-    if as_json:
-        print(dumped)
-    else:
-        print(text())
-        print(f"report: {json_path}\nplot:   {png_path}")
+    publish_json(report, {"report": json_path, "plot": png_path}, as_json, text)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -22,7 +22,6 @@ Each run writes a JSON report with provenance and a PNG under ``build/librapim/`
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -30,13 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from pimphony.models.config import load_preset
-from pimphony.models.fileio import write_atomic
 from pimphony.sim.analysis.librapim_grid import LIBRAPIM_DIR
 from pimphony.sim.cli import choice_names, positive_ints
 from pimphony.sim.experiments.librapim_figs import dbo, fig21, utilisation
 from pimphony.sim.experiments.librapim_figs.utilisation import sweep
 from pimphony.sim.provenance import provenance
-from pimphony.sim.report import user_output, user_plot
+from pimphony.sim.report import add_output_options, publish_json, user_output, user_plot
 from pimphony.sim.systems.librapim import DEFAULT_TP, SYSTEMS, LibrapimKind
 
 __all__ = ["FIGURES", "Figure", "FigureSpec", "add_arguments", "run"]
@@ -179,10 +177,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--groups", type=int, default=2, help="batch groups of pipelined systems")
     p.add_argument("--tp", type=int, default=DEFAULT_TP, help="devices sharing every layer")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--report", type=Path, help=f"JSON path (default {LIBRAPIM_DIR}/<figure>.json)")
-    p.add_argument("--plot", type=Path, help=f"PNG path (default {LIBRAPIM_DIR}/<figure>.png)")
-    p.add_argument("--force", action="store_true", help="replace existing output files")
+    add_output_options(p, f"{LIBRAPIM_DIR}/<figure>.json", f"{LIBRAPIM_DIR}/<figure>.png")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -207,11 +202,6 @@ def run(args: argparse.Namespace) -> int:
         "plot": str(path),
         "provenance": provenance(args, load_preset("librapim-hbm2"), model=args.model),
     }
-    text = json.dumps(doc, indent=2, default=str)
-    write_atomic(report, (text + "\n").encode())
-    if args.json:
-        print(text)
-    else:
-        print(spec.format(rows, summary))
-        print(f"report: {report}\nplot:   {plot}")
+    files = {"report": report, "plot": plot}
+    publish_json(doc, files, args.json, lambda: spec.format(rows, summary))
     return 0
