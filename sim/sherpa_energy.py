@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pimphony.compiler.llm import ModelSpec, weight_matrices
 from pimphony.compiler.pim_gemv import lower_gemv
@@ -37,7 +37,6 @@ from pimphony.models.energy import (
     Energy,
     EnergyConfigError,
     HbmEnergyParams,
-    HbmPimActivity,
     hbm_pim_activity,
     hbm_pim_energy,
     load_energy,
@@ -54,6 +53,9 @@ from pimphony.sim.sherpa_timing import (
     load_sherpa_host,
 )
 from pimphony.sim.systems.energy import xpu_energy
+
+if TYPE_CHECKING:  # annotations only
+    from pimphony.models.energy import HbmPimActivity
 
 __all__ = [
     "SWEPT",
