@@ -34,7 +34,7 @@ from pimphony.sim.cli import choice_names, positive_ints
 from pimphony.sim.experiments.librapim_figs import dbo, fig21, utilisation
 from pimphony.sim.experiments.librapim_figs.utilisation import sweep
 from pimphony.sim.provenance import provenance
-from pimphony.sim.report import add_output_options, publish_json, user_output, user_plot
+from pimphony.sim.report import ReportFiles, publish_json
 from pimphony.sim.systems.librapim import DEFAULT_TP, SYSTEMS, LibrapimKind
 
 __all__ = ["FIGURES", "Figure", "FigureSpec", "add_arguments", "run"]
@@ -177,15 +177,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--groups", type=int, default=2, help="batch groups of pipelined systems")
     p.add_argument("--tp", type=int, default=DEFAULT_TP, help="devices sharing every layer")
-    add_output_options(p, f"{LIBRAPIM_DIR}/<figure>.json", f"{LIBRAPIM_DIR}/<figure>.png")
+    ReportFiles(f"{LIBRAPIM_DIR}/<figure>.json", f"{LIBRAPIM_DIR}/<figure>.png").add_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``pimphony librapim-figs``."""
     fig = Figure(args.figure)
     spec = FIGURES[fig]
-    report = user_output(args.report, LIBRAPIM_DIR / f"{fig}.json", args.force)
-    plot = user_plot(args.plot, LIBRAPIM_DIR / f"{fig}.png", args.force)
+    report, plot = ReportFiles.named(LIBRAPIM_DIR, str(fig)).paths(args)
     args.batches = args.batches or spec.batches
     args.contexts = args.contexts or spec.contexts
     args.systems = args.systems or spec.systems
