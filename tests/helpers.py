@@ -2,9 +2,28 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pimphony.compiler.llm import ModelSpec
 from pimphony.sim.cli import main
 
-__all__ = ["run_cli"]
+__all__ = ["ROOT", "cli_process", "figure_labels", "refused_edit", "run_cli", "tiny_model"]
+
+#: The checkout the tests run from.
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tiny_model(**shape: Any) -> ModelSpec:
+    """A made-up SwiGLU FP16 model ``tiny`` with a 4096-token window, of ``shape`` (layers,
+    heads, kv_heads, hidden, intermediate, head_dim)."""
+    return ModelSpec(
+        **{"name": "tiny", "ffn": "swiglu", "context_window": 4096, "element_bytes": 2, **shape}
+    )
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -18,3 +37,53 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
         rc = exc.code
     out, err = capsys.readouterr()
     return rc, out, err
+
+
+def figure_labels(monkeypatch, module: Any) -> dict[str, Any]:
+    """Patch ``module.write_figure`` to record the labels of the first axes of each figure it
+    writes (``title``, ``x``, ``y``, ``rows``: the y tick labels, ``legend``), then write it;
+    return the record."""
+    seen: dict[str, Any] = {}
+    real = module.write_figure
+
+    def capture(fig, path):
+        ax = fig.axes[0]
+        legend = ax.get_legend()
+        seen.update(
+            title=ax.get_title(),
+            x=ax.get_xlabel(),
+            y=ax.get_ylabel(),
+            rows=[t.get_text() for t in ax.get_yticklabels()],
+            legend=[t.get_text() for t in legend.get_texts()] if legend else [],
+        )
+        return real(fig, path)
+
+    monkeypatch.setattr(module, "write_figure", capture)
+    return seen
+
+
+def refused_edit(
+    tmp_path: Path,
+    text: str,
+    old: str,
+    new: str,
+    load: Callable[[Path], Any],
+    error: type[Exception],
+) -> str:
+    """The message of the ``error`` that ``load`` raises on a file of ``text`` with ``old``
+    (which must be in it) replaced once by ``new``."""
+    assert old in text
+    path = tmp_path / "bad.toml"
+    path.write_text(text.replace(old, new, 1))
+    with pytest.raises(error) as exc:
+        load(path)
+    return str(exc.value)
+
+
+def cli_process(*args: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """``python -m pimphony.sim.cli args`` in a fresh process run in ``cwd``, with only this
+    checkout on its ``PYTHONPATH``; its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "pimphony.sim.cli", *map(str, args)], capture_output=True,
+        text=True, cwd=cwd, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip

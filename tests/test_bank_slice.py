@@ -156,23 +156,23 @@ def test_split_must_divide_rows():
         run_bank_slice(EX_PIM, EX_HOST, CFG, SliceConfig(subarray_groups=3, kv_groups=1))
 
 
+@pytest.mark.parametrize(
+    ("side", "field", "index", "value", "message"),
+    [
+        ("host", "bank", 2, 16, r"host read 2: bank = 16 must be < 16"),
+        ("host", "row", 1, 8192, r"host read 1: row = 8192 must be < 8192 \(weight"),
+        ("host", "arrival", 3, 5, r"host read 3: arrival = 5 is before request 2"),
+        ("pim", "row", 2, 9000, r"PIM command 2 \(MAC\): row = 9000 must be < 8192"),
+    ],
+)
+def test_field_errors(side, field, index, value, message):
+    pim, host = EX_PIM.copy(), EX_HOST.copy()
+    (host if side == "host" else pim)[field][index] = value
+    with pytest.raises(SliceError, match=message):
+        run_bank_slice(pim, host, CFG)
+
+
 def test_input_errors():
-    bad = EX_HOST.copy()
-    bad["bank"][2] = 16
-    with pytest.raises(SliceError, match=r"host read 2: bank = 16 must be < 16"):
-        run_bank_slice(EX_PIM, bad, CFG)
-    bad = EX_HOST.copy()
-    bad["row"][1] = 8192
-    with pytest.raises(SliceError, match=r"host read 1: row = 8192 must be < 8192 \(weight"):
-        run_bank_slice(EX_PIM, bad, CFG)
-    bad = EX_HOST.copy()
-    bad["arrival"][3] = 5
-    with pytest.raises(SliceError, match=r"host read 3: arrival = 5 is before request 2"):
-        run_bank_slice(EX_PIM, bad, CFG)
-    pim = EX_PIM.copy()
-    pim["row"][2] = 9000
-    with pytest.raises(SliceError, match=r"PIM command 2 \(MAC\): row = 9000 must be < 8192"):
-        run_bank_slice(pim, EX_HOST, CFG)
     with pytest.raises(SliceError, match=r"host reads must be a 1-D numpy array of dtype"):
         run_bank_slice(EX_PIM, np.zeros(3), CFG)
     with pytest.raises(SliceError, match=r"valid_gaps must be 4 non-negative"):

@@ -107,6 +107,18 @@ def test_ramulator_conventions_under_verilator(block):
     assert tlm.extra["mode_switches"] > 0  # the TMOD rule is exercised
 
 
+def _assert_mode_policy(sched: str, cfg, streams: list[RtlStream]) -> None:
+    """Every stream issues in the generated Verilog of ``sched`` cycle for cycle as in the TLM,
+    and switches mode more than twice."""
+    results = run_rtl(sched, cfg, streams)
+    for stream in streams:
+        gaps = None if stream.valid_gaps is None else np.array(stream.valid_gaps)
+        tlm = run_channel(stream.commands, cfg, sched, valid_gaps=gaps)
+        diff = np.flatnonzero(tlm.issue != results[stream.name])
+        assert diff.size == 0, f"{stream.name}: first differing command #{diff[0]}"
+        assert tlm.extra["mode_switches"] > 2
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "overrides", [{}, {"timing.mod_overlaps_row": True}], ids=["serial", "overlap"]
@@ -124,13 +136,7 @@ def test_dcs_mode_policy_under_verilator(overrides):
             RtlStream(f"random-{seed}", s),
             RtlStream(f"random-{seed}-valid-gaps", s, valid_gaps=gaps),
         ]
-    results = run_rtl("dcs", cfg, streams)
-    for stream in streams:
-        gaps = None if stream.valid_gaps is None else np.array(stream.valid_gaps)
-        tlm = run_channel(stream.commands, cfg, "dcs", valid_gaps=gaps)
-        diff = np.flatnonzero(tlm.issue != results[stream.name])
-        assert diff.size == 0, f"{stream.name}: first differing command #{diff[0]}"
-        assert tlm.extra["mode_switches"] > 2
+    _assert_mode_policy("dcs", cfg, streams)
 
 
 @pytest.mark.slow
@@ -157,10 +163,4 @@ def test_pingpong_mode_policy_under_verilator(overrides):
                 valid_gaps=accepted_gaps(cfg, "pingpong", s, np.random.default_rng(seed)),
             ),
         ]
-    results = run_rtl("pingpong", cfg, streams)
-    for stream in streams:
-        gaps = None if stream.valid_gaps is None else np.array(stream.valid_gaps)
-        tlm = run_channel(stream.commands, cfg, "pingpong", valid_gaps=gaps)
-        diff = np.flatnonzero(tlm.issue != results[stream.name])
-        assert diff.size == 0, f"{stream.name}: first differing command #{diff[0]}"
-        assert tlm.extra["mode_switches"] > 2
+    _assert_mode_policy("pingpong", cfg, streams)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 from pimphony.compiler.dpa import encode_kernel
-from pimphony.compiler.llm import ModelSpec, load_model
+from pimphony.compiler.llm import load_model
 from pimphony.compiler.plan import (
     ChannelJob,
     DecodeMappingError,
@@ -34,18 +34,9 @@ from pimphony.sim.systems.report import OP_KEYS, OP_STYLE
 from pimphony.sim.systems.setup import DecodeError, DecodeSetup
 from pimphony.sim.systems.step import attention_schedule, run_decode
 
-TINY = ModelSpec(
-    name="tiny",
-    layers=3,
-    heads=8,
-    kv_heads=4,
-    hidden=512,
-    intermediate=768,
-    head_dim=64,
-    ffn="swiglu",
-    context_window=4096,
-    element_bytes=2,
-)
+from tests.helpers import tiny_model
+
+TINY = tiny_model(layers=3, heads=8, kv_heads=4, hidden=512, intermediate=768, head_dim=64)
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,8 @@ from pimphony.models.energy import (
 )
 from pimphony.models.isa import Op, make_stream
 
+from tests.helpers import refused_edit
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -230,12 +232,7 @@ def _preset_text() -> str:
 )
 def test_bad_preset_refused(tmp_path, old, new, message):
     text = _preset_text()
-    assert old in text
-    path = tmp_path / "bad.toml"
-    path.write_text(text.replace(old, new, 1))
-    with pytest.raises(EnergyConfigError) as exc:
-        load_energy_config(path)
-    assert message in str(exc.value)
+    assert message in refused_edit(tmp_path, text, old, new, load_energy_config, EnergyConfigError)
 
 
 def test_missing_source_refused(tmp_path):

@@ -24,6 +24,8 @@ from pimphony.models.energy import (
     load_energy_config,
 )
 
+from tests.helpers import refused_edit
+
 ATT = load_backend("attacc")
 # pJ/bit of the AttAcc simulator's ENERGY_TABLE (src/config.py, FGDRAM)
 CELL_ACT, CELL_COL, BANK_BG, BG_GIO, TSV, INTERPOSER, ALU = 0.11, 0.44, 1.01, 1.23, 0.5, 0.3, 0.32
@@ -168,12 +170,7 @@ def test_idle_background_is_power_times_cycles():
 )  # fmt: skip
 def test_bad_attacc_preset_refused(tmp_path, old, new, message):
     text = (ENERGY_DIR / "attacc.toml").read_text()
-    assert old in text
-    path = tmp_path / "bad.toml"
-    path.write_text(text.replace(old, new, 1))
-    with pytest.raises(EnergyConfigError) as exc:
-        load_energy_config(path)
-    assert message in str(exc.value)
+    assert message in refused_edit(tmp_path, text, old, new, load_energy_config, EnergyConfigError)
 
 
 def test_stack_count_is_checked_against_the_back_end(tmp_path):

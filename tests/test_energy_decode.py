@@ -5,9 +5,6 @@ registry (``configs/energy/``), checked against the per-command energies compute
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from pimphony.compiler.llm import load_model
@@ -18,7 +15,8 @@ from pimphony.sim.systems.hetero import HeteroSetup, run_hetero_decode
 from pimphony.sim.systems.setup import DecodeSetup
 from pimphony.sim.systems.step import run_decode
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import cli_process
+
 LLM7B = load_model("llm-7b")
 # Per command on an AiM channel (16 banks, 2 KiB rows, 32 B columns), pJ:
 # aim-cent (CENT calculator, per channel = per chip / 2): MAC 3 x 438.15 mW x 1 ns; ACT+PRE
@@ -67,13 +65,6 @@ def test_xpu_pim_takes_the_preset_for_its_pim_side():
     assert ratio == pytest.approx(HBM_MAC / CENT_MAC, rel=1e-12)
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "pimphony.sim.cli", *args], capture_output=True, text=True, cwd=cwd,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
-
-
 def test_cli_energy_option(tmp_path):
     """A preset file with both standby powers doubled doubles the step's background and
     nothing else; the report names the preset and its provenance the option; an unknown name,
@@ -87,7 +78,7 @@ def test_cli_energy_option(tmp_path):
     base = ["decode", "--model", "llm-7b", "--context", "1024", "--batch", "2", "--json"]
     runs = {}
     for name, preset in (("cent", "aim-cent"), ("doubled", str(doubled))):
-        out = _cli(*base, "--energy", preset, "--report", f"{name}.json", "--plot",
+        out = cli_process(*base, "--energy", preset, "--report", f"{name}.json", "--plot",
                    f"{name}.png", cwd=tmp_path)  # fmt: skip
         assert out.returncode == 0, out.stderr
         runs[name] = json.loads(out.stdout)
@@ -98,17 +89,17 @@ def test_cli_energy_option(tmp_path):
     assert runs["doubled"]["energy"]["preset"] == "aim-cent"  # the file keeps the name
     assert runs["doubled"]["provenance"]["options"]["energy"] == str(doubled)
     assert "energy" not in runs["cent"]["provenance"]["options"]  # the default is implied
-    bad = _cli(*base, "--energy", "nope", cwd=tmp_path)
+    bad = cli_process(*base, "--energy", "nope", cwd=tmp_path)
     assert bad.returncode != 0 and "unknown energy preset 'nope'; available:" in bad.stderr
     assert "Traceback" not in bad.stderr
     odd = tmp_path / "odd.toml"
     odd.write_text((ENERGY_DIR / "aim-cent.toml").read_text().replace(
         "channels_per_chip = 2", "channels_per_chip = 2\nchips_per_module = 3"
     ))  # fmt: skip
-    bad = _cli(*base, "--energy", str(odd), cwd=tmp_path)
+    bad = cli_process(*base, "--energy", str(odd), cwd=tmp_path)
     assert bad.returncode != 0 and "chips_per_module = 3" in bad.stderr
     assert "allowed: 16" in bad.stderr and "Traceback" not in bad.stderr
-    gpu = _cli("decode", "--system", "gpu", "--energy", "hbm-pim", "--context", "128",
+    gpu = cli_process("decode", "--system", "gpu", "--energy", "hbm-pim", "--context", "128",
                cwd=tmp_path)  # fmt: skip
     assert gpu.returncode != 0 and "--system gpu does not use --energy" in gpu.stderr
 

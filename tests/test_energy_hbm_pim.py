@@ -5,9 +5,6 @@ on HBM2 (LibraPIM's PIM), every number by hand (``docs/energy.md``)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,7 +24,7 @@ from pimphony.models.energy import (
 )
 from pimphony.models.hbm_pim import COMMAND_DTYPE, Op, time_stream
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import cli_process, refused_edit
 
 # The preset's values, pJ/bit (AttAcc simulator src/config.py, FGDRAM).
 CELL_ACT, CELL_COL, BANK_BG, BG_GIO, TSV, INTERPOSER, ALU = 0.11, 0.44, 1.01, 1.23, 0.5, 0.3, 0.32
@@ -188,12 +185,7 @@ def test_idle_background_is_power_times_cycles_times_tck():
 )  # fmt: skip
 def test_bad_hbm_preset_refused(tmp_path, old, new, message):
     text = (ENERGY_DIR / "hbm-pim.toml").read_text()
-    assert old in text
-    path = tmp_path / "bad.toml"
-    path.write_text(text.replace(old, new, 1))
-    with pytest.raises(EnergyConfigError) as exc:
-        load_energy_config(path)
-    assert message in str(exc.value)
+    assert message in refused_edit(tmp_path, text, old, new, load_energy_config, EnergyConfigError)
 
 
 def test_a_unit_change_is_converted_not_misread(tmp_path):
@@ -231,21 +223,14 @@ def test_stack_count_must_fit_the_device(tmp_path, edit, hardware, message):
         load_energy_config(path).chips(load_backend("hbm-pim"))
 
 
-def _cli(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "pimphony.sim.cli", *args], capture_output=True, text=True, cwd=ROOT,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
-
-
 def test_pim_gemv_energy_cli():
-    out = _cli("pim-gemv", "--dout", "64", "--din", "128", "--channels", "1", "--energy",
+    out = cli_process("pim-gemv", "--dout", "64", "--din", "128", "--channels", "1", "--energy",
                "hbm-pim", "--json")  # fmt: skip
     assert out.returncode == 0, out.stderr
     e = json.loads(out.stdout)["energy"]
     assert e["pj"]["total"] == pytest.approx(195_530.6)
     assert e["pj"]["activation"] == pytest.approx(90_112.0)
-    bad = _cli("pim-gemv", "--dout", "64", "--din", "128", "--energy", "aim-cent")
+    bad = cli_process("pim-gemv", "--dout", "64", "--din", "128", "--energy", "aim-cent")
     assert bad.returncode != 0
     assert "not of kind 'hbm'" in bad.stderr and "Traceback" not in bad.stderr
 
@@ -253,7 +238,7 @@ def test_pim_gemv_energy_cli():
 def test_channel_run_on_hbm2_uses_the_hbm_preset():
     """`pimphony run --preset librapim-hbm2 --energy hbm-pim`: the AiM channel TLM's counts x
     the per-command energies above (MAC 1,884.16, WR_INP 204.8, RD_OUT 778.24 pJ)."""
-    out = _cli("run", "--kernel", "qk", "--tokens", "256", "--dh", "128", "--preset",
+    out = cli_process("run", "--kernel", "qk", "--tokens", "256", "--dh", "128", "--preset",
                "librapim-hbm2", "--energy", "hbm-pim", "--json")  # fmt: skip
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)

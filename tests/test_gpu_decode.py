@@ -11,7 +11,7 @@ import json
 import math
 
 import pytest
-from pimphony.compiler.llm import ModelSpec, load_model
+from pimphony.compiler.llm import load_model
 from pimphony.models.xpu import ring_allreduce_seconds
 from pimphony.models.xpu_config import load_xpu
 from pimphony.sim.systems.gpu import (
@@ -24,7 +24,7 @@ from pimphony.sim.systems.gpu import (
 )
 from pimphony.sim.systems.setup import DecodeError
 
-from tests.helpers import run_cli
+from tests.helpers import run_cli, tiny_model
 
 A100 = load_xpu("a100-80gb")
 PEAK = 312e12 * 0.8  # matrix FLOP/s reached
@@ -33,18 +33,7 @@ BW = 2039e9 * 0.85  # DRAM bytes/s reached
 NVLINK = 600e9
 
 #: 2 layers, 4 query heads in 2 KV groups, d_h 16, hidden 64, SwiGLU 128, FP16.
-TINY = ModelSpec(
-    name="tiny",
-    layers=2,
-    heads=4,
-    kv_heads=2,
-    hidden=64,
-    intermediate=128,
-    head_dim=16,
-    ffn="swiglu",
-    context_window=4096,
-    element_bytes=2,
-)
+TINY = tiny_model(layers=2, heads=4, kv_heads=2, hidden=64, intermediate=128, head_dim=16)
 LENGTHS = (20, 33)  # 2 and 3 blocks: attention reads 32 and 48 tokens
 
 

@@ -19,7 +19,7 @@ from pimphony.sim.experiments.gpu_fig20 import (
     plot_fig20,
 )
 
-from tests.helpers import run_cli
+from tests.helpers import figure_labels, run_cli
 
 
 def test_systems_are_memory_matched():
@@ -63,19 +63,7 @@ def test_one_case(rows):
 def test_plot_labels(rows, tmp_path, monkeypatch):
     import pimphony.sim.experiments.gpu_fig20 as mod
 
-    seen = {}
-    real = mod.write_figure
-
-    def capture(fig, path):
-        ax = fig.axes[0]
-        seen.update(
-            title=ax.get_title(),
-            y=ax.get_ylabel(),
-            legend=[t.get_text() for t in ax.get_legend().get_texts()],
-        )
-        return real(fig, path)
-
-    monkeypatch.setattr(mod, "write_figure", capture)
+    seen = figure_labels(monkeypatch, mod)
     plot_fig20(rows, tmp_path / "f.png", "Fig. 20")
     assert seen["title"] == "Fig. 20" and "tokens/s" in seen["y"]
     assert seen["legend"][0].startswith("PIMphony") and len(seen["legend"]) == 3

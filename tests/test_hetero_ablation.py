@@ -25,7 +25,7 @@ from pimphony.sim.systems.setup import DecodeSetup
 from pimphony.sim.systems.techniques import STEPS
 from pimphony.sim.workloads import load_workload, sample_context_lengths
 
-from tests.helpers import run_cli
+from tests.helpers import figure_labels, run_cli
 
 NPU = load_xpu("neupims-npu")
 
@@ -140,20 +140,7 @@ def test_fig14_cases_are_memory_matched():
 def test_plot_labels(rows, tmp_path, monkeypatch):
     import pimphony.sim.experiments.ablation as ha
 
-    seen = {}
-    real = ha.write_figure
-
-    def capture(fig, path):
-        ax = fig.axes[0]
-        seen.update(
-            title=ax.get_title(),
-            y=ax.get_ylabel(),
-            x=ax.get_xlabel(),
-            legend=[t.get_text() for t in ax.get_legend().get_texts()],
-        )
-        return real(fig, path)
-
-    monkeypatch.setattr(ha, "write_figure", capture)
+    seen = figure_labels(monkeypatch, ha)
     plot_hetero_ablation({"llm-7b qmsum, 4 dev": rows}, tmp_path / "f.png", "Fig. 14")
     assert seen["title"] == "Fig. 14" and "tokens/s" in seen["y"] and "GB" in seen["x"]
     assert seen["legend"] == [s[0] for s in STEPS]

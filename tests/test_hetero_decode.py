@@ -23,7 +23,7 @@ from pimphony.sim.systems.kernels import KernelCache
 from pimphony.sim.systems.setup import DecodeError, DecodeSetup
 from pimphony.sim.systems.step import attention_cycles, layer_timing
 
-from tests.helpers import run_cli
+from tests.helpers import figure_labels, run_cli
 
 LLM7B = load_model("llm-7b")
 NEUPIMS = load_preset("pimphony-neupims")
@@ -249,18 +249,7 @@ def test_timeline_plot_labels(reports, tmp_path, monkeypatch):
     """The timeline has a title, axes with units, a legend of ops and one row per device."""
     import pimphony.sim.systems.hetero as hetero
 
-    seen = {}
-    real = hetero.write_figure
-
-    def capture(fig, path):
-        ax = fig.axes[0]
-        seen["title"] = ax.get_title()
-        seen["x"] = ax.get_xlabel()
-        seen["rows"] = [t.get_text() for t in ax.get_yticklabels()]
-        seen["legend"] = [t.get_text() for t in ax.get_legend().get_texts()]
-        return real(fig, path)
-
-    monkeypatch.setattr(hetero, "write_figure", capture)
+    seen = figure_labels(monkeypatch, hetero)
     hetero.plot_hetero_report(reports[2], tmp_path / "t.png")
     assert "2 sub-batches" in seen["title"] and "tokens/s" in seen["title"]
     assert seen["x"].endswith("(us)")

@@ -5,9 +5,6 @@ acceptance checks of a preset, the report and the sensitivity sweep (``docs/ener
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,7 +26,8 @@ from pimphony.models.xpu import gemv_cost
 from pimphony.models.xpu_config import load_xpu
 from pimphony.sim.sherpa_energy import SWEPT, host_phase_energy, pim_gemv_energy, sensitivity
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import cli_process
+
 LP = load_backend("lpddr5x-pim")
 CPU = load_xpu("pimsherpa-cpu")
 # the preset, pJ/bit and mW per channel
@@ -174,16 +172,9 @@ def test_sensitivity_moves_only_what_each_choice_touches():
         assert c["pim_j"][0] < c["pim_j"][2] and c["host_j"][0] < c["host_j"][2]
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "pimphony.sim.cli", *args], capture_output=True, text=True, cwd=cwd,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
-
-
 def test_cli_energy_report(tmp_path):
     base = ["sherpa", "--model", "llama-3.2-1b", "--sl", "64"]
-    out = _cli(*base, "--energy", "--json", "--energy-plot", "s.png", cwd=tmp_path)
+    out = cli_process(*base, "--energy", "--json", "--energy-plot", "s.png", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     t = json.loads(out.stdout)["timing"]
     e = t["energy"]
@@ -203,11 +194,11 @@ def test_cli_energy_report(tmp_path):
     assert p["wd"]["parts_j"]["total"] == p["facil"]["parts_j"]["total"]
     assert p["ddb"]["parts_j"]["total"] > p["wd"]["parts_j"]["total"]
     assert (tmp_path / "s.png").stat().st_size > 0
-    text = _cli(*base, "--energy", "lpddr5x-pim", cwd=tmp_path)
+    text = cli_process(*base, "--energy", "lpddr5x-pim", cwd=tmp_path)
     assert text.returncode == 0 and "decode mJ per token" in text.stdout
     for bad_args, why in (
         (["sherpa", "--energy"], "need --sl"),
         ([*base, "--energy", "aim-cent"], "needs a per-bit kind"),
     ):
-        bad = _cli(*bad_args, cwd=tmp_path)
+        bad = cli_process(*bad_args, cwd=tmp_path)
         assert bad.returncode != 0 and why in bad.stderr and "Traceback" not in bad.stderr

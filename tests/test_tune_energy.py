@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from pimphony.compiler.dcc.cost import draft_cost
@@ -21,7 +18,8 @@ from pimphony.models.hbm_pim import Op, time_stream
 from pimphony.models.xpu import VectorOp, vector_cost
 from pimphony.sim.tune_energy import PHASES, draft_energy, energy_params
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import cli_process
+
 GEMV = DccKernel.GEMV
 # A100 [energy] (configs/xpu/a100-80gb.toml): pJ per FLOP, per DRAM byte
 A100_FLOP, A100_BYTE = 1.282, 31.2
@@ -195,16 +193,9 @@ def test_presets_are_checked_against_the_back_end(tmp_path):
     assert energy_params(hbm3, "hbm-pim").chips(hbm3) == 2  # HBM2's stacks: allowed, odd
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "pimphony.sim.cli", *args], capture_output=True, text=True, cwd=ROOT,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
-
-
 def test_cli_energy_column_leaves_the_times_alone():
     base = ["tune", "--kernel", "gemv", "--shape", "64,128", "--backend", "attacc", "--json"]
-    runs = [_cli(*base), _cli(*base, "--energy")]
+    runs = [cli_process(*base), cli_process(*base, "--energy")]
     for r in runs:
         assert r.returncode == 0, r.stderr
     plain, with_e = (json.loads(r.stdout) for r in runs)
@@ -219,16 +210,16 @@ def test_cli_energy_column_leaves_the_times_alone():
     assert e["default_over_chosen"] == pytest.approx(
         e["default"]["pj"]["total"] / e["chosen"]["pj"]["total"]
     )
-    text = _cli(*base[:-1], "--energy", "attacc")
+    text = cli_process(*base[:-1], "--energy", "attacc")
     assert text.returncode == 0 and "default / chosen energy:" in text.stdout
-    bad = _cli(*base[:-1], "--energy", "hbm-pim")
+    bad = cli_process(*base[:-1], "--energy", "hbm-pim")
     assert bad.returncode != 0 and "needs kind 'attacc'" in bad.stderr
     assert "Traceback" not in bad.stderr
 
 
 def test_cli_aim_energy():
     """``tune --backend aim --energy`` runs (aim-cent by default) and prints the phases."""
-    r = _cli("tune", "--kernel", "gemv", "--shape", "64,128", "--backend", "aim", "--energy")
+    r = cli_process("tune", "--kernel", "gemv", "--shape", "64,128", "--backend", "aim", "--energy")
     assert r.returncode == 0, r.stderr
     assert "energy (aim-cent" in r.stdout and "default / chosen energy:" in r.stdout
     assert "+ in " in r.stdout and "+ out " in r.stdout and "+ idle " in r.stdout
