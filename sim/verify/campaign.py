@@ -103,6 +103,7 @@ __all__ = [
 B = TypeVar("B")  # a batch of streams or items
 H = TypeVar("H")  # a running simulation
 R = TypeVar("R")  # its result
+F = TypeVar("F")  # the files a reproducer writer wrote
 
 GAP_LENGTHS = (2, 8, 40)
 """Longest input gap of a stream with gaps (one drawn per stream)."""
@@ -789,6 +790,27 @@ class ReproTarget:
     directory: Path
     overwrite: bool
 
+    def write(
+        self, writer: Callable[..., F], shrunk: object, failed: CampaignResult, options: object
+    ) -> tuple[F | None, str | None]:
+        """What ``writer`` (:func:`write_reproducer`, ``write_item``) wrote of ``shrunk``, the
+        first mismatch of ``failed`` with the campaign's ``options``, or why it wrote
+        nothing."""
+        try:
+            written = writer(
+                self.directory,
+                shrunk,
+                block=failed.block,
+                cfg=self.cfg,
+                preset=self.preset,
+                seed=failed.seed,
+                options=options,
+                overwrite=self.overwrite,
+            )
+        except (FileExistsError, PimphonyError) as exc:
+            return None, str(exc)
+        return written, None
+
 
 @dataclass(frozen=True)
 class Replayed:
@@ -832,29 +854,14 @@ def scheduler_run(
 def scheduler_reproduce(failed: CampaignResult, to: ReproTarget) -> Reproduction:
     """Shrink the first failing stream of ``failed`` (:func:`shrink_stream`) and write it
     (:func:`write_reproducer`) as ``to`` says."""
-    cfg = to.cfg
     notes: tuple[str, ...] = ()
     try:
-        shrunk = shrink_stream(failed.block, cfg, failed.failure, failed.mismatches[0])
+        shrunk = shrink_stream(failed.block, to.cfg, failed.failure, failed.mismatches[0])
     except CosimError as exc:  # a candidate hung the testbench: keep the whole stream
         n = int(failed.failure.stream.commands.shape[0])
         shrunk = Shrunk(failed.failure, failed.mismatches[0], n, 0, 0)
         notes = (f"shrinking stopped ({exc}); the reproducer is the whole stream",)
-    written: tuple[Path, Path] | None = None
-    not_written = None
-    try:
-        written = write_reproducer(
-            to.directory,
-            shrunk,
-            block=failed.block,
-            cfg=cfg,
-            preset=to.preset,
-            seed=failed.seed,
-            options=to.options.flags(),
-            overwrite=to.overwrite,
-        )
-    except (FileExistsError, PimphonyError) as exc:
-        not_written = str(exc)
+    written, not_written = to.write(write_reproducer, shrunk, failed, to.options.flags())
     lines = [
         f"shrunk stream #{shrunk.stream.index} from {shrunk.original_commands} to "
         f"{shrunk.stream.stream.commands.shape[0]} commands ({shrunk.candidates} candidates "

@@ -70,7 +70,6 @@ from pimphony.models.dpa.format import (
     Target,
 )
 from pimphony.models.dpa.program import DpaProgram, expand
-from pimphony.models.errors import PimphonyError
 from pimphony.models.fileio import check_writable, write_atomic
 from pimphony.models.isa import COMMAND_DTYPE, Op, StreamError, gpr_tiles, validate_stream
 from pimphony.rtl import Block
@@ -1069,28 +1068,14 @@ def _block_run(block, cfg, n, seed, options, progress):
 
 def _block_reproduce(result: CampaignResult, to: ReproTarget) -> Reproduction:
     """Shrink the first failing item of ``result`` and write it as ``to`` says."""
-    cfg = to.cfg
     item = result.failure
     try:
-        shrunk = shrink_item(result.block, cfg, item, result.mismatches[0])
+        shrunk = shrink_item(result.block, to.cfg, item, result.mismatches[0])
         stopped = None
     except CosimError as exc:  # a candidate did not complete: keep the whole item
         shrunk = ShrunkItem(item, result.mismatches[0], {"commands": item.commands}, 0, 0)
         stopped = f"shrinking stopped ({exc}); the reproducer is the whole item"
-    written, not_written = None, None
-    try:
-        written = write_item(
-            to.directory,
-            shrunk,
-            block=result.block,
-            cfg=cfg,
-            preset=to.preset,
-            seed=result.seed,
-            options=to.options,
-            overwrite=to.overwrite,
-        )
-    except (FileExistsError, PimphonyError) as exc:
-        not_written = str(exc)
+    written, not_written = to.write(write_item, shrunk, result, to.options)
     before = ", ".join(f"{k} {v}" for k, v in shrunk.original.items())
     after = f"commands {shrunk.item.commands}"
     if isinstance(shrunk.item, DpaItem):
