@@ -798,15 +798,9 @@ class ReproTarget:
         nothing."""
         try:
             written = writer(
-                self.directory,
-                shrunk,
-                block=failed.block,
-                cfg=self.cfg,
-                preset=self.preset,
-                seed=failed.seed,
-                options=options,
-                overwrite=self.overwrite,
-            )
+                self.directory, shrunk, block=failed.block, cfg=self.cfg, preset=self.preset,
+                seed=failed.seed, options=options, overwrite=self.overwrite,
+            )  # fmt: skip
         except (FileExistsError, PimphonyError) as exc:
             return None, str(exc)
         return written, None
