@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Callable
@@ -12,7 +13,15 @@ import pytest
 from pimphony.compiler.llm import ModelSpec
 from pimphony.sim.cli import main
 
-__all__ = ["ROOT", "cli_process", "figure_labels", "refused_edit", "run_cli", "tiny_model"]
+__all__ = [
+    "ROOT",
+    "cli_process",
+    "figure_labels",
+    "refused_edit",
+    "run_cli",
+    "run_report",
+    "tiny_model",
+]
 
 #: The checkout the tests run from.
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,3 +96,12 @@ def cli_process(*args: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProc
         [sys.executable, "-m", "pimphony.sim.cli", *map(str, args)], capture_output=True,
         text=True, cwd=cwd, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
+
+
+def run_report(capsys, tmp_path: Path, *argv: str) -> tuple[str, dict[str, Any], Path]:
+    """Run ``pimphony argv --report <tmp_path>/r.json --plot <tmp_path>/r.png``, check that it
+    succeeded without a word on stderr; return its stdout, the report and the plot's path."""
+    report, plot = tmp_path / "r.json", tmp_path / "r.png"
+    rc, out, err = run_cli(capsys, *argv, "--report", report, "--plot", plot)
+    assert (rc, err) == (0, "")
+    return out, json.loads(report.read_text()), plot

@@ -11,7 +11,7 @@ from pimphony.models.config import load_preset
 from pimphony.models.energy import HbmEnergyParams, load_energy
 from pimphony.sim.experiments.librapim_energy import BAR_PARTS, fig22, npu_energy_params
 
-from tests.helpers import run_cli
+from tests.helpers import run_cli, run_report
 
 
 @pytest.fixture(scope="module")
@@ -67,14 +67,12 @@ def test_dbo_offload_adds_pim_work_over_neupims(rows):
 
 
 def test_cli_writes_report_and_plot(capsys, tmp_path):
-    report, plot = tmp_path / "f.json", tmp_path / "f.png"
-    rc, out, err = run_cli(
-        capsys,
+    out, doc, plot = run_report(
+        capsys, tmp_path,
         *("librapim-energy", "--models", "llm-1.8b", "--batches", "8", "--contexts", "64"),
-        *("--tp", "1", "--report", str(report), "--plot", str(plot)),
-    )
-    assert (rc, err) == (0, "")
-    doc = json.loads(report.read_text())
+        *("--tp", "1"),
+    )  # fmt: skip
+    report = plot.with_suffix(".json")
     assert doc["provenance"] and doc["paper"]["librapim_vs_neupims"] == 1.2
     assert set(doc["mean_vs_neupims"]) == {
         "npu+aim",

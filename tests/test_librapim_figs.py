@@ -4,7 +4,6 @@ time by hand, the exclusive-bank pipelined system, NPU scaling, the measured-rat
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -24,7 +23,7 @@ from pimphony.sim.systems.librapim import (
 )
 from pimphony.sim.systems.setup import DecodeError
 
-from tests.helpers import run_cli
+from tests.helpers import run_cli, run_report
 
 SPEC = "llm-1.8b"
 
@@ -144,21 +143,19 @@ def test_measured_dbo_solves_equations_1_and_2_with_its_rates(hw2, npu):
 
 
 def test_fig20_cli_writes_json_and_png(capsys, tmp_path):
-    rep, png = tmp_path / "f20.json", tmp_path / "f20.png"
-    rc, out, err = run_cli(
-        capsys,
+    out, doc, png = run_report(
+        capsys, tmp_path,
         *("librapim-figs", "--figure", "fig20", "--model", SPEC, "--batches", "4"),
-        *("--contexts", "64,256", "--tp", "1", "--report", str(rep), "--plot", str(png)),
-    )
-    assert (rc, err) == (0, "")
-    doc = json.loads(rep.read_text())
+        *("--contexts", "64,256", "--tp", "1"),
+    )  # fmt: skip
     assert png.stat().st_size > 0 and "provenance" in doc and doc["figure"] == "fig20"
     assert {r["system"] for r in doc["rows"]} == {"npu+aim", "attacc", "neupims", "librapim"}
     for r in doc["rows"]:
         assert 0 <= r["util_pim_flops"] <= r["util_pim_mac"] <= r["busy_pim"] + 1e-12
         assert 0 < r["util_xpu"] <= r["busy_xpu"] + 1e-12
     assert "paper 38% 77%" in out
-    rc, _, err = run_cli(capsys, "librapim-figs", "--figure", "fig20", "--report", str(rep))
+    again = ("librapim-figs", "--figure", "fig20", "--report", png.with_suffix(".json"))
+    rc, _, err = run_cli(capsys, *again)
     assert rc != 0 and "--force" in err
     rc, _, err = run_cli(capsys, "librapim-figs", "--figure", "fig20", "--systems", "tpu")
     assert rc == 2 and "unknown system(s) tpu" in err
@@ -166,14 +163,11 @@ def test_fig20_cli_writes_json_and_png(capsys, tmp_path):
 
 @pytest.mark.parametrize("figure", ["fig7", "fig9"])
 def test_fig7_and_fig9_cli(capsys, tmp_path, figure):
-    rep, png = tmp_path / "f.json", tmp_path / "f.png"
-    rc, out, err = run_cli(
-        capsys,
+    out, doc, png = run_report(
+        capsys, tmp_path,
         *("librapim-figs", "--figure", figure, "--model", SPEC, "--batches", "2,4"),
-        *("--contexts", "16,64", "--tp", "1", "--report", str(rep), "--plot", str(png)),
-    )
-    assert (rc, err) == (0, "")
-    doc = json.loads(rep.read_text())
+        *("--contexts", "16,64", "--tp", "1"),
+    )  # fmt: skip
     assert png.stat().st_size > 0 and doc["provenance"]["model"] == SPEC
     assert len(doc["rows"]) == 4 * (1 if figure == "fig7" else 2)
     for r in doc["rows"]:
@@ -209,15 +203,12 @@ def test_fig21_npus_scale_the_array_and_the_flop_ratio_sets_compute_bound_time(n
 
 
 def test_fig21_cli_normalises_to_the_smallest_array_without_dbo(capsys, tmp_path):
-    rep, png = tmp_path / "f.json", tmp_path / "f.png"
-    rc, out, err = run_cli(
-        capsys,
+    out, doc, png = run_report(
+        capsys, tmp_path,
         *("librapim-figs", "--figure", "fig21", "--model", SPEC, "--batches", "4"),
         *("--contexts", "64", "--sizes", "32,64", "--tp", "1"),
-        *("--report", str(rep), "--plot", str(png)),
-    )
-    assert (rc, err) == (0, "")
-    rows = json.loads(rep.read_text())["rows"]
+    )  # fmt: skip
+    rows = doc["rows"]
     assert {(r["array"], r["system"]) for r in rows} == {
         (a, s) for a in (32, 64) for s in ("librapim-no-dbo", "librapim")
     }
@@ -229,14 +220,11 @@ def test_fig21_cli_normalises_to_the_smallest_array_without_dbo(capsys, tmp_path
 
 
 def test_dbo_cli_reports_predicted_and_simulated_for_both_variants(capsys, tmp_path):
-    rep, png = tmp_path / "f.json", tmp_path / "f.png"
-    rc, out, err = run_cli(
-        capsys,
+    out, doc, png = run_report(
+        capsys, tmp_path,
         *("librapim-figs", "--figure", "dbo", "--model", SPEC, "--batches", "8"),
-        *("--contexts", "1024", "--tp", "1", "--report", str(rep), "--plot", str(png)),
-    )
-    assert (rc, err) == (0, "")
-    doc = json.loads(rep.read_text())
+        *("--contexts", "1024", "--tp", "1"),
+    )  # fmt: skip
     assert {r["system"] for r in doc["rows"]} == {"librapim", "librapim-measured"}
     for r in doc["rows"]:
         assert r["predicted_ms"] > 0 and r["step_ms"] > 0
