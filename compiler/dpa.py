@@ -1,9 +1,10 @@
 """Encode attention kernels as DPA programs whose size does not depend on the token count.
 
-``encode_qk`` / ``encode_sv`` emit, once per shape (``d_h``, GQA group, mapping), a program
-that :func:`models.dpa.program.expand` unrolls for any ``T_cur <= max_tokens`` into exactly
-the stream ``compile_qk`` / ``compile_sv`` (``compiler/kernels.py``) would produce for
-``T_cur`` tokens, with every MAC row replaced by ``va2pa[row]``. The word format
+``encode_kernel(cfg, "qk" | "sv", ...)`` emits, once per shape (``d_h``, GQA group,
+mapping), a program that :func:`models.dpa.program.expand` unrolls for any
+``T_cur <= max_tokens`` into exactly the stream ``compile_qk`` / ``compile_sv``
+(``compiler/kernels.py``) would produce for ``T_cur`` tokens, with every MAC row replaced
+by ``va2pa[row]``. The word format
 (:mod:`models.dpa.format`) and the expansion (:mod:`models.dpa.program`) are hardware; this
 module is the compiler side, the encoder only. See ``docs/dpa.md``.
 
@@ -52,8 +53,6 @@ from pimphony.models.isa import Op, gpr_tiles
 __all__ = [
     "DpaEncodeError",
     "encode_kernel",
-    "encode_qk",
-    "encode_sv",
     "positive",
 ]
 
@@ -503,24 +502,3 @@ def _emit(
 
     b.loop(passes, pass_body)
 
-
-def encode_qk(
-    cfg: HardwareConfig,
-    d_h: int,
-    gqa_group: int = 1,
-    max_tokens: int = 131072,
-    mapping: str = "row-reuse",
-) -> DpaProgram:
-    """DPA program of QK^T (``compile_qk``) for any ``1 <= T_cur <= max_tokens``."""
-    return encode_kernel(cfg, "qk", d_h, gqa_group, max_tokens, mapping)
-
-
-def encode_sv(
-    cfg: HardwareConfig,
-    d_h: int,
-    gqa_group: int = 1,
-    max_tokens: int = 131072,
-    mapping: str = "row-reuse",
-) -> DpaProgram:
-    """DPA program of SV (``compile_sv``) for any ``1 <= T_cur <= max_tokens``."""
-    return encode_kernel(cfg, "sv", d_h, gqa_group, max_tokens, mapping)
