@@ -501,4 +501,3 @@ def _emit(
         b.loop(nt.more_than(ck), lambda _: regime(False))
 
     b.loop(passes, pass_body)
-

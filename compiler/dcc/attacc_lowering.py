@@ -52,7 +52,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from pimphony.compiler.dcc.lowering import GroupProgram
+from pimphony.compiler.dcc.lowering import Extents, GroupProgram, Tensors
 from pimphony.compiler.dcc.schedule import (
     DCC_KERNELS,
     DccError,
@@ -1381,12 +1381,8 @@ def _place(
 
 
 def run_group(
-    cfg: BackendConfig,
-    kernel: DccKernel,
-    sizes: tuple[int, ...],
-    cores: tuple[int, ...],
-    arrays: dict[str, np.ndarray],
-) -> dict[str, np.ndarray]:
+    cfg: BackendConfig, kernel: DccKernel, sizes: Extents, cores: Extents, arrays: Tensors
+) -> Tensors:
     """The share's result on values: place the bank tensor as ``inputs`` says, run the
     stream on :func:`models.attacc.execute` with the GEMV-buffer tensor as payload, and
     scatter what the host read (``RDSB``) into the output tensor (FP16). ``attn``:
