@@ -96,22 +96,32 @@ def test_batched_gemv_equals_numpy(case) -> None:
 @FAST
 @given(_red_case())
 def test_red_equals_numpy(case) -> None:
+    _check_red(DccKernel.RED, case)
+
+
+def _check_red(kernel: DccKernel, case) -> None:
+    """``kernel`` (RED or BATCHED_RED) sums ``A`` over its last axis, as numpy does."""
     sizes, cores, seed = case
     rng = np.random.default_rng(seed)
     a = _ints(rng, *sizes)
-    r = run_group(HBM, DccKernel.RED, sizes, cores, {"A": a}, garbage=rng)["r"]
-    np.testing.assert_array_equal(r.astype(np.float64), a.astype(np.float64).sum(axis=1))
+    r = run_group(HBM, kernel, sizes, cores, {"A": a}, garbage=rng)["r"]
+    np.testing.assert_array_equal(r.astype(np.float64), a.astype(np.float64).sum(axis=-1))
 
 
 @FAST
 @given(_n_case())
 def test_va_and_relu_equal_numpy(case) -> None:
+    _check_va_relu(DccKernel.VA, DccKernel.RELU, case)
+
+
+def _check_va_relu(va: DccKernel, relu: DccKernel, case) -> None:
+    """``va`` adds as numpy's one FP16 add does; ``relu`` clamps as numpy does."""
     sizes, cores, seed = case
     rng = np.random.default_rng(seed)
     a, b = (rng.standard_normal(sizes) * 4).astype(np.float16), _ints(rng, *sizes)
-    c = run_group(HBM, DccKernel.VA, sizes, cores, {"A": a, "B": b}, garbage=rng)["C"]
-    np.testing.assert_array_equal(c, a + b)  # one FP16 add, as numpy's
-    y = run_group(HBM, DccKernel.RELU, sizes, cores, {"X": a}, garbage=rng)["Y"]
+    c = run_group(HBM, va, sizes, cores, {"A": a, "B": b}, garbage=rng)["C"]
+    np.testing.assert_array_equal(c, a + b)
+    y = run_group(HBM, relu, sizes, cores, {"X": a}, garbage=rng)["Y"]
     np.testing.assert_array_equal(y, np.maximum(a, 0))
     assert not np.signbit(y).any()  # the ReLU flag zeroes the sign bit, -0.0 included
 
@@ -419,23 +429,13 @@ def _bn_case(draw):
 @FAST
 @given(_bred_case())
 def test_batched_red_equals_numpy(case) -> None:
-    sizes, cores, seed = case
-    rng = np.random.default_rng(seed)
-    a = _ints(rng, *sizes)
-    r = run_group(HBM, DccKernel.BATCHED_RED, sizes, cores, {"A": a}, garbage=rng)["r"]
-    np.testing.assert_array_equal(r.astype(np.float64), a.astype(np.float64).sum(axis=2))
+    _check_red(DccKernel.BATCHED_RED, case)
 
 
 @FAST
 @given(_bn_case())
 def test_batched_va_and_relu_equal_numpy(case) -> None:
-    sizes, cores, seed = case
-    rng = np.random.default_rng(seed)
-    a, b = (rng.standard_normal(sizes) * 4).astype(np.float16), _ints(rng, *sizes)
-    c = run_group(HBM, DccKernel.BATCHED_VA, sizes, cores, {"A": a, "B": b}, garbage=rng)["C"]
-    np.testing.assert_array_equal(c, a + b)
-    y = run_group(HBM, DccKernel.BATCHED_RELU, sizes, cores, {"X": a}, garbage=rng)["Y"]
-    np.testing.assert_array_equal(y, np.maximum(a, 0))
+    _check_va_relu(DccKernel.BATCHED_VA, DccKernel.BATCHED_RELU, case)
 
 
 def test_batched_va_cycles_by_hand() -> None:
