@@ -176,6 +176,33 @@ class _Job:
     active: int
 
 
+@dataclass(frozen=True)
+class _JobForm:
+    """A kernel's :class:`_Job` as a table row: the MAC mode, the three tensors' names and,
+    per gather (``weights``, ``gb``, ``out``), the dimension sets indexing the tensor's axes
+    in order; ``ones``: the GEMV-buffer operand is all ones over ``gb``'s set (RED)."""
+
+    mode: MacMode
+    weight: str
+    gb_tensor: str
+    out_tensor: str
+    weights: tuple[int, ...]
+    gb: tuple[int, ...]
+    out: tuple[int, ...]
+    ones: bool = False
+
+
+#: Every kernel's job but batched RED's (:func:`_batched_red_job`); ``sizes`` are in the
+#: kernel's set order (SV's: ``(h, d, t)``, its bank tensor is ``V[h, t, d]``).
+_JOB_FORMS: dict[DccKernel, _JobForm] = {
+    DccKernel.GEMV: _JobForm(MacMode.DOT, "W", "x", "y", (0, 1), (1,), (0,)),
+    DccKernel.BATCHED_GEMV: _JobForm(MacMode.DOT, "W", "X", "Y", (1, 2), (0, 2), (0, 1)),
+    DccKernel.QK: _JobForm(MacMode.DOT, "K", "Q", "S", (0, 1, 2), (0, 2), (0, 1)),
+    DccKernel.SV: _JobForm(MacMode.AXPY, "V", "P", "O", (0, 2, 1), (0, 2), (0, 1)),
+    DccKernel.RED: _JobForm(MacMode.DOT, "A", "", "r", (0, 1), (1,), (0,), ones=True),
+}
+
+
 def _job(
     cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], cores: tuple[int, ...]
 ) -> _Job:
@@ -191,90 +218,37 @@ def _job(
                 out[b] = fn(sh)
         return out
 
-    if kernel is DccKernel.GEMV:
-        O, I = sizes  # noqa: E741
-        lo, li = lens
-        return _Job(
-            MacMode.DOT,
-            "W",
-            "x",
-            "y",
-            stack(lambda s: _flat((O, I), s.idx[0][:, None], s.idx[1][None, :])[None], (1, lo, li)),
-            stack(lambda s: s.idx[1][None], (1, li)),
-            stack(lambda s: s.idx[0][None], (1, lo)),
-            active,
-        )
-    if kernel is DccKernel.BATCHED_GEMV:
-        N, O, I = sizes  # noqa: E741
-        ln, lo, li = lens
-        return _Job(
-            MacMode.DOT,
-            "W",
-            "X",
-            "Y",
-            stack(lambda s: _flat((O, I), s.idx[1][:, None], s.idx[2][None, :])[None], (1, lo, li)),
-            stack(lambda s: _flat((N, I), s.idx[0][:, None], s.idx[2][None, :]), (ln, li)),
-            stack(lambda s: _flat((N, O), s.idx[0][:, None], s.idx[1][None, :]), (ln, lo)),
-            active,
-        )
-    if kernel is DccKernel.QK:
-        H, T, D = sizes
-        lh, lt, ld = lens
-        return _Job(
-            MacMode.DOT,
-            "K",
-            "Q",
-            "S",
-            stack(
-                lambda s: _flat(
-                    (H, T, D),
-                    s.idx[0][:, None, None],
-                    s.idx[1][None, :, None],
-                    s.idx[2][None, None, :],
-                ),
-                (lh, lt, ld),
-            ),
-            stack(lambda s: _flat((H, D), s.idx[0][:, None], s.idx[2][None, :]), (lh, ld)),
-            stack(lambda s: _flat((H, T), s.idx[0][:, None], s.idx[1][None, :]), (lh, lt)),
-            active,
-        )
-    if kernel is DccKernel.SV:
-        H, D, T = sizes
-        lh, ld, lt = lens
-        return _Job(
-            MacMode.AXPY,
-            "V",
-            "P",
-            "O",
-            stack(
-                lambda s: _flat(
-                    (H, T, D),
-                    s.idx[0][:, None, None],
-                    s.idx[2][None, :, None],
-                    s.idx[1][None, None, :],
-                ),
-                (lh, lt, ld),
-            ),
-            stack(lambda s: _flat((H, T), s.idx[0][:, None], s.idx[2][None, :]), (lh, lt)),
-            stack(lambda s: _flat((H, D), s.idx[0][:, None], s.idx[1][None, :]), (lh, ld)),
-            active,
-        )
-    if kernel is DccKernel.RED:
-        M, N = sizes
-        lm, ln = lens
-        return _Job(
-            MacMode.DOT,
-            "A",
-            "",
-            "r",
-            stack(lambda s: _flat((M, N), s.idx[0][:, None], s.idx[1][None, :])[None], (1, lm, ln)),
-            stack(lambda s: np.where(s.idx[1] >= 0, ONE, PAD)[None], (1, ln)),
-            stack(lambda s: s.idx[0][None], (1, lm)),
-            active,
-        )
     if kernel is DccKernel.BATCHED_RED:
         return _batched_red_job(sizes, lens, active, stack)
-    raise AttAccLoweringError(f"kernel {kernel!s}: no AttAcc lowering")
+    form = _JOB_FORMS.get(kernel)
+    if form is None:
+        raise AttAccLoweringError(f"kernel {kernel!s}: no AttAcc lowering")
+
+    def gather(sets: tuple[int, ...], rank: int, ones: bool = False) -> np.ndarray:
+        """The gathers into the tensor whose axes are ``sets`` (padded to ``rank`` axes)."""
+        shape, lead = tuple(sizes[k] for k in sets), (1,) * (rank - len(sets))
+
+        def one(s: _Share) -> np.ndarray:
+            if ones:
+                return np.where(s.idx[sets[0]] >= 0, ONE, PAD).reshape(lead + (-1,))
+            axes = [
+                s.idx[k].reshape([-1 if j == i else 1 for j in range(len(sets))])
+                for i, k in enumerate(sets)
+            ]
+            return _flat(shape, *axes).reshape(lead + tuple(lens[k] for k in sets))
+
+        return stack(one, lead + tuple(lens[k] for k in sets))
+
+    return _Job(
+        form.mode,
+        form.weight,
+        form.gb_tensor,
+        form.out_tensor,
+        gather(form.weights, 3),
+        gather(form.gb, 2, form.ones),
+        gather(form.out, 2),
+        active,
+    )
 
 
 def _batched_red_job(
