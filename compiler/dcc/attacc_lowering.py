@@ -454,12 +454,8 @@ def _emit_job(
     S, vr = gbv.shape[1], gbv.shape[2]
     tiles = -(-vr // IR)
     dot = job.mode is MacMode.DOT
-    if dot:
-        wv = _pad_lanes(job.weights, L)  # (banks, Sw, O, vr, L)
-        outs = _pad_lanes(job.out, L)  # (banks, S, O/L, L)
-    else:
-        wv = _pad_lanes(job.weights, L)  # (banks, Sw, R, ob, L)
-        outs = _pad_lanes(job.out, L)  # (banks, S, ob, L)
+    wv = _pad_lanes(job.weights, L)  # DOT: (banks, Sw, O, vr, L); AXPY: (banks, Sw, R, ob, L)
+    outs = _pad_lanes(job.out, L)  # DOT: (banks, S, O/L, L); AXPY: (banks, S, ob, L)
     n_out_vec = outs.shape[2]
     used = (job.gb != PAD).any(axis=2)  # (banks, S): the bank reduces something
     passes = -(-n_out_vec // OR)
@@ -476,32 +472,29 @@ def _emit_job(
                             gb_from(s, v, v - t * IR)
                         else:
                             bld.wrgb(v - t * IR, gbv[:, s, v])
+                # (weight vector index i, j; input entry v; output entry e; lane), in issue
+                # order: DOT per output o of each entry over the tile's vectors, AXPY per
+                # reduced row r of each vector into every entry
                 if dot:
-                    for e in entries:
-                        for o in range(e * L, min(job.out.shape[2], (e + 1) * L)):
-                            for v in vecs:
-                                bld.mac(
-                                    job.weight,
-                                    (*key, sw, o, v),
-                                    wv[:, sw, o, v],
-                                    v - t * IR,
-                                    e - p * OR,
-                                    o % L,
-                                    MacMode.DOT,
-                                )
+                    n_o = job.out.shape[2]
+                    macs = [
+                        (o, v, v, e, o)
+                        for e in entries
+                        for o in range(e * L, min(n_o, (e + 1) * L))
+                        for v in vecs
+                    ]
                 else:
-                    for v in vecs:
-                        for r in range(v * L, min(job.gb.shape[2], (v + 1) * L)):
-                            for e in entries:
-                                bld.mac(
-                                    job.weight,
-                                    (*key, sw, r, e),
-                                    wv[:, sw, r, e],
-                                    v - t * IR,
-                                    e - p * OR,
-                                    r % L,
-                                    MacMode.AXPY,
-                                )
+                    n_r = job.gb.shape[2]
+                    macs = [
+                        (r, e, v, e, r)
+                        for v in vecs
+                        for r in range(v * L, min(n_r, (v + 1) * L))
+                        for e in entries
+                    ]
+                for i, j, v, e, lane in macs:
+                    wi = (*key, sw, i, j)
+                    src, dst = v - t * IR, e - p * OR
+                    bld.mac(job.weight, wi, wv[:, sw, i, j], src, dst, lane % L, job.mode)
             slot = slot_base
             for e in entries:
                 slot = bld.mvsb(e - p * OR, outs[:, s, e], slot, used[:, s], slot_of)
