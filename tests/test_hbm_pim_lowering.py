@@ -46,33 +46,17 @@ def _cores(draw, sets: int) -> tuple[int, ...]:
 
 
 @st.composite
-def _gemv_case(draw):
-    o, i = draw(st.integers(1, 40)), draw(st.integers(1, 300))
-    return (o, i), _cores(draw, 2), draw(st.integers(0, 2**32 - 1))
-
-
-@st.composite
-def _bgemv_case(draw):
-    sizes = (draw(st.integers(1, 4)), draw(st.integers(1, 24)), draw(st.integers(1, 200)))
-    return sizes, _cores(draw, 3), draw(st.integers(0, 2**32 - 1))
-
-
-@st.composite
-def _red_case(draw):
-    sizes = (draw(st.integers(1, 40)), draw(st.integers(1, 300)))
-    return sizes, _cores(draw, 2), draw(st.integers(0, 2**32 - 1))
-
-
-@st.composite
-def _n_case(draw):
-    return (draw(st.integers(1, 3000)),), (draw(st.integers(1, U)),), draw(st.integers(0, 2**32))
+def _case(draw, *highs: int):
+    """(sizes, cores, seed) of a share: ``sizes[k]`` in ``1..highs[k]``, cores over U units."""
+    sizes = tuple(draw(st.integers(1, h)) for h in highs)
+    return sizes, _cores(draw, len(highs)), draw(st.integers(0, 2**32 - 1))
 
 
 FAST = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @FAST
-@given(_gemv_case())
+@given(_case(40, 300))
 def test_gemv_equals_numpy(case) -> None:
     sizes, cores, seed = case
     rng = np.random.default_rng(seed)
@@ -83,7 +67,7 @@ def test_gemv_equals_numpy(case) -> None:
 
 
 @FAST
-@given(_bgemv_case())
+@given(_case(4, 24, 200))
 def test_batched_gemv_equals_numpy(case) -> None:
     sizes, cores, seed = case
     rng = np.random.default_rng(seed)
@@ -94,7 +78,7 @@ def test_batched_gemv_equals_numpy(case) -> None:
 
 
 @FAST
-@given(_red_case())
+@given(_case(40, 300))
 def test_red_equals_numpy(case) -> None:
     _check_red(DccKernel.RED, case)
 
@@ -109,7 +93,7 @@ def _check_red(kernel: DccKernel, case) -> None:
 
 
 @FAST
-@given(_n_case())
+@given(_case(3000))
 def test_va_and_relu_equal_numpy(case) -> None:
     _check_va_relu(DccKernel.VA, DccKernel.RELU, case)
 
@@ -414,26 +398,14 @@ def test_attention_refusals(kernel, sizes, cores, message) -> None:
 # --------------------------------------------------------------------- batched RED, VA, RELU
 
 
-@st.composite
-def _bred_case(draw):
-    sizes = (draw(st.integers(1, 5)), draw(st.integers(1, 12)), draw(st.integers(1, 200)))
-    return sizes, _cores(draw, 3), draw(st.integers(0, 2**32 - 1))
-
-
-@st.composite
-def _bn_case(draw):
-    sizes = (draw(st.integers(1, 6)), draw(st.integers(1, 700)))
-    return sizes, _cores(draw, 2), draw(st.integers(0, 2**32 - 1))
-
-
 @FAST
-@given(_bred_case())
+@given(_case(5, 12, 200))
 def test_batched_red_equals_numpy(case) -> None:
     _check_red(DccKernel.BATCHED_RED, case)
 
 
 @FAST
-@given(_bn_case())
+@given(_case(6, 700))
 def test_batched_va_and_relu_equal_numpy(case) -> None:
     _check_va_relu(DccKernel.BATCHED_VA, DccKernel.BATCHED_RELU, case)
 
