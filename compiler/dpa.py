@@ -34,19 +34,8 @@ from pimphony.compiler.kernels import (
     positive,
 )
 from pimphony.models.config import HardwareConfig
-from pimphony.models.dpa.format import (
-    KERNEL_CODES,
-    NO_RULE,
-    Command,
-    DpaError,
-    DynLoop,
-    DynModi,
-    Header,
-    Kind,
-    Rule,
-    Target,
-    field_limit,
-)
+from pimphony.models.dpa import format as dpa_format
+from pimphony.models.dpa.format import NO_RULE, DynLoop, DynModi, Kind, Rule, Target, field_limit
 from pimphony.models.dpa.program import DpaProgram
 from pimphony.models.isa import Op, gpr_tiles
 
@@ -248,7 +237,7 @@ class _Builder:
         if min(base.values()) < 0:
             raise DpaEncodeError(f"negative base field in {op.name}: {base}")
         self.body.append(
-            Command(
+            dpa_format.Command(
                 op,
                 gbuf=base["gbuf"],
                 row=base["addr"] // cols,
@@ -368,11 +357,11 @@ def encode_kernel(
         layout=(segments, stride),
     )
     rules, body = _compact_rules(b.rules, b.body)
-    header = Header(kernel=KERNEL_CODES[kind], max_tokens=max_tokens)
+    header = dpa_format.Header(kernel=dpa_format.KERNEL_CODES[kind], max_tokens=max_tokens)
     shape = {"kind": kind, "d_h": d_h, "gqa_group": g, "mapping": mapping, "max_tokens": max_tokens}
     try:
         return DpaProgram.from_instructions([header, *rules, *body], cfg, shape)
-    except DpaError as exc:
+    except dpa_format.DpaError as exc:
         raise DpaEncodeError(f"{kind} d_h={d_h} G={g}: {exc}") from None
 
 
