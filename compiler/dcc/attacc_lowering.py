@@ -50,6 +50,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 from pimphony.compiler.dcc.lowering import Extents, GroupProgram, Tensors
@@ -1220,12 +1221,10 @@ def _attention(
     head core) the frame [QK^T of the round's heads (scores left in the softmax buffer), an
     SFM per head one after another, SV of the round's heads (probabilities moved in by
     MVGB), with ``partial`` the RDSBs of the round's statistics entries]."""
-    base, stats = _attention_check(cfg, sizes, cores, partial)
-    H, T, D = (int(x) for x in sizes)
-    c_h, c_t, c_d = (int(x) for x in cores)
+    base, stats, (H, T, D), (c_h, c_t, c_d), lh, p_slots, entry = _attention_frame(
+        cfg, sizes, cores, partial
+    )
     L = cfg.core.lanes
-    lh, p_slots = -(-H // c_h), -(-T // L)
-    entry = _score_entry(cfg, (H, T, D), c_h)
     qk = _geometry(cfg, DccKernel.QK, (H, T, D), (c_h, c_t, c_d))
     sv = _geometry(cfg, DccKernel.SV, (H, D, T), (c_h, c_d, c_t))
     per_head = qk.nm + sv.nm
@@ -1428,6 +1427,34 @@ def _attention_check(
     return base, stats
 
 
+class _AttnFrame(NamedTuple):
+    """An attention share's checked frame: :func:`_attention_check`'s entries, the sizes and
+    cores as ints, heads per head core, softmax-buffer entries per head, the score entry."""
+
+    base: int
+    stats: int
+    sizes: tuple[int, int, int]
+    cores: tuple[int, int, int]
+    lh: int
+    p_slots: int
+    entry: Callable
+
+
+def _attention_frame(
+    cfg: BackendConfig,
+    sizes: tuple[int, int, int],
+    cores: tuple[int, int, int],
+    partial: bool = False,
+) -> _AttnFrame:
+    """The checked frame of an attention share (:func:`_attention` and its oracle)."""
+    base, stats = _attention_check(cfg, sizes, cores, partial)
+    H, T, D = (int(x) for x in sizes)
+    c_h, c_t, c_d = (int(x) for x in cores)
+    lh, p_slots = -(-H // c_h), -(-T // cfg.core.lanes)
+    entry = _score_entry(cfg, (H, T, D), c_h)
+    return _AttnFrame(base, stats, (H, T, D), (c_h, c_t, c_d), lh, p_slots, entry)
+
+
 def _attention_reference(
     cfg: BackendConfig,
     sizes: tuple[int, int, int],
@@ -1444,13 +1471,11 @@ def _attention_reference(
     same slice. ``partial`` (the group holds a share of every head's tokens): each SFM also
     leaves its max and sum in head core j's statistics entry, and the round ends with their
     RDSBs. Built command by command (:class:`_Builder`): the oracle of :func:`_attention`."""
-    base, stats = _attention_check(cfg, sizes, cores, partial)
+    base, stats, (H, T, D), (c_h, c_t, c_d), lh, p_slots, entry = _attention_frame(
+        cfg, sizes, cores, partial
+    )
     order = interleave(cfg)
-    H, T, D = (int(x) for x in sizes)
-    c_h, c_t, c_d = (int(x) for x in cores)
     L = cfg.core.lanes
-    lh, p_slots = -(-H // c_h), -(-T // L)
-    entry = _score_entry(cfg, (H, T, D), c_h)
     qk = _job(cfg, DccKernel.QK, (H, T, D), (c_h, c_t, c_d))
     sv = _job(cfg, DccKernel.SV, (H, D, T), (c_h, c_d, c_t))
     bld = _Builder(cfg, Levels.of(cfg), qk.active)
