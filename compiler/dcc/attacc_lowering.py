@@ -473,29 +473,17 @@ def _emit_job(
                             gb_from(s, v, v - t * IR)
                         else:
                             bld.wrgb(v - t * IR, gbv[:, s, v])
-                # (weight vector index i, j; input entry v; output entry e; lane), in issue
-                # order: DOT per output o of each entry over the tile's vectors, AXPY per
-                # reduced row r of each vector into every entry
-                if dot:
-                    n_o = job.out.shape[2]
-                    macs = [
-                        (o, v, v, e, o)
-                        for e in entries
-                        for o in range(e * L, min(n_o, (e + 1) * L))
-                        for v in vecs
-                    ]
-                else:
-                    n_r = job.gb.shape[2]
-                    macs = [
-                        (r, e, v, e, r)
-                        for v in vecs
-                        for r in range(v * L, min(n_r, (v + 1) * L))
-                        for e in entries
-                    ]
-                for i, j, v, e, lane in macs:
-                    wi = (*key, sw, i, j)
-                    src, dst = v - t * IR, e - p * OR
-                    bld.mac(job.weight, wi, wv[:, sw, i, j], src, dst, lane % L, job.mode)
+                # DOT: per output entry a, its outputs i against the tile's vectors b;
+                # AXPY: per vector a, its reduced rows i into every output entry b
+                outer, inner, n = (
+                    (entries, vecs, job.out.shape[2]) if dot else (vecs, entries, job.gb.shape[2])
+                )
+                for a in outer:
+                    for i in range(a * L, min(n, (a + 1) * L)):
+                        for b in inner:
+                            v, e = (b, a) if dot else (a, b)
+                            w, src, dst = (*key, sw, i, b), v - t * IR, e - p * OR
+                            bld.mac(job.weight, w, wv[:, sw, i, b], src, dst, i % L, job.mode)
             slot = slot_base
             for e in entries:
                 slot = bld.mvsb(e - p * OR, outs[:, s, e], slot, used[:, s], slot_of)
