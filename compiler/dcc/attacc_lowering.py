@@ -1209,7 +1209,7 @@ def _attention(
     head core) the frame [QK^T of the round's heads (scores left in the softmax buffer), an
     SFM per head one after another, SV of the round's heads (probabilities moved in by
     MVGB), with ``partial`` the RDSBs of the round's statistics entries]."""
-    base, stats, (H, T, D), (c_h, c_t, c_d), lh, p_slots, entry = _attention_frame(
+    base, stats, (H, T, D), (c_h, c_t, c_d), lh, p_slots, entry = _attention_check(
         cfg, sizes, cores, partial
     )
     L = cfg.core.lanes
@@ -1370,10 +1370,11 @@ def _attention_check(
     sizes: tuple[int, int, int],
     cores: tuple[int, int, int],
     partial: bool = False,
-) -> tuple[int, int]:
-    """Refuse an attention share the group cannot run; the softmax-buffer entries SV's
-    results start at and (``partial``: a share of every head's tokens) the round's softmax
-    statistics do, one entry per head core, after the scores and the results."""
+) -> _AttnFrame:
+    """Refuse an attention share the group cannot run; its frame (:class:`_AttnFrame`) with
+    the softmax-buffer entries SV's results start at and (``partial``: a share of every head's
+    tokens) the round's softmax statistics do, one entry per head core, after the scores and
+    the results."""
     H, T, D = (int(x) for x in sizes)
     c_h, c_t, c_d = (int(x) for x in cores)
     _check(cfg, DccKernel.QK, (H, T, D), (c_h, c_t, c_d))
@@ -1412,12 +1413,14 @@ def _attention_check(
             f"{out_slots} more from entry {base}{also}; the buffer has {slots} "
             f"(group.buffer_bytes = {cfg.group.buffer_bytes}){fit}"
         )
-    return base, stats
+    entry = _score_entry(cfg, (H, T, D), c_h)
+    return _AttnFrame(base, stats, (H, T, D), (c_h, c_t, c_d), lh, p_slots, entry)
 
 
 class _AttnFrame(NamedTuple):
-    """An attention share's checked frame: :func:`_attention_check`'s entries, the sizes and
-    cores as ints, heads per head core, softmax-buffer entries per head, the score entry."""
+    """An attention share's checked frame (:func:`_attention_check`): where SV's results and
+    the statistics start, the sizes and cores as ints, heads per head core, softmax-buffer
+    entries per head, the score entry of a flat score index."""
 
     base: int
     stats: int
@@ -1426,21 +1429,6 @@ class _AttnFrame(NamedTuple):
     lh: int
     p_slots: int
     entry: Callable
-
-
-def _attention_frame(
-    cfg: BackendConfig,
-    sizes: tuple[int, int, int],
-    cores: tuple[int, int, int],
-    partial: bool = False,
-) -> _AttnFrame:
-    """The checked frame of an attention share (:func:`_attention` and its oracle)."""
-    base, stats = _attention_check(cfg, sizes, cores, partial)
-    H, T, D = (int(x) for x in sizes)
-    c_h, c_t, c_d = (int(x) for x in cores)
-    lh, p_slots = -(-H // c_h), -(-T // cfg.core.lanes)
-    entry = _score_entry(cfg, (H, T, D), c_h)
-    return _AttnFrame(base, stats, (H, T, D), (c_h, c_t, c_d), lh, p_slots, entry)
 
 
 def _attention_reference(
@@ -1459,7 +1447,7 @@ def _attention_reference(
     same slice. ``partial`` (the group holds a share of every head's tokens): each SFM also
     leaves its max and sum in head core j's statistics entry, and the round ends with their
     RDSBs. Built command by command (:class:`_Builder`): the oracle of :func:`_attention`."""
-    base, stats, (H, T, D), (c_h, c_t, c_d), lh, p_slots, entry = _attention_frame(
+    base, stats, (H, T, D), (c_h, c_t, c_d), lh, p_slots, entry = _attention_check(
         cfg, sizes, cores, partial
     )
     order = interleave(cfg)
