@@ -315,28 +315,23 @@ def _attn_case(draw):
     return sizes, _cores(draw, 3), draw(st.integers(0, 2**32 - 1))
 
 
+@pytest.mark.parametrize("kernel", [DccKernel.QK, DccKernel.SV])
 @FAST
-@given(_attn_case())
-def test_qk_equals_numpy(case) -> None:
-    """S[h][t] = sum_d Q[h][d] K[h][t][d]; sets (h, t, d)."""
+@given(case=_attn_case())
+def test_attention_equals_numpy(kernel: DccKernel, case) -> None:
+    """QK: S[h][t] = sum_d Q[h][d] K[h][t][d], sets (h, t, d); SV: O[h][d] = sum_t P[h][t]
+    V[h][t][d], sets (h, d, t)."""
     (h, t, d), cores, seed = case
     rng = np.random.default_rng(seed)
-    q, k = _ints(rng, h, d), _ints(rng, h, t, d)
-    s = run_group(HBM, DccKernel.QK, (h, t, d), cores, {"Q": q, "K": k}, garbage=rng)["S"]
-    want = np.einsum("hd,htd->ht", q.astype(np.float64), k.astype(np.float64))
-    np.testing.assert_array_equal(s.astype(np.float64), want)
-
-
-@FAST
-@given(_attn_case())
-def test_sv_equals_numpy(case) -> None:
-    """O[h][d] = sum_t P[h][t] V[h][t][d]; sets (h, d, t): here sizes (h, d, t)."""
-    (h, t, d), cores, seed = case
-    rng = np.random.default_rng(seed)
-    p, v = _ints(rng, h, t), _ints(rng, h, t, d)
-    o = run_group(HBM, DccKernel.SV, (h, d, t), cores, {"P": p, "V": v}, garbage=rng)["O"]
-    want = np.einsum("ht,htd->hd", p.astype(np.float64), v.astype(np.float64))
-    np.testing.assert_array_equal(o.astype(np.float64), want)
+    if kernel is DccKernel.QK:
+        sizes, spec, out = (h, t, d), "hd,htd->ht", "S"
+        arrays = {"Q": _ints(rng, h, d), "K": _ints(rng, h, t, d)}
+    else:
+        sizes, spec, out = (h, d, t), "ht,htd->hd", "O"
+        arrays = {"P": _ints(rng, h, t), "V": _ints(rng, h, t, d)}
+    got = run_group(HBM, kernel, sizes, cores, arrays, garbage=rng)[out]
+    want = np.einsum(spec, *(x.astype(np.float64) for x in arrays.values()))
+    np.testing.assert_array_equal(got.astype(np.float64), want)
 
 
 def test_qk_heads_over_the_register_row_counts_closed_form() -> None:
