@@ -1,9 +1,10 @@
 """Encode attention kernels as DPA programs whose size does not depend on the token count.
 
-``encode_qk`` / ``encode_sv`` emit, once per shape (``d_h``, GQA group, mapping), a program
-that :func:`models.dpa.program.expand` unrolls for any ``T_cur <= max_tokens`` into exactly
-the stream ``compile_qk`` / ``compile_sv`` (``compiler/kernels.py``) would produce for
-``T_cur`` tokens, with every MAC row replaced by ``va2pa[row]``. The word format
+``encode_kernel(cfg, "qk" | "sv", ...)`` emits, once per shape (``d_h``, GQA group,
+mapping), a program that :func:`models.dpa.program.expand` unrolls for any
+``T_cur <= max_tokens`` into exactly the stream ``compile_qk`` / ``compile_sv``
+(``compiler/kernels.py``) would produce for ``T_cur`` tokens, with every MAC row replaced
+by ``va2pa[row]``. The word format
 (:mod:`models.dpa.format`) and the expansion (:mod:`models.dpa.program`) are hardware; this
 module is the compiler side, the encoder only. See ``docs/dpa.md``.
 
@@ -33,27 +34,14 @@ from pimphony.compiler.kernels import (
     positive,
 )
 from pimphony.models.config import HardwareConfig
-from pimphony.models.dpa.format import (
-    KERNEL_CODES,
-    NO_RULE,
-    Command,
-    DpaError,
-    DynLoop,
-    DynModi,
-    Header,
-    Kind,
-    Rule,
-    Target,
-    field_limit,
-)
+from pimphony.models.dpa import format as dpa_format
+from pimphony.models.dpa.format import NO_RULE, DynLoop, DynModi, Kind, Rule, Target, field_limit
 from pimphony.models.dpa.program import DpaProgram
 from pimphony.models.isa import Op, gpr_tiles
 
 __all__ = [
     "DpaEncodeError",
     "encode_kernel",
-    "encode_qk",
-    "encode_sv",
     "positive",
 ]
 
@@ -249,7 +237,7 @@ class _Builder:
         if min(base.values()) < 0:
             raise DpaEncodeError(f"negative base field in {op.name}: {base}")
         self.body.append(
-            Command(
+            dpa_format.Command(
                 op,
                 gbuf=base["gbuf"],
                 row=base["addr"] // cols,
@@ -369,11 +357,11 @@ def encode_kernel(
         layout=(segments, stride),
     )
     rules, body = _compact_rules(b.rules, b.body)
-    header = Header(kernel=KERNEL_CODES[kind], max_tokens=max_tokens)
+    header = dpa_format.Header(kernel=dpa_format.KERNEL_CODES[kind], max_tokens=max_tokens)
     shape = {"kind": kind, "d_h": d_h, "gqa_group": g, "mapping": mapping, "max_tokens": max_tokens}
     try:
         return DpaProgram.from_instructions([header, *rules, *body], cfg, shape)
-    except DpaError as exc:
+    except dpa_format.DpaError as exc:
         raise DpaEncodeError(f"{kind} d_h={d_h} G={g}: {exc}") from None
 
 
@@ -502,25 +490,3 @@ def _emit(
         b.loop(nt.more_than(ck), lambda _: regime(False))
 
     b.loop(passes, pass_body)
-
-
-def encode_qk(
-    cfg: HardwareConfig,
-    d_h: int,
-    gqa_group: int = 1,
-    max_tokens: int = 131072,
-    mapping: str = "row-reuse",
-) -> DpaProgram:
-    """DPA program of QK^T (``compile_qk``) for any ``1 <= T_cur <= max_tokens``."""
-    return encode_kernel(cfg, "qk", d_h, gqa_group, max_tokens, mapping)
-
-
-def encode_sv(
-    cfg: HardwareConfig,
-    d_h: int,
-    gqa_group: int = 1,
-    max_tokens: int = 131072,
-    mapping: str = "row-reuse",
-) -> DpaProgram:
-    """DPA program of SV (``compile_sv``) for any ``1 <= T_cur <= max_tokens``."""
-    return encode_kernel(cfg, "sv", d_h, gqa_group, max_tokens, mapping)

@@ -449,26 +449,29 @@ def attention_plan(
         raise
 
 
+def _compile_attention(
+    cfg: HardwareConfig, kind: str, tokens: int, d_h: int, gqa_group: int, mapping: str
+) -> KernelProgram:
+    """The ``qk`` or ``sv`` kernel of ``tokens`` tokens (``compile_qk`` / ``compile_sv``)."""
+    tokens, d_h = positive("tokens", tokens), positive("d_h", d_h)
+    gqa_group = positive("gqa_group", gqa_group)
+    plan = attention_plan(cfg, kind, tokens, d_h, gqa_group, mapping)
+    shape = {"tokens": tokens, "d_h": d_h, "gqa_group": gqa_group, "mapping": mapping}
+    return KernelProgram(kind, shape, _lower(cfg, plan), plan, cfg)
+
+
 def compile_qk(
     cfg: HardwareConfig, tokens: int, d_h: int, gqa_group: int = 1, mapping: str = "row-reuse"
 ) -> KernelProgram:
     """Attention scores ``K q_h`` for the ``gqa_group`` query heads sharing one K cache."""
-    tokens, d_h = positive("tokens", tokens), positive("d_h", d_h)
-    gqa_group = positive("gqa_group", gqa_group)
-    plan = attention_plan(cfg, "qk", tokens, d_h, gqa_group, mapping)
-    shape = {"tokens": tokens, "d_h": d_h, "gqa_group": gqa_group, "mapping": mapping}
-    return KernelProgram("qk", shape, _lower(cfg, plan), plan, cfg)
+    return _compile_attention(cfg, "qk", tokens, d_h, gqa_group, mapping)
 
 
 def compile_sv(
     cfg: HardwareConfig, tokens: int, d_h: int, gqa_group: int = 1, mapping: str = "row-reuse"
 ) -> KernelProgram:
     """Attention output ``V^T s_h`` for the ``gqa_group`` heads sharing one V cache."""
-    tokens, d_h = positive("tokens", tokens), positive("d_h", d_h)
-    gqa_group = positive("gqa_group", gqa_group)
-    plan = attention_plan(cfg, "sv", tokens, d_h, gqa_group, mapping)
-    shape = {"tokens": tokens, "d_h": d_h, "gqa_group": gqa_group, "mapping": mapping}
-    return KernelProgram("sv", shape, _lower(cfg, plan), plan, cfg)
+    return _compile_attention(cfg, "sv", tokens, d_h, gqa_group, mapping)
 
 
 def attention_max_tokens(

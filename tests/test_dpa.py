@@ -7,8 +7,6 @@ import pytest
 from pimphony.compiler.dpa import (
     DpaEncodeError,
     encode_kernel,
-    encode_qk,
-    encode_sv,
 )
 from pimphony.compiler.kernels import compile_qk, compile_sv
 from pimphony.models.channel import run_channel
@@ -108,7 +106,7 @@ def test_program_size_independent_of_tokens(kind: str, d_h: int, g: int) -> None
 
 
 def test_listing_matches_documented_loop_structure() -> None:
-    text = encode_qk(CFG, 128, 1, 4096).listing().splitlines()
+    text = encode_kernel(CFG, "qk", 128, 1, 4096).listing().splitlines()
     assert "RULE     R0 = floor((T-1)/512)" in text[1]
     assert "RULE     R1 = (floor((T-1)/16) mod 32) + 1" in text[2]
     assert sum("DYN_LOOP lb=R" in line for line in text) == 2
@@ -140,7 +138,7 @@ def test_word_round_trip_and_overflow() -> None:
         encode_word(Command(Op.MAC, row=70_000))
     with pytest.raises(DpaError, match="coef"):
         encode_word(DynModi(Target.ROW, coef=1 << 23))
-    prog = encode_sv(CFG, 128, 4, 4096)
+    prog = encode_kernel(CFG, "sv", 128, 4, 4096)
     back = DpaProgram.from_bytes(prog.to_bytes(), CFG)
     assert len(prog.to_bytes()) == prog.nbytes
     assert np.array_equal(expand(back, 777), expand(prog, 777))
@@ -176,14 +174,14 @@ def test_row_aligned_runs_make_former_refusals_encodable() -> None:
     # Group 21, head 0 (OBuf entry (21 - 16) x 4 + 0 = 20 of half 0, block 2 at column 48):
     # its 2-tile run at 48 + 5 x 2 = 58..59 (row 0), its 1-tile run at 60 + 5 = 65 (row 1).
     assert addr[(mac["out"] == 20) & (addr >= 48)].tolist() == [58, 59, 65]
-    prog = encode_qk(CFG, 48, 4, 4096)
+    prog = encode_kernel(CFG, "qk", 48, 4, 4096)
     assert np.array_equal(expand(prog, 337), ref)
     # SV d_h 128, G = 2, T = 129: 9 tiles, GBuf-resident (2 x 9 <= 32); each group's run sits
     # at a stride of (32 // 2) = 16 columns: 8 groups x 16 = 128 columns = 2 rows (unpadded:
     # 72 columns, group 7's run 63..71 crossed a row).
     sv = compile_sv(CFG, 129, 128, 2)
     assert sv.plan.run_stride == 16 and sv.plan.rows == 2
-    assert np.array_equal(expand(encode_sv(CFG, 128, 2, 4096), 129), sv.commands)
+    assert np.array_equal(expand(encode_kernel(CFG, "sv", 128, 2, 4096), 129), sv.commands)
 
 
 def test_refuses_inexpressible_row_reuse_shapes() -> None:
@@ -192,18 +190,18 @@ def test_refuses_inexpressible_row_reuse_shapes() -> None:
     # + 5 nb + 2 gi, odd when the last block's group count nb is odd: at T = 385 (25 groups,
     # last block 20..24) group 23's tiles 5..6 sit at columns 191..192 and cross a row.
     with pytest.raises(DpaEncodeError, match="crosses a DRAM row boundary"):
-        encode_qk(CFG, 128, 6, 4096)
+        encode_kernel(CFG, "qk", 128, 6, 4096)
     with pytest.raises(DpaEncodeError, match="head-serial"):
-        encode_qk(CFG, 256, 3, 4096)
-    encode_qk(CFG, 128, 6, 4096, mapping="head-serial")  # accepted
+        encode_kernel(CFG, "qk", 256, 3, 4096)
+    encode_kernel(CFG, "qk", 128, 6, 4096, mapping="head-serial")  # accepted
     with pytest.raises(DpaEncodeError, match="kernel 'gemv'"):
         encode_kernel(CFG, "gemv", 64)
     with pytest.raises(Exception, match="GPR"):
-        encode_sv(CFG, 128, 1, 400_000)  # the static layout does not fit at max_tokens
+        encode_kernel(CFG, "sv", 128, 1, 400_000)  # the static layout does not fit at max_tokens
 
 
 def test_noncontiguous_mapping_changes_exactly_the_rows() -> None:
-    prog = encode_qk(CFG, 128, 4, MAX_T)
+    prog = encode_kernel(CFG, "qk", 128, 4, MAX_T)
     t = 1000  # ceil(1000 / 16) = 63 groups x 8 tiles = 504 columns = 8 rows
     ref = expand(prog, t)
     va2pa = [22, 7, 900, 33, 34, 16_000, 5, 1234]
@@ -218,7 +216,7 @@ def test_noncontiguous_mapping_changes_exactly_the_rows() -> None:
 
 
 def test_translation_errors_name_request_and_virtual_row() -> None:
-    prog = encode_sv(CFG, 128, 1, MAX_T)
+    prog = encode_kernel(CFG, "sv", 128, 1, MAX_T)
     with pytest.raises(TranslationError, match=r"request 9: virtual row 1 .*beyond the 1 mapped"):
         expand(prog, 1000, [4], request=9)
     with pytest.raises(TranslationError, match="virtual row 1 .*unmapped") as info:
@@ -240,13 +238,14 @@ def test_translation_errors_name_request_and_virtual_row() -> None:
 
 
 def test_dispatcher_capacity_errors() -> None:
-    prog = encode_qk(CFG, 128, 1, MAX_T)
+    prog = encode_kernel(CFG, "qk", 128, 1, MAX_T)
     small = CFG.replace(**{"module.dpa_command_buffer_bytes": prog.nbytes + 8})
     d = Dispatcher(small)
     d.load_program("qk", prog)
     d.load_program("qk", prog)  # replacing frees the old copy first
-    with pytest.raises(DpaCapacityError, match=rf"'sv' \({encode_sv(CFG, 128).nbytes} B.*"):
-        d.load_program("sv", encode_sv(small, 128))
+    sv_bytes = encode_kernel(CFG, "sv", 128).nbytes
+    with pytest.raises(DpaCapacityError, match=rf"'sv' \({sv_bytes} B.*"):
+        d.load_program("sv", encode_kernel(small, "sv", 128))
     tiny = CFG.replace(**{"module.dpa_address_map_bytes": 16})
     d = Dispatcher(tiny)
     assert d.entry_bytes == va2pa_entry_bytes(CFG.channel) == 2  # 16384 rows -> 14 bits
@@ -265,7 +264,7 @@ def test_dispatcher_capacity_errors() -> None:
 
 def test_mapping_conflicts_and_lazy_growth() -> None:
     d = Dispatcher(CFG)
-    d.load_program("qk", encode_qk(CFG, 128, 1, MAX_T))
+    d.load_program("qk", encode_kernel(CFG, "qk", 128, 1, MAX_T))
     d.set_tokens(1, 300)
     d.set_tokens(2, 300)
     d.map_rows(1, [22, 23, 24])
@@ -306,7 +305,7 @@ def test_decode_timing_feeds_channel_gaps() -> None:
     assert half.tolist() == [3, 5, 7, 9] and gaps_from_times(half).tolist() == [3, 1, 1, 1]
     assert decode_times(4, 0, DecoderTiming(rate=2, latency=0)).tolist() == [1, 1, 2, 2]
     d = Dispatcher(CFG)
-    d.load_program("qk", encode_qk(CFG, 128, 1, MAX_T))
+    d.load_program("qk", encode_kernel(CFG, "qk", 128, 1, MAX_T))
     d.set_tokens(0, 1024)
     d.map_rows(0, range(100, 108))
     stream, gaps = d.dispatch_with_gaps(0)

@@ -46,33 +46,17 @@ def _cores(draw, sets: int) -> tuple[int, ...]:
 
 
 @st.composite
-def _gemv_case(draw):
-    o, i = draw(st.integers(1, 40)), draw(st.integers(1, 300))
-    return (o, i), _cores(draw, 2), draw(st.integers(0, 2**32 - 1))
-
-
-@st.composite
-def _bgemv_case(draw):
-    sizes = (draw(st.integers(1, 4)), draw(st.integers(1, 24)), draw(st.integers(1, 200)))
-    return sizes, _cores(draw, 3), draw(st.integers(0, 2**32 - 1))
-
-
-@st.composite
-def _red_case(draw):
-    sizes = (draw(st.integers(1, 40)), draw(st.integers(1, 300)))
-    return sizes, _cores(draw, 2), draw(st.integers(0, 2**32 - 1))
-
-
-@st.composite
-def _n_case(draw):
-    return (draw(st.integers(1, 3000)),), (draw(st.integers(1, U)),), draw(st.integers(0, 2**32))
+def _case(draw, *highs: int):
+    """(sizes, cores, seed) of a share: ``sizes[k]`` in ``1..highs[k]``, cores over U units."""
+    sizes = tuple(draw(st.integers(1, h)) for h in highs)
+    return sizes, _cores(draw, len(highs)), draw(st.integers(0, 2**32 - 1))
 
 
 FAST = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @FAST
-@given(_gemv_case())
+@given(_case(40, 300))
 def test_gemv_equals_numpy(case) -> None:
     sizes, cores, seed = case
     rng = np.random.default_rng(seed)
@@ -83,7 +67,7 @@ def test_gemv_equals_numpy(case) -> None:
 
 
 @FAST
-@given(_bgemv_case())
+@given(_case(4, 24, 200))
 def test_batched_gemv_equals_numpy(case) -> None:
     sizes, cores, seed = case
     rng = np.random.default_rng(seed)
@@ -94,24 +78,34 @@ def test_batched_gemv_equals_numpy(case) -> None:
 
 
 @FAST
-@given(_red_case())
+@given(_case(40, 300))
 def test_red_equals_numpy(case) -> None:
+    _check_red(DccKernel.RED, case)
+
+
+def _check_red(kernel: DccKernel, case) -> None:
+    """``kernel`` (RED or BATCHED_RED) sums ``A`` over its last axis, as numpy does."""
     sizes, cores, seed = case
     rng = np.random.default_rng(seed)
     a = _ints(rng, *sizes)
-    r = run_group(HBM, DccKernel.RED, sizes, cores, {"A": a}, garbage=rng)["r"]
-    np.testing.assert_array_equal(r.astype(np.float64), a.astype(np.float64).sum(axis=1))
+    r = run_group(HBM, kernel, sizes, cores, {"A": a}, garbage=rng)["r"]
+    np.testing.assert_array_equal(r.astype(np.float64), a.astype(np.float64).sum(axis=-1))
 
 
 @FAST
-@given(_n_case())
+@given(_case(3000))
 def test_va_and_relu_equal_numpy(case) -> None:
+    _check_va_relu(DccKernel.VA, DccKernel.RELU, case)
+
+
+def _check_va_relu(va: DccKernel, relu: DccKernel, case) -> None:
+    """``va`` adds as numpy's one FP16 add does; ``relu`` clamps as numpy does."""
     sizes, cores, seed = case
     rng = np.random.default_rng(seed)
     a, b = (rng.standard_normal(sizes) * 4).astype(np.float16), _ints(rng, *sizes)
-    c = run_group(HBM, DccKernel.VA, sizes, cores, {"A": a, "B": b}, garbage=rng)["C"]
-    np.testing.assert_array_equal(c, a + b)  # one FP16 add, as numpy's
-    y = run_group(HBM, DccKernel.RELU, sizes, cores, {"X": a}, garbage=rng)["Y"]
+    c = run_group(HBM, va, sizes, cores, {"A": a, "B": b}, garbage=rng)["C"]
+    np.testing.assert_array_equal(c, a + b)
+    y = run_group(HBM, relu, sizes, cores, {"X": a}, garbage=rng)["Y"]
     np.testing.assert_array_equal(y, np.maximum(a, 0))
     assert not np.signbit(y).any()  # the ReLU flag zeroes the sign bit, -0.0 included
 
@@ -321,28 +315,23 @@ def _attn_case(draw):
     return sizes, _cores(draw, 3), draw(st.integers(0, 2**32 - 1))
 
 
+@pytest.mark.parametrize("kernel", [DccKernel.QK, DccKernel.SV])
 @FAST
-@given(_attn_case())
-def test_qk_equals_numpy(case) -> None:
-    """S[h][t] = sum_d Q[h][d] K[h][t][d]; sets (h, t, d)."""
+@given(case=_attn_case())
+def test_attention_equals_numpy(kernel: DccKernel, case) -> None:
+    """QK: S[h][t] = sum_d Q[h][d] K[h][t][d], sets (h, t, d); SV: O[h][d] = sum_t P[h][t]
+    V[h][t][d], sets (h, d, t)."""
     (h, t, d), cores, seed = case
     rng = np.random.default_rng(seed)
-    q, k = _ints(rng, h, d), _ints(rng, h, t, d)
-    s = run_group(HBM, DccKernel.QK, (h, t, d), cores, {"Q": q, "K": k}, garbage=rng)["S"]
-    want = np.einsum("hd,htd->ht", q.astype(np.float64), k.astype(np.float64))
-    np.testing.assert_array_equal(s.astype(np.float64), want)
-
-
-@FAST
-@given(_attn_case())
-def test_sv_equals_numpy(case) -> None:
-    """O[h][d] = sum_t P[h][t] V[h][t][d]; sets (h, d, t): here sizes (h, d, t)."""
-    (h, t, d), cores, seed = case
-    rng = np.random.default_rng(seed)
-    p, v = _ints(rng, h, t), _ints(rng, h, t, d)
-    o = run_group(HBM, DccKernel.SV, (h, d, t), cores, {"P": p, "V": v}, garbage=rng)["O"]
-    want = np.einsum("ht,htd->hd", p.astype(np.float64), v.astype(np.float64))
-    np.testing.assert_array_equal(o.astype(np.float64), want)
+    if kernel is DccKernel.QK:
+        sizes, spec, out = (h, t, d), "hd,htd->ht", "S"
+        arrays = {"Q": _ints(rng, h, d), "K": _ints(rng, h, t, d)}
+    else:
+        sizes, spec, out = (h, d, t), "ht,htd->hd", "O"
+        arrays = {"P": _ints(rng, h, t), "V": _ints(rng, h, t, d)}
+    got = run_group(HBM, kernel, sizes, cores, arrays, garbage=rng)[out]
+    want = np.einsum(spec, *(x.astype(np.float64) for x in arrays.values()))
+    np.testing.assert_array_equal(got.astype(np.float64), want)
 
 
 def test_qk_heads_over_the_register_row_counts_closed_form() -> None:
@@ -404,38 +393,16 @@ def test_attention_refusals(kernel, sizes, cores, message) -> None:
 # --------------------------------------------------------------------- batched RED, VA, RELU
 
 
-@st.composite
-def _bred_case(draw):
-    sizes = (draw(st.integers(1, 5)), draw(st.integers(1, 12)), draw(st.integers(1, 200)))
-    return sizes, _cores(draw, 3), draw(st.integers(0, 2**32 - 1))
-
-
-@st.composite
-def _bn_case(draw):
-    sizes = (draw(st.integers(1, 6)), draw(st.integers(1, 700)))
-    return sizes, _cores(draw, 2), draw(st.integers(0, 2**32 - 1))
-
-
 @FAST
-@given(_bred_case())
+@given(_case(5, 12, 200))
 def test_batched_red_equals_numpy(case) -> None:
-    sizes, cores, seed = case
-    rng = np.random.default_rng(seed)
-    a = _ints(rng, *sizes)
-    r = run_group(HBM, DccKernel.BATCHED_RED, sizes, cores, {"A": a}, garbage=rng)["r"]
-    np.testing.assert_array_equal(r.astype(np.float64), a.astype(np.float64).sum(axis=2))
+    _check_red(DccKernel.BATCHED_RED, case)
 
 
 @FAST
-@given(_bn_case())
+@given(_case(6, 700))
 def test_batched_va_and_relu_equal_numpy(case) -> None:
-    sizes, cores, seed = case
-    rng = np.random.default_rng(seed)
-    a, b = (rng.standard_normal(sizes) * 4).astype(np.float16), _ints(rng, *sizes)
-    c = run_group(HBM, DccKernel.BATCHED_VA, sizes, cores, {"A": a, "B": b}, garbage=rng)["C"]
-    np.testing.assert_array_equal(c, a + b)
-    y = run_group(HBM, DccKernel.BATCHED_RELU, sizes, cores, {"X": a}, garbage=rng)["Y"]
-    np.testing.assert_array_equal(y, np.maximum(a, 0))
+    _check_va_relu(DccKernel.BATCHED_VA, DccKernel.BATCHED_RELU, case)
 
 
 def test_batched_va_cycles_by_hand() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.helpers import run_cli
 
 
@@ -38,12 +40,19 @@ def test_refusals_exit_2(capsys) -> None:
         "back end with [timing]: it has its own command-level model (models/attacc.py): "
         "pimphony tune --backend attacc --kernel gemv --shape 1024,1024\n"
     )
-    rc, _, err = run_cli(capsys, "pim-gemv", "--backend", "aim")
-    assert rc == 2 and "pimphony run --kernel gemv --preset aim-16ch" in err
-    rc, _, err = run_cli(capsys, "pim-gemv", "--dout", "0")
-    assert rc == 2 and "--dout: 0 is outside 1 to" in err
-    rc, _, err = run_cli(capsys, "pim-gemv", "--channels", "100")
-    assert rc == 2 and "channels = 100: the back end 'hbm-pim' has 80 groups" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("--backend", "aim"), "pimphony run --kernel gemv --preset aim-16ch"),
+        (("--dout", "0"), "--dout: 0 is outside 1 to"),
+        (("--channels", "100"), "channels = 100: the back end 'hbm-pim' has 80 groups"),
+    ],
+)
+def test_refusal_messages(capsys, argv, message) -> None:
+    rc, _, err = run_cli(capsys, "pim-gemv", *argv)
+    assert rc == 2 and message in err
 
 
 def test_rearrange_json(capsys) -> None:

@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
-from pimphony.compiler.dcc.lowering import GroupProgram
+from pimphony.compiler.dcc.lowering import Extents, GroupProgram, Tensors
 from pimphony.compiler.dcc.schedule import (
     DCC_KERNELS,
     DccError,
@@ -365,12 +365,8 @@ def _operands(kernel: DccKernel, plan: _Plan, arrays: dict[str, np.ndarray], siz
 
 
 def run_group(
-    cfg: BackendConfig,
-    kernel: DccKernel,
-    sizes: tuple[int, ...],
-    cores: tuple[int, ...],
-    arrays: dict[str, np.ndarray],
-) -> dict[str, np.ndarray]:
+    cfg: BackendConfig, kernel: DccKernel, sizes: Extents, cores: Extents, arrays: Tensors
+) -> Tensors:
     """The share's result on values: the bank matrices placed as the compiled GEMVs lay them
     out (each head ``rows`` further down), the vectors as their GPR tiles, the stream
     scheduled with :data:`SCHEDULER` and executed by :func:`models.functional.execute`, the

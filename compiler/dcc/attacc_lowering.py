@@ -50,9 +50,10 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
-from pimphony.compiler.dcc.lowering import GroupProgram
+from pimphony.compiler.dcc.lowering import Extents, GroupProgram, Tensors
 from pimphony.compiler.dcc.schedule import (
     DCC_KERNELS,
     DccError,
@@ -176,6 +177,33 @@ class _Job:
     active: int
 
 
+@dataclass(frozen=True)
+class _JobForm:
+    """A kernel's :class:`_Job` as a table row: the MAC mode, the three tensors' names and,
+    per gather (``weights``, ``gb``, ``out``), the dimension sets indexing the tensor's axes
+    in order; ``ones``: the GEMV-buffer operand is all ones over ``gb``'s set (RED)."""
+
+    mode: MacMode
+    weight: str
+    gb_tensor: str
+    out_tensor: str
+    weights: tuple[int, ...]
+    gb: tuple[int, ...]
+    out: tuple[int, ...]
+    ones: bool = False
+
+
+#: Every kernel's job but batched RED's (:func:`_batched_red_job`); ``sizes`` are in the
+#: kernel's set order (SV's: ``(h, d, t)``, its bank tensor is ``V[h, t, d]``).
+_JOB_FORMS: dict[DccKernel, _JobForm] = {
+    DccKernel.GEMV: _JobForm(MacMode.DOT, "W", "x", "y", (0, 1), (1,), (0,)),
+    DccKernel.BATCHED_GEMV: _JobForm(MacMode.DOT, "W", "X", "Y", (1, 2), (0, 2), (0, 1)),
+    DccKernel.QK: _JobForm(MacMode.DOT, "K", "Q", "S", (0, 1, 2), (0, 2), (0, 1)),
+    DccKernel.SV: _JobForm(MacMode.AXPY, "V", "P", "O", (0, 2, 1), (0, 2), (0, 1)),
+    DccKernel.RED: _JobForm(MacMode.DOT, "A", "", "r", (0, 1), (1,), (0,), ones=True),
+}
+
+
 def _job(
     cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], cores: tuple[int, ...]
 ) -> _Job:
@@ -191,90 +219,37 @@ def _job(
                 out[b] = fn(sh)
         return out
 
-    if kernel is DccKernel.GEMV:
-        O, I = sizes  # noqa: E741
-        lo, li = lens
-        return _Job(
-            MacMode.DOT,
-            "W",
-            "x",
-            "y",
-            stack(lambda s: _flat((O, I), s.idx[0][:, None], s.idx[1][None, :])[None], (1, lo, li)),
-            stack(lambda s: s.idx[1][None], (1, li)),
-            stack(lambda s: s.idx[0][None], (1, lo)),
-            active,
-        )
-    if kernel is DccKernel.BATCHED_GEMV:
-        N, O, I = sizes  # noqa: E741
-        ln, lo, li = lens
-        return _Job(
-            MacMode.DOT,
-            "W",
-            "X",
-            "Y",
-            stack(lambda s: _flat((O, I), s.idx[1][:, None], s.idx[2][None, :])[None], (1, lo, li)),
-            stack(lambda s: _flat((N, I), s.idx[0][:, None], s.idx[2][None, :]), (ln, li)),
-            stack(lambda s: _flat((N, O), s.idx[0][:, None], s.idx[1][None, :]), (ln, lo)),
-            active,
-        )
-    if kernel is DccKernel.QK:
-        H, T, D = sizes
-        lh, lt, ld = lens
-        return _Job(
-            MacMode.DOT,
-            "K",
-            "Q",
-            "S",
-            stack(
-                lambda s: _flat(
-                    (H, T, D),
-                    s.idx[0][:, None, None],
-                    s.idx[1][None, :, None],
-                    s.idx[2][None, None, :],
-                ),
-                (lh, lt, ld),
-            ),
-            stack(lambda s: _flat((H, D), s.idx[0][:, None], s.idx[2][None, :]), (lh, ld)),
-            stack(lambda s: _flat((H, T), s.idx[0][:, None], s.idx[1][None, :]), (lh, lt)),
-            active,
-        )
-    if kernel is DccKernel.SV:
-        H, D, T = sizes
-        lh, ld, lt = lens
-        return _Job(
-            MacMode.AXPY,
-            "V",
-            "P",
-            "O",
-            stack(
-                lambda s: _flat(
-                    (H, T, D),
-                    s.idx[0][:, None, None],
-                    s.idx[2][None, :, None],
-                    s.idx[1][None, None, :],
-                ),
-                (lh, lt, ld),
-            ),
-            stack(lambda s: _flat((H, T), s.idx[0][:, None], s.idx[2][None, :]), (lh, lt)),
-            stack(lambda s: _flat((H, D), s.idx[0][:, None], s.idx[1][None, :]), (lh, ld)),
-            active,
-        )
-    if kernel is DccKernel.RED:
-        M, N = sizes
-        lm, ln = lens
-        return _Job(
-            MacMode.DOT,
-            "A",
-            "",
-            "r",
-            stack(lambda s: _flat((M, N), s.idx[0][:, None], s.idx[1][None, :])[None], (1, lm, ln)),
-            stack(lambda s: np.where(s.idx[1] >= 0, ONE, PAD)[None], (1, ln)),
-            stack(lambda s: s.idx[0][None], (1, lm)),
-            active,
-        )
     if kernel is DccKernel.BATCHED_RED:
         return _batched_red_job(sizes, lens, active, stack)
-    raise AttAccLoweringError(f"kernel {kernel!s}: no AttAcc lowering")
+    form = _JOB_FORMS.get(kernel)
+    if form is None:
+        raise AttAccLoweringError(f"kernel {kernel!s}: no AttAcc lowering")
+
+    def gather(sets: tuple[int, ...], rank: int, ones: bool = False) -> np.ndarray:
+        """The gathers into the tensor whose axes are ``sets`` (padded to ``rank`` axes)."""
+        shape, lead = tuple(sizes[k] for k in sets), (1,) * (rank - len(sets))
+
+        def one(s: _Share) -> np.ndarray:
+            if ones:
+                return np.where(s.idx[sets[0]] >= 0, ONE, PAD).reshape(lead + (-1,))
+            axes = [
+                s.idx[k].reshape([-1 if j == i else 1 for j in range(len(sets))])
+                for i, k in enumerate(sets)
+            ]
+            return _flat(shape, *axes).reshape(lead + tuple(lens[k] for k in sets))
+
+        return stack(one, lead + tuple(lens[k] for k in sets))
+
+    return _Job(
+        form.mode,
+        form.weight,
+        form.gb_tensor,
+        form.out_tensor,
+        gather(form.weights, 3),
+        gather(form.gb, 2, form.ones),
+        gather(form.out, 2),
+        active,
+    )
 
 
 def _batched_red_job(
@@ -480,12 +455,8 @@ def _emit_job(
     S, vr = gbv.shape[1], gbv.shape[2]
     tiles = -(-vr // IR)
     dot = job.mode is MacMode.DOT
-    if dot:
-        wv = _pad_lanes(job.weights, L)  # (banks, Sw, O, vr, L)
-        outs = _pad_lanes(job.out, L)  # (banks, S, O/L, L)
-    else:
-        wv = _pad_lanes(job.weights, L)  # (banks, Sw, R, ob, L)
-        outs = _pad_lanes(job.out, L)  # (banks, S, ob, L)
+    wv = _pad_lanes(job.weights, L)  # DOT: (banks, Sw, O, vr, L); AXPY: (banks, Sw, R, ob, L)
+    outs = _pad_lanes(job.out, L)  # DOT: (banks, S, O/L, L); AXPY: (banks, S, ob, L)
     n_out_vec = outs.shape[2]
     used = (job.gb != PAD).any(axis=2)  # (banks, S): the bank reduces something
     passes = -(-n_out_vec // OR)
@@ -502,32 +473,17 @@ def _emit_job(
                             gb_from(s, v, v - t * IR)
                         else:
                             bld.wrgb(v - t * IR, gbv[:, s, v])
-                if dot:
-                    for e in entries:
-                        for o in range(e * L, min(job.out.shape[2], (e + 1) * L)):
-                            for v in vecs:
-                                bld.mac(
-                                    job.weight,
-                                    (*key, sw, o, v),
-                                    wv[:, sw, o, v],
-                                    v - t * IR,
-                                    e - p * OR,
-                                    o % L,
-                                    MacMode.DOT,
-                                )
-                else:
-                    for v in vecs:
-                        for r in range(v * L, min(job.gb.shape[2], (v + 1) * L)):
-                            for e in entries:
-                                bld.mac(
-                                    job.weight,
-                                    (*key, sw, r, e),
-                                    wv[:, sw, r, e],
-                                    v - t * IR,
-                                    e - p * OR,
-                                    r % L,
-                                    MacMode.AXPY,
-                                )
+                # DOT: per output entry a, its outputs i against the tile's vectors b;
+                # AXPY: per vector a, its reduced rows i into every output entry b
+                outer, inner, n = (
+                    (entries, vecs, job.out.shape[2]) if dot else (vecs, entries, job.gb.shape[2])
+                )
+                for a in outer:
+                    for i in range(a * L, min(n, (a + 1) * L)):
+                        for b in inner:
+                            v, e = (b, a) if dot else (a, b)
+                            w, src, dst = (*key, sw, i, b), v - t * IR, e - p * OR
+                            bld.mac(job.weight, w, wv[:, sw, i, b], src, dst, i % L, job.mode)
             slot = slot_base
             for e in entries:
                 slot = bld.mvsb(e - p * OR, outs[:, s, e], slot, used[:, s], slot_of)
@@ -1253,12 +1209,10 @@ def _attention(
     head core) the frame [QK^T of the round's heads (scores left in the softmax buffer), an
     SFM per head one after another, SV of the round's heads (probabilities moved in by
     MVGB), with ``partial`` the RDSBs of the round's statistics entries]."""
-    base, stats = _attention_check(cfg, sizes, cores, partial)
-    H, T, D = (int(x) for x in sizes)
-    c_h, c_t, c_d = (int(x) for x in cores)
+    base, stats, (H, T, D), (c_h, c_t, c_d), lh, p_slots, entry = _attention_check(
+        cfg, sizes, cores, partial
+    )
     L = cfg.core.lanes
-    lh, p_slots = -(-H // c_h), -(-T // L)
-    entry = _score_entry(cfg, (H, T, D), c_h)
     qk = _geometry(cfg, DccKernel.QK, (H, T, D), (c_h, c_t, c_d))
     sv = _geometry(cfg, DccKernel.SV, (H, D, T), (c_h, c_d, c_t))
     per_head = qk.nm + sv.nm
@@ -1381,12 +1335,8 @@ def _place(
 
 
 def run_group(
-    cfg: BackendConfig,
-    kernel: DccKernel,
-    sizes: tuple[int, ...],
-    cores: tuple[int, ...],
-    arrays: dict[str, np.ndarray],
-) -> dict[str, np.ndarray]:
+    cfg: BackendConfig, kernel: DccKernel, sizes: Extents, cores: Extents, arrays: Tensors
+) -> Tensors:
     """The share's result on values: place the bank tensor as ``inputs`` says, run the
     stream on :func:`models.attacc.execute` with the GEMV-buffer tensor as payload, and
     scatter what the host read (``RDSB``) into the output tensor (FP16). ``attn``:
@@ -1420,10 +1370,11 @@ def _attention_check(
     sizes: tuple[int, int, int],
     cores: tuple[int, int, int],
     partial: bool = False,
-) -> tuple[int, int]:
-    """Refuse an attention share the group cannot run; the softmax-buffer entries SV's
-    results start at and (``partial``: a share of every head's tokens) the round's softmax
-    statistics do, one entry per head core, after the scores and the results."""
+) -> _AttnFrame:
+    """Refuse an attention share the group cannot run; its frame (:class:`_AttnFrame`) with
+    the softmax-buffer entries SV's results start at and (``partial``: a share of every head's
+    tokens) the round's softmax statistics do, one entry per head core, after the scores and
+    the results."""
     H, T, D = (int(x) for x in sizes)
     c_h, c_t, c_d = (int(x) for x in cores)
     _check(cfg, DccKernel.QK, (H, T, D), (c_h, c_t, c_d))
@@ -1462,7 +1413,22 @@ def _attention_check(
             f"{out_slots} more from entry {base}{also}; the buffer has {slots} "
             f"(group.buffer_bytes = {cfg.group.buffer_bytes}){fit}"
         )
-    return base, stats
+    entry = _score_entry(cfg, (H, T, D), c_h)
+    return _AttnFrame(base, stats, (H, T, D), (c_h, c_t, c_d), lh, p_slots, entry)
+
+
+class _AttnFrame(NamedTuple):
+    """An attention share's checked frame (:func:`_attention_check`): where SV's results and
+    the statistics start, the sizes and cores as ints, heads per head core, softmax-buffer
+    entries per head, the score entry of a flat score index."""
+
+    base: int
+    stats: int
+    sizes: tuple[int, int, int]
+    cores: tuple[int, int, int]
+    lh: int
+    p_slots: int
+    entry: Callable
 
 
 def _attention_reference(
@@ -1481,13 +1447,11 @@ def _attention_reference(
     same slice. ``partial`` (the group holds a share of every head's tokens): each SFM also
     leaves its max and sum in head core j's statistics entry, and the round ends with their
     RDSBs. Built command by command (:class:`_Builder`): the oracle of :func:`_attention`."""
-    base, stats = _attention_check(cfg, sizes, cores, partial)
+    base, stats, (H, T, D), (c_h, c_t, c_d), lh, p_slots, entry = _attention_check(
+        cfg, sizes, cores, partial
+    )
     order = interleave(cfg)
-    H, T, D = (int(x) for x in sizes)
-    c_h, c_t, c_d = (int(x) for x in cores)
     L = cfg.core.lanes
-    lh, p_slots = -(-H // c_h), -(-T // L)
-    entry = _score_entry(cfg, (H, T, D), c_h)
     qk = _job(cfg, DccKernel.QK, (H, T, D), (c_h, c_t, c_d))
     sv = _job(cfg, DccKernel.SV, (H, D, T), (c_h, c_d, c_t))
     bld = _Builder(cfg, Levels.of(cfg), qk.active)

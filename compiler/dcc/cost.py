@@ -35,7 +35,7 @@ from enum import StrEnum
 from functools import cache, lru_cache
 
 import numpy as np
-from pimphony.compiler.dcc.lowering import GroupProgram
+from pimphony.compiler.dcc.lowering import Extents, GroupProgram
 from pimphony.compiler.dcc.schedule import (
     DCC_KERNELS,
     DccError,
@@ -303,12 +303,8 @@ def group_share(cfg: BackendConfig, kernel: DccKernel, sizes: tuple[int, ...], d
 
 @lru_cache(maxsize=4)
 def _program(
-    cfg: BackendConfig,
-    kernel: DccKernel,
-    sizes: tuple[int, ...],
-    cores: tuple[int, ...],
-    partial: bool = False,
-):
+    cfg: BackendConfig, kernel: DccKernel, sizes: Extents, cores: Extents, partial: bool = False
+) -> GroupProgram:
     """One group's lowered program (``partial``: of a share of a :data:`GROUP_COMBINED` set).
     Only the last few are kept: a program holds its stream and address arrays (megabytes at
     figure sizes), and a search lowers thousands of shares; what a draft's cost needs of it
@@ -328,11 +324,7 @@ def share_program(cfg: BackendConfig, kernel: DccKernel, share: GroupShare) -> G
 
 @cache
 def _program_summary(
-    cfg: BackendConfig,
-    kernel: DccKernel,
-    sizes: tuple[int, ...],
-    cores: tuple[int, ...],
-    partial: bool = False,
+    cfg: BackendConfig, kernel: DccKernel, sizes: Extents, cores: Extents, partial: bool = False
 ) -> tuple[int, tuple[tuple[str, int], ...], int]:
     """(cycles, command counts, host operations) of one group's program."""
     prog = _program(cfg, kernel, sizes, cores, partial)
@@ -343,8 +335,8 @@ def _program_summary(
 def _channel_seconds(
     cfg: BackendConfig,
     kernel: DccKernel,
-    sizes: tuple[int, ...],
-    cores: tuple[int, ...],
+    sizes: Extents,
+    cores: Extents,
     op: Op,
     skip: frozenset[str],
     partial: bool = False,

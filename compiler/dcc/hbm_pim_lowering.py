@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from pimphony.compiler.dcc.lowering import GroupProgram
+from pimphony.compiler.dcc.lowering import Extents, GroupProgram, Tensors
 from pimphony.compiler.dcc.schedule import DCC_KERNELS, DccKernel
 from pimphony.compiler.pim_gemv import (
     JUMP_MAX,
@@ -48,20 +48,10 @@ from pimphony.compiler.pim_gemv import (
     result_address,
     weight_address,
 )
+from pimphony.models import hbm_pim
 from pimphony.models.backends import BackendConfig
 from pimphony.models.errors import PimphonyError
-from pimphony.models.hbm_pim import (
-    CTRL_COLUMN,
-    Bank,
-    Instr,
-    Op,
-    PimState,
-    check_backend,
-    encode_instr,
-    execute,
-    instr_payload,
-    time_stream,
-)
+from pimphony.models.hbm_pim import CTRL_COLUMN, Bank, Instr, Op, encode_instr
 
 __all__ = ["GROUP_LOWERINGS", "HbmPimLoweringError", "lower_group", "run_group"]
 
@@ -87,7 +77,7 @@ def _ceil(a: int, b: int) -> int:
 
 def _check(cfg: BackendConfig, kernel: DccKernel, sizes: tuple, cores: tuple) -> None:
     try:
-        check_backend(cfg)
+        hbm_pim.check_backend(cfg)
     except PimphonyError as exc:
         raise HbmPimLoweringError(str(exc)) from None
     sets = len(inspect.signature(DCC_KERNELS[kernel]).parameters)
@@ -158,7 +148,7 @@ def _program(
 ) -> _Lowered:
     """Time ``stream``; inputs/outputs from the (addresses, lane indices) pairs; the host's
     adds are the read lanes beyond one per output element."""
-    tl = time_stream(cfg, stream)
+    tl = hbm_pim.time_stream(cfg, stream)
     inputs = {k: a for k, (a, _) in gather.items()}
     outputs = {k: a for k, (a, _) in scatter.items()}
     host_ops = 0
@@ -184,7 +174,7 @@ def _addresses(bank: np.ndarray, row: np.ndarray, col: np.ndarray) -> np.ndarray
 def _frame(cfg: BackendConfig, prog: list[int]) -> tuple[Emitter, np.ndarray, int, int]:
     """An emitter after mode entry and the CRF writes; the payload (zero, PIM-on, CRF rows)."""
     lanes = cfg.core.lanes
-    crf = instr_payload(prog, lanes)
+    crf = hbm_pim.instr_payload(prog, lanes)
     zero = np.zeros((1, lanes), np.uint16)
     on = zero.copy()
     on[0, :2] = 1  # PIM on, GRF_B zeroed
@@ -544,12 +534,12 @@ _NEST_ARGS: dict[DccKernel, tuple[int, ...]] = {DccKernel.SV: (0, 2, 1)}
 def run_group(
     cfg: BackendConfig,
     kernel: DccKernel,
-    sizes: tuple[int, ...],
-    cores: tuple[int, ...],
-    arrays: dict[str, np.ndarray],
+    sizes: Extents,
+    cores: Extents,
+    arrays: Tensors,
     *,
     garbage: np.random.Generator | None = None,
-) -> dict[str, np.ndarray]:
+) -> Tensors:
     """The share's output tensor computed on the functional model: ``arrays`` (the loop
     nest's input tensors of this share, FP16) placed where ``inputs`` says, the stream
     executed, ``outputs`` read back and the host's adds applied (in FP32, then FP16).
@@ -581,7 +571,7 @@ def run_group(
             )
         vals[name] = a.astype(np.float16)
     low = _LOWER[kernel](cfg, sizes, cores, vals)
-    st = PimState.for_backend(cfg, 1)
+    st = hbm_pim.PimState.for_backend(cfg, 1)
     if garbage is not None:
         rows = np.unique(low.program.stream["row"])
         for r in rows[rows < PIM_ROWS].tolist():
@@ -593,7 +583,7 @@ def run_group(
         for r in np.unique(addr[:, 1]).tolist():
             sel = addr[:, 1] == r
             st.row(r)[0, addr[sel, 0], addr[sel, 2], :] = vec[sel]
-    execute(cfg, low.program.stream, low.payload, st)
+    hbm_pim.execute(cfg, low.program.stream, low.payload, st)
     (addr,) = low.program.outputs.values()
     idx = low.scatter[out_name]
     got = np.zeros((len(addr), cfg.core.lanes), np.float32)

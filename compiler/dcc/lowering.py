@@ -15,7 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["GroupProgram"]
+__all__ = ["Extents", "GroupProgram", "Tensors"]
+
+#: Per dimension set, a group's extent (``sizes``) or its cores (``cores``).
+Extents = tuple[int, ...]
+#: Tensor name -> values (FP16): a share's inputs to ``run_group`` and its outputs.
+Tensors = dict[str, np.ndarray]
 
 
 @dataclass(frozen=True)
