@@ -43,35 +43,22 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from pimphony.models import tally
 from pimphony.models.dram import (
     INF,
     MODE_COMPUTE,
     MODE_REGISTER,
     NEVER,
     TV_CCD,
-    TV_MAC,
     TV_MOD,
-    TV_RD_OUT,
-    TV_WR_INP,
     exec_time,
     mode_switch,
     open_row,
     uix,
 )
 from pimphony.models.errors import PimphonyError
-from pimphony.models.isa import OP_MAC, OP_WR_INP
+from pimphony.models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP
 from pimphony.models.static_sched import static_gap
-from pimphony.models.tally import (
-    TL_SWITCHES,
-    t_io_count,
-    t_io_interval,
-    t_mac,
-    t_mac_interval,
-    t_macs_counted,
-    t_row,
-    tally_close,
-    tally_open,
-)
 
 __all__ = [
     "PP_FLIP",
@@ -138,6 +125,15 @@ def late_command_error(late: int, accepted: int, flip_at: int) -> PingPongError:
     )
 
 
+@njit(cache=True, inline="always")
+def _io_gap(last_io_op, last_io, barrier, op, tv):
+    """Cycles from the last WR_INP or RD_OUT to the I/O head ``op``: the static scheduler's
+    gap after one of the running slot (issued at ``barrier`` or later), else tCCD."""
+    if last_io_op >= 0 and last_io >= barrier:
+        return static_gap(last_io_op, op, tv)
+    return tv[TV_CCD]
+
+
 @njit(cache=True)
 def _pingpong_kernel(op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end):
     """:func:`pingpong_schedule` plus the first late command (-1 if none) and its hand-off."""
@@ -199,9 +195,7 @@ def _pingpong_kernel(op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end):
             ti = INF
             if pi < hi:
                 k = order[pi]
-                gap = tv[TV_CCD]
-                if last_io_op >= 0 and last_io >= barrier:
-                    gap = static_gap(last_io_op, op[k], tv)
+                gap = _io_gap(last_io_op, last_io, barrier, op[k], tv)
                 ti = max(barrier, accept[k] + 1, last_issue + 1, last_io + gap)
             tc = INF
             tc_no_row = INF
@@ -457,6 +451,20 @@ def _first_bad(bad, code, phase, k, k_code, k_phase):
     return bad, code, phase
 
 
+@njit(cache=True, inline="always")
+def _waiting_bad(bad, code, phase, r, c, first, prev, first_next, k_code):
+    """:func:`_first_bad` for the WR_INPs (RD_OUTs) waiting for a MAC of phase ``c`` on its
+    GBuf (OBuf) entry, last registered in region ``r``: region ``c``'s first one and the
+    previous region's first one of slot ``c`` when ``r == c``, else region ``c - 1``'s
+    ``first_next`` (its first of slot ``c``). Each is illegal by rule ``k_code``."""
+    if r == c:
+        bad, code, phase = _first_bad(bad, code, phase, first, k_code, c)
+        bad, code, phase = _first_bad(bad, code, phase, prev, k_code, c - 1)
+    elif r == c - 1:
+        bad, code, phase = _first_bad(bad, code, phase, first_next, k_code, c - 1)
+    return bad, code, phase
+
+
 @njit(cache=True)
 def pingpong_feed(
     st, win, regions, io_list, track_g, track_o, held_io, n_gbuf, n_obuf, tl, op, gbuf, row,
@@ -483,7 +491,8 @@ def pingpong_feed(
     compute head is held back from the tally until one is (a row switch recorded then may
     start before it; :mod:`models.tally`).
     """
-    tccd, twr, tmac, trd, tmod = tv[TV_CCD], tv[TV_WR_INP], tv[TV_MAC], tv[TV_RD_OUT], tv[TV_MOD]
+    tccd, tmod = tv[TV_CCD], tv[TV_MOD]
+    twr, tmac, trd = exec_time(OP_WR_INP, tv), exec_time(OP_MAC, tv), exec_time(OP_RD_OUT, tv)
     half_g = n_gbuf // 2
     half_o = n_obuf // 2
     c = st[_P_PHASE]
@@ -558,34 +567,22 @@ def pingpong_feed(
                 rd1 = INF
             s = c
             # The WR_INPs and RD_OUTs waiting for this MAC's entries must be in earlier slots.
-            r = track_g[_G_REG, uix(ge)]
+            e = uix(ge)
+            r = track_g[_G_REG, e]
             if r != NEVER:
-                if r == c:
-                    bad, bad_code, bad_phase = _first_bad(
-                        bad, bad_code, bad_phase, track_g[_G_FIRST, uix(ge)], 2, c
-                    )
-                    bad, bad_code, bad_phase = _first_bad(
-                        bad, bad_code, bad_phase, track_g[_G_PREV, uix(ge)], 2, c - 1
-                    )
-                elif r == c - 1:
-                    bad, bad_code, bad_phase = _first_bad(
-                        bad, bad_code, bad_phase, track_g[_G_NEXT, uix(ge)], 2, c - 1
-                    )
-                track_g[_G_REG, uix(ge)] = NEVER
-            r = track_o[_O_REG, uix(oe)]
+                first, prev, nxt = track_g[_G_FIRST, e], track_g[_G_PREV, e], track_g[_G_NEXT, e]
+                bad, bad_code, bad_phase = _waiting_bad(
+                    bad, bad_code, bad_phase, r, c, first, prev, nxt, 2
+                )
+                track_g[_G_REG, e] = NEVER
+            e = uix(oe)
+            r = track_o[_O_REG, e]
             if r != NEVER:
-                if r == c:
-                    bad, bad_code, bad_phase = _first_bad(
-                        bad, bad_code, bad_phase, track_o[_O_FIRST, uix(oe)], 4, c
-                    )
-                    bad, bad_code, bad_phase = _first_bad(
-                        bad, bad_code, bad_phase, track_o[_O_PREV, uix(oe)], 4, c - 1
-                    )
-                elif r == c - 1:
-                    bad, bad_code, bad_phase = _first_bad(
-                        bad, bad_code, bad_phase, track_o[_O_FIRST, uix(oe)], 4, c - 1
-                    )
-                track_o[_O_REG, uix(oe)] = NEVER
+                first, prev = track_o[_O_FIRST, e], track_o[_O_PREV, e]
+                bad, bad_code, bad_phase = _waiting_bad(
+                    bad, bad_code, bad_phase, r, c, first, prev, first, 4
+                )
+                track_o[_O_REG, e] = NEVER
         else:
             if o == OP_WR_INP:
                 gh = 1 if ge >= half_g else 0
@@ -657,7 +654,7 @@ def pingpong_feed(
     flip_at = st[_P_FLIP]
     late_acc = st[_P_LATE_ACC]
     n_held = st[_P_TIO_N]
-    tt = tally_open(tl)
+    tt = tally.tally_open(tl)
     for s in range(s_next, s_last + 1):
         # The slot's MACs: phase s, region s (none in the prologue and epilogue).
         rs = s - reg_base  # region s's row in ``regions``
@@ -700,39 +697,34 @@ def pingpong_feed(
                 h = 0
                 if new_row:
                     while h < n_held and held_io[h, 0] < start:
-                        tt = t_io_interval(tt, held_io[h, 0], held_io[h, 1])
+                        tt = tally.t_io_interval(tt, held_io[h, 0], held_io[h, 1])
                         h += 1
-                    tt = t_row(tt, start, row_ready)
+                    tt = tally.t_row(tt, start, row_ready)
                     if sw_out is not None:
-                        n_sw = tt[TL_SWITCHES] - 1
+                        n_sw = tt[tally.TL_SWITCHES] - 1
                         sw_out[n_sw, 0] = start
                         sw_out[n_sw, 1] = row_ready
                 while h < n_held:
-                    tt = t_io_interval(tt, held_io[h, 0], held_io[h, 1])
+                    tt = tally.t_io_interval(tt, held_io[h, 0], held_io[h, 1])
                     h += 1
                 n_held = 0
+            # The I/O head's cycle but for the one issue per cycle (INF: none).
+            ti_fixed = INF
+            if pi < io_hi:
+                k = io_list[uix(pi)] - base
+                gap = _io_gap(last_io_op, last_io, barrier, win[_W_KIND, uix(k)] & 3, tv)
+                ti_fixed = max(barrier, win[_W_ACC, uix(k)] + 1, last_io + gap)
             # A stretch of MACs: with the compute head prepared and no mode rule, MACs issue
             # while no later than the I/O head could; MACs leave the I/O head as it is but
             # for the last issue. Hands over at a row to open or the I/O head's turn.
             if tmod == 0 and pc < end_w and prepared == pc:
-                ti_fixed = INF
-                if pi < io_hi:
-                    k = io_list[uix(pi)] - base
-                    gap = tccd
-                    if (
-                        last_io_op >= 0
-                        and last_io >= barrier
-                        and win[_W_KIND, uix(k)] & 3 != last_io_op
-                    ):
-                        gap = twr if last_io_op == OP_WR_INP else trd
-                    ti_fixed = max(barrier, win[_W_ACC, uix(k)] + 1, last_io + gap)
                 n_mac = 0
                 while True:
                     t = max(barrier, win[_W_ACC, uix(pc)] + 1, last_issue + 1, last_mac + tccd)
                     t = max(t, row_ready)
                     if max(ti_fixed, last_issue + 1) < t:
                         break
-                    tt = t_mac_interval(tt, t, tccd)
+                    tt = tally.t_mac_interval(tt, t, tccd)
                     last_mac = t
                     last_issue = t
                     if base + pc < later:
@@ -750,21 +742,11 @@ def pingpong_feed(
                     prepared = pc
                 if n_mac:
                     mode = MODE_COMPUTE
-                    tt = t_macs_counted(tt, n_mac, last_mac, tmac)
+                    tt = tally.t_macs_counted(tt, n_mac, last_mac, tmac)
                     end_c = max(end_c, last_mac + tmac)
                     n_slot += n_mac
                     continue
-            ti = INF
-            if pi < io_hi:
-                k = io_list[uix(pi)] - base
-                gap = tccd
-                if (
-                    last_io_op >= 0
-                    and last_io >= barrier
-                    and win[_W_KIND, uix(k)] & 3 != last_io_op
-                ):
-                    gap = twr if last_io_op == OP_WR_INP else trd
-                ti = max(barrier, win[_W_ACC, uix(k)] + 1, last_issue + 1, last_io + gap)
+            ti = max(ti_fixed, last_issue + 1)  # INF stays INF
             tc = INF
             tc_no_row = INF
             if pc < end_w:
@@ -796,9 +778,9 @@ def pingpong_feed(
                 mode = MODE_REGISTER
                 last_io = t
                 last_io_op = o
-                tt = t_io_count(tt, o, t, ex)
+                tt = tally.t_io_count(tt, o, t, ex)
                 if pc < end_w:
-                    tt = t_io_interval(tt, t, t + tccd)
+                    tt = tally.t_io_interval(tt, t, t + tccd)
                 else:
                     held_io[n_held, 0] = t
                     held_io[n_held, 1] = t + tccd
@@ -813,7 +795,7 @@ def pingpong_feed(
                 ex = tmac
                 mode = MODE_COMPUTE
                 last_mac = t
-                tt = t_mac(tt, t, tccd, tmac)
+                tt = tally.t_mac(tt, t, tccd, tmac)
                 end_c = max(end_c, t + ex)
                 pc += 1
                 while pc < end_w and win[_W_KIND, uix(pc)] & 3 != OP_MAC:
@@ -851,9 +833,9 @@ def pingpong_feed(
                 done = max(done, win[_W_ISS, uix(w)] + ex)
     if final:
         for h in range(n_held):
-            tt = t_io_interval(tt, held_io[h, 0], held_io[h, 1])
+            tt = tally.t_io_interval(tt, held_io[h, 0], held_io[h, 1])
         n_held = 0
-    tally_close(tl, tt)
+    tally.tally_close(tl, tt)
     st[_P_BARRIER] = barrier
     st[_P_IO] = last_io
     st[_P_IO_OP] = last_io_op
