@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
-from pimphony.models import tally
 from pimphony.models.dram import (
     INF,
     MODE_COMPUTE,
@@ -49,6 +48,17 @@ from pimphony.models.dram import (
     uix,
 )
 from pimphony.models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP
+from pimphony.models.tally import (
+    TL_SWITCHES,
+    t_io_count,
+    t_io_interval,
+    t_mac,
+    t_mac_interval,
+    t_macs_counted,
+    t_row,
+    tally_close,
+    tally_open,
+)
 
 __all__ = [
     "DCS_DEADLOCK",
@@ -106,30 +116,6 @@ def _obuf_expiry(d, op, issue, tv, is_mac):
             return issue[d] + tv[TV_CCD]
         return issue[d] + tv[TV_MAC]
     return issue[d] + tv[TV_RD_OUT]
-
-
-@njit(cache=True, inline="always")
-def _mode_rule(ti, tc, tc_no_row, mode, tv):
-    """``(ti, xi, tc, xc)`` of the I/O and the compute head: the cycle the controller commits
-    to each (its TMOD's with a mode switch; INF: it does not compete) and its issue cycle.
-
-    With a mode rule only one head competes: the current mode's while its cycle is finite
-    (its queue has an accepted head whose predecessors have issued; INF marks an unissued
-    one, of the other class), else the other head, which pays the TMOD.
-    """
-    xi = ti
-    xc = tc
-    if tv[TV_MOD] > 0:
-        if mode == MODE_COMPUTE:
-            if tc < INF:
-                ti = INF
-            elif ti < INF:
-                ti, xi = mode_switch(ti, ti, tv)
-        elif ti < INF:
-            tc = INF
-        elif tc < INF:
-            tc, xc = mode_switch(tc, tc_no_row, tv)
-    return ti, xi, tc, xc
 
 
 @njit(cache=True)
@@ -219,7 +205,23 @@ def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_s
             tc = max(tc, _gbuf_expiry(prev_g[k], op, issue, tv))
             tc_no_row = max(tc, _obuf_expiry(prev_o[k], op, issue, tv, True))
             tc = max(tc_no_row, row_ready)
-        ti, xi, tc, xc = _mode_rule(ti, tc, tc_no_row, mode, tv)
+        # ``ti``/``tc``: the cycle the controller commits to a head (its TMOD's with a mode
+        # switch); ``xi``/``xc``: its issue cycle. With a mode rule only one head competes:
+        # the current mode's while its cycle is finite (its queue has an accepted head whose
+        # predecessors have issued; INF marks an unissued one, of the other class), else the
+        # other head, which pays the TMOD.
+        xi = ti
+        xc = tc
+        if tv[TV_MOD] > 0:
+            if mode == MODE_COMPUTE:
+                if tc < INF:
+                    ti = INF
+                elif ti < INF:
+                    ti, xi = mode_switch(ti, ti, tv)
+            elif ti < INF:
+                tc = INF
+            elif tc < INF:
+                tc, xc = mode_switch(tc, tc_no_row, tv)
         t = min(ta, ti, tc)
         if t >= INF:
             raise RuntimeError(DCS_STUCK)
@@ -309,40 +311,6 @@ def _at(slot, col):
     return np.uint64(slot * _Q_LEN + col)
 
 
-@njit(cache=True, inline="always")
-def _queue_mac(qc, d_table, h, n_gbuf, k, c_n, g, o, r, t):
-    """MAC ``k`` (GBuf entry ``g``, OBuf entry ``o``, row ``r``), accepted at ``t``, into slot
-    ``h`` of the compute ring as queue position ``c_n``: the D-Table's unissued WR_INP or
-    RD_OUT on each entry (only those can block a MAC) become its dependencies, and it
-    becomes the entries' last command."""
-    g = np.int64(g)
-    o = np.int64(o)
-    blocked = 0
-    d = d_table[uix(g)]
-    if d >= 0 and d & 1 == 0:
-        blocked = 1
-        qc[_at(h, _Q_DG)] = d >> 1
-    d = d_table[uix(n_gbuf + o)]
-    if d >= 0 and d & 1 == 0:
-        blocked |= 2
-        qc[_at(h, _Q_DO)] = d >> 1
-    qc[_at(h, _Q_ID)] = k << 2 | blocked
-    qc[_at(h, _Q_FIELDS)] = np.int64(r) << 32 | o << 16 | g
-    qc[_at(h, _Q_ACC)] = t
-    d_table[uix(g)] = 2 * c_n + 1
-    d_table[uix(n_gbuf + o)] = 2 * c_n + 1
-
-
-@njit(cache=True, inline="always")
-def _issue_mac(qc, s_table, h, n_gbuf, t, tccd, tmac):
-    """The MAC in slot ``h`` of the compute ring issues at ``t``: its issue cycle, and the
-    S-Table expiries of its GBuf (tCCD) and OBuf (t_MAC) entries."""
-    qc[_at(h, _Q_ISS)] = t
-    f = qc[_at(h, _Q_FIELDS)]
-    s_table[uix(f & _LOW16)] = t + tccd
-    s_table[uix(n_gbuf + ((f >> 16) & _LOW16))] = t + tmac
-
-
 @njit(cache=True)
 def dcs_run(
     st, queues, d_table, s_table, held_io, n_gbuf, tl, op, gbuf, row, out, valid_gaps, tv,
@@ -401,7 +369,7 @@ def dcs_run(
     c_hs = c_h % depth
     c_ns = c_n % depth
     n_held = st[_D_HELD]
-    tt = tally.tally_open(tl)
+    tt = tally_open(tl)
     status = 0
     while True:
         # A stretch of MACs: while the I/O queue is empty and the next command is a MAC (and
@@ -421,7 +389,10 @@ def dcs_run(
                 while c_n - c_h == depth and prepared == 1 and qc[_at(c_hs, _Q_ID)] & 3 == 0:
                     h = c_hs
                     t = max(qc[_at(h, _Q_ACC)] + 1, last_issue + 1, t_last_mac + tccd, row_ready)
-                    _issue_mac(qc, s_table, h, n_gbuf, t, tccd, tmac)
+                    qc[_at(h, _Q_ISS)] = t
+                    f = qc[_at(h, _Q_FIELDS)]
+                    s_table[uix(f & _LOW16)] = t + tccd
+                    s_table[uix(n_gbuf + ((f >> 16) & _LOW16))] = t + tmac
                     if issue_out is not None:
                         issue_out[uix(qc[_at(h, _Q_ID)] >> 2)] = t
                     t_last_mac = t
@@ -429,13 +400,27 @@ def dcs_run(
                     mode = MODE_COMPUTE
                     c_h += 1
                     c_hs = 0 if c_hs + 1 == depth else c_hs + 1
-                    tt = tally.t_mac_interval(tt, t, tccd)
+                    tt = t_mac_interval(tt, t, tccd)
                     j = n_acc - base
                     ta = max(a_prev + 1, t + 1)
                     if valid_gaps is not None:
                         ta = max(a_prev + 1 + valid_gaps[uix(j)], t + 1)
-                    g, o, r = gbuf[uix(j)], out[uix(j)], row[uix(j)]
-                    _queue_mac(qc, d_table, h, n_gbuf, n_acc, c_n, g, o, r, ta)
+                    g = np.int64(gbuf[uix(j)])
+                    o = np.int64(out[uix(j)])
+                    blocked = 0
+                    d = d_table[uix(g)]
+                    if d >= 0 and d & 1 == 0:
+                        blocked = 1
+                        qc[_at(h, _Q_DG)] = d >> 1
+                    d = d_table[uix(n_gbuf + o)]
+                    if d >= 0 and d & 1 == 0:
+                        blocked |= 2
+                        qc[_at(h, _Q_DO)] = d >> 1
+                    qc[_at(h, _Q_ID)] = n_acc << 2 | blocked
+                    qc[_at(h, _Q_FIELDS)] = np.int64(row[uix(j)]) << 32 | o << 16 | g
+                    qc[_at(h, _Q_ACC)] = ta
+                    d_table[uix(g)] = 2 * c_n + 1
+                    d_table[uix(n_gbuf + o)] = 2 * c_n + 1
                     c_n += 1
                     c_ns = 0 if c_ns + 1 == depth else c_ns + 1
                     a_prev = ta
@@ -471,25 +456,43 @@ def dcs_run(
                     break
                 if ta == t:
                     j = n_acc - base
-                    g, o, r = gbuf[uix(j)], out[uix(j)], row[uix(j)]
-                    _queue_mac(qc, d_table, c_ns, n_gbuf, n_acc, c_n, g, o, r, t)
+                    g = np.int64(gbuf[uix(j)])
+                    o = np.int64(out[uix(j)])
+                    h = c_ns
+                    blocked = 0
+                    d = d_table[uix(g)]
+                    if d >= 0 and d & 1 == 0:
+                        blocked = 1
+                        qc[_at(h, _Q_DG)] = d >> 1
+                    d = d_table[uix(n_gbuf + o)]
+                    if d >= 0 and d & 1 == 0:
+                        blocked |= 2
+                        qc[_at(h, _Q_DO)] = d >> 1
+                    qc[_at(h, _Q_ID)] = n_acc << 2 | blocked
+                    qc[_at(h, _Q_FIELDS)] = np.int64(row[uix(j)]) << 32 | o << 16 | g
+                    qc[_at(h, _Q_ACC)] = t
+                    d_table[uix(g)] = 2 * c_n + 1
+                    d_table[uix(n_gbuf + o)] = 2 * c_n + 1
                     c_n += 1
                     c_ns = 0 if c_ns + 1 == depth else c_ns + 1
                     a_prev = t
                     n_acc += 1
                 if tc == t:
                     h = c_hs
-                    _issue_mac(qc, s_table, h, n_gbuf, t, tccd, tmac)
+                    qc[_at(h, _Q_ISS)] = t
+                    f = qc[_at(h, _Q_FIELDS)]
+                    s_table[uix(f & _LOW16)] = t + tccd
+                    s_table[uix(n_gbuf + ((f >> 16) & _LOW16))] = t + tmac
                     t_last_mac = t
                     last_issue = t
                     mode = MODE_COMPUTE
                     c_h += 1
                     c_hs = 0 if c_hs + 1 == depth else c_hs + 1
                     prepared = 0
-                    tt = tally.t_mac_interval(tt, t, tccd)
+                    tt = t_mac_interval(tt, t, tccd)
                     if issue_out is not None:
                         issue_out[uix(qc[_at(h, _Q_ID)] >> 2)] = t
-            tt = tally.t_macs_counted(tt, c_h - c_h0, t_last_mac, tmac)
+            tt = t_macs_counted(tt, c_h - c_h0, t_last_mac, tmac)
         # Dispatch candidate: the next command in program order.
         ta = INF
         if n_acc < end:
@@ -530,15 +533,15 @@ def dcs_run(
                     )
                     k = 0
                     while k < n_held and held_io[k, 0] < start:
-                        tt = tally.t_io_interval(tt, held_io[k, 0], held_io[k, 1])
+                        tt = t_io_interval(tt, held_io[k, 0], held_io[k, 1])
                         k += 1
-                    tt = tally.t_row(tt, start, row_ready)
+                    tt = t_row(tt, start, row_ready)
                     while k < n_held:
-                        tt = tally.t_io_interval(tt, held_io[k, 0], held_io[k, 1])
+                        tt = t_io_interval(tt, held_io[k, 0], held_io[k, 1])
                         k += 1
                     n_held = 0
                     if sw_out is not None:
-                        n_sw = tt[tally.TL_SWITCHES] - 1
+                        n_sw = tt[TL_SWITCHES] - 1
                         sw_out[n_sw, 0] = start
                         sw_out[n_sw, 1] = row_ready
                     cur_row = r
@@ -554,7 +557,19 @@ def dcs_run(
                     tc = max(tc, s_table[uix(e)] if qc[_at(h, _Q_DO)] < io_h else INF)
             tc_no_row = tc
             tc = max(tc_no_row, row_ready)
-        ti, xi, tc, xc = _mode_rule(ti, tc, tc_no_row, mode, tv)
+        # Mode rule (see dcs_schedule).
+        xi = ti
+        xc = tc
+        if tmod > 0:
+            if mode == MODE_COMPUTE:
+                if tc < INF:
+                    ti = INF
+                elif ti < INF:
+                    ti, xi = mode_switch(ti, ti, tv)
+            elif ti < INF:
+                tc = INF
+            elif tc < INF:
+                tc, xc = mode_switch(tc, tc_no_row, tv)
         t = min(ta, ti, tc)
         if t >= INF:
             status = DCS_DEADLOCK
@@ -565,7 +580,21 @@ def dcs_run(
             g = np.int64(gbuf[uix(j)])
             oe = np.int64(out[uix(j)])
             if o == OP_MAC:
-                _queue_mac(qc, d_table, c_ns, n_gbuf, n_acc, c_n, g, oe, row[uix(j)], t)
+                h = c_ns
+                blocked = 0
+                d = d_table[uix(g)]
+                if d >= 0 and d & 1 == 0:  # only a WR_INP/RD_OUT can block a MAC
+                    blocked = 1
+                    qc[_at(h, _Q_DG)] = d >> 1
+                d = d_table[uix(n_gbuf + oe)]
+                if d >= 0 and d & 1 == 0:
+                    blocked |= 2
+                    qc[_at(h, _Q_DO)] = d >> 1
+                qc[_at(h, _Q_ID)] = n_acc << 2 | blocked
+                qc[_at(h, _Q_FIELDS)] = np.int64(row[uix(j)]) << 32 | oe << 16 | g
+                qc[_at(h, _Q_ACC)] = t
+                d_table[uix(g)] = 2 * c_n + 1
+                d_table[uix(n_gbuf + oe)] = 2 * c_n + 1
                 c_n += 1
                 c_ns = 0 if c_ns + 1 == depth else c_ns + 1
             else:
@@ -583,9 +612,12 @@ def dcs_run(
             n_acc += 1
         if tc == t:
             h = c_hs
-            _issue_mac(qc, s_table, h, n_gbuf, xc, tccd, tmac)
+            qc[_at(h, _Q_ISS)] = xc
+            f = qc[_at(h, _Q_FIELDS)]
+            s_table[uix(f & _LOW16)] = xc + tccd
+            s_table[uix(n_gbuf + ((f >> 16) & _LOW16))] = xc + tmac
             for k in range(n_held):
-                tt = tally.t_io_interval(tt, held_io[k, 0], held_io[k, 1])
+                tt = t_io_interval(tt, held_io[k, 0], held_io[k, 1])
             n_held = 0
             t_last_mac = xc
             last_issue = xc
@@ -593,7 +625,7 @@ def dcs_run(
             c_h += 1
             c_hs = 0 if c_hs + 1 == depth else c_hs + 1
             prepared = 0
-            tt = tally.t_mac(tt, xc, tccd, tmac)
+            tt = t_mac(tt, xc, tccd, tmac)
             if issue_out is not None:
                 issue_out[uix(qc[_at(h, _Q_ID)] >> 2)] = xc
         elif ti == t:
@@ -608,20 +640,20 @@ def dcs_run(
             mode = MODE_REGISTER
             io_h += 1
             io_hs = 0 if io_hs + 1 == depth else io_hs + 1
-            tt = tally.t_io_count(tt, o, xi, ex)
+            tt = t_io_count(tt, o, xi, ex)
             if n_held > 0 or (xi > t and not (c_h < c_n and prepared == 1)):
                 held_io[n_held, 0] = xi
                 held_io[n_held, 1] = xi + tccd
                 n_held += 1
             else:
-                tt = tally.t_io_interval(tt, xi, xi + tccd)
+                tt = t_io_interval(tt, xi, xi + tccd)
             if issue_out is not None:
                 issue_out[uix(qio[_at(h, _Q_ID)] >> 2)] = xi
     if final and status == 0:
         for k in range(n_held):
-            tt = tally.t_io_interval(tt, held_io[k, 0], held_io[k, 1])
+            tt = t_io_interval(tt, held_io[k, 0], held_io[k, 1])
         n_held = 0
-    tally.tally_close(tl, tt)
+    tally_close(tl, tt)
     st[_D_HELD] = n_held
     st[_D_NACC] = n_acc
     st[_D_ACCEPT] = a_prev

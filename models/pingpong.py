@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
-from pimphony.models import tally
 from pimphony.models.dram import (
     INF,
     MODE_COMPUTE,
@@ -59,6 +58,17 @@ from pimphony.models.dram import (
 from pimphony.models.errors import PimphonyError
 from pimphony.models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP
 from pimphony.models.static_sched import static_gap
+from pimphony.models.tally import (
+    TL_SWITCHES,
+    t_io_count,
+    t_io_interval,
+    t_mac,
+    t_mac_interval,
+    t_macs_counted,
+    t_row,
+    tally_close,
+    tally_open,
+)
 
 __all__ = [
     "PP_FLIP",
@@ -125,7 +135,7 @@ def late_command_error(late: int, accepted: int, flip_at: int) -> PingPongError:
     )
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _io_gap(last_io_op, last_io, barrier, op, tv):
     """Cycles from the last WR_INP or RD_OUT to the I/O head ``op``: the static scheduler's
     gap after one of the running slot (issued at ``barrier`` or later), else tCCD."""
@@ -654,7 +664,7 @@ def pingpong_feed(
     flip_at = st[_P_FLIP]
     late_acc = st[_P_LATE_ACC]
     n_held = st[_P_TIO_N]
-    tt = tally.tally_open(tl)
+    tt = tally_open(tl)
     for s in range(s_next, s_last + 1):
         # The slot's MACs: phase s, region s (none in the prologue and epilogue).
         rs = s - reg_base  # region s's row in ``regions``
@@ -697,15 +707,15 @@ def pingpong_feed(
                 h = 0
                 if new_row:
                     while h < n_held and held_io[h, 0] < start:
-                        tt = tally.t_io_interval(tt, held_io[h, 0], held_io[h, 1])
+                        tt = t_io_interval(tt, held_io[h, 0], held_io[h, 1])
                         h += 1
-                    tt = tally.t_row(tt, start, row_ready)
+                    tt = t_row(tt, start, row_ready)
                     if sw_out is not None:
-                        n_sw = tt[tally.TL_SWITCHES] - 1
+                        n_sw = tt[TL_SWITCHES] - 1
                         sw_out[n_sw, 0] = start
                         sw_out[n_sw, 1] = row_ready
                 while h < n_held:
-                    tt = tally.t_io_interval(tt, held_io[h, 0], held_io[h, 1])
+                    tt = t_io_interval(tt, held_io[h, 0], held_io[h, 1])
                     h += 1
                 n_held = 0
             # The I/O head's cycle but for the one issue per cycle (INF: none).
@@ -724,7 +734,7 @@ def pingpong_feed(
                     t = max(t, row_ready)
                     if max(ti_fixed, last_issue + 1) < t:
                         break
-                    tt = tally.t_mac_interval(tt, t, tccd)
+                    tt = t_mac_interval(tt, t, tccd)
                     last_mac = t
                     last_issue = t
                     if base + pc < later:
@@ -742,7 +752,7 @@ def pingpong_feed(
                     prepared = pc
                 if n_mac:
                     mode = MODE_COMPUTE
-                    tt = tally.t_macs_counted(tt, n_mac, last_mac, tmac)
+                    tt = t_macs_counted(tt, n_mac, last_mac, tmac)
                     end_c = max(end_c, last_mac + tmac)
                     n_slot += n_mac
                     continue
@@ -778,9 +788,9 @@ def pingpong_feed(
                 mode = MODE_REGISTER
                 last_io = t
                 last_io_op = o
-                tt = tally.t_io_count(tt, o, t, ex)
+                tt = t_io_count(tt, o, t, ex)
                 if pc < end_w:
-                    tt = tally.t_io_interval(tt, t, t + tccd)
+                    tt = t_io_interval(tt, t, t + tccd)
                 else:
                     held_io[n_held, 0] = t
                     held_io[n_held, 1] = t + tccd
@@ -795,7 +805,7 @@ def pingpong_feed(
                 ex = tmac
                 mode = MODE_COMPUTE
                 last_mac = t
-                tt = tally.t_mac(tt, t, tccd, tmac)
+                tt = t_mac(tt, t, tccd, tmac)
                 end_c = max(end_c, t + ex)
                 pc += 1
                 while pc < end_w and win[_W_KIND, uix(pc)] & 3 != OP_MAC:
@@ -833,9 +843,9 @@ def pingpong_feed(
                 done = max(done, win[_W_ISS, uix(w)] + ex)
     if final:
         for h in range(n_held):
-            tt = tally.t_io_interval(tt, held_io[h, 0], held_io[h, 1])
+            tt = t_io_interval(tt, held_io[h, 0], held_io[h, 1])
         n_held = 0
-    tally.tally_close(tl, tt)
+    tally_close(tl, tt)
     st[_P_BARRIER] = barrier
     st[_P_IO] = last_io
     st[_P_IO_OP] = last_io_op
