@@ -315,15 +315,8 @@ def time_stream(
     check_backend(cfg)
     g = cfg.group
     op = stream["op"].astype(np.int64)
-    counts = dict(
-        zip(
-            (o.name for o in Op),
-            np.bincount(op, minlength=len(Op))[: len(Op)].tolist(),
-            strict=True,
-        )
-    )
     if len(stream) == 0:
-        return Timeline(issue=np.empty(0, dtype=np.int64), cycles=0, counts=counts)
+        return Timeline.of(Op, op)
     bank = stream["bank"].astype(np.int64)
     bad_bank, bad_op = bank >= g.banks, op >= len(Op)
     if bad_bank.any() or bad_op.any():
@@ -333,8 +326,8 @@ def time_stream(
     sfm = np.zeros(len(stream), np.int64)  # the softmax unit's busy cycles, SFMs only
     at = np.flatnonzero(op == Op.SFM)
     sfm[at] = softmax_cycles(cfg, stream["n"][at].astype(np.int64), stream["mode"][at])
-    issue, end = engine(bank_rules(cfg.timing), _nodes(g), Commands.of(op, bank, extra=sfm))
-    return Timeline(issue=issue, cycles=end, counts=counts)
+    cmds = Commands.of(op, bank, extra=sfm)
+    return Timeline.of(Op, op, engine(bank_rules(cfg.timing), _nodes(g), cmds))
 
 
 @dataclass

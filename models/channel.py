@@ -458,13 +458,33 @@ def _result(
     counts = {o.name: int(tl[TL_COUNTS + o]) for o in Op}
     if cfg.timing.t_MOD > 0:
         extra = {**extra, "mode_switches": int(tl[TL_MODE_SWITCHES])}
+    return _schedule_result(
+        scheduler, cfg, n, cycles, counts, breakdown, int(tl[TL_SWITCHES]), extra
+    )
+
+
+def _schedule_result(
+    scheduler: str,
+    cfg: HardwareConfig,
+    n: int,
+    cycles: int,
+    counts: dict[str, int],
+    breakdown: dict[str, int],
+    n_switches: int,
+    extra: dict[str, int],
+    recorded: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> ScheduleResult:
+    """The :class:`ScheduleResult` of a run of ``n`` commands, with its MAC utilisation (the
+    MACs' tCCD cycles over ``cycles``) and, if ``recorded``, its issue and completion cycles
+    and row switches."""
+    issue, completion, switches = recorded or (None, None, None)
     util = counts["MAC"] * cfg.timing.tCCD / cycles if cycles else 0.0
     return ScheduleResult(
         scheduler=scheduler,
-        issue=None,
-        completion=None,
-        row_switches=None,
-        row_switch_count=int(tl[TL_SWITCHES]),
+        issue=issue,
+        completion=completion,
+        row_switches=switches,
+        row_switch_count=n_switches,
         cycles=cycles,
         commands=n,
         counts=counts,
@@ -523,20 +543,8 @@ def run_channel_reference(
     switches = np.stack([sw_start[:n_sw], sw_end[:n_sw]], axis=1)
     breakdown = _breakdown(op, issue, switches, cycles, cfg.timing.tCCD)
     counts = {o.name: int(np.count_nonzero(op == o)) for o in Op}
-    util = n_mac * cfg.timing.tCCD / cycles if cycles else 0.0
-    return ScheduleResult(
-        scheduler=scheduler,
-        issue=issue,
-        completion=completion,
-        row_switches=switches,
-        row_switch_count=n_sw,
-        cycles=cycles,
-        commands=n,
-        counts=counts,
-        mac_utilization=min(util, 1.0),
-        breakdown=breakdown,
-        extra=extra,
-    )
+    recorded = (issue, completion, switches)
+    return _schedule_result(scheduler, cfg, n, cycles, counts, breakdown, n_sw, extra, recorded)
 
 
 def _schedule_static(op, gbuf, row, out, gaps, tv, cfg, sw_start, sw_end, extra):

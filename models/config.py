@@ -31,6 +31,7 @@ __all__ = [
     "DcsParams",
     "HardwareConfig",
     "ModuleParams",
+    "PresetFolder",
     "Timing",
     "available_presets",
     "check_value",
@@ -197,7 +198,7 @@ _SECTIONS: dict[str, type] = {
 
 def available_presets() -> list[str]:
     """Names of the presets shipped in ``configs/``."""
-    return sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
+    return PresetFolder("", "preset", ConfigError).names()
 
 
 def load_preset(name: str = DEFAULT_PRESET) -> HardwareConfig:
@@ -296,6 +297,31 @@ def load_toml_table(path: str | Path, error: type[Exception], what: str) -> dict
         raise error(f"{path}: no such {what} file") from None
     except tomllib.TOMLDecodeError as exc:
         raise error(f"{path}: not valid TOML: {exc}") from None
+
+
+@dataclass(frozen=True)
+class PresetFolder:
+    """The ``.toml`` files of one kind shipped in ``configs/SUBFOLDER``: what a message calls
+    one, and the error a missing or malformed one raises."""
+
+    subfolder: str
+    what: str
+    error: type[Exception]
+
+    @property
+    def folder(self) -> Path:
+        """``configs/SUBFOLDER``."""
+        return CONFIG_DIR / self.subfolder
+
+    def names(self) -> list[str]:
+        """Names of the shipped files, sorted."""
+        return sorted(p.stem for p in self.folder.glob("*.toml"))
+
+    def load(self, name: str | Path) -> tuple[Path, dict[str, Any]]:
+        """The file ``name`` names (a shipped one or a ``.toml`` path, :func:`find_toml`) and
+        its top-level table (:func:`load_toml_table`)."""
+        path = find_toml(name, self.folder, self.error, self.what, self.names)
+        return path, load_toml_table(path, self.error, self.what)
 
 
 def reject_unknown_keys(

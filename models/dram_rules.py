@@ -215,6 +215,22 @@ class Timeline:
     cycles: int
     counts: dict[str, int]
 
+    @classmethod
+    def of(
+        cls, ops: type[IntEnum], op: np.ndarray, timed: tuple[np.ndarray, int] | None = None
+    ) -> Timeline:
+        """The timeline of the op codes ``op`` (of ``ops``, counted by name), ``timed`` as
+        :data:`Engine` gives it: issue cycles and end (``None``: the stream is empty)."""
+        counts = dict(
+            zip(
+                (o.name for o in ops),
+                np.bincount(op, minlength=len(ops))[: len(ops)].tolist(),
+                strict=True,
+            )
+        )
+        issue, cycles = (np.empty(0, dtype=np.int64), 0) if timed is None else timed
+        return cls(issue=issue, cycles=cycles, counts=counts)
+
 
 class Commands(NamedTuple):
     """A stream as the engine reads it, per command: op code, bank, whether it addresses every

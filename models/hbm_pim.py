@@ -406,15 +406,8 @@ def time_stream(
     check_backend(cfg)
     g = cfg.group
     op = stream["op"].astype(np.int64)
-    counts = dict(
-        zip(
-            (o.name for o in Op),
-            np.bincount(op, minlength=len(Op))[: len(Op)].tolist(),
-            strict=True,
-        )
-    )
     if len(stream) == 0:
-        return Timeline(issue=np.empty(0, dtype=np.int64), cycles=0, counts=counts)
+        return Timeline.of(Op, op)
     mode = modes(cfg, stream)
     bank = stream["bank"].astype(np.int64)
     all_banks = mode != int(Mode.SB)
@@ -422,8 +415,7 @@ def time_stream(
     if len(bad):
         raise _fail(int(bad[0]), stream[bad[0]], f"bank {int(bank[bad[0]])} >= banks = {g.banks}")
     cmds = Commands.of(op, bank, wide=all_banks)
-    issue, end = engine(bank_rules(cfg.timing), _nodes(g), cmds)
-    return Timeline(issue=issue, cycles=end, counts=counts)
+    return Timeline.of(Op, op, engine(bank_rules(cfg.timing), _nodes(g), cmds))
 
 
 @dataclass

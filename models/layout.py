@@ -35,14 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pimphony.models.config import (
-    CONFIG_DIR,
-    check_value,
-    find_toml,
-    load_toml_table,
-    reject_unknown_keys,
-    require_key,
-)
+from pimphony.models.config import PresetFolder, check_value, reject_unknown_keys, require_key
 from pimphony.models.errors import PimphonyError
 
 __all__ = [
@@ -62,14 +55,16 @@ __all__ = [
     "swizzled_copy",
 ]
 
-LAYOUT_DIR = CONFIG_DIR / "layouts"
-
 #: The fields of a physical address.
 ADDRESS_FIELDS = ("offset", "channel", "rank", "bank", "column", "row")
 
 
 class LayoutError(PimphonyError, ValueError):
     """A layout preset is malformed, or a matrix does not fit the layout."""
+
+
+_LAYOUTS = PresetFolder("layouts", "layout", LayoutError)
+LAYOUT_DIR = _LAYOUTS.folder
 
 
 @dataclass(frozen=True)
@@ -198,13 +193,12 @@ class MemoryLayout:
 
 def available_layouts() -> list[str]:
     """Names of the shipped layout presets."""
-    return sorted(p.stem for p in LAYOUT_DIR.glob("*.toml"))
+    return _LAYOUTS.names()
 
 
 def load_layout(name_or_path: str | Path) -> MemoryLayout:
     """A layout preset by name (``configs/layouts/NAME.toml``) or path, validated."""
-    path = find_toml(name_or_path, LAYOUT_DIR, LayoutError, "layout", available_layouts)
-    table = load_toml_table(path, LayoutError, "layout")
+    path, table = _LAYOUTS.load(name_or_path)
     head = f"{path}: "
     reject_unknown_keys(table, ["name", "element_bytes", "address_map"], LayoutError, head)
     name = check_value(

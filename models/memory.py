@@ -388,7 +388,12 @@ class _Allocator:
         return tuple(self._release(request_id).chunks)
 
     def _release(self, request_id: Any) -> _Live:
-        raise NotImplementedError
+        live = self._get(request_id)
+        del self._live[request_id]
+        self._unmap(request_id, live)
+        self._chunks_used -= len(live.chunks)
+        self._used_bytes -= live.tokens * self.kv_bytes_per_token
+        return live
 
     def stats(self) -> MemoryStats:
         """Current capacity, reservation and use."""
@@ -414,15 +419,41 @@ class _Allocator:
         (message names requested and free bytes), or returns False with
         ``raise_on_oom=False``; either way nothing is allocated.
         """
-        raise NotImplementedError
+        self._check_new(request_id, context_len)
+        chunks = self._map(request_id, context_len, raise_on_oom)
+        if chunks is None:
+            return False
+        self._live[request_id] = _Live(int(context_len), chunks)
+        self._used_bytes += int(context_len) * self.kv_bytes_per_token
+        return True
 
     def grow(self, request_id: Any, tokens: int = 1) -> tuple[int, ...]:
         """Append ``tokens`` decoded tokens; returns the chunks newly mapped (maybe none)."""
-        raise NotImplementedError
-
-    def _check_grow(self, tokens: int) -> None:
         if isinstance(tokens, bool) or not isinstance(tokens, int | np.integer) or tokens < 1:
             raise ValueError(f"tokens must be an integer >= 1, got {tokens!r}")
+        live = self._get(request_id)
+        new_tokens = live.tokens + int(tokens)
+        new = self._map_more(request_id, live, new_tokens)
+        live.tokens = new_tokens
+        self._used_bytes += int(tokens) * self.kv_bytes_per_token
+        return new
+
+    # -- what a policy decides
+    def _map(
+        self, request_id: Any, context_len: int, raise_on_oom: bool
+    ) -> list[int] | range | None:
+        """The chunks of a new request (``None``: they do not fit and ``raise_on_oom`` is
+        false), counted in ``_chunks_used``."""
+        raise NotImplementedError
+
+    def _map_more(self, request_id: Any, live: _Live, new_tokens: int) -> tuple[int, ...]:
+        """The chunks newly mapped for ``live`` to hold ``new_tokens`` tokens (added to it
+        and counted)."""
+        raise NotImplementedError
+
+    def _unmap(self, request_id: Any, live: _Live) -> None:
+        """Return the chunks of ``live``, a released request, to the free pool."""
+        raise NotImplementedError
 
 
 class StaticAllocator(_Allocator):
@@ -451,9 +482,8 @@ class StaticAllocator(_Allocator):
         self._free_slots = list(range(self.slots - 1, -1, -1))  # stack, lowest on top
         self._slot_of: dict[Any, int] = {}
 
-    def admit(self, request_id: Any, context_len: int, *, raise_on_oom: bool = True) -> bool:
-        """Reserve one ``max_context`` slot (see :meth:`_Allocator.admit`)."""
-        self._check_new(request_id, context_len)
+    def _map(self, request_id: Any, context_len: int, raise_on_oom: bool) -> range | None:
+        """One ``max_context`` slot, the lowest free one."""
         if context_len > self.max_context:
             raise ValueError(
                 f"request {request_id!r}: context_len {context_len} exceeds max_context "
@@ -461,7 +491,7 @@ class StaticAllocator(_Allocator):
             )
         if not self._free_slots:
             if not raise_on_oom:
-                return False
+                return None
             free = self.chunks_total - self._chunks_used
             raise self._oom(
                 request_id,
@@ -472,18 +502,12 @@ class StaticAllocator(_Allocator):
         slot = self._free_slots.pop()
         base = slot * self.chunks_per_request
         self._slot_of[request_id] = slot
-        self._live[request_id] = _Live(
-            int(context_len), range(base, base + self.chunks_per_request)
-        )
         self._chunks_used += self.chunks_per_request
-        self._used_bytes += int(context_len) * self.kv_bytes_per_token
-        return True
+        return range(base, base + self.chunks_per_request)
 
-    def grow(self, request_id: Any, tokens: int = 1) -> tuple[int, ...]:
-        """Append tokens inside the reservation; past ``max_context`` raises OutOfMemory."""
-        self._check_grow(tokens)
-        live = self._get(request_id)
-        new_tokens = live.tokens + int(tokens)
+    def _map_more(self, request_id: Any, live: _Live, new_tokens: int) -> tuple[int, ...]:
+        """No chunk: the tokens stay inside the reservation; past ``max_context`` raises
+        OutOfMemory."""
         if new_tokens > self.max_context:
             want = new_tokens * self.kv_bytes_per_token
             raise OutOfMemory(
@@ -495,20 +519,13 @@ class StaticAllocator(_Allocator):
                 want,
                 0,
             )
-        live.tokens += int(tokens)
-        self._used_bytes += int(tokens) * self.kv_bytes_per_token
         return ()
 
-    def _release(self, request_id: Any) -> _Live:
-        live = self._get(request_id)
-        del self._live[request_id]
+    def _unmap(self, request_id: Any, live: _Live) -> None:
         slot = self._slot_of.pop(request_id)
         # keep the stack sorted so the lowest free slot is reused first
         self._free_slots.append(slot)
         self._free_slots.sort(reverse=True)
-        self._chunks_used -= len(live.chunks)
-        self._used_bytes -= live.tokens * self.kv_bytes_per_token
-        return live
 
 
 class LazyAllocator(_Allocator):
@@ -558,24 +575,18 @@ class LazyAllocator(_Allocator):
                 f"request {request_id!r}: {tokens} tokens exceed max_context {self.max_context}"
             )
 
-    def admit(self, request_id: Any, context_len: int, *, raise_on_oom: bool = True) -> bool:
-        """Map ``ceil(context_len * kv / chunk)`` chunks (see :meth:`_Allocator.admit`)."""
-        self._check_new(request_id, context_len)
+    def _map(self, request_id: Any, context_len: int, raise_on_oom: bool) -> list[int] | None:
+        """``ceil(context_len * kv / chunk)`` chunks from the free list."""
         self._check_window(request_id, context_len)
         need = self.chunks_for(int(context_len))
         if need > len(self._free):
             if not raise_on_oom:
-                return False
+                return None
             raise self._oom(request_id, f"(context {context_len} tokens)", need, len(self._free))
-        self._live[request_id] = _Live(int(context_len), self._take(need))
-        self._used_bytes += int(context_len) * self.kv_bytes_per_token
-        return True
+        return self._take(need)
 
-    def grow(self, request_id: Any, tokens: int = 1) -> tuple[int, ...]:
-        """Append tokens; map a new chunk when the KV crosses into an unmapped chunk."""
-        self._check_grow(tokens)
-        live = self._get(request_id)
-        new_tokens = live.tokens + int(tokens)
+    def _map_more(self, request_id: Any, live: _Live, new_tokens: int) -> tuple[int, ...]:
+        """A new chunk whenever the KV crosses into an unmapped one."""
         self._check_window(request_id, new_tokens)
         need = self.chunks_for(new_tokens) - len(live.chunks)
         if need > len(self._free):
@@ -584,18 +595,11 @@ class LazyAllocator(_Allocator):
             )
         new = self._take(need)
         live.chunks.extend(new)
-        live.tokens = new_tokens
-        self._used_bytes += int(tokens) * self.kv_bytes_per_token
         return tuple(new)
 
-    def _release(self, request_id: Any) -> _Live:
-        # unmap all chunks and push them on the free list (first chunk on top)
-        live = self._get(request_id)
-        del self._live[request_id]
+    def _unmap(self, request_id: Any, live: _Live) -> None:
+        # push the chunks on the free list (first chunk on top)
         self._free.extend(reversed(live.chunks))
-        self._chunks_used -= len(live.chunks)
-        self._used_bytes -= live.tokens * self.kv_bytes_per_token
-        return live
 
 
 def make_allocator(

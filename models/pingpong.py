@@ -49,17 +49,14 @@ from pimphony.models.dram import (
     MODE_REGISTER,
     NEVER,
     TV_CCD,
-    TV_MAC,
     TV_MOD,
-    TV_RD_OUT,
-    TV_WR_INP,
     exec_time,
     mode_switch,
     open_row,
     uix,
 )
 from pimphony.models.errors import PimphonyError
-from pimphony.models.isa import OP_MAC, OP_WR_INP
+from pimphony.models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP
 from pimphony.models.static_sched import static_gap
 from pimphony.models.tally import (
     TL_SWITCHES,
@@ -139,6 +136,15 @@ def late_command_error(late: int, accepted: int, flip_at: int) -> PingPongError:
 
 
 @njit(cache=True)
+def _io_gap(last_io_op, last_io, barrier, op, tv):
+    """Cycles from the last WR_INP or RD_OUT to the I/O head ``op``: the static scheduler's
+    gap after one of the running slot (issued at ``barrier`` or later), else tCCD."""
+    if last_io_op >= 0 and last_io >= barrier:
+        return static_gap(last_io_op, op, tv)
+    return tv[TV_CCD]
+
+
+@njit(cache=True)
 def _pingpong_kernel(op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end):
     """:func:`pingpong_schedule` plus the first late command (-1 if none) and its hand-off."""
     n = op.shape[0]
@@ -199,9 +205,7 @@ def _pingpong_kernel(op, row, slot, n_phases, valid_gaps, tv, sw_start, sw_end):
             ti = INF
             if pi < hi:
                 k = order[pi]
-                gap = tv[TV_CCD]
-                if last_io_op >= 0 and last_io >= barrier:
-                    gap = static_gap(last_io_op, op[k], tv)
+                gap = _io_gap(last_io_op, last_io, barrier, op[k], tv)
                 ti = max(barrier, accept[k] + 1, last_issue + 1, last_io + gap)
             tc = INF
             tc_no_row = INF
@@ -457,6 +461,20 @@ def _first_bad(bad, code, phase, k, k_code, k_phase):
     return bad, code, phase
 
 
+@njit(cache=True, inline="always")
+def _waiting_bad(bad, code, phase, r, c, first, prev, first_next, k_code):
+    """:func:`_first_bad` for the WR_INPs (RD_OUTs) waiting for a MAC of phase ``c`` on its
+    GBuf (OBuf) entry, last registered in region ``r``: region ``c``'s first one and the
+    previous region's first one of slot ``c`` when ``r == c``, else region ``c - 1``'s
+    ``first_next`` (its first of slot ``c``). Each is illegal by rule ``k_code``."""
+    if r == c:
+        bad, code, phase = _first_bad(bad, code, phase, first, k_code, c)
+        bad, code, phase = _first_bad(bad, code, phase, prev, k_code, c - 1)
+    elif r == c - 1:
+        bad, code, phase = _first_bad(bad, code, phase, first_next, k_code, c - 1)
+    return bad, code, phase
+
+
 @njit(cache=True)
 def pingpong_feed(
     st, win, regions, io_list, track_g, track_o, held_io, n_gbuf, n_obuf, tl, op, gbuf, row,
@@ -483,7 +501,8 @@ def pingpong_feed(
     compute head is held back from the tally until one is (a row switch recorded then may
     start before it; :mod:`models.tally`).
     """
-    tccd, twr, tmac, trd, tmod = tv[TV_CCD], tv[TV_WR_INP], tv[TV_MAC], tv[TV_RD_OUT], tv[TV_MOD]
+    tccd, tmod = tv[TV_CCD], tv[TV_MOD]
+    twr, tmac, trd = exec_time(OP_WR_INP, tv), exec_time(OP_MAC, tv), exec_time(OP_RD_OUT, tv)
     half_g = n_gbuf // 2
     half_o = n_obuf // 2
     c = st[_P_PHASE]
@@ -558,34 +577,22 @@ def pingpong_feed(
                 rd1 = INF
             s = c
             # The WR_INPs and RD_OUTs waiting for this MAC's entries must be in earlier slots.
-            r = track_g[_G_REG, uix(ge)]
+            e = uix(ge)
+            r = track_g[_G_REG, e]
             if r != NEVER:
-                if r == c:
-                    bad, bad_code, bad_phase = _first_bad(
-                        bad, bad_code, bad_phase, track_g[_G_FIRST, uix(ge)], 2, c
-                    )
-                    bad, bad_code, bad_phase = _first_bad(
-                        bad, bad_code, bad_phase, track_g[_G_PREV, uix(ge)], 2, c - 1
-                    )
-                elif r == c - 1:
-                    bad, bad_code, bad_phase = _first_bad(
-                        bad, bad_code, bad_phase, track_g[_G_NEXT, uix(ge)], 2, c - 1
-                    )
-                track_g[_G_REG, uix(ge)] = NEVER
-            r = track_o[_O_REG, uix(oe)]
+                first, prev, nxt = track_g[_G_FIRST, e], track_g[_G_PREV, e], track_g[_G_NEXT, e]
+                bad, bad_code, bad_phase = _waiting_bad(
+                    bad, bad_code, bad_phase, r, c, first, prev, nxt, 2
+                )
+                track_g[_G_REG, e] = NEVER
+            e = uix(oe)
+            r = track_o[_O_REG, e]
             if r != NEVER:
-                if r == c:
-                    bad, bad_code, bad_phase = _first_bad(
-                        bad, bad_code, bad_phase, track_o[_O_FIRST, uix(oe)], 4, c
-                    )
-                    bad, bad_code, bad_phase = _first_bad(
-                        bad, bad_code, bad_phase, track_o[_O_PREV, uix(oe)], 4, c - 1
-                    )
-                elif r == c - 1:
-                    bad, bad_code, bad_phase = _first_bad(
-                        bad, bad_code, bad_phase, track_o[_O_FIRST, uix(oe)], 4, c - 1
-                    )
-                track_o[_O_REG, uix(oe)] = NEVER
+                first, prev = track_o[_O_FIRST, e], track_o[_O_PREV, e]
+                bad, bad_code, bad_phase = _waiting_bad(
+                    bad, bad_code, bad_phase, r, c, first, prev, first, 4
+                )
+                track_o[_O_REG, e] = NEVER
         else:
             if o == OP_WR_INP:
                 gh = 1 if ge >= half_g else 0
@@ -711,21 +718,16 @@ def pingpong_feed(
                     tt = t_io_interval(tt, held_io[h, 0], held_io[h, 1])
                     h += 1
                 n_held = 0
+            # The I/O head's cycle but for the one issue per cycle (INF: none).
+            ti_fixed = INF
+            if pi < io_hi:
+                k = io_list[uix(pi)] - base
+                gap = _io_gap(last_io_op, last_io, barrier, win[_W_KIND, uix(k)] & 3, tv)
+                ti_fixed = max(barrier, win[_W_ACC, uix(k)] + 1, last_io + gap)
             # A stretch of MACs: with the compute head prepared and no mode rule, MACs issue
             # while no later than the I/O head could; MACs leave the I/O head as it is but
             # for the last issue. Hands over at a row to open or the I/O head's turn.
             if tmod == 0 and pc < end_w and prepared == pc:
-                ti_fixed = INF
-                if pi < io_hi:
-                    k = io_list[uix(pi)] - base
-                    gap = tccd
-                    if (
-                        last_io_op >= 0
-                        and last_io >= barrier
-                        and win[_W_KIND, uix(k)] & 3 != last_io_op
-                    ):
-                        gap = twr if last_io_op == OP_WR_INP else trd
-                    ti_fixed = max(barrier, win[_W_ACC, uix(k)] + 1, last_io + gap)
                 n_mac = 0
                 while True:
                     t = max(barrier, win[_W_ACC, uix(pc)] + 1, last_issue + 1, last_mac + tccd)
@@ -754,17 +756,7 @@ def pingpong_feed(
                     end_c = max(end_c, last_mac + tmac)
                     n_slot += n_mac
                     continue
-            ti = INF
-            if pi < io_hi:
-                k = io_list[uix(pi)] - base
-                gap = tccd
-                if (
-                    last_io_op >= 0
-                    and last_io >= barrier
-                    and win[_W_KIND, uix(k)] & 3 != last_io_op
-                ):
-                    gap = twr if last_io_op == OP_WR_INP else trd
-                ti = max(barrier, win[_W_ACC, uix(k)] + 1, last_issue + 1, last_io + gap)
+            ti = max(ti_fixed, last_issue + 1)  # INF stays INF
             tc = INF
             tc_no_row = INF
             if pc < end_w:

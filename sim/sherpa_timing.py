@@ -31,10 +31,8 @@ from pimphony.compiler.llm import ModelSpec, weight_matrices
 from pimphony.compiler.pim_gemv import PimGemvError, gemv_layout, lower_gemv
 from pimphony.models.backends import BackendConfig, load_backend
 from pimphony.models.config import (
-    CONFIG_DIR,
+    PresetFolder,
     check_value,
-    find_toml,
-    load_toml_table,
     reject_unknown_keys,
     require_key,
     typed_fields,
@@ -71,13 +69,16 @@ __all__ = [
     "table2",
 ]
 
-SHERPA_DIR = CONFIG_DIR / "sherpa"
 #: The step of a layer that is attention (scores, softmax, weighted sum) rather than a GEMM.
 ATTENTION = "attention"
 
 
 class SherpaError(PimphonyError, ValueError):
     """A PIM-SHERPA host preset, device or request that is malformed or inconsistent."""
+
+
+_HOSTS = PresetFolder("sherpa", "sherpa host", SherpaError)
+SHERPA_DIR = _HOSTS.folder
 
 
 @dataclass(frozen=True)
@@ -135,13 +136,12 @@ class SherpaHost:
 
 def available_hosts() -> list[str]:
     """Names of the host presets in ``configs/sherpa/``."""
-    return sorted(p.stem for p in SHERPA_DIR.glob("*.toml"))
+    return _HOSTS.names()
 
 
 def load_sherpa_host(name: str | Path) -> SherpaHost:
     """A host preset by name or ``.toml`` path, every key typed and ranged."""
-    path = find_toml(name, SHERPA_DIR, SherpaError, "sherpa host", available_hosts)
-    raw = load_toml_table(path, SherpaError, "sherpa host")
+    path, raw = _HOSTS.load(name)
     head = f"{path}: "
     top = typed_fields(
         {k: v for k, v in raw.items() if k not in ("cores", "copy")},

@@ -36,9 +36,8 @@ from typing import Any
 
 from pimphony.models.config import (
     CONFIG_DIR,
+    PresetFolder,
     check_value,
-    find_toml,
-    load_toml_table,
     reject_unknown_keys,
     require_key,
 )
@@ -59,7 +58,6 @@ __all__ = [
     "run_sweep",
 ]
 
-SWEEP_DIR = CONFIG_DIR / "sweeps"
 ROOT = CONFIG_DIR.parent  # the repository, or the installed pimphony package
 _SOURCE_PACKAGES = ("models", "compiler", "sim", "rtl")
 _SCALAR = (str, int, float, bool)
@@ -67,6 +65,10 @@ _SCALAR = (str, int, float, bool)
 
 class SweepError(PimphonyError, ValueError):
     """A sweep file or a sweep's output directory is malformed."""
+
+
+_SWEEPS = PresetFolder("sweeps", "sweep", SweepError)
+SWEEP_DIR = _SWEEPS.folder
 
 
 @dataclass(frozen=True)
@@ -119,15 +121,14 @@ def _check_point(command: str, options: dict[str, Any], label: str) -> None:
 
 def available_sweeps() -> list[str]:
     """Names of the shipped sweep files."""
-    return sorted(p.stem for p in SWEEP_DIR.glob("*.toml"))
+    return _SWEEPS.names()
 
 
 def load_sweep(name_or_path: str | Path) -> SweepFile:
     """A sweep file by name (``configs/sweeps/``) or path, every point checked."""
     from pimphony.sim.cli import COMMANDS
 
-    path = find_toml(name_or_path, SWEEP_DIR, SweepError, "sweep", available_sweeps)
-    table = load_toml_table(path, SweepError, "sweep")
+    path, table = _SWEEPS.load(name_or_path)
     head = f"{path}: "
     reject_unknown_keys(
         table,
