@@ -186,7 +186,7 @@ def test_attn_gpu_is_flash_decoding() -> None:
 def test_clear_caches_keeps_costs(tmp_path) -> None:
     """clear_caches forgets the memoised programs (dcc-figs runs many shapes in one process);
     a draft costs the same before and after."""
-    from pimphony.compiler import dcc_cost
+    from pimphony.compiler.dcc import cost as dcc_cost
     from pimphony.compiler.dcc.tune import default_draft
 
     cfg = load_backend(str(small_backend(tmp_path)))
