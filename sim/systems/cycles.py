@@ -52,9 +52,7 @@ from pimphony.compiler.plan import (
 from pimphony.models.config import HardwareConfig
 from pimphony.models.hub import (
     NORM_FLOPS_PER_ELEMENT,
-    RELU_FLOPS_PER_ELEMENT,
     RESIDUAL_FLOPS_PER_ELEMENT,
-    SWIGLU_FLOPS_PER_ELEMENT,
     epu_cycles,
     hub_instruction_bytes,
     link_cycles,
@@ -67,6 +65,7 @@ from pimphony.models.system import (
     pipeline_period,
     stage_hop_cycles,
 )
+from pimphony.models.xpu import VECTOR_OPS
 from pimphony.sim.systems.kernels import KernelCache, KernelCaches, KernelStats, job_key
 from pimphony.sim.systems.setup import (
     MICRO_BATCHES_AUTO,
@@ -123,8 +122,7 @@ def epu_other_flops(spec: ModelSpec, tp: int) -> int:
     return (
         2 * NORM_FLOPS_PER_ELEMENT * spec.hidden
         + 2 * RESIDUAL_FLOPS_PER_ELEMENT * spec.hidden
-        + (SWIGLU_FLOPS_PER_ELEMENT if spec.ffn == "swiglu" else RELU_FLOPS_PER_ELEMENT)
-        * spec.intermediate
+        + VECTOR_OPS[spec.activation].flops_per_element * spec.intermediate
         // tp
     )
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from pimphony.compiler.kernels import gemv_max_batch
 from pimphony.compiler.llm import ModelSpec, load_model
-from pimphony.compiler.plan import GemvJob, split_evenly, tp_shapes
+from pimphony.compiler.plan import GemvJob, KvHeads, kv_heads_per_device, split_evenly, tp_shapes
 from pimphony.models.config import HardwareConfig, load_preset
 from pimphony.models.energy import load_energy
 from pimphony.models.hub import epu_cycles, link_cycles
@@ -175,7 +175,9 @@ class BlockPool:
                 f"the weights of {setup_model.name} alone do not fit {gpus} x {gpu.name}; "
                 "use more --gpus"
             )
-        self.block_bytes = _block_bytes(setup_model, max(1, setup_model.kv_heads // gpus))
+        self.block_bytes = _block_bytes(
+            setup_model, kv_heads_per_device(setup_model, gpus, KvHeads.REPLICATE)
+        )
         self.token_bytes = self.block_bytes // KV_BLOCK_TOKENS
         self.static = memory == MemoryPolicy.STATIC
         self.max_context = max_context
