@@ -145,8 +145,7 @@ def read_utf8(path: str | Path, error: type[Exception]) -> str:
         line = data.count(b"\n", 0, exc.start) + 1
         column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
         raise error(
-            f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at line {line}, "
-            f"column {column})"
+            f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at line {line}, column {column})"
         ) from None
 
 

@@ -94,7 +94,6 @@ __all__ = [
 ]
 
 
-
 class Phase(StrEnum):
     """Fig. 8's phases."""
 

@@ -138,6 +138,7 @@ PAPER: dict[Figure, dict[str, float]] = {
     },
 }
 
+
 def _geomean(xs: list[float | None]) -> float:
     """Geometric mean of the values that exist (a default mapping that cannot run has none)."""
     xs = [x for x in xs if x]

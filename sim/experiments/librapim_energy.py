@@ -419,9 +419,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``librapim-energy`` subcommand's options."""
     p.add_argument("--models", default=FIG22_MODEL, help="comma-separated model presets")
     p.add_argument("--batches", type=positive_ints, default=(FIG22_BATCH,), help="e.g. 128")
-    p.add_argument(
-        "--contexts", type=positive_ints, default=LIBRAPIM_CONTEXTS, help="e.g. 16,4096"
-    )
+    p.add_argument("--contexts", type=positive_ints, default=LIBRAPIM_CONTEXTS, help="e.g. 16,4096")
     p.add_argument("--groups", type=int, default=2, help="batch groups (NeuPIMs, LibraPIM)")
     p.add_argument("--tp", type=int, default=DEFAULT_TP, help="devices sharing every layer")
     p.add_argument("--energy", default="hbm-pim", help="kind = hbm energy preset or .toml")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
+from enum import StrEnum
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from pimphony.compiler.llm import ModelSpec
@@ -20,7 +22,27 @@ from pimphony.models.energy import EnergyParams
 from pimphony.models.memory import MemoryPolicy
 from pimphony.models.xpu_config import XpuConfig
 
-__all__ = ["KvPool", "PoolStats", "StepReport", "StepResult", "StepTime", "System", "SystemConfig"]
+__all__ = [
+    "Command",
+    "KvPool",
+    "PoolStats",
+    "StepReport",
+    "StepResult",
+    "StepTime",
+    "System",
+    "SystemConfig",
+    "SystemKind",
+    "SystemRow",
+]
+
+
+class SystemKind(StrEnum):
+    """What runs the decode step (``--system``): one member per row of
+    :data:`sim.systems.registry.SYSTEMS`."""
+
+    PIM = "pim"
+    GPU = "gpu"
+    XPU_PIM = "xpu+pim"
 
 
 @dataclass(frozen=True)
@@ -170,3 +192,27 @@ class System(Protocol):
         """The devices a report's provenance records beside the PIM preset (``gpu``,
         ``xpu``: name, digest, values)."""
         ...
+
+
+class Command(StrEnum):
+    """The commands that run any system."""
+
+    DECODE = "decode"
+    SERVE = "serve"
+
+
+@dataclass(frozen=True)
+class SystemRow:
+    """One system: what it is (``--system`` help), how it is built, the options (``dest``
+    names) each command reads for it, the options its ``decode`` report's provenance leaves
+    out (so that reports stay what they were before those options existed), and its step
+    report's file stem and inputs digest (of the system's ``setup``), text and figure."""
+
+    summary: str
+    build: Callable[[SystemConfig], System]
+    options: dict[Command, tuple[str, ...]]
+    provenance_omits: tuple[str, ...]
+    stem: Callable[[Any], str]
+    digest: Callable[[Any], str]
+    text: Callable[[Any], str]
+    plot: Callable[[Any, Path], Path]

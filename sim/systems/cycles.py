@@ -122,8 +122,7 @@ def epu_other_flops(spec: ModelSpec, tp: int) -> int:
     return (
         2 * NORM_FLOPS_PER_ELEMENT * spec.hidden
         + 2 * RESIDUAL_FLOPS_PER_ELEMENT * spec.hidden
-        + VECTOR_OPS[spec.activation].flops_per_element * spec.intermediate
-        // tp
+        + VECTOR_OPS[spec.activation].flops_per_element * spec.intermediate // tp
     )
 
 

@@ -25,9 +25,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 from pimphony.compiler.kernels import gemv_max_batch
@@ -41,7 +39,16 @@ from pimphony.models.system import allreduce_cycles, stage_hop_cycles
 from pimphony.models.xpu_config import XpuConfig, load_xpu
 from pimphony.sim.provenance import inputs_digest
 from pimphony.sim.systems.admission import fill_batch, kv_allocator
-from pimphony.sim.systems.base import PoolStats, StepResult, StepTime, System, SystemConfig
+from pimphony.sim.systems.base import (
+    Command,
+    PoolStats,
+    StepResult,
+    StepTime,
+    System,
+    SystemConfig,
+    SystemKind,
+    SystemRow,
+)
 from pimphony.sim.systems.costs import xpu_prefill_seconds
 from pimphony.sim.systems.cycles import StepCycles
 from pimphony.sim.systems.gpu import (
@@ -93,14 +100,6 @@ __all__ = [
     "pim_prefill_cycles",
     "system_config",
 ]
-
-
-class SystemKind(StrEnum):
-    """What runs the decode step (``--system``)."""
-
-    PIM = "pim"
-    GPU = "gpu"
-    XPU_PIM = "xpu+pim"
 
 
 # --------------------------------------------------------------------------- kernel caches
@@ -514,30 +513,6 @@ class GpuSystem:
 
 
 # --------------------------------------------------------------------------- the registry
-
-
-class Command(StrEnum):
-    """The commands that run any system."""
-
-    DECODE = "decode"
-    SERVE = "serve"
-
-
-@dataclass(frozen=True)
-class SystemRow:
-    """One system: what it is (``--system`` help), how it is built, the options (``dest``
-    names) each command reads for it, the options its ``decode`` report's provenance leaves
-    out (so that reports stay what they were before those options existed), and its step
-    report's file stem and inputs digest (of the system's ``setup``), text and figure."""
-
-    summary: str
-    build: Callable[[SystemConfig], System]
-    options: dict[Command, tuple[str, ...]]
-    provenance_omits: tuple[str, ...]
-    stem: Callable[[Any], str]
-    digest: Callable[[Any], str]
-    text: Callable[[Any], str]
-    plot: Callable[[Any, Path], Path]
 
 
 #: The registry: ``--system`` of ``pimphony decode`` and ``pimphony serve``.
