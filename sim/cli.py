@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
+import signal
 import sys
 import tempfile
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pimphony.models.errors import PimphonyError
 
@@ -24,6 +27,7 @@ __all__ = [
     "DESCRIPTION",
     "Command",
     "SEED",
+    "Terminated",
     "bounded_int",
     "build_parser",
     "choice_names",
@@ -274,6 +278,18 @@ class _Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {message}\n")
 
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        """argparse's, then every float option checked finite (NaN and inf refused)."""
+        namespace, extras = super().parse_known_args(args, namespace)
+        for action in self._actions:
+            value = getattr(namespace, action.dest, None)
+            values = value if isinstance(value, list | tuple) else (value,)
+            bad = [v for v in values if isinstance(v, float) and not math.isfinite(v)]
+            if bad:
+                name = "/".join(action.option_strings) or action.dest
+                self.error(f"argument {name}: {bad[0]!r} is not a finite number")
+        return namespace, extras
+
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Option help with its default value."""
@@ -315,15 +331,26 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``pimphony`` command.
 
     Exit status: 0 done, 2 bad input (one line on stderr naming what is wrong), 1 an internal
-    error (a bug: one line, and the traceback in a file; ``PIMPHONY_DEBUG=1`` re-raises).
+    error (a bug: one line, and the traceback in a file; ``PIMPHONY_DEBUG=1`` re-raises),
+    130 / 143 interrupted by Ctrl-C / SIGTERM (one line; every output is written atomically,
+    so none is left half written).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv).parse_args(argv)
+    previous = _terminate_on_sigterm()
     try:
         from pimphony.sim.outputs import check_command_files
 
         check_command_files(args)
         return args._command.function("run")(args)
+    except (KeyboardInterrupt, Terminated) as exc:  # every writer is atomic: nothing partial
+        signum = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+        print(
+            f"{args._prog}: {'terminated' if isinstance(exc, Terminated) else 'interrupted'}; "
+            "no partial output was written",
+            file=sys.stderr,
+        )
+        return 128 + signum
     except BrokenPipeError:  # the reader left (``pimphony demo | head -1``): not an error
         _silence_stdout()
         return 0
@@ -340,6 +367,25 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: unwinds like Ctrl-C (temporary files removed), exit status 143."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+def _terminate_on_sigterm() -> Any:
+    """Turn SIGTERM into :class:`Terminated` (main thread only); the previous handler."""
+    try:
+        return signal.signal(signal.SIGTERM, _raise_terminated)
+    except ValueError:  # not the main thread (a test runner's worker): leave it
+        return None
 
 
 def _silence_stdout() -> None:
