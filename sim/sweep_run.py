@@ -15,7 +15,11 @@ resolved inputs: the command and options, the contents of any file an option nam
 nothing else does.
 A rerun or an interrupted sweep therefore resumes without recomputing. A failing point is
 recorded with its error and does not stop the sweep (failures are not cached: a rerun tries
-them again). The results table ``OUT/results.parquet`` has one row per point: every option,
+them again), but the command exits non-zero (:data:`EXIT_POINTS_FAILED`) unless
+``--allow-failures`` is given and some point succeeded. A point whose Ray worker dies is
+retried (:data:`WORKER_RETRIES`); a damaged cached point (not JSON, another key's) is rerun
+and reported; an ``[outputs]`` path no report has is refused by name.
+The results table ``OUT/results.parquet`` has one row per point: every option,
 every output, ``status`` and ``error``; it is rebuilt from the cache on every run, so a
 resumed sweep, a fresh one and a ``--serial`` one give identical tables.
 """
@@ -28,6 +32,7 @@ import hashlib
 import io
 import itertools
 import json
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -49,18 +54,26 @@ __all__ = [
     "SWEEP_DIR",
     "SweepError",
     "SweepFile",
+    "EXIT_POINTS_FAILED",
+    "WORKER_RETRIES",
     "add_arguments",
+    "exit_status",
     "inputs_key",
     "load_sweep",
     "results_table",
     "run",
     "run_point",
     "run_sweep",
+    "unknown_outputs",
 ]
 
 ROOT = CONFIG_DIR.parent  # the repository, or the installed pimphony package
 _SOURCE_PACKAGES = ("models", "compiler", "sim", "rtl")
 _SCALAR = (str, int, float, bool)
+#: Times Ray reruns a point whose worker died (Ray's own default for tasks is 3).
+WORKER_RETRIES = 3
+#: Exit status when points failed (``--allow-failures`` makes it 0 unless all failed).
+EXIT_POINTS_FAILED = 3
 
 
 class SweepError(PimphonyError, ValueError):
@@ -248,15 +261,49 @@ def run_point(argv: list[str]) -> dict[str, Any]:
         return {"ok": False, "error": f"the report is not JSON: {exc}", "seconds": seconds}
 
 
+#: What :func:`_lookup` returns for a path a report does not have.
+_MISSING = object()
+
+
 def _lookup(report: Any, path: str) -> Any:
+    """The value at ``path`` (dotted keys and list indices) in ``report``, JSON-encoded when
+    not a scalar; :data:`_MISSING` when the report has no such field."""
     for part in path.split("."):
         if isinstance(report, dict) and part in report:
             report = report[part]
         elif isinstance(report, list) and part.isdigit() and int(part) < len(report):
             report = report[int(part)]
         else:
-            return None
+            return _MISSING
     return report if isinstance(report, _SCALAR) or report is None else json.dumps(report)
+
+
+def _cached_report(path: Path, key: str) -> dict[str, Any] | None:
+    """The report cached at ``path`` for ``key``; ``None`` when there is none or it is
+    damaged (not JSON, not a point's record, another key's), so that the point reruns."""
+    try:
+        body = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):  # unreadable, not UTF-8, not JSON
+        return None
+    if (
+        not isinstance(body, dict)
+        or body.get("key") != key
+        or not isinstance(body.get("report"), dict)
+    ):
+        return None
+    return body["report"]
+
+
+def unknown_outputs(sweep: SweepFile, reports: Iterable[dict[str, Any]]) -> dict[str, str]:
+    """The ``[outputs]`` (column -> path) that no report has (a misspelt field)."""
+    reports = list(reports)
+    return {
+        col: path
+        for col, path in sweep.outputs.items()
+        if all(_lookup(r, path) is _MISSING for r in reports)
+    }
 
 
 def results_table(sweep: SweepFile, out: Path, keys: list[str], errors: dict[str, str]):
@@ -268,9 +315,10 @@ def results_table(sweep: SweepFile, out: Path, keys: list[str], errors: dict[str
     for i, (point, key) in enumerate(zip(sweep.points, keys, strict=True)):
         row: dict[str, Any] = {"point": i, "key": key}
         row.update({k: point.get(k) for k in option_names})
-        cached = out / "points" / f"{key}.json"
-        report = json.loads(cached.read_text())["report"] if cached.exists() else None
-        row.update({c: _lookup(report, p) if report else None for c, p in sweep.outputs.items()})
+        report = _cached_report(out / "points" / f"{key}.json", key)
+        for c, p in sweep.outputs.items():
+            value = _MISSING if report is None else _lookup(report, p)
+            row[c] = None if value is _MISSING else value
         row["status"] = "ok" if report is not None else "failed"
         row["error"] = errors.get(key, "") if report is None else ""
         rows.append(row)
@@ -280,14 +328,30 @@ def results_table(sweep: SweepFile, out: Path, keys: list[str], errors: dict[str
 def _check_out(out: Path, sweep: SweepFile, force: bool) -> None:
     marker = out / "sweep.json"
     if marker.exists():
-        owner = json.loads(marker.read_text()).get("name")
-        if owner != sweep.name and not force:
+        owner = _marker_owner(marker)
+        if owner is None and not force:
+            raise SweepError(
+                f"{marker} is damaged (not a sweep's marker), so {out} may hold another "
+                f"sweep's results; pass --force to reuse it as {sweep.name!r}'s (its cached "
+                "points are checked one by one and damaged ones rerun)"
+            )
+        if owner is not None and owner != sweep.name and not force:
             raise SweepError(
                 f"{out} holds the results of sweep {owner!r}, not {sweep.name!r}; choose "
                 "another --out or pass --force"
             )
     elif out.exists() and any(out.iterdir()) and not force:
         raise SweepError(f"{out} exists and is not a sweep's directory; pass --force to use it")
+
+
+def _marker_owner(marker: Path) -> str | None:
+    """The sweep name ``OUT/sweep.json`` records; ``None`` when the marker is damaged."""
+    try:
+        body = json.loads(marker.read_bytes())
+    except (OSError, ValueError):
+        return None
+    name = body.get("name") if isinstance(body, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
@@ -326,10 +390,16 @@ def run_sweep(
     digest = inputs_digest()
     keys = [inputs_key(sweep.command, p, digest) for p in sweep.points]
     todo = {}
+    damaged = []
     for point, key in zip(sweep.points, keys, strict=True):
-        if not (out / "points" / f"{key}.json").exists() and key not in todo:
-            todo[key] = argv_of(sweep.command, point)
-    counts = {"points": len(keys), "cached": len(keys) - len(todo), "done": 0, "failed": 0}
+        cached = out / "points" / f"{key}.json"
+        if key in todo or _cached_report(cached, key) is not None:
+            continue
+        if cached.exists():  # damaged: rerun the point
+            damaged.append(key)
+        todo[key] = argv_of(sweep.command, point)
+    counts = {"points": len(keys), "cached": len(keys) - len(todo), "done": 0, "failed": 0,
+              "recomputed": len(damaged)}  # fmt: skip
     errors: dict[str, str] = {}
     t0 = time.perf_counter()
 
@@ -351,36 +421,48 @@ def run_sweep(
     else:
         import ray
 
-        if address and address != "auto":
-            _check_reachable(address)
-        try:
-            ray.init(
-                address=address,
-                num_cpus=None if address else workers,
-                include_dashboard=False,
-                log_to_driver=False,
-                configure_logging=False,
-            )
-        except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError, ...
-            where = f"the Ray cluster at {address!r}" if address else "a local Ray"
-            raise SweepError(f"cannot start {where}: {type(exc).__name__}: {exc}") from None
-        try:
-            task = ray.remote(num_cpus=1)(run_point)
-            pending = {task.remote(argv): key for key, argv in todo.items()}
-            while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1)
-                for ref in ready:
-                    key = pending.pop(ref)
-                    try:
-                        result = ray.get(ref)
-                    except Exception as exc:  # a worker that died: the point failed
-                        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
-                                  "seconds": 0.0}  # fmt: skip
-                    record(key, result)
-        finally:
-            ray.shutdown()
+        # Ray's own messages (a worker died, a retry) go to stderr: stdout is the report's.
+        with contextlib.redirect_stdout(sys.stderr):
+            if address and address != "auto":
+                _check_reachable(address)
+            try:
+                ray.init(
+                    address=address,
+                    num_cpus=None if address else workers,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    configure_logging=False,
+                )
+            except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError, ...
+                where = f"the Ray cluster at {address!r}" if address else "a local Ray"
+                raise SweepError(f"cannot start {where}: {type(exc).__name__}: {exc}") from None
+            try:
+                # A task whose worker dies (killed, out of memory) is retried on another.
+                task = ray.remote(num_cpus=1, max_retries=WORKER_RETRIES)(run_point)
+                pending = {task.remote(argv): key for key, argv in todo.items()}
+                while pending:
+                    ready, _ = ray.wait(list(pending), num_returns=1)
+                    for ref in ready:
+                        key = pending.pop(ref)
+                        try:
+                            result = ray.get(ref)
+                        except Exception as exc:  # a worker that died: the point failed
+                            result = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
+                                      "seconds": 0.0}  # fmt: skip
+                        record(key, result)
+            finally:
+                ray.shutdown()
     import pyarrow.parquet as pq
 
+    ok = [r for k in dict.fromkeys(keys) if (r := _cached_report(out / "points" / f"{k}.json", k))]
+    unknown = unknown_outputs(sweep, ok) if ok else {}
+    if unknown:
+        named = ", ".join(f"{c} = {p!r}" for c, p in unknown.items())
+        raise SweepError(
+            f"{sweep.source}: [outputs] {named}: no point's report has that field; fields at "
+            f"the top of a report: {', '.join(sorted(ok[0]))} (the points are cached: fix the "
+            "file and rerun)"
+        )
     table = results_table(sweep, out, keys, errors)
     buf = io.BytesIO()
     pq.write_table(table, buf)
@@ -395,6 +477,9 @@ def run_sweep(
         "seconds": time.perf_counter() - t0,
         "table": str(out / "results.parquet"),
         "failures": failures,
+        "damaged": [
+            {"point": keys.index(k), "file": str(out / "points" / f"{k}.json")} for k in damaged
+        ],
     }
 
 
@@ -437,6 +522,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--serial", action="store_true", help="run the points in this process")
     parser.add_argument("--force", action="store_true", help="use --out even if it is not ours")
+    parser.add_argument(
+        "--allow-failures",
+        action="store_true",
+        help=f"exit 0 when some points fail (not all); without it any failure exits "
+        f"{EXIT_POINTS_FAILED}",
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
@@ -480,6 +571,22 @@ def run(args: argparse.Namespace) -> int:
             f"{summary['seconds']:.1f} s; table {summary['table']}"
             + (f"; plot {summary['plot']}" if "plot" in summary else "")
         )
+        for d in summary["damaged"]:
+            print(f"  recomputed: point {d['point']} (its cached {d['file']} was damaged)")
         for f in summary["failures"]:
             print(f"  failed: point {f['point']} ({f['argv']}): {f['error']}")
+    return exit_status(summary, args.allow_failures)
+
+
+def exit_status(summary: dict[str, Any], allow_failures: bool) -> int:
+    """0 when every point has a result; :data:`EXIT_POINTS_FAILED` when one failed (unless
+    ``allow_failures``) or every point failed (always: the table holds no result)."""
+    failed, total = summary["failed"], summary["points"]
+    if failed and (failed == total or not allow_failures):
+        print(
+            f"sweep-run: {failed} of {total} points failed"
+            + ("" if failed == total else "; --allow-failures accepts that"),
+            file=sys.stderr,
+        )
+        return EXIT_POINTS_FAILED
     return 0
