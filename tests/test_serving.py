@@ -52,7 +52,12 @@ def _step_s(hw, lengths, memory="lazy", **kw) -> float:
         (
             '{"arrival_s": -1, "input_tokens": 5, "output_tokens": 2}\n',
             ".jsonl",
-            r"line 1: arrival_s = -1 must be a finite time >= 0 s",
+            r"line 1: arrival_s = -1: allowed 0 to 1e\+06 s \(the serving horizon",
+        ),
+        (
+            '{"arrival_s": 1e300, "input_tokens": 5, "output_tokens": 2}\n',
+            ".jsonl",
+            r"line 1: arrival_s = 1e\+300: allowed 0 to 1e\+06 s \(the serving horizon",
         ),
         (
             '{"arrival_s": 2, "input_tokens": 5, "output_tokens": 2}\n'
@@ -365,3 +370,10 @@ def test_fig17_serving_shape_small():
     assert [r["requests"] for r in a] == [2 * round(r["mean_batch"]) for r in a]
     b = fig17b_rows(contexts=(4096, 65536), outputs=4)
     assert 1 < b[0]["speedup"] < b[1]["speedup"]
+
+
+def test_poisson_arrivals_beyond_the_serving_horizon_are_refused():
+    from pimphony.sim.serving.trace import TraceError, workload_requests
+
+    with pytest.raises(TraceError, match=r"--rate 1e-09: 3 requests arrive over 5\.68e\+09 s"):
+        workload_requests("qmsum", 3, 2, rate=1e-9)

@@ -241,6 +241,12 @@ def timing(
         for v in values:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise SherpaError(f"{flag} {v!r}: every length must be a positive integer")
+    longest = max(sls) + max(outs)
+    if longest > spec.context_window:
+        raise SherpaError(
+            f"--sl {max(sls)} + --out-len {max(outs)} = {longest} tokens: beyond "
+            f"{spec.name}'s context window; allowed up to {spec.context_window} tokens in all"
+        )
     host = load_sherpa_host(host_name)
     backend, layout = load_backend(host.backend), load_layout(host.layout)
     check_agreement(backend, layout)

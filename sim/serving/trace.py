@@ -21,6 +21,7 @@ from pimphony.models.fileio import read_utf8
 from pimphony.sim.workloads import load_workload, sample_context_lengths
 
 __all__ = [
+    "MAX_ARRIVAL_S",
     "TRACE_COLUMNS",
     "Request",
     "TraceError",
@@ -30,6 +31,12 @@ __all__ = [
 
 #: The columns of a trace, each required, no others allowed.
 TRACE_COLUMNS = ("arrival_s", "input_tokens", "output_tokens")
+
+#: The serving horizon: the latest arrival a run accepts (10^6 s, 11.6 days, beyond a week of
+#: production trace). Times are float64 seconds; their spacing at 10^6 s is 1.2e-10 s, so a
+#: 1 us decode step still adds exactly to 1 part in 10^4. At 1e300 s a step would vanish and
+#: TTFT read 0 (issue 34).
+MAX_ARRIVAL_S = 1e6
 
 
 class TraceError(PimphonyError, ValueError):
@@ -55,8 +62,11 @@ def _field(where: str, name: str, value: object) -> float | int:
                 raise TraceError(f"{where}: arrival_s = {value!r} is not a number") from None
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise TraceError(f"{where}: arrival_s = {value!r} is not a number")
-        if not math.isfinite(value) or value < 0:
-            raise TraceError(f"{where}: arrival_s = {value!r} must be a finite time >= 0 s")
+        if not math.isfinite(value) or not 0 <= value <= MAX_ARRIVAL_S:
+            raise TraceError(
+                f"{where}: arrival_s = {value!r}: allowed 0 to {MAX_ARRIVAL_S:g} s (the serving "
+                "horizon, docs/serving.md)"
+            )
         return float(value)
     if isinstance(value, str):
         try:
@@ -164,4 +174,9 @@ def workload_requests(
             raise TraceError(f"--rate {rate!r}: must be a positive number of requests/s")
         gaps = np.random.default_rng(seed + 1).exponential(1.0 / rate, size=n)
         arrivals = np.cumsum(gaps) - gaps[0]  # the first request arrives at 0
+        if arrivals[-1] > MAX_ARRIVAL_S:
+            raise TraceError(
+                f"--rate {rate!r}: {n} requests arrive over {arrivals[-1]:.3g} s, beyond the "
+                f"serving horizon of {MAX_ARRIVAL_S:g} s; raise --rate or lower --requests"
+            )
     return [Request(i, float(arrivals[i]), int(inputs[i]), output_tokens) for i in range(n)]
