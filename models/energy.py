@@ -71,6 +71,7 @@ __all__ = [
     "LPDDR_FIELDS",
     "PARTS",
     "UNITS",
+    "UNIT_LIMITS",
     "ActBasis",
     "AttAccActivity",
     "AttAccEnergyParams",
@@ -132,6 +133,23 @@ UNITS: dict[str, dict[str, float]] = {
     "current": {"mA": 1.0, "A": 1e3, "uA": 1e-3},
     "voltage": {"V": 1.0, "mV": 1e-3},
     "flops_per_element": {"FLOP": 1.0},
+}
+
+#: The largest value of each unit kind a preset may give, in its first unit (the base unit
+#: above): two to four orders of magnitude above any DRAM, link or logic datasheet value
+#: (a DRAM chip draws a few W at a few hundred mA to a few A and 1.1-1.5 V; tRC is ~45 ns;
+#: off-chip I/O costs 1-20 pJ/bit and logic 0.1-100 pJ per FLOP), so a typo or 1e300 is
+#: refused instead of giving ``inf`` J/token.
+UNIT_LIMITS: dict[str, float] = {
+    "power": 1e5,  # mW (100 W)
+    "time": 1e4,  # ns (10 us)
+    "ratio": 1e3,
+    "energy_per_bit": 1e4,  # pJ/bit (10 nJ/bit)
+    "energy_per_flop": 1e4,  # pJ/FLOP
+    "energy_per_mac": 1e4,  # pJ/MAC
+    "current": 1e5,  # mA (100 A)
+    "voltage": 10.0,  # V
+    "flops_per_element": 1e4,  # FLOP
 }
 
 #: What a unit's denominator says a value is per (``pJ/B`` is per byte): a ``per`` that
@@ -633,6 +651,12 @@ def _from_raw(raw: dict[str, Any], source: str) -> EnergyParams | HbmEnergyParam
             zero_ok=True,
         )  # fmt: skip
         value *= allowed[unit]
+        if value > UNIT_LIMITS[unit_kind]:
+            base = next(iter(allowed))
+            raise EnergyConfigError(
+                f"{where}.value = {entry['value']!r} {unit}: outside the physical range 0 to "
+                f"{UNIT_LIMITS[unit_kind]:g} {base}"
+            )
         value /= divisor.get(per) or 1
         values[key] = value
         sources[key] = cite

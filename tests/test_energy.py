@@ -228,6 +228,16 @@ def _preset_text() -> str:
         ("channels_per_chip = 2", "channels_per_chip = 0", "channels_per_chip = 0: must be a"),
         ('value = 132.6, unit = "mW"', 'value = -1, unit = "mW"', "act_power.value = -1: must"),
         ("[values]", "volts = 1.2\n[values]", "unknown key 'volts' at top level; allowed:"),
+        (
+            'value = 132.6, unit = "mW"',
+            'value = 1e300, unit = "mW"',
+            "act_power.value = 1e+300 mW: outside the physical range 0 to 100000 mW",
+        ),
+        (
+            'value = 5.5, unit = "pJ/bit"',
+            'value = 11, unit = "nJ/bit"',
+            "dq_energy.value = 11 nJ/bit: outside the physical range 0 to 10000 pJ/bit",
+        ),
     ],
 )
 def test_bad_preset_refused(tmp_path, old, new, message):
