@@ -273,3 +273,31 @@ def test_stamp_round_trips_any_text(tmp_path):
     assert read_stamp(tmp_path / "s.vcd") == record
     (tmp_path / "u.vcd").write_bytes(raw)
     assert read_stamp(tmp_path / "u.vcd") is None
+
+
+def test_a_truncated_vcd_says_so(recorded, tmp_path, capsys):
+    """Cut mid-line, the last line is unfinished; cut at a line break half-way, the stamp's
+    command count shows the missing issues. Either way ``wave summary`` fails in one line."""
+    sched, vcd, _, tlm = recorded
+    raw = vcd.read_bytes()
+    half = raw.index(b"\n", len(raw) // 2) + 1
+    cut_line, cut_mid = tmp_path / "line.vcd", tmp_path / "mid.vcd"
+    cut_line.write_bytes(raw[:half])
+    cut_mid.write_bytes(raw[: half + 3])
+    with pytest.raises(WaveformError, match=r"line\.vcd: truncated: it issues (\d+) of the"):
+        summarize_vcd(cut_line, CFG)
+    assert read_stamp(cut_line)["commands"] == tlm.commands
+    code, _, err = cli(capsys, "wave", "summary", cut_mid)
+    assert code == 2
+    assert err.strip().splitlines() == [
+        f"pimphony wave summary: error: {cut_mid}: truncated (its last line is unfinished, "
+        f"{half + 3} bytes); re-record it"
+    ]
+
+
+def test_an_unstamped_vcd_cut_mid_line_is_refused(tmp_path):
+    layout = issued_layout(CFG)
+    path = _vcd(tmp_path / "w.vcd", [(1, 1, 0)], layout.size)
+    path.write_bytes(path.read_bytes()[:-2])  # "0!\n" cut to "0"
+    with pytest.raises(WaveformError, match="truncated \\(its last line is unfinished"):
+        summarize_vcd(path, CFG)

@@ -252,6 +252,7 @@ def summarize_vcd(path: str | Path, cfg: HardwareConfig) -> dict:
     from vcdvcd import VCDVCD
 
     path = Path(path)
+    _check_finished(path)
     refs = list(vcd_references(path))
     scopes = {part for r in refs for part in signal_base(r).split(".")[:-1]}
     blocks = [b for b in _OTHER_BLOCKS if b in scopes]
@@ -307,6 +308,7 @@ def summarize_vcd(path: str | Path, cfg: HardwareConfig) -> dict:
         runs[-1].append((cycle, op))
     runs = [r for r in runs if r] or [[]]
     issued = runs[-1]
+    _check_all_issued(path, len(issued))
     notes = [] if issued else ["no command was issued (no o__valid & o__ready at a clock edge)"]
     if len(runs) > 1:
         notes.append(
@@ -333,6 +335,31 @@ def summarize_vcd(path: str | Path, cfg: HardwareConfig) -> dict:
         "notes": notes,
         "signals": names,
     }
+
+
+def _check_finished(path: Path) -> None:
+    """Refuse a VCD whose last line is unfinished (a dump stopped mid-write)."""
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        size = f.tell()
+        f.seek(max(0, size - 1))
+        last = f.read(1)
+    if size and last != b"\n":
+        raise WaveformError(
+            f"{path}: truncated (its last line is unfinished, {size} bytes); re-record it"
+        )
+
+
+def _check_all_issued(path: Path, issued: int) -> None:
+    """Refuse a stamped VCD (:func:`record_waves`) that issues fewer commands than its run
+    had: cut short at a line break."""
+    record = read_stamp(path) or {}
+    expected = record.get("commands")
+    if isinstance(expected, int) and issued < expected:
+        raise WaveformError(
+            f"{path}: truncated: it issues {issued} of the {expected} commands its run had "
+            "(the stamp records them); re-record it"
+        )
 
 
 def format_summary(summary: dict) -> str:

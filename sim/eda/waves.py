@@ -354,7 +354,9 @@ def record_waves(
     src = Path(out["__waves__"])  # written in this run (checked by sim.verify.runner.run_cocotb)
     say(f"simulated {prog.commands.shape[0]} commands; copying {src}")
     out_dir = Path(out_dir)
-    record = _stamp(block, cfg, kernel=kind, shape=prog.shape, sched=sched)
+    record = _stamp(
+        block, cfg, kernel=kind, shape=prog.shape, sched=sched, commands=int(prog.commands.shape[0])
+    )
     raw = stamp_vcd(_gtkwave_safe(src.read_bytes()), record)
     vcd_path = write_atomic(out_dir / f"{stem}.vcd", raw)
     gtkw_path = out_dir / f"{stem}.gtkw"
