@@ -384,7 +384,7 @@ def _field(head: str, key: str, value: Any, kind: Any) -> Any:
         return value
     if isinstance(kind, type) and issubclass(kind, StrEnum):
         allowed = ", ".join(str(m) for m in kind)
-        if value not in {str(m) for m in kind}:
+        if not isinstance(value, str) or value not in {str(m) for m in kind}:
             raise BackendConfigError(f"{where}: unknown; allowed: {allowed}")
         return kind(value)
     if kind == "tuple[str, ...]":

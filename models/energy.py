@@ -627,12 +627,12 @@ def _from_raw(raw: dict[str, Any], source: str) -> EnergyParams | HbmEnergyParam
             require_key(entry, k, EnergyConfigError, f"{where}: ")
         unit, per, cite = entry["unit"], entry["per"], entry["source"]
         allowed = UNITS[unit_kind]
-        if unit not in allowed:
+        if not isinstance(unit, str) or unit not in allowed:
             raise EnergyConfigError(
                 f"{where}.unit = {unit!r}: not a unit of {unit_kind.replace('_', ' ')}; "
                 f"allowed: {', '.join(allowed)}"
             )
-        if per not in pers:
+        if not isinstance(per, str) or per not in pers:
             raise EnergyConfigError(
                 f"{where}.per = {per!r}: {key} cannot be per {per}; allowed: {', '.join(pers)}"
             )

@@ -12,8 +12,10 @@ import csv
 import io
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pimphony.models.errors import PimphonyError
@@ -80,13 +82,22 @@ def _field(where: str, name: str, value: object) -> float | int:
     return value
 
 
+def _csv_lines(path: Path, reader: Any) -> Iterator[list[str]]:
+    """The cells of each line of ``reader``; :class:`TraceError` naming the line where the
+    CSV is malformed (a stray carriage return or quote)."""
+    try:
+        yield from reader
+    except csv.Error as exc:
+        raise TraceError(f"{path}: line {reader.line_num}: not CSV ({exc})") from None
+
+
 def _rows(path: Path, text: str) -> list[tuple[str, dict]]:
     """(where, record) of every data line of a JSONL or CSV trace."""
     rows: list[tuple[str, dict]] = []
     if path.suffix.lower() == ".csv":
-        reader = csv.reader(io.StringIO(text))
+        reader = csv.reader(io.StringIO(text, newline=""))
         header = None
-        for lineno, cells in enumerate(reader, start=1):
+        for lineno, cells in enumerate(_csv_lines(path, reader), start=1):
             if not cells or all(not c.strip() for c in cells):
                 continue
             cells = [c.strip() for c in cells]
