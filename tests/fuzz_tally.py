@@ -17,6 +17,7 @@ import contextlib
 import io
 import re
 import signal
+import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -24,8 +25,29 @@ from pathlib import Path
 from hypothesis import HealthCheck, Phase, given, settings
 
 from tests import test_fuzz_cli as fuzz
+from tests import test_fuzz_loaders as loaders
 
 __all__ = ["STRATEGIES", "main", "tally"]
+
+
+def _loader_case(name: str):
+    """A damaged file through loader ``name`` (``tests/test_fuzz_loaders.py``), reported as a
+    command reports it: a refusal as one ``error:`` line on stderr, any other exception as a
+    traceback."""
+
+    def case(tmp: Path, capsys, damage) -> None:
+        try:
+            message = loaders._check_loader(name, tmp, damage)
+        except AssertionError:
+            raise
+        except Exception as exc:
+            raise AssertionError(f"Traceback: {type(exc).__name__}: {exc}") from exc
+        if message is not None:
+            print(f"pimphony load: error: {message}", file=sys.stderr)
+        capsys.readouterr()
+
+    return case
+
 
 STRATEGIES = {
     "preset": (fuzz.presets, fuzz._preset_case),
@@ -33,6 +55,7 @@ STRATEGIES = {
     "stream": (fuzz.damage, fuzz._stream_case),
     "contexts": (fuzz.lines, fuzz._contexts_case),
     "options": (fuzz.argvs, fuzz._argv_case),
+    **{f"load:{n}": (loaders.damages, _loader_case(n)) for n in loaders.LOADERS},
 }
 # A clear message names what was wrong: a value, a field or option, a file, or a bound.
 _SPECIFIC = re.compile(r"\d|'|\"|--|=|\.toml|\.npz|\.txt|:\s*\S+\s*\(|must|allowed|expected")
@@ -120,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=Path, help="write every distinct error message here")
     args = parser.parse_args(argv)
     kinds = ("ok", "error", "vague", "traceback", "hang", "wrong")
-    print(f"{'strategy':<10}{'cases':>7}" + "".join(f"{k:>11}" for k in kinds))
+    print(f"{'strategy':<18}{'cases':>7}" + "".join(f"{k:>11}" for k in kinds))
     total: Counter = Counter()
     seen: set[str] = set()
     for name in args.only or STRATEGIES:
@@ -128,11 +151,11 @@ def main(argv: list[str] | None = None) -> int:
         seen.update(f"{name}: {m}" for m in messages)
         total.update(counts)
         n = sum(counts.values())
-        print(f"{name:<10}{n:>7}" + "".join(f"{counts[k]:>11}" for k in kinds), flush=True)
+        print(f"{name:<18}{n:>7}" + "".join(f"{counts[k]:>11}" for k in kinds), flush=True)
         for message in sorted(set(vague))[:10]:
             print(f"    vague: {message}")
     n = sum(total.values())
-    print(f"{'all':<10}{n:>7}" + "".join(f"{total[k]:>11}" for k in kinds))
+    print(f"{'all':<18}{n:>7}" + "".join(f"{total[k]:>11}" for k in kinds))
     if args.messages:
         args.messages.write_text("\n".join(sorted(seen)) + "\n")
     return 0 if not (total["traceback"] or total["hang"] or total["wrong"]) else 1
