@@ -2,9 +2,11 @@
 
 ``python -m tests.fuzz_tally --examples 100`` draws that many cases from each strategy of
 ``tests/test_fuzz_cli.py`` (presets, model files, damaged stream files, context files, option
-vectors), runs each through the command line in-process and prints one row per strategy:
-``ok`` (exit 0, sane output), ``error`` (exit 2 with one ``pimphony <cmd>: error:`` line that
-names a value or field), ``vague`` (exit 2, but the message names neither), ``traceback``
+vectors), ``tests/test_fuzz_loaders.py`` (``load:NAME``: 13 loaders' damaged files) and
+``tests/test_fuzz_commands.py`` (``cmd:NAME``: option vectors of serve, sweep-run, tune,
+sherpa, librapim), runs each through the command line in-process and prints one row per
+strategy: ``ok`` (exit 0, sane output), ``error`` (exit 2 with one ``pimphony <cmd>: error:``
+line that names a value or field), ``vague`` (exit 2, but the message names neither), ``traceback``
 (any other exit or a Python traceback), ``hang`` (over ``--timeout`` seconds) and ``wrong``
 (exit 0 but a check on the output or on the user's files failed). Vague, traceback, hang and
 wrong should all be 0; the messages of vague cases are printed so a person can judge them.
@@ -25,6 +27,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, Phase, given, settings
 
 from tests import test_fuzz_cli as fuzz
+from tests import test_fuzz_commands as commands
 from tests import test_fuzz_loaders as loaders
 
 __all__ = ["STRATEGIES", "main", "tally"]
@@ -56,6 +59,13 @@ STRATEGIES = {
     "contexts": (fuzz.lines, fuzz._contexts_case),
     "options": (fuzz.argvs, fuzz._argv_case),
     **{f"load:{n}": (loaders.damages, _loader_case(n)) for n in loaders.LOADERS},
+    **{
+        f"cmd:{c}": (
+            commands._vector(c),
+            lambda tmp, capsys, extra, c=c: commands._run(c, tmp, capsys, extra),
+        )
+        for c in commands.COMMANDS
+    },
 }
 # A clear message names what was wrong: a value, a field or option, a file, or a bound.
 _SPECIFIC = re.compile(r"\d|'|\"|--|=|\.toml|\.npz|\.txt|:\s*\S+\s*\(|must|allowed|expected")
