@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from pimphony.compiler.dcc.files import model_path
 from pimphony.models.fileio import OutputError, check_outputs, file_kind
 
 __all__ = ["OUTPUT_OPTIONS", "check_command_files", "command_files"]
@@ -32,16 +33,24 @@ def command_files(args: argparse.Namespace) -> tuple[dict[str, Path], dict[str, 
     """``(outputs, inputs)`` of parsed ``args``, keyed by option as the user writes it.
 
     Outputs: the options of :data:`OUTPUT_OPTIONS` given a value. Inputs: every other option
-    (or positional argument) whose value names an existing file."""
+    (or positional argument) whose value names an existing file. A ``NAME.json`` brings its
+    lookup table's predictor ``NAME.model.ubj`` to the same side (an input only if it
+    exists), so that no output replaces a table's predictor."""
     outputs: dict[str, Path] = {}
     inputs: dict[str, Path] = {}
     for dest, value in vars(args).items():
         if dest.startswith("_") or not isinstance(value, str | Path) or value == "":
             continue
+        flag, path = _flag(dest), Path(value)
+        companion = model_path(path) if path.suffix == ".json" else None
         if dest in OUTPUT_OPTIONS:
-            outputs[_flag(dest)] = Path(value)
-        elif Path(value).is_file():
-            inputs[_flag(dest)] = Path(value)
+            outputs[flag] = path
+            if companion is not None:  # dcc-lut writes a table's predictor beside it
+                outputs[f"{flag} (its predictor)"] = companion
+        elif path.is_file():
+            inputs[flag] = path
+            if companion is not None and companion.is_file():  # a table reads its predictor
+                inputs[f"{flag} (its predictor)"] = companion
     return outputs, inputs
 
 

@@ -206,3 +206,15 @@ def test_every_output_refuses_a_fifo_before_running(words, action, tmp_path, cap
     err = capsys.readouterr().err
     assert rc == 2 and "is a FIFO; only a regular file is ever replaced" in err, err
     assert file_kind(fifo) == "FIFO"
+
+
+def test_a_tables_predictor_is_an_input_too(tmp_path, capsys):
+    """``--table t.json`` also reads ``t.model.ubj``: an output aimed at it is refused."""
+    table, predictor = tmp_path / "t.json", tmp_path / "t.model.ubj"
+    table.write_text("{}")
+    predictor.write_bytes(b"model")
+    rc = main(["tune", "--kernel", "gemv", "--shape", "64,64", "--table", str(table),
+               "--out", str(predictor), "--force"])  # fmt: skip
+    assert rc == 2
+    assert f"--out {predictor} is the file --table (its predictor) reads" in capsys.readouterr().err
+    assert predictor.read_bytes() == b"model"

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 from pimphony.compiler.dcc.cost import Placement, draft_cost
 from pimphony.compiler.dcc.cost import kernel_nest as cost_kernel_nest
+from pimphony.compiler.dcc.files import model_path
 from pimphony.compiler.dcc.schedule import (
     DccError,
     DccKernel,
@@ -803,13 +804,6 @@ class Entry:
 _FORMAT = "pimphony-dcc-lookup"
 _VERSION = 1
 _ORIGINS = ("offline", "runtime")
-
-
-def model_path(table: str | Path) -> Path:
-    """Where a table's offline predictor is saved: beside it, ``NAME.model.ubj`` for
-    ``NAME.json``."""
-    table = Path(table)
-    return table.with_name(f"{table.stem}.model.ubj")
 
 
 _MODEL_FIELDS = {"file": str, "format": str, "sha256": str, "features": int,
