@@ -37,8 +37,8 @@ from pimphony.models.hub import epu_cycles, link_cycles
 from pimphony.models.memory import MemoryPolicy, OutOfMemory
 from pimphony.models.system import allreduce_cycles, stage_hop_cycles
 from pimphony.models.xpu_config import XpuConfig, load_xpu
-from pimphony.sim.provenance import inputs_digest
-from pimphony.sim.systems.admission import fill_batch, kv_allocator
+from pimphony.sim.provenance import device_record as _device_record
+from pimphony.sim.systems.admission import fill_batch, kv_allocator, weights_kv_pool
 from pimphony.sim.systems.base import (
     Command,
     PoolStats,
@@ -270,12 +270,6 @@ def pim_prefill_cycles(
     return spec.layers * layer + hops
 
 
-def _device_record(device: XpuConfig) -> dict[str, Any]:
-    """A device as a report's provenance records it: name, digest of its values, values."""
-    values = dataclasses.asdict(device)
-    return {"name": device.name, "sha256": inputs_digest(values), "values": values}
-
-
 # --------------------------------------------------------------------------- the systems
 
 
@@ -355,12 +349,7 @@ class PimSystem:
     def pool(self) -> Any:
         """The KV allocator of ``tp x pp`` modules beside the weights."""
         c = self.config
-        alloc = kv_allocator(c.model, self.hw, c.tp * c.pp, c.memory, c.reservation)
-        if alloc is None:
-            raise DecodeError(
-                f"{c.model.name}'s weights alone exceed {c.tp * c.pp} module(s) of {self.hw.name}"
-            )
-        return alloc
+        return weights_kv_pool(c.model, self.hw, c.tp * c.pp, c.memory, c.reservation)
 
     def fill_batch(self, candidates: Sequence[int]) -> tuple[int, ...]:
         """:func:`sim.systems.admission.fill_batch` on ``tp x pp`` modules."""
