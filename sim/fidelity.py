@@ -886,7 +886,7 @@ def _lp_fig19() -> Measured:
 
 def _lp_fig20() -> Measured:
     from pimphony.sim.experiments.librapim_figs.utilisation import FIG20_PAPER, sweep
-    from pimphony.sim.systems.librapim import LibrapimKind
+    from pimphony.sim.systems.base import SystemKind
 
     paper = FIG20_PAPER["at_longest"]
     rows = sweep(_LP_FIG20_MODEL, (128,), (4096,), tuple(paper))
@@ -900,7 +900,7 @@ def _lp_fig20() -> Measured:
         + " -- ours (paper)"
     )
     values = {str(s): v for s, v in got.items()}
-    lib, others = got[LibrapimKind.LIBRAPIM], [got[s] for s in paper if s != LibrapimKind.LIBRAPIM]
+    lib, others = got[SystemKind.LIBRAPIM], [got[s] for s in paper if s != SystemKind.LIBRAPIM]
     # Within 5 points of every one of the six utilisations.
     if all(abs(got[s][k] - p[k]) <= 0.05 for s, p in paper.items() for k in ("pim", "npu")):
         return Measured(ours, Verdict.REPRODUCED, values=values)
@@ -923,11 +923,11 @@ def _lp_fig21() -> Measured:
     import argparse
 
     from pimphony.sim.experiments.librapim_figs.fig21 import fig21_summary, run_fig21
-    from pimphony.sim.systems.librapim import LibrapimKind
+    from pimphony.sim.systems.base import SystemKind
 
     args = argparse.Namespace(
         model=_LP_FIG20_MODEL, batches=(256,), contexts=(512,),
-        systems=(LibrapimKind.LIBRAPIM_NO_DBO, LibrapimKind.LIBRAPIM), sizes=_LP_FIG21_SIZES,
+        systems=(SystemKind.LIBRAPIM_NO_DBO, SystemKind.LIBRAPIM), sizes=_LP_FIG21_SIZES,
         vector_scaling="width", groups=2, tp=8,
     )  # fmt: skip
     cells = fig21_summary(run_fig21(args))
@@ -953,12 +953,12 @@ def _lp_fig21() -> Measured:
 
 def _lp_fig22() -> Measured:
     from pimphony.sim.experiments.librapim_energy import fig22, summary
-    from pimphony.sim.systems.librapim import LibrapimKind
+    from pimphony.sim.systems.base import SystemKind
 
     rows = fig22()
     mean = summary(rows)
-    ratio = [r["systems"][LibrapimKind.LIBRAPIM]["vs_neupims"] for r in rows]
-    lib, no_dbo = mean[LibrapimKind.LIBRAPIM], mean[LibrapimKind.LIBRAPIM_NO_DBO]
+    ratio = [r["systems"][SystemKind.LIBRAPIM]["vs_neupims"] for r in rows]
+    lib, no_dbo = mean[SystemKind.LIBRAPIM], mean[SystemKind.LIBRAPIM_NO_DBO]
     ours = (
         f"LibraPIM {lib:.2f}x NeuPIMs' energy on average ({ratio[0]:.2f}x at "
         f"{rows[0]['context']} -> {ratio[-1]:.2f}x at {rows[-1]['context']}); without DBO "

@@ -7,6 +7,7 @@ so a number can be traced to the exact hardware values, model, lengths and optio
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import hashlib
 import json
@@ -16,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from pimphony.models.config import HardwareConfig
+from pimphony.models.xpu_config import XpuConfig
 
-__all__ = ["inputs_digest", "preset_record", "provenance", "tool_record"]
+__all__ = ["device_record", "inputs_digest", "preset_record", "provenance", "tool_record"]
 
 _ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,6 +72,13 @@ def preset_record(cfg: HardwareConfig) -> dict[str, Any]:
     """A preset as provenance records it: name, hash and every value
     (``HardwareConfig.from_dict(record["values"])`` rebuilds it)."""
     return {"name": cfg.name, "sha256": cfg.sha256(), "values": cfg.to_dict()}
+
+
+def device_record(device: XpuConfig) -> dict[str, Any]:
+    """An xPU or GPU preset as a report's provenance records it: name, digest
+    of its values, values."""
+    values = dataclasses.asdict(device)
+    return {"name": device.name, "sha256": inputs_digest(values), "values": values}
 
 
 def provenance(

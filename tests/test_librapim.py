@@ -15,12 +15,12 @@ from pimphony.models.channel import run_channel
 from pimphony.models.config import load_preset
 from pimphony.models.dbo import DboCase
 from pimphony.models.xpu_config import load_xpu
+from pimphony.sim.systems.base import SystemKind
 from pimphony.sim.systems.hetero import HeteroSetup, run_hetero_decode
 from pimphony.sim.systems.kernels import KernelCache
 from pimphony.sim.systems.librapim import (
-    SYSTEMS,
+    LIBRAPIM_SPECS,
     BankAccess,
-    LibrapimKind,
     Offload,
     _flow,
     _Parts,
@@ -120,23 +120,23 @@ def test_dbo_throughputs_scale_with_the_devices(hbm2):
 
 
 def test_registry_has_the_four_systems_of_6_1():
-    assert list(SYSTEMS)[:4] == ["npu+aim", "attacc", "neupims", "librapim"]
+    assert list(LIBRAPIM_SPECS)[:4] == ["npu+aim", "attacc", "neupims", "librapim"]
     flags = {
         s: (r.serial, r.head_pipelining, r.ffn_coprocessing, r.offload, r.banks)
-        for s, r in SYSTEMS.items()
+        for s, r in LIBRAPIM_SPECS.items()
     }
     x, sl, d = BankAccess.EXCLUSIVE, BankAccess.SLICED, BankAccess.DUAL
     assert flags == {
-        LibrapimKind.NPU_AIM: (True, False, False, Offload.NONE, x),
-        LibrapimKind.ATTACC: (True, True, True, Offload.NONE, x),
-        LibrapimKind.NEUPIMS: (False, False, False, Offload.NONE, d),
-        LibrapimKind.LIBRAPIM: (False, False, False, Offload.ALGORITHM_1, sl),
-        LibrapimKind.LIBRAPIM_BEST: (False, False, False, Offload.BEST, sl),
-        LibrapimKind.AIM_PIPELINED: (False, False, False, Offload.NONE, x),
-        LibrapimKind.LIBRAPIM_NO_DBO: (False, False, False, Offload.NONE, sl),
-        LibrapimKind.LIBRAPIM_MEASURED: (False, False, False, Offload.MEASURED, sl),
+        SystemKind.NPU_AIM: (True, False, False, Offload.NONE, x),
+        SystemKind.ATTACC: (True, True, True, Offload.NONE, x),
+        SystemKind.NEUPIMS: (False, False, False, Offload.NONE, d),
+        SystemKind.LIBRAPIM: (False, False, False, Offload.ALGORITHM_1, sl),
+        SystemKind.LIBRAPIM_BEST: (False, False, False, Offload.BEST, sl),
+        SystemKind.AIM_PIPELINED: (False, False, False, Offload.NONE, x),
+        SystemKind.LIBRAPIM_NO_DBO: (False, False, False, Offload.NONE, sl),
+        SystemKind.LIBRAPIM_MEASURED: (False, False, False, Offload.MEASURED, sl),
     }
-    assert [s for s, r in SYSTEMS.items() if r.dbo] == ["librapim", "librapim-measured"]
+    assert [s for s, r in LIBRAPIM_SPECS.items() if r.dbo] == ["librapim", "librapim-measured"]
 
 
 def test_flow_is_a_stage_pipeline():
@@ -267,7 +267,7 @@ def test_cli_workload_step_json(capsys):
     report = json.loads(out)
     prompts = sample_context_lengths(load_workload("alpaca"), 8, seed=3)
     assert report["max_context"] == int(prompts.max()) + 5  # prompt + 5 generated tokens
-    assert set(report["systems"]) == set(SYSTEMS)
+    assert set(report["systems"]) == set(LIBRAPIM_SPECS)
     assert [d["case"] for d in report["systems"]["librapim"]["decisions"]] == ["small-batch"] * 2
 
 

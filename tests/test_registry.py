@@ -12,7 +12,8 @@ from pimphony.compiler.llm import load_model
 from pimphony.models.config import load_preset
 from pimphony.models.xpu_config import load_xpu
 from pimphony.sim.systems.base import StepResult, System, SystemConfig
-from pimphony.sim.systems.command import DECODE_GPU, DECODE_PRESET, DECODE_XPU
+from pimphony.sim.systems.command import DECODE_GPU, SHARED_DEFAULTS
+from pimphony.sim.systems.librapim_system import LIBRAPIM_ROWS
 from pimphony.sim.systems.registry import SYSTEMS, Command, SystemKind, make_system
 
 from tests.helpers import run_cli
@@ -40,16 +41,21 @@ OTHER_VALUE: dict[str, tuple[str, ...]] = {
     "gpu_memory_fraction": ("--gpu-memory-fraction", "0.5"),
     "xpu": ("--xpu", "a100-80gb"),
     "sub_batches": ("--sub-batches", "2"),
+    "groups": ("--groups", "3"),
+    "no_dex": ("--no-dex",),
 }
 
 
 def _config(kind: SystemKind) -> SystemConfig:
     """The configuration ``decode --system kind`` builds by default."""
     model = load_model(MODEL)
+    default = {**SHARED_DEFAULTS, **SYSTEMS[kind].defaults}
+    reads = SYSTEMS[kind].options[Command.DECODE]
     return SystemConfig(
         model,
-        load_preset(DECODE_PRESET) if kind != SystemKind.GPU else None,
-        xpu=load_xpu(DECODE_XPU) if kind == SystemKind.XPU_PIM else None,
+        load_preset(default["preset"]) if kind != SystemKind.GPU else None,
+        tp=default["tp"] if "tp" in reads else 1,
+        xpu=load_xpu(default["xpu"]) if "xpu" in reads else None,
         gpu=load_xpu(DECODE_GPU) if kind == SystemKind.GPU else None,
     )
 
@@ -89,12 +95,27 @@ def test_every_row_decodes(kind, tmp_path, capsys):
     assert fast.seconds == pytest.approx(step.seconds, rel=1e-12) and fast.cycles == step.cycles
     if kind == SystemKind.GPU:
         assert step.cycles is None and not step.partition_layers
+    elif kind in LIBRAPIM_ROWS:
+        # The report is the step's, and is run_librapim's system of that name.
+        def text(r: dict) -> str:  # NaN (Algorithm 1's unused m*, n*) is not equal to itself
+            return json.dumps({**r, "provenance": None}, sort_keys=True)
+
+        assert text(step.report.to_dict()) == text(report)
+        assert report["system"] == report["name"] == kind and report["tp"] == 8
+        assert step.cycles == report["cycles"] > 0 and step.partition_layers == {}
+        assert step.activity == {
+            **{f"busy_{d}": v for d, v in report["busy"].items()},
+            **{f"utilisation_{k}": v for k, v in report["utilisation"].items()},
+        }
+        assert report["provenance"]["xpu"]["name"] == "librapim-npu"
+        assert report["provenance"]["preset"]["name"] == "librapim-hbm2"
     else:
         assert step.cycles == report["cycles"] > 0
         assert step.partition_layers == report["partition_layers"]
         assert sum(step.partition_layers.values()) > 0
     assert step.activity and all(v >= 0 for v in step.activity.values())
-    assert set(step.link_bytes) and all(v >= 0 for v in step.link_bytes.values())
+    if kind not in LIBRAPIM_ROWS:  # a LibraPIM step does not state its links' bytes
+        assert set(step.link_bytes) and all(v >= 0 for v in step.link_bytes.values())
 
 
 @pytest.mark.parametrize("kind", list(SYSTEMS))
@@ -115,6 +136,7 @@ def test_every_row_serves(kind, tmp_path, capsys):
     assert report["system"] == kind
     rows = report["requests"]["rows"]
     assert len(rows) == 2 and all(r[5] is not None and r[5] > 0 for r in rows)
+    assert [r[:3] for r in rows] == [[0, 300, 2], [0.001, 200, 3]]
     assert report["simulation"]["distinct_steps"] >= 1
 
     system = make_system(kind, _config(kind))

@@ -19,12 +19,14 @@ from pimphony.models.xpu_config import load_xpu
 from pimphony.sim.cli import SEED, bounded_int, choice_names
 from pimphony.sim.experiments.librapim_energy import hbm_energy, system_energy
 from pimphony.sim.systems.librapim import (
+    DEFAULT_GROUPS,
     DEFAULT_TP,
-    SYSTEMS,
+    LIBRAPIM_SPECS,
+    format_inputs,
     format_librapim,
     librapim_cache,
     run_librapim,
-    weights_per_device,
+    step_inputs,
 )
 from pimphony.sim.systems.setup import DecodeError
 from pimphony.sim.workloads import generation_context_lengths, load_workload, sample_context_lengths
@@ -46,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--step", type=bounded_int(0, 1 << 20), default=0, help="generation step (--workload)"
     )
     parser.add_argument(
-        "--groups", type=bounded_int(1, 4096), default=2, help="LibraPIM batch groups"
+        "--groups", type=bounded_int(1, 4096), default=DEFAULT_GROUPS, help="LibraPIM batch groups"
     )
     parser.add_argument(
         "--tp",
@@ -57,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--system",
         action="append",
-        choices=list(SYSTEMS),
+        choices=list(LIBRAPIM_SPECS),
         help="system to time (repeatable; default every registry row)",
     )
     parser.add_argument(
@@ -116,13 +118,7 @@ def run(args: argparse.Namespace) -> int:
         }
     if args.json:
         out = {
-            "model": spec.name,
-            "preset": args.preset,
-            "xpu": args.xpu,
-            "batch": len(lengths),
-            "max_context": max(lengths),
-            "tp": args.tp,
-            "weight_bytes_per_device": weights_per_device(spec, args.tp),
+            **step_inputs(spec, args.preset, args.xpu, lengths, args.tp),
             "systems": {k: dataclasses.asdict(v) for k, v in systems.items()},
         }
         if energy is not None:
@@ -131,11 +127,7 @@ def run(args: argparse.Namespace) -> int:
         json.dump(out, sys.stdout, indent=1)
         print()
         return 0
-    print(
-        f"{spec.name} on {args.preset} + {args.xpu}, one of {args.tp} devices "
-        f"({weights_per_device(spec, args.tp) / 1e9:.1f} GB of weights each, not checked): "
-        f"batch {len(lengths)}, contexts {min(lengths)}..{max(lengths)} tokens"
-    )
+    print(format_inputs(spec, args.preset, args.xpu, lengths, args.tp))
     print(format_librapim(systems))
     if energy is not None:
         print(format_energy(energy, params.name))

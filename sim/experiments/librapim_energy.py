@@ -59,14 +59,14 @@ from pimphony.sim.analysis.librapim_grid import LIBRAPIM_CONTEXTS, LIBRAPIM_DIR
 from pimphony.sim.cli import positive_ints
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import ReportFiles, publish_json
+from pimphony.sim.systems.base import SystemKind
 from pimphony.sim.systems.costs import OpCosts, layer_costs
 from pimphony.sim.systems.energy import xpu_energy
 from pimphony.sim.systems.kernels import KernelCache
 from pimphony.sim.systems.librapim import (
     ATTENTION_PARTITIONS,
     DEFAULT_TP,
-    SYSTEMS,
-    LibrapimKind,
+    LIBRAPIM_SPECS,
     LibrapimSystem,
     librapim_cache,
     run_librapim,
@@ -110,11 +110,11 @@ _LABELS = {
 #: Fig. 22's systems (the four of Fig. 19) and LibraPIM without DBO, the paper's
 #: "DBO costs ~20% more energy" comparison.
 FIG22_SYSTEMS = (
-    LibrapimKind.NPU_AIM,
-    LibrapimKind.ATTACC,
-    LibrapimKind.NEUPIMS,
-    LibrapimKind.LIBRAPIM,
-    LibrapimKind.LIBRAPIM_NO_DBO,
+    SystemKind.NPU_AIM,
+    SystemKind.ATTACC,
+    SystemKind.NEUPIMS,
+    SystemKind.LIBRAPIM,
+    SystemKind.LIBRAPIM_NO_DBO,
 )
 
 
@@ -228,7 +228,7 @@ def system_energy(
     costs: OpCosts = {}
     link_bytes = 0
     softmax_scores = 0
-    if result.name == LibrapimKind.ATTACC:
+    if result.name == SystemKind.ATTACC:
         b = len(lengths)
         m = int(result.decisions[0]["m"])
         chunks = int(result.decisions[0]["chunks"])
@@ -240,7 +240,7 @@ def system_energy(
     else:
         for i, mb in enumerate(micro_batches(lengths, result.groups)):
             d = result.decisions[i]
-            use = SYSTEMS[LibrapimKind(result.name)].dbo
+            use = LIBRAPIM_SPECS[SystemKind(result.name)].dbo
             m, n = (int(d["m"]), int(d["n"])) if use else (0, 0)
             order = sorted(range(len(mb)), key=lambda r: -mb[r])
             on_xpu = tuple(mb[r] for r in order[:n])
@@ -322,10 +322,10 @@ def fig22(
                     },
                     "dbo": [
                         {k: d[k] for k in ("case", "m", "n")}
-                        for d in systems[LibrapimKind.LIBRAPIM].decisions
+                        for d in systems[SystemKind.LIBRAPIM].decisions
                     ],
                 }  # fmt: skip
-                base = row["systems"][LibrapimKind.NEUPIMS]["joules_per_step"]
+                base = row["systems"][SystemKind.NEUPIMS]["joules_per_step"]
                 for e in row["systems"].values():
                     e["vs_neupims"] = e["joules_per_step"] / base
                 rows.append(row)

@@ -30,7 +30,8 @@ from pimphony.sim.analysis.librapim_grid import (
 from pimphony.sim.cli import positive_ints
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import OutputFile, ReportFiles, publish_json, user_output
-from pimphony.sim.systems.librapim import DEFAULT_TP, LibrapimKind, run_librapim
+from pimphony.sim.systems.base import SystemKind
+from pimphony.sim.systems.librapim import DEFAULT_TP, run_librapim
 from pimphony.sim.systems.setup import DecodeError
 
 __all__ = [
@@ -47,18 +48,18 @@ __all__ = [
 #: The systems of Fig. 19 (6.1) and the best-offload analysis row; the other registry rows
 #: belong to Figs. 9, 21 and the DBO variant (``pimphony librapim-figs``).
 FIG19_SYSTEMS = (
-    LibrapimKind.NPU_AIM,
-    LibrapimKind.ATTACC,
-    LibrapimKind.NEUPIMS,
-    LibrapimKind.LIBRAPIM,
-    LibrapimKind.LIBRAPIM_BEST,
+    SystemKind.NPU_AIM,
+    SystemKind.ATTACC,
+    SystemKind.NEUPIMS,
+    SystemKind.LIBRAPIM,
+    SystemKind.LIBRAPIM_BEST,
 )
 #: Average speedup over NPU+AiM the paper reports or implies (6.2: LibraPIM 6.2x, and 4.4x
 #: over AttAcc, 2.1x over NeuPIMs, so AttAcc 6.2 / 4.4 and NeuPIMs 6.2 / 2.1 over NPU+AiM).
 PAPER_SPEEDUP: dict[str, float] = {
-    LibrapimKind.ATTACC: 6.2 / 4.4,
-    LibrapimKind.NEUPIMS: 6.2 / 2.1,
-    LibrapimKind.LIBRAPIM: 6.2,
+    SystemKind.ATTACC: 6.2 / 4.4,
+    SystemKind.NEUPIMS: 6.2 / 2.1,
+    SystemKind.LIBRAPIM: 6.2,
 }
 
 
@@ -87,14 +88,14 @@ def fig19(
                 systems = run_librapim(
                     spec, hw, dev, (ctx,) * b, min(groups, b), "dcs", tp, FIG19_SYSTEMS
                 )
-                base = systems[LibrapimKind.NPU_AIM].step_seconds
+                base = systems[SystemKind.NPU_AIM].step_seconds
                 row: dict[str, Any] = {"model": spec.name, "batch": b, "context": ctx}
                 for s, r in systems.items():
                     row[f"{s}_ms"] = r.step_seconds * 1e3
                     row[f"{s}_speedup"] = base / r.step_seconds
-                row["dbo_case"] = systems[LibrapimKind.LIBRAPIM].decisions[0]["case"]
-                row["dbo_m"] = systems[LibrapimKind.LIBRAPIM].decisions[0]["m"]
-                row["dbo_n"] = systems[LibrapimKind.LIBRAPIM].decisions[0]["n"]
+                row["dbo_case"] = systems[SystemKind.LIBRAPIM].decisions[0]["case"]
+                row["dbo_m"] = systems[SystemKind.LIBRAPIM].decisions[0]["m"]
+                row["dbo_n"] = systems[SystemKind.LIBRAPIM].decisions[0]["n"]
                 rows.append(row)
                 if progress:
                     progress(
@@ -121,7 +122,7 @@ def means(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
 
 def format_fig19(rows: list[dict[str, Any]]) -> str:
     """The table, then the means beside the paper's averages."""
-    names = [str(s) for s in FIG19_SYSTEMS if s != LibrapimKind.NPU_AIM]
+    names = [str(s) for s in FIG19_SYSTEMS if s != SystemKind.NPU_AIM]
     head = f"{'model':14s} {'B':>4s} {'L':>5s} {'NPU+AiM ms':>11s} " + " ".join(
         f"{n:>9s}" for n in names
     )
@@ -155,10 +156,10 @@ def to_csv(rows: list[dict[str, Any]]) -> str:
 
 
 _COLOURS = {
-    LibrapimKind.ATTACC: "#219ebc",
-    LibrapimKind.NEUPIMS: "#8ecae6",
-    LibrapimKind.LIBRAPIM: "#e76f51",
-    LibrapimKind.LIBRAPIM_BEST: "#f4a261",
+    SystemKind.ATTACC: "#219ebc",
+    SystemKind.NEUPIMS: "#8ecae6",
+    SystemKind.LIBRAPIM: "#e76f51",
+    SystemKind.LIBRAPIM_BEST: "#f4a261",
 }
 
 

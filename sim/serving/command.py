@@ -1,5 +1,5 @@
-"""``pimphony serve``: serve requests over time on a PIM, xPU+PIM or GPU system
-(``docs/serving.md``)."""
+"""``pimphony serve``: serve requests over time on any system of the registry (PIM, xPU+PIM,
+GPU, LibraPIM's; ``docs/serving.md``)."""
 
 from __future__ import annotations
 
@@ -19,19 +19,15 @@ from pimphony.sim.systems.command import (
     DECODE_GPU,
     DECODE_PRESET,
     DECODE_XPU,
+    add_row_arguments,
     micro_batches_arg,
     output_paths,
     publish,
+    row_options,
     sub_batches_arg,
     system_help,
 )
-from pimphony.sim.systems.registry import (
-    SYSTEMS,
-    Command,
-    SystemKind,
-    foreign_options,
-    system_config,
-)
+from pimphony.sim.systems.registry import SYSTEMS, Command, SystemKind, system_config
 from pimphony.sim.workloads import available_workloads
 
 __all__ = ["DEFAULT_OUTPUT_TOKENS", "DEFAULT_REQUESTS", "SERVE_DIR", "add_arguments", "run"]
@@ -72,8 +68,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"tokens each workload request generates (default {DEFAULT_OUTPUT_TOKENS})",
     )
     p.add_argument("--seed", type=SEED, default=0, help="seed of the prompts and arrivals")
-    p.add_argument("--preset", default=DECODE_PRESET, help="PIM hardware preset")
-    p.add_argument("--tp", type=bounded_int(1, 1024), default=1, help="tensor-parallel modules")
+    p.add_argument(
+        "--preset",
+        default=argparse.SUPPRESS,
+        help=f"PIM hardware preset (default: {DECODE_PRESET}); LibraPIM: librapim-hbm2",
+    )
+    p.add_argument(
+        "--tp",
+        type=bounded_int(1, 1024),
+        default=argparse.SUPPRESS,
+        help="tensor-parallel modules (default: 1); LibraPIM: 8",
+    )
     p.add_argument("--pp", type=bounded_int(1, 1024), default=1, help="pipeline stages (pim)")
     p.add_argument("--micro-batches", type=micro_batches_arg, default=None)
     p.add_argument("--partition", choices=choice_names(PARTITIONS), default="auto")
@@ -82,11 +87,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--memory", choices=choice_names(MEMORY_POLICIES), default="lazy", help="lazy = DPA"
     )
     p.add_argument("--max-context", type=int, help="static reservation (default: model window)")
-    p.add_argument("--xpu", default=DECODE_XPU, help="--system xpu+pim: the xPU preset")
+    p.add_argument(
+        "--xpu",
+        default=argparse.SUPPRESS,
+        help=f"--system xpu+pim, LibraPIM: the xPU preset (default: {DECODE_XPU}); LibraPIM: "
+        "librapim-npu",
+    )
     p.add_argument("--sub-batches", type=sub_batches_arg, default=1)
     p.add_argument("--gpu", default=DECODE_GPU, help="--system gpu: the GPU preset")
     p.add_argument("--gpus", type=bounded_int(1, 1024), default=1)
     p.add_argument("--gpu-memory-fraction", type=float, default=1.0)
+    add_row_arguments(p)
     p.add_argument("--max-batch", type=bounded_int(1, 10**6), help="cap on the running batch")
     p.add_argument("--no-prefill", action="store_true", help="skip prefill (decode-only studies)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
@@ -120,15 +131,18 @@ def requests_from_args(args: argparse.Namespace) -> list[Request]:
     )
 
 
-def config_from_args(args: argparse.Namespace) -> ServeConfig:
-    """The :class:`ServeConfig` the options describe; another ``--system``'s options (given a
-    value other than their default) are refused, from the registry's table."""
-    kind = SystemKind(args.system)
+def resolve_options(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` with the ``--system`` row's defaults for the options left unset; another
+    row's options (given a value other than their default) are refused, from the registry's
+    table."""
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    refusal = foreign_options(args, kind, Command.SERVE, parser.get_default)
-    if refusal:
-        raise ServeError(refusal)
+    return row_options(args, SystemKind(args.system), Command.SERVE, parser, ServeError)
+
+
+def config_from_args(args: argparse.Namespace) -> ServeConfig:
+    """The :class:`ServeConfig` the options (resolved by :func:`resolve_options`) describe."""
+    kind = SystemKind(args.system)
     return ServeConfig.of(
         kind.value,
         system_config(args, kind, Command.SERVE),
@@ -139,6 +153,7 @@ def config_from_args(args: argparse.Namespace) -> ServeConfig:
 
 def run(args: argparse.Namespace) -> int:
     """Simulate, write the JSON report and the figure, print a summary."""
+    args = resolve_options(args)
     cfg = config_from_args(args)
     reqs = requests_from_args(args)
     inputs = {

@@ -20,7 +20,7 @@ from pimphony.models.memory import (
 from pimphony.sim.systems.kernels import KernelCache
 from pimphony.sim.systems.setup import DecodeError, DecodeSetup
 
-__all__ = ["admit", "dpa_buffers", "fill_batch", "kv_allocator", "queue_batches"]
+__all__ = ["admit", "dpa_buffers", "fill_batch", "kv_allocator", "queue_batches", "weights_kv_pool"]
 
 
 def kv_allocator(
@@ -47,6 +47,17 @@ def kv_allocator(
         weight_bytes=weight_bytes,
         max_context=limit,
     )
+
+
+def weights_kv_pool(
+    model: ModelSpec, hw: HardwareConfig, modules: int, memory: str, max_context: int
+) -> Any:
+    """:func:`kv_allocator` of ``modules`` modules beside the weights; :class:`DecodeError`
+    when the weights alone exceed them."""
+    alloc = kv_allocator(model, hw, modules, memory, max_context)
+    if alloc is None:
+        raise DecodeError(f"{model.name}'s weights alone exceed {modules} module(s) of {hw.name}")
+    return alloc
 
 
 def _where(model: ModelSpec, hw: HardwareConfig, modules: int, weights: bool = True) -> str:

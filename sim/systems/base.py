@@ -11,7 +11,7 @@ prompts (:meth:`System.prefill`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -43,6 +43,15 @@ class SystemKind(StrEnum):
     PIM = "pim"
     GPU = "gpu"
     XPU_PIM = "xpu+pim"
+    # LibraPIM 6.1's four systems and its analysis rows (sim/systems/librapim.py)
+    NPU_AIM = "npu+aim"
+    ATTACC = "attacc"
+    NEUPIMS = "neupims"
+    LIBRAPIM = "librapim"
+    LIBRAPIM_BEST = "librapim-best"
+    AIM_PIPELINED = "aim-pipelined"
+    LIBRAPIM_NO_DBO = "librapim-no-dbo"
+    LIBRAPIM_MEASURED = "librapim-measured"
 
 
 @dataclass(frozen=True)
@@ -54,7 +63,9 @@ class SystemConfig:
     ``memory``, ``micro_batches``, ``max_context``, ``sub_batches`` and ``mapping`` mean what
     they mean for ``pimphony decode`` (``docs/decode.md``); ``check_capacity`` off times a
     batch that does not fit; ``energy`` is the PIM energy preset (``None``: the default).
-    A system reads only its own fields; all but ``model`` and ``hw`` are keyword-only.
+    ``groups`` (``None``: the system's default) and ``slicing`` are LibraPIM's batch groups and
+    DEX bank slicing (``--groups``, ``--no-dex``). A system reads only its own fields; all but
+    ``model`` and ``hw`` are keyword-only.
     """
 
     model: ModelSpec
@@ -75,6 +86,8 @@ class SystemConfig:
     check_capacity: bool = True
     mapping: str = "fixed"
     energy: EnergyParams | None = None
+    groups: int | None = None
+    slicing: bool = True
 
     @property
     def reservation(self) -> int:
@@ -206,7 +219,8 @@ class SystemRow:
     """One system: what it is (``--system`` help), how it is built, the options (``dest``
     names) each command reads for it, the options its ``decode`` report's provenance leaves
     out (so that reports stay what they were before those options existed), and its step
-    report's file stem and inputs digest (of the system's ``setup``), text and figure."""
+    report's file stem and inputs digest (of the system's ``setup``), text and figure.
+    ``defaults``: the options (``dest``) whose default is the row's own."""
 
     summary: str
     build: Callable[[SystemConfig], System]
@@ -216,3 +230,4 @@ class SystemRow:
     digest: Callable[[Any], str]
     text: Callable[[Any], str]
     plot: Callable[[Any, Path], Path]
+    defaults: Mapping[str, Any] = field(default_factory=dict)

@@ -38,10 +38,13 @@ __all__ = [
     "DECODE_GPU",
     "DECODE_PRESET",
     "DECODE_XPU",
+    "SHARED_DEFAULTS",
     "add_arguments",
+    "add_row_arguments",
     "micro_batches_arg",
     "output_paths",
     "publish",
+    "row_options",
     "run",
     "sub_batches_arg",
     "system_help",
@@ -60,6 +63,9 @@ MAX_BATCH = 1024
 DECODE_GPU = "a100-80gb"
 #: The xPU of ``--system xpu+pim`` unless ``--xpu`` names another (PIMphony's NeuPIMs NPU).
 DECODE_XPU = "neupims-npu"
+#: Options whose default a row of the registry may change (``SystemRow.defaults``): the
+#: commands leave them unset, and a row without its own default gets these.
+SHARED_DEFAULTS: dict[str, Any] = {"preset": DECODE_PRESET, "xpu": DECODE_XPU, "tp": 1}
 
 
 def micro_batches_arg(value: str) -> int | str:
@@ -123,7 +129,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=_batch, default=None, help="requests, or 'auto' (fill memory)")
     p.add_argument("--modules", type=int, help="modules (must equal tp * pp; default tp * pp)")
     p.add_argument(
-        "--tp", type=bounded_int(1, 1024), default=1, help="tensor-parallel modules per stage"
+        "--tp",
+        type=bounded_int(1, 1024),
+        default=argparse.SUPPRESS,
+        help="tensor-parallel modules per stage (default: 1); LibraPIM rows: devices (8)",
     )
     p.add_argument("--pp", type=bounded_int(1, 1024), default=1, help="pipeline stages")
     p.add_argument(
@@ -146,8 +155,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-context", type=int, help="static reservation (default: model window)")
     p.add_argument(
         "--preset",
-        default=DECODE_PRESET,
-        help=f"hardware preset name or .toml (default {DECODE_PRESET}: 32 GiB modules)",
+        default=argparse.SUPPRESS,
+        help=f"hardware preset name or .toml, 32 GiB modules (default: {DECODE_PRESET}); "
+        "LibraPIM rows: librapim-hbm2",
     )
     p.add_argument(
         "--mapping",
@@ -175,7 +185,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "gpu_memory_utilization; default 1.0)",
     )
     p.add_argument(
-        "--xpu", default=DECODE_XPU, help=f"--system xpu+pim: xPU preset (default {DECODE_XPU})"
+        "--xpu",
+        default=argparse.SUPPRESS,
+        help=f"--system xpu+pim and LibraPIM rows: xPU preset (default: {DECODE_XPU}); "
+        "LibraPIM rows: librapim-npu",
     )
     p.add_argument(
         "--sub-batches",
@@ -191,10 +204,54 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         f"({', '.join(available_energy_presets())}) or a .toml path (default {DEFAULT_ENERGY}; "
         "docs/energy.md)",
     )
+    add_row_arguments(p)
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--report", type=Path, help=f"JSON report path (default {DECODE_DIR}/...)")
     p.add_argument("--plot", type=Path, help=f"PNG breakdown path (default {DECODE_DIR}/...)")
     p.add_argument("--force", action="store_true", help="replace existing --report/--plot files")
+
+
+def add_row_arguments(p: argparse.ArgumentParser) -> None:
+    """Options only some rows have (LibraPIM's): unset unless given, so that the other rows'
+    reports do not record them."""
+    p.add_argument(
+        "--groups",
+        type=bounded_int(1, 4096),
+        default=argparse.SUPPRESS,
+        help="LibraPIM's pipelined rows: batch groups, at most the batch (default: 2)",
+    )
+    p.add_argument(
+        "--no-dex",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="LibraPIM's DEX rows: banks exclusive (plain AiM) instead of sliced",
+    )
+
+
+def row_options(
+    args: argparse.Namespace,
+    kind: SystemKind,
+    command: Command,
+    parser: argparse.ArgumentParser,
+    error: type[Exception] = DecodeError,
+) -> argparse.Namespace:
+    """``args`` with every option left unset given ``kind``'s default (its row's
+    ``defaults``, else :data:`SHARED_DEFAULTS`); ``error`` if ``args`` give an option of
+    another row a value other than its default."""
+    values = vars(args).copy()
+    for dest, value in {**SHARED_DEFAULTS, **SYSTEMS[kind].defaults}.items():
+        if values.get(dest) is None:
+            values[dest] = value
+    resolved = argparse.Namespace(**values)
+
+    def default(dest: str) -> Any:
+        value = SHARED_DEFAULTS.get(dest, parser.get_default(dest))
+        return None if value == argparse.SUPPRESS else value
+
+    refusal = foreign_options(resolved, kind, command, default)
+    if refusal:
+        raise error(refusal)
+    return resolved
 
 
 def _lengths(args: argparse.Namespace, window: int) -> tuple[list[int], bool]:
@@ -267,9 +324,7 @@ def run(args: argparse.Namespace) -> int:
     row = SYSTEMS[kind]
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    refusal = foreign_options(args, kind, Command.DECODE, parser.get_default)
-    if refusal:
-        raise DecodeError(refusal)
+    args = row_options(args, kind, Command.DECODE, parser)
     # Reports' provenance leaves out what did not exist when their system's reports were
     # first saved (tests/golden): the row's omissions, the default mapping and energy preset.
     omit = set(row.provenance_omits)

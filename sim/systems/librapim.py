@@ -4,8 +4,10 @@ Every system runs on the same device (``librapim-hbm2`` PIM, ``librapim-npu`` xP
 and is timed with the xPU+PIM step's parts (:mod:`sim.systems.hetero`: the xPU cost
 model, the PIM channel TLM through :func:`sim.systems.step.attention_cycles` and
 :func:`~sim.systems.step.layer_timing`, the four-resource
-:func:`~sim.systems.hetero.pipeline_schedule`). The :data:`SYSTEMS` registry, keyed by
-:class:`LibrapimKind`, holds what each system does (``docs/librapim.md`` quotes the paper):
+:func:`~sim.systems.hetero.pipeline_schedule`). The :data:`LIBRAPIM_SPECS` table, keyed by
+:class:`~sim.systems.base.SystemKind` (LibraPIM's rows of the one system registry,
+:mod:`sim.systems.librapim_system`), holds what each system does (``docs/librapim.md``
+quotes the paper):
 
 * **npu+aim**: serial, one batch group, FC on the xPU, attention on PIM.
 * **attacc**: serial flow, head-level pipelining of QKV generation / attention, FFN
@@ -65,6 +67,7 @@ from pimphony.models.dbo import DboDecision, DboModel, DboThroughput, dynamic_ba
 from pimphony.models.hub import link_cycles
 from pimphony.models.xpu import VectorOp
 from pimphony.models.xpu_config import XpuConfig
+from pimphony.sim.systems.base import SystemKind
 from pimphony.sim.systems.costs import ATTENTION, layer_costs, op_cycles
 from pimphony.sim.systems.hetero import pipeline_schedule
 from pimphony.sim.systems.kernels import KernelCache
@@ -73,17 +76,20 @@ from pimphony.sim.systems.step import attention_cycles, layer_timing
 
 __all__ = [
     "ATTENTION_PARTITIONS",
+    "DEFAULT_GROUPS",
     "DEFAULT_TP",
-    "SYSTEMS",
+    "LIBRAPIM_SPECS",
     "BankAccess",
     "LibrapimSystem",
     "librapim_cache",
     "Offload",
-    "LibrapimKind",
     "LibrapimSpec",
     "dbo_model",
     "dbo_throughput",
+    "check_step",
+    "format_inputs",
     "format_librapim",
+    "step_inputs",
     "measured_throughput",
     "run_librapim",
     "weights_per_device",
@@ -98,18 +104,8 @@ ATTENTION_PARTITIONS = ("hfp", "tcp", "itpp")
 #: casys-kaist/NeuPIMs ``configs/model_configs/gpt3-175B.json``); LibraPIM does not state it.
 DEFAULT_TP = 8
 
-
-class LibrapimKind(StrEnum):
-    """The four systems of LibraPIM 6.1 and the analysis rows (module docstring)."""
-
-    NPU_AIM = "npu+aim"
-    ATTACC = "attacc"
-    NEUPIMS = "neupims"
-    LIBRAPIM = "librapim"
-    LIBRAPIM_BEST = "librapim-best"
-    AIM_PIPELINED = "aim-pipelined"
-    LIBRAPIM_NO_DBO = "librapim-no-dbo"
-    LIBRAPIM_MEASURED = "librapim-measured"
+#: Batch groups of the pipelined systems (``pimphony librapim --groups``; at most the batch).
+DEFAULT_GROUPS = 2
 
 
 class BankAccess(StrEnum):
@@ -159,29 +155,29 @@ class LibrapimSpec:
 _X, _S, _D = BankAccess.EXCLUSIVE, BankAccess.SLICED, BankAccess.DUAL
 
 #: The registry (``docs/librapim.md`` quotes the paper for every row).
-SYSTEMS: dict[LibrapimKind, LibrapimSpec] = {
-    LibrapimKind.NPU_AIM: LibrapimSpec(
+LIBRAPIM_SPECS: dict[SystemKind, LibrapimSpec] = {
+    SystemKind.NPU_AIM: LibrapimSpec(
         True, False, False, Offload.NONE, _X, "serial, exclusive bank access"
     ),
-    LibrapimKind.ATTACC: LibrapimSpec(
+    SystemKind.ATTACC: LibrapimSpec(
         True, True, True, Offload.NONE, _X, "serial flow, head-level pipelining, FFN co-processing"
     ),
-    LibrapimKind.NEUPIMS: LibrapimSpec(
+    SystemKind.NEUPIMS: LibrapimSpec(
         False, False, False, Offload.NONE, _D, "batch pipelining, dual row buffers"
     ),
-    LibrapimKind.LIBRAPIM: LibrapimSpec(
+    SystemKind.LIBRAPIM: LibrapimSpec(
         False, False, False, Offload.ALGORITHM_1, _S, "batch pipelining + DEX + DBO"
     ),
-    LibrapimKind.LIBRAPIM_BEST: LibrapimSpec(
+    SystemKind.LIBRAPIM_BEST: LibrapimSpec(
         False, False, False, Offload.BEST, _S, "LibraPIM, FFN offload chosen by simulation"
     ),
-    LibrapimKind.AIM_PIPELINED: LibrapimSpec(
+    SystemKind.AIM_PIPELINED: LibrapimSpec(
         False, False, False, Offload.NONE, _X, "batch pipelining on exclusive AiM banks"
     ),
-    LibrapimKind.LIBRAPIM_NO_DBO: LibrapimSpec(
+    SystemKind.LIBRAPIM_NO_DBO: LibrapimSpec(
         False, False, False, Offload.NONE, _S, "batch pipelining + DEX, no DBO"
     ),
-    LibrapimKind.LIBRAPIM_MEASURED: LibrapimSpec(
+    SystemKind.LIBRAPIM_MEASURED: LibrapimSpec(
         False,
         False,
         False,
@@ -748,27 +744,9 @@ def librapim_cache(hw: HardwareConfig, sched: str, lengths: tuple[int, ...]) -> 
     return KernelCache(hw, sched, True, dpa=True, dpa_max_tokens=max(lengths))
 
 
-def run_librapim(
-    spec: ModelSpec,
-    hw: HardwareConfig,
-    xpu: XpuConfig,
-    lengths: tuple[int, ...],
-    groups: int = 2,
-    sched: str = "dcs",
-    tp: int = 1,
-    systems: tuple[str, ...] | None = None,
-    partitions: tuple[str, ...] = ATTENTION_PARTITIONS,
-    slicing: bool = True,
-    cache: KernelCache | None = None,
-) -> dict[str, LibrapimSystem]:
-    """Time one decode step of ``lengths`` on each of ``systems`` (default all of
-    :data:`SYSTEMS`), ``tp`` devices sharing every layer; keys are the system names.
-    PIM attention uses the fastest of ``partitions`` that maps. ``slicing``: the DEX systems'
-    banks are sliced (default) or, for the comparison, exclusive as in plain AiM
-    (``aim-pipelined`` is exclusive either way).
-
-    Capacity is not checked (the paper's 16 GB does not hold the KV of its large points).
-    """
+def check_step(spec: ModelSpec, lengths: tuple[int, ...], groups: int, tp: int) -> None:
+    """:class:`DecodeError` unless ``lengths`` is a batch of ``spec`` that ``groups`` batch
+    groups split and ``tp`` devices share."""
     if not lengths:
         raise DecodeError("batch = 0: give at least one request")
     if max(lengths) > spec.context_window:
@@ -784,19 +762,65 @@ def run_librapim(
         raise DecodeError(
             f"tp = {tp!r}: must be a positive divisor of {spec.name}'s kv_heads ({spec.kv_heads})"
         )
+
+
+def step_inputs(
+    spec: ModelSpec, preset: str, xpu: str, lengths: tuple[int, ...], tp: int
+) -> dict[str, Any]:
+    """What a LibraPIM step's JSON report states of its inputs (model, presets, batch, its
+    longest context, ``tp`` and each device's weight bytes)."""
+    return {
+        "model": spec.name,
+        "preset": preset,
+        "xpu": xpu,
+        "batch": len(lengths),
+        "max_context": max(lengths),
+        "tp": tp,
+        "weight_bytes_per_device": weights_per_device(spec, tp),
+    }
+
+
+def format_inputs(spec: ModelSpec, preset: str, xpu: str, lengths: tuple[int, ...], tp: int) -> str:
+    """The line that heads a LibraPIM step's text: model, presets, devices and the batch."""
+    return (
+        f"{spec.name} on {preset} + {xpu}, one of {tp} devices "
+        f"({weights_per_device(spec, tp) / 1e9:.1f} GB of weights each, not checked): "
+        f"batch {len(lengths)}, contexts {min(lengths)}..{max(lengths)} tokens"
+    )
+
+
+def run_librapim(
+    spec: ModelSpec,
+    hw: HardwareConfig,
+    xpu: XpuConfig,
+    lengths: tuple[int, ...],
+    groups: int = DEFAULT_GROUPS,
+    sched: str = "dcs",
+    tp: int = 1,
+    systems: tuple[str, ...] | None = None,
+    partitions: tuple[str, ...] = ATTENTION_PARTITIONS,
+    slicing: bool = True,
+    cache: KernelCache | None = None,
+) -> dict[str, LibrapimSystem]:
+    """Time one decode step of ``lengths`` on each of ``systems`` (default all of
+    :data:`LIBRAPIM_SPECS`), ``tp`` devices sharing every layer; keys are the system names.
+    PIM attention uses the fastest of ``partitions`` that maps. ``slicing``: the DEX systems'
+    banks are sliced (default) or, for the comparison, exclusive as in plain AiM
+    (``aim-pipelined`` is exclusive either way).
+
+    Capacity is not checked (the paper's 16 GB does not hold the KV of its large points).
+    """
+    check_step(spec, lengths, groups, tp)
     chosen = []
-    for name in systems or tuple(SYSTEMS):
-        try:
-            chosen.append(LibrapimKind(name))
-        except ValueError:
-            raise DecodeError(
-                f"system {name!r} is unknown; allowed: {', '.join(SYSTEMS)}"
-            ) from None
+    for name in systems or tuple(LIBRAPIM_SPECS):
+        if name not in LIBRAPIM_SPECS:
+            raise DecodeError(f"system {name!r} is unknown; allowed: {', '.join(LIBRAPIM_SPECS)}")
+        chosen.append(SystemKind(name))
     cache = cache or librapim_cache(hw, sched, lengths)
     parts = _Parts(spec, hw, xpu, tp, cache, partitions)
     out: dict[str, LibrapimSystem] = {}
     for s in chosen:
-        row = SYSTEMS[s]
+        row = LIBRAPIM_SPECS[s]
         banks = row.banks
         if banks == BankAccess.SLICED and not slicing:
             banks = BankAccess.EXCLUSIVE

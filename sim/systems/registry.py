@@ -13,9 +13,14 @@ other than their default) from this table. ``pimphony decode --system K`` and
 * **xpu+pim** (:class:`XpuPimSystem`): FC layers on an xPU, attention on ``tp`` PIM modules
   (:func:`sim.systems.hetero.run_hetero_decode`).
 
-LibraPIM's systems (:data:`sim.systems.librapim.SYSTEMS`, keyed by ``LibrapimKind``) and
-DCC Fig. 8's (:data:`sim.experiments.dcc_fig8.SYSTEMS`, keyed by ``Fig8System``) are variants
-of the xPU+PIM and GPU steps with their own registries; they are not rows here.
+* **npu+aim**, **attacc**, **neupims**, **librapim**, **librapim-best**, **aim-pipelined**,
+  **librapim-no-dbo**, **librapim-measured** (:data:`sim.systems.librapim_system.LIBRAPIM_ROWS`,
+  one :class:`~sim.systems.librapim_system.LibrapimRowSystem` each): LibraPIM 6.1's NPU+PIM
+  systems and analysis rows (:func:`sim.systems.librapim.run_librapim`); their defaults are
+  LibraPIM's (``librapim-hbm2``, ``librapim-npu``, ``--tp 8``, ``--groups 2``, DEX on).
+
+DCC Fig. 8's systems (:data:`sim.experiments.dcc_fig8.SYSTEMS`, keyed by ``Fig8System``) are
+variants of the xPU+PIM and GPU steps with their own registry; they are not rows here.
 """
 
 from __future__ import annotations
@@ -37,8 +42,8 @@ from pimphony.models.hub import epu_cycles, link_cycles
 from pimphony.models.memory import MemoryPolicy, OutOfMemory
 from pimphony.models.system import allreduce_cycles, stage_hop_cycles
 from pimphony.models.xpu_config import XpuConfig, load_xpu
-from pimphony.sim.provenance import inputs_digest
-from pimphony.sim.systems.admission import fill_batch, kv_allocator
+from pimphony.sim.provenance import device_record as _device_record
+from pimphony.sim.systems.admission import fill_batch, kv_allocator, weights_kv_pool
 from pimphony.sim.systems.base import (
     Command,
     PoolStats,
@@ -75,6 +80,7 @@ from pimphony.sim.systems.hetero import (
     run_hetero_decode,
 )
 from pimphony.sim.systems.kernels import KernelCache
+from pimphony.sim.systems.librapim_system import LIBRAPIM_ROWS
 from pimphony.sim.systems.report import (
     DecodeReport,
     format_report,
@@ -270,12 +276,6 @@ def pim_prefill_cycles(
     return spec.layers * layer + hops
 
 
-def _device_record(device: XpuConfig) -> dict[str, Any]:
-    """A device as a report's provenance records it: name, digest of its values, values."""
-    values = dataclasses.asdict(device)
-    return {"name": device.name, "sha256": inputs_digest(values), "values": values}
-
-
 # --------------------------------------------------------------------------- the systems
 
 
@@ -355,12 +355,7 @@ class PimSystem:
     def pool(self) -> Any:
         """The KV allocator of ``tp x pp`` modules beside the weights."""
         c = self.config
-        alloc = kv_allocator(c.model, self.hw, c.tp * c.pp, c.memory, c.reservation)
-        if alloc is None:
-            raise DecodeError(
-                f"{c.model.name}'s weights alone exceed {c.tp * c.pp} module(s) of {self.hw.name}"
-            )
-        return alloc
+        return weights_kv_pool(c.model, self.hw, c.tp * c.pp, c.memory, c.reservation)
 
     def fill_batch(self, candidates: Sequence[int]) -> tuple[int, ...]:
         """:func:`sim.systems.admission.fill_batch` on ``tp x pp`` modules."""
@@ -559,6 +554,7 @@ SYSTEMS: dict[SystemKind, SystemRow] = {
         ("gpu", "gpus", "gpu_memory_fraction"),
         hetero_report_stem, hetero_setup_digest, format_hetero_report, plot_hetero_report,
     ),
+    **LIBRAPIM_ROWS,
 }  # fmt: skip
 
 
@@ -628,4 +624,6 @@ def system_config(args: argparse.Namespace, kind: SystemKind, command: Command) 
         check_capacity=not getattr(args, "ignore_capacity", False),
         mapping=getattr(args, "mapping", Mapping.FIXED.value),
         energy=energy,
+        groups=getattr(args, "groups", None),
+        slicing=not getattr(args, "no_dex", False),
     )

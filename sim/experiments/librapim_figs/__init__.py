@@ -35,7 +35,8 @@ from pimphony.sim.experiments.librapim_figs import dbo, fig21, utilisation
 from pimphony.sim.experiments.librapim_figs.utilisation import sweep
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import ReportFiles, publish_json
-from pimphony.sim.systems.librapim import DEFAULT_TP, SYSTEMS, LibrapimKind
+from pimphony.sim.systems.base import SystemKind
+from pimphony.sim.systems.librapim import DEFAULT_TP, LIBRAPIM_SPECS
 
 __all__ = ["FIGURES", "Figure", "FigureSpec", "add_arguments", "run"]
 
@@ -84,7 +85,7 @@ def _sweep_args(
     )
 
 
-_S = LibrapimKind
+_S = SystemKind
 
 #: The registry of figures.
 FIGURES: dict[Figure, FigureSpec] = {
@@ -147,11 +148,11 @@ FIGURES: dict[Figure, FigureSpec] = {
 
 def _systems(text: str) -> tuple[str, ...]:
     names = tuple(x for x in text.split(",") if x)
-    bad = [n for n in names if n not in SYSTEMS]
+    bad = [n for n in names if n not in LIBRAPIM_SPECS]
     if bad or not names:
         raise argparse.ArgumentTypeError(
             f"{text!r}: unknown system(s) {', '.join(bad) or '(none given)'}; allowed: "
-            f"{', '.join(SYSTEMS)}"
+            f"{', '.join(LIBRAPIM_SPECS)}"
         )
     return names
 

@@ -20,7 +20,7 @@ from typing import Any
 from pimphony.models.fileio import pyplot, write_figure
 from pimphony.models.xpu_config import XpuConfig, load_xpu
 from pimphony.sim.experiments.librapim_figs.utilisation import sweep
-from pimphony.sim.systems.librapim import LibrapimKind
+from pimphony.sim.systems.base import SystemKind
 from pimphony.sim.systems.setup import DecodeError
 
 __all__ = [
@@ -117,8 +117,8 @@ def fig21_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         cell[r["system"]] = r["normalised"]
         cell[f"{r['system']}_dbo"] = [(g["case"], g["m"], g["n"]) for g in r["groups"]]
     for cell in out.values():
-        if LibrapimKind.LIBRAPIM in cell and LibrapimKind.LIBRAPIM_NO_DBO in cell:
-            cell["dbo_gain"] = cell[LibrapimKind.LIBRAPIM] / cell[LibrapimKind.LIBRAPIM_NO_DBO]
+        if SystemKind.LIBRAPIM in cell and SystemKind.LIBRAPIM_NO_DBO in cell:
+            cell["dbo_gain"] = cell[SystemKind.LIBRAPIM] / cell[SystemKind.LIBRAPIM_NO_DBO]
     return out
 
 
@@ -127,13 +127,11 @@ def format_fig21(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
     split."""
     lines = [f"{'B':>4s} {'L':>5s} {'array':>8s} {'w/o DBO':>8s} {'w/ DBO':>8s} {'gain':>6s}  DBO"]
     for c in summary.values():
-        split = " ".join(
-            f"{k}:m={m},n={n}" for k, m, n in c.get(f"{LibrapimKind.LIBRAPIM}_dbo", [])
-        )
+        split = " ".join(f"{k}:m={m},n={n}" for k, m, n in c.get(f"{SystemKind.LIBRAPIM}_dbo", []))
         lines.append(
             f"{c['batch']:4d} {c['context']:5d} {c['array']:>4d}x{c['array']:<3d} "
-            f"{c.get(LibrapimKind.LIBRAPIM_NO_DBO, float('nan')):8.2f} "
-            f"{c.get(LibrapimKind.LIBRAPIM, float('nan')):8.2f} "
+            f"{c.get(SystemKind.LIBRAPIM_NO_DBO, float('nan')):8.2f} "
+            f"{c.get(SystemKind.LIBRAPIM, float('nan')):8.2f} "
             f"{c.get('dbo_gain', float('nan')):6.2f}"
             f"  {split}"
         )
@@ -147,8 +145,8 @@ def plot_fig21(rows: list[dict[str, Any]], path: Path) -> Path:
     bs = sorted({r["batch"] for r in rows})
     fig, axes = plt.subplots(1, len(bs), figsize=(5 * len(bs), 4), squeeze=False)
     style = {
-        LibrapimKind.LIBRAPIM_NO_DBO: ("#8ecae6", "w/o DBO"),
-        LibrapimKind.LIBRAPIM: ("#e76f51", "w/ DBO"),
+        SystemKind.LIBRAPIM_NO_DBO: ("#8ecae6", "w/o DBO"),
+        SystemKind.LIBRAPIM: ("#e76f51", "w/ DBO"),
     }
     for ax, b in zip(axes[0], bs, strict=True):
         sizes = sorted({r["array"] for r in rows if r["batch"] == b})

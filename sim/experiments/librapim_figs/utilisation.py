@@ -17,7 +17,8 @@ from pimphony.compiler.llm import load_model
 from pimphony.models.config import load_preset
 from pimphony.models.fileio import pyplot, write_figure
 from pimphony.models.xpu_config import XpuConfig, load_xpu
-from pimphony.sim.systems.librapim import DEFAULT_TP, LibrapimKind, run_librapim
+from pimphony.sim.systems.base import SystemKind
+from pimphony.sim.systems.librapim import DEFAULT_TP, run_librapim
 from pimphony.sim.systems.setup import DecodeError
 
 __all__ = [
@@ -104,14 +105,14 @@ def _pick(rows: list[Row], **match: Any) -> list[Row]:
 
 
 _COLOURS = {
-    LibrapimKind.NPU_AIM: "#6c757d",
-    LibrapimKind.ATTACC: "#219ebc",
-    LibrapimKind.NEUPIMS: "#8ecae6",
-    LibrapimKind.LIBRAPIM: "#e76f51",
-    LibrapimKind.LIBRAPIM_BEST: "#f4a261",
-    LibrapimKind.AIM_PIPELINED: "#e9c46a",
-    LibrapimKind.LIBRAPIM_NO_DBO: "#264653",
-    LibrapimKind.LIBRAPIM_MEASURED: "#9d0208",
+    SystemKind.NPU_AIM: "#6c757d",
+    SystemKind.ATTACC: "#219ebc",
+    SystemKind.NEUPIMS: "#8ecae6",
+    SystemKind.LIBRAPIM: "#e76f51",
+    SystemKind.LIBRAPIM_BEST: "#f4a261",
+    SystemKind.AIM_PIPELINED: "#e9c46a",
+    SystemKind.LIBRAPIM_NO_DBO: "#264653",
+    SystemKind.LIBRAPIM_MEASURED: "#9d0208",
 }
 
 # ---------------------------------------------------------------- Fig. 20
@@ -120,9 +121,9 @@ _COLOURS = {
 #: "over 25% utilization even for short inputs".
 FIG20_PAPER: dict[str, Any] = {
     "at_longest": {
-        LibrapimKind.ATTACC: {"pim": 0.06, "npu": 0.13},
-        LibrapimKind.NEUPIMS: {"pim": 0.21, "npu": 0.62},
-        LibrapimKind.LIBRAPIM: {"pim": 0.38, "npu": 0.77},
+        SystemKind.ATTACC: {"pim": 0.06, "npu": 0.13},
+        SystemKind.NEUPIMS: {"pim": 0.21, "npu": 0.62},
+        SystemKind.LIBRAPIM: {"pim": 0.38, "npu": 0.77},
     },
     "librapim_pim_min": 0.25,
 }
@@ -170,9 +171,9 @@ def format_fig20(rows: list[Row], summary: dict[str, Any]) -> str:
                 f"  {n:10s} {s['util_pim_mac']:6.1%} {s['util_xpu']:6.1%}   paper "
                 f"{p['pim']:.0%} {p['npu']:.0%}"
             )
-    if LibrapimKind.LIBRAPIM in summary:
+    if SystemKind.LIBRAPIM in summary:
         lines.append(
-            f"  librapim PIM minimum {summary[LibrapimKind.LIBRAPIM]['pim_mac_min']:.1%} "
+            f"  librapim PIM minimum {summary[SystemKind.LIBRAPIM]['pim_mac_min']:.1%} "
             f"(paper: over {FIG20_PAPER['librapim_pim_min']:.0%} even at short inputs)"
         )
     return "\n".join(lines)
@@ -304,8 +305,8 @@ def fig9_summary(rows: list[Row]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for b in sorted({r["batch"] for r in rows}):
         for x in sorted({r["context"] for r in rows}):
-            ideal = _pick(rows, batch=b, context=x, system=LibrapimKind.NEUPIMS)
-            excl = _pick(rows, batch=b, context=x, system=LibrapimKind.AIM_PIPELINED)
+            ideal = _pick(rows, batch=b, context=x, system=SystemKind.NEUPIMS)
+            excl = _pick(rows, batch=b, context=x, system=SystemKind.AIM_PIPELINED)
             if not (ideal and excl):
                 continue
             i, e = ideal[0], excl[0]
@@ -345,8 +346,8 @@ def plot_fig9(rows: list[Row], path: Path) -> Path:
     bs = sorted({r["batch"] for r in rows})
     fig, axes = plt.subplots(1, len(bs), figsize=(5.5 * len(bs), 4), squeeze=False)
     style = {
-        LibrapimKind.NEUPIMS: ("-", "ideal pipelining"),
-        LibrapimKind.AIM_PIPELINED: ("--", "exclusive"),
+        SystemKind.NEUPIMS: ("-", "ideal pipelining"),
+        SystemKind.AIM_PIPELINED: ("--", "exclusive"),
     }
     for ax, b in zip(axes[0], bs, strict=True):
         for name, (ls, label) in style.items():
