@@ -43,7 +43,7 @@ COMMANDS: dict[str, tuple[list[str], dict[str, list[str]]]] = {
     "serve": (
         ["--model", "llm-1.8b", "--requests", "2", "--output-tokens", "2"],
         {
-            "--system": ["pim", "gpu", "xpu+pim", "nope"],
+            "--system": ["pim", "gpu", "xpu+pim", "neupims", "librapim", "nope"],
             "--rate": ["1", "0", "-1", "nan", "1e-12", "1e12"],
             "--requests": ["1", "0", "3", "x"],
             "--output-tokens": ["1", "0", "4", "1e9"],
