@@ -43,6 +43,12 @@ class SystemKind(StrEnum):
     PIM = "pim"
     GPU = "gpu"
     XPU_PIM = "xpu+pim"
+    # DCC Fig. 8's AttAcc systems (a GPU with AttAcc PIM; its GPU baseline is GPU above):
+    # sim.systems.attacc_gpu
+    ATTACC_BASE = "attacc-base"
+    ATTACC_BASE_DCC = "attacc-base+dcc"
+    ATTACC_FULL = "attacc-full"
+    ATTACC_FULL_DCC = "attacc-full+dcc"
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,8 @@ class SystemConfig:
     ``memory``, ``micro_batches``, ``max_context``, ``sub_batches`` and ``mapping`` mean what
     they mean for ``pimphony decode`` (``docs/decode.md``); ``check_capacity`` off times a
     batch that does not fit; ``energy`` is the PIM energy preset (``None``: the default).
+    ``backend``, ``table``, ``budget`` and ``verify`` are the AttAcc systems' PIM back end and
+    DCC's lookup table and search effort (``None``: DCC Fig. 8's).
     A system reads only its own fields; all but ``model`` and ``hw`` are keyword-only.
     """
 
@@ -75,6 +83,10 @@ class SystemConfig:
     check_capacity: bool = True
     mapping: str = "fixed"
     energy: EnergyParams | None = None
+    backend: str | None = None
+    table: Path | None = None
+    budget: int | None = None
+    verify: int | None = None
 
     @property
     def reservation(self) -> int:

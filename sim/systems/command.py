@@ -22,6 +22,7 @@ from pimphony.models.memory import MEMORY_POLICIES
 from pimphony.sim.cli import SEED, bounded_int, choice_names
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import publish_json, user_output, user_plot
+from pimphony.sim.systems import attacc_gpu
 from pimphony.sim.systems.hetero import SUB_BATCHES_AUTO
 from pimphony.sim.systems.registry import (
     SYSTEMS,
@@ -41,6 +42,7 @@ __all__ = [
     "add_arguments",
     "micro_batches_arg",
     "output_paths",
+    "parser_default",
     "publish",
     "run",
     "sub_batches_arg",
@@ -104,6 +106,18 @@ def _batch(value: str) -> int | str:
 def system_help() -> str:
     """``--system``'s help: each row of :data:`~sim.systems.registry.SYSTEMS` and its summary."""
     return "; ".join(f"{kind}: {row.summary}" for kind, row in SYSTEMS.items())
+
+
+def parser_default(p: argparse.ArgumentParser) -> Callable[[str], Any]:
+    """An option's default in ``p``; ``None`` for one left out of the parsed options unless
+    given (``argparse.SUPPRESS``: a row's own options, :func:`sim.systems.attacc_gpu.
+    add_arguments`)."""
+
+    def default(dest: str) -> Any:
+        value = p.get_default(dest)
+        return None if value == argparse.SUPPRESS else value
+
+    return default
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -191,6 +205,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         f"({', '.join(available_energy_presets())}) or a .toml path (default {DEFAULT_ENERGY}; "
         "docs/energy.md)",
     )
+    attacc_gpu.add_arguments(p)
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--report", type=Path, help=f"JSON report path (default {DECODE_DIR}/...)")
     p.add_argument("--plot", type=Path, help=f"PNG breakdown path (default {DECODE_DIR}/...)")
@@ -267,7 +282,7 @@ def run(args: argparse.Namespace) -> int:
     row = SYSTEMS[kind]
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    refusal = foreign_options(args, kind, Command.DECODE, parser.get_default)
+    refusal = foreign_options(args, kind, Command.DECODE, parser_default(parser))
     if refusal:
         raise DecodeError(refusal)
     # Reports' provenance leaves out what did not exist when their system's reports were

@@ -13,9 +13,13 @@ other than their default) from this table. ``pimphony decode --system K`` and
 * **xpu+pim** (:class:`XpuPimSystem`): FC layers on an xPU, attention on ``tp`` PIM modules
   (:func:`sim.systems.hetero.run_hetero_decode`).
 
-LibraPIM's systems (:data:`sim.systems.librapim.SYSTEMS`, keyed by ``LibrapimKind``) and
-DCC Fig. 8's (:data:`sim.experiments.dcc_fig8.SYSTEMS`, keyed by ``Fig8System``) are variants
-of the xPU+PIM and GPU steps with their own registries; they are not rows here.
+* **attacc-base**, **attacc-base+dcc**, **attacc-full**, **attacc-full+dcc**
+  (:class:`sim.systems.attacc_gpu.AttAccGpuSystem`, :data:`~sim.systems.attacc_gpu.FIG8_ROWS`):
+  DCC Fig. 8's GPU with AttAcc PIM, without and with DCC's mappings; Fig. 8's GPU baseline
+  is **gpu**.
+
+LibraPIM's systems (:data:`sim.systems.librapim.SYSTEMS`, keyed by ``LibrapimKind``) are
+variants of the xPU+PIM and GPU steps with their own registry; they are not rows here.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from pimphony.models.system import allreduce_cycles, stage_hop_cycles
 from pimphony.models.xpu_config import XpuConfig, load_xpu
 from pimphony.sim.provenance import inputs_digest
 from pimphony.sim.systems.admission import fill_batch, kv_allocator
+from pimphony.sim.systems.attacc_gpu import FIG8_ROWS
 from pimphony.sim.systems.base import (
     Command,
     PoolStats,
@@ -559,6 +564,7 @@ SYSTEMS: dict[SystemKind, SystemRow] = {
         ("gpu", "gpus", "gpu_memory_fraction"),
         hetero_report_stem, hetero_setup_digest, format_hetero_report, plot_hetero_report,
     ),
+    **FIG8_ROWS,
 }  # fmt: skip
 
 
@@ -628,4 +634,9 @@ def system_config(args: argparse.Namespace, kind: SystemKind, command: Command) 
         check_capacity=not getattr(args, "ignore_capacity", False),
         mapping=getattr(args, "mapping", Mapping.FIXED.value),
         energy=energy,
+        **{
+            k: getattr(args, k, None)
+            for k in ("backend", "table", "budget", "verify")
+            if k in reads
+        },
     )
