@@ -44,9 +44,11 @@ KV is written into PIM at the rate a step writes its new token's (:func:`kv_writ
 Their options (:func:`add_arguments`) are absent from the parsed options unless given, so
 that other rows' reports stay as they were; unset, they are Fig. 8's: back end
 :data:`~sim.analysis.dcc_shapes.FIG8_BACKEND`, DCC budget :data:`FIG8_BUDGET` and
-:data:`FIG8_VERIFY`, no lookup table. DCC's search takes about 10-30 s per new kernel shape
-on a shared machine; a lookup table (``--table``, ``pimphony dcc-lut``) or a smaller
-``--budget`` makes it seconds.
+:data:`FIG8_VERIFY`, no lookup table. DCC's search takes 15-30 s per new kernel shape
+on a shared machine (GPT3-13B, batch 1: three shapes, 90 s for ``attacc-base+dcc``); about
+half of that does not depend on ``--budget`` (enumerating, pruning and predicting the
+drafts), so a lookup table holding the shapes (``--table``, filled by ``pimphony dcc-lut``)
+is what makes a ``+dcc`` step take seconds; the other rows search nothing.
 """
 
 from __future__ import annotations
