@@ -49,6 +49,8 @@ on a shared machine (GPT3-13B, batch 1: three shapes, 90 s for ``attacc-base+dcc
 half of that does not depend on ``--budget`` (enumerating, pruning and predicting the
 drafts), so a lookup table holding the shapes (``--table``, filled by ``pimphony dcc-lut``)
 is what makes a ``+dcc`` step take seconds; the other rows search nothing.
+A context past what the back end's softmax buffer holds (4,096 tokens on ``attacc``,
+``group.buffer_bytes``) is refused by the ``attn`` kernel's cost, as in Fig. 8.
 """
 
 from __future__ import annotations
