@@ -1,26 +1,23 @@
-"""DCC Fig. 8's systems (sim/experiments/dcc_fig8): phases composed as each system places them."""
+"""DCC Fig. 8 (sim/experiments/dcc_fig8): runs summed over their steps, the paper's table, the
+figure's energy; the step model is tests/test_attacc_gpu.py's."""
 
 from __future__ import annotations
 
 import argparse
 
-import numpy as np
 import pytest
-from pimphony.compiler.llm import LayerOp, gemv_shapes, load_model
+from pimphony.compiler.llm import LayerOp, load_model
 from pimphony.models.backends import load_backend
-from pimphony.sim.experiments.dcc_fig8 import (
-    PAPER,
-    SYSTEMS,
+from pimphony.sim.experiments.dcc_fig8 import PAPER, _runs, fig8, over_steps
+from pimphony.sim.systems.attacc_gpu import (
+    FIG8_SPECS,
     Fig8Step,
-    Fig8System,
     Phase,
     PimTimes,
-    _runs,
     fc_default_draft,
-    fig8,
-    over_steps,
     step_phases,
 )
+from pimphony.sim.systems.base import SystemKind
 from pimphony.sim.systems.gpu import GpuSetup, run_gpu_decode
 from pimphony.sim.systems.setup import DecodeError
 
@@ -29,73 +26,8 @@ CFG = load_backend("attacc")
 HOST = CFG.host()
 
 
-class FakePim(PimTimes):
-    """Closed-form kernel times: default 1 ms + 1 ns per size unit, DCC half of it."""
-
-    def __init__(self) -> None:
-        super().__init__(CFG)
-        self.calls: list[tuple[str, tuple[int, ...], bool]] = []
-
-    def default(self, kernel, sizes):
-        self.calls.append((kernel, sizes, False))
-        return 1e-3 + 1e-9 * int(np.prod(sizes))
-
-    def dcc(self, kernel, sizes):
-        self.calls.append((kernel, sizes, True))
-        return 0.5 * (1e-3 + 1e-9 * int(np.prod(sizes)))
-
-
-def _gpu_ops(batch, context):
-    r = run_gpu_decode(GpuSetup(SPEC, HOST, 1, (context,) * batch, check_capacity=False))
-    return {k: v["seconds"] for k, v in r.ops.items()}, r
-
-
-def test_gpu_phases_are_the_gpu_step_ops():
-    ops, report = _gpu_ops(4, 1000)
-    got = step_phases(Fig8Step(SPEC, HOST, 4, 1000, SYSTEMS[Fig8System.GPU], None))
-    L = SPEC.layers
-    assert got[Phase.ATTENTION] == pytest.approx(L * ops["attention"])
-    assert got[Phase.QKV] == pytest.approx(L * ops["qkv"])
-    assert got[Phase.PROJECTION] == pytest.approx(L * ops["proj"])
-    assert got[Phase.FFN] == pytest.approx(L * (ops["ffn1"] + ops["ffn2"]))
-    # one GPU: no all-reduce, so the phases add up to the GPU step
-    assert sum(got.values()) == pytest.approx(report.step_seconds)
-
-
-def test_attacc_systems_compose_by_hand():
-    pim = FakePim()
-    b, ctx = 4, 1000
-    ops, _ = _gpu_ops(b, ctx)
-    L, H, d = SPEC.layers, SPEC.heads, SPEC.head_dim
-    kv_s = 2 * b * SPEC.kv_heads * d * 2 / (CFG.host_gbps * 1e9)
-    attn = 1e-3 + 1e-9 * (b * H * 1024 * d)  # 1000 tokens padded to 4 x 256
-    shapes = gemv_shapes(SPEC)  # (d_out, d_in) = (N, K) of a GEMM on one GPU
-
-    base = step_phases(Fig8Step(SPEC, HOST, b, ctx, SYSTEMS[Fig8System.BASE], pim))
-    assert base[Phase.ATTENTION] == pytest.approx(L * (attn + kv_s))
-    assert base[Phase.QKV] == pytest.approx(L * ops["qkv"])  # stays on the GPU
-    assert base[Phase.FFN] == pytest.approx(L * (ops["ffn1"] + ops["ffn2"]))
-
-    base_dcc = step_phases(Fig8Step(SPEC, HOST, b, ctx, SYSTEMS[Fig8System.BASE_DCC], pim))
-    assert base_dcc[Phase.ATTENTION] == pytest.approx(L * (attn / 2 + kv_s))
-    n, k = shapes[LayerOp.QKV]
-    assert base_dcc[Phase.QKV] == pytest.approx(L * min(ops["qkv"], (1e-3 + 1e-9 * b * n * k) / 2))
-
-    full = step_phases(Fig8Step(SPEC, HOST, b, ctx, SYSTEMS[Fig8System.FULL], pim))
-    ffn = 0.0
-    for op in (LayerOp.FFN1, LayerOp.FFN2):
-        n, k = shapes[op]
-        t_gpu, t_pim = ops[str(op)], 1e-3 + 1e-9 * b * n * k
-        ffn += t_gpu * t_pim / (t_gpu + t_pim)
-    assert full[Phase.FFN] == pytest.approx(L * ffn)
-    assert full[Phase.OTHER] == base[Phase.OTHER] == pytest.approx(
-        L * sum(v for key, v in ops.items() if key not in ("attention", "qkv", "proj", "ffn1",
-                                                            "ffn2"))
-    )  # fmt: skip
-
-
 def test_run_integrates_every_step():
-    system = SYSTEMS[Fig8System.GPU]
+    system = FIG8_SPECS[SystemKind.GPU]
     lin, lout = 100, 37
     every = over_steps(step_phases, SPEC, HOST, 2, lin, lout, system, None, points=lout)
     brute = {p: 0.0 for p in Phase}
@@ -110,12 +42,6 @@ def test_run_integrates_every_step():
     few = over_steps(step_phases, SPEC, HOST, 2, 2048, 128, system, None)
     assert few[Phase.ATTENTION] == pytest.approx(every[Phase.ATTENTION], rel=0.005)
     assert few[Phase.FFN] == pytest.approx(every[Phase.FFN], rel=1e-12)
-
-
-def test_fc_default_spreads_the_weight_rows_over_every_channel():
-    d = fc_default_draft(CFG, (1, 5120, 5120))
-    assert [(p.groups, p.cores) for p in d] == [(1, 1), (CFG.groups, 16), (1, 4)]
-    assert CFG.groups == 80  # 5 devices x 16 channels (DCC V)
 
 
 def test_paper_table_is_complete():
@@ -178,7 +104,7 @@ def test_energy_parts_sum_to_the_total(energy_rows):
         assert e["total_j"] == pytest.approx(gpu + pim, rel=1e-12)
         assert e["joules_per_token"] == pytest.approx(e["total_j"] / (1 * 2), rel=1e-12)
         assert e["total_j"] > 0
-        if s == Fig8System.GPU:
+        if s == SystemKind.GPU:
             assert e["pim_j"] == {} and e["over_gpu"] == 1.0
         else:  # attention always on PIM, never on the GPU
             assert "attention" in e["pim_j"] and "attention" not in e["gpu_j"]
@@ -193,7 +119,7 @@ def test_gpu_energy_is_the_decode_gpu_model(energy_rows):
         ]
         for ctx in (129, 130)
     )
-    assert rows[0]["systems"][Fig8System.GPU]["energy"]["total_j"] == pytest.approx(want, rel=1e-12)
+    assert rows[0]["systems"][SystemKind.GPU]["energy"]["total_j"] == pytest.approx(want, rel=1e-12)
 
 
 def test_pim_kernel_energy_is_its_drafts(energy_rows):
@@ -201,7 +127,7 @@ def test_pim_kernel_energy_is_its_drafts(energy_rows):
     from pimphony.compiler.dcc.schedule import DccKernel
     from pimphony.compiler.dcc.tune import default_draft
     from pimphony.sim.analysis.dcc_shapes import attention_sizes
-    from pimphony.sim.experiments.dcc_fig8 import step_energy
+    from pimphony.sim.systems.attacc_gpu import step_energy
     from pimphony.sim.tune_energy import PHASES, draft_energy, energy_params
 
     pim, _ = energy_rows
@@ -212,7 +138,7 @@ def test_pim_kernel_energy_is_its_drafts(energy_rows):
         CFG, draft_cost(CFG, k, sizes, default_draft(CFG, k, sizes), placement=Placement.RESIDENT),
         params,
     )  # fmt: skip
-    step = step_energy(Fig8Step(SPEC, HOST, 1, 129, SYSTEMS[Fig8System.BASE], pim))
+    step = step_energy(Fig8Step(SPEC, HOST, 1, 129, FIG8_SPECS[SystemKind.ATTACC_BASE], pim))
     for p in PHASES:
         assert step[f"pim.attention.{p}"] == pytest.approx(
             SPEC.layers * getattr(want, p).total * 1e-12, rel=1e-12
@@ -235,13 +161,15 @@ def test_full_moves_ffn_energy_from_gpu_to_pim(energy_rows):
 
     pim, rows = energy_rows
     sy = rows[0]["systems"]
-    gpu, base, full = (sy[s]["energy"] for s in (Fig8System.GPU, Fig8System.BASE,
-                                                  Fig8System.FULL))  # fmt: skip
+    gpu, base, full = (sy[s]["energy"] for s in (SystemKind.GPU, SystemKind.ATTACC_BASE,
+                                                  SystemKind.ATTACC_FULL))  # fmt: skip
     assert base["gpu_j"]["ffn"] == pytest.approx(gpu["gpu_j"]["ffn"], rel=1e-12)
     assert "ffn" not in base["pim_j"] and "ffn" in full["pim_j"]
     assert full["gpu_j"]["ffn"] < base["gpu_j"]["ffn"]
     # the GPU keeps the share of rows it runs: t / t_gpu of its FFN GEMMs' energy
-    t_full, t_base = (sy[s]["phases"][Phase.FFN] for s in (Fig8System.FULL, Fig8System.BASE))
+    t_full, t_base = (
+        sy[s]["phases"][Phase.FFN] for s in (SystemKind.ATTACC_FULL, SystemKind.ATTACC_BASE)
+    )
     assert t_full < t_base
     costs = gpu_op_costs(GpuSetup(SPEC, HOST, 1, (129,), check_capacity=False))
     kept = 0.0  # FFN times and energy do not depend on the context: both steps alike
@@ -254,18 +182,6 @@ def test_full_moves_ffn_energy_from_gpu_to_pim(energy_rows):
     # the other phases are untouched
     for p in ("qkv", "projection", "other"):
         assert full["gpu_j"][p] == base["gpu_j"][p]
-
-
-def test_energy_refuses_a_host_without_an_energy_model():
-    import dataclasses
-
-    from pimphony.sim.experiments.dcc_fig8 import step_energy
-
-    bare = dataclasses.replace(HOST, energy=None)
-    with pytest.raises(DecodeError, match="no \\[energy\\] section"):
-        step_energy(Fig8Step(SPEC, bare, 1, 129, SYSTEMS[Fig8System.GPU], None))
-    with pytest.raises(DecodeError, match="without an energy preset"):
-        PimTimes(CFG).energy("attn", (40, 256, 128), False)
 
 
 def test_cli_energy_leaves_the_report_without_it_unchanged(capsys, tmp_path):

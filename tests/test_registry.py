@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 import pytest
 from pimphony.compiler.llm import load_model
 from pimphony.models.config import load_preset
 from pimphony.models.xpu_config import load_xpu
+from pimphony.sim.systems.attacc_gpu import FIG8_ROWS, FIG8_SPECS
 from pimphony.sim.systems.base import StepResult, System, SystemConfig
 from pimphony.sim.systems.command import DECODE_GPU, SHARED_DEFAULTS
 from pimphony.sim.systems.librapim_system import LIBRAPIM_ROWS
 from pimphony.sim.systems.registry import SYSTEMS, Command, SystemKind, make_system
 
 from tests.helpers import run_cli
+from tests.test_attacc_gpu import fig8_table
 
 MODEL = "llm-1.8b"
 CONTEXT = 512
@@ -43,10 +46,26 @@ OTHER_VALUE: dict[str, tuple[str, ...]] = {
     "sub_batches": ("--sub-batches", "2"),
     "groups": ("--groups", "3"),
     "no_dex": ("--no-dex",),
+    "backend": ("--backend", "hbm-pim"),
+    "table": ("--table", "lut.json"),
+    "budget": ("--budget", "50"),
+    "verify": ("--verify", "3"),
 }
 
 
-def _config(kind: SystemKind) -> SystemConfig:
+@pytest.fixture(scope="module")
+def row_options(tmp_path_factory) -> dict[SystemKind, dict[str, Any]]:
+    """Options (``dest`` -> value) a row is run with here beyond the defaults: the ``+dcc``
+    rows' DCC drafts from a lookup table (a search takes about 15 s per kernel shape)."""
+    table = fig8_table(tmp_path_factory.mktemp("lut") / "lut.json")
+    return {k: {"table": table} for k in FIG8_ROWS if FIG8_SPECS[k].dcc}
+
+
+def _argv(options: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(x for d, v in options.items() for x in (f"--{d.replace('_', '-')}", v))
+
+
+def _config(kind: SystemKind, options: dict[str, Any]) -> SystemConfig:
     """The configuration ``decode --system kind`` builds by default."""
     model = load_model(MODEL)
     default = {**SHARED_DEFAULTS, **SYSTEMS[kind].defaults}
@@ -57,6 +76,7 @@ def _config(kind: SystemKind) -> SystemConfig:
         tp=default["tp"] if "tp" in reads else 1,
         xpu=load_xpu(default["xpu"]) if "xpu" in reads else None,
         gpu=load_xpu(DECODE_GPU) if kind == SystemKind.GPU else None,
+        **options,
     )
 
 
@@ -69,20 +89,20 @@ def test_the_decode_and_serve_choices_are_the_registry():
 
 
 @pytest.mark.parametrize("kind", list(SYSTEMS))
-def test_every_row_decodes(kind, tmp_path, capsys):
+def test_every_row_decodes(kind, tmp_path, capsys, row_options):
     """``pimphony decode --system K`` for every row; its report is the interface's step, and
     the fast path (``cycles``) times the step as the full step does."""
-    out, png = tmp_path / "r.json", tmp_path / "r.png"
+    out, png, extra = tmp_path / "r.json", tmp_path / "r.png", row_options.get(kind, {})
     rc, stdout, err = run_cli(
         capsys, "decode", "--system", kind, "--model", MODEL, "--context", CONTEXT,
-        "--batch", BATCH, "--json", "--report", out, "--plot", png,
+        "--batch", BATCH, "--json", "--report", out, "--plot", png, *_argv(extra),
     )  # fmt: skip
     assert rc == 0, err
     report = json.loads(stdout)
     assert report == json.loads(out.read_text()) and png.stat().st_size > 0
     assert report["batch"] == BATCH
 
-    system = make_system(kind, _config(kind))
+    system = make_system(kind, _config(kind, extra))
     assert isinstance(system, System)
     lengths = (CONTEXT,) * BATCH
     step = system.step(lengths)
@@ -93,7 +113,7 @@ def test_every_row_decodes(kind, tmp_path, capsys):
     assert step.tokens_per_s == report["tokens_per_s"]
     fast = system.cycles(lengths)
     assert fast.seconds == pytest.approx(step.seconds, rel=1e-12) and fast.cycles == step.cycles
-    if kind == SystemKind.GPU:
+    if kind == SystemKind.GPU or kind in FIG8_ROWS:  # no PIM clock, no partition
         assert step.cycles is None and not step.partition_layers
     elif kind in LIBRAPIM_ROWS:
         # The report is the step's, and is run_librapim's system of that name.
@@ -119,17 +139,17 @@ def test_every_row_decodes(kind, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("kind", list(SYSTEMS))
-def test_every_row_serves(kind, tmp_path, capsys):
+def test_every_row_serves(kind, tmp_path, capsys, row_options):
     """``pimphony serve --system K`` for every row: every request finishes."""
     trace = tmp_path / "t.jsonl"
     trace.write_text(
         '{"arrival_s": 0, "input_tokens": 300, "output_tokens": 2}\n'
         '{"arrival_s": 0.001, "input_tokens": 200, "output_tokens": 3}\n'
     )
-    out, png = tmp_path / "s.json", tmp_path / "s.png"
+    out, png, extra = tmp_path / "s.json", tmp_path / "s.png", row_options.get(kind, {})
     rc, stdout, err = run_cli(
         capsys, "serve", "--system", kind, "--model", MODEL, "--workload", trace,
-        "--json", "--out", out, "--plot", png,
+        "--json", "--out", out, "--plot", png, *_argv(extra),
     )  # fmt: skip
     assert rc == 0, err
     report = json.loads(stdout)
@@ -139,7 +159,7 @@ def test_every_row_serves(kind, tmp_path, capsys):
     assert [r[:3] for r in rows] == [[0, 300, 2], [0.001, 200, 3]]
     assert report["simulation"]["distinct_steps"] >= 1
 
-    system = make_system(kind, _config(kind))
+    system = make_system(kind, _config(kind, extra))
     assert system.prefill([300, 200]) > 0
     pool = system.pool()
     assert pool.admit(0, 300, raise_on_oom=False)

@@ -236,10 +236,14 @@ def test_timing_refusals(capsys, tmp_path):
     code, _, err = run_cli(capsys, "sherpa", "--sl", "0")
     assert code == 2 and "--sl 0: every length must be a positive integer" in err
     code, _, err = run_cli(capsys, "sherpa", "--sl", "1000000000")  # ~68 million years once
-    assert code == 2 and (
-        "--sl 1000000000 + --out-len 1000000000 = 2000000000 tokens: beyond llama-3.2-1b's "
-        "context window; allowed up to 131072 tokens in all"
-    ) in err
+    assert (
+        code == 2
+        and (
+            "--sl 1000000000 + --out-len 1000000000 = 2000000000 tokens: beyond llama-3.2-1b's "
+            "context window; allowed up to 131072 tokens in all"
+        )
+        in err
+    )
     code, _, err = run_cli(capsys, "sherpa", "--sl", "a,b")
     assert code == 2 and "expected comma-separated integers" in err
     code, _, err = run_cli(capsys, "sherpa", "--out-len", "64")

@@ -15,6 +15,7 @@ from pimphony.sim.provenance import inputs_digest, provenance
 from pimphony.sim.serving.engine import ServeConfig, ServeError, serve
 from pimphony.sim.serving.report import format_summary, metrics, plot_result
 from pimphony.sim.serving.trace import Request, read_trace, workload_requests
+from pimphony.sim.systems import attacc_gpu
 from pimphony.sim.systems.command import (
     DECODE_GPU,
     DECODE_PRESET,
@@ -98,6 +99,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus", type=bounded_int(1, 1024), default=1)
     p.add_argument("--gpu-memory-fraction", type=float, default=1.0)
     add_row_arguments(p)
+    attacc_gpu.add_arguments(p)
     p.add_argument("--max-batch", type=bounded_int(1, 10**6), help="cap on the running batch")
     p.add_argument("--no-prefill", action="store_true", help="skip prefill (decode-only studies)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")

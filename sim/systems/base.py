@@ -52,6 +52,12 @@ class SystemKind(StrEnum):
     AIM_PIPELINED = "aim-pipelined"
     LIBRAPIM_NO_DBO = "librapim-no-dbo"
     LIBRAPIM_MEASURED = "librapim-measured"
+    # DCC Fig. 8's AttAcc systems (a GPU with AttAcc PIM; its GPU baseline is GPU above):
+    # sim.systems.attacc_gpu
+    ATTACC_BASE = "attacc-base"
+    ATTACC_BASE_DCC = "attacc-base+dcc"
+    ATTACC_FULL = "attacc-full"
+    ATTACC_FULL_DCC = "attacc-full+dcc"
 
 
 @dataclass(frozen=True)
@@ -64,8 +70,10 @@ class SystemConfig:
     they mean for ``pimphony decode`` (``docs/decode.md``); ``check_capacity`` off times a
     batch that does not fit; ``energy`` is the PIM energy preset (``None``: the default).
     ``groups`` (``None``: the system's default) and ``slicing`` are LibraPIM's batch groups and
-    DEX bank slicing (``--groups``, ``--no-dex``). A system reads only its own fields; all but
-    ``model`` and ``hw`` are keyword-only.
+    DEX bank slicing (``--groups``, ``--no-dex``).
+    ``backend``, ``table``, ``budget`` and ``verify`` are the AttAcc systems' PIM back end and
+    DCC's lookup table and search effort (``None``: DCC Fig. 8's).
+    A system reads only its own fields; all but ``model`` and ``hw`` are keyword-only.
     """
 
     model: ModelSpec
@@ -88,6 +96,10 @@ class SystemConfig:
     energy: EnergyParams | None = None
     groups: int | None = None
     slicing: bool = True
+    backend: str | None = None
+    table: Path | None = None
+    budget: int | None = None
+    verify: int | None = None
 
     @property
     def reservation(self) -> int:

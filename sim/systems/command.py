@@ -22,6 +22,7 @@ from pimphony.models.memory import MEMORY_POLICIES
 from pimphony.sim.cli import SEED, bounded_int, choice_names
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import publish_json, user_output, user_plot
+from pimphony.sim.systems import attacc_gpu
 from pimphony.sim.systems.hetero import SUB_BATCHES_AUTO
 from pimphony.sim.systems.registry import (
     SYSTEMS,
@@ -205,6 +206,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "docs/energy.md)",
     )
     add_row_arguments(p)
+    attacc_gpu.add_arguments(p)
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--report", type=Path, help=f"JSON report path (default {DECODE_DIR}/...)")
     p.add_argument("--plot", type=Path, help=f"PNG breakdown path (default {DECODE_DIR}/...)")

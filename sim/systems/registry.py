@@ -19,8 +19,12 @@ other than their default) from this table. ``pimphony decode --system K`` and
   systems and analysis rows (:func:`sim.systems.librapim.run_librapim`); their defaults are
   LibraPIM's (``librapim-hbm2``, ``librapim-npu``, ``--tp 8``, ``--groups 2``, DEX on).
 
-DCC Fig. 8's systems (:data:`sim.experiments.dcc_fig8.SYSTEMS`, keyed by ``Fig8System``) are
-variants of the xPU+PIM and GPU steps with their own registry; they are not rows here.
+* **attacc-base**, **attacc-base+dcc**, **attacc-full**, **attacc-full+dcc**
+  (:class:`sim.systems.attacc_gpu.AttAccGpuSystem`, :data:`~sim.systems.attacc_gpu.FIG8_ROWS`):
+  DCC Fig. 8's GPU with AttAcc PIM, without and with DCC's mappings; Fig. 8's GPU baseline
+  is **gpu**.
+
+Every system is a row here.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from pimphony.models.system import allreduce_cycles, stage_hop_cycles
 from pimphony.models.xpu_config import XpuConfig, load_xpu
 from pimphony.sim.provenance import device_record as _device_record
 from pimphony.sim.systems.admission import fill_batch, kv_allocator, weights_kv_pool
+from pimphony.sim.systems.attacc_gpu import FIG8_ROWS
 from pimphony.sim.systems.base import (
     Command,
     PoolStats,
@@ -555,6 +560,7 @@ SYSTEMS: dict[SystemKind, SystemRow] = {
         hetero_report_stem, hetero_setup_digest, format_hetero_report, plot_hetero_report,
     ),
     **LIBRAPIM_ROWS,
+    **FIG8_ROWS,
 }  # fmt: skip
 
 
@@ -626,4 +632,9 @@ def system_config(args: argparse.Namespace, kind: SystemKind, command: Command) 
         energy=energy,
         groups=getattr(args, "groups", None),
         slicing=not getattr(args, "no_dex", False),
+        **{
+            k: getattr(args, k, None)
+            for k in ("backend", "table", "budget", "verify")
+            if k in reads
+        },
     )
