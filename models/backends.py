@@ -49,9 +49,9 @@ __all__ = [
     "CoreUnit",
     "DTYPE_BYTES",
     "GroupSpec",
+    "HostAndDevices",
     "PimDtype",
     "PimTiming",
-    "SystemSpec",
     "aim_backend",
     "available_backends",
     "load_backend",
@@ -93,7 +93,7 @@ DTYPE_BYTES: dict[PimDtype, int] = {PimDtype.FP16: 2, PimDtype.BF16: 2}
 
 
 @dataclass(frozen=True)
-class SystemSpec:
+class HostAndDevices:
     """The system level: the host xPU (a ``configs/xpu/`` preset) and the PIM devices.
 
     ``onchip_bytes`` is the host's controllable on-chip memory (GPU shared memory), the
@@ -239,7 +239,7 @@ class BackendConfig:
     name: str
     kind: BackendKind
     source: str
-    system: SystemSpec
+    system: HostAndDevices
     group: GroupSpec
     core: CoreSpec
     timing: PimTiming | None = None
@@ -303,7 +303,7 @@ BACKEND_SECTIONS: dict[BackendKind, tuple[str, ...]] = {
 }
 
 _SECTION_CLASSES: dict[str, type] = {
-    "system": SystemSpec,
+    "system": HostAndDevices,
     "group": GroupSpec,
     "core": CoreSpec,
     "timing": PimTiming,

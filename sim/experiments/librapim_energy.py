@@ -67,7 +67,7 @@ from pimphony.sim.systems.librapim import (
     ATTENTION_PARTITIONS,
     DEFAULT_TP,
     LIBRAPIM_SPECS,
-    LibrapimSystem,
+    LibrapimStep,
     librapim_cache,
     run_librapim,
 )
@@ -216,7 +216,7 @@ def system_energy(
     xpu: XpuConfig,
     tp: int,
     lengths: tuple[int, ...],
-    result: LibrapimSystem,
+    result: LibrapimStep,
     params: HbmEnergyParams,
     cache: KernelCache,
 ) -> dict[str, Any]:

@@ -25,7 +25,7 @@ quotes the paper):
 * **librapim-measured**: LibraPIM with Algorithm 1 fed the attainable throughputs measured
   on the models at the group's load (:func:`measured_throughput`) instead of peak FLOP/s.
 
-Each system's step also reports the devices' utilisation (:class:`LibrapimSystem`): the
+Each system's step also reports the devices' utilisation (:class:`LibrapimStep`): the
 xPU's achieved matrix FLOP/s over its peak, PIM's MAC-issue utilisation (MAC commands the
 channel TLM issued x ``tCCD`` over channels x step cycles) and PIM's useful FLOP/s over its
 peak.
@@ -80,7 +80,7 @@ __all__ = [
     "DEFAULT_TP",
     "LIBRAPIM_SPECS",
     "BankAccess",
-    "LibrapimSystem",
+    "LibrapimStep",
     "librapim_cache",
     "Offload",
     "LibrapimSpec",
@@ -446,7 +446,7 @@ class _Parts:
 
 
 @dataclass(frozen=True)
-class LibrapimSystem:
+class LibrapimStep:
     """One system's simulated step beside Algorithm 1's prediction.
 
     ``busy``: fraction of the step each device works. ``work``: the step's useful xPU matrix
@@ -499,11 +499,11 @@ def _result(
     busy: dict[str, int],
     ops: dict[str, int],
     work: dict[str, int],
-) -> LibrapimSystem:
+) -> LibrapimStep:
     seconds = cycles / (parts.freq * 1e9)
     hw = parts.hw
     pim_peak = dbo_throughput(parts.xpu, hw, parts.spec.element_bytes).pim_flops
-    return LibrapimSystem(
+    return LibrapimStep(
         name=name,
         groups=groups,
         group_sizes=sizes,
@@ -558,7 +558,7 @@ def _pipelined(
     offload: Offload,
     fixed_m: int | None = None,
     dex: bool | None = None,
-) -> LibrapimSystem:
+) -> LibrapimStep:
     """NPU+AiM (``groups = 1``), the pipelined systems and LibraPIM: per group the layer
     chain on :func:`~sim.systems.hetero.pipeline_schedule`. ``offload``: Algorithm 1's
     split with peak (``ALGORITHM_1``) or measured (``MEASURED``) throughputs, or none;
@@ -652,7 +652,7 @@ def _pipelined(
 
 def _best_offload(
     name: str, parts: _Parts, lengths: tuple[int, ...], groups: int, dex: bool | None
-) -> LibrapimSystem:
+) -> LibrapimStep:
     """LibraPIM with the FFN offload chosen by simulation: every ``m`` in multiples of the
     banks up to ``Channel_PIM`` (in the Fig. 14 mode PIM's FFN time changes only at those
     steps while the xPU's falls with every request), and ``m = 0``; the fastest step."""
@@ -694,7 +694,7 @@ def _coprocess_split(parts: _Parts, batch: int) -> int:
     return min((lo, hi), key=lambda m: (max(parts.pim_ffn(m), parts.xpu_ffn(batch - m)), m))
 
 
-def _attacc(name: str, parts: _Parts, lengths: tuple[int, ...]) -> LibrapimSystem:
+def _attacc(name: str, parts: _Parts, lengths: tuple[int, ...]) -> LibrapimStep:
     """AttAcc-like: one group, serial flow; per layer the QKV GEMM, the Q/K/V transfer, the
     PIM attention and the output transfer flow per head chunk (the device's KV heads, one
     chunk each), then projection and the FFN split between xPU and PIM (co-processing)."""
@@ -801,7 +801,7 @@ def run_librapim(
     partitions: tuple[str, ...] = ATTENTION_PARTITIONS,
     slicing: bool = True,
     cache: KernelCache | None = None,
-) -> dict[str, LibrapimSystem]:
+) -> dict[str, LibrapimStep]:
     """Time one decode step of ``lengths`` on each of ``systems`` (default all of
     :data:`LIBRAPIM_SPECS`), ``tp`` devices sharing every layer; keys are the system names.
     PIM attention uses the fastest of ``partitions`` that maps. ``slicing``: the DEX systems'
@@ -818,7 +818,7 @@ def run_librapim(
         chosen.append(SystemKind(name))
     cache = cache or librapim_cache(hw, sched, lengths)
     parts = _Parts(spec, hw, xpu, tp, cache, partitions)
-    out: dict[str, LibrapimSystem] = {}
+    out: dict[str, LibrapimStep] = {}
     for s in chosen:
         row = LIBRAPIM_SPECS[s]
         banks = row.banks
@@ -835,7 +835,7 @@ def run_librapim(
     return out
 
 
-def format_librapim(systems: dict[str, LibrapimSystem]) -> str:
+def format_librapim(systems: dict[str, LibrapimStep]) -> str:
     """A text table: per system its step time, Algorithm 1's prediction, tokens/s, the
     devices' busy fractions and utilisation (xPU FLOP/s, PIM MAC issue) and the DBO decision
     of each LibraPIM batch group."""

@@ -40,7 +40,7 @@ from pimphony.sim.systems.librapim import (
     DEFAULT_TP,
     LIBRAPIM_SPECS,
     BankAccess,
-    LibrapimSystem,
+    LibrapimStep,
     check_step,
     format_inputs,
     format_librapim,
@@ -92,12 +92,12 @@ class LibrapimSetup:
 
 @dataclass(frozen=True)
 class LibrapimReport:
-    """One LibraPIM system's decode step: its inputs and its :class:`LibrapimSystem`;
+    """One LibraPIM system's decode step: its inputs and its :class:`LibrapimStep`;
     :meth:`to_dict` is the JSON report (the inputs, ``dataclasses.asdict`` of the step,
     provenance)."""
 
     setup: LibrapimSetup
-    result: LibrapimSystem
+    result: LibrapimStep
     provenance: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -202,7 +202,7 @@ class LibrapimRowSystem:
         self.config = config
         self.hw: HardwareConfig = config.hw
         self.xpu: XpuConfig = config.xpu
-        self._steps: dict[tuple[int, ...], LibrapimSystem] = {}
+        self._steps: dict[tuple[int, ...], LibrapimStep] = {}
         # librapim_cache per longest context (the size its DPA programs are encoded for)
         self._caches: dict[int, KernelCache] = {}
 
@@ -220,7 +220,7 @@ class LibrapimRowSystem:
             self.kind, c.model, self.hw, self.xpu, tuple(lengths), c.tp, groups, c.sched, c.slicing
         )
 
-    def _run(self, setup: LibrapimSetup) -> LibrapimSystem:
+    def _run(self, setup: LibrapimSetup) -> LibrapimStep:
         if setup.lengths not in self._steps:
             longest = max(setup.lengths)
             if longest not in self._caches:

@@ -13,7 +13,7 @@
 
 Every figure is a sweep of :func:`sim.systems.librapim.run_librapim` steps (one row per
 model, xPU, system, batch and input length; every request at the same length). Utilisation
-is the step's (:class:`~sim.systems.librapim.LibrapimSystem`): the NPU's useful matrix
+is the step's (:class:`~sim.systems.librapim.LibrapimStep`): the NPU's useful matrix
 FLOP/s over its peak; PIM's MAC commands, counted by the channel TLM, x ``tCCD`` over
 channels x step cycles. Idle is ``1 - busy``, busy the fraction of the step a device works.
 Each run writes a JSON report with provenance and a PNG under ``build/librapim/``.

@@ -42,7 +42,7 @@ Row = dict[str, Any]
 
 
 def step_row(model: str, xpu: str, batch: int, context: int, r: Any) -> Row:
-    """One report row of a system's step ``r`` (a ``LibrapimSystem``)."""
+    """One report row of a system's step ``r`` (a ``LibrapimStep``)."""
     return {
         "model": model,
         "xpu": xpu,
