@@ -12,7 +12,6 @@ from pimphony.compiler.llm import LayerOp, gemv_shapes, load_model
 from pimphony.models.backends import load_backend
 from pimphony.sim.analysis.dcc_table import read_table, table_digest
 from pimphony.sim.systems.attacc_gpu import (
-    FIG8_ROWS,
     FIG8_SPECS,
     AttAccReport,
     Fig8Step,
@@ -27,7 +26,7 @@ from pimphony.sim.systems.attacc_gpu import (
 from pimphony.sim.systems.base import SystemConfig, SystemKind
 from pimphony.sim.systems.costs import xpu_prefill_seconds
 from pimphony.sim.systems.gpu import GpuSetup, run_gpu_decode
-from pimphony.sim.systems.registry import SYSTEMS, make_system
+from pimphony.sim.systems.registry import FIG8_ROWS, SYSTEMS, make_system
 from pimphony.sim.systems.setup import DecodeError
 
 from tests.helpers import run_cli

@@ -19,10 +19,10 @@ from pimphony.sim.systems.costs import xpu_prefill_seconds
 from pimphony.sim.systems.librapim import DEFAULT_TP
 from pimphony.sim.systems.librapim_system import (
     LIBRAPIM_PRESET,
-    LIBRAPIM_ROWS,
     LIBRAPIM_XPU,
     plot_librapim_report,
 )
+from pimphony.sim.systems.registry import LIBRAPIM_ROWS
 from pimphony.sim.systems.setup import DecodeError
 
 from tests.helpers import figure_labels, run_cli

@@ -12,11 +12,17 @@ import pytest
 from pimphony.compiler.llm import load_model
 from pimphony.models.config import load_preset
 from pimphony.models.xpu_config import load_xpu
-from pimphony.sim.systems.attacc_gpu import FIG8_ROWS, FIG8_SPECS
+from pimphony.sim.systems.attacc_gpu import FIG8_SPECS
 from pimphony.sim.systems.base import StepResult, System, SystemConfig
 from pimphony.sim.systems.command import DECODE_GPU, SHARED_DEFAULTS
-from pimphony.sim.systems.librapim_system import LIBRAPIM_ROWS
-from pimphony.sim.systems.registry import SYSTEMS, Command, SystemKind, make_system
+from pimphony.sim.systems.registry import (
+    FIG8_ROWS,
+    LIBRAPIM_ROWS,
+    SYSTEMS,
+    Command,
+    SystemKind,
+    make_system,
+)
 
 from tests.helpers import run_cli
 from tests.test_attacc_gpu import fig8_table

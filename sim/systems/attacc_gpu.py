@@ -28,30 +28,29 @@ requests at context ``L``:
 :func:`step_phases` costs one step; ``pimphony dcc-fig8`` (:mod:`sim.experiments.dcc_fig8`)
 sums the steps of a run.
 
-**The rows** (:data:`FIG8_ROWS`, :class:`AttAccGpuSystem`): ``pimphony decode`` and
-``pimphony serve --system attacc-base`` (``attacc-base+dcc``, ``attacc-full``,
+**The rows** (:data:`sim.systems.registry.FIG8_ROWS`, :class:`AttAccGpuSystem`): ``pimphony
+decode`` and ``pimphony serve --system attacc-base`` (``attacc-base+dcc``, ``attacc-full``,
 ``attacc-full+dcc``). A decode step of ``lengths`` is :func:`step_phases` of ``len(lengths)``
 requests at the longest length: Fig. 8 costs a uniform context, and a batch of mixed lengths
 runs its attention as one batched ``attn`` kernel padded to the longest context (the layout
 already pads every request to whole softmax entries; the GPU phases do not depend on the
-context). The weights are on the GPU (the back end's host xPU, ``[system] host_xpu``: an
-A100 on ``attacc``); the KV cache lives in the back end's PIM memory, ``devices x
-device_bytes`` of its ``[system]`` (``configs/backends/attacc.toml``: 5 x 16 GiB, DCC V's
-"5 PIM-enabled HBM devices, corresponding to 80GB GPU memory"), allocated as PIMphony's
-allocators allocate a module (:func:`kv_geometry`); prefill runs on the GPU ("the prefill runs
-on the GPU in every system", :func:`sim.systems.costs.xpu_prefill_seconds`), then the prompts'
-KV is written into PIM at the rate a step writes its new token's (:func:`kv_write_seconds`).
-Their options (:func:`add_arguments`) are absent from the parsed options unless given, so
-that other rows' reports stay as they were; unset, they are Fig. 8's: back end
+context). The weights are on the GPU (the back end's host xPU, ``[system] host_xpu``: an A100
+on ``attacc``); the KV cache lives in the back end's PIM memory, ``devices x device_bytes`` of
+its ``[system]`` (``configs/backends/attacc.toml``: 5 x 16 GiB, DCC V's "5 PIM-enabled HBM
+devices, corresponding to 80GB GPU memory"), allocated as PIMphony's allocators allocate a
+module (:func:`kv_geometry`); prefill runs on the GPU ("the prefill runs on the GPU in every
+system", :func:`sim.systems.costs.xpu_prefill_seconds`), then the prompts' KV is written into
+PIM at the rate a step writes its new token's (:func:`kv_write_seconds`). Their options
+(:func:`add_arguments`) are absent from the parsed options unless given, so that other rows'
+reports stay as they were; unset, they are Fig. 8's: back end
 :data:`~sim.analysis.dcc_shapes.FIG8_BACKEND`, DCC budget :data:`FIG8_BUDGET` and
-:data:`FIG8_VERIFY`, no lookup table. DCC's search takes 15-30 s per new kernel shape
-on a shared machine (GPT3-13B, batch 1: three shapes, 90 s for ``attacc-base+dcc``); about
-half of that does not depend on ``--budget`` (enumerating, pruning and predicting the
-drafts), so a lookup table holding the shapes (``--table``, filled by ``pimphony dcc-lut``)
-is what makes a ``+dcc`` step take seconds; the other rows search nothing.
-A context past what the back end's softmax buffer holds (4,096 tokens on ``attacc``,
-``group.buffer_bytes``) is refused by the ``attn`` kernel's cost, as in Fig. 8.
-"""
+:data:`FIG8_VERIFY`, no lookup table. DCC's search takes 15-30 s per new kernel shape on a
+shared machine (GPT3-13B, batch 1: three shapes, 90 s for ``attacc-base+dcc``); about half of
+that does not depend on ``--budget`` (enumerating, pruning and predicting the drafts), so a
+lookup table holding the shapes (``--table``, filled by ``pimphony dcc-lut``) is what makes a
+``+dcc`` step take seconds; the other rows search nothing. A context past what the back end's
+softmax buffer holds (4,096 tokens on ``attacc``, ``group.buffer_bytes``) is refused by the
+``attn`` kernel's cost, as in Fig. 8. """
 
 from __future__ import annotations
 
@@ -81,12 +80,10 @@ from pimphony.sim.analysis.dcc_shapes import (
 from pimphony.sim.cli import bounded_int
 from pimphony.sim.provenance import inputs_digest
 from pimphony.sim.systems.base import (
-    Command,
     StepResult,
     StepTime,
     SystemConfig,
     SystemKind,
-    SystemRow,
 )
 from pimphony.sim.systems.costs import xpu_prefill_seconds
 from pimphony.sim.systems.energy import xpu_energy
@@ -99,7 +96,6 @@ if TYPE_CHECKING:
 __all__ = [
     "ENERGY_NOT_MODELLED",
     "FIG8_BUDGET",
-    "FIG8_ROWS",
     "FIG8_SPECS",
     "FIG8_VERIFY",
     "PHASE_COLOURS",
@@ -772,39 +768,3 @@ def plot_attacc_report(r: AttAccReport, path: Path) -> Path:
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), title="phase (on)")
     fig.tight_layout()
     return write_figure(fig, path)
-
-
-def _row(kind: SystemKind, summary: str) -> SystemRow:
-    dcc = ("table", "budget", "verify") if FIG8_SPECS[kind].dcc else ()
-    return SystemRow(
-        summary,
-        functools.partial(AttAccGpuSystem, kind=kind),
-        {
-            Command.DECODE: ("backend", "ignore_capacity", *dcc),
-            Command.SERVE: ("backend", "memory", "max_context", *dcc),
-        },
-        (
-            "modules", "tp", "pp", "micro_batches", "partition", "sched", "memory",
-            "max_context", "preset", "mapping", "energy", "gpu", "gpus",
-            "gpu_memory_fraction", "xpu", "sub_batches",
-        ),
-        attacc_report_stem, attacc_setup_digest, format_attacc_report, plot_attacc_report,
-    )  # fmt: skip
-
-
-#: DCC Fig. 8's AttAcc systems as rows of :data:`sim.systems.registry.SYSTEMS`.
-FIG8_ROWS: dict[SystemKind, SystemRow] = {
-    SystemKind.ATTACC_BASE: _row(
-        SystemKind.ATTACC_BASE, "DCC Fig. 8: a GPU, attention on AttAcc PIM"
-    ),
-    SystemKind.ATTACC_BASE_DCC: _row(
-        SystemKind.ATTACC_BASE_DCC,
-        "DCC Fig. 8: attacc-base on DCC's mappings, QKV and projection on PIM where faster",
-    ),
-    SystemKind.ATTACC_FULL: _row(
-        SystemKind.ATTACC_FULL, "DCC Fig. 8: attacc-base with the FFN shared by GPU and PIM"
-    ),
-    SystemKind.ATTACC_FULL_DCC: _row(
-        SystemKind.ATTACC_FULL_DCC, "DCC Fig. 8: attacc-full on DCC's mappings"
-    ),
-}

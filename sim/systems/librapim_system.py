@@ -1,5 +1,5 @@
 """LibraPIM's eight systems (:data:`~sim.systems.librapim.LIBRAPIM_SPECS`) as rows of the
-system registry: :data:`LIBRAPIM_ROWS`, one :class:`LibrapimRowSystem` each.
+system registry: :data:`sim.systems.registry.LIBRAPIM_ROWS`, one :class:`LibrapimRowSystem` each.
 
 A row's step is :func:`~sim.systems.librapim.run_librapim` of that one system on ``tp``
 devices (``librapim-hbm2`` PIM and a ``librapim-npu`` NPU each unless ``--preset`` /
@@ -26,12 +26,10 @@ from pimphony.models.xpu_config import XpuConfig
 from pimphony.sim.provenance import device_record, inputs_digest
 from pimphony.sim.systems.admission import fill_batch, weights_kv_pool
 from pimphony.sim.systems.base import (
-    Command,
     StepResult,
     StepTime,
     SystemConfig,
     SystemKind,
-    SystemRow,
 )
 from pimphony.sim.systems.costs import xpu_prefill_seconds
 from pimphony.sim.systems.kernels import KernelCache
@@ -39,7 +37,6 @@ from pimphony.sim.systems.librapim import (
     DEFAULT_GROUPS,
     DEFAULT_TP,
     LIBRAPIM_SPECS,
-    BankAccess,
     LibrapimStep,
     check_step,
     format_inputs,
@@ -52,7 +49,6 @@ from pimphony.sim.systems.setup import DecodeError
 
 __all__ = [
     "LIBRAPIM_PRESET",
-    "LIBRAPIM_ROWS",
     "LIBRAPIM_XPU",
     "LibrapimReport",
     "LibrapimRowSystem",
@@ -278,37 +274,3 @@ class LibrapimRowSystem:
     def provenance_inputs(self) -> dict[str, Any]:
         """The NPU."""
         return {"xpu": device_record(self.xpu)}
-
-
-#: What each row reads: the batch-grouped systems their groups, the sliced ones ``--no-dex``.
-_COMMON = ("tp", "sched", "preset", "xpu")
-_SERVE = ("memory", "max_context")
-#: Options of the other rows, left out of a LibraPIM step's provenance.
-_NOT_READ = (
-    "modules", "pp", "micro_batches", "partition", "memory", "max_context", "ignore_capacity",
-    "energy", "mapping", "gpu", "gpus", "gpu_memory_fraction", "sub_batches",
-)  # fmt: skip
-
-
-def _row(kind: SystemKind) -> SystemRow:
-    spec = LIBRAPIM_SPECS[kind]
-    reads = _COMMON + (() if spec.serial else ("groups",))
-    if not spec.serial and spec.banks == BankAccess.SLICED:
-        reads += ("no_dex",)
-    defaults: dict[str, Any] = {"preset": LIBRAPIM_PRESET, "xpu": LIBRAPIM_XPU, "tp": DEFAULT_TP}
-    defaults |= {"groups": DEFAULT_GROUPS, "no_dex": False}
-    return SystemRow(
-        f"LibraPIM 6.1: {spec.summary} (docs/librapim.md)",
-        lambda config: LibrapimRowSystem(kind, config),
-        {Command.DECODE: reads, Command.SERVE: reads + _SERVE},
-        _NOT_READ,
-        librapim_report_stem,
-        librapim_setup_digest,
-        format_librapim_report,
-        plot_librapim_report,
-        {dest: value for dest, value in defaults.items() if dest in reads},
-    )
-
-
-#: LibraPIM's rows of :data:`sim.systems.registry.SYSTEMS`.
-LIBRAPIM_ROWS: dict[SystemKind, SystemRow] = {kind: _row(kind) for kind in LIBRAPIM_SPECS}

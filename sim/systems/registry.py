@@ -14,13 +14,13 @@ other than their default) from this table. ``pimphony decode --system K`` and
   (:func:`sim.systems.hetero.run_hetero_decode`).
 
 * **npu+aim**, **attacc**, **neupims**, **librapim**, **librapim-best**, **aim-pipelined**,
-  **librapim-no-dbo**, **librapim-measured** (:data:`sim.systems.librapim_system.LIBRAPIM_ROWS`,
+  **librapim-no-dbo**, **librapim-measured** (:data:`LIBRAPIM_ROWS`,
   one :class:`~sim.systems.librapim_system.LibrapimRowSystem` each): LibraPIM 6.1's NPU+PIM
   systems and analysis rows (:func:`sim.systems.librapim.run_librapim`); their defaults are
   LibraPIM's (``librapim-hbm2``, ``librapim-npu``, ``--tp 8``, ``--groups 2``, DEX on).
 
 * **attacc-base**, **attacc-base+dcc**, **attacc-full**, **attacc-full+dcc**
-  (:class:`sim.systems.attacc_gpu.AttAccGpuSystem`, :data:`~sim.systems.attacc_gpu.FIG8_ROWS`):
+  (:class:`sim.systems.attacc_gpu.AttAccGpuSystem`, :data:`FIG8_ROWS`):
   DCC Fig. 8's GPU with AttAcc PIM, without and with DCC's mappings; Fig. 8's GPU baseline
   is **gpu**.
 
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -48,7 +49,14 @@ from pimphony.models.system import allreduce_cycles, stage_hop_cycles
 from pimphony.models.xpu_config import XpuConfig, load_xpu
 from pimphony.sim.provenance import device_record as _device_record
 from pimphony.sim.systems.admission import fill_batch, kv_allocator, weights_kv_pool
-from pimphony.sim.systems.attacc_gpu import FIG8_ROWS
+from pimphony.sim.systems.attacc_gpu import (
+    FIG8_SPECS,
+    AttAccGpuSystem,
+    attacc_report_stem,
+    attacc_setup_digest,
+    format_attacc_report,
+    plot_attacc_report,
+)
 from pimphony.sim.systems.base import (
     Command,
     PoolStats,
@@ -85,7 +93,21 @@ from pimphony.sim.systems.hetero import (
     run_hetero_decode,
 )
 from pimphony.sim.systems.kernels import KernelCache
-from pimphony.sim.systems.librapim_system import LIBRAPIM_ROWS
+from pimphony.sim.systems.librapim import (
+    DEFAULT_GROUPS,
+    DEFAULT_TP,
+    LIBRAPIM_SPECS,
+    BankAccess,
+)
+from pimphony.sim.systems.librapim_system import (
+    LIBRAPIM_PRESET,
+    LIBRAPIM_XPU,
+    LibrapimRowSystem,
+    format_librapim_report,
+    librapim_report_stem,
+    librapim_setup_digest,
+    plot_librapim_report,
+)
 from pimphony.sim.systems.report import (
     DecodeReport,
     format_report,
@@ -97,6 +119,8 @@ from pimphony.sim.systems.setup import DecodeError, DecodeSetup, Mapping
 from pimphony.sim.systems.step import KernelCaches, epu_other_flops, run_decode
 
 __all__ = [
+    "FIG8_ROWS",
+    "LIBRAPIM_ROWS",
     "SYSTEMS",
     "Command",
     "BlockPool",
@@ -513,6 +537,78 @@ class GpuSystem:
 
 
 # --------------------------------------------------------------------------- the registry
+
+
+# --------------------------------------------------------------------------- LibraPIM, DCC Fig. 8
+
+#: What each row reads: the batch-grouped systems their groups, the sliced ones ``--no-dex``.
+_LIBRAPIM_READS = ("tp", "sched", "preset", "xpu")
+_LIBRAPIM_SERVE = ("memory", "max_context")
+#: Options of the other rows, left out of a LibraPIM step's provenance.
+_LIBRAPIM_OMITS = (
+    "modules", "pp", "micro_batches", "partition", "memory", "max_context", "ignore_capacity",
+    "energy", "mapping", "gpu", "gpus", "gpu_memory_fraction", "sub_batches",
+)  # fmt: skip
+
+
+def _librapim_row(kind: SystemKind) -> SystemRow:
+    spec = LIBRAPIM_SPECS[kind]
+    reads = _LIBRAPIM_READS + (() if spec.serial else ("groups",))
+    if not spec.serial and spec.banks == BankAccess.SLICED:
+        reads += ("no_dex",)
+    defaults: dict[str, Any] = {"preset": LIBRAPIM_PRESET, "xpu": LIBRAPIM_XPU, "tp": DEFAULT_TP}
+    defaults |= {"groups": DEFAULT_GROUPS, "no_dex": False}
+    return SystemRow(
+        f"LibraPIM 6.1: {spec.summary} (docs/librapim.md)",
+        lambda config: LibrapimRowSystem(kind, config),
+        {Command.DECODE: reads, Command.SERVE: reads + _LIBRAPIM_SERVE},
+        _LIBRAPIM_OMITS,
+        librapim_report_stem,
+        librapim_setup_digest,
+        format_librapim_report,
+        plot_librapim_report,
+        {dest: value for dest, value in defaults.items() if dest in reads},
+    )
+
+
+#: LibraPIM's rows of :data:`sim.systems.registry.SYSTEMS`.
+LIBRAPIM_ROWS: dict[SystemKind, SystemRow] = {kind: _librapim_row(kind) for kind in LIBRAPIM_SPECS}
+
+
+def _attacc_row(kind: SystemKind, summary: str) -> SystemRow:
+    dcc = ("table", "budget", "verify") if FIG8_SPECS[kind].dcc else ()
+    return SystemRow(
+        summary,
+        functools.partial(AttAccGpuSystem, kind=kind),
+        {
+            Command.DECODE: ("backend", "ignore_capacity", *dcc),
+            Command.SERVE: ("backend", "memory", "max_context", *dcc),
+        },
+        (
+            "modules", "tp", "pp", "micro_batches", "partition", "sched", "memory",
+            "max_context", "preset", "mapping", "energy", "gpu", "gpus",
+            "gpu_memory_fraction", "xpu", "sub_batches",
+        ),
+        attacc_report_stem, attacc_setup_digest, format_attacc_report, plot_attacc_report,
+    )  # fmt: skip
+
+
+#: DCC Fig. 8's AttAcc systems as rows of :data:`sim.systems.registry.SYSTEMS`.
+FIG8_ROWS: dict[SystemKind, SystemRow] = {
+    SystemKind.ATTACC_BASE: _attacc_row(
+        SystemKind.ATTACC_BASE, "DCC Fig. 8: a GPU, attention on AttAcc PIM"
+    ),
+    SystemKind.ATTACC_BASE_DCC: _attacc_row(
+        SystemKind.ATTACC_BASE_DCC,
+        "DCC Fig. 8: attacc-base on DCC's mappings, QKV and projection on PIM where faster",
+    ),
+    SystemKind.ATTACC_FULL: _attacc_row(
+        SystemKind.ATTACC_FULL, "DCC Fig. 8: attacc-base with the FFN shared by GPU and PIM"
+    ),
+    SystemKind.ATTACC_FULL_DCC: _attacc_row(
+        SystemKind.ATTACC_FULL_DCC, "DCC Fig. 8: attacc-full on DCC's mappings"
+    ),
+}
 
 
 #: The registry: ``--system`` of ``pimphony decode`` and ``pimphony serve``.
