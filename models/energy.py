@@ -634,7 +634,7 @@ def _from_raw(raw: dict[str, Any], source: str) -> EnergyParams | HbmEnergyParam
             )
         if not isinstance(per, str) or per not in pers:
             raise EnergyConfigError(
-                f"{where}.per = {per!r}: {key} cannot be per {per}; allowed: {', '.join(pers)}"
+                f"{where}.per = {per!r}: {key} cannot be per that; allowed: {', '.join(pers)}"
             )
         denominator = unit.partition("/")[2]
         wants = _PER_OF_DENOMINATOR.get(denominator, denominator)

@@ -133,7 +133,12 @@ def tally(name: str, examples: int, timeout: int = 60) -> tuple[Counter, list[st
         if "error: " not in stderr:
             counts["ok"] += 1
             return
-        message = stderr.strip().splitlines()[-1].split("error: ", 1)[1]
+        lines = stderr.strip().splitlines()
+        if "error: " not in lines[-1]:  # the message broken over lines: vague at best
+            counts["vague"] += 1
+            vague.append(repr(stderr.strip()[-200:]))
+            return
+        message = lines[-1].split("error: ", 1)[1]
         messages.append(message)
         if _SPECIFIC.search(message):
             counts["error"] += 1

@@ -218,7 +218,7 @@ def _preset_text() -> str:
         (
             'value = 5.5, unit = "pJ/bit", per = "bit"',
             'value = 5.5, unit = "pJ/bit", per = "chip"',
-            "[values] dq_energy.per = 'chip': dq_energy cannot be per chip; allowed: bit",
+            "[values] dq_energy.per = 'chip': dq_energy cannot be per that; allowed: bit",
         ),
         (
             'value = 132.6, unit = "mW"',
