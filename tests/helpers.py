@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -16,11 +17,15 @@ from pimphony.sim.cli import main
 __all__ = [
     "ROOT",
     "cli_process",
+    "drop_key",
     "figure_labels",
+    "file_error",
     "refused_edit",
     "run_cli",
     "run_report",
+    "set_key",
     "tiny_model",
+    "write_toml",
 ]
 
 #: The checkout the tests run from.
@@ -87,6 +92,36 @@ def refused_edit(
     with pytest.raises(error) as exc:
         load(path)
     return str(exc.value)
+
+
+def set_key(text: str, key: str, value: str) -> str:
+    """Replace the value of the one line ``key = ...`` (comments dropped)."""
+    new, n = re.subn(rf"^{re.escape(key)}\s*=.*$", f"{key} = {value}", text, flags=re.M)
+    assert n == 1, f"expected exactly one line for {key!r}, found {n}"
+    return new
+
+
+def drop_key(text: str, key: str) -> str:
+    """Remove the one line ``key = ...``."""
+    new, n = re.subn(rf"^{re.escape(key)}\s*=.*\n", "", text, flags=re.M)
+    assert n == 1, f"expected exactly one line for {key!r}, found {n}"
+    return new
+
+
+def write_toml(tmp_path: Path, text: str, name: str = "bad.toml") -> Path:
+    """``text`` written to ``tmp_path / name``."""
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def file_error(path: Path, load: Callable[[Path], Any], error: type[Exception]) -> str:
+    """The message of the ``error`` that ``load`` raises on ``path``; it names the file."""
+    with pytest.raises(error) as info:
+        load(path)
+    msg = str(info.value)
+    assert str(path) in msg  # every file error names the file
+    return msg
 
 
 def cli_process(*args: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess:
