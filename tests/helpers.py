@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import strategies as st
 from pimphony.compiler.llm import ModelSpec
 from pimphony.sim.cli import main
 
@@ -24,6 +25,7 @@ __all__ = [
     "run_cli",
     "run_report",
     "set_key",
+    "stream_cases",
     "tiny_model",
     "write_toml",
 ]
@@ -38,6 +40,18 @@ def tiny_model(**shape: Any) -> ModelSpec:
     return ModelSpec(
         **{"name": "tiny", "ffn": "swiglu", "context_window": 4096, "element_bytes": 2, **shape}
     )
+
+
+def stream_cases(max_n: int) -> dict[str, st.SearchStrategy]:
+    """Hypothesis strategies of a random command stream (``sim/verify/streams.py``): its seed,
+    1 to ``max_n`` commands, 1-6 GBUF entries, 1-3 rows, and input gaps or none."""
+    return {
+        "seed": st.integers(0, 2**32 - 1),
+        "n": st.integers(1, max_n),
+        "entries": st.integers(1, 6),
+        "rows": st.integers(1, 3),
+        "gaps": st.booleans(),
+    }
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
