@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import strategies as st
 from pimphony.compiler.llm import ModelSpec
+from pimphony.models.reference import issue_reference
 from pimphony.sim.cli import main
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "cli_process",
     "drop_key",
     "figure_labels",
+    "on_reference_engine",
     "file_error",
     "refused_edit",
     "run_cli",
@@ -106,6 +109,12 @@ def refused_edit(
     with pytest.raises(error) as exc:
         load(path)
     return str(exc.value)
+
+
+def on_reference_engine(time_stream: Callable[..., Any]) -> Callable[..., Any]:
+    """A back-end model's ``time_stream(cfg, stream)`` on the bank-rule engine's plain-Python
+    reference (:func:`models.reference.issue_reference`) instead of the compiled kernel."""
+    return functools.partial(time_stream, engine=issue_reference)
 
 
 def set_key(text: str, key: str, value: str) -> str:
