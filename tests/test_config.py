@@ -12,7 +12,6 @@ from pimphony.models.config import (
     CONFIG_DIR,
     FIELD_RANGES,
     ConfigError,
-    HardwareConfig,
     available_presets,
     load_config,
     load_preset,
@@ -38,11 +37,6 @@ def add_to_section(text: str, section: str, line: str) -> str:
 
 def config_error(path: Path) -> str:
     return file_error(path, load_config, ConfigError)
-
-
-@pytest.fixture(scope="module")
-def cfg() -> HardwareConfig:
-    return load_preset("aim-16ch")
 
 
 # --------------------------------------------------------------------------- shipped presets

@@ -24,7 +24,6 @@ from pimphony.compiler.llm import (
     spec_from_hf_config,
     to_kernel,
 )
-from pimphony.models.config import load_preset
 from pimphony.models.hub import SOFTMAX_FLOPS_PER_SCORE
 
 from tests.helpers import drop_key, set_key, write_toml
@@ -408,11 +407,6 @@ def test_decode_op_rejects_unknown_name_and_kind():
 
 # ---------------------------------------------------------------------------------------------
 # Kernel mapping
-
-
-@pytest.fixture(scope="module")
-def cfg():
-    return load_preset("aim-16ch")
 
 
 def test_to_kernel_calls(cfg):

@@ -50,11 +50,6 @@ def _random(cfg, sched: str, n: int, seed: int) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def cfg():
-    return load_preset("aim-16ch")
-
-
-@pytest.fixture(scope="module")
 def small_cfg():
     # 2-deep queues, 4-bit IDs and 10-bit timestamps: queues fill, IDs and timestamps wrap.
     return load_preset("aim-16ch").replace(

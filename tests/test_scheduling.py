@@ -35,11 +35,6 @@ EXPECTED = {
 }
 
 
-@pytest.fixture(scope="module")
-def cfg():
-    return load_preset("aim-16ch")
-
-
 @pytest.mark.parametrize("sched", list(EXPECTED))
 def test_worked_example(cfg, sched):
     issue, cycles, switches = EXPECTED[sched]
