@@ -317,20 +317,19 @@ def _modes_kernel(op, bank, row, col, entry, exit_, ab_row, sb_row, mode_col):
         b = bank[k]
         if op[k] != _WR or col[k] != mode_col or b >= nb:
             continue
-        if mode == 0 and row[k] == ab_row and entry[b]:
-            if not marks[b]:
-                marks[b] = True
-                marked += 1
-            if marked == n_entry:
-                mode, marked = 1, 0
-                marks[:] = False
-        elif mode == 1 and row[k] == sb_row and exit_[b]:
-            if not marks[b]:
-                marks[b] = True
-                marked += 1
-            if marked == n_exit:
-                mode, marked = 0, 0
-                marks[:] = False
+        # The writes that leave the current mode: to its row, in its mode banks.
+        if mode == 0:
+            want_row, banks, needed = ab_row, entry, n_entry
+        else:
+            want_row, banks, needed = sb_row, exit_, n_exit
+        if row[k] != want_row or not banks[b]:
+            continue
+        if not marks[b]:
+            marks[b] = True
+            marked += 1
+        if marked == needed:
+            mode, marked = 1 - mode, 0
+            marks[:] = False
     return out
 
 

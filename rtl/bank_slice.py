@@ -35,6 +35,7 @@ from pimphony.rtl.common import (
     SEQ_BITS,
     StaticGap,
     command_layout,
+    push_sequenced,
     saturating_down,
     sequenced_layout,
 )
@@ -125,15 +126,7 @@ class BankSliceController(wiring.Component):
         m.submodules.pim_queue = pq = fifo.SyncFIFO(width=p_entry.size, depth=cfg.dcs.queue_depth)
         m.submodules.pim_gap = pim_gap = StaticGap(cfg)
         p_seq = Signal(SEQ_BITS)
-        pushed = data.View(p_entry, pq.w_data)
-        m.d.comb += [
-            pushed.cmd.eq(self.pim.payload),
-            pushed.seq.eq(p_seq),
-            pq.w_en.eq(self.pim.valid),
-            self.pim.ready.eq(pq.w_rdy),
-        ]
-        with m.If(self.pim.valid & self.pim.ready):
-            m.d.sync += p_seq.eq(p_seq + 1)
+        push_sequenced(m, self.pim, pq, p_entry, p_seq)
         head = data.View(p_entry, pq.r_data)
         is_mac = head.cmd.op == OP_MAC
         head_mac = Signal()

@@ -22,6 +22,7 @@ __all__ = [
     "StaticGap",
     "command_layout",
     "issued_layout",
+    "push_sequenced",
     "row_timer_signature",
     "sequenced_layout",
     "saturating_down",
@@ -81,6 +82,20 @@ def row_timer_signature(cfg: HardwareConfig) -> wiring.Signature:
 def saturating_down(m: Module, counter: Signal) -> None:
     """Count ``counter`` down by one per cycle, stopping at zero (sync domain)."""
     m.d.sync += counter.eq(Mux(counter == 0, 0, counter - 1))
+
+
+def push_sequenced(m: Module, port, queue, entry: data.StructLayout, seq: Signal) -> None:
+    """Push every command ``port`` offers into the FIFO ``queue`` as an ``entry``
+    (:func:`sequenced_layout`) tagged with ``seq``, which counts the pushes."""
+    pushed = data.View(entry, queue.w_data)
+    m.d.comb += [
+        pushed.cmd.eq(port.payload),
+        pushed.seq.eq(seq),
+        queue.w_en.eq(port.valid),
+        port.ready.eq(queue.w_rdy),
+    ]
+    with m.If(port.valid & port.ready):
+        m.d.sync += seq.eq(seq + 1)
 
 
 class ModeSwitch:

@@ -15,6 +15,7 @@ from pimphony.rtl.common import (
     RowTimer,
     StaticGap,
     issued_layout,
+    push_sequenced,
     saturating_down,
     scheduler_signature,
     sequenced_layout,
@@ -47,15 +48,7 @@ class StaticScheduler(wiring.Component):
 
         # Dispatch: one command per cycle into the FIFO, tagged with its sequence number.
         seq = Signal(SEQ_BITS)
-        pushed = data.View(entry, queue.w_data)
-        m.d.comb += [
-            pushed.cmd.eq(self.i.payload),
-            pushed.seq.eq(seq),
-            queue.w_en.eq(self.i.valid),
-            self.i.ready.eq(queue.w_rdy),
-        ]
-        with m.If(self.i.valid & self.i.ready):
-            m.d.sync += seq.eq(seq + 1)
+        push_sequenced(m, self.i, queue, entry, seq)
 
         # Issue: the head waits tCCD after a command of its own opcode, else the previous
         # command's execution time (StaticGap).

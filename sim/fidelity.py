@@ -94,6 +94,14 @@ def _within(ours: float, paper: float, rel: float) -> bool:
     return abs(ours - paper) <= rel * abs(paper)
 
 
+def _judged(ours: str, values: Any, reproduced: bool, trend: bool, mechanism: str) -> Measured:
+    """The verdict rule: REPRODUCED when the paper's number is met (no mechanism), else TREND
+    when its direction holds, else DIFFERS; both with the ``mechanism`` of the difference."""
+    if reproduced:
+        return Measured(ours, Verdict.REPRODUCED, values=values)
+    return Measured(ours, Verdict.TREND if trend else Verdict.DIFFERS, mechanism, values)
+
+
 # ---- PIMphony (seed 000) --------------------------------------------------------------------
 
 
@@ -132,14 +140,13 @@ def _fig8() -> Measured:
     ours = f"{at128:.1f}% at d_h 128; " + ", ".join(
         f"{d}: {100 * u:.1f}%" for d, u in utils.items()
     )
-    if abs(at128 - 14.7) <= 3 and falls:
-        return Measured(ours, Verdict.REPRODUCED, values={"util_128": at128})
-    return Measured(
+    return _judged(
         ours,
-        Verdict.TREND if falls else Verdict.DIFFERS,
+        {"util_128": at128},
+        abs(at128 - 14.7) <= 3 and falls,
+        falls,
         "row switches (4 x ACT4 + tRCD per 64-MAC row) and WR_INP/RD_OUT latencies the static "
         "scheduler does not overlap; the paper gives neither its timing nor the other dimension",
-        {"util_128": at128},
     )
 
 
@@ -157,15 +164,14 @@ def _fig18_preset() -> Measured:
     ratios = _fig18_ratios()
     best = max(ratios.values())
     ours = "DCS/ping-pong " + ", ".join(f"G={g}: {r:.3f}x" for g, r in ratios.items())
-    if _within(best, 1.4, 0.15):
-        return Measured(ours, Verdict.REPRODUCED, values={"best": best})
-    return Measured(
+    return _judged(
         ours,
-        Verdict.TREND if best > 1.0 else Verdict.DIFFERS,
+        {"best": best},
+        _within(best, 1.4, 0.15),
+        best > 1.0,
         "at the preset's 64-entry OBuf ping-pong's 32-entry halves hide the MAC-result latency "
         "at every hand-off, so DCS has little left to overlap; the paper does not give its "
         "buffer size (see the next row and docs/presets.md)",
-        {"best": best},
     )
 
 
@@ -176,9 +182,9 @@ def _fig18_small() -> Measured:
         f"OBuf {o}: " + ", ".join(f"G={g} {r:.2f}x" for g, r in ratios.items())
         for o, ratios in sweep.items()
     )
-    if _within(best, 1.4, 0.15):
-        return Measured(ours, Verdict.REPRODUCED, values={"best": best})
-    return Measured(ours, Verdict.TREND, "smaller than the paper's gain", {"best": best})
+    return _judged(
+        ours, {"best": best}, _within(best, 1.4, 0.15), True, "smaller than the paper's gain"
+    )
 
 
 def _sv_reduction() -> Measured:
@@ -221,15 +227,14 @@ def _threshold(kind: str) -> int:
 def _tcp_thresholds() -> Measured:
     qk, sv = _threshold("qk"), _threshold("sv")
     ours = f"QK^T from T = {qk}, SV from T = {sv}"
-    if (qk, sv) == (256, 32):
-        return Measured(ours, Verdict.REPRODUCED, values={"qk": qk, "sv": sv})
-    return Measured(
+    return _judged(
         ours,
-        Verdict.TREND if qk == 256 else Verdict.DIFFERS,
+        {"qk": qk, "sv": sv},
+        (qk, sv) == (256, 32),
+        qk == 256,
         "QK^T puts one token per bank (16 x 16 = 256, as the paper); our SV gives each channel "
         "a token range and every bank an output dimension, so all banks work once every "
         "channel has a token (T = 16); the paper does not derive its 32",
-        {"qk": qk, "sv": sv},
     )
 
 
@@ -277,14 +282,13 @@ def _fig19() -> Measured:
     lazy = 100 * sum(r[2].total_utilization for r in rows) / len(rows)
     ours = f"static {static:.1f}%, lazy {lazy:.1f}% (mean of {len(rows)} set-ups x workloads)"
     values = {"static": static, "lazy": lazy}
-    if abs(static - 36.2) <= 5 and abs(lazy - 75.6) <= 5:
-        return Measured(ours, Verdict.REPRODUCED, values=values)
-    return Measured(
+    return _judged(
         ours,
-        Verdict.TREND if lazy > 2 * static else Verdict.DIFFERS,
+        values,
+        abs(static - 36.2) <= 5 and abs(lazy - 75.6) <= 5,
+        lazy > 2 * static,
         "the paper defines neither the utilisation's denominator nor its batch formation "
         "(docs/memory.md)",
-        values,
     )
 
 
@@ -319,15 +323,14 @@ def _fig15() -> Measured:
     )
     values = {"gain_a": gain_a, "gain_b": gain_b}
     marginal_a = 1.0 <= gain_a < 1.10
-    if marginal_a and _within(gain_b - 1, 0.20, 0.5):
-        return Measured(ours, Verdict.REPRODUCED, values=values)
-    return Measured(
+    return _judged(
         ours,
-        Verdict.TREND if marginal_a or gain_b > gain_a else Verdict.DIFFERS,
+        values,
+        marginal_a and _within(gain_b - 1, 0.20, 0.5),
+        marginal_a or gain_b > gain_a,
         "PP's gain comes from micro-batches that keep every stage busy while TP pays the "
         "all-reduce per layer; with our batches (what 128 GB admits) the GQA model's larger "
         "batch gains less from PP than the paper's 20% (its batches are not given)",
-        values,
     )
 
 
@@ -342,22 +345,19 @@ def _fig17a() -> Measured:
         speeds[modules * 16] = step.tokens_per_s
     ours = ", ".join(f"{gb} GB: {v:,.0f} tok/s" for gb, v in speeds.items())
     rising = all(a < b for a, b in zip(speeds.values(), list(speeds.values())[1:], strict=False))
-    if rising:
-        return Measured(ours, Verdict.REPRODUCED, values=speeds)
-    return Measured(ours, Verdict.DIFFERS, "throughput does not rise with capacity", speeds)
+    return _judged(ours, speeds, rising, False, "throughput does not rise with capacity")
 
 
 def _fig13a() -> Measured:
     rows = _ablation("llm-7b", "qmsum", 8, 32)
     speed = rows[-1]["speedup"]
     steps = ", ".join(f"{r['step']} {r['speedup']:.2f}x" for r in rows)
-    if 2.1 <= speed <= 4.5:
-        return Measured(steps, Verdict.REPRODUCED, values={"speedup": speed})
-    return Measured(
+    return _judged(
         steps,
-        Verdict.TREND if speed > 1 else Verdict.DIFFERS,
-        "outside the paper's range",
         {"speedup": speed},
+        2.1 <= speed <= 4.5,
+        speed > 1,
+        "outside the paper's range",
     )
 
 
@@ -374,16 +374,15 @@ def _fig13b() -> Measured:
         speed[f"{model} {workload}"] = rows[-1]["speedup"]
     best = max(speed.values())
     ours = ", ".join(f"{k}: {v:.2f}x" for k, v in speed.items()) + f"; up to {best:.1f}x"
-    if _within(best, 11.3, 0.15):
-        return Measured(ours, Verdict.REPRODUCED, values=speed)
-    return Measured(
+    return _judged(
         ours,
-        Verdict.TREND if best > 4.5 else Verdict.DIFFERS,
+        speed,
+        _within(best, 11.3, 0.15),
+        best > 4.5,
         "the 7B cases land within 3% of 11.3x; 72B (G = 8) overshoots: its HFP baseline must "
         "cut every head's scores into 256-token GPR tiles (the module's 512 KB shared by 32 "
         "channel streams), each re-sending queries and combined on the EPU (docs/decode.md); "
         "the paper does not say how CENT handles scores beyond the GPR",
-        speed,
     )
 
 
@@ -407,19 +406,18 @@ def _fig14_speedups(gqa: bool) -> dict[str, float]:
 def _fig14a() -> Measured:
     speed = _fig14_speedups(gqa=False)
     ours = ", ".join(f"{k}: {v:.2f}x" for k, v in speed.items())
-    if all(2.1 <= v <= 4.5 for v in speed.values()):
-        return Measured(ours, Verdict.REPRODUCED, values=speed)
     rows = _fig14_rows()[("llm-7b", "qmsum", 4)]
-    return Measured(
+    return _judged(
         ours,
-        Verdict.TREND if all(v > 1 for v in speed.values()) else Verdict.DIFFERS,
+        speed,
+        all(2.1 <= v <= 4.5 for v in speed.values()),
+        all(v > 1 for v in speed.values()),
         "outside the paper's 2.1-4.5x where the NPUs already bound the baseline: LLM-7B-32K's "
         f"HFP step keeps the NPUs {100 * rows[0]['xpu_busy']:.0f}% busy (FC of one sub-batch "
         "overlaps the other's attention), so TCP and DCS, which speed up attention only, add "
         f"{rows[2]['speedup']:.2f}x; DPA's larger batch ({rows[2]['batch']:.1f} -> "
         f"{rows[3]['batch']:.1f}) shares the weight reads and gives the rest. The paper gives "
         "Fig. 14's bars without its batches (docs/results.md)",
-        speed,
     )
 
 
@@ -497,23 +495,23 @@ def _fig16() -> Measured:
         "reduction " + ", ".join(f"{k}: {v:.2f}x" for k, v in red.items())
     )
     values = {"share": share, "reduction": red}
-    if (
+    close = (
         _within(mean_base, 0.715, 0.15)
         and _within(mean_ours, 0.130, 0.15)
         and _within(best, 3.46, 0.15)
-    ):
-        return Measured(ours, Verdict.REPRODUCED, values=values)
+    )
     holds = min(red.values()) > 1 and max(ours_share) < 0.5 < min(base)
-    return Measured(
+    return _judged(
         ours,
-        Verdict.TREND if holds else Verdict.DIFFERS,
+        values,
+        close,
+        holds,
         "the mechanism is the paper's (attention MAC and I/O energy nearly unchanged; background, "
         "proportional to runtime, falls), the sizes differ: 4 requests at the full context "
         "instead of LongBench/LV-Eval batches (attention's share is larger), TP 8 for both "
         "systems (72B-128K-GQA: HFP uses 4 of 32 channels, 87% background, 6.4x), and row "
         "switches on aim-32ch timing keep PIMphony's residual background at 16-19% "
         "(docs/energy.md)" + ("" if holds else "; a statement does not hold"),
-        values,
     )
 
 
@@ -549,30 +547,28 @@ def _fig17_text(r: dict[str, Any]) -> str:
 
 def _fig17_1m() -> Measured:
     r = _fig17(1 << 20, "llama-3.1-8b-1m")
-    if _within(r["speedup"], 46.6, 0.15):
-        return Measured(_fig17_text(r), Verdict.REPRODUCED, values=r)
-    return Measured(
+    return _judged(
         _fig17_text(r),
-        Verdict.TREND if r["speedup"] > 10 else Verdict.DIFFERS,
+        r,
+        _within(r["speedup"], 46.6, 0.15),
+        r["speedup"] > 10,
         "CENT collapses as in the paper (its 2% utilisation; ours lower): HFP puts a whole "
         "1M-token head on one channel and cuts it into 768-token GPR tiles, so the baseline is "
         "slower than the paper's, whose handling of scores beyond the GPR is not described; "
         "contexts are fixed at 1M (the paper's 3-sigma variation is not defined)",
-        r,
     )
 
 
 def _fig17_256() -> Measured:
     r = _fig17(256, "llama-3.1-8b")
-    if _within(r["speedup"], 2.1, 0.15):
-        return Measured(_fig17_text(r), Verdict.REPRODUCED, values=r)
-    return Measured(
+    return _judged(
         _fig17_text(r),
-        Verdict.TREND if r["speedup"] > 1 else Verdict.DIFFERS,
+        r,
+        _within(r["speedup"], 2.1, 0.15),
+        r["speedup"] > 1,
         "at 256 tokens attention is short and FC layers dominate, which PIMphony's techniques "
         "speed up less; the batches (capped at 256 requests here) and the baseline are not "
         "given by the paper",
-        r,
     )
 
 
@@ -612,16 +608,15 @@ def _fig7a() -> Measured:
         cuts[op] = 100 * (1 - cycles["pingpong"] / cycles["static"])
     ours = ", ".join(f"{op} {c:.0f}%" for op, c in cuts.items())
     close = {op: abs(c - _FIG7A_PAPER[op][1]) <= 10 for op, c in cuts.items()}
-    if all(close.values()):
-        return Measured(ours, Verdict.REPRODUCED, values=cuts)
     off = ", ".join(op for op, ok in close.items() if not ok)
-    return Measured(
+    return _judged(
         ours,
-        Verdict.TREND if all(c > 0 for c in cuts.values()) else Verdict.DIFFERS,
+        cuts,
+        all(close.values()),
+        all(c > 0 for c in cuts.values()),
         f"{off} outside 10 points. With 2 output registers per bank our FC GEMV rewrites each "
         "input tile for every output group, and ping-pong hides those writes behind the MACs; "
         "the paper gives neither its FC mapping nor shapes or DRAM timing for Fig. 7a",
-        cuts,
     )
 
 
@@ -653,17 +648,16 @@ def _fig9() -> Measured:
         _within(v, 4.74, 0.15) for v in over_pim.values()
     )
     trend = all(v > 1 for d in values.values() for v in d.values())
-    if close and trend:
-        return Measured(ours, Verdict.REPRODUCED, values=values)
-    return Measured(
+    return _judged(
         ours,
-        Verdict.TREND if trend else Verdict.DIFFERS,
+        values,
+        close and trend,
+        trend,
         "LoL-PIM leads both baselines at 1024 GB and PIM-only beats the GPUs at 128 GB, but by "
         "less: over GPU-GDDR the ratio depends on the GPUs' all-reduce link (NVLink here; on "
         f"the 10 GB/s link of LoL-PIM 8.1 it is {each(slow)}), which the paper does not "
         "state; over PIM-only, our baseline takes its best TP x PP split, which the paper "
         "does not give (at the most-TP split the ratio is higher; docs/results.md)",
-        values,
     )
 
 
@@ -720,15 +714,14 @@ def _fig4() -> Measured:
         gain[n] = 100 * (lazy / static - 1)
     best = max(gain.values())
     ours = "lazy over static batch: " + ", ".join(f"N={n} {g:+.0f}%" for n, g in gain.items())
-    if _within(best, 380, 0.15):
-        return Measured(ours, Verdict.REPRODUCED, values=gain)
-    return Measured(
+    return _judged(
         ours,
-        Verdict.TREND if best > 0 else Verdict.DIFFERS,
+        gain,
+        _within(best, 380, 0.15),
+        best > 0,
         "with every request at exactly 4K x N tokens a static reservation of the 32K window "
         "holds 32K / (4K x N) times fewer requests, so the gain is largest at N = 1; the paper "
         "does not say how contexts vary within each N, which sets the number",
-        gain,
     )
 
 
@@ -756,18 +749,17 @@ def _fig11() -> Measured:
         f"DPA at a fixed split: up to {dpa_gain:.2f}x; spread over splits with DPA: {spread:.2f}x"
     )
     values = {"dpa_gain": dpa_gain, "spread": spread}
-    if _within(dpa_gain, 1.3, 0.15) and _within(spread, 1.73, 0.15):
-        return Measured(ours, Verdict.REPRODUCED, values=values)
-    return Measured(
+    return _judged(
         ours,
-        Verdict.TREND if dpa_gain > 1 and spread > 1 else Verdict.DIFFERS,
+        values,
+        _within(dpa_gain, 1.3, 0.15) and _within(spread, 1.73, 0.15),
+        dpa_gain > 1 and spread > 1,
         "the paper's system scales and TP x PP points are not given; here 4 nodes (32 "
         "modules), every valid split. Here DPA gains only where the static batch cannot fill "
         "the pipeline (the deepest PP: 2x); at splits it fills, a larger batch adds ~0%: "
         "with the AiM pair of output registers a batched FC GEMV pass holds one request "
         "(docs/mapping.md), so the FC layers gain no row reuse from the batch, and the "
         "paper's 1.3x at a shallower split is not seen",
-        values,
     )
 
 
@@ -824,11 +816,11 @@ def _table8() -> Measured:
             f"{100 * (mid / paper[1][0] - 1):+.0f}% x ping-pong gain {pp / mid:.2f}x "
             f"(paper {paper[2][0] / paper[1][0]:.2f}x)"
         )
-    if all(close):
-        return Measured(ours, Verdict.REPRODUCED, values=values)
-    return Measured(
+    return _judged(
         ours,
-        Verdict.TREND if all(ordered) else Verdict.DIFFERS,
+        values,
+        all(close),
+        all(ordered),
         f"{n} of 9 cells within 15% and 3 points; every model gains in the paper's order. The "
         f"ping-pong column's offsets split as {'; '.join(parts)}. Our ping-pong gain is larger "
         "because our FC layers (half a step or more) gain more from it than LoL-PIM's (the "
@@ -839,7 +831,6 @@ def _table8() -> Measured:
         "each system's best split; LoL-PIM does not give the baseline's split, and 4.2 calls "
         "PP 'less favorable' under HFA: at the split with the most TP it would be "
         f"{'; '.join(most_tp)}",
-        values,
     )
 
 

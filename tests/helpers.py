@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -10,17 +12,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import strategies as st
 from pimphony.compiler.llm import ModelSpec
+from pimphony.models.reference import issue_reference
 from pimphony.sim.cli import main
 
 __all__ = [
     "ROOT",
     "cli_process",
+    "drop_key",
     "figure_labels",
+    "on_reference_engine",
+    "file_error",
     "refused_edit",
     "run_cli",
     "run_report",
+    "set_key",
+    "stream_cases",
     "tiny_model",
+    "write_toml",
 ]
 
 #: The checkout the tests run from.
@@ -33,6 +43,18 @@ def tiny_model(**shape: Any) -> ModelSpec:
     return ModelSpec(
         **{"name": "tiny", "ffn": "swiglu", "context_window": 4096, "element_bytes": 2, **shape}
     )
+
+
+def stream_cases(max_n: int) -> dict[str, st.SearchStrategy]:
+    """Hypothesis strategies of a random command stream (``sim/verify/streams.py``): its seed,
+    1 to ``max_n`` commands, 1-6 GBUF entries, 1-3 rows, and input gaps or none."""
+    return {
+        "seed": st.integers(0, 2**32 - 1),
+        "n": st.integers(1, max_n),
+        "entries": st.integers(1, 6),
+        "rows": st.integers(1, 3),
+        "gaps": st.booleans(),
+    }
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -87,6 +109,42 @@ def refused_edit(
     with pytest.raises(error) as exc:
         load(path)
     return str(exc.value)
+
+
+def on_reference_engine(time_stream: Callable[..., Any]) -> Callable[..., Any]:
+    """A back-end model's ``time_stream(cfg, stream)`` on the bank-rule engine's plain-Python
+    reference (:func:`models.reference.issue_reference`) instead of the compiled kernel."""
+    return functools.partial(time_stream, engine=issue_reference)
+
+
+def set_key(text: str, key: str, value: str) -> str:
+    """Replace the value of the one line ``key = ...`` (comments dropped)."""
+    new, n = re.subn(rf"^{re.escape(key)}\s*=.*$", f"{key} = {value}", text, flags=re.M)
+    assert n == 1, f"expected exactly one line for {key!r}, found {n}"
+    return new
+
+
+def drop_key(text: str, key: str) -> str:
+    """Remove the one line ``key = ...``."""
+    new, n = re.subn(rf"^{re.escape(key)}\s*=.*\n", "", text, flags=re.M)
+    assert n == 1, f"expected exactly one line for {key!r}, found {n}"
+    return new
+
+
+def write_toml(tmp_path: Path, text: str, name: str = "bad.toml") -> Path:
+    """``text`` written to ``tmp_path / name``."""
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def file_error(path: Path, load: Callable[[Path], Any], error: type[Exception]) -> str:
+    """The message of the ``error`` that ``load`` raises on ``path``; it names the file."""
+    with pytest.raises(error) as info:
+        load(path)
+    msg = str(info.value)
+    assert str(path) in msg  # every file error names the file
+    return msg
 
 
 def cli_process(*args: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess:

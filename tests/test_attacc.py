@@ -42,14 +42,12 @@ from pimphony.models.attacc import (
     time_stream,
 )
 from pimphony.models.backends import PimTiming, load_backend
-from pimphony.models.reference import access_stream_reference, issue_reference
+from pimphony.models.reference import access_stream_reference
+
+from tests.helpers import on_reference_engine
 
 ATT = load_backend("attacc")
-
-
-def time_stream_reference(cfg, stream):
-    """time_stream on the bank-rule engine's plain-Python reference."""
-    return time_stream(cfg, stream, engine=issue_reference)
+time_stream_reference = on_reference_engine(time_stream)
 
 
 def _numpy(kernel: DccKernel, a: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -26,7 +26,7 @@ from pimphony.rtl.blocks import SCHEDULER_OF_BLOCK
 from pimphony.rtl.common import command_layout
 from pimphony.sim.cli import main as cli_main
 from pimphony.sim.verify import campaign, compiled
-from pimphony.sim.verify.campaign import campaign_stream, run_campaign
+from pimphony.sim.verify.campaign import CampaignOptions, campaign_stream, run_campaign
 from pimphony.sim.verify.compiled import (
     RECORD_HEADER,
     STREAM_HEADER,
@@ -279,11 +279,11 @@ def test_campaign_streams_are_reproducible():
     for sched in ("dcs", "pingpong"):
         kinds = []
         for i in range(30):
-            a = campaign_stream(CFG, sched, 9, i, max_length=80, kernels=0.5)
-            b = campaign_stream(CFG, sched, 9, i, max_length=80, kernels=0.5)
+            a = campaign_stream(CFG, sched, 9, i, CampaignOptions(max_length=80, kernels=0.5))
+            b = campaign_stream(CFG, sched, 9, i, CampaignOptions(max_length=80, kernels=0.5))
             assert np.array_equal(a.stream.commands, b.stream.commands) and a.source == b.source
             assert a.stream.valid_gaps == b.stream.valid_gaps
-            plain = campaign_stream(CFG, sched, 9, i, max_length=80)
+            plain = campaign_stream(CFG, sched, 9, i, CampaignOptions(max_length=80, kernels=0.0))
             if a.source == "random":
                 assert np.array_equal(a.stream.commands, plain.stream.commands)
             else:
@@ -320,7 +320,7 @@ def _main(capsys, *args: str) -> tuple[int, str, str]:
 
 def _first_hit(sched: str, seed: int, **kw) -> int:
     for i in range(100):
-        op = campaign_stream(CFG, sched, seed, i, **kw).stream.commands["op"]
+        op = campaign_stream(CFG, sched, seed, i, CampaignOptions(**kw)).stream.commands["op"]
         if (op == MAC_OP).sum() >= MACS and (op == RD_OUT_OP).sum() >= RD_OUTS:
             return i
     raise AssertionError("no stream hits the injected rule")
@@ -374,12 +374,9 @@ def test_keep_going_counts_every_mismatch(injected_bug, tmp_path, capsys):
     opts += ["--kernels", "0.1", "--keep-going", "--repro-dir", str(tmp_path)]
     status, out, err = _main(capsys, *opts)
     assert status == 1 and "30 streams" in out
-    hits = sum(
-        (lambda op: (op == MAC_OP).sum() >= MACS and (op == RD_OUT_OP).sum() >= RD_OUTS)(
-            campaign_stream(CFG, "static", 1, i, max_length=60, kernels=0.1).stream.commands["op"]
-        )
-        for i in range(30)
-    )
+    opts = CampaignOptions(max_length=60)
+    ops = [campaign_stream(CFG, "static", 1, i, opts).stream.commands["op"] for i in range(30)]
+    hits = sum((op == MAC_OP).sum() >= MACS and (op == RD_OUT_OP).sum() >= RD_OUTS for op in ops)
     assert hits > 1 and f"mismatches: {hits};" in out and f"{hits} stream(s) differ" in err
     assert list(tmp_path.iterdir()) == []  # no reproducer when keeping going
 
@@ -409,7 +406,7 @@ def test_campaign_refusals(tmp_path, capsys):
 @pytest.mark.parametrize("block", BLOCKS)
 def test_random_campaign(block, preset):
     result = run_campaign(
-        block, load_preset(preset), streams=400, seed=2024, kernels=0.1, keep_going=True
+        block, load_preset(preset), 400, 2024, CampaignOptions(kernels=0.1, keep_going=True)
     )
     assert result.mismatches == [], "\n".join(result.mismatches)
     assert result.exact > 300

@@ -12,29 +12,15 @@ from pimphony.models.config import (
     CONFIG_DIR,
     FIELD_RANGES,
     ConfigError,
-    HardwareConfig,
     available_presets,
     load_config,
     load_preset,
 )
 
-from tests.helpers import run_cli
+from tests.helpers import drop_key, file_error, run_cli, set_key, write_toml
 
 PRESET_16 = CONFIG_DIR / "aim-16ch.toml"
 BASE_TEXT = PRESET_16.read_text()
-
-
-def set_key(text: str, key: str, value: str) -> str:
-    """Replace the value of the one line ``key = ...`` (comments dropped)."""
-    new, n = re.subn(rf"^{re.escape(key)}\s*=.*$", f"{key} = {value}", text, flags=re.M)
-    assert n == 1, f"expected exactly one line for {key!r}, found {n}"
-    return new
-
-
-def drop_key(text: str, key: str) -> str:
-    new, n = re.subn(rf"^{re.escape(key)}\s*=.*\n", "", text, flags=re.M)
-    assert n == 1, f"expected exactly one line for {key!r}, found {n}"
-    return new
 
 
 def drop_section(text: str, section: str) -> str:
@@ -49,23 +35,8 @@ def add_to_section(text: str, section: str, line: str) -> str:
     return text.replace(header, header + line + "\n")
 
 
-def write(tmp_path: Path, text: str, name: str = "bad.toml") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
-
 def config_error(path: Path) -> str:
-    with pytest.raises(ConfigError) as info:
-        load_config(path)
-    msg = str(info.value)
-    assert str(path) in msg  # every file error names the file
-    return msg
-
-
-@pytest.fixture(scope="module")
-def cfg() -> HardwareConfig:
-    return load_preset("aim-16ch")
+    return file_error(path, load_config, ConfigError)
 
 
 # --------------------------------------------------------------------------- shipped presets
@@ -149,7 +120,9 @@ def test_lolpim_io_adds_one_global_buffer():
 
 
 def test_extends_overrides_key_by_key(tmp_path):
-    path = write(tmp_path, 'name = "mine"\nextends = "aim-16ch"\n[timing]\ntRP = 20\n', "mine.toml")
+    path = write_toml(
+        tmp_path, 'name = "mine"\nextends = "aim-16ch"\n[timing]\ntRP = 20\n', "mine.toml"
+    )
     cfg = load_config(path)
     assert cfg.name == "mine"
     assert cfg.timing.tRP == 20
@@ -159,37 +132,41 @@ def test_extends_overrides_key_by_key(tmp_path):
 
 
 def test_extends_relative_path_chain(tmp_path):
-    write(tmp_path, 'name = "a"\nextends = "aim-16ch"\n[channel]\nobuf_entries = 8\n', "a.toml")
-    path = write(tmp_path, 'name = "b"\nextends = "a.toml"\n[timing]\ntRP = 18\n', "b.toml")
+    write_toml(
+        tmp_path, 'name = "a"\nextends = "aim-16ch"\n[channel]\nobuf_entries = 8\n', "a.toml"
+    )
+    path = write_toml(tmp_path, 'name = "b"\nextends = "a.toml"\n[timing]\ntRP = 18\n', "b.toml")
     cfg = load_config(path)
     assert (cfg.name, cfg.channel.obuf_entries, cfg.timing.tRP) == ("b", 8, 18)
 
 
 def test_extends_child_values_are_validated(tmp_path):
-    path = write(tmp_path, 'name = "x"\nextends = "aim-16ch"\n[timing]\ntRPP = 3\n', "x.toml")
+    path = write_toml(tmp_path, 'name = "x"\nextends = "aim-16ch"\n[timing]\ntRPP = 3\n', "x.toml")
     assert "tRPP" in config_error(path)
-    path = write(tmp_path, 'name = "y"\nextends = "aim-16ch"\n[channel]\nbanks = 0\n', "y.toml")
+    path = write_toml(
+        tmp_path, 'name = "y"\nextends = "aim-16ch"\n[channel]\nbanks = 0\n', "y.toml"
+    )
     assert "banks" in config_error(path)
 
 
 def test_extends_errors(tmp_path):
-    path = write(tmp_path, 'name = "x"\nextends = 3\n', "x.toml")
+    path = write_toml(tmp_path, 'name = "x"\nextends = 3\n', "x.toml")
     assert "'extends' must name a preset" in config_error(path)
-    path = write(tmp_path, 'name = "x"\nextends = "no-such-preset"\n', "x.toml")
+    path = write_toml(tmp_path, 'name = "x"\nextends = "no-such-preset"\n', "x.toml")
     assert "unknown preset 'no-such-preset'" in config_error(path)
-    write(tmp_path, 'name = "p"\nextends = "q.toml"\n', "p.toml")
-    path = write(tmp_path, 'name = "q"\nextends = "p.toml"\n', "q.toml")
+    write_toml(tmp_path, 'name = "p"\nextends = "q.toml"\n', "p.toml")
+    path = write_toml(tmp_path, 'name = "q"\nextends = "p.toml"\n', "q.toml")
     assert "'extends' forms a cycle: q -> p -> q" in config_error(path)
 
 
 def test_load_preset_by_path(tmp_path):
-    path = write(tmp_path, BASE_TEXT, "copy.toml")
+    path = write_toml(tmp_path, BASE_TEXT, "copy.toml")
     assert load_preset(str(path)) == load_preset("aim-16ch")
     assert load_config(path) == load_preset("aim-16ch")
 
 
 def test_float_field_accepts_integer(tmp_path):
-    cfg = load_config(write(tmp_path, set_key(BASE_TEXT, "freq_ghz", "2")))
+    cfg = load_config(write_toml(tmp_path, set_key(BASE_TEXT, "freq_ghz", "2")))
     assert cfg.module.freq_ghz == 2.0
     assert isinstance(cfg.module.freq_ghz, float)
 
@@ -266,7 +243,7 @@ def test_replace_needs_dotted_key(cfg):
 
 
 def test_unknown_key_in_section(tmp_path):
-    path = write(tmp_path, add_to_section(BASE_TEXT, "channel", "bankz = 16"))
+    path = write_toml(tmp_path, add_to_section(BASE_TEXT, "channel", "bankz = 16"))
     msg = config_error(path)
     assert "[channel]" in msg
     assert "unknown key 'bankz'" in msg
@@ -274,14 +251,16 @@ def test_unknown_key_in_section(tmp_path):
 
 
 def test_unknown_top_level_key(tmp_path):
-    path = write(tmp_path, BASE_TEXT.replace('name = "aim-16ch"\n', 'name = "aim-16ch"\nfoo = 1\n'))
+    path = write_toml(
+        tmp_path, BASE_TEXT.replace('name = "aim-16ch"\n', 'name = "aim-16ch"\nfoo = 1\n')
+    )
     msg = config_error(path)
     assert "unknown key 'foo'" in msg
     assert "top level" in msg
 
 
 def test_unknown_section_in_file(tmp_path):
-    path = write(tmp_path, BASE_TEXT + "\n[extra]\nx = 1\n")
+    path = write_toml(tmp_path, BASE_TEXT + "\n[extra]\nx = 1\n")
     msg = config_error(path)
     assert "'extra'" in msg
 
@@ -291,7 +270,7 @@ def test_unknown_section_in_file(tmp_path):
     [("module", "channels"), ("channel", "obuf_entries"), ("timing", "tRP"), ("dcs", "id_bits")],
 )
 def test_missing_key(tmp_path, section, key):
-    msg = config_error(write(tmp_path, drop_key(BASE_TEXT, key)))
+    msg = config_error(write_toml(tmp_path, drop_key(BASE_TEXT, key)))
     assert f"[{section}]" in msg
     assert f"missing key {key!r}" in msg
 
@@ -300,12 +279,12 @@ def test_missing_key(tmp_path, section, key):
 def test_missing_section(tmp_path, section):
     text = drop_section(BASE_TEXT, section)
     assert f"[{section}]" not in text
-    msg = config_error(write(tmp_path, text))
+    msg = config_error(write_toml(tmp_path, text))
     assert f"missing section [{section}]" in msg
 
 
 def test_missing_name(tmp_path):
-    msg = config_error(write(tmp_path, drop_key(BASE_TEXT, "name")))
+    msg = config_error(write_toml(tmp_path, drop_key(BASE_TEXT, "name")))
     assert "'name'" in msg
 
 
@@ -321,7 +300,7 @@ def test_missing_name(tmp_path):
     ],
 )
 def test_wrong_type(tmp_path, key, value, shown, type_name):
-    msg = config_error(write(tmp_path, set_key(BASE_TEXT, key, value)))
+    msg = config_error(write_toml(tmp_path, set_key(BASE_TEXT, key, value)))
     assert shown in msg
     assert f"got {type_name}" in msg
 
@@ -340,7 +319,7 @@ def test_wrong_type(tmp_path, key, value, shown, type_name):
     ],
 )
 def test_non_positive_size(tmp_path, key, value, section):
-    msg = config_error(write(tmp_path, set_key(BASE_TEXT, key, value)))
+    msg = config_error(write_toml(tmp_path, set_key(BASE_TEXT, key, value)))
     assert f"[{section}] {key} = " in msg
     assert "positive" in msg
 
@@ -350,20 +329,20 @@ def test_non_positive_size(tmp_path, key, value, section):
     [("gbuf_entries", 48), ("obuf_entries", 48), ("gbuf_entries", 1), ("obuf_entries", 96)],
 )
 def test_buffer_entries_power_of_two(tmp_path, key, value):
-    msg = config_error(write(tmp_path, set_key(BASE_TEXT, key, str(value))))
+    msg = config_error(write_toml(tmp_path, set_key(BASE_TEXT, key, str(value))))
     assert f"[channel] {key} = {value}" in msg
     assert "power of two" in msg
 
 
 def test_buffer_entries_power_of_two_accepted(tmp_path):
     text = set_key(set_key(BASE_TEXT, "gbuf_entries", "128"), "obuf_entries", "32")
-    cfg = load_config(write(tmp_path, text))
+    cfg = load_config(write_toml(tmp_path, text))
     assert (cfg.channel.gbuf_entries, cfg.channel.obuf_entries) == (128, 32)
 
 
 @pytest.mark.parametrize("value", [2000, 2040, 16])
 def test_row_bytes_multiple_of_column(tmp_path, value):
-    msg = config_error(write(tmp_path, set_key(BASE_TEXT, "row_bytes", str(value))))
+    msg = config_error(write_toml(tmp_path, set_key(BASE_TEXT, "row_bytes", str(value))))
     assert f"[channel] row_bytes = {value}" in msg
     assert "multiple" in msg
     assert "32" in msg
@@ -371,59 +350,59 @@ def test_row_bytes_multiple_of_column(tmp_path, value):
 
 @pytest.mark.parametrize("value", [3, 5, 32])
 def test_act_banks_must_divide_banks(tmp_path, value):
-    msg = config_error(write(tmp_path, set_key(BASE_TEXT, "act_banks", str(value))))
+    msg = config_error(write_toml(tmp_path, set_key(BASE_TEXT, "act_banks", str(value))))
     assert f"[timing] act_banks = {value}" in msg
     assert "divide banks = 16" in msg
 
 
 def test_act_banks_dividing_banks_accepted(tmp_path):
-    cfg = load_config(write(tmp_path, set_key(BASE_TEXT, "act_banks", "8")))
+    cfg = load_config(write_toml(tmp_path, set_key(BASE_TEXT, "act_banks", "8")))
     assert cfg.timing.act_banks == 8
 
 
 def test_tfaw_bounded_by_tras_plus_trp(tmp_path):
     # tRAS + tRP = 27 + 16 = 43.
-    msg = config_error(write(tmp_path, set_key(BASE_TEXT, "tFAW", "44")))
+    msg = config_error(write_toml(tmp_path, set_key(BASE_TEXT, "tFAW", "44")))
     assert "[timing] tFAW = 44" in msg
     assert "43" in msg
-    assert load_config(write(tmp_path, set_key(BASE_TEXT, "tFAW", "43"), "ok.toml"))
+    assert load_config(write_toml(tmp_path, set_key(BASE_TEXT, "tFAW", "43"), "ok.toml"))
 
 
 def test_id_bits_too_small(tmp_path):
     # 2 * 64 + 2 = 130 IDs in flight need 8 bits.
-    msg = config_error(write(tmp_path, set_key(BASE_TEXT, "id_bits", "7")))
+    msg = config_error(write_toml(tmp_path, set_key(BASE_TEXT, "id_bits", "7")))
     assert "[dcs] id_bits = 7" in msg
     assert "queue_depth = 64" in msg
 
 
 def test_id_bits_scale_with_queue_depth(tmp_path):
     text = set_key(BASE_TEXT, "queue_depth", "128")  # needs 9 bits; preset has 8
-    msg = config_error(write(tmp_path, text))
+    msg = config_error(write_toml(tmp_path, text))
     assert "[dcs] id_bits = 8" in msg
-    ok = load_config(write(tmp_path, set_key(text, "id_bits", "9"), "ok.toml"))
+    ok = load_config(write_toml(tmp_path, set_key(text, "id_bits", "9"), "ok.toml"))
     assert ok.dcs.queue_depth == 128
 
 
 def test_timestamp_bits_too_small(tmp_path):
     # 8 bits: half the range (128) is below the scrub period alone (64 + 64 entries + 28).
-    msg = config_error(write(tmp_path, set_key(BASE_TEXT, "timestamp_bits", "8")))
+    msg = config_error(write_toml(tmp_path, set_key(BASE_TEXT, "timestamp_bits", "8")))
     assert "[dcs] timestamp_bits = 8" in msg
     assert "scrub" in msg
 
 
 def test_queue_depth_at_least_two(tmp_path):
-    msg = config_error(write(tmp_path, set_key(BASE_TEXT, "queue_depth", "1")))
+    msg = config_error(write_toml(tmp_path, set_key(BASE_TEXT, "queue_depth", "1")))
     assert "[dcs] queue_depth = 1: outside the physical range 2 to 65,536 entries" in msg
 
 
 def test_malformed_toml(tmp_path):
-    path = write(tmp_path, BASE_TEXT.replace("[timing]", "[timing"))
+    path = write_toml(tmp_path, BASE_TEXT.replace("[timing]", "[timing"))
     msg = config_error(path)
     assert "not valid TOML" in msg
 
 
 def test_duplicate_key_is_malformed(tmp_path):
-    path = write(tmp_path, add_to_section(BASE_TEXT, "timing", "t_MAC = 30"))
+    path = write_toml(tmp_path, add_to_section(BASE_TEXT, "timing", "t_MAC = 30"))
     assert "not valid TOML" in config_error(path)
 
 

@@ -8,7 +8,6 @@ import random
 import numpy as np
 import pytest
 from pimphony.compiler.plan import PARTITIONS, Partition, layer_plan
-from pimphony.models.config import load_preset
 from pimphony.sim.systems.cycles import (
     PAIR_KEY,
     AttentionBlock,
@@ -25,11 +24,6 @@ from tests.test_decode_step import TINY
 
 #: TINY without GQA (one query head per KV head).
 TINY_MHA = dataclasses.replace(TINY, name="tiny-mha", kv_heads=8)
-
-
-@pytest.fixture(scope="module")
-def cfg():
-    return load_preset("aim-16ch")
 
 
 @pytest.fixture(scope="module")

@@ -39,11 +39,6 @@ from tests.helpers import tiny_model
 TINY = tiny_model(layers=3, heads=8, kv_heads=4, hidden=512, intermediate=768, head_dim=64)
 
 
-@pytest.fixture(scope="module")
-def cfg():
-    return load_preset("aim-16ch")
-
-
 @dataclass(frozen=True)
 class _Stats:
     cycles: int

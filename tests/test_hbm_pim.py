@@ -43,14 +43,12 @@ from pimphony.models.hbm_pim import (
     modes,
     time_stream,
 )
-from pimphony.models.reference import issue_reference, modes_reference
+from pimphony.models.reference import modes_reference
+
+from tests.helpers import on_reference_engine
 
 HBM = load_backend("hbm-pim")
-
-
-def time_stream_reference(cfg, stream):
-    """time_stream on the bank-rule engine's plain-Python reference."""
-    return time_stream(cfg, stream, engine=issue_reference)
+time_stream_reference = on_reference_engine(time_stream)
 
 
 def _stream(*cmds: tuple) -> np.ndarray:

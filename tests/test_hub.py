@@ -13,7 +13,6 @@ from pimphony.compiler.hub import (
     run_count,
 )
 from pimphony.compiler.kernels import compile_kernel
-from pimphony.models.config import load_preset
 from pimphony.models.hub import (
     HUB_DTYPE,
     OP_SIZE_BITS,
@@ -26,11 +25,6 @@ from pimphony.models.hub import (
 )
 from pimphony.models.isa import Op, field_widths, make_stream
 from pimphony.sim.verify.streams import random_stream
-
-
-@pytest.fixture(scope="module")
-def cfg():
-    return load_preset("aim-16ch")
 
 
 def test_runs_by_hand():

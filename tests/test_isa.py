@@ -30,11 +30,6 @@ from pimphony.models.isa import (
 W, M, R = Op.WR_INP, Op.MAC, Op.RD_OUT
 
 
-@pytest.fixture(scope="module")
-def cfg():
-    return load_preset("aim-16ch")
-
-
 @pytest.fixture()
 def stream():
     return make_stream(

@@ -27,11 +27,6 @@ from pimphony.models.isa import Op, validate_stream
 BANKS, ELEMS, COLS, HALF = 16, 16, 64, 32  # aim-16ch: B, E, C, NG/2 = NO/2
 
 
-@pytest.fixture(scope="module")
-def cfg():
-    return load_preset("aim-16ch")
-
-
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 

@@ -24,8 +24,9 @@ from pimphony.compiler.llm import (
     spec_from_hf_config,
     to_kernel,
 )
-from pimphony.models.config import load_preset
 from pimphony.models.hub import SOFTMAX_FLOPS_PER_SCORE
+
+from tests.helpers import drop_key, set_key, write_toml
 
 # name: (layers, heads, kv_heads, hidden, intermediate, head_dim, context_window, vocab_size)
 EXPECTED = {
@@ -73,24 +74,6 @@ LLAMA_8B_HF = {
 }
 
 BASE_TOML = (MODELS_DIR / "llm-7b.toml").read_text()
-
-
-def write_toml(tmp_path: Path, text: str, name: str = "m.toml") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
-
-def set_key(text: str, key: str, value: str) -> str:
-    new, n = re.subn(rf"^{key}\s*=.*$", f"{key} = {value}", text, flags=re.M)
-    assert n == 1
-    return new
-
-
-def drop_key(text: str, key: str) -> str:
-    new, n = re.subn(rf"^{key}\s*=.*\n", "", text, flags=re.M)
-    assert n == 1
-    return new
 
 
 def write_hf(tmp_path: Path, cfg: dict, folder: str = "ckpt") -> Path:
@@ -424,11 +407,6 @@ def test_decode_op_rejects_unknown_name_and_kind():
 
 # ---------------------------------------------------------------------------------------------
 # Kernel mapping
-
-
-@pytest.fixture(scope="module")
-def cfg():
-    return load_preset("aim-16ch")
 
 
 def test_to_kernel_calls(cfg):

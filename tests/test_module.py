@@ -6,8 +6,6 @@ import math
 import random
 
 import numpy as np
-import pytest
-from pimphony.models.config import load_preset
 from pimphony.models.module import (
     attention_tasks,
     channel_order,
@@ -16,11 +14,6 @@ from pimphony.models.module import (
     schedule,
     task_arrays,
 )
-
-
-@pytest.fixture(scope="module")
-def cfg():
-    return load_preset("aim-16ch")
 
 
 def test_channel_order_runs_next_qk_before_this_sv():

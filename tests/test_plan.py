@@ -30,11 +30,6 @@ class _Stats:
     cycles: int
 
 
-@pytest.fixture(scope="module")
-def cfg():
-    return load_preset("aim-16ch")
-
-
 def test_split_is_even_in_whole_units():
     assert split_evenly(300, 16, 16) == [32, 32, 28] + [16] * 13
     assert split_evenly(255, 16, 16) == [16] * 15 + [15]

@@ -20,6 +20,7 @@ from pimphony.rtl.pingpong import PingPongScheduler, slot_bits
 from pimphony.sim.verify.scheduler import RtlStream, compare_with_tlm, simulate_scheduler
 from pimphony.sim.verify.streams import random_pingpong_stream, random_stream
 
+from tests.helpers import stream_cases
 from tests.test_scheduling import (
     CONVENTIONS,
     EXAMPLE,
@@ -46,11 +47,6 @@ def _random(cfg, sched: str, n: int, seed: int) -> np.ndarray:
     if sched == "pingpong":
         return random_pingpong_stream(cfg, n, seed)
     return random_stream(cfg, n, seed)
-
-
-@pytest.fixture(scope="module")
-def cfg():
-    return load_preset("aim-16ch")
 
 
 @pytest.fixture(scope="module")
@@ -222,14 +218,7 @@ RAM_VARIANTS = {
     "tmod-5-q4": {"timing.t_MOD": 5, "dcs.queue_depth": 4},
     "q2-wrap": {"dcs.queue_depth": 2, "dcs.id_bits": 3, "dcs.timestamp_bits": 10},
 }
-RAM_CASES = {
-    "variant": st.sampled_from(list(RAM_VARIANTS)),
-    "seed": st.integers(0, 2**32 - 1),
-    "n": st.integers(1, 120),
-    "entries": st.integers(1, 6),
-    "rows": st.integers(1, 3),
-    "gaps": st.booleans(),
-}
+RAM_CASES = {"variant": st.sampled_from(list(RAM_VARIANTS)), **stream_cases(120)}
 
 
 def _dcs_random_cycle_exact(variant, seed, n, entries, rows, gaps) -> None:
@@ -277,12 +266,8 @@ PP_RAM_VARIANTS = {
 }
 PP_RAM_CASES = {
     "variant": st.sampled_from(list(PP_RAM_VARIANTS)),
-    "seed": st.integers(0, 2**32 - 1),
-    "n": st.integers(1, 120),
-    "entries": st.integers(1, 6),
-    "rows": st.integers(1, 3),
+    **stream_cases(120),
     "switch": st.sampled_from([0.05, 0.15, 0.5]),
-    "gaps": st.booleans(),
 }
 
 

@@ -14,6 +14,8 @@ from pimphony.models.isa import Op, make_stream
 from pimphony.models.pingpong import PingPongError, pingpong_slots
 from pimphony.sim.verify.streams import random_pingpong_stream, random_stream
 
+from tests.helpers import stream_cases
+
 W, M, R = Op.WR_INP, Op.MAC, Op.RD_OUT
 
 EXAMPLE = make_stream(
@@ -31,11 +33,6 @@ EXPECTED = {
     "pingpong": ([1, 2, 3, 50, 51, 80, 79, 143, 172, 106, 171, 199], 225, [(4, 50), (81, 143)]),
     "dcs": ([1, 2, 3, 50, 51, 79, 52, 116, 144, 145, 149, 177], 203, [(4, 50), (54, 116)]),
 }
-
-
-@pytest.fixture(scope="module")
-def cfg():
-    return load_preset("aim-16ch")
 
 
 @pytest.mark.parametrize("sched", list(EXPECTED))
@@ -293,15 +290,9 @@ def _switches_while_held(stream, cfg, issue, accept) -> list[int]:
 
 QUICK = settings(max_examples=60, deadline=None, database=None)
 LONG = settings(max_examples=2000, deadline=None, database=None)
-MODE_CASES = {
-    "seed": st.integers(0, 2**32 - 1),
-    "n": st.integers(1, 200),
-    "entries": st.integers(1, 6),
-    "rows": st.integers(1, 3),
-    "t_mod": st.sampled_from([1, 5, 32]),
-    "depth": st.sampled_from([2, 4, 64]),
-    "gaps": st.booleans(),
-}
+#: A random stream and ``t_MOD``: the cases both mode-policy properties draw.
+STREAM_CASES = {**stream_cases(200), "t_mod": st.sampled_from([1, 5, 32])}
+MODE_CASES = {**STREAM_CASES, "depth": st.sampled_from([2, 4, 64])}
 
 
 def _check_mode_policy(seed, n, entries, rows, t_mod, depth, gaps) -> None:
@@ -471,15 +462,7 @@ def test_pingpong_property_catches_a_greedy_switch():
     assert _pp_switches_while_held(PP_MODE_STREAM, cfg, greedy, accept) == [6]
 
 
-PP_MODE_CASES = {
-    "seed": st.integers(0, 2**32 - 1),
-    "n": st.integers(1, 200),
-    "entries": st.integers(1, 6),
-    "rows": st.integers(1, 3),
-    "switch": st.sampled_from([0.05, 0.15, 0.5]),
-    "t_mod": st.sampled_from([1, 5, 32]),
-    "gaps": st.booleans(),
-}
+PP_MODE_CASES = {**STREAM_CASES, "switch": st.sampled_from([0.05, 0.15, 0.5])}
 
 
 def _check_pingpong_mode_policy(seed, n, entries, rows, switch, t_mod, gaps) -> None:

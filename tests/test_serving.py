@@ -8,7 +8,6 @@ import json
 import numpy as np
 import pytest
 from pimphony.compiler.plan import layer_plan
-from pimphony.models.config import load_preset
 from pimphony.models.errors import PimphonyError
 from pimphony.models.hub import epu_cycles
 from pimphony.models.system import stage_hop_cycles
@@ -23,11 +22,6 @@ from pimphony.sim.systems.step import epu_other_flops, run_decode
 
 from tests.helpers import run_cli
 from tests.test_decode_step import TINY
-
-
-@pytest.fixture(scope="module")
-def cfg():
-    return load_preset("aim-16ch")
 
 
 @pytest.fixture(scope="module")

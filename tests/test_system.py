@@ -3,15 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
-from pimphony.models.config import load_preset
 from pimphony.models.hub import link_cycles
 from pimphony.models.system import allreduce_cycles, pipeline_period, stage_hop_cycles
-
-
-@pytest.fixture(scope="module")
-def cfg():
-    return load_preset("aim-16ch")
 
 
 def test_allreduce_goes_up_and_down_the_host_link(cfg):

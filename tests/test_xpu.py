@@ -39,7 +39,7 @@ from pimphony.models.xpu_config import (
     load_xpu_config,
 )
 
-from tests.helpers import run_cli
+from tests.helpers import drop_key, file_error, run_cli, set_key, write_toml
 
 A100 = XPU_DIR / "a100-80gb.toml"
 NEUPIMS = XPU_DIR / "neupims-npu.toml"
@@ -170,52 +170,36 @@ def test_pimphony_xpus_lists_every_preset(capsys):
 # ------------------------------------------------------------------------------ bad presets
 
 
-def write(tmp_path: Path, text: str, name: str = "bad.toml") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
-
-def set_key(text: str, key: str, value: str) -> str:
-    new, n = re.subn(rf"^{re.escape(key)}\s*=.*$", f"{key} = {value}", text, flags=re.M)
-    assert n == 1, f"expected one line for {key!r}, found {n}"
-    return new
-
-
 def error(path: Path) -> str:
-    with pytest.raises(XpuConfigError) as info:
-        load_xpu_config(path)
-    msg = str(info.value)
-    assert str(path) in msg  # every file error names the file
-    return msg
+    return file_error(path, load_xpu_config, XpuConfigError)
 
 
 def test_unknown_key(tmp_path):
     text = A100.read_text().replace("[links]\n", "[links]\nspeed = 3.0\n")
-    msg = error(write(tmp_path, text))
+    msg = error(write_toml(tmp_path, text))
     assert "[links] unknown key 'speed'; allowed: host_gbps, device_gbps" in msg
 
 
 def test_unknown_top_level_key_and_section(tmp_path):
-    msg = error(write(tmp_path, 'colour = "green"\n' + A100.read_text()))
+    msg = error(write_toml(tmp_path, 'colour = "green"\n' + A100.read_text()))
     assert "unknown key 'colour' at top level; allowed: name, kind, source, compute" in msg
-    msg = error(write(tmp_path, A100.read_text() + "\n[cache]\nl2 = 1\n"))
+    msg = error(write_toml(tmp_path, A100.read_text() + "\n[cache]\nl2 = 1\n"))
     assert "unknown key 'cache' at top level" in msg
 
 
 def test_missing_key(tmp_path):
-    text = re.sub(r"^bandwidth_gbps.*\n", "", A100.read_text(), flags=re.M)
-    assert "[memory] missing key 'bandwidth_gbps'" in error(write(tmp_path, text))
+    text = drop_key(A100.read_text(), "bandwidth_gbps")
+    assert "[memory] missing key 'bandwidth_gbps'" in error(write_toml(tmp_path, text))
 
 
 def test_missing_section(tmp_path):
     text = A100.read_text().split("[links]")[0]
-    assert "missing section [links]" in error(write(tmp_path, text))
+    assert "missing section [links]" in error(write_toml(tmp_path, text))
 
 
 def test_optional_section_needs_all_its_keys(tmp_path):
-    text = re.sub(r"^cols.*\n", "", NEUPIMS.read_text(), flags=re.M)
-    assert "[systolic] missing key 'cols'" in error(write(tmp_path, text))
+    text = drop_key(NEUPIMS.read_text(), "cols")
+    assert "[systolic] missing key 'cols'" in error(write_toml(tmp_path, text))
 
 
 @pytest.mark.parametrize(
@@ -228,7 +212,7 @@ def test_optional_section_needs_all_its_keys(tmp_path):
     ],
 )
 def test_wrong_type(tmp_path, key, value, expected):
-    assert expected in error(write(tmp_path, set_key(A100.read_text(), key, value)))
+    assert expected in error(write_toml(tmp_path, set_key(A100.read_text(), key, value)))
 
 
 @pytest.mark.parametrize(
@@ -245,12 +229,12 @@ def test_wrong_type(tmp_path, key, value, expected):
     ],
 )
 def test_out_of_range(tmp_path, key, value, expected):
-    assert expected in error(write(tmp_path, set_key(A100.read_text(), key, value)))
+    assert expected in error(write_toml(tmp_path, set_key(A100.read_text(), key, value)))
 
 
 @pytest.mark.parametrize(("key", "value"), [("rows", "0"), ("cols", "-4"), ("arrays", "0")])
 def test_non_positive_array_size(tmp_path, key, value):
-    msg = error(write(tmp_path, set_key(NEUPIMS.read_text(), key, value)))
+    msg = error(write_toml(tmp_path, set_key(NEUPIMS.read_text(), key, value)))
     assert f"[systolic] {key} = {value}: must be a positive integer" in msg
 
 
@@ -260,14 +244,14 @@ def test_efficiency_cap_outside_zero_one(tmp_path, section, value):
     text = A100.read_text()
     head, _, tail = text.partition(f"[{section}]")
     tail = re.sub(r"^efficiency\s*=.*$", f"efficiency = {value}", tail, count=1, flags=re.M)
-    msg = error(write(tmp_path, head + f"[{section}]" + tail))
+    msg = error(write_toml(tmp_path, head + f"[{section}]" + tail))
     assert f"[{section}] efficiency = " in msg
     assert "an efficiency cap must be a number in (0, 1]" in msg
 
 
 def test_efficiency_cap_of_one_is_allowed(tmp_path):
     text = A100.read_text().replace("efficiency = 0.8 ", "efficiency = 1 ")
-    assert load_xpu_config(write(tmp_path, text)).compute.efficiency == 1.0
+    assert load_xpu_config(write_toml(tmp_path, text)).compute.efficiency == 1.0
 
 
 @pytest.mark.parametrize(
@@ -279,42 +263,44 @@ def test_efficiency_cap_of_one_is_allowed(tmp_path):
     ],
 )
 def test_unknown_choice(tmp_path, key, value, expected):
-    assert expected in error(write(tmp_path, set_key(A100.read_text(), key, value)))
+    assert expected in error(write_toml(tmp_path, set_key(A100.read_text(), key, value)))
 
 
 def test_default_precision_needs_a_peak(tmp_path):
-    msg = error(write(tmp_path, set_key(SHERPA.read_text(), "precision", '"fp16"')))
+    msg = error(write_toml(tmp_path, set_key(SHERPA.read_text(), "precision", '"fp16"')))
     assert "[compute] precision = 'fp16': its [peak_tflops] fp16 is 0; allowed: a precision" in msg
     assert "(bf16)" in msg
 
 
 def test_peak_cannot_exceed_the_arrays(tmp_path):
-    msg = error(write(tmp_path, set_key(NEUPIMS.read_text(), "fp16", "300.0")))
+    msg = error(write_toml(tmp_path, set_key(NEUPIMS.read_text(), "fp16", "300.0")))
     assert "[peak_tflops] fp16 = 300.0: exceeds what the arrays can do: 2 x 8 x 128 x 128" in msg
     assert "= 262.144 TFLOP/s" in msg
 
 
 def test_vector_peak_cannot_exceed_the_units(tmp_path):
-    msg = error(write(tmp_path, set_key(NEUPIMS.read_text(), "vector_tflops", "2.0")))
+    msg = error(write_toml(tmp_path, set_key(NEUPIMS.read_text(), "vector_tflops", "2.0")))
     assert "[compute] vector_tflops = 2.0: exceeds what the vector units can do: 8 x 128" in msg
 
 
 def test_buffer_must_fit_in_dram(tmp_path):
     text = set_key(SHERPA.read_text(), "capacity_gib", "0.001")  # 1,073,742 B
     text = set_key(text, "buffer_kib", "2048")  # 2,097,152 B
-    msg = error(write(tmp_path, text))
+    msg = error(write_toml(tmp_path, text))
     assert "[memory] buffer_kib = 2048: must not exceed the DRAM capacity (0.001 GiB)" in msg
 
 
 def test_extends_overrides_and_validates(tmp_path):
-    path = write(
+    path = write_toml(
         tmp_path, 'name = "mine"\nextends = "a100-80gb"\n[memory]\nbandwidth_gbps = 1000.0\n'
     )
     mine = load_xpu_config(path)
     assert (mine.name, mine.bandwidth, mine.peak_flops()) == ("mine", 1e12, 312e12)
-    bad = write(tmp_path, 'name = "x"\nextends = "a100-80gb"\n[memory]\nefficiency = 2\n', "x.toml")
+    bad = write_toml(
+        tmp_path, 'name = "x"\nextends = "a100-80gb"\n[memory]\nefficiency = 2\n', "x.toml"
+    )
     assert "an efficiency cap must be a number in (0, 1]" in error(bad)
-    bad = write(tmp_path, 'name = "y"\nextends = "no-such"\n', "y.toml")
+    bad = write_toml(tmp_path, 'name = "y"\nextends = "no-such"\n', "y.toml")
     assert "unknown xPU 'no-such'" in error(bad)
 
 
@@ -529,7 +515,7 @@ def test_energy_section_units_are_refused_when_inconsistent(tmp_path):
     per-bit key is refused by name, and a value three orders off (1,282 fJ written as pJ)
     falls outside the physical range."""
     text = A100.read_text().replace("pj_per_dram_byte =", "pj_per_dram_bit =")
-    msg = error(write(tmp_path, text))
+    msg = error(write_toml(tmp_path, text))
     assert "[energy] unknown key 'pj_per_dram_bit'; allowed: pj_per_flop, pj_per_dram_byte" in msg
-    msg = error(write(tmp_path, set_key(A100.read_text(), "pj_per_flop", "1282.0")))
+    msg = error(write_toml(tmp_path, set_key(A100.read_text(), "pj_per_flop", "1282.0")))
     assert "[energy] pj_per_flop = 1282.0: outside the physical range" in msg

@@ -342,11 +342,29 @@ def overall(results: Sequence[RowResult]) -> dict[str, float | None]:
 PAPER_OVERALL = {"accuracy": 0.8928, "suboptimal": 0.9625}
 
 
+def _panels() -> tuple[Any, Any, Any]:
+    """A figure of Table II's two panels, labelled: (figure, #Best / Total, suboptimal
+    performance)."""
+    plt = pyplot()
+    f, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    a.set_ylabel("configurations whose pick is the best (%)")
+    a.set_title("#Best / Total")
+    b.set_ylabel("best / pick where the pick is slower (%, geomean)")
+    b.set_title("Suboptimal performance")
+    return f, a, b
+
+
+def _write(f: Any, what: str, path: Path) -> Path:
+    """Title the figure ``DCC Table II shape: <what>`` and write it."""
+    f.suptitle(f"DCC Table II shape: {what}", fontsize=10)
+    f.tight_layout()
+    return write_figure(f, path)
+
+
 def plot(results: Sequence[RowResult], path: Path) -> Path:
     """Two panels per row of the table, ours beside the paper's: the share of configurations
     whose pick is the best, and the suboptimal picks' performance."""
-    plt = pyplot()
-    f, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    f, a, b = _panels()
     names = [ROWS[r.row].label for r in results]
     x = np.arange(len(results))
     w = 0.38
@@ -354,30 +372,22 @@ def plot(results: Sequence[RowResult], path: Path) -> Path:
     paper_acc = [100 * ROWS[r.row].paper_best / ROWS[r.row].paper_total for r in results]
     a.bar(x - w / 2, ours_acc, w, label="pimphony")
     a.bar(x + w / 2, paper_acc, w, label="DCC paper (Table II)")
-    a.set_ylabel("configurations whose pick is the best (%)")
-    a.set_title("#Best / Total")
     ours_sub = [100 * (r.suboptimal or math.nan) for r in results]
     paper_sub = [100 * ROWS[r.row].paper_suboptimal for r in results]
     b.bar(x - w / 2, ours_sub, w, label="pimphony")
     b.bar(x + w / 2, paper_sub, w, label="DCC paper (Table II)")
-    b.set_ylabel("best / pick where the pick is slower (%, geomean)")
-    b.set_title("Suboptimal performance")
     b.set_ylim(80, 100.5)
     for ax in (a, b):
         ax.set_xticks(x, names, rotation=30, ha="right", fontsize=8)
         ax.set_xlabel("back end + kernel")
         ax.legend(fontsize=8, loc="lower left")
-    f.suptitle("DCC Table II shape: coupled predictor vs the labelled best draft "
-               "(pimphony dcc-table2)", fontsize=10)  # fmt: skip
-    f.tight_layout()
-    return write_figure(f, path)
+    return _write(f, "coupled predictor vs the labelled best draft (pimphony dcc-table2)", path)
 
 
 def sweep_plot(points: Sequence[dict[str, Any]], path: Path) -> Path:
     """Accuracy (#Best / Total) and suboptimal performance against the training drafts per
     configuration, one line per row and the overall."""
-    plt = pyplot()
-    f, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    f, a, b = _panels()
     xs = [p["per_shape"] for p in points]
     for k, name in enumerate(points[0]["rows"]):
         acc = [100 * p["rows"][name]["best"] / p["rows"][name]["total"] for p in points]
@@ -388,18 +398,16 @@ def sweep_plot(points: Sequence[dict[str, Any]], path: Path) -> Path:
     a.plot(xs, [100 * p["overall"]["accuracy"] for p in points], "k-", lw=2.5, label="overall")
     b.plot(xs, [100 * (p["overall"]["suboptimal"] or math.nan) for p in points], "k-", lw=2.5,
            label="overall")  # fmt: skip
-    a.set_ylabel("configurations whose pick is the best (%)")
-    b.set_ylabel("best / pick where the pick is slower (%, geomean)")
     for ax in (a, b):
         ax.set_xscale("log")
         ax.set_xlabel("labelled training drafts per training configuration (--per-shape)")
-    a.set_title("#Best / Total")
-    b.set_title("Suboptimal performance")
     b.legend(fontsize=7, loc="lower right")
-    f.suptitle("DCC Table II shape: sensitivity to the training drafts per configuration "
-               "(pimphony dcc-table2 --sweep-per-shape)", fontsize=10)  # fmt: skip
-    f.tight_layout()
-    return write_figure(f, path)
+    return _write(
+        f,
+        "sensitivity to the training drafts per configuration "
+        "(pimphony dcc-table2 --sweep-per-shape)",
+        path,
+    )
 
 
 def _int_list(text: str) -> tuple[int, ...]:

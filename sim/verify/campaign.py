@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from pimphony.compiler.kernels import GQA_MAPPINGS, CompileError, compile_kernel
@@ -93,7 +93,6 @@ __all__ = [
     "run_campaign",
     "scheduler_replay",
     "scheduler_reproduce",
-    "scheduler_run",
     "shrink_chunks",
     "shrink_stream",
     "summary",
@@ -232,28 +231,44 @@ def _kernel_commands(
     raise CosimError(f"stream {index} of seed {seed}: {REDRAWS + 1} kernel shapes refused")
 
 
-def campaign_stream(
-    cfg: HardwareConfig,
-    sched: str,
-    seed: int,
-    index: int,
-    max_length: int = 600,
-    gaps: float = 0.5,
-    ready: float = 0.2,
-    kernels: float = 0.0,
-) -> CampaignStream:
-    """Stream ``index`` of the campaign with ``seed`` (see the module docstring).
+@dataclass(frozen=True)
+class CampaignOptions:
+    """The item options of a campaign: ``--max-length``, ``--gaps``, ``--ready``,
+    ``--kernels``, ``--chunk`` and ``--keep-going``."""
 
-    With ``kernels = 0`` the streams are those of a campaign without compiler streams: the
-    choice is drawn from its own generator, so it does not shift the random streams.
+    max_length: int = 600
+    gaps: float = 0.5
+    ready: float = 0.2
+    kernels: float = 0.1
+    chunk: int = 500
+    keep_going: bool = False
+
+    def flags(self) -> dict[str, object]:
+        """The options that decide the items, as command-line flags (for reproducers)."""
+        return {
+            "--max-length": self.max_length,
+            "--gaps": self.gaps,
+            "--ready": self.ready,
+            "--kernels": self.kernels,
+        }
+
+
+def campaign_stream(
+    cfg: HardwareConfig, sched: str, seed: int, index: int, options: CampaignOptions
+) -> CampaignStream:
+    """Stream ``index`` of the campaign with ``seed`` and the stream ``options`` (see the
+    module docstring).
+
+    With ``options.kernels = 0`` the streams are those of a campaign without compiler streams:
+    the choice is drawn from its own generator, so it does not shift the random streams.
     """
     rng = np.random.default_rng([seed, index])
     name = f"{seed}-{index}"
     redrawn, source = 0, "random"
-    if compiler_item(seed, index, kernels):
+    if compiler_item(seed, index, options.kernels):
         commands, plain, source, redrawn = _kernel_commands(cfg, sched, rng, seed, index)
     else:
-        n = int(rng.integers(1, max_length + 1))
+        n = int(rng.integers(1, options.max_length + 1))
         entries, rows = int(rng.integers(1, 9)), int(rng.integers(1, 5))
         make = random_pingpong_stream if sched == "pingpong" else random_stream
         while True:
@@ -273,9 +288,9 @@ def campaign_stream(
         return CampaignStream(index, stream, issue, redrawn, source)
 
     kind = rng.random()
-    if kind < ready:
+    if kind < options.ready:
         return made(RtlStream(name, commands, ready_pattern=draw_ready(rng)), None)
-    if kind >= ready + gaps:
+    if kind >= options.ready + options.gaps:
         return made(RtlStream(name, commands), plain)
     for _ in range(GAP_TRIES):
         valid_gaps = draw_gaps(rng, n)
@@ -324,6 +339,26 @@ class CampaignResult:
     mismatches: list[str] = field(default_factory=list)
     failure: CampaignStream | None = field(default=None, repr=False)
 
+    def count(
+        self, item: Any, message: str | None, exact: bool, source: str, redrawn: int, commands: int
+    ) -> None:
+        """Count one checked ``item`` (``commands`` long, compared with the TLM's cycles if
+        ``exact``); ``message`` is its mismatch, if any (the first one's item is ``failure``)."""
+        self.streams += 1
+        self.exact += exact
+        self.rules_only += not exact
+        self.kernels += source != "random"
+        self.redrawn += redrawn
+        self.commands += commands
+        if message:
+            self.mismatches.append(message)
+            if self.failure is None:
+                self.failure = item
+
+    def stopped(self, keep_going: bool) -> bool:
+        """Whether the campaign stops: it has a mismatch and does not ``keep_going``."""
+        return self.failure is not None and not keep_going
+
     @property
     def cycles_per_s(self) -> float:
         """Simulated cycles per second of the compiled testbench."""
@@ -362,22 +397,16 @@ def run_campaign(
     cfg: HardwareConfig,
     streams: int,
     seed: int,
-    *,
-    max_length: int = 600,
-    gaps: float = 0.5,
-    ready: float = 0.2,
-    kernels: float = 0.0,
-    chunk: int = 500,
-    keep_going: bool = False,
+    options: CampaignOptions = CampaignOptions(),
     progress: Callable[[CampaignResult], None] | None = None,
 ) -> CampaignResult:
     """Run ``streams`` random streams on scheduler ``block``'s compiled harness at ``cfg``.
 
-    ``gaps`` and ``ready`` are the fractions of streams with input gaps and with an output
-    ready pattern, ``kernels`` the fraction of compiler streams; ``chunk`` streams go to one
-    testbench process. The campaign stops at the first mismatch (the streams after it in
-    program order are not counted) unless ``keep_going``. ``progress(result)`` is called
-    after every chunk.
+    ``options.gaps`` and ``options.ready`` are the fractions of streams with input gaps and
+    with an output ready pattern, ``options.kernels`` the fraction of compiler streams;
+    ``options.chunk`` streams go to one testbench process. The campaign stops at the first
+    mismatch (the streams after it in program order are not counted) unless
+    ``options.keep_going``. ``progress(result)`` is called after every chunk.
 
     Raises
     ------
@@ -392,38 +421,26 @@ def run_campaign(
 
     def settle(batch: list[CampaignStream], run: CompiledRun) -> None:
         for cs in batch:
-            rtl = run.issue[cs.stream.name]
-            msg = _check(cfg, sched, cs, rtl)
-            result.streams += 1
-            result.exact += cs.tlm_issue is not None
-            result.rules_only += cs.tlm_issue is None
-            result.kernels += cs.source != "random"
-            result.redrawn += cs.redrawn
-            result.commands += int(cs.stream.commands.shape[0])
-            if msg:
-                result.mismatches.append(msg)
-                if result.failure is None:
-                    result.failure = cs
-                if not keep_going:
-                    break
+            msg = _check(cfg, sched, cs, run.issue[cs.stream.name])
+            n = int(cs.stream.commands.shape[0])
+            result.count(cs, msg, cs.tlm_issue is not None, cs.source, cs.redrawn, n)
+            if result.stopped(options.keep_going):
+                break
         result.cycles += run.total_cycles
         result.sim_seconds += run.sim_seconds
         result.seconds = time.perf_counter() - started
         if progress:
             progress(result)
 
-    def stopped() -> bool:
-        return result.failure is not None and not keep_going
-
     # One testbench process at a time: chunk k + 1 is drawn (and run on the TLM) while chunk k
     # simulates, and chunk k is checked while chunk k + 1 simulates.
     batches = (
-        [campaign_stream(cfg, sched, seed, i, max_length, gaps, ready, kernels) for i in indices]
-        for indices in chunk_ranges(streams, chunk)
+        [campaign_stream(cfg, sched, seed, i, options) for i in indices]
+        for indices in chunk_ranges(streams, options.chunk)
     )
     pipelined(
         batches, lambda b: harness.start([cs.stream for cs in b]), lambda h: h.wait(), settle,
-        stopped,
+        lambda: result.stopped(options.keep_going),
     )  # fmt: skip
     return result
 
@@ -745,28 +762,6 @@ def _replay_record(path: Path, record: dict) -> tuple[CampaignStream, str, str |
 
 
 @dataclass(frozen=True)
-class CampaignOptions:
-    """The item options of a campaign: ``--max-length``, ``--gaps``, ``--ready``,
-    ``--kernels``, ``--chunk`` and ``--keep-going``."""
-
-    max_length: int = 600
-    gaps: float = 0.5
-    ready: float = 0.2
-    kernels: float = 0.1
-    chunk: int = 500
-    keep_going: bool = False
-
-    def flags(self) -> dict[str, object]:
-        """The options that decide the items, as command-line flags (for reproducers)."""
-        return {
-            "--max-length": self.max_length,
-            "--gaps": self.gaps,
-            "--ready": self.ready,
-            "--kernels": self.kernels,
-        }
-
-
-@dataclass(frozen=True)
 class Reproduction:
     """What the CLI reports about a campaign's first mismatch once shrunk and written: the
     lines to print, the ``reproducer`` entry of ``--json``, why it was not written, and notes
@@ -819,30 +814,6 @@ class Replayed:
 
 
 # -- the scheduler blocks' row of the campaign table ----------------------------------------
-
-
-def scheduler_run(
-    block: str,
-    cfg: HardwareConfig,
-    streams: int,
-    seed: int,
-    options: CampaignOptions,
-    progress: Callable[[CampaignResult], None] | None = None,
-) -> CampaignResult:
-    """:func:`run_campaign` with the stream options of a :class:`CampaignOptions`."""
-    return run_campaign(
-        block,
-        cfg,
-        streams,
-        seed,
-        max_length=options.max_length,
-        gaps=options.gaps,
-        ready=options.ready,
-        kernels=options.kernels,
-        chunk=options.chunk,
-        keep_going=options.keep_going,
-        progress=progress,
-    )
 
 
 def scheduler_reproduce(failed: CampaignResult, to: ReproTarget) -> Reproduction:

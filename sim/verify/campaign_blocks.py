@@ -645,27 +645,15 @@ def run_block_campaign(
         (res, cycles), seconds = outcome
         for item in batch:
             msg = _check(block, cfg, item, res[item.name])
-            result.streams += 1
-            result.exact += item.exact
-            result.rules_only += not item.exact
-            result.kernels += item.source != "random"
-            result.redrawn += item.redrawn
-            result.commands += item.commands
+            result.count(item, msg, item.exact, item.source, item.redrawn, item.commands)
             result.cycles += cycles[item.name]
             _tally(result, item)
-            if msg:
-                result.mismatches.append(msg)
-                if result.failure is None:
-                    result.failure = item
-                if not opts.keep_going:
-                    break
+            if result.stopped(opts.keep_going):
+                break
         result.sim_seconds += seconds
         result.seconds = time.perf_counter() - started
         if progress:
             progress(result)
-
-    def stopped() -> bool:
-        return result.failure is not None and not opts.keep_going
 
     batches = (
         [kind.draw(cfg, block, seed, i, opts, dut) for i in indices]
@@ -673,7 +661,11 @@ def run_block_campaign(
     )
     with ThreadPoolExecutor(max_workers=1) as pool:
         sched_campaign.pipelined(
-            batches, lambda b: pool.submit(simulate, b), lambda f: f.result(), settle, stopped
+            batches,
+            lambda b: pool.submit(simulate, b),
+            lambda f: f.result(),
+            settle,
+            lambda: result.stopped(opts.keep_going),
         )
     return result
 
@@ -1103,7 +1095,7 @@ _ROWS: dict[Block, BlockCampaign] = {
             "compiled Verilator",
             "stream",
             0.1,
-            sched_campaign.scheduler_run,
+            sched_campaign.run_campaign,
             sched_campaign.summary,
             sched_campaign.scheduler_reproduce,
             sched_campaign.scheduler_replay,

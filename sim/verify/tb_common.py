@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles
+from cocotb.triggers import ClockCycles, RisingEdge
 
-__all__ = ["GappedSource", "field", "job_test", "reset"]
+__all__ = ["GappedSource", "IssueLog", "field", "job_test", "reset"]
 
 RunOne = Callable[[object, dict, dict], Awaitable[dict]]
 
@@ -83,6 +83,45 @@ class GappedSource:
     def stop(self) -> None:
         """Drop ``valid``."""
         self.valid.value = 0
+
+
+class IssueLog:
+    """The issue cycle of every output transfer of a run, by source and sequence number (-1:
+    not issued), the transfers counted and the cycle. A bad or repeated sequence number, or a
+    run past ``spec["max_cycles"]`` cycles, fails the run.
+
+    ``sizes`` maps each source to its count of ``what`` (for the message).
+    """
+
+    def __init__(self, spec: dict, sizes: dict[int, int], what: str):
+        self.name, self.limit, self.what = spec["name"], spec["max_cycles"], what
+        self.issue = {src: [-1] * n for src, n in sizes.items()}
+        self.total = sum(sizes.values())
+        self.got = 0
+        self.cycle = 0
+
+    @property
+    def done(self) -> bool:
+        """Every transfer was issued."""
+        return self.got >= self.total
+
+    def record(self, seq: int, at: int, src: int = 0, where: str = "") -> None:
+        """Transfer ``seq`` of ``src`` issued in cycle ``at``; ``where`` ends the message."""
+        done = self.issue.get(src, [])
+        if not 0 <= seq < len(done) or done[seq] >= 0:
+            raise AssertionError(f"{self.name}: bad or repeated sequence number {seq}{where}")
+        done[seq] = at
+        self.got += 1
+
+    async def next_cycle(self, dut) -> None:
+        """Wait for the rising edge; fail once the run is past its cycle limit."""
+        await RisingEdge(dut.clk)
+        self.cycle += 1
+        if self.cycle > self.limit:
+            raise AssertionError(
+                f"{self.name}: only {self.got} of {self.total} {self.what} issued after "
+                f"{self.limit} cycles"
+            )
 
 
 def job_test(key: str, run_one: RunOne, module: str):
