@@ -10,6 +10,7 @@ last occurrence of an option wins). ``make test`` runs a few examples per comman
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from pathlib import Path
 
@@ -136,7 +137,8 @@ def _run(command: str, tmp: Path, capsys, extra: list[str]) -> None:
     if command == "serve":
         argv += ["--out", str(tmp / "serve.json"), "--force"]
     before = _digest(tmp)
-    rc, out, err = run_cli(capsys, *argv)
+    with contextlib.chdir(tmp):  # relative outputs (``--out x``, build/...) land in tmp
+        rc, out, err = run_cli(capsys, *argv)
     _check(rc, out, err)
     after = _digest(tmp)
     for name, digest in before.items():  # what the user made is untouched

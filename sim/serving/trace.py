@@ -157,7 +157,10 @@ def read_trace(path: str | Path) -> list[Request]:
         last = vals["arrival_s"]
         requests.append(Request(len(requests), **vals))  # type: ignore[arg-type]
     if not requests:
-        raise TraceError(f"{path}: no requests")
+        raise TraceError(
+            f"{path}: no requests (a trace needs at least one row of "
+            f"{', '.join(TRACE_COLUMNS)})"
+        )
     return requests
 
 
