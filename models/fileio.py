@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import io
 import os
 import stat
@@ -107,17 +108,35 @@ def check_outputs(
                 )
 
 
+def _remove_orphans(path: Path) -> None:
+    """Remove temporary files of ``path`` left by a writer that was killed (SIGKILL, power
+    loss) mid-write: ``.NAME.PID.*.tmp`` whose process no longer exists."""
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        pid = tmp.name[len(path.name) + 2 :].split(".", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # alive but not ours (EPERM): leave it
+            pass
+
+
 def write_atomic(path: str | Path, data: bytes, overwrite: bool = True) -> Path:
     """Write ``data`` to ``path`` through a temporary file and a rename.
 
     The file gets the usual permissions (``0o666`` less the umask). With ``overwrite=False``
-    an existing file is left alone and :class:`FileExistsError` is raised.
+    an existing file is left alone and :class:`FileExistsError` is raised. The temporary
+    file is ``.NAME.PID.*.tmp`` beside ``path``; one a killed writer left is removed first.
     """
     path = check_writable(path, overwrite)
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        _remove_orphans(path)
+        prefix = f".{path.name}.{os.getpid()}."
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         umask = os.umask(0)

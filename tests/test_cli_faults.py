@@ -115,3 +115,29 @@ def test_a_full_disk_keeps_the_previous_file_and_fails_in_one_line(tmp_path):
     assert line.startswith("pimphony decode: error: [Errno 27] cannot write ")
     assert line.split("cannot write ")[1] in ("r.json: File too large", "p.png: File too large")
     assert {p.name: p.read_text() for p in tmp_path.iterdir()} == old
+
+
+def test_a_writer_killed_mid_write_leaves_the_old_file_and_its_orphan_is_removed(tmp_path):
+    """SIGKILL during ``write_atomic`` of 400 MB: the target keeps its old content (the
+    rename never happened); the next write to it removes the dead writer's temporary file."""
+    from pimphony.models.fileio import write_atomic
+
+    target = tmp_path / "r.json"
+    target.write_text("old\n")
+    code = (
+        "import sys; from pimphony.models.fileio import write_atomic; "
+        f"write_atomic({str(target)!r}, b'x' * (400 << 20))"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], env=_env())
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".r.json.*.tmp")):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
+    proc.kill()
+    proc.wait()
+    (orphan,) = tmp_path.glob(".r.json.*.tmp")
+    assert orphan.name.startswith(f".r.json.{proc.pid}.")
+    assert target.read_text() == "old\n"
+    write_atomic(target, b"new\n")
+    assert target.read_text() == "new\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
