@@ -244,6 +244,8 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
         The validated specification.
     """
     path = Path(name_or_path)
+    if str(name_or_path) == "":  # not Path(""), the working directory
+        raise _unknown_model(name_or_path)
     if path.suffix == ".toml":
         return _load_toml(path)
     if path.suffix == ".json":
@@ -254,9 +256,17 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
     if str(name_or_path) == path.name and candidate.is_file():
         return _load_toml(candidate)
     if path.is_dir():
-        return _load_hf(path / "config.json")
-    raise ModelSpecError(
-        f"unknown model {str(name_or_path)!r}; available: {', '.join(available_models())} "
+        raise ModelSpecError(
+            f"{path}: a folder without config.json; give a model name ("
+            f"{', '.join(available_models())}), a .toml file, a config.json or a folder "
+            "holding one"
+        )
+    raise _unknown_model(name_or_path)
+
+
+def _unknown_model(name: str | Path) -> ModelSpecError:
+    return ModelSpecError(
+        f"unknown model {str(name)!r}; available: {', '.join(available_models())} "
         "(or give a path to a .toml file, a config.json or a folder holding one)"
     )
 

@@ -296,8 +296,10 @@ def test_hf_not_json_or_not_object(tmp_path):
     with pytest.raises(ModelSpecError, match="no such config file"):
         load_model(tmp_path / "empty-folder-config.json")
     (tmp_path / "folder").mkdir()
-    with pytest.raises(ModelSpecError, match="no such config file"):
+    with pytest.raises(ModelSpecError, match="folder: a folder without config.json; give a"):
         load_model(tmp_path / "folder")
+    with pytest.raises(ModelSpecError, match="unknown model ''; available: "):
+        load_model("")  # not the working directory's config.json
 
 
 # ---------------------------------------------------------------------------------------------
