@@ -292,7 +292,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Option help with its default value."""
+    """Option help with its default value, unless the help already states it (``default``)
+    or there is none to state (a flag, ``None``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text.lower() or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action) or text
 
 
 def _first_word(argv: Sequence[str]) -> int | None:

@@ -141,3 +141,15 @@ def test_a_writer_killed_mid_write_leaves_the_old_file_and_its_orphan_is_removed
     write_atomic(target, b"new\n")
     assert target.read_text() == "new\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+
+def test_help_states_each_default_once(capsys):
+    """``--help`` adds ``(default: X)`` only where the option's own help does not state it
+    and there is one (no ``(default: None)`` or ``(default: False)``)."""
+    with pytest.raises(SystemExit):
+        main(["decode", "--help"])
+    text = capsys.readouterr().out
+    assert "(default: None)" not in text and "(default: False)" not in text
+    assert "(default: 1)" in text  # --tp states none of its own
+    block = text.split("\n  --max-context")[1].split("\n  --")[0]
+    assert block.lower().count("default") == 1, block
