@@ -291,6 +291,18 @@ class _Parser(argparse.ArgumentParser):
         return namespace, extras
 
 
+class _Version(argparse.Action):
+    """``--version``: the version and the source's git commit (``tool_record``), then exit."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
+        from pimphony.sim.provenance import tool_record
+
+        record = tool_record()
+        commit = f" (commit {record['commit']})" if record["commit"] else ""
+        print(f"pimphony {record['version']}{commit}")
+        parser.exit(0)
+
+
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Option help with its default value, unless the help already states it (``default``)
     or there is none to state (a flag, ``None``)."""
@@ -329,6 +341,7 @@ def _add_commands(
 def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     """The ``pimphony`` parser, with the options of the command ``argv`` names."""
     parser = _Parser(prog="pimphony", description=DESCRIPTION, formatter_class=_HelpFormatter)
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_commands(sub, COMMANDS, argv)
     return parser

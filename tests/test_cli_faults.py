@@ -153,3 +153,12 @@ def test_help_states_each_default_once(capsys):
     assert "(default: 1)" in text  # --tp states none of its own
     block = text.split("\n  --max-context")[1].split("\n  --")[0]
     assert block.lower().count("default") == 1, block
+
+
+def test_version_names_the_release_and_commit(capsys):
+    import pimphony
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.startswith(f"pimphony {pimphony.__version__}")
