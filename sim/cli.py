@@ -356,9 +356,12 @@ def main(argv: list[str] | None = None) -> int:
     so none is left half written).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser(argv).parse_args(argv)
     previous = _terminate_on_sigterm()
+    k = _first_word(argv)
+    prog = "pimphony" if k is None else f"pimphony {argv[k]}"  # until the parser names it
     try:
+        args = build_parser(argv).parse_args(argv)
+        prog = args._prog
         from pimphony.sim.outputs import check_command_files
 
         check_command_files(args)
@@ -366,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, Terminated) as exc:  # every writer is atomic: nothing partial
         signum = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
         print(
-            f"{args._prog}: {'terminated' if isinstance(exc, Terminated) else 'interrupted'}; "
+            f"{prog}: {'terminated' if isinstance(exc, Terminated) else 'interrupted'}; "
             "no partial output was written",
             file=sys.stderr,
         )
@@ -375,14 +378,14 @@ def main(argv: list[str] | None = None) -> int:
         _silence_stdout()
         return 0
     except (PimphonyError, OSError) as exc:  # OSError: files the user named (unreadable, ...)
-        print(f"{args._prog}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return exc.exit_status if isinstance(exc, PimphonyError) else 2
     except Exception as exc:
         if os.environ.get("PIMPHONY_DEBUG"):
             raise
         where = _write_traceback()
         print(
-            f"{args._prog}: internal error: {type(exc).__name__}: {exc} (a bug; please report "
+            f"{prog}: internal error: {type(exc).__name__}: {exc} (a bug; please report "
             f"it with the traceback in {where})",
             file=sys.stderr,
         )

@@ -71,7 +71,7 @@ def test_a_signal_mid_run_prints_one_line_and_writes_nothing(signum, word, tmp_p
     while not _sigterm_caught(proc.pid):
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.05)
-    time.sleep(0.5)
+    time.sleep(3)  # well into the run (imports and parsing take about 1 s)
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signum
