@@ -178,6 +178,18 @@ def _uadd(s0, e0, ln, s, e):
 
 
 @njit(cache=True, inline="always")
+def _completed(cy, msw, cls, done, mode):
+    """``(cycles, mode switches, class)`` after a command of class ``mode`` that completes at
+    ``done`` (the locals' form of :func:`_count`)."""
+    if done > cy:
+        cy = done
+    if cls != mode:
+        msw += 1
+        cls = mode
+    return cy, msw, cls
+
+
+@njit(cache=True, inline="always")
 def _segment(tt):
     """The pending row switch and MAC segment moved into M + R + I (the segment into M + R
     too): the row switch was recorded before the segment's first MAC, so it comes first."""
@@ -216,11 +228,7 @@ def t_macs_counted(tt, k, t_last, tmac):
     cy, sw, msw, cls, n0, n1, n2, p0, p1, m0, m1, m2, r0, r1, r2, a0, a1, a2, sg = tt
     if k > 0:
         n1 += k
-        if t_last + tmac > cy:
-            cy = t_last + tmac
-        if cls != MODE_COMPUTE:
-            msw += 1
-            cls = MODE_COMPUTE
+        cy, msw, cls = _completed(cy, msw, cls, t_last + tmac, MODE_COMPUTE)
     return cy, sw, msw, cls, n0, n1, n2, p0, p1, m0, m1, m2, r0, r1, r2, a0, a1, a2, sg
 
 
@@ -251,11 +259,7 @@ def t_io_count(tt, op, t, ex):
         n0 += 1
     else:
         n2 += 1
-    if t + ex > cy:
-        cy = t + ex
-    if cls != MODE_REGISTER:
-        msw += 1
-        cls = MODE_REGISTER
+    cy, msw, cls = _completed(cy, msw, cls, t + ex, MODE_REGISTER)
     return cy, sw, msw, cls, n0, n1, n2, p0, p1, m0, m1, m2, r0, r1, r2, a0, a1, a2, sg
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import subprocess
 import sys
@@ -11,18 +12,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import strategies as st
 from pimphony.compiler.llm import ModelSpec
 from pimphony.models.reference import issue_reference
 from pimphony.sim.cli import main
+from pimphony.sim.sweep_run import load_sweep, run_sweep
 
 __all__ = [
     "ROOT",
+    "assert_equals_serial",
     "cli_process",
     "drop_key",
     "figure_labels",
     "on_reference_engine",
+    "ray_sweep_command",
     "file_error",
     "refused_edit",
     "run_cli",
@@ -163,3 +168,21 @@ def run_report(capsys, tmp_path: Path, *argv: str) -> tuple[str, dict[str, Any],
     rc, out, err = run_cli(capsys, *argv, "--report", report, "--plot", plot)
     assert (rc, err) == (0, "")
     return out, json.loads(report.read_text()), plot
+
+
+def ray_sweep_command(path: Path, out: Path) -> tuple[list[str], dict[str, str]]:
+    """``pimphony sweep-run path --out out --workers 2 --json`` for a child process (a local
+    Ray): the command and its environment (this checkout on ``PYTHONPATH``, Ray's auth off)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled"}
+    cmd = [sys.executable, "-m", "pimphony.sim.cli", "sweep-run", str(path), "--out", str(out),
+           "--workers", "2", "--json"]  # fmt: skip
+    return cmd, env
+
+
+def assert_equals_serial(path: Path, out: Path, points: int) -> None:
+    """A serial run of sweep file ``path`` (into ``serial`` next to ``out``) computes all
+    ``points`` points and writes the same table as the run in ``out``."""
+    serial = out.parent / "serial"
+    assert run_sweep(load_sweep(path), serial, serial=True)["done"] == points
+    a = pq.read_table(out / "results.parquet")
+    assert a.equals(pq.read_table(serial / "results.parquet"))

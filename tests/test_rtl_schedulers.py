@@ -42,6 +42,15 @@ def _dut(sched: str, cfg):
     return spec.build(cfg, **spec.cosim_args)
 
 
+def _rtl_matches(sched: str, cfg, stream: np.ndarray, gaps: np.ndarray | None, tlm) -> None:
+    """The RTL of ``sched`` issues ``stream`` (input gaps ``gaps`` or none) at the TLM's
+    issue cycles ``tlm``."""
+    gaps_list = None if gaps is None else gaps.tolist()
+    rtl = simulate_scheduler(_dut(sched, cfg), stream, valid_gaps=gaps_list)
+    diff = np.flatnonzero(rtl != tlm)
+    assert diff.size == 0, f"command #{diff[0]}: RTL {rtl[diff[0]]}, TLM {tlm[diff[0]]}"
+
+
 def _random(cfg, sched: str, n: int, seed: int) -> np.ndarray:
     """A seeded random stream the scheduler accepts (ping-pong needs legal buffer halves)."""
     if sched == "pingpong":
@@ -227,10 +236,7 @@ def _dcs_random_cycle_exact(variant, seed, n, entries, rows, gaps) -> None:
     cfg = load_preset("aim-ramulator").replace(**RAM_VARIANTS[variant])
     stream = random_stream(cfg, n, seed, entries=entries, rows=rows)
     g = np.random.default_rng(seed).integers(0, 3, n) if gaps else None
-    tlm = run_channel(stream, cfg, "dcs", valid_gaps=g).issue
-    rtl = simulate_scheduler(_dut("dcs", cfg), stream, valid_gaps=None if g is None else g.tolist())
-    diff = np.flatnonzero(rtl != tlm)
-    assert diff.size == 0, f"command #{diff[0]}: RTL {rtl[diff[0]]}, TLM {tlm[diff[0]]}"
+    _rtl_matches("dcs", cfg, stream, g, run_channel(stream, cfg, "dcs", valid_gaps=g).issue)
 
 
 @settings(max_examples=6, deadline=None, database=None)
@@ -282,11 +288,7 @@ def _pingpong_random_cycle_exact(variant, seed, n, entries, rows, switch, gaps) 
         tlm = run_channel(stream, cfg, "pingpong", valid_gaps=g).issue
     except PingPongError:
         assume(False)
-    rtl = simulate_scheduler(
-        _dut("pingpong", cfg), stream, valid_gaps=None if g is None else g.tolist()
-    )
-    diff = np.flatnonzero(rtl != tlm)
-    assert diff.size == 0, f"command #{diff[0]}: RTL {rtl[diff[0]]}, TLM {tlm[diff[0]]}"
+    _rtl_matches("pingpong", cfg, stream, g, tlm)
 
 
 @settings(max_examples=6, deadline=None, database=None)

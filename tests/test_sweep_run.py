@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,9 +23,7 @@ from pimphony.sim.sweep_run import (
     run_sweep,
 )
 
-from tests.helpers import run_cli
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import assert_equals_serial, ray_sweep_command, run_cli
 
 TINY = """
 name = "tiny"
@@ -192,9 +189,7 @@ def test_ray_sweep_killed_half_way_resumes_and_equals_serial(tmp_path):
     only the rest, and its table equals a serial run's in a fresh directory."""
     path = _write(tmp_path, RAY_SWEEP)
     out = tmp_path / "ray"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled"}
-    cmd = [sys.executable, "-m", "pimphony.sim.cli", "sweep-run", str(path), "--out", str(out),
-           "--workers", "2", "--json"]  # fmt: skip
+    cmd, env = ray_sweep_command(path, out)
     proc = subprocess.Popen(
         cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -216,8 +211,4 @@ def test_ray_sweep_killed_half_way_resumes_and_equals_serial(tmp_path):
     assert summary["failed"] == 0
     for name, stamp in cached.items():  # no cached point recomputed
         assert (points / name).stat().st_mtime_ns == stamp
-    serial = run_sweep(load_sweep(path), tmp_path / "serial", serial=True)
-    assert serial["done"] == 8
-    a = pq.read_table(out / "results.parquet")
-    b = pq.read_table(tmp_path / "serial" / "results.parquet")
-    assert a.equals(b)
+    assert_equals_serial(path, out, 8)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,9 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from pimphony.sim.sweep_run import EXIT_POINTS_FAILED, load_sweep, run_sweep
 
-from tests.helpers import run_cli
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import assert_equals_serial, ray_sweep_command, run_cli
 
 SWEEP = """
 name = "faults"
@@ -137,9 +134,7 @@ def test_a_killed_ray_worker_is_retried_and_the_table_equals_a_serial_run(tmp_pa
         '[grid]\ncontext = [1024, 2048, 4096, 8192]\n[outputs]\ncycles = "cycles"\n'
     )
     out = tmp_path / "ray"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled"}
-    cmd = [sys.executable, "-m", "pimphony.sim.cli", "sweep-run", str(path), "--out", str(out),
-           "--workers", "2", "--json"]  # fmt: skip
+    cmd, env = ray_sweep_command(path, out)
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while not (pids := _worker_pids()):
@@ -150,7 +145,4 @@ def test_a_killed_ray_worker_is_retried_and_the_table_equals_a_serial_run(tmp_pa
     assert proc.returncode == 0
     summary = json.loads(stdout)
     assert (summary["done"], summary["failed"]) == (4, 0)
-    serial = run_sweep(load_sweep(path), tmp_path / "serial", serial=True)
-    assert serial["done"] == 4
-    a = pq.read_table(out / "results.parquet")
-    assert a.equals(pq.read_table(tmp_path / "serial" / "results.parquet"))
+    assert_equals_serial(path, out, 4)

@@ -35,9 +35,11 @@ from pimphony.rtl.common import command_layout
 from pimphony.sim.verify.runner import (
     BUILD_ROOT,
     CosimError,
+    check_cycle_budget,
     field_spec,
     is_built,
     pack_fields,
+    record_issue,
     run_amaranth,
     run_cocotb,
 )
@@ -194,16 +196,10 @@ def simulate_amaranth(
                 h += 1
                 h_prev = cycle
             if valid and ready:
-                done = issue[int(src)]
-                if done[seq] >= 0:
-                    raise AssertionError(f"source {src} operation {seq} issued twice")
-                done[seq] = at
+                record_issue(issue[int(src)], seq, at, f"source {src} operation")
                 got += 1
             cycle += 1
-            if cycle > max_cycles:
-                raise AssertionError(
-                    f"only {got} of {n_p + n_h} operations issued in {max_cycles} cycles"
-                )
+            check_cycle_budget(cycle, max_cycles, got, n_p + n_h, "operations")
 
     run_amaranth(dut, bench, vcd_path=vcd_path)
     return issue[SOURCE_PIM], issue[SOURCE_HOST]

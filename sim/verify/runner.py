@@ -31,10 +31,12 @@ __all__ = [
     "BUILD_ROOT",
     "CocotbRun",
     "CosimError",
+    "check_cycle_budget",
     "field_spec",
     "is_built",
     "pack_fields",
     "pack_words",
+    "record_issue",
     "run_amaranth",
     "run_cocotb",
     "simulators",
@@ -97,6 +99,21 @@ def run_amaranth(dut, testbench, *, background=None, vcd_path: str | Path | None
             sim.run()
     else:
         sim.run()
+
+
+def record_issue(issue: np.ndarray, seq: int, at: int, what: str) -> None:
+    """Note in ``issue`` (-1: not yet) that ``what`` ``seq`` issued in cycle ``at``; a second
+    issue of it is a testbench failure."""
+    if issue[seq] >= 0:
+        raise AssertionError(f"{what} {seq} issued twice")
+    issue[seq] = at
+
+
+def check_cycle_budget(cycle: int, max_cycles: int, got: int, n: int, what: str) -> None:
+    """Fail a testbench at ``cycle`` past ``max_cycles`` with only ``got`` of ``n`` ``what``
+    issued."""
+    if cycle > max_cycles:
+        raise AssertionError(f"only {got} of {n} {what} issued in {max_cycles} cycles")
 
 
 def simulators() -> list[str]:

@@ -27,8 +27,10 @@ from pimphony.rtl.common import command_layout, issued_layout
 from pimphony.sim.verify.runner import (
     BUILD_ROOT,
     CosimError,
+    check_cycle_budget,
     field_spec,
     pack_fields,
+    record_issue,
     run_amaranth,
     run_cocotb,
 )
@@ -95,13 +97,10 @@ def simulate_scheduler(
                 dut.o.valid, dut.o.payload.seq, dut.o.payload.cycle
             )
             if valid and ready:
-                if issue[seq] >= 0:
-                    raise AssertionError(f"command {seq} issued twice")
-                issue[seq] = at
+                record_issue(issue, seq, at, "command")
                 got += 1
             cycle += 1
-            if cycle > max_cycles:
-                raise AssertionError(f"only {got} of {n} commands issued in {max_cycles} cycles")
+            check_cycle_budget(cycle, max_cycles, got, n, "commands")
 
     run_amaranth(dut, consumer, background=producer, vcd_path=vcd_path)
     return issue

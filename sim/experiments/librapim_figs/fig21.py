@@ -17,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pimphony.models.fileio import pyplot, write_figure
+from pimphony.models.fileio import write_figure
 from pimphony.models.xpu_config import XpuConfig, load_xpu
-from pimphony.sim.experiments.librapim_figs.utilisation import sweep
+from pimphony.sim.experiments.librapim_figs.utilisation import batch_panels, sweep
 from pimphony.sim.systems.base import SystemKind
 from pimphony.sim.systems.setup import DecodeError
 
@@ -141,14 +141,12 @@ def format_fig21(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
 def plot_fig21(rows: list[dict[str, Any]], path: Path) -> Path:
     """Per batch a panel of bars: normalised performance per array size, without and with
     DBO."""
-    plt = pyplot()
-    bs = sorted({r["batch"] for r in rows})
-    fig, axes = plt.subplots(1, len(bs), figsize=(5 * len(bs), 4), squeeze=False)
+    fig, panels = batch_panels(rows, 5)
     style = {
         SystemKind.LIBRAPIM_NO_DBO: ("#8ecae6", "w/o DBO"),
         SystemKind.LIBRAPIM: ("#e76f51", "w/ DBO"),
     }
-    for ax, b in zip(axes[0], bs, strict=True):
+    for ax, b in panels:
         sizes = sorted({r["array"] for r in rows if r["batch"] == b})
         for i, (name, (colour, label)) in enumerate(style.items()):
             vals = []

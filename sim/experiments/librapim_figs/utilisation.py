@@ -25,6 +25,7 @@ __all__ = [
     "FIG7_PAPER",
     "FIG9_PAPER",
     "FIG20_PAPER",
+    "batch_panels",
     "fig7_summary",
     "fig9_summary",
     "fig20_summary",
@@ -339,17 +340,24 @@ def format_fig9(rows: list[Row], summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def batch_panels(rows: Sequence[Row], width: float) -> tuple[Any, list[tuple[Any, int]]]:
+    """A figure of one panel per batch of ``rows``, ``width`` x 4 inches each: the figure and
+    its ``(axes, batch)`` pairs in batch order."""
+    plt = pyplot()
+    bs = sorted({r["batch"] for r in rows})
+    fig, axes = plt.subplots(1, len(bs), figsize=(width * len(bs), 4), squeeze=False)
+    return fig, list(zip(axes[0], bs, strict=True))
+
+
 def plot_fig9(rows: list[Row], path: Path) -> Path:
     """Per batch a panel: PIM and NPU utilisation and PIM's busy share vs input length,
     ideal pipelining (solid) vs exclusive bank access (dashed)."""
-    plt = pyplot()
-    bs = sorted({r["batch"] for r in rows})
-    fig, axes = plt.subplots(1, len(bs), figsize=(5.5 * len(bs), 4), squeeze=False)
+    fig, panels = batch_panels(rows, 5.5)
     style = {
         SystemKind.NEUPIMS: ("-", "ideal pipelining"),
         SystemKind.AIM_PIPELINED: ("--", "exclusive"),
     }
-    for ax, b in zip(axes[0], bs, strict=True):
+    for ax, b in panels:
         for name, (ls, label) in style.items():
             sel = sorted(_pick(rows, batch=b, system=name), key=lambda r: r["context"])
             xs = [r["context"] for r in sel]
