@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from pimphony.compiler.llm import LayerOp
 from pimphony.compiler.plan import micro_batches
 from pimphony.models.energy import ChannelActivity, EnergyParams
@@ -46,6 +45,7 @@ from pimphony.sim.systems.admission import admit
 from pimphony.sim.systems.costs import layer_costs, op_cycles
 from pimphony.sim.systems.energy import energy_line, hetero_energy
 from pimphony.sim.systems.kernels import KernelCache
+from pimphony.sim.systems.report import context_stats, context_text, digest_inputs
 from pimphony.sim.systems.setup import DecodeError, DecodeSetup
 from pimphony.sim.systems.step import attention_step
 
@@ -369,11 +369,7 @@ def _run_fixed(
         xpu=setup.xpu.name,
         preset=cfg.name,
         batch=b,
-        context_lengths={
-            "min": min(pim_setup.lengths),
-            "mean": float(np.mean(pim_setup.lengths)),
-            "max": max(pim_setup.lengths),
-        },
+        context_lengths=context_stats(pim_setup.lengths),
         tp=tp,
         sub_batches=len(setup.batches),
         sub_batch_sizes=[len(mb) for mb in setup.batches],
@@ -429,13 +425,7 @@ def _run_fixed(
 
 def hetero_setup_digest(setup: HeteroSetup) -> str:
     """SHA-256 of everything an xPU+PIM decode step depends on."""
-    p = setup.pim
-    inputs = {f.name: getattr(p, f.name) for f in dataclasses.fields(p) if f.name != "hw"}
-    inputs["model"] = dataclasses.asdict(p.model)
-    inputs["hw"] = p.hw.sha256()
-    inputs["xpu"] = dataclasses.asdict(setup.xpu)
-    inputs["sub_batches"] = setup.sub_batches
-    return inputs_digest(inputs)
+    return inputs_digest(digest_inputs(setup.pim, xpu=setup.xpu, sub_batches=setup.sub_batches))
 
 
 def hetero_report_stem(setup: HeteroSetup) -> str:
@@ -450,7 +440,7 @@ def hetero_report_stem(setup: HeteroSetup) -> str:
 def format_hetero_report(report: HeteroReport) -> str:
     """The xPU+PIM report as text: headline numbers, devices and ops."""
     r = report.to_dict()
-    ctx, f = r["context_lengths"], r["freq_ghz"]
+    f = r["freq_ghz"]
     mode = "serial" if r["sub_batches"] == 1 else f"{r['sub_batches']} sub-batches, pipelined"
     search = r["sub_batch_search"]
     if search:
@@ -459,8 +449,7 @@ def format_hetero_report(report: HeteroReport) -> str:
     lines = [
         f"{r['model']} decode step on {r['xpu']} (FC) + {r['tp']} x {r['preset']} (attention, "
         f"{r['partition'].upper()}, {r['sched']}, {r['memory']}), {mode}",
-        f"batch {r['batch']} (sub-batch sizes {sizes}), context min/mean/max "
-        f"{ctx['min']}/{ctx['mean']:.0f}/{ctx['max']}",
+        f"batch {r['batch']} (sub-batch sizes {sizes}), {context_text(r['context_lengths'])}",
         f"step {r['cycles']:,} cycles = {1e3 * r['step_seconds']:.3f} ms at {f:g} GHz   "
         f"tokens/s {r['tokens_per_s']:,.1f}   (no overlap: {r['serial_cycles']:,} cycles)",
     ]
