@@ -36,16 +36,16 @@ from typing import Any
 from pimphony.compiler.llm import LayerOp
 from pimphony.compiler.plan import micro_batches
 from pimphony.models.energy import ChannelActivity, EnergyParams
-from pimphony.models.fileio import pyplot, write_figure
+from pimphony.models.fileio import pyplot
 from pimphony.models.hub import link_cycles
 from pimphony.models.xpu import VectorOp
 from pimphony.models.xpu_config import XpuConfig
 from pimphony.sim.provenance import inputs_digest
+from pimphony.sim.systems import report as step_report
 from pimphony.sim.systems.admission import admit
 from pimphony.sim.systems.costs import layer_costs, op_cycles
 from pimphony.sim.systems.energy import energy_line, hetero_energy
 from pimphony.sim.systems.kernels import KernelCache
-from pimphony.sim.systems.report import context_stats, context_text, digest_inputs
 from pimphony.sim.systems.setup import DecodeError, DecodeSetup
 from pimphony.sim.systems.step import attention_step
 
@@ -369,7 +369,7 @@ def _run_fixed(
         xpu=setup.xpu.name,
         preset=cfg.name,
         batch=b,
-        context_lengths=context_stats(pim_setup.lengths),
+        context_lengths=step_report.context_stats(pim_setup.lengths),
         tp=tp,
         sub_batches=len(setup.batches),
         sub_batch_sizes=[len(mb) for mb in setup.batches],
@@ -425,7 +425,9 @@ def _run_fixed(
 
 def hetero_setup_digest(setup: HeteroSetup) -> str:
     """SHA-256 of everything an xPU+PIM decode step depends on."""
-    return inputs_digest(digest_inputs(setup.pim, xpu=setup.xpu, sub_batches=setup.sub_batches))
+    return inputs_digest(
+        step_report.digest_inputs(setup.pim, xpu=setup.xpu, sub_batches=setup.sub_batches)
+    )
 
 
 def hetero_report_stem(setup: HeteroSetup) -> str:
@@ -449,26 +451,30 @@ def format_hetero_report(report: HeteroReport) -> str:
     lines = [
         f"{r['model']} decode step on {r['xpu']} (FC) + {r['tp']} x {r['preset']} (attention, "
         f"{r['partition'].upper()}, {r['sched']}, {r['memory']}), {mode}",
-        f"batch {r['batch']} (sub-batch sizes {sizes}), {context_text(r['context_lengths'])}",
+        f"batch {r['batch']} (sub-batch sizes {sizes}), "
+        + step_report.context_text(r["context_lengths"]),
         f"step {r['cycles']:,} cycles = {1e3 * r['step_seconds']:.3f} ms at {f:g} GHz   "
         f"tokens/s {r['tokens_per_s']:,.1f}   (no overlap: {r['serial_cycles']:,} cycles)",
     ]
     if search:
         tried = "  ".join(f"K={k}: {c:,}" for k, c in search["cycles"].items())
         lines.append(f"--sub-batches auto ({search['rule']}), cycles: {tried}")
-    lines += [
-        "",
-        f"{'device':<16}{'busy cycles':>14}{'idle cycles':>14}{'util':>8}",
-    ]
-    for d in DEVICES:
-        dev = r["devices"][d]
-        lines.append(
-            f"{_DEVICE_LABEL[d]:<16}{dev['busy_cycles']:>14,}{dev['idle_cycles']:>14,}"
-            f"{100 * dev['utilization']:>7.1f}%"
+    devices = (
+        (
+            _DEVICE_LABEL[d],
+            f"{dev['busy_cycles']:,}",
+            f"{dev['idle_cycles']:,}",
+            f"{100 * dev['utilization']:.1f}%",
         )
-    lines += ["", f"{'op':<22}{'cycles':>14}{'ms':>10}"]
-    for op, c in r["ops"].items():
-        lines.append(f"{OP_STYLE[op][0]:<22}{c:>14,}{c / (f * 1e6):>10.3f}")
+        for d in DEVICES
+        for dev in (r["devices"][d],)
+    )
+    columns = (("device", 16), ("busy cycles", 14), ("idle cycles", 14), ("util", 8))
+    lines += ["", *step_report.table_lines(columns, devices), ""]
+    lines += step_report.table_lines(
+        (("op", 22), ("cycles", 14), ("ms", 10)),
+        ((OP_STYLE[op][0], f"{c:,}", f"{c / (f * 1e6):.3f}") for op, c in r["ops"].items()),
+    )
     lk = r["link"]
     lines.append(
         f"link: {lk['which']} at {lk['gbps']:g} GB/s; {lk['to_pim_bytes']:,} B to PIM, "
@@ -515,10 +521,10 @@ def plot_hetero_report(report: HeteroReport, path: Path) -> Path:
         bbox_to_anchor=(1.0, 1.0),
     )
     mode = "serial" if r["sub_batches"] == 1 else f"{r['sub_batches']} sub-batches"
-    ax.set_title(
+    return step_report.finish_figure(
+        fig,
+        path,
         f"{r['model']} B={r['batch']} T={r['context_lengths']['max']} on {r['xpu']} + "
         f"{r['tp']} x {r['preset']} ({mode}): {r['tokens_per_s']:,.0f} tokens/s",
-        fontsize=9,
+        ax,
     )
-    fig.tight_layout()
-    return write_figure(fig, path)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,10 +24,12 @@ __all__ = [
     "context_stats",
     "context_text",
     "digest_inputs",
+    "finish_figure",
     "format_report",
     "plot_report",
     "report_stem",
     "setup_digest",
+    "table_lines",
 ]
 
 #: Report keys of a layer's parts, in execution order.
@@ -115,6 +117,28 @@ def capacity_text(share: float | None) -> str:
     return f"{100 * share:.1f}%" if share is not None else "n/a (does not fit; --ignore-capacity)"
 
 
+def table_lines(columns: Sequence[tuple[str, int]], rows: Iterable[Sequence[str]]) -> list[str]:
+    """A text table of the step reports: the header of ``columns`` (name, width), then a line
+    per row of formatted cells; the first column left-aligned, the others right-aligned."""
+    widths = [w for _, w in columns]
+
+    def line(cells: Sequence[str]) -> str:
+        (first, w0), *rest = zip(cells, widths, strict=True)
+        return f"{first:<{w0}}" + "".join(f"{c:>{w}}" for c, w in rest)
+
+    return [line([name for name, _ in columns]), *(line(cells) for cells in rows)]
+
+
+def finish_figure(
+    fig: Any, path: Path, title: str, ax: Any | None = None, fontsize: int = 9
+) -> Path:
+    """Title a step report's figure (``ax``'s title, else the figure's), lay it out and write
+    it to ``path``."""
+    (fig.suptitle if ax is None else ax.set_title)(title, fontsize=fontsize)
+    fig.tight_layout()
+    return write_figure(fig, path)
+
+
 def digest_inputs(setup: Any, **extra: Any) -> dict[str, Any]:
     """A step setup's fields and ``extra`` as digest inputs: a PIM preset by its hash, the
     model and other devices in full."""
@@ -168,15 +192,20 @@ def format_report(report: DecodeReport) -> str:
         f"other {100 * r['other_share']:.1f}%   pipeline bubble "
         f"{100 * r['pipeline']['bubble_fraction']:.1f}%",
         "",
-        f"{'op':<18}{'cycles':>14}{'share':>8}{'MAC util':>10}",
+        *table_lines(
+            (("op", 18), ("cycles", 14), ("share", 8), ("MAC util", 10)),
+            (
+                (
+                    OP_STYLE[k][0],
+                    f"{op['cycles']:,}",
+                    f"{100 * op['share']:.1f}%",
+                    f"{100 * op['mac_utilization']:.1f}%",
+                )
+                for k in OP_KEYS
+                if (op := r["ops"][k])["cycles"]
+            ),
+        ),
     ]
-    for k in OP_KEYS:
-        op = r["ops"][k]
-        if op["cycles"]:
-            lines.append(
-                f"{OP_STYLE[k][0]:<18}{op['cycles']:>14,}{100 * op['share']:>7.1f}%"
-                f"{100 * op['mac_utilization']:>9.1f}%"
-            )
     e = r["epu"]
     lines += [
         "",
@@ -241,10 +270,10 @@ def plot_report(report: DecodeReport, path: Path) -> Path:
     right.set_ylabel("MAC utilisation (%)")
     right.axhline(100 * r["mac_utilization"], ls="--", color="k", lw=1, label="whole step")
     right.legend(fontsize=8)
-    fig.suptitle(
+    return finish_figure(
+        fig,
+        path,
         f"{r['model']} B={r['batch']} TP{r['tp']}xPP{r['pp']} {r['partition'].upper()} "
         f"{r['sched']} {r['memory']}: {r['tokens_per_s']:,.0f} tokens/s",
         fontsize=10,
     )
-    fig.tight_layout()
-    return write_figure(fig, path)
