@@ -30,7 +30,7 @@ from typing import Any
 
 from pimphony.compiler.llm import GEMV_OPS, ModelSpec
 from pimphony.compiler.plan import DecodeMappingError, KvHeads, kv_heads_per_device
-from pimphony.models.fileio import pyplot
+from pimphony.models.fileio import pyplot, write_figure
 from pimphony.models.xpu import XpuCost, ring_allreduce_seconds
 from pimphony.models.xpu_config import DeviceKind, XpuConfig
 from pimphony.sim.provenance import inputs_digest
@@ -423,10 +423,10 @@ def plot_gpu_report(report: GpuReport, path: Path) -> Path:
         bottom += ms
     ax.set_ylabel("step time (ms)")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return step_report.finish_figure(
-        fig,
-        path,
+    ax.set_title(
         f"{r['model']} B={r['batch']} on {r['gpus']} x {r['gpu']}: "
         f"{r['tokens_per_s']:,.0f} tokens/s",
-        ax,
+        fontsize=9,
     )
+    fig.tight_layout()
+    return write_figure(fig, path)

@@ -36,7 +36,7 @@ from typing import Any
 from pimphony.compiler.llm import LayerOp
 from pimphony.compiler.plan import micro_batches
 from pimphony.models.energy import ChannelActivity, EnergyParams
-from pimphony.models.fileio import pyplot
+from pimphony.models.fileio import pyplot, write_figure
 from pimphony.models.hub import link_cycles
 from pimphony.models.xpu import VectorOp
 from pimphony.models.xpu_config import XpuConfig
@@ -521,10 +521,10 @@ def plot_hetero_report(report: HeteroReport, path: Path) -> Path:
         bbox_to_anchor=(1.0, 1.0),
     )
     mode = "serial" if r["sub_batches"] == 1 else f"{r['sub_batches']} sub-batches"
-    return step_report.finish_figure(
-        fig,
-        path,
+    ax.set_title(
         f"{r['model']} B={r['batch']} T={r['context_lengths']['max']} on {r['xpu']} + "
         f"{r['tp']} x {r['preset']} ({mode}): {r['tokens_per_s']:,.0f} tokens/s",
-        ax,
+        fontsize=9,
     )
+    fig.tight_layout()
+    return write_figure(fig, path)

@@ -20,7 +20,7 @@ from typing import Any
 
 from pimphony.compiler.llm import ModelSpec
 from pimphony.models.config import HardwareConfig
-from pimphony.models.fileio import pyplot
+from pimphony.models.fileio import pyplot, write_figure
 from pimphony.models.hub import link_cycles
 from pimphony.models.xpu_config import XpuConfig
 from pimphony.sim.provenance import device_record, inputs_digest
@@ -45,7 +45,7 @@ from pimphony.sim.systems.librapim import (
     run_librapim,
     step_inputs,
 )
-from pimphony.sim.systems.report import digest_inputs, finish_figure
+from pimphony.sim.systems.report import digest_inputs
 from pimphony.sim.systems.setup import DecodeError
 
 __all__ = [
@@ -167,14 +167,14 @@ def plot_librapim_report(report: LibrapimReport, path: Path) -> Path:
     ax.set_xlabel("device: busy share (dark) and utilisation (light) of the step")
     ax.set_ylabel("share of the step (%)")
     ax.set_ylim(0, max(100.0, *values) * 1.08)
-    return finish_figure(
-        fig,
-        path,
+    ax.set_title(
         f"{s.model.name} B={len(s.lengths)} T={max(s.lengths)} on {s.kind} ({s.tp} x "
         f"{s.xpu.name} + {s.hw.name}, {r.groups} group(s))\n"
         f"{r.step_seconds * 1e3:.3f} ms per step, {r.tokens_per_s:,.0f} tokens/s",
-        ax,
+        fontsize=9,
     )
+    fig.tight_layout()
+    return write_figure(fig, path)
 
 
 class LibrapimRowSystem:

@@ -24,7 +24,6 @@ __all__ = [
     "context_stats",
     "context_text",
     "digest_inputs",
-    "finish_figure",
     "format_report",
     "plot_report",
     "report_stem",
@@ -127,16 +126,6 @@ def table_lines(columns: Sequence[tuple[str, int]], rows: Iterable[Sequence[str]
         return f"{first:<{w0}}" + "".join(f"{c:>{w}}" for c, w in rest)
 
     return [line([name for name, _ in columns]), *(line(cells) for cells in rows)]
-
-
-def finish_figure(
-    fig: Any, path: Path, title: str, ax: Any | None = None, fontsize: int = 9
-) -> Path:
-    """Title a step report's figure (``ax``'s title, else the figure's), lay it out and write
-    it to ``path``."""
-    (fig.suptitle if ax is None else ax.set_title)(title, fontsize=fontsize)
-    fig.tight_layout()
-    return write_figure(fig, path)
 
 
 def digest_inputs(setup: Any, **extra: Any) -> dict[str, Any]:
@@ -270,10 +259,10 @@ def plot_report(report: DecodeReport, path: Path) -> Path:
     right.set_ylabel("MAC utilisation (%)")
     right.axhline(100 * r["mac_utilization"], ls="--", color="k", lw=1, label="whole step")
     right.legend(fontsize=8)
-    return finish_figure(
-        fig,
-        path,
+    fig.suptitle(
         f"{r['model']} B={r['batch']} TP{r['tp']}xPP{r['pp']} {r['partition'].upper()} "
         f"{r['sched']} {r['memory']}: {r['tokens_per_s']:,.0f} tokens/s",
         fontsize=10,
     )
+    fig.tight_layout()
+    return write_figure(fig, path)
