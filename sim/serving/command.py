@@ -6,29 +6,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pimphony.compiler.plan import PARTITIONS
-from pimphony.models.channel import SCHEDULERS
 from pimphony.models.fileio import BUILD_DIR
-from pimphony.models.memory import MEMORY_POLICIES
-from pimphony.sim.cli import SEED, bounded_int, choice_names
+from pimphony.sim.cli import SEED, bounded_int
 from pimphony.sim.provenance import inputs_digest, provenance
 from pimphony.sim.serving.engine import ServeConfig, ServeError, serve
 from pimphony.sim.serving.report import format_summary, metrics, plot_result
 from pimphony.sim.serving.trace import Request, read_trace, workload_requests
-from pimphony.sim.systems import attacc_gpu
 from pimphony.sim.systems.command import (
-    DECODE_GPU,
-    DECODE_PRESET,
-    DECODE_XPU,
-    add_row_arguments,
-    micro_batches_arg,
+    add_system_arguments,
     output_paths,
     publish,
     row_options,
-    sub_batches_arg,
-    system_help,
 )
-from pimphony.sim.systems.registry import SYSTEMS, Command, SystemKind, system_config
+from pimphony.sim.systems.registry import Command, SystemKind, system_config
 from pimphony.sim.workloads import available_workloads
 
 __all__ = ["DEFAULT_OUTPUT_TOKENS", "DEFAULT_REQUESTS", "SERVE_DIR", "add_arguments", "run"]
@@ -42,13 +32,7 @@ DEFAULT_OUTPUT_TOKENS = 256
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``serve`` subcommand's options."""
-    p.add_argument(
-        "--system",
-        choices=choice_names(SYSTEMS),
-        default=SystemKind.PIM.value,
-        help=system_help(),
-    )
-    p.add_argument("--model", default="llm-7b", help="model preset, .toml or HF config.json")
+    add_system_arguments(p, "docs/serving.md")
     p.add_argument(
         "--workload",
         default="qmsum",
@@ -69,37 +53,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"tokens each workload request generates (default {DEFAULT_OUTPUT_TOKENS})",
     )
     p.add_argument("--seed", type=SEED, default=0, help="seed of the prompts and arrivals")
-    p.add_argument(
-        "--preset",
-        default=argparse.SUPPRESS,
-        help=f"PIM hardware preset (default: {DECODE_PRESET}); LibraPIM: librapim-hbm2",
-    )
-    p.add_argument(
-        "--tp",
-        type=bounded_int(1, 1024),
-        default=argparse.SUPPRESS,
-        help="tensor-parallel modules (default: 1); LibraPIM: 8",
-    )
-    p.add_argument("--pp", type=bounded_int(1, 1024), default=1, help="pipeline stages (pim)")
-    p.add_argument("--micro-batches", type=micro_batches_arg, default=None)
-    p.add_argument("--partition", choices=choice_names(PARTITIONS), default="auto")
-    p.add_argument("--sched", choices=choice_names(SCHEDULERS), default="dcs")
-    p.add_argument(
-        "--memory", choices=choice_names(MEMORY_POLICIES), default="lazy", help="lazy = DPA"
-    )
-    p.add_argument("--max-context", type=int, help="static reservation (default: model window)")
-    p.add_argument(
-        "--xpu",
-        default=argparse.SUPPRESS,
-        help=f"--system xpu+pim, LibraPIM: the xPU preset (default: {DECODE_XPU}); LibraPIM: "
-        "librapim-npu",
-    )
-    p.add_argument("--sub-batches", type=sub_batches_arg, default=1)
-    p.add_argument("--gpu", default=DECODE_GPU, help="--system gpu: the GPU preset")
-    p.add_argument("--gpus", type=bounded_int(1, 1024), default=1)
-    p.add_argument("--gpu-memory-fraction", type=float, default=1.0)
-    add_row_arguments(p)
-    attacc_gpu.add_arguments(p)
     p.add_argument("--max-batch", type=bounded_int(1, 10**6), help="cap on the running batch")
     p.add_argument("--no-prefill", action="store_true", help="skip prefill (decode-only studies)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")

@@ -42,6 +42,7 @@ __all__ = [
     "SHARED_DEFAULTS",
     "add_arguments",
     "add_row_arguments",
+    "add_system_arguments",
     "micro_batches_arg",
     "output_paths",
     "publish",
@@ -113,22 +114,17 @@ def system_help() -> str:
     return "; ".join(f"{kind}: {row.summary}" for kind, row in SYSTEMS.items())
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The ``decode`` subcommand's options."""
+def add_system_arguments(p: argparse.ArgumentParser, docs: str) -> None:
+    """The options ``pimphony decode`` and ``pimphony serve`` share: the ``--system`` of
+    :data:`~sim.systems.registry.SYSTEMS` (its help pointing at ``docs``), the model and
+    every row's hardware and split options."""
     p.add_argument(
         "--system",
         choices=choice_names(SYSTEMS),
         default=SystemKind.PIM.value,
-        help=f"{system_help()} (docs/decode.md)",
+        help=f"{system_help()} ({docs})",
     )
     p.add_argument("--model", default="llm-7b", help="model preset, .toml or HF config.json")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--context", type=int, help="context length of every request")
-    src.add_argument("--contexts", type=Path, help="file of per-request context lengths")
-    src.add_argument("--workload", help="draw lengths from a workload (e.g. qmsum)")
-    p.add_argument("--seed", type=SEED, default=0, help="seed for --workload sampling")
-    p.add_argument("--batch", type=_batch, default=None, help="requests, or 'auto' (fill memory)")
-    p.add_argument("--modules", type=int, help="modules (must equal tp * pp; default tp * pp)")
     p.add_argument(
         "--tp",
         type=bounded_int(1, 1024),
@@ -161,18 +157,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "LibraPIM rows: librapim-hbm2",
     )
     p.add_argument(
-        "--mapping",
-        choices=choice_names(Mapping),
-        default=Mapping.FIXED.value,
-        help="weight GEMVs: fixed (compiler.plan, default) or tuned (per op, DCC's best "
-        "mapping when the step times it faster; docs/dcc.md)",
-    )
-    p.add_argument(
-        "--ignore-capacity",
-        action="store_true",
-        help="time a batch even if it does not fit the memory (capacity check off)",
-    )
-    p.add_argument(
         "--gpu", default=DECODE_GPU, help=f"--system gpu: GPU preset (default {DECODE_GPU})"
     )
     p.add_argument(
@@ -198,6 +182,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="--system xpu+pim: sub-batches the xPU and PIM pipeline over (default 1: serial), "
         "or 'auto' (time K = 1..8 and powers of two up to the batch; keep the fastest)",
     )
+    add_row_arguments(p)
+    attacc_gpu.add_arguments(p)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``decode`` subcommand's options."""
+    add_system_arguments(p, "docs/decode.md")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--context", type=int, help="context length of every request")
+    src.add_argument("--contexts", type=Path, help="file of per-request context lengths")
+    src.add_argument("--workload", help="draw lengths from a workload (e.g. qmsum)")
+    p.add_argument("--seed", type=SEED, default=0, help="seed for --workload sampling")
+    p.add_argument("--batch", type=_batch, default=None, help="requests, or 'auto' (fill memory)")
+    p.add_argument("--modules", type=int, help="modules (must equal tp * pp; default tp * pp)")
+    p.add_argument(
+        "--mapping",
+        choices=choice_names(Mapping),
+        default=Mapping.FIXED.value,
+        help="weight GEMVs: fixed (compiler.plan, default) or tuned (per op, DCC's best "
+        "mapping when the step times it faster; docs/dcc.md)",
+    )
+    p.add_argument(
+        "--ignore-capacity",
+        action="store_true",
+        help="time a batch even if it does not fit the memory (capacity check off)",
+    )
     p.add_argument(
         "--energy",
         default=DEFAULT_ENERGY,
@@ -205,8 +215,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         f"({', '.join(available_energy_presets())}) or a .toml path (default {DEFAULT_ENERGY}; "
         "docs/energy.md)",
     )
-    add_row_arguments(p)
-    attacc_gpu.add_arguments(p)
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--report", type=Path, help=f"JSON report path (default {DECODE_DIR}/...)")
     p.add_argument("--plot", type=Path, help=f"PNG breakdown path (default {DECODE_DIR}/...)")

@@ -28,13 +28,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from pimphony.compiler.llm import GEMV_OPS, ModelSpec
 from pimphony.compiler.plan import DecodeMappingError, KvHeads, kv_heads_per_device
 from pimphony.models.fileio import pyplot, write_figure
 from pimphony.models.xpu import XpuCost, ring_allreduce_seconds
 from pimphony.models.xpu_config import DeviceKind, XpuConfig
 from pimphony.sim.provenance import inputs_digest
+from pimphony.sim.systems import report as step_report
 from pimphony.sim.systems.costs import ATTENTION, OpCosts, layer_costs
 from pimphony.sim.systems.energy import energy_line, gpu_energy
 from pimphony.sim.systems.setup import DecodeError, checked_lengths
@@ -322,11 +322,7 @@ def run_gpu_decode(setup: GpuSetup) -> GpuReport:
         gpu=gpu.name,
         gpus=n,
         batch=b,
-        context_lengths={
-            "min": min(setup.lengths),
-            "mean": float(np.mean(setup.lengths)),
-            "max": max(setup.lengths),
-        },
+        context_lengths=step_report.context_stats(setup.lengths),
         step_seconds=step,
         tokens_per_s=b / step,
         compute_utilization=flops / (gpu.peak_flops() * step),
@@ -358,10 +354,7 @@ def run_gpu_decode(setup: GpuSetup) -> GpuReport:
 
 def gpu_setup_digest(setup: GpuSetup) -> str:
     """SHA-256 of everything a GPU decode step depends on."""
-    inputs = {f.name: getattr(setup, f.name) for f in dataclasses.fields(setup)}
-    inputs["model"] = dataclasses.asdict(setup.model)
-    inputs["gpu"] = dataclasses.asdict(setup.gpu)
-    return inputs_digest(inputs)
+    return inputs_digest(step_report.digest_inputs(setup))
 
 
 def gpu_report_stem(setup: GpuSetup) -> str:
@@ -384,27 +377,28 @@ PART_STYLE: dict[str, tuple[str, str]] = {
 def format_gpu_report(report: GpuReport) -> str:
     """The GPU report as text: headline numbers and the step-time split."""
     r = report.to_dict()
-    ctx, mem = r["context_lengths"], r["memory_detail"]
-    cap = r["capacity_utilization"]
+    mem = r["memory_detail"]
     lines = [
         f"{r['model']} decode step on {r['gpus']} x {r['gpu']} (tensor parallel {r['gpus']}), "
         f"flash-decoding over paged KV ({mem['kv_block_tokens']}-token blocks)",
-        f"batch {r['batch']}, context min/mean/max {ctx['min']}/{ctx['mean']:.0f}/{ctx['max']}",
+        f"batch {r['batch']}, {step_report.context_text(r['context_lengths'])}",
         f"step {1e3 * r['step_seconds']:.3f} ms   tokens/s {r['tokens_per_s']:,.1f}",
         f"per-GPU compute utilisation {100 * r['compute_utilization']:.1f}%   memory "
         f"bandwidth utilisation {100 * r['memory_utilization']:.1f}%   capacity utilisation "
-        + (f"{100 * cap:.1f}%" if cap is not None else "n/a (does not fit; --ignore-capacity)"),
+        + step_report.capacity_text(r["capacity_utilization"]),
         f"per GPU: weights {mem['weight_bytes_per_gpu'] / 2**30:.2f} GiB, KV "
         f"{mem['kv_blocks_per_gpu']:,} of {mem['kv_block_capacity_per_gpu']:,} blocks "
         f"({mem['kv_bytes_per_gpu'] / 2**30:.2f} GiB)",
         "",
-        f"{'part':<20}{'ms':>10}{'share':>8}",
+        *step_report.table_lines(
+            (("part", 20), ("ms", 10), ("share", 8)),
+            (
+                (PART_STYLE[p][0], f"{1e3 * part['seconds']:.3f}", f"{100 * part['share']:.1f}%")
+                for p in GPU_PARTS
+                for part in (r["parts"][p],)
+            ),
+        ),
     ]
-    for p in GPU_PARTS:
-        part = r["parts"][p]
-        lines.append(
-            f"{PART_STYLE[p][0]:<20}{1e3 * part['seconds']:>10.3f}{100 * part['share']:>7.1f}%"
-        )
     a = r["allreduce"]
     if r["gpus"] > 1:
         lines.append(

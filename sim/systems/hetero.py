@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from pimphony.compiler.llm import LayerOp
 from pimphony.compiler.plan import micro_batches
 from pimphony.models.energy import ChannelActivity, EnergyParams
@@ -42,6 +41,7 @@ from pimphony.models.hub import link_cycles
 from pimphony.models.xpu import VectorOp
 from pimphony.models.xpu_config import XpuConfig
 from pimphony.sim.provenance import inputs_digest
+from pimphony.sim.systems import report as step_report
 from pimphony.sim.systems.admission import admit
 from pimphony.sim.systems.costs import layer_costs, op_cycles
 from pimphony.sim.systems.energy import energy_line, hetero_energy
@@ -369,11 +369,7 @@ def _run_fixed(
         xpu=setup.xpu.name,
         preset=cfg.name,
         batch=b,
-        context_lengths={
-            "min": min(pim_setup.lengths),
-            "mean": float(np.mean(pim_setup.lengths)),
-            "max": max(pim_setup.lengths),
-        },
+        context_lengths=step_report.context_stats(pim_setup.lengths),
         tp=tp,
         sub_batches=len(setup.batches),
         sub_batch_sizes=[len(mb) for mb in setup.batches],
@@ -429,13 +425,9 @@ def _run_fixed(
 
 def hetero_setup_digest(setup: HeteroSetup) -> str:
     """SHA-256 of everything an xPU+PIM decode step depends on."""
-    p = setup.pim
-    inputs = {f.name: getattr(p, f.name) for f in dataclasses.fields(p) if f.name != "hw"}
-    inputs["model"] = dataclasses.asdict(p.model)
-    inputs["hw"] = p.hw.sha256()
-    inputs["xpu"] = dataclasses.asdict(setup.xpu)
-    inputs["sub_batches"] = setup.sub_batches
-    return inputs_digest(inputs)
+    return inputs_digest(
+        step_report.digest_inputs(setup.pim, xpu=setup.xpu, sub_batches=setup.sub_batches)
+    )
 
 
 def hetero_report_stem(setup: HeteroSetup) -> str:
@@ -450,7 +442,7 @@ def hetero_report_stem(setup: HeteroSetup) -> str:
 def format_hetero_report(report: HeteroReport) -> str:
     """The xPU+PIM report as text: headline numbers, devices and ops."""
     r = report.to_dict()
-    ctx, f = r["context_lengths"], r["freq_ghz"]
+    f = r["freq_ghz"]
     mode = "serial" if r["sub_batches"] == 1 else f"{r['sub_batches']} sub-batches, pipelined"
     search = r["sub_batch_search"]
     if search:
@@ -459,27 +451,30 @@ def format_hetero_report(report: HeteroReport) -> str:
     lines = [
         f"{r['model']} decode step on {r['xpu']} (FC) + {r['tp']} x {r['preset']} (attention, "
         f"{r['partition'].upper()}, {r['sched']}, {r['memory']}), {mode}",
-        f"batch {r['batch']} (sub-batch sizes {sizes}), context min/mean/max "
-        f"{ctx['min']}/{ctx['mean']:.0f}/{ctx['max']}",
+        f"batch {r['batch']} (sub-batch sizes {sizes}), "
+        + step_report.context_text(r["context_lengths"]),
         f"step {r['cycles']:,} cycles = {1e3 * r['step_seconds']:.3f} ms at {f:g} GHz   "
         f"tokens/s {r['tokens_per_s']:,.1f}   (no overlap: {r['serial_cycles']:,} cycles)",
     ]
     if search:
         tried = "  ".join(f"K={k}: {c:,}" for k, c in search["cycles"].items())
         lines.append(f"--sub-batches auto ({search['rule']}), cycles: {tried}")
-    lines += [
-        "",
-        f"{'device':<16}{'busy cycles':>14}{'idle cycles':>14}{'util':>8}",
-    ]
-    for d in DEVICES:
-        dev = r["devices"][d]
-        lines.append(
-            f"{_DEVICE_LABEL[d]:<16}{dev['busy_cycles']:>14,}{dev['idle_cycles']:>14,}"
-            f"{100 * dev['utilization']:>7.1f}%"
+    devices = (
+        (
+            _DEVICE_LABEL[d],
+            f"{dev['busy_cycles']:,}",
+            f"{dev['idle_cycles']:,}",
+            f"{100 * dev['utilization']:.1f}%",
         )
-    lines += ["", f"{'op':<22}{'cycles':>14}{'ms':>10}"]
-    for op, c in r["ops"].items():
-        lines.append(f"{OP_STYLE[op][0]:<22}{c:>14,}{c / (f * 1e6):>10.3f}")
+        for d in DEVICES
+        for dev in (r["devices"][d],)
+    )
+    columns = (("device", 16), ("busy cycles", 14), ("idle cycles", 14), ("util", 8))
+    lines += ["", *step_report.table_lines(columns, devices), ""]
+    lines += step_report.table_lines(
+        (("op", 22), ("cycles", 14), ("ms", 10)),
+        ((OP_STYLE[op][0], f"{c:,}", f"{c / (f * 1e6):.3f}") for op, c in r["ops"].items()),
+    )
     lk = r["link"]
     lines.append(
         f"link: {lk['which']} at {lk['gbps']:g} GB/s; {lk['to_pim_bytes']:,} B to PIM, "

@@ -45,6 +45,7 @@ from pimphony.sim.systems.librapim import (
     run_librapim,
     step_inputs,
 )
+from pimphony.sim.systems.report import digest_inputs
 from pimphony.sim.systems.setup import DecodeError
 
 __all__ = [
@@ -121,11 +122,7 @@ class LibrapimReport:
 
 def librapim_setup_digest(setup: LibrapimSetup) -> str:
     """SHA-256 of everything a LibraPIM step depends on."""
-    inputs = {f.name: getattr(setup, f.name) for f in dataclasses.fields(setup)}
-    inputs["model"] = dataclasses.asdict(setup.model)
-    inputs["hw"] = setup.hw.sha256()
-    inputs["xpu"] = dataclasses.asdict(setup.xpu)
-    return inputs_digest(inputs)
+    return inputs_digest(digest_inputs(setup))
 
 
 def librapim_report_stem(setup: LibrapimSetup) -> str:

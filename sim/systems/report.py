@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from pimphony.compiler.llm import LayerOp
+from pimphony.models.config import HardwareConfig
 from pimphony.models.fileio import pyplot, write_figure
 from pimphony.sim.provenance import inputs_digest
 from pimphony.sim.systems.energy import energy_line
@@ -18,10 +20,15 @@ __all__ = [
     "OP_KEYS",
     "OP_STYLE",
     "DecodeReport",
+    "capacity_text",
+    "context_stats",
+    "context_text",
+    "digest_inputs",
     "format_report",
     "plot_report",
     "report_stem",
     "setup_digest",
+    "table_lines",
 ]
 
 #: Report keys of a layer's parts, in execution order.
@@ -94,6 +101,45 @@ OP_STYLE: dict[str, tuple[str, str]] = {
 }
 
 
+def context_stats(lengths: Sequence[int]) -> dict[str, Any]:
+    """A batch's context lengths as the step reports state them: min, mean and max."""
+    return {"min": min(lengths), "mean": float(np.mean(lengths)), "max": max(lengths)}
+
+
+def context_text(ctx: dict[str, Any]) -> str:
+    """:func:`context_stats` as the step reports' text gives them."""
+    return f"context min/mean/max {ctx['min']}/{ctx['mean']:.0f}/{ctx['max']}"
+
+
+def capacity_text(share: float | None) -> str:
+    """A step's capacity utilisation as text (``None``: the batch did not fit)."""
+    return f"{100 * share:.1f}%" if share is not None else "n/a (does not fit; --ignore-capacity)"
+
+
+def table_lines(columns: Sequence[tuple[str, int]], rows: Iterable[Sequence[str]]) -> list[str]:
+    """A text table of the step reports: the header of ``columns`` (name, width), then a line
+    per row of formatted cells; the first column left-aligned, the others right-aligned."""
+    widths = [w for _, w in columns]
+
+    def line(cells: Sequence[str]) -> str:
+        (first, w0), *rest = zip(cells, widths, strict=True)
+        return f"{first:<{w0}}" + "".join(f"{c:>{w}}" for c, w in rest)
+
+    return [line([name for name, _ in columns]), *(line(cells) for cells in rows)]
+
+
+def digest_inputs(setup: Any, **extra: Any) -> dict[str, Any]:
+    """A step setup's fields and ``extra`` as digest inputs: a PIM preset by its hash, the
+    model and other devices in full."""
+    inputs = {f.name: getattr(setup, f.name) for f in dataclasses.fields(setup)} | extra
+    for k, v in inputs.items():
+        if isinstance(v, HardwareConfig):
+            inputs[k] = v.sha256()
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+            inputs[k] = dataclasses.asdict(v)
+    return inputs
+
+
 def report_stem(setup: DecodeSetup) -> str:
     """File stem naming a step's configuration, ending in a short hash of every input (the
     hardware values, the model, each context length and every choice), so that different
@@ -108,18 +154,15 @@ def report_stem(setup: DecodeSetup) -> str:
 
 def setup_digest(setup: DecodeSetup) -> str:
     """SHA-256 of everything a decode step depends on."""
-    inputs = {f.name: getattr(setup, f.name) for f in dataclasses.fields(setup) if f.name != "hw"}
+    inputs = digest_inputs(setup)
     if inputs["mapping"] == "fixed":  # added later: the default leaves digests as they were
         del inputs["mapping"]
-    inputs["model"] = dataclasses.asdict(setup.model)
-    inputs["hw"] = setup.hw.sha256()
     return inputs_digest(inputs)
 
 
 def format_report(report: DecodeReport) -> str:
     """The report as text: headline numbers and the per-op breakdown."""
     r = report.to_dict()
-    ctx = r["context_lengths"]
     part = r["partition"].upper()
     if list(r["partition_layers"]) != [r["partition"]]:  # auto: which partition each layer ran
         used = ", ".join(f"{k.upper()} x {n}" for k, n in r["partition_layers"].items())
@@ -128,29 +171,30 @@ def format_report(report: DecodeReport) -> str:
         f"{r['model']} decode step on {r['modules']} x {r['preset']} (TP {r['tp']} x PP "
         f"{r['pp']}, {r['micro_batches']} micro-batch(es)), {part}, "
         f"{r['sched']} scheduler, {r['memory']} memory",
-        f"batch {r['batch']}, context min/mean/max {ctx['min']}/{ctx['mean']:.0f}/{ctx['max']}",
+        f"batch {r['batch']}, {context_text(r['context_lengths'])}",
         f"cycles {r['cycles']:,}  ({1e3 * r['step_seconds']:.3f} ms)   "
         f"tokens/s {r['tokens_per_s']:,.1f}",
         f"MAC utilisation {100 * r['mac_utilization']:.1f}%   channel utilisation "
         f"{100 * r['channel_utilization']:.1f}%   capacity utilisation "
-        + (
-            f"{100 * r['capacity_utilization']:.1f}%"
-            if r["capacity_utilization"] is not None
-            else "n/a (does not fit; --ignore-capacity)"
-        ),
+        f"{capacity_text(r['capacity_utilization'])}",
         f"attention {100 * r['attention_share']:.1f}%   FC {100 * r['fc_share']:.1f}%   "
         f"other {100 * r['other_share']:.1f}%   pipeline bubble "
         f"{100 * r['pipeline']['bubble_fraction']:.1f}%",
         "",
-        f"{'op':<18}{'cycles':>14}{'share':>8}{'MAC util':>10}",
+        *table_lines(
+            (("op", 18), ("cycles", 14), ("share", 8), ("MAC util", 10)),
+            (
+                (
+                    OP_STYLE[k][0],
+                    f"{op['cycles']:,}",
+                    f"{100 * op['share']:.1f}%",
+                    f"{100 * op['mac_utilization']:.1f}%",
+                )
+                for k in OP_KEYS
+                if (op := r["ops"][k])["cycles"]
+            ),
+        ),
     ]
-    for k in OP_KEYS:
-        op = r["ops"][k]
-        if op["cycles"]:
-            lines.append(
-                f"{OP_STYLE[k][0]:<18}{op['cycles']:>14,}{100 * op['share']:>7.1f}%"
-                f"{100 * op['mac_utilization']:>9.1f}%"
-            )
     e = r["epu"]
     lines += [
         "",

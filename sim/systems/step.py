@@ -48,7 +48,7 @@ from pimphony.sim.systems.cycles import (
 )
 from pimphony.sim.systems.energy import energy_report, pim_phase_energy
 from pimphony.sim.systems.kernels import KernelCache, KernelCaches
-from pimphony.sim.systems.report import OP_KEYS, DecodeReport
+from pimphony.sim.systems.report import OP_KEYS, DecodeReport, context_stats
 from pimphony.sim.systems.setup import MICRO_BATCHES_AUTO, DecodeSetup, Mapping
 
 __all__ = [
@@ -384,11 +384,7 @@ def _report(
         model=spec.name,
         preset=cfg.name,
         batch=len(setup.lengths),
-        context_lengths={
-            "min": min(setup.lengths),
-            "mean": float(np.mean(setup.lengths)),
-            "max": max(setup.lengths),
-        },
+        context_lengths=context_stats(setup.lengths),
         modules=setup.modules,
         tp=setup.tp,
         pp=setup.pp,
