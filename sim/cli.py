@@ -341,7 +341,10 @@ def _add_commands(
 def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     """The ``pimphony`` parser, with the options of the command ``argv`` names."""
     parser = _Parser(prog="pimphony", description=DESCRIPTION, formatter_class=_HelpFormatter)
-    parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, default=argparse.SUPPRESS,
+        help="print the version and exit",
+    )  # fmt: skip
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_commands(sub, COMMANDS, argv)
     return parser
