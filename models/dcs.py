@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from pimphony.models import tally
 from pimphony.models.dram import (
     INF,
     MODE_COMPUTE,
@@ -48,17 +49,6 @@ from pimphony.models.dram import (
     uix,
 )
 from pimphony.models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP
-from pimphony.models.tally import (
-    TL_SWITCHES,
-    t_io_count,
-    t_io_interval,
-    t_mac,
-    t_mac_interval,
-    t_macs_counted,
-    t_row,
-    tally_close,
-    tally_open,
-)
 
 __all__ = [
     "DCS_DEADLOCK",
@@ -369,7 +359,7 @@ def dcs_run(
     c_hs = c_h % depth
     c_ns = c_n % depth
     n_held = st[_D_HELD]
-    tt = tally_open(tl)
+    tt = tally.tally_open(tl)
     status = 0
     while True:
         # A stretch of MACs: while the I/O queue is empty and the next command is a MAC (and
@@ -400,7 +390,7 @@ def dcs_run(
                     mode = MODE_COMPUTE
                     c_h += 1
                     c_hs = 0 if c_hs + 1 == depth else c_hs + 1
-                    tt = t_mac_interval(tt, t, tccd)
+                    tt = tally.t_mac_interval(tt, t, tccd)
                     j = n_acc - base
                     ta = max(a_prev + 1, t + 1)
                     if valid_gaps is not None:
@@ -489,10 +479,10 @@ def dcs_run(
                     c_h += 1
                     c_hs = 0 if c_hs + 1 == depth else c_hs + 1
                     prepared = 0
-                    tt = t_mac_interval(tt, t, tccd)
+                    tt = tally.t_mac_interval(tt, t, tccd)
                     if issue_out is not None:
                         issue_out[uix(qc[_at(h, _Q_ID)] >> 2)] = t
-            tt = t_macs_counted(tt, c_h - c_h0, t_last_mac, tmac)
+            tt = tally.t_macs_counted(tt, c_h - c_h0, t_last_mac, tmac)
         # Dispatch candidate: the next command in program order.
         ta = INF
         if n_acc < end:
@@ -533,15 +523,15 @@ def dcs_run(
                     )
                     k = 0
                     while k < n_held and held_io[k, 0] < start:
-                        tt = t_io_interval(tt, held_io[k, 0], held_io[k, 1])
+                        tt = tally.t_io_interval(tt, held_io[k, 0], held_io[k, 1])
                         k += 1
-                    tt = t_row(tt, start, row_ready)
+                    tt = tally.t_row(tt, start, row_ready)
                     while k < n_held:
-                        tt = t_io_interval(tt, held_io[k, 0], held_io[k, 1])
+                        tt = tally.t_io_interval(tt, held_io[k, 0], held_io[k, 1])
                         k += 1
                     n_held = 0
                     if sw_out is not None:
-                        n_sw = tt[TL_SWITCHES] - 1
+                        n_sw = tt[tally.TL_SWITCHES] - 1
                         sw_out[n_sw, 0] = start
                         sw_out[n_sw, 1] = row_ready
                     cur_row = r
@@ -617,7 +607,7 @@ def dcs_run(
             s_table[uix(f & _LOW16)] = xc + tccd
             s_table[uix(n_gbuf + ((f >> 16) & _LOW16))] = xc + tmac
             for k in range(n_held):
-                tt = t_io_interval(tt, held_io[k, 0], held_io[k, 1])
+                tt = tally.t_io_interval(tt, held_io[k, 0], held_io[k, 1])
             n_held = 0
             t_last_mac = xc
             last_issue = xc
@@ -625,7 +615,7 @@ def dcs_run(
             c_h += 1
             c_hs = 0 if c_hs + 1 == depth else c_hs + 1
             prepared = 0
-            tt = t_mac(tt, xc, tccd, tmac)
+            tt = tally.t_mac(tt, xc, tccd, tmac)
             if issue_out is not None:
                 issue_out[uix(qc[_at(h, _Q_ID)] >> 2)] = xc
         elif ti == t:
@@ -640,20 +630,20 @@ def dcs_run(
             mode = MODE_REGISTER
             io_h += 1
             io_hs = 0 if io_hs + 1 == depth else io_hs + 1
-            tt = t_io_count(tt, o, xi, ex)
+            tt = tally.t_io_count(tt, o, xi, ex)
             if n_held > 0 or (xi > t and not (c_h < c_n and prepared == 1)):
                 held_io[n_held, 0] = xi
                 held_io[n_held, 1] = xi + tccd
                 n_held += 1
             else:
-                tt = t_io_interval(tt, xi, xi + tccd)
+                tt = tally.t_io_interval(tt, xi, xi + tccd)
             if issue_out is not None:
                 issue_out[uix(qio[_at(h, _Q_ID)] >> 2)] = xi
     if final and status == 0:
         for k in range(n_held):
-            tt = t_io_interval(tt, held_io[k, 0], held_io[k, 1])
+            tt = tally.t_io_interval(tt, held_io[k, 0], held_io[k, 1])
         n_held = 0
-    tally_close(tl, tt)
+    tally.tally_close(tl, tt)
     st[_D_HELD] = n_held
     st[_D_NACC] = n_acc
     st[_D_ACCEPT] = a_prev
