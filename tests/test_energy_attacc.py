@@ -165,7 +165,7 @@ def test_idle_background_is_power_times_cycles():
         ('unit = "FLOP", per = "element"', 'unit = "pJ", per = "element"',
          "softmax_flops.unit = 'pJ': not a unit of flops per element; allowed: FLOP"),
         ('unit = "pJ/FLOP", per = "FLOP"', 'unit = "pJ/FLOP", per = "MAC"',
-         "epu_energy.per = 'MAC': epu_energy cannot be per MAC; allowed: FLOP"),
+         "epu_energy.per = 'MAC': epu_energy cannot be per that; allowed: FLOP"),
     ],
 )  # fmt: skip
 def test_bad_attacc_preset_refused(tmp_path, old, new, message):

@@ -176,7 +176,7 @@ def test_idle_background_is_power_times_cycles_times_tck():
         ('value = 0.5, unit = "pJ/bit"', 'value = 0.5, unit = "mW"',
          "tsv_energy.unit = 'mW': not a unit of energy per bit; allowed: pJ/bit"),
         ('value = 55.0, unit = "mA", per = "channel"', 'value = 55.0, unit = "mA", per = "chip"',
-         "idd3n.per = 'chip': idd3n cannot be per chip; allowed: channel, pseudo-channel"),
+         "idd3n.per = 'chip': idd3n cannot be per that; allowed: channel, pseudo-channel"),
         ('unit = "pJ/MAC"', 'unit = "pJ/FLOP"', "alu_energy.unit = 'pJ/FLOP': not a unit of "
          "energy per mac; allowed: pJ/MAC"),
         ('\nkind = "hbm"', '\nkind = "hbm2"', "kind = 'hbm2' is unknown; allowed: aim, hbm"),

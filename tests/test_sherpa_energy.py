@@ -133,7 +133,7 @@ def test_host_phase_by_hand():
          "dq_energy.unit = 'mW': not a unit of energy per bit"),
         (('value = 37.875, unit = "mW", per = "channel"',
           'value = 37.875, unit = "mW", per = "chip"'),
-         "act_standby_power.per = 'chip': act_standby_power cannot be per chip; allowed: "
+         "act_standby_power.per = 'chip': act_standby_power cannot be per that; allowed: "
          "channel"),
         (("packages_per_device = 1", "packages_per_device = 2"), None),
         (("channels_per_package = 4", "channels_per_stack = 4"),
