@@ -306,8 +306,14 @@ def unknown_outputs(sweep: SweepFile, reports: Iterable[dict[str, Any]]) -> dict
     }
 
 
-def results_table(sweep: SweepFile, out: Path, keys: list[str], errors: dict[str, str]):
-    """The results as a ``pyarrow.Table``: one row per point, in the sweep's order."""
+def results_table(
+    sweep: SweepFile,
+    keys: list[str],
+    reports: dict[str, dict[str, Any] | None],
+    errors: dict[str, str],
+):
+    """The results as a ``pyarrow.Table``: one row per point, in the sweep's order
+    (``reports``: each key's cached report, ``None`` when it failed)."""
     import pyarrow as pa
 
     option_names = list(dict.fromkeys(k for p in sweep.points for k in p))
@@ -315,7 +321,7 @@ def results_table(sweep: SweepFile, out: Path, keys: list[str], errors: dict[str
     for i, (point, key) in enumerate(zip(sweep.points, keys, strict=True)):
         row: dict[str, Any] = {"point": i, "key": key}
         row.update({k: point.get(k) for k in option_names})
-        report = _cached_report(out / "points" / f"{key}.json", key)
+        report = reports[key]
         for c, p in sweep.outputs.items():
             value = _MISSING if report is None else _lookup(report, p)
             row[c] = None if value is _MISSING else value
@@ -454,7 +460,8 @@ def run_sweep(
                 ray.shutdown()
     import pyarrow.parquet as pq
 
-    ok = [r for k in dict.fromkeys(keys) if (r := _cached_report(out / "points" / f"{k}.json", k))]
+    reports = {k: _cached_report(out / "points" / f"{k}.json", k) for k in keys}
+    ok = [r for r in reports.values() if r is not None]
     unknown = unknown_outputs(sweep, ok) if ok else {}
     if unknown:
         named = ", ".join(f"{c} = {p!r}" for c, p in unknown.items())
@@ -463,7 +470,7 @@ def run_sweep(
             f"the top of a report: {', '.join(sorted(ok[0]))} (the points are cached: fix the "
             "file and rerun)"
         )
-    table = results_table(sweep, out, keys, errors)
+    table = results_table(sweep, keys, reports, errors)
     buf = io.BytesIO()
     pq.write_table(table, buf)
     write_atomic(out / "results.parquet", buf.getvalue())

@@ -16,12 +16,8 @@ from pimphony.models.xpu_config import load_xpu
 from pimphony.sim.systems import librapim_system
 from pimphony.sim.systems.base import Command, SystemConfig, SystemKind
 from pimphony.sim.systems.costs import xpu_prefill_seconds
-from pimphony.sim.systems.librapim import DEFAULT_TP
-from pimphony.sim.systems.librapim_system import (
-    LIBRAPIM_PRESET,
-    LIBRAPIM_XPU,
-    plot_librapim_report,
-)
+from pimphony.sim.systems.librapim import DEFAULT_TP, LIBRAPIM_PRESET, LIBRAPIM_XPU
+from pimphony.sim.systems.librapim_system import plot_librapim_report
 from pimphony.sim.systems.registry import LIBRAPIM_ROWS
 from pimphony.sim.systems.setup import DecodeError
 

@@ -21,7 +21,9 @@ from pimphony.sim.experiments.librapim_energy import hbm_energy, system_energy
 from pimphony.sim.systems.librapim import (
     DEFAULT_GROUPS,
     DEFAULT_TP,
+    LIBRAPIM_PRESET,
     LIBRAPIM_SPECS,
+    LIBRAPIM_XPU,
     format_inputs,
     format_librapim,
     librapim_cache,
@@ -37,8 +39,8 @@ __all__ = ["add_arguments", "batch_lengths", "format_energy", "run"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``pimphony librapim``."""
     parser.add_argument("--model", default="gpt3-175b-4k", help="model preset (LibraPIM Table 2)")
-    parser.add_argument("--preset", default="librapim-hbm2", help="PIM hardware preset")
-    parser.add_argument("--xpu", default="librapim-npu", help="xPU preset")
+    parser.add_argument("--preset", default=LIBRAPIM_PRESET, help="PIM hardware preset")
+    parser.add_argument("--xpu", default=LIBRAPIM_XPU, help="xPU preset")
     parser.add_argument("--batch", type=bounded_int(1, 4096), default=128, help="requests")
     src = parser.add_mutually_exclusive_group()
     src.add_argument("--context", type=int, default=None, help="tokens of every request")

@@ -66,7 +66,9 @@ from pimphony.sim.systems.kernels import KernelCache
 from pimphony.sim.systems.librapim import (
     ATTENTION_PARTITIONS,
     DEFAULT_TP,
+    LIBRAPIM_PRESET,
     LIBRAPIM_SPECS,
+    LIBRAPIM_XPU,
     LibrapimStep,
     librapim_cache,
     run_librapim,
@@ -295,8 +297,8 @@ def fig22(
     groups: int = 2,
     tp: int = DEFAULT_TP,
     energy: str = "hbm-pim",
-    preset: str = "librapim-hbm2",
-    xpu: str = "librapim-npu",
+    preset: str = LIBRAPIM_PRESET,
+    xpu: str = LIBRAPIM_XPU,
     progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per (model, batch, context): each paper system's energy by part."""
@@ -435,7 +437,7 @@ def run(args: argparse.Namespace) -> int:
         models, args.batches, args.contexts, args.groups, args.tp, args.energy, progress=progress
     )
     path = plot_fig22(rows, plot)
-    block = provenance(args, load_preset("librapim-hbm2"), models=list(models))
+    block = provenance(args, load_preset(LIBRAPIM_PRESET), models=list(models))
     doc = {
         "rows": rows,
         "mean_vs_neupims": summary(rows),

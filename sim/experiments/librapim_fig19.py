@@ -31,7 +31,7 @@ from pimphony.sim.cli import positive_ints
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import OutputFile, ReportFiles, publish_json, user_output
 from pimphony.sim.systems.base import SystemKind
-from pimphony.sim.systems.librapim import DEFAULT_TP, run_librapim
+from pimphony.sim.systems.librapim import DEFAULT_TP, LIBRAPIM_PRESET, LIBRAPIM_XPU, run_librapim
 from pimphony.sim.systems.setup import DecodeError
 
 __all__ = [
@@ -69,8 +69,8 @@ def fig19(
     contexts: Sequence[int] = LIBRAPIM_CONTEXTS,
     groups: int = 2,
     tp: int = DEFAULT_TP,
-    preset: str = "librapim-hbm2",
-    xpu: str = "librapim-npu",
+    preset: str = LIBRAPIM_PRESET,
+    xpu: str = LIBRAPIM_XPU,
     progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per (model, batch, context): every system's step ms and speedup over NPU+AiM."""
@@ -219,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
     models = tuple(m for m in args.models.split(",") if m)
     rows = fig19(models, args.batches, args.contexts, args.groups, args.tp, progress=progress)
     path = plot_fig19(rows, plot)
-    block = provenance(args, load_preset("librapim-hbm2"), models=list(models))
+    block = provenance(args, load_preset(LIBRAPIM_PRESET), models=list(models))
     doc = {"rows": rows, "means": means(rows), "paper": PAPER_SPEEDUP, "plot": str(path)}
     doc["provenance"] = block
     write_atomic(table, to_csv(rows).encode())

@@ -158,8 +158,7 @@ def read_trace(path: str | Path) -> list[Request]:
         requests.append(Request(len(requests), **vals))  # type: ignore[arg-type]
     if not requests:
         raise TraceError(
-            f"{path}: no requests (a trace needs at least one row of "
-            f"{', '.join(TRACE_COLUMNS)})"
+            f"{path}: no requests (a trace needs at least one row of {', '.join(TRACE_COLUMNS)})"
         )
     return requests
 

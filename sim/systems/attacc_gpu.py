@@ -50,7 +50,7 @@ that does not depend on ``--budget`` (enumerating, pruning and predicting the dr
 lookup table holding the shapes (``--table``, filled by ``pimphony dcc-lut``) is what makes a
 ``+dcc`` step take seconds; the other rows search nothing. A context past what the back end's
 softmax buffer holds (4,096 tokens on ``attacc``, ``group.buffer_bytes``) is refused by the
-``attn`` kernel's cost, as in Fig. 8. """
+``attn`` kernel's cost, as in Fig. 8."""
 
 from __future__ import annotations
 

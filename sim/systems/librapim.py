@@ -78,6 +78,8 @@ __all__ = [
     "ATTENTION_PARTITIONS",
     "DEFAULT_GROUPS",
     "DEFAULT_TP",
+    "LIBRAPIM_PRESET",
+    "LIBRAPIM_XPU",
     "LIBRAPIM_SPECS",
     "BankAccess",
     "LibrapimStep",
@@ -103,6 +105,11 @@ ATTENTION_PARTITIONS = ("hfp", "tcp", "itpp")
 #: Devices sharing each layer: the NeuPIMs simulator's GPT3-175B config (``n_tp: 8``,
 #: casys-kaist/NeuPIMs ``configs/model_configs/gpt3-175B.json``); LibraPIM does not state it.
 DEFAULT_TP = 8
+
+#: LibraPIM's PIM (Table 2's HBM2-PIM) and NPU presets, the default of every LibraPIM command
+#: and system row.
+LIBRAPIM_PRESET = "librapim-hbm2"
+LIBRAPIM_XPU = "librapim-npu"
 
 #: Batch groups of the pipelined systems (``pimphony librapim --groups``; at most the batch).
 DEFAULT_GROUPS = 2

@@ -49,8 +49,6 @@ from pimphony.sim.systems.report import digest_inputs
 from pimphony.sim.systems.setup import DecodeError
 
 __all__ = [
-    "LIBRAPIM_PRESET",
-    "LIBRAPIM_XPU",
     "LibrapimReport",
     "LibrapimRowSystem",
     "LibrapimSetup",
@@ -59,10 +57,6 @@ __all__ = [
     "librapim_setup_digest",
     "plot_librapim_report",
 ]
-
-#: LibraPIM's PIM (Table 2's HBM2-PIM) and NPU, the rows' defaults.
-LIBRAPIM_PRESET = "librapim-hbm2"
-LIBRAPIM_XPU = "librapim-npu"
 
 
 @dataclass(frozen=True)

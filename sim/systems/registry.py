@@ -96,12 +96,12 @@ from pimphony.sim.systems.kernels import KernelCache
 from pimphony.sim.systems.librapim import (
     DEFAULT_GROUPS,
     DEFAULT_TP,
+    LIBRAPIM_PRESET,
     LIBRAPIM_SPECS,
+    LIBRAPIM_XPU,
     BankAccess,
 )
 from pimphony.sim.systems.librapim_system import (
-    LIBRAPIM_PRESET,
-    LIBRAPIM_XPU,
     LibrapimRowSystem,
     format_librapim_report,
     librapim_report_stem,

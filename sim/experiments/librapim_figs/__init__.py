@@ -36,7 +36,7 @@ from pimphony.sim.experiments.librapim_figs.utilisation import sweep
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import ReportFiles, publish_json
 from pimphony.sim.systems.base import SystemKind
-from pimphony.sim.systems.librapim import DEFAULT_TP, LIBRAPIM_SPECS
+from pimphony.sim.systems.librapim import DEFAULT_TP, LIBRAPIM_PRESET, LIBRAPIM_SPECS
 
 __all__ = ["FIGURES", "Figure", "FigureSpec", "add_arguments", "run"]
 
@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
         "summary": summary,
         "paper": spec.paper,
         "plot": str(path),
-        "provenance": provenance(args, load_preset("librapim-hbm2"), model=args.model),
+        "provenance": provenance(args, load_preset(LIBRAPIM_PRESET), model=args.model),
     }
     files = {"report": report, "plot": plot}
     publish_json(doc, files, args.json, lambda: spec.format(rows, summary))
