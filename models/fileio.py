@@ -128,13 +128,15 @@ def write_atomic(path: str | Path, data: bytes, overwrite: bool = True) -> Path:
 
     The file gets the usual permissions (``0o666`` less the umask). With ``overwrite=False``
     an existing file is left alone and :class:`FileExistsError` is raised. The temporary
-    file is ``.NAME.PID.*.tmp`` beside ``path``; one a killed writer left is removed first.
+    file is ``.NAME.PID.*.tmp`` beside ``path``; one a killed writer left is removed when
+    the file is next replaced.
     """
     path = check_writable(path, overwrite)
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        _remove_orphans(path)
+        if path.exists():  # a killed writer's orphan is cleared when its file is replaced;
+            _remove_orphans(path)  # a first write (a sweep's new point) lists no folder
         prefix = f".{path.name}.{os.getpid()}."
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
