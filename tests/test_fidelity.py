@@ -7,44 +7,57 @@ updated on purpose (``pimphony fidelity --write --force``).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
-from pimphony.sim.fidelity import CLAIMS, Verdict, format_fidelity, measure_all
+from pimphony.sim.fidelity import (
+    CLAIMS,
+    Claim,
+    Gap,
+    Measured,
+    Unit,
+    Verdict,
+    format_fidelity,
+    measure_all,
+    sized_verdict,
+    tally,
+    verdict_text,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPECTED = {
-    "P-fig7": Verdict.TREND,
+    "P-fig7": Verdict.DIRECTION_ONLY,
     "P-fig8": Verdict.REPRODUCED,
-    "P-fig18": Verdict.TREND,
+    "P-fig18": Verdict.DIRECTION_ONLY,
     "P-fig18-small": Verdict.REPRODUCED,
-    "P-tcp-thresholds": Verdict.TREND,
+    "P-tcp-thresholds": Verdict.DIRECTION_ONLY,
     "P-sv-reduction": Verdict.REPRODUCED,
     "P-576B": Verdict.DERIVED,
     "P-dpa-200KB": Verdict.REPRODUCED,
     "P-fig19": Verdict.REPRODUCED,
     "P-fig13a": Verdict.REPRODUCED,
-    "P-fig13b": Verdict.TREND,
-    "P-fig14a": Verdict.TREND,
+    "P-fig13b": Verdict.DIRECTION_ONLY,
+    "P-fig14a": Verdict.DIRECTION_ONLY,
     "P-fig14b": Verdict.REPRODUCED,
-    "P-fig17-1m": Verdict.TREND,
-    "P-fig17-256": Verdict.TREND,
-    "P-fig15": Verdict.TREND,
+    "P-fig17-1m": Verdict.DIRECTION_ONLY,
+    "P-fig17-256": Verdict.DIRECTION_ONLY,
+    "P-fig15": Verdict.DIRECTION_ONLY,
     "P-fig17a": Verdict.REPRODUCED,
-    "P-fig16": Verdict.TREND,
-    "P-fig20": Verdict.TREND,
-    "L-fig4": Verdict.TREND,
-    "L-fig11": Verdict.TREND,
-    "L-fig9": Verdict.TREND,
-    "L-fig7a": Verdict.TREND,
-    "L-table8": Verdict.TREND,
+    "P-fig16": Verdict.DIRECTION_ONLY,
+    "P-fig20": Verdict.DIRECTION_ONLY,
+    "L-fig4": Verdict.DIRECTION_ONLY,
+    "L-fig11": Verdict.DIRECTION_ONLY,
+    "L-fig9": Verdict.DIRECTION_ONLY,
+    "L-fig7a": Verdict.DIRECTION_ONLY,
+    "L-table8": Verdict.DIRECTION_ONLY,
     "LP-fig19": Verdict.DIFFERS,
     "LP-fig20": Verdict.DIFFERS,
-    "LP-fig21": Verdict.TREND,
-    "LP-fig22": Verdict.TREND,
-    "D-fig7": Verdict.TREND,
-    "D-fig6": Verdict.TREND,
-    "D-fig2-attacc": Verdict.TREND,
+    "LP-fig21": Verdict.DIRECTION_ONLY,
+    "LP-fig22": Verdict.DIRECTION_ONLY,
+    "D-fig7": Verdict.DIRECTION_ONLY,
+    "D-fig6": Verdict.DIRECTION_ONLY,
+    "D-fig2-attacc": Verdict.DIRECTION_ONLY,
     "D-fig9-attacc": Verdict.DIFFERS,
     "S-fig9": Verdict.REPRODUCED,
 }
@@ -100,3 +113,76 @@ def test_closed_form_rows():
     # One token per bank of 16 x 16 for QK^T; 128 entries x (8 + 8 + 19 + 1) bits = 576 B.
     assert values["P-tcp-thresholds"] == {"qk": 256, "sv": 16}
     assert values["P-576B"] == {"bytes": 576}
+
+
+# ---- verdicts that carry size ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("gap", "factor", "close"),
+    [
+        # a speed-up by its gain over 1: 8.7% against 40%
+        (Gap("", 1.087, 1.4), 0.4 / 0.087, False),
+        (Gap("", 18.24, 11.3), 17.24 / 10.3, False),
+        (Gap("", 55.6, 46.6), 54.6 / 45.6, True),
+        (Gap("", 2.03, 2.1), 1.1 / 1.03, True),
+        (Gap("", 0.9, 2.1), math.inf, False),  # a slow-down against a speed-up
+        (Gap("", 1.4, 1.4), 1.0, True),
+        # a percentage: 10 points or 1.5x
+        (Gap("", 38.0, 29.0, Unit.PERCENT), 38 / 29, True),  # 9 points
+        (Gap("", 46.0, 29.0, Unit.PERCENT), 46 / 29, False),  # 17 points, 1.59x
+        (Gap("", 3.0, 12.0, Unit.PERCENT), 4.0, True),
+        # a plain value by its ratio
+        (Gap("", 16, 32, Unit.VALUE), 2.0, False),
+        (Gap("", 700, 380, Unit.VALUE), 700 / 380, False),
+        (Gap("", 4308, 3668, Unit.VALUE), 4308 / 3668, True),
+    ],
+)
+def test_gap_factor_and_close(gap, factor, close):
+    assert gap.factor == pytest.approx(factor)
+    assert gap.close is close
+
+
+def test_verdict_rule():
+    near, far = Gap("a", 1.5, 1.55), Gap("b", 1.1, 1.4)
+    assert sized_verdict(True, False, (far,)) == Verdict.REPRODUCED
+    assert sized_verdict(False, False, (near,)) == Verdict.DIFFERS
+    assert sized_verdict(False, True, (near,)) == Verdict.CLOSE
+    assert sized_verdict(False, True, (near, far)) == Verdict.DIRECTION_ONLY
+    assert sized_verdict(False, True, ()) == Verdict.DIRECTION_ONLY  # nothing to size it by
+
+
+def test_verdict_cell_names_the_worst_gap():
+    m = Measured("x", Verdict.DIRECTION_ONLY, "m", gaps=(Gap("a", 1.5, 1.55), Gap("b", 1.1, 1.4)))
+    assert m.worst.label == "b"
+    assert verdict_text(m) == "**direction only** (worst: b 1.10x vs 1.40x (4.00x off))"
+    bare = Measured("x", Verdict.DIRECTION_ONLY, "m")
+    assert verdict_text(bare) == "**direction only** (the paper gives no number to size it by)"
+    assert verdict_text(Measured("x", Verdict.REPRODUCED)) == "**reproduced**"
+
+
+def test_tally_by_paper():
+    def claim(paper):
+        return Claim("k", paper, "w", "c", "wl", "cmd", lambda: None)
+
+    results = [
+        (claim("A"), Measured("x", Verdict.REPRODUCED)),
+        (claim("A"), Measured("x", Verdict.CLOSE)),
+        (claim("B"), Measured("x", Verdict.CLOSE)),
+    ]
+    lines = tally(results)
+    assert lines[0].startswith("| paper | reproduced | close | direction only | differs |")
+    assert lines[2] == "| A | 1 | 1 | 0 | 0 | 0 | 0 | 2 |"
+    assert lines[3] == "| B | 0 | 1 | 0 | 0 | 0 | 0 | 1 |"
+    assert lines[4] == "| **all** | 1 | 2 | 0 | 0 | 0 | 0 | 3 |"
+
+
+def test_every_sized_verdict_has_its_numbers(results):
+    """A close verdict rests on gaps; a direction-only one without gaps is a claim whose
+    paper gives no number (named here, so a row that forgot its gaps fails)."""
+    unsized = {"P-fig20", "LP-fig21"}
+    for claim, m in results:
+        if m.verdict == Verdict.CLOSE:
+            assert m.gaps and all(g.close for g in m.gaps), claim.key
+        if m.verdict == Verdict.DIRECTION_ONLY:
+            assert bool(m.gaps) != (claim.key in unsized), claim.key
