@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from pimphony.compiler.llm import ModelSpec
 from pimphony.models.reference import issue_reference
@@ -31,6 +32,7 @@ __all__ = [
     "file_error",
     "refused_edit",
     "run_cli",
+    "run_examples",
     "run_report",
     "set_key",
     "stream_cases",
@@ -60,6 +62,12 @@ def stream_cases(max_n: int) -> dict[str, st.SearchStrategy]:
         "rows": st.integers(1, 3),
         "gaps": st.booleans(),
     }
+
+
+def run_examples(check: Callable[..., None], cases: dict[str, Any], budget: settings) -> None:
+    """Run ``check(**case)`` on the random cases that ``budget`` (Hypothesis settings) lets
+    Hypothesis draw from ``cases`` (argument -> strategy); a failing case is shrunk and shown."""
+    budget(given(**cases)(check))()
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
