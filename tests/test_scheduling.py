@@ -14,7 +14,7 @@ from pimphony.models.isa import Op, make_stream
 from pimphony.models.pingpong import PingPongError, pingpong_slots
 from pimphony.sim.verify.streams import random_pingpong_stream, random_stream
 
-from tests.helpers import run_examples, stream_cases
+from tests.helpers import quick_and_long, run_examples, stream_cases
 
 W, M, R = Op.WR_INP, Op.MAC, Op.RD_OUT
 
@@ -474,15 +474,7 @@ MODE_POLICY = {
 }
 
 
-@pytest.mark.parametrize(
-    ("sched", "budget"),
-    [
-        pytest.param("dcs", QUICK, id="dcs"),
-        pytest.param("dcs", LONG, id="dcs-long", marks=pytest.mark.slow),
-        pytest.param("pingpong", QUICK, id="pingpong"),
-        pytest.param("pingpong", LONG, id="pingpong-long", marks=pytest.mark.slow),
-    ],
-)
+@pytest.mark.parametrize(("sched", "budget"), quick_and_long(MODE_POLICY, QUICK, LONG))
 def test_switches_mode_only_when_the_running_mode_is_held(sched, budget):
     """DCS switches only when the current mode's queue head cannot issue; ping-pong only when
     its running slot's queue is drained."""
