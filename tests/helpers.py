@@ -65,7 +65,9 @@ def stream_cases(max_n: int) -> dict[str, st.SearchStrategy]:
     }
 
 
-def run_examples(check: Callable[..., None], cases: dict[str, Any], budget: settings) -> None:
+def run_examples(
+    check: Callable[..., None], cases: dict[str, st.SearchStrategy], budget: settings
+) -> None:
     """Run ``check(**case)`` on the random cases that ``budget`` (Hypothesis settings) lets
     Hypothesis draw from ``cases`` (argument -> strategy); a failing case is shrunk and shown."""
     budget(given(**cases)(check))()
