@@ -8,12 +8,13 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from pimphony.compiler.llm import ModelSpec
 from pimphony.models.reference import issue_reference
@@ -27,10 +28,12 @@ __all__ = [
     "drop_key",
     "figure_labels",
     "on_reference_engine",
+    "quick_and_long",
     "ray_sweep_command",
     "file_error",
     "refused_edit",
     "run_cli",
+    "run_examples",
     "run_report",
     "set_key",
     "stream_cases",
@@ -60,6 +63,27 @@ def stream_cases(max_n: int) -> dict[str, st.SearchStrategy]:
         "rows": st.integers(1, 3),
         "gaps": st.booleans(),
     }
+
+
+def run_examples(
+    check: Callable[..., None], cases: dict[str, st.SearchStrategy], budget: settings
+) -> None:
+    """Run ``check(**case)`` on the random cases that ``budget`` (Hypothesis settings) lets
+    Hypothesis draw from ``cases`` (argument -> strategy); a failing case is shrunk and shown."""
+    budget(given(**cases)(check))()
+
+
+def quick_and_long(names: Iterable[str], quick: settings, long: settings) -> list[Any]:
+    """Parameters ``(name, budget)``: each of ``names`` at the ``quick`` budget (id ``name``)
+    and at the ``long`` one, marked ``slow`` (id ``name-long``)."""
+    return [
+        param
+        for name in names
+        for param in (
+            pytest.param(name, quick, id=name),
+            pytest.param(name, long, id=f"{name}-long", marks=pytest.mark.slow),
+        )
+    ]
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:

@@ -360,22 +360,6 @@ def test_dex_subcommand_keeps_pim_utilisation_with_slicing(capsys):
         assert row["baseline"]["mac_utilization"] < 0.6 * alone
 
 
-@pytest.mark.parametrize(
-    "argv,allowed",
-    [
-        (["run", "--kernel", "gemv", "--sched", "foo"], "'static', 'pingpong', 'dcs'"),
-        (["run", "--kernel", "xx"], "'gemv', 'qk', 'sv'"),
-        (["decode", "--partition", "foo"], "'hfp', 'tcp', 'itpp', 'auto'"),
-        (["decode", "--memory", "foo"], "'lazy', 'static'"),
-        (["sweep", "--kernel", "sv"], "'gemv', 'qk'"),
-    ],
-)
-def test_bad_choice_names_the_allowed_values(capsys, argv, allowed):
-    rc, _, err = run_cli(capsys, *argv)
-    assert rc == 2
-    assert f"invalid choice: '{argv[-1]}' (choose from {allowed})" in err
-
-
 def test_errors_name_the_command_and_exit_2(capsys):
     rc, out, err = run_cli(capsys, "run", "--kernel", "gemv", "--dout", "0", "--din", "64")
     assert (rc, out) == (2, "")
@@ -428,19 +412,41 @@ def test_help_shows_defaults(capsys):
     assert rc == 0 and "(default: aim-32ch-32g)" in out
 
 
+def _choice(value: str, allowed: str) -> str:
+    """What argparse says of ``value`` given to an option that chooses one of ``allowed``."""
+    return f"invalid choice: '{value}' (choose from {allowed})"
+
+
 @pytest.mark.parametrize(
-    "argv,says",
+    ("argv", "says"),
     [
-        (["decode", "--workload", "qmsum", "--seed", "-1"], "--seed: -1 is outside 0 to"),
-        (["ablation", "--requests", "-1"], "--requests: -1 is outside 1 to 100,000"),
-        (["ablation", "--requests", "0"], "--requests: 0 is outside 1 to 100,000"),
-        (["decode", "--batch", "1000000000000"], "must be from 1 to 1024 requests"),
-        (["decode", "--tp", "0"], "--tp: 0 is outside 1 to 1,024"),
-        (["capacity", "--requests", "0"], "--requests: 0 is outside 1 to 100,000"),
-        (["dex", "--seed", "x"], "--seed: 'x' is not an integer"),
+        # a choice: the allowed values are named
+        pytest.param(["run", "--kernel", "gemv", "--sched", "foo"],
+                     _choice("foo", "'static', 'pingpong', 'dcs'"), id="run-sched"),
+        pytest.param(["run", "--kernel", "xx"], _choice("xx", "'gemv', 'qk', 'sv'"),
+                     id="run-kernel"),
+        pytest.param(["decode", "--partition", "foo"],
+                     _choice("foo", "'hfp', 'tcp', 'itpp', 'auto'"), id="decode-partition"),
+        pytest.param(["decode", "--memory", "foo"], _choice("foo", "'lazy', 'static'"),
+                     id="decode-memory"),
+        pytest.param(["sweep", "--kernel", "sv"], _choice("sv", "'gemv', 'qk'"),
+                     id="sweep-kernel-of-attention"),
+        # a number: it is bounded
+        pytest.param(["decode", "--workload", "qmsum", "--seed", "-1"],
+                     "--seed: -1 is outside 0 to", id="decode-seed"),
+        pytest.param(["ablation", "--requests", "-1"], "--requests: -1 is outside 1 to 100,000",
+                     id="ablation-requests-negative"),
+        pytest.param(["ablation", "--requests", "0"], "--requests: 0 is outside 1 to 100,000",
+                     id="ablation-requests-zero"),
+        pytest.param(["decode", "--batch", "1000000000000"], "must be from 1 to 1024 requests",
+                     id="decode-batch"),
+        pytest.param(["decode", "--tp", "0"], "--tp: 0 is outside 1 to 1,024", id="decode-tp"),
+        pytest.param(["capacity", "--requests", "0"], "--requests: 0 is outside 1 to 100,000",
+                     id="capacity-requests"),
+        pytest.param(["dex", "--seed", "x"], "--seed: 'x' is not an integer", id="dex-seed"),
     ],
-)
-def test_numeric_options_are_bounded(capsys, argv, says):
+)  # fmt: skip
+def test_a_bad_option_value_exits_2_saying_what_is_allowed(capsys, argv, says):
     rc, out, err = run_cli(capsys, *argv)
     assert (rc, out) == (2, "")
     assert says in err and "Traceback" not in err

@@ -55,15 +55,27 @@ def test_longer_ffn_exact_integer_solution():
     assert d.pipelined_seconds == 416.0 and d.serial_seconds == 832.0
 
 
-def test_longer_ffn_fraction_picks_the_faster_neighbour():
-    # PIM at 2 FLOP/s, L = 12: PIM 32 x 12 = 384; m = (512 - 384) / (32 + 16) = 8/3.
-    # m = 2: max(448, 416) = 448; m = 3: max(416, 432) = 432 -> 3.
-    hw = DboThroughput(xpu_flops=1.0, xpu_gemv_flops=0.5, pim_flops=2.0, pim_channels=4)
-    d = dynamic_batch_offload(TOY, hw, 8, 12)
-    assert d.case is DboCase.LONGER_FFN
-    assert d.m_exact == pytest.approx(8 / 3)
-    assert d.m == 3
-    assert (d.xpu_seconds, d.pim_seconds) == (416.0, 432.0)
+@pytest.mark.parametrize(
+    ("hw", "seq_len", "case", "share", "exact", "chosen", "seconds"),
+    [
+        # PIM at 2 FLOP/s, L = 12: PIM 32 x 12 = 384; m = (512 - 384) / (32 + 16) = 8/3.
+        # m = 2: max(448, 416) = 448; m = 3: max(416, 432) = 432 -> 3.
+        pytest.param(
+            DboThroughput(xpu_flops=1.0, xpu_gemv_flops=0.5, pim_flops=2.0, pim_channels=4),
+            12, DboCase.LONGER_FFN, "m", 8 / 3, 3, (416.0, 432.0), id="longer-ffn",
+        ),
+        # L = 16: n = (1024 - 512) / 384 = 4/3. n = 1: max(768, 896) = 896; n = 2: max(1024, 768).
+        pytest.param(HW, 16, DboCase.LONGER_MHA, "n", 4 / 3, 1, (768.0, 896.0), id="longer-mha"),
+    ],
+)  # fmt: skip
+def test_a_fraction_picks_the_faster_neighbour(hw, seq_len, case, share, exact, chosen, seconds):
+    """The real ``m`` (``n``) is a fraction: the integer either side that ends the layer
+    sooner is taken."""
+    d = dynamic_batch_offload(TOY, hw, 8, seq_len)
+    assert d.case is case
+    assert getattr(d, f"{share}_exact") == pytest.approx(exact)
+    assert getattr(d, share) == chosen
+    assert (d.xpu_seconds, d.pim_seconds) == seconds
 
 
 def test_longer_ffn_capped_at_the_pim_channels():
@@ -83,15 +95,6 @@ def test_longer_mha_exact_integer_solution():
     assert d.n_exact == 2.0
     assert (d.m, d.n) == (0, 2)
     assert d.xpu_seconds == d.pim_seconds == 1536.0
-
-
-def test_longer_mha_fraction_picks_the_faster_neighbour():
-    # L = 16: n = (1024 - 512) / 384 = 4/3. n = 1: max(768, 896) = 896; n = 2: max(1024, 768).
-    d = dynamic_batch_offload(TOY, HW, 8, 16)
-    assert d.case is DboCase.LONGER_MHA
-    assert d.n_exact == pytest.approx(4 / 3)
-    assert d.n == 1
-    assert (d.xpu_seconds, d.pim_seconds) == (768.0, 896.0)
 
 
 def test_balanced_moves_nothing():

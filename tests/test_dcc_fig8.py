@@ -6,8 +6,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from pimphony.compiler.llm import LayerOp, load_model
-from pimphony.models.backends import load_backend
+from pimphony.compiler.llm import LayerOp
 from pimphony.sim.experiments.dcc_fig8 import PAPER, _runs, fig8, over_steps
 from pimphony.sim.systems.attacc_gpu import (
     FIG8_SPECS,
@@ -21,9 +20,7 @@ from pimphony.sim.systems.base import SystemKind
 from pimphony.sim.systems.gpu import GpuSetup, run_gpu_decode
 from pimphony.sim.systems.setup import DecodeError
 
-SPEC = load_model("gpt3-13b-4k")
-CFG = load_backend("attacc")
-HOST = CFG.host()
+from tests.test_attacc_gpu import CFG, HOST, SPEC
 
 
 def test_run_integrates_every_step():

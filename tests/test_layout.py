@@ -23,15 +23,16 @@ from pimphony.models.layout import (
 )
 
 LP = load_layout("lpddr5x-pim")
+
+
+def _layout(name: str, **sizes: int) -> MemoryLayout:
+    """A layout of 2-byte elements whose address fields are ``sizes`` (how many values each
+    takes), least significant first in the order given."""
+    return MemoryLayout(name, 2, AddressMap(tuple(sizes), sizes))
+
+
 #: A small map (2 channels, 4 banks, 4 bursts of 8 B per DRAM row) so shapes stay tiny.
-SMALL = MemoryLayout(
-    "small",
-    2,
-    AddressMap(
-        ("offset", "channel", "bank", "column", "rank", "row"),
-        {"offset": 8, "channel": 2, "bank": 4, "column": 4, "rank": 1, "row": 1024},
-    ),
-)
+SMALL = _layout("small", offset=8, channel=2, bank=4, column=4, rank=1, row=1024)
 
 
 def test_preset_geometry():
@@ -59,14 +60,7 @@ def test_address_fields_by_hand():
 #: 16-element bursts; consecutive bursts fill a bank's columns before the next bank (the
 #: order is the toy's choice: with banks fastest its host-friendly and PIM-aware layouts of
 #: the only matrix that fits would coincide).
-TOY = MemoryLayout(
-    "fig3",
-    2,
-    AddressMap(
-        ("offset", "column", "bank", "channel", "rank", "row"),
-        {"offset": 32, "column": 3, "bank": 4, "channel": 1, "rank": 1, "row": 1},
-    ),
-)
+TOY = _layout("fig3", offset=32, column=3, bank=4, channel=1, rank=1, row=1)
 
 
 def test_fig3_toy_by_hand():

@@ -31,6 +31,8 @@ from pimphony.sim.workloads import (
     sample_context_lengths,
 )
 
+from tests.helpers import write_toml
+
 MIB = 1 << 20
 KV4K = 4096  # 2 * 4 layers * 2 KV heads * 128 * 2 B: 256 tokens per 1 MiB chunk
 
@@ -293,12 +295,6 @@ max = 900
 """
 
 
-def write_wl(tmp_path, text, name="toy"):
-    path = tmp_path / f"{name}.toml"
-    path.write_text(text)
-    return path
-
-
 @pytest.mark.parametrize(
     ("old", "new", "match"),
     [
@@ -321,7 +317,7 @@ def write_wl(tmp_path, text, name="toy"):
 def test_workload_validation_errors(tmp_path, old, new, match):
     assert old in WL_TEXT
     with pytest.raises(WorkloadError, match=match):
-        load_workload(write_wl(tmp_path, WL_TEXT.replace(old, new)))
+        load_workload(write_toml(tmp_path, WL_TEXT.replace(old, new), "toy.toml"))
 
 
 def test_workload_lookup_errors(tmp_path):
@@ -330,7 +326,7 @@ def test_workload_lookup_errors(tmp_path):
     with pytest.raises(WorkloadError, match="no such workload file"):
         load_workload(tmp_path / "missing.toml")
     assert isinstance(WorkloadError("x"), ConfigError)
-    assert load_workload(write_wl(tmp_path, WL_TEXT)).models == ("m",)
+    assert load_workload(write_toml(tmp_path, WL_TEXT, "toy.toml")).models == ("m",)
     assert WORKLOAD_DIR.is_dir()
 
 

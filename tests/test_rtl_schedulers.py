@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, settings
 from hypothesis import strategies as st
 from pimphony.compiler.kernels import compile_qk, compile_sv
 from pimphony.models.channel import check_schedule, run_channel
@@ -20,7 +20,7 @@ from pimphony.rtl.pingpong import PingPongScheduler, slot_bits
 from pimphony.sim.verify.scheduler import RtlStream, compare_with_tlm, simulate_scheduler
 from pimphony.sim.verify.streams import random_pingpong_stream, random_stream
 
-from tests.helpers import stream_cases
+from tests.helpers import quick_and_long, run_examples, stream_cases
 from tests.test_scheduling import (
     CONVENTIONS,
     EXAMPLE,
@@ -239,19 +239,6 @@ def _dcs_random_cycle_exact(variant, seed, n, entries, rows, gaps) -> None:
     _rtl_matches("dcs", cfg, stream, g, run_channel(stream, cfg, "dcs", valid_gaps=g).issue)
 
 
-@settings(max_examples=6, deadline=None, database=None)
-@given(**RAM_CASES)
-def test_dcs_mode_policy_random_cycle_exact(**case):
-    _dcs_random_cycle_exact(**case)
-
-
-@pytest.mark.slow
-@settings(max_examples=150, deadline=None, database=None)
-@given(**RAM_CASES)
-def test_dcs_mode_policy_random_cycle_exact_long(**case):
-    _dcs_random_cycle_exact(**case)
-
-
 # ---- Ping-pong's mode-aware issue policy at aim-ramulator timing (docs/scheduling.md,
 # "Ping-pong" rule 7).
 @pytest.mark.parametrize("variant", list(PP_MODE_EXPECTED))
@@ -291,14 +278,17 @@ def _pingpong_random_cycle_exact(variant, seed, n, entries, rows, switch, gaps) 
     _rtl_matches("pingpong", cfg, stream, g, tlm)
 
 
-@settings(max_examples=6, deadline=None, database=None)
-@given(**PP_RAM_CASES)
-def test_pingpong_mode_policy_random_cycle_exact(**case):
-    _pingpong_random_cycle_exact(**case)
+#: Each scheduler's random RTL == TLM check and the cases it draws.
+MODE_POLICY = {
+    "dcs": (_dcs_random_cycle_exact, RAM_CASES),
+    "pingpong": (_pingpong_random_cycle_exact, PP_RAM_CASES),
+}
+QUICK = settings(max_examples=6, deadline=None, database=None)
+LONG = settings(max_examples=150, deadline=None, database=None)
 
 
-@pytest.mark.slow
-@settings(max_examples=150, deadline=None, database=None)
-@given(**PP_RAM_CASES)
-def test_pingpong_mode_policy_random_cycle_exact_long(**case):
-    _pingpong_random_cycle_exact(**case)
+@pytest.mark.parametrize(("sched", "budget"), quick_and_long(MODE_POLICY, QUICK, LONG))
+def test_mode_policy_random_cycle_exact(sched, budget):
+    """RTL == TLM on random streams under the scheduler's mode-switch variants."""
+    check, cases = MODE_POLICY[sched]
+    run_examples(check, cases, budget)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, settings
 from hypothesis import strategies as st
 from pimphony.models.channel import check_schedule, run_channel
 from pimphony.models.config import load_preset
@@ -14,7 +14,7 @@ from pimphony.models.isa import Op, make_stream
 from pimphony.models.pingpong import PingPongError, pingpong_slots
 from pimphony.sim.verify.streams import random_pingpong_stream, random_stream
 
-from tests.helpers import stream_cases
+from tests.helpers import quick_and_long, run_examples, stream_cases
 
 W, M, R = Op.WR_INP, Op.MAC, Op.RD_OUT
 
@@ -309,19 +309,6 @@ def _check_mode_policy(seed, n, entries, rows, t_mod, depth, gaps) -> None:
     assert run_channel(stream, cfg, "dcs", valid_gaps=g).issue.tolist() == issue.tolist()
 
 
-@QUICK
-@given(**MODE_CASES)
-def test_dcs_switches_mode_only_when_blocked(**case):
-    _check_mode_policy(**case)
-
-
-@pytest.mark.slow
-@LONG
-@given(**MODE_CASES)
-def test_dcs_switches_mode_only_when_blocked_long(**case):
-    _check_mode_policy(**case)
-
-
 # ---- Ping-pong's mode-aware issue policy (docs/scheduling.md, "Ping-pong" rule 7 and
 # "Mode-aware ping-pong"). Prologue: g0, g1. Phase 0 (slot 0, low halves): two MACs into o0
 # on row 0, with the prefetches of g32, g33 for phase 1 in its I/O queue. Slot 1: the drain of
@@ -480,14 +467,16 @@ def _check_pingpong_mode_policy(seed, n, entries, rows, switch, t_mod, gaps) -> 
     assert _pp_switches_while_held(stream, cfg, r.issue, _pp_accept(g)) == []
 
 
-@QUICK
-@given(**PP_MODE_CASES)
-def test_pingpong_switches_mode_only_when_its_slot_queue_is_drained(**case):
-    _check_pingpong_mode_policy(**case)
+#: Each scheduler's mode-policy property and the random cases it draws.
+MODE_POLICY = {
+    "dcs": (_check_mode_policy, MODE_CASES),
+    "pingpong": (_check_pingpong_mode_policy, PP_MODE_CASES),
+}
 
 
-@pytest.mark.slow
-@LONG
-@given(**PP_MODE_CASES)
-def test_pingpong_switches_mode_only_when_its_slot_queue_is_drained_long(**case):
-    _check_pingpong_mode_policy(**case)
+@pytest.mark.parametrize(("sched", "budget"), quick_and_long(MODE_POLICY, QUICK, LONG))
+def test_switches_mode_only_when_the_running_mode_is_held(sched, budget):
+    """DCS switches only when the current mode's queue head cannot issue; ping-pong only when
+    its running slot's queue is drained."""
+    check, cases = MODE_POLICY[sched]
+    run_examples(check, cases, budget)
