@@ -46,8 +46,9 @@ class Command:
     """One ``pimphony`` command: its name, help line and where it lives.
 
     ``module`` (a module of :mod:`pimphony.sim`, named relative to it) holds ``add``
-    (``add(parser) -> None``) and ``run`` (``run(args) -> int``);
-    a command with ``subcommands`` is a group (``pimphony wave summary``).
+    (``add(parser) -> None``; ``""``: the command takes no options) and ``run``
+    (``run(args) -> int``); a command with ``subcommands`` is a group (``pimphony wave
+    summary``).
     """
 
     name: str
@@ -71,8 +72,8 @@ COMMANDS: tuple[Command, ...] = (
     _channel("demo", "QK^T, SV and FC GEMV under every scheduler"),
     _channel("run", "one kernel under one scheduler"),
     _channel("compile", "write a kernel's command stream to a file"),
-    Command("presets", "list the hardware presets", "presets"),
-    Command("xpus", "list the compute-device (xPU) presets", "xpus"),
+    Command("presets", "list the hardware presets", "presets", add=""),
+    Command("xpus", "list the compute-device (xPU) presets", "xpus", add=""),
     Command("sweep", "MAC utilisation vs kernel size (PIMphony Fig. 8)", "experiments.sweep"),
     Command(
         "fidelity",
@@ -334,7 +335,7 @@ def _add_commands(
                 dest=f"{cmd.name}_command", required=True, parser_class=_Parser
             )
             _add_commands(nested, cmd.subcommands, argv[k + 1 :] if cmd.name == chosen else [])
-        elif cmd.name == chosen:
+        elif cmd.name == chosen and cmd.add:
             cmd.function("add")(p)
 
 
