@@ -28,6 +28,7 @@ __all__ = [
     "Command",
     "SEED",
     "Terminated",
+    "add_seed_option",
     "bounded_int",
     "build_parser",
     "choice_names",
@@ -272,6 +273,11 @@ def bounded_int(lo: int, hi: int) -> Callable[[str], int]:
 
 #: Seeds of numpy's random generators: non-negative 32-bit integers.
 SEED = bounded_int(0, 2**32 - 1)
+
+
+def add_seed_option(p: argparse.ArgumentParser, what: str) -> None:
+    """``--seed`` (a :data:`SEED`, default 0), its help saying ``what`` it seeds."""
+    p.add_argument("--seed", type=SEED, default=0, help=what)
 
 
 class _Parser(argparse.ArgumentParser):
