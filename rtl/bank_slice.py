@@ -35,7 +35,9 @@ from pimphony.rtl.common import (
     SEQ_BITS,
     StaticGap,
     command_layout,
+    open_row,
     push_sequenced,
+    restart_down,
     saturating_down,
     sequenced_layout,
 )
@@ -163,16 +165,7 @@ class BankSliceController(wiring.Component):
         pim_start = Signal()
         m.d.comb += pim_start.eq(head_mac & pim_may & ~(pim_valid & (pim_row == head.cmd.row)))
         to_last_act = Mux(pim_valid, _max(pim_ras, mac_rtp) + tm.tRP + span, avail + span)
-        with m.If(pim_start):
-            m.d.sync += [
-                pim_row.eq(head.cmd.row),
-                pim_valid.eq(1),
-                pim_wait.eq(to_last_act + tm.tRCD_MAC - 1),
-                pim_ras.eq(to_last_act + tm.tRAS - 1),
-            ]
-        with m.Else():
-            saturating_down(m, pim_wait)
-            saturating_down(m, pim_ras)
+        open_row(m, tm, pim_start, to_last_act, pim_row, head.cmd.row, pim_valid, pim_wait, pim_ras)
 
         # ---- Per-bank weight rows (the single row buffer in the baseline) ----------------
         brow = [Signal(row_shape, name=f"brow{b}") for b in range(nb)]
@@ -236,14 +229,8 @@ class BankSliceController(wiring.Component):
             hold_pim.eq(sel_pim & ~self.o.ready),
             hold_host.eq(sel_host & ~self.o.ready),
         ]
-        with m.If(issue_pim & is_mac):
-            m.d.sync += mac_rtp.eq(tm.tRTP - 1)
-        with m.Else():
-            saturating_down(m, mac_rtp)
-        with m.If((issue_pim & ~is_mac) | issue_host):
-            m.d.sync += io_wait.eq(tm.tCCD - 1)
-        with m.Else():
-            saturating_down(m, io_wait)
+        restart_down(m, issue_pim & is_mac, mac_rtp, tm.tRTP)
+        restart_down(m, (issue_pim & ~is_mac) | issue_host, io_wait, tm.tCCD)
 
         # ---- Host row preparation, per bank ----------------------------------------------
         for b in range(nb):
@@ -262,20 +249,8 @@ class BankSliceController(wiring.Component):
             start = Signal(name=f"bstart{b}")
             m.d.comb += start.eq(host_may & has & ~(bvalid[b] & (brow[b] == want)))
             to_act = Mux(bvalid[b], _max(bras[b], brtp[b]) + tm.tRP, avail)
-            with m.If(start):
-                m.d.sync += [
-                    brow[b].eq(want),
-                    bvalid[b].eq(1),
-                    bwait[b].eq(to_act + tm.tRCD_MAC - 1),
-                    bras[b].eq(to_act + tm.tRAS - 1),
-                ]
-            with m.Else():
-                saturating_down(m, bwait[b])
-                saturating_down(m, bras[b])
-            with m.If(issue_host & (h0.req.bank == b)):
-                m.d.sync += brtp[b].eq(tm.tRTP - 1)
-            with m.Else():
-                saturating_down(m, brtp[b])
+            open_row(m, tm, start, to_act, brow[b], want, bvalid[b], bwait[b], bras[b])
+            restart_down(m, issue_host & (h0.req.bank == b), brtp[b], tm.tRTP)
 
         # ---- Baseline hand-over ----------------------------------------------------------
         if sliced:

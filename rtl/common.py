@@ -6,10 +6,10 @@ here declares an opcode or a timing constant of its own.
 
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal, unsigned
+from amaranth import Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
-from pimphony.models.config import HardwareConfig
+from pimphony.models.config import HardwareConfig, Timing
 from pimphony.models.dram import activation_offsets, execution_times
 from pimphony.models.isa import HW_FIELDS, field_widths
 
@@ -22,7 +22,9 @@ __all__ = [
     "StaticGap",
     "command_layout",
     "issued_layout",
+    "open_row",
     "push_sequenced",
+    "restart_down",
     "row_timer_signature",
     "sequenced_layout",
     "saturating_down",
@@ -82,6 +84,41 @@ def row_timer_signature(cfg: HardwareConfig) -> wiring.Signature:
 def saturating_down(m: Module, counter: Signal) -> None:
     """Count ``counter`` down by one per cycle, stopping at zero (sync domain)."""
     m.d.sync += counter.eq(Mux(counter == 0, 0, counter - 1))
+
+
+def restart_down(m: Module, event: Value, counter: Signal, cycles: int) -> None:
+    """A wait of ``cycles`` after ``event``: ``counter`` (cycles left) restarts at
+    ``cycles - 1`` in the cycle ``event`` holds, else counts down (:func:`saturating_down`)."""
+    with m.If(event):
+        m.d.sync += counter.eq(cycles - 1)
+    with m.Else():
+        saturating_down(m, counter)
+
+
+def open_row(
+    m: Module,
+    tm: Timing,
+    start: Value,
+    to_last_act: Value,
+    row: Signal,
+    new_row: Value,
+    valid: Value,
+    row_wait: Signal,
+    ras_wait: Signal,
+) -> None:
+    """A row switch (``models.dram``): on ``start``, ``new_row`` becomes the open ``row``
+    (``valid`` set), usable ``tRCD_MAC`` after its last ACT, ``to_last_act`` cycles from now
+    (``row_wait``), and closable ``tRAS`` after it (``ras_wait``); else both count down."""
+    with m.If(start):
+        m.d.sync += [
+            row.eq(new_row),
+            valid.eq(1),
+            row_wait.eq(to_last_act + tm.tRCD_MAC - 1),
+            ras_wait.eq(to_last_act + tm.tRAS - 1),
+        ]
+    with m.Else():
+        saturating_down(m, row_wait)
+        saturating_down(m, ras_wait)
 
 
 def push_sequenced(m: Module, port, queue, entry: data.StructLayout, seq: Signal) -> None:
@@ -242,10 +279,7 @@ class MacFirstIssue(wiring.Component):
         if switch is not None:
             switch.issued(m, fire)
         for issue, wait in ((self.issue_mac, mac_wait), (self.issue_io, io_wait)):
-            with m.If(issue):
-                m.d.sync += wait.eq(tm.tCCD - 1)
-            with m.Else():
-                saturating_down(m, wait)
+            restart_down(m, issue, wait, tm.tCCD)
         return m
 
 
@@ -312,7 +346,7 @@ class RowTimer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         tm, span = self._t, self._span
-        open_row = Signal.like(self.head_row)
+        row = Signal.like(self.head_row, name="open_row")
         row_open = Signal()
         row_wait = Signal(self._wait_shape)  # cycles until the open row is usable
         ras_wait = Signal(self._wait_shape)  # cycles until tRAS allows a precharge
@@ -322,24 +356,12 @@ class RowTimer(wiring.Component):
 
         start = Signal()
         m.d.comb += [
-            start.eq(self.head_valid & (~row_open | (self.head_row != open_row))),
-            self.row_ok.eq(row_open & (self.head_row == open_row) & (row_wait == 0)),
+            start.eq(self.head_valid & (~row_open | (self.head_row != row))),
+            self.row_ok.eq(row_open & (self.head_row == row) & (row_wait == 0)),
             self.switching.eq(row_wait != 0),
         ]
-        with m.If(start):
-            # Cycles from now to the last ACT of the new activation.
-            to_last_act = Mux(row_open, pre_delay + tm.tRP + span, span)
-            m.d.sync += [
-                open_row.eq(self.head_row),
-                row_open.eq(1),
-                row_wait.eq(to_last_act + tm.tRCD_MAC - 1),
-                ras_wait.eq(to_last_act + tm.tRAS - 1),
-            ]
-        with m.Else():
-            saturating_down(m, row_wait)
-            saturating_down(m, ras_wait)
-        with m.If(self.mac_issue):
-            m.d.sync += rtp_wait.eq(tm.tRTP - 1)
-        with m.Else():
-            saturating_down(m, rtp_wait)
+        # Cycles from now to the last ACT of the new activation.
+        to_last_act = Mux(row_open, pre_delay + tm.tRP + span, span)
+        open_row(m, tm, start, to_last_act, row, self.head_row, row_open, row_wait, ras_wait)
+        restart_down(m, self.mac_issue, rtp_wait, tm.tRTP)
         return m

@@ -28,6 +28,7 @@ __all__ = [
     "Command",
     "SEED",
     "Terminated",
+    "add_seed_option",
     "bounded_int",
     "build_parser",
     "choice_names",
@@ -46,8 +47,9 @@ class Command:
     """One ``pimphony`` command: its name, help line and where it lives.
 
     ``module`` (a module of :mod:`pimphony.sim`, named relative to it) holds ``add``
-    (``add(parser) -> None``) and ``run`` (``run(args) -> int``);
-    a command with ``subcommands`` is a group (``pimphony wave summary``).
+    (``add(parser) -> None``; ``""``: the command takes no options) and ``run``
+    (``run(args) -> int``); a command with ``subcommands`` is a group (``pimphony wave
+    summary``).
     """
 
     name: str
@@ -71,8 +73,8 @@ COMMANDS: tuple[Command, ...] = (
     _channel("demo", "QK^T, SV and FC GEMV under every scheduler"),
     _channel("run", "one kernel under one scheduler"),
     _channel("compile", "write a kernel's command stream to a file"),
-    Command("presets", "list the hardware presets", "presets"),
-    Command("xpus", "list the compute-device (xPU) presets", "xpus"),
+    Command("presets", "list the hardware presets", "presets", add=""),
+    Command("xpus", "list the compute-device (xPU) presets", "xpus", add=""),
     Command("sweep", "MAC utilisation vs kernel size (PIMphony Fig. 8)", "experiments.sweep"),
     Command(
         "fidelity",
@@ -273,6 +275,11 @@ def bounded_int(lo: int, hi: int) -> Callable[[str], int]:
 SEED = bounded_int(0, 2**32 - 1)
 
 
+def add_seed_option(p: argparse.ArgumentParser, what: str) -> None:
+    """``--seed`` (a :data:`SEED`, default 0), its help saying ``what`` it seeds."""
+    p.add_argument("--seed", type=SEED, default=0, help=what)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse exits 2 with usage; keep that
         self.print_usage(sys.stderr)
@@ -334,7 +341,7 @@ def _add_commands(
                 dest=f"{cmd.name}_command", required=True, parser_class=_Parser
             )
             _add_commands(nested, cmd.subcommands, argv[k + 1 :] if cmd.name == chosen else [])
-        elif cmd.name == chosen:
+        elif cmd.name == chosen and cmd.add:
             cmd.function("add")(p)
 
 

@@ -33,7 +33,7 @@ from pimphony.models.energy import (
 )
 from pimphony.models.errors import PimphonyError
 from pimphony.models.hbm_pim import Op, execute, time_stream
-from pimphony.sim.cli import SEED, bounded_int
+from pimphony.sim.cli import add_seed_option, bounded_int
 from pimphony.sim.provenance import provenance
 
 __all__ = ["CheckError", "add_arguments", "gemv_report", "run"]
@@ -67,7 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also time host layout -> PIM layout of the weights and the results' read-back",
     )
-    p.add_argument("--seed", type=SEED, default=0, help="seed of --check's values")
+    add_seed_option(p, "seed of --check's values")
     p.add_argument(
         "--energy",
         metavar="PRESET",

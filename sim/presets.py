@@ -6,11 +6,7 @@ import argparse
 
 from pimphony.models.config import available_presets, load_preset
 
-__all__ = ["add_arguments", "run"]
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """``pimphony presets`` takes no options."""
+__all__ = ["run"]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -20,6 +20,8 @@ from typing import Any
 
 from pimphony.compiler.dcc.cost import DraftCost, Placement, draft_cost, gpu_seconds, kernel_nest
 from pimphony.compiler.dcc.predictor import (
+    SEARCH_BUDGET,
+    SEARCH_VERIFY,
     Entry,
     LookupTable,
     LookupTableError,
@@ -40,6 +42,7 @@ from pimphony.compiler.rearrange import Strategy
 from pimphony.models.backends import BackendConfig, available_backends, load_backend
 from pimphony.models.errors import PimphonyError
 from pimphony.models.fileio import check_writable, write_atomic
+from pimphony.sim.analysis.dcc_table import add_search_options
 from pimphony.sim.cli import bounded_int, choice_names
 from pimphony.sim.provenance import provenance
 from pimphony.sim.tune_energy import energy_lines, tune_energy
@@ -87,18 +90,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="resident: weights / KV cache already in PIM layout (placed once); every-call: "
         "every input is rearranged per call",
     )
-    p.add_argument(
-        "--budget",
-        type=bounded_int(1, 100_000),
-        default=300,
-        help="drafts simulated to train the predictor when more survive pruning (DCC IV-D)",
-    )
-    p.add_argument(
-        "--verify",
-        type=bounded_int(1, 1000),
-        default=10,
-        help="best predicted drafts simulated before choosing",
-    )
+    add_search_options(p)
     p.add_argument(
         "--exhaustive",
         action="store_true",
@@ -156,8 +148,8 @@ def tune_report(
     strategy: str | None = None,
     exhaustive: bool = False,
     placement: str = Placement.RESIDENT,
-    budget: int = 300,
-    verify: int = 10,
+    budget: int = SEARCH_BUDGET,
+    verify: int = SEARCH_VERIFY,
     energy: str | None = None,
     table: LookupTable | None = None,
     extend: bool = False,

@@ -3,12 +3,14 @@
 ``configs/workloads/<name>.toml`` holds a task's input-context statistics (mean, std, min,
 max; PIMphony Table II, LoL-PIM Table 2) and the model context window it is evaluated with.
 :func:`load_workload` validates one like a hardware preset; :func:`sample_context_lengths`
-draws per-request lengths reproducibly and :func:`read_context_lengths` reads explicit
-lengths from a text or JSON file. See ``docs/memory.md``.
+draws per-request lengths reproducibly (an experiment's ``--requests``:
+:func:`add_requests_option`) and :func:`read_context_lengths` reads explicit lengths from a
+text or JSON file. See ``docs/memory.md``.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from dataclasses import dataclass
@@ -19,11 +21,13 @@ from typing import Any, Literal
 import numpy as np
 from pimphony.models.config import CONFIG_DIR, ConfigError, find_toml, load_toml_table, typed_fields
 from pimphony.models.fileio import read_utf8
+from pimphony.sim.cli import bounded_int
 
 __all__ = [
     "WORKLOAD_DIR",
     "Workload",
     "WorkloadError",
+    "add_requests_option",
     "available_workloads",
     "generation_context_lengths",
     "load_workload",
@@ -205,6 +209,12 @@ def sample_context_lengths(
     else:
         raise ValueError(f"method must be 'truncate' or 'clip', got {method!r}")
     return np.clip(np.rint(x), wl.min, wl.max).astype(np.int64)
+
+
+def add_requests_option(p: argparse.ArgumentParser, default: int, what: str) -> None:
+    """An experiment's ``--requests``: how many context lengths it draws from a workload
+    (1 to 100,000; ``default``), its help saying ``what`` they are."""
+    p.add_argument("--requests", type=bounded_int(1, 100_000), default=default, help=what)
 
 
 def read_context_lengths(path: str | Path, max_context: int | None = None) -> np.ndarray:

@@ -6,11 +6,7 @@ import argparse
 
 from pimphony.models.xpu_config import available_xpus, load_xpu
 
-__all__ = ["add_arguments", "run"]
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """``pimphony xpus`` takes no options."""
+__all__ = ["run"]
 
 
 def run(args: argparse.Namespace) -> int:

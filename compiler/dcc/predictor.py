@@ -67,6 +67,8 @@ __all__ = [
     "FEATURE_NAMES",
     "MAX_SETS",
     "MAX_TENSORS",
+    "SEARCH_BUDGET",
+    "SEARCH_VERIFY",
     "Entry",
     "HoldoutReport",
     "Label",
@@ -94,6 +96,11 @@ __all__ = [
 #: DCC V: "We trained the predictor with 5000 iterations with learning rate of 0.1".
 DEFAULT_N_ESTIMATORS = 5000
 DEFAULT_LEARNING_RATE = 0.1
+
+#: DCC's search effort (IV-D) unless told otherwise: drafts the predictor labels by
+#: simulation when more survive pruning, and best predicted drafts simulated before choosing.
+SEARCH_BUDGET = 300
+SEARCH_VERIFY = 10
 
 #: Dimension sets and tensors a feature vector has room for (the kernels of
 #: :data:`~compiler.dcc.schedule.DCC_KERNELS` have at most three sets and four tensors,
@@ -1005,8 +1012,8 @@ def predicted_search(
     cfg: BackendConfig,
     kernel: DccKernel | str,
     sizes: Sequence[int],
-    budget: int = 300,
-    verify: int = 10,
+    budget: int = SEARCH_BUDGET,
+    verify: int = SEARCH_VERIFY,
     strategy: Strategy | None = None,
     placement: Placement = Placement.RESIDENT,
     n_estimators: int = DEFAULT_N_ESTIMATORS,

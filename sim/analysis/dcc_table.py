@@ -1,27 +1,67 @@
 """DCC's lookup table of best drafts as a file (``pimphony dcc-lut`` writes it; ``pimphony
 tune --table``, ``dcc-figs --table`` and ``dcc-fig8 --table`` read it): the back end's digest a
 table records, the checks :func:`read_table` makes, and how a run reports the shapes a table
-lacks (``docs/dcc.md``).
+lacks (``docs/dcc.md``); and the options of a search the table does not answer
+(:func:`add_search_options`).
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import hashlib
 from pathlib import Path
 
-from pimphony.compiler.dcc.predictor import LookupTable, LookupTableError
+from pimphony.compiler.dcc.predictor import (
+    SEARCH_BUDGET,
+    SEARCH_VERIFY,
+    LookupTable,
+    LookupTableError,
+)
 from pimphony.models.backends import BackendConfig
+from pimphony.sim.cli import bounded_int
 from pimphony.sim.provenance import inputs_digest
 
 __all__ = [
     "NO_PREDICTOR",
+    "SEARCH_EFFORT",
+    "add_search_options",
     "backend_digest",
     "backend_record",
     "read_table",
     "table_digest",
     "untabled_line",
 ]
+
+
+#: An argparse ``type``: ``--budget`` and ``--verify``, drafts simulated.
+SEARCH_EFFORT = bounded_int(1, 10**6)
+
+
+def add_search_options(
+    p: argparse.ArgumentParser,
+    budget: int = SEARCH_BUDGET,
+    verify: int = SEARCH_VERIFY,
+    *,
+    only: str = "",
+) -> None:
+    """``--budget`` and ``--verify``: DCC's search effort (IV-D), defaults ``budget`` and
+    ``verify``. With ``only`` (the ``--system`` rows that read them), the help starts with it
+    and an option not given is absent from the parsed options (``argparse.SUPPRESS``)."""
+    for flag, default, what in (
+        (
+            "--budget",
+            budget,
+            "drafts simulated to train the predictor when more survive pruning (DCC IV-D)",
+        ),
+        ("--verify", verify, "best predicted drafts simulated before choosing"),
+    ):
+        p.add_argument(
+            flag,
+            type=SEARCH_EFFORT,
+            default=argparse.SUPPRESS if only else default,
+            help=f"{only}: {what} (default {default})" if only else what,
+        )
 
 
 def backend_digest(cfg: BackendConfig) -> str:

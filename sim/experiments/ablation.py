@@ -51,18 +51,18 @@ from pimphony.models.config import load_preset
 from pimphony.models.fileio import BUILD_DIR, pyplot, write_figure
 from pimphony.models.xpu import ring_allreduce_seconds
 from pimphony.models.xpu_config import XpuConfig, load_xpu
-from pimphony.sim.cli import SEED, bounded_int
+from pimphony.sim.cli import add_seed_option, bounded_int
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import user_plot
 from pimphony.sim.systems.admission import queue_batches
-from pimphony.sim.systems.command import micro_batches_arg
+from pimphony.sim.systems.command import add_micro_batches_option
 from pimphony.sim.systems.hetero import SUB_BATCHES_AUTO, HeteroSetup, run_hetero_decode
 from pimphony.sim.systems.kernels import KernelCache
 from pimphony.sim.systems.search import best_split, valid_splits
 from pimphony.sim.systems.setup import MICRO_BATCHES_AUTO, DecodeError, DecodeSetup
 from pimphony.sim.systems.step import KernelCaches, run_decode
 from pimphony.sim.systems.techniques import STEPS
-from pimphony.sim.workloads import load_workload, sample_context_lengths
+from pimphony.sim.workloads import add_requests_option, load_workload, sample_context_lengths
 
 __all__ = [
     "ABLATION_PLOT",
@@ -461,19 +461,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="--system xpu+pim: run PIMphony Fig. 14's five cases (FIG14_CASES) "
         "instead of --model/--workload/--modules/--requests",
     )
-    p.add_argument(
-        "--requests",
-        type=bounded_int(1, 100_000),
-        default=128,
-        help="requests drawn from the workload; every step serves all of them",
-    )
-    p.add_argument(
-        "--micro-batches",
-        type=micro_batches_arg,
-        default=MICRO_BATCHES_AUTO,
-        help="pipeline micro-batches per decode step, or 'auto'",
-    )
-    p.add_argument("--seed", type=SEED, default=0, help="seed of the context-length draws")
+    add_requests_option(p, 128, "requests drawn from the workload; every step serves all of them")
+    add_micro_batches_option(p, MICRO_BATCHES_AUTO)
+    add_seed_option(p, "seed of the context-length draws")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", type=Path, default=None, help=f"PNG (default {ABLATION_PLOT})")
     p.add_argument("--force", action="store_true", help="replace an existing --plot file")

@@ -30,9 +30,14 @@ from pimphony.models.memory import (
     MemoryPolicy,
     make_allocator,
 )
-from pimphony.sim.cli import SEED, bounded_int
+from pimphony.sim.cli import add_seed_option
 from pimphony.sim.provenance import provenance
-from pimphony.sim.workloads import Workload, load_workload, sample_context_lengths
+from pimphony.sim.workloads import (
+    Workload,
+    add_requests_option,
+    load_workload,
+    sample_context_lengths,
+)
 
 __all__ = [
     "CapacityError",
@@ -301,13 +306,8 @@ def _result_dict(r: CapacityResult) -> dict:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``pimphony capacity``."""
-    parser.add_argument(
-        "--requests",
-        type=bounded_int(1, 100_000),
-        default=1024,
-        help="context lengths drawn per workload",
-    )
-    parser.add_argument("--seed", type=SEED, default=0, help="seed of the context-length draws")
+    add_requests_option(parser, 1024, "context lengths drawn per workload")
+    add_seed_option(parser, "seed of the context-length draws")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 

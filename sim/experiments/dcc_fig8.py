@@ -38,6 +38,7 @@ from pimphony.sim.analysis.dcc_shapes import (
     SAMPLE_POINTS,
     sample_contexts,
 )
+from pimphony.sim.analysis.dcc_table import add_search_options
 from pimphony.sim.cli import positive_ints
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import user_output, user_plot
@@ -326,10 +327,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default=FIG8_BACKEND, help="PIM back end (with a softmax unit)")
     p.add_argument("--points", type=int, default=SAMPLE_POINTS,
                    help="contexts each phase is costed at over a run")  # fmt: skip
-    p.add_argument("--budget", type=int, default=FIG8_BUDGET,
-                   help="DCC predictor's simulated drafts")  # fmt: skip
-    p.add_argument("--verify", type=int, default=FIG8_VERIFY,
-                   help="best predicted drafts simulated")  # fmt: skip
+    add_search_options(p, FIG8_BUDGET, FIG8_VERIFY)
     p.add_argument("--table", type=Path, default=None,
                    help="DCC's lookup table filled offline (pimphony dcc-lut): shapes it "
                    "holds are not searched")  # fmt: skip

@@ -63,7 +63,7 @@ from pimphony.sim.analysis.dcc_shapes import (
     split_configs,
 )
 from pimphony.sim.analysis.dcc_table import backend_digest, backend_record
-from pimphony.sim.cli import SEED, bounded_int, choice_names
+from pimphony.sim.cli import add_seed_option, bounded_int, choice_names
 from pimphony.sim.provenance import provenance
 from tqdm import tqdm
 
@@ -253,7 +253,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="XGBoost rounds (DCC V: 5000)")  # fmt: skip
     p.add_argument("--holdout", type=float, default=0.2,
                    help="share of each kernel's shapes held out to measure the error")  # fmt: skip
-    p.add_argument("--seed", type=SEED, default=0, help="sampling and hold-out seed")
+    add_seed_option(p, "sampling and hold-out seed")
 
 
 def run(args: argparse.Namespace) -> int:

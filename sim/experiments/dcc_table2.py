@@ -47,7 +47,7 @@ from pimphony.models.backends import load_backend
 from pimphony.models.errors import PimphonyError
 from pimphony.models.fileio import BUILD_DIR, check_writable, pyplot, write_atomic, write_figure
 from pimphony.sim.analysis.dcc_shapes import split_configs
-from pimphony.sim.cli import SEED, bounded_int, choice_names
+from pimphony.sim.cli import add_seed_option, bounded_int, choice_names
 from pimphony.sim.provenance import provenance
 from tqdm import tqdm
 
@@ -447,7 +447,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="one predictor for every row (joint) or one per row")  # fmt: skip
     p.add_argument("--rounds", type=bounded_int(1, 100_000), default=DEFAULT_N_ESTIMATORS,
                    help="XGBoost rounds (DCC V: 5000)")  # fmt: skip
-    p.add_argument("--seed", type=SEED, default=0, help="train/test split and sampling seed")
+    add_seed_option(p, "train/test split and sampling seed")
     p.add_argument("--report", default=None, help="JSON path (default build/dcc/table2.json)")
     p.add_argument("--plot", default=None, help="PNG path (default build/dcc/table2.png)")
     p.add_argument("--force", action="store_true", help="overwrite existing outputs")

@@ -30,7 +30,7 @@ from pimphony.models.bank_slice import (
 from pimphony.models.config import DEFAULT_PRESET, HardwareConfig, load_preset
 from pimphony.models.fileio import BUILD_DIR, pyplot, write_figure
 from pimphony.models.isa import Op
-from pimphony.sim.cli import SEED
+from pimphony.sim.cli import add_seed_option
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import parse_list, user_plot
 
@@ -213,7 +213,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens", type=int, default=4096, help="attention context length T")
     parser.add_argument("--dh", type=int, default=128, help="attention head dimension d_h")
     parser.add_argument("--pattern", choices=PATTERNS, default="stream", help="host addresses")
-    parser.add_argument("--seed", type=SEED, default=0, help="seed of the host arrivals")
+    add_seed_option(parser, "seed of the host arrivals")
     parser.add_argument(
         "--kv-groups", type=int, default=4, help="subarray groups of the KV partition"
     )

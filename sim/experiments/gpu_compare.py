@@ -36,7 +36,7 @@ from pimphony.models.config import load_preset
 from pimphony.models.errors import PimphonyError
 from pimphony.models.fileio import BUILD_DIR, pyplot, write_figure
 from pimphony.models.xpu_config import load_xpu
-from pimphony.sim.cli import SEED
+from pimphony.sim.cli import add_seed_option
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import FORCE_REPORT_PLOT, ReportFiles, parse_list, publish_json
 from pimphony.sim.systems.admission import fill_batch
@@ -311,7 +311,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=",".join(map(str, CAPACITIES_GB)),
         help="comma-separated system capacities, GB (multiples of 64)",
     )
-    p.add_argument("--seed", type=SEED, default=0, help="seed of the context-length draws")
+    add_seed_option(p, "seed of the context-length draws")
     _FILES.add_options(p)
 
 

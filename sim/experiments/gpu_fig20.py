@@ -29,7 +29,7 @@ from pimphony.compiler.llm import ModelSpec, load_model
 from pimphony.models.config import load_preset
 from pimphony.models.fileio import BUILD_DIR, pyplot, write_figure
 from pimphony.models.xpu_config import load_xpu
-from pimphony.sim.cli import SEED
+from pimphony.sim.cli import add_seed_option
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import FORCE_REPORT_PLOT, ReportFiles, publish_json
 from pimphony.sim.systems.admission import fill_batch
@@ -211,7 +211,7 @@ def plot_fig20(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``gpu-fig20`` subcommand's options."""
-    p.add_argument("--seed", type=SEED, default=0, help="seed of the context-length draws")
+    add_seed_option(p, "seed of the context-length draws")
     _FILES.add_options(p)
 
 

@@ -16,7 +16,7 @@ from pimphony.compiler.llm import load_model
 from pimphony.models.channel import SCHEDULERS
 from pimphony.models.config import load_preset
 from pimphony.models.xpu_config import load_xpu
-from pimphony.sim.cli import SEED, bounded_int, choice_names
+from pimphony.sim.cli import add_seed_option, bounded_int, choice_names
 from pimphony.sim.experiments.librapim_energy import hbm_energy, system_energy
 from pimphony.sim.systems.librapim import (
     DEFAULT_GROUPS,
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src = parser.add_mutually_exclusive_group()
     src.add_argument("--context", type=int, default=None, help="tokens of every request")
     src.add_argument("--workload", help="draw prompt lengths from a workload (e.g. alpaca)")
-    parser.add_argument("--seed", type=SEED, default=0, help="seed of --workload draws")
+    add_seed_option(parser, "seed of --workload draws")
     parser.add_argument(
         "--step", type=bounded_int(0, 1 << 20), default=0, help="generation step (--workload)"
     )

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from pimphony.models.fileio import BUILD_DIR
-from pimphony.sim.cli import SEED, bounded_int
+from pimphony.sim.cli import add_seed_option, bounded_int
 from pimphony.sim.provenance import inputs_digest, provenance
 from pimphony.sim.serving.engine import ServeConfig, ServeError, serve
 from pimphony.sim.serving.report import format_summary, metrics, plot_result
@@ -52,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=bounded_int(1, 10**7),
         help=f"tokens each workload request generates (default {DEFAULT_OUTPUT_TOKENS})",
     )
-    p.add_argument("--seed", type=SEED, default=0, help="seed of the prompts and arrivals")
+    add_seed_option(p, "seed of the prompts and arrivals")
     p.add_argument("--max-batch", type=bounded_int(1, 10**6), help="cap on the running batch")
     p.add_argument("--no-prefill", action="store_true", help="skip prefill (decode-only studies)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")

@@ -64,6 +64,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pimphony.compiler.dcc.cost import DraftCost, Placement, draft_cost
+from pimphony.compiler.dcc.predictor import SEARCH_BUDGET, SEARCH_VERIFY
 from pimphony.compiler.dcc.schedule import DccKernel, Draft
 from pimphony.compiler.dcc.tune import default_draft
 from pimphony.compiler.llm import LayerOp, ModelSpec
@@ -77,7 +78,7 @@ from pimphony.sim.analysis.dcc_shapes import (
     attention_sizes,
     fc_sizes,
 )
-from pimphony.sim.cli import bounded_int
+from pimphony.sim.analysis.dcc_table import add_search_options
 from pimphony.sim.provenance import inputs_digest
 from pimphony.sim.systems.base import (
     StepResult,
@@ -121,8 +122,8 @@ __all__ = [
 
 #: DCC's search effort in Fig. 8 (``pimphony dcc-fig8 --budget --verify``): drafts the
 #: predictor labels by simulation, best predicted drafts simulated.
-FIG8_BUDGET = 300
-FIG8_VERIFY = 10
+FIG8_BUDGET = SEARCH_BUDGET
+FIG8_VERIFY = SEARCH_VERIFY
 
 
 class Phase(StrEnum):
@@ -435,18 +436,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="--system attacc-*+dcc: DCC's lookup table filled offline (pimphony dcc-lut): "
         "shapes it holds are not searched",
     )
-    p.add_argument(
-        "--budget",
-        type=bounded_int(1, 10**6),
-        default=argparse.SUPPRESS,
-        help=f"--system attacc-*+dcc: DCC predictor's simulated drafts (default {FIG8_BUDGET})",
-    )
-    p.add_argument(
-        "--verify",
-        type=bounded_int(1, 10**6),
-        default=argparse.SUPPRESS,
-        help=f"--system attacc-*+dcc: best predicted drafts simulated (default {FIG8_VERIFY})",
-    )
+    add_search_options(p, FIG8_BUDGET, FIG8_VERIFY, only="--system attacc-*+dcc")
 
 
 def kv_geometry(cfg: BackendConfig) -> ChunkGeometry:

@@ -19,7 +19,7 @@ from pimphony.models.channel import SCHEDULERS
 from pimphony.models.energy import DEFAULT_ENERGY, available_energy_presets
 from pimphony.models.fileio import BUILD_DIR
 from pimphony.models.memory import MEMORY_POLICIES
-from pimphony.sim.cli import SEED, bounded_int, choice_names
+from pimphony.sim.cli import add_seed_option, bounded_int, choice_names
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import publish_json, user_output, user_plot
 from pimphony.sim.systems import attacc_gpu
@@ -41,6 +41,7 @@ __all__ = [
     "DECODE_XPU",
     "SHARED_DEFAULTS",
     "add_arguments",
+    "add_micro_batches_option",
     "add_row_arguments",
     "add_system_arguments",
     "micro_batches_arg",
@@ -71,12 +72,25 @@ SHARED_DEFAULTS: dict[str, Any] = {"preset": DECODE_PRESET, "xpu": DECODE_XPU, "
 
 
 def micro_batches_arg(value: str) -> int | str:
+    """``--micro-batches``: an integer from 1 to :data:`MAX_BATCH`, or ``auto``."""
     if value == MICRO_BATCHES_AUTO:
         return value
     try:
         return bounded_int(1, MAX_BATCH)(value)
     except argparse.ArgumentTypeError as exc:
         raise argparse.ArgumentTypeError(f"{exc} (or 'auto')") from None
+
+
+def add_micro_batches_option(p: argparse.ArgumentParser, default: int | str | None = None) -> None:
+    """``--micro-batches`` (:func:`micro_batches_arg`) of a PIM decode step, ``default`` when
+    not given (``None``: ``min(pp, batch)``)."""
+    p.add_argument(
+        "--micro-batches",
+        type=micro_batches_arg,
+        default=default,
+        help="pipeline micro-batches per decode step, or 'auto' (try pp, 2pp, 4pp; keep the "
+        "fastest)" + ("; default min(pp, batch)" if default is None else ""),
+    )
 
 
 def sub_batches_arg(value: str) -> int | str:
@@ -132,13 +146,7 @@ def add_system_arguments(p: argparse.ArgumentParser, docs: str) -> None:
         help="tensor-parallel modules per stage (default: 1); LibraPIM rows: devices (8)",
     )
     p.add_argument("--pp", type=bounded_int(1, 1024), default=1, help="pipeline stages")
-    p.add_argument(
-        "--micro-batches",
-        type=micro_batches_arg,
-        default=None,
-        help="pipeline micro-batches, or 'auto' (try pp, 2pp, 4pp; keep the fastest);"
-        " default min(pp, batch)",
-    )
+    add_micro_batches_option(p)
     p.add_argument(
         "--partition",
         choices=choice_names(PARTITIONS),
@@ -193,7 +201,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--context", type=int, help="context length of every request")
     src.add_argument("--contexts", type=Path, help="file of per-request context lengths")
     src.add_argument("--workload", help="draw lengths from a workload (e.g. qmsum)")
-    p.add_argument("--seed", type=SEED, default=0, help="seed for --workload sampling")
+    add_seed_option(p, "seed for --workload sampling")
     p.add_argument("--batch", type=_batch, default=None, help="requests, or 'auto' (fill memory)")
     p.add_argument("--modules", type=int, help="modules (must equal tp * pp; default tp * pp)")
     p.add_argument(

@@ -56,7 +56,7 @@ from pimphony.models.isa import StreamError, load_stream, save_stream
 from pimphony.models.pingpong import PingPongError
 from pimphony.rtl import Block
 from pimphony.rtl.blocks import SCHEDULER_OF_BLOCK
-from pimphony.sim.cli import SEED, bounded_int, choice_names
+from pimphony.sim.cli import add_seed_option, bounded_int, choice_names
 from pimphony.sim.provenance import provenance
 from pimphony.sim.verify.compiled import CompiledHarness, CompiledRun, build_harness, encode_streams
 from pimphony.sim.verify.runner import CosimError
@@ -888,7 +888,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=1000,
         help="streams (items: one dispatch or bank_slice run) per block",
     )
-    parser.add_argument("--seed", type=SEED, default=0, help="campaign seed")
+    add_seed_option(parser, "campaign seed")
     parser.add_argument(
         "--max-length",
         type=bounded_int(1, 100_000),

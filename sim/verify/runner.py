@@ -162,10 +162,16 @@ _BUILT = {"verilator": "{top}", "icarus": "sim.vvp"}
 cocotb runner names Verilator's executable after the top module."""
 
 
-def _config_key(top: str, verilog_text: str, simulator: str, waves: bool) -> str:
-    """Build-directory name: top module, simulator, waves flag and a hash of the Verilog."""
+def _build_dir(top: str, verilog_text: str, simulator: str, waves: bool, build_root: Path) -> Path:
+    """Where a build is cached: ``build_root/<top>-<simulator>-[waves-]<hash of the
+    Verilog>``."""
     digest = hashlib.sha256(verilog_text.encode()).hexdigest()[:12]
-    return f"{top}-{simulator}-{'waves-' if waves else ''}{digest}"
+    return Path(build_root) / f"{top}-{simulator}-{'waves-' if waves else ''}{digest}"
+
+
+def _built(build_dir: Path, top: str, simulator: str) -> bool:
+    """Whether ``build_dir`` holds ``simulator``'s build of ``top`` (:data:`_BUILT`)."""
+    return (build_dir / _BUILT[simulator].format(top=top)).exists()
 
 
 def is_built(
@@ -176,8 +182,7 @@ def is_built(
     build_root: Path = BUILD_ROOT,
 ) -> bool:
     """Whether :func:`run_cocotb` finds ``verilog_text`` built (no build on its next run)."""
-    build_dir = Path(build_root) / _config_key(top, verilog_text, simulator, waves)
-    return (build_dir / _BUILT[simulator].format(top=top)).exists()
+    return _built(_build_dir(top, verilog_text, simulator, waves, build_root), top, simulator)
 
 
 @dataclass(frozen=True)
@@ -215,7 +220,7 @@ def run_cocotb(
     """
     from cocotb_tools.runner import get_runner
 
-    build_dir = (Path(build_root) / _config_key(top, verilog_text, simulator, waves)).resolve()
+    build_dir = _build_dir(top, verilog_text, simulator, waves, build_root).resolve()
     build_dir.mkdir(parents=True, exist_ok=True)
     src = build_dir / f"{top}.v"
     if not src.exists() or src.read_text() != verilog_text:
@@ -230,7 +235,7 @@ def run_cocotb(
         "timescale": ("1ns", "1ps"),
     }
     started = time.time()
-    built = (build_dir / _BUILT[simulator].format(top=top)).exists()
+    built = _built(build_dir, top, simulator)
     if not built:
         print(
             f"building {top} with {simulator} (first run of this Verilog, typically 20-60 s; "
