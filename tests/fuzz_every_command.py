@@ -27,20 +27,11 @@ from pathlib import Path
 
 from pimphony.models.config import CONFIG_DIR
 
+from tests.test_fuzz_commands import TINY_SWEEP
+
 __all__ = ["BASES", "Case", "Outcome", "cases", "command_names", "run_case"]
 
 ROOT = Path(__file__).resolve().parents[1]
-
-TINY_SWEEP = """name = "tiny"
-command = "run"
-[base]
-kernel = "gemv"
-din = 64
-[grid]
-dout = [32, 64]
-[outputs]
-cycles = "cycles"
-"""
 
 #: A scheduler waveform of one issued command (``pimphony wave summary`` reads it).
 TINY_VCD = """$timescale 1ns $end
