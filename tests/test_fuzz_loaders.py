@@ -63,16 +63,16 @@ def _table_file(tmp: Path) -> Path:
 
 
 def _scheduler_reproducer(tmp: Path) -> Path:
-    """A reproducer of the ``dcs`` block (``pimphony verify campaign``'s ``.json``) whose
-    stream, a compiled GEMV, sits where the damaged copy will look for it."""
+    """A reproducer of the ``dcs`` block (``pimphony verify campaign``'s ``.json``) naming
+    its stream, a compiled GEMV, by absolute path (so that a copy anywhere finds it)."""
     from pimphony.compiler.kernels import compile_kernel
 
     cfg = load_preset("aim-16ch")
-    (tmp / "damaged").mkdir(exist_ok=True)
-    stream = compile_kernel(cfg, "gemv", d_out=64, d_in=64).commands
-    for folder in (tmp, tmp / "damaged"):
-        save_stream(folder / "stream.npz", stream, cfg, overwrite=True)
-    record = {"block": "dcs", "preset": "aim-16ch", "index": 0, "stream": "stream.npz",
+    stream = save_stream(
+        tmp / "stream.npz", compile_kernel(cfg, "gemv", d_out=64, d_in=64).commands, cfg,
+        overwrite=True,
+    )  # fmt: skip
+    record = {"block": "dcs", "preset": "aim-16ch", "index": 0, "stream": str(stream),
               "valid_gaps": None, "ready_pattern": [1, 0, 1]}  # fmt: skip
     path = tmp / "dcs-repro.json"
     path.write_text(json.dumps(record, indent=2) + "\n")
