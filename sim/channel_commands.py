@@ -20,7 +20,7 @@ from pimphony.models.energy import DEFAULT_ENERGY, load_energy, run_energy
 from pimphony.models.fileio import BUILD_DIR, write_atomic
 from pimphony.models.functional import DataflowCheck
 from pimphony.models.isa import StreamError, StreamReader, save_stream
-from pimphony.sim.cli import choice_names
+from pimphony.sim.cli import bounded_int, choice_names
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import (
     describe_kernel,
@@ -113,7 +113,10 @@ def add_compile_arguments(p: argparse.ArgumentParser) -> None:
         help="static: unrolled stream (.npz); dpa: DPA program words (.bin, qk/sv only)",
     )
     p.add_argument(
-        "--max-tokens", type=int, default=131072, help="largest T_cur a DPA program serves"
+        "--max-tokens",
+        type=bounded_int(1, (1 << 24) - 1),  # the DPA header's 24-bit field
+        default=131072,
+        help="largest T_cur a DPA program serves",
     )
     p.add_argument("-o", "--output", type=Path, required=True, help="output file")
     p.add_argument("--force", action="store_true", help="overwrite an existing file")

@@ -30,6 +30,7 @@ __all__ = [
     "Terminated",
     "add_seed_option",
     "bounded_int",
+    "bounded_ints",
     "build_parser",
     "choice_names",
     "main",
@@ -253,6 +254,20 @@ def positive_ints(text: str) -> tuple[int, ...]:
     if any(v < 1 for v in values):
         raise argparse.ArgumentTypeError(f"{text!r}: every value must be >= 1")
     return values
+
+
+def bounded_ints(lo: int, hi: int) -> Callable[[str], tuple[int, ...]]:
+    """An argparse ``type``: comma-separated integers, each from ``lo`` to ``hi``."""
+
+    def parse(text: str) -> tuple[int, ...]:
+        values = positive_ints(text) if lo >= 1 else ()
+        bad = [v for v in values if not lo <= v <= hi]
+        if bad:
+            raise argparse.ArgumentTypeError(f"{bad[0]} is outside {lo:,} to {hi:,}")
+        return values
+
+    parse.__name__ = f"integers {lo:,} to {hi:,}"
+    return parse
 
 
 def bounded_int(lo: int, hi: int) -> Callable[[str], int]:

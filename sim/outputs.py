@@ -11,6 +11,7 @@ it was. Replacing only regular files, and only with ``--force``, is
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from pimphony.compiler.dcc.files import model_path
@@ -56,11 +57,12 @@ def command_files(args: argparse.Namespace) -> tuple[dict[str, Path], dict[str, 
 
 def check_command_files(args: argparse.Namespace) -> None:
     """:class:`~pimphony.models.fileio.OutputError` if an output of ``args`` is one of its
-    inputs (path, symbolic or hard link), two outputs name one file, or an output names
-    something no write may replace (a FIFO, socket, device or symbolic link), before the
-    command runs."""
+    inputs (path, symbolic or hard link), two outputs name one file, an output names
+    something no write may replace (a FIFO, socket, device or symbolic link) or lies in a
+    folder that cannot be written, before the command runs."""
     outputs, inputs = command_files(args)
     for flag, path in outputs.items():
+        _check_folder(flag, path)
         kind = file_kind(path)
         if kind not in (None, "regular file", "directory"):
             raise OutputError(
@@ -68,3 +70,17 @@ def check_command_files(args: argparse.Namespace) -> None:
                 "(--force included)"
             )
     check_outputs(outputs, inputs)
+
+
+def _check_folder(flag: str, path: Path) -> None:
+    """:class:`OutputError` if nothing can be written at ``path``: its nearest existing folder
+    is a file, read-only or not ours to write (refused before the command runs, not after)."""
+    folder = path if path.is_dir() else path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if folder.exists() and not folder.is_dir():
+        raise OutputError(f"{flag} {path}: {folder} is a {file_kind(folder)}, not a folder")
+    if folder.exists() and not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputError(
+            f"{flag} {path}: the folder {folder} cannot be written (read-only or no permission)"
+        )

@@ -26,11 +26,12 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, given, settings
 
+from tests import fuzz_every_command as every
 from tests import test_fuzz_cli as fuzz
 from tests import test_fuzz_commands as commands
 from tests import test_fuzz_loaders as loaders
 
-__all__ = ["STRATEGIES", "main", "tally"]
+__all__ = ["STRATEGIES", "main", "tally", "tally_command"]
 
 
 def _loader_case(name: str):
@@ -150,13 +151,55 @@ def tally(name: str, examples: int, timeout: int = 60) -> tuple[Counter, list[st
     return counts, vague, messages
 
 
+def tally_command(
+    command: str, timeout: float = 60, jobs: int = 1
+) -> tuple[Counter, list[tuple[every.Case, every.Outcome]]]:
+    """Outcome counts of every bad invocation of ``command`` (``tests/fuzz_every_command.py``),
+    and each case with its outcome."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    todo = list(every.cases(command))
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        outcomes = list(pool.map(lambda c: every.run_case(c, timeout), todo))
+    return Counter(o.kind for o in outcomes), list(zip(todo, outcomes, strict=True))
+
+
+def _every(args: argparse.Namespace) -> int:
+    """``--every``: the table of every command's bad invocations."""
+    kinds = ("ok", "error", "vague", "traceback", "hang", "wrong", "lost")
+    print(f"{'command':<18}{'cases':>7}" + "".join(f"{k:>10}" for k in kinds), flush=True)
+    total: Counter = Counter()
+    for command in args.command or every.command_names():
+        counts, done = tally_command(command, args.timeout, args.jobs)
+        total.update(counts)
+        n = sum(counts.values())
+        print(f"{command:<18}{n:>7}" + "".join(f"{counts[k]:>10}" for k in kinds), flush=True)
+        for case, outcome in done:
+            bad = outcome.kind not in ("error",) and case.what != "base"
+            if bad or (case.what == "base" and outcome.kind != "ok") or args.verbose:
+                shown = " ".join(case.argv)
+                print(f"    {outcome.kind}: {case.what} [{shown}] -> {outcome.message[-160:]}")
+    n = sum(total.values())
+    print(f"{'all':<18}{n:>7}" + "".join(f"{total[k]:>10}" for k in kinds))
+    return 0 if not any(total[k] for k in kinds[2:]) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.fuzz_tally", description=__doc__)
     parser.add_argument("--examples", type=int, default=100, help="cases per strategy")
     parser.add_argument("--timeout", type=int, default=60, help="seconds before a case hangs")
     parser.add_argument("--only", choices=sorted(STRATEGIES), action="append")
     parser.add_argument("--messages", type=Path, help="write every distinct error message here")
+    parser.add_argument(
+        "--every", action="store_true",
+        help="instead: bad values for every option of every command (tests/fuzz_every_command.py)",
+    )  # fmt: skip
+    parser.add_argument("--command", action="append", help="with --every: only this command")
+    parser.add_argument("--jobs", type=int, default=1, help="with --every: cases run at once")
+    parser.add_argument("--verbose", action="store_true", help="with --every: print every case")
     args = parser.parse_args(argv)
+    if args.every:
+        return _every(args)
     kinds = ("ok", "error", "vague", "traceback", "hang", "wrong")
     print(f"{'strategy':<18}{'cases':>7}" + "".join(f"{k:>11}" for k in kinds))
     total: Counter = Counter()

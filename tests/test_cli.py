@@ -176,6 +176,7 @@ def test_compile_refuses_overwrite_without_force(capsys, tmp_path):
         (("run", "--kernel", "gemv", "--dout", "65536", "--din", "65536"), ["DRAM rows"]),
         (("run", "--stream", "missing.npz"), ["missing.npz", "no such file"]),
         (("compile", *QK), ["-o"]),
+        (("compile", *QK, "-o", "x.bin", "--max-tokens", "-1"), ["--max-tokens", "-1 is outside"]),
         (("frobnicate",), ["frobnicate"]),
     ],
 )

@@ -394,6 +394,13 @@ def test_campaign_refusals(tmp_path, capsys):
     bad.write_text("[1, 2")
     status, _, err = _main(capsys, "--replay", str(bad))
     assert status == 2 and "not a campaign reproducer" in err
+    for block in ("dcs", "dpa"):  # the fuzzer's: a preset or stream the record names is bad
+        bad.write_text(json.dumps({"block": block, "preset": "", "index": 0}))
+        status, _, err = _main(capsys, "--replay", str(bad))
+        assert status == 2 and f"{bad}: field 'preset': unknown preset ''" in err, err
+    bad.write_text(json.dumps({"block": "dcs", "preset": "aim-16ch", "index": 0, "stream": "x"}))
+    status, _, err = _main(capsys, "--replay", str(bad))
+    assert status == 2 and f"{bad}: field 'stream': " in err and "x" in err, err
     status, _, err = _main(capsys, "--repro-dir", str(bad), "--streams", "1")
     assert status == 2 and f"--repro-dir {bad} is a file" in err
     with pytest.raises(SystemExit) as exc:

@@ -20,6 +20,7 @@ from pimphony.sim.systems.base import SystemKind
 from pimphony.sim.systems.gpu import GpuSetup, run_gpu_decode
 from pimphony.sim.systems.setup import DecodeError
 
+from tests.helpers import run_cli
 from tests.test_attacc_gpu import CFG, HOST, SPEC
 
 
@@ -54,6 +55,22 @@ def test_bad_runs_are_refused():
         _runs("0:5")
     with pytest.raises(DecodeError, match="exceeds gpt3-13b-4k's context_window 4096"):
         fig8(models=("gpt3-13b-4k",), batches=(1,), runs=((4000, 200),))
+
+
+@pytest.mark.parametrize(
+    "option, value, message",
+    [  # the fuzzer's (issue 34): a ValueError, a MemoryError and three runs that never ended
+        ("--models", "", "--models is empty"),
+        ("--batches", "1000000000000", "--batches: 1000000000000 is outside 1 to 4,096"),
+        ("--points", "1000000000000", "--points: 1000000000000 is outside 2 to 10,000"),
+        ("--points", "1", "--points: 1 is outside 2 to 10,000"),
+        ("--budget", "1000000000000", "--budget: 1000000000000 is outside 1 to 1,000,000"),
+        ("--verify", "1000000000000", "--verify: 1000000000000 is outside 1 to 1,000,000"),
+    ],
+)
+def test_cli_refuses_bad_options(capsys, option, value, message):
+    rc, _, err = run_cli(capsys, "dcc-fig8", option, value)
+    assert rc == 2 and message in err and "internal error" not in err, err
 
 
 # --- --energy: the generation step's energy, GPU and PIM parts (docs/dcc.md, docs/energy.md)
@@ -184,7 +201,6 @@ def test_full_moves_ffn_energy_from_gpu_to_pim(energy_rows):
 def test_cli_energy_leaves_the_report_without_it_unchanged(capsys, tmp_path):
     import json
 
-    from tests.helpers import run_cli
 
     path = _tiny_table().save(tmp_path / "t.json")
     base = ("dcc-fig8", "--models", "gpt3-13b-4k", "--batches", "1", "--runs", "128:2",

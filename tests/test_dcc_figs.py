@@ -58,6 +58,8 @@ def test_fig7_panels_and_their_summary(tmp_path: Path, capsys, monkeypatch) -> N
     assert rc == 0, err
     doc = json.loads(report.read_text())
     assert [r["kernel"] for r in doc["rows"]] == ["VA", "VA"]
+    rc, _, err = run_cli(capsys, "dcc-figs", "--figure", "fig7", "--panels", ",")  # was a
+    assert rc == 2 and "--panels is empty; figure fig7 has panels GEMV, VA" in err  # ZeroDivision
     s = doc["summary"]
     assert set(s) == {"VA_default_over_gpu_geomean", "VA_dcc_over_gpu_geomean",
                       "VA_dcc_over_default_geomean"}  # fmt: skip

@@ -146,4 +146,6 @@ def test_sweep_per_shape_writes_one_point_per_value(tmp_path: Path, capsys, monk
         assert row["total"] == 2 and p["overall"]["accuracy"] == row["best"] / 2
     assert "--per-shape 3:" in out and "--per-shape 10:" in out and png.stat().st_size > 0
     rc, _, err = run_cli(capsys, "dcc-table2", "--sweep-per-shape", "3,0")
-    assert rc == 2 and "comma-separated integers >= 1" in err
+    assert rc == 2 and "every value must be >= 1" in err
+    rc, _, err = run_cli(capsys, "dcc-table2", "--sweep-per-shape", "1000000000000")  # issue 34
+    assert rc == 2 and "1000000000000 is outside 1 to 100,000" in err

@@ -2,20 +2,23 @@
 file; never another exception (issue 34).
 
 Each case starts from a shipped file (a preset of every kind, a sweep, a trace, a workload, a
-lookup table) and damages it: a field set to a generated value (of another type, out of range,
-NaN, huge, text), a field deleted, an unknown field added, a section made a scalar, the bytes
-cut short, a byte replaced by one that is not UTF-8, or random bytes. ``make test`` runs a
+lookup table, a campaign reproducer) and damages it: a field set to a generated value (of
+another type, out of range, NaN, huge, text), a field deleted, an unknown field added, a
+section made a scalar, the bytes cut short, a byte replaced by one that is not UTF-8, or
+random bytes. ``make test`` runs a
 bounded number of examples per loader; the ``slow`` variant runs 400.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,15 +28,17 @@ from pimphony.compiler.dcc.schedule import DccKernel
 from pimphony.compiler.dcc.tune import default_draft
 from pimphony.compiler.llm import load_model
 from pimphony.models.backends import load_backend, load_backend_config
-from pimphony.models.config import CONFIG_DIR, load_config
+from pimphony.models.config import CONFIG_DIR, load_config, load_preset
 from pimphony.models.energy import load_energy_config
 from pimphony.models.errors import PimphonyError
+from pimphony.models.isa import save_stream
 from pimphony.models.layout import load_layout
 from pimphony.models.xpu_config import load_xpu_config
 from pimphony.sim.analysis.dcc_table import backend_record, read_table
 from pimphony.sim.serving.trace import read_trace
 from pimphony.sim.sherpa_timing import load_sherpa_host
 from pimphony.sim.sweep_run import load_sweep
+from pimphony.sim.verify import campaign, campaign_blocks
 from pimphony.sim.workloads import load_workload
 
 from tests.test_fuzz_cli import values
@@ -57,6 +62,55 @@ def _table_file(tmp: Path) -> Path:
     return table.save(tmp / "table.json")
 
 
+def _scheduler_reproducer(tmp: Path) -> Path:
+    """A reproducer of the ``dcs`` block (``pimphony verify campaign``'s ``.json``) naming
+    its stream, a compiled GEMV, by absolute path (so that a copy anywhere finds it)."""
+    from pimphony.compiler.kernels import compile_kernel
+
+    cfg = load_preset("aim-16ch")
+    stream = save_stream(
+        tmp / "stream.npz", compile_kernel(cfg, "gemv", d_out=64, d_in=64).commands, cfg,
+        overwrite=True,
+    )  # fmt: skip
+    record = {"block": "dcs", "preset": "aim-16ch", "index": 0, "stream": str(stream),
+              "valid_gaps": None, "ready_pattern": [1, 0, 1]}  # fmt: skip
+    path = tmp / "dcs-repro.json"
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return path
+
+
+def _dpa_reproducer(tmp: Path) -> Path:
+    """A reproducer of the ``dpa`` block: one campaign item as ``write_item`` writes it."""
+    cfg = load_preset("aim-16ch")
+    item = campaign_blocks.dpa_item(cfg, "dpa", 4, 0, campaign_blocks.CampaignOptions())
+    shrunk = campaign_blocks.ShrunkItem(item, "x", {"commands": item.commands}, 0, 0)
+    return campaign_blocks.write_item(
+        tmp, shrunk, block="dpa", cfg=cfg, preset="aim-16ch", seed=4, overwrite=True
+    )
+
+
+class _LoadedError(Exception):
+    """The reproducer was read and checked; the RTL simulation it would start is skipped."""
+
+
+def _stop(*args, **kwargs):
+    raise _LoadedError
+
+
+def load_reproducer(path: Path) -> Any:
+    """What ``pimphony verify campaign --replay PATH`` does up to the RTL simulation: read the
+    record, check its block and fields, load its preset and stream and expand it on the TLM."""
+    with (
+        mock.patch.object(campaign, "build_harness", _stop),
+        mock.patch.object(campaign_blocks, "_simulate", _stop),
+    ):
+        try:
+            return campaign.run(argparse.Namespace(
+                replay=path, block=None, preset=None, json=True, quiet=True))  # fmt: skip
+        except _LoadedError:
+            return path
+
+
 #: loader name -> (the shipped file it starts from, or a maker of one; the loader).
 LOADERS: dict[str, tuple[Path | Callable[[Path], Path], Callable[[Path], Any]]] = {
     "pim-preset": (CONFIG_DIR / "aim-16ch.toml", load_config),
@@ -72,6 +126,8 @@ LOADERS: dict[str, tuple[Path | Callable[[Path], Path], Callable[[Path], Any]]] 
     "trace-jsonl": (CONFIG_DIR / "traces" / "example.jsonl", read_trace),
     "trace-csv": (CONFIG_DIR / "traces" / "example.csv", read_trace),
     "table": (_table_file, lambda path: read_table(path, load_backend("attacc"))),
+    "reproducer": (_scheduler_reproducer, load_reproducer),
+    "reproducer-dpa": (_dpa_reproducer, load_reproducer),
 }
 
 

@@ -223,3 +223,6 @@ def test_gpu_compare_refuses_partial_device():
 
     with pytest.raises(CompareError, match="100 GB is not a whole number of 8 GB"):
         gpu_compare("llm-7b", ["qmsum"], [100])
+    # too large: refused before any point runs (10^12 GB was a MemoryError; issue 34)
+    with pytest.raises(CompareError, match="capacity 8200 GB is outside 1 to 8,192 GB"):
+        gpu_compare("llm-7b", ["qmsum"], [128, 8200])

@@ -349,3 +349,18 @@ def test_slice_mode_changes_the_librapim_step_as_the_channel_model_predicts(hbm2
         assert run.ops["qk"] == spec.layers * qk
     assert runs[False].cycles > runs[True].cycles  # exclusive banks: PIM twice as slow
     assert runs[False].ops["qk"] > 1.8 * runs[True].ops["qk"]
+
+
+@pytest.mark.parametrize("command", ["librapim-fig19", "librapim-energy"])
+@pytest.mark.parametrize(
+    "option, value, message",
+    [  # the fuzzer's (issue 34): a ValueError / IndexError, a MemoryError, a grid of 10^12
+        ("--models", "", "--models is empty"),
+        ("--batches", "1000000000000", "--batches: 1000000000000 is outside 1 to 4,096"),
+        ("--groups", "1000000000000", "--groups: 1000000000000 is outside 1 to 4,096"),
+        ("--tp", "0", "--tp: 0 is outside 1 to 1,024"),
+    ],
+)
+def test_fig19_and_fig22_refuse_bad_grids(capsys, command, option, value, message):
+    rc, _, err = run_cli(capsys, command, option, value)
+    assert rc == 2 and message in err and "internal error" not in err, err

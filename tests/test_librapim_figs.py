@@ -161,6 +161,17 @@ def test_fig20_cli_writes_json_and_png(capsys, tmp_path):
     assert rc == 2 and "unknown system(s) tpu" in err
 
 
+@pytest.mark.parametrize(
+    "option, value",
+    [("--batches", "1000000000000"), ("--sizes", "1000000000000"), ("--groups", "5000"),
+     ("--tp", "0")],
+)  # fmt: skip
+def test_grid_options_are_bounded(capsys, option, value):
+    """The fuzzer's (issue 34): a MemoryError (--batches) and runs that never ended."""
+    rc, _, err = run_cli(capsys, "librapim-figs", "--figure", "fig21", option, value)
+    assert rc == 2 and f"{option}: {value} is outside 1 to " in err, err
+
+
 @pytest.mark.parametrize("figure", ["fig7", "fig9"])
 def test_fig7_and_fig9_cli(capsys, tmp_path, figure):
     out, doc, png = run_report(

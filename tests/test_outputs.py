@@ -208,6 +208,32 @@ def test_every_output_refuses_a_fifo_before_running(words, action, tmp_path, cap
     assert file_kind(fifo) == "FIFO"
 
 
+@pytest.mark.parametrize(
+    "words,action", OUTPUTS, ids=[f"{' '.join(w)}:{a.dest}" for w, a in OUTPUTS]
+)
+def test_every_output_refuses_a_folder_it_cannot_write_before_running(
+    words, action, tmp_path, capsys
+):
+    """A file where a folder should be, or a read-only folder, is refused before the
+    command runs (``fidelity --write ro/x.md`` ran for minutes, then failed; issue 34)."""
+    (tmp_path / "f").write_text("keep")
+    flag = action.option_strings[-1]
+    rc = main([*words, *REQUIRED.get(words, []), flag, str(tmp_path / "f" / "x" / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{tmp_path / 'f'} is a regular file, not a folder" in err, err
+    assert flag in err and (tmp_path / "f").read_text() == "keep"
+
+
+def test_a_read_only_folder_is_refused_before_running(tmp_path, capsys, monkeypatch):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: Path(p) != ro and access(p, mode))
+    rc = main(["fidelity", "--write", str(ro / "new" / "f.md")])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"--write {ro}/new/f.md: the folder {ro} cannot be written" in err, err
+
+
 def test_a_tables_predictor_is_an_input_too(tmp_path, capsys):
     """``--table t.json`` also reads ``t.model.ubj``: an output aimed at it is refused."""
     table, predictor = tmp_path / "t.json", tmp_path / "t.model.ubj"

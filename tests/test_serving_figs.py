@@ -31,3 +31,13 @@ def test_serve_fig17_runs_the_parts_asked(capsys, monkeypatch):
     assert rc == 0 and calls == [("b", 8)] and out.startswith("\n| context | CENT batch")
     rc, _, err = run_cli(capsys, "serve-fig17", "--outputs", "0")
     assert rc == 2 and "0 is outside 1" in err
+
+
+def test_serve_fig4_row_of_a_run_that_never_saturated():
+    """A run where no request ever waited has no saturated batch: the row says ``n/a``
+    (``--output-tokens 1 --requests-per-slot 1 --modules 4`` was a TypeError, issue 34)."""
+    run = {"saturated_batch": None, "mean_batch": 3.0, "tokens_per_s": 10.0}
+    row = {"workload": "qmsum", "capacity_gib": 64.0, "modules": 4, "requests": 7,
+           "ideal_batch": 6.5, "static": {**run, "saturated_batch": 2.0}, "lazy": run}  # fmt: skip
+    line = fig4._line(row)
+    assert "| 2.00 | n/a | 6.5 | n/a |" in line and line.endswith("| 1.00x |")

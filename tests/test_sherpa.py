@@ -248,6 +248,8 @@ def test_timing_refusals(capsys, tmp_path):
     assert code == 2 and "expected comma-separated integers" in err
     code, _, err = run_cli(capsys, "sherpa", "--out-len", "64")
     assert code == 2 and "need --sl" in err
+    code, _, err = run_cli(capsys, "sherpa", "--sl", "64", "--out-len", "")  # was --sl's
+    assert code == 2 and "--out-len is empty" in err
     code, _, err = run_cli(capsys, "sherpa", "--sl", "64", "--strategy", "owr",
                            "--timeline", tmp_path / "x.png")  # fmt: skip
     assert code == 2 and "needs the S-DDB strategy" in err

@@ -51,6 +51,9 @@ def test_cli_sweep_writes_plot_and_refuses_bad_dims(tmp_path, capsys):
     assert plot.stat().st_size > 1000
     assert main(["sweep", "--dims", "64,abc", "--plot", str(plot)]) == 2
     assert "--dims" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # was ignored for gemv (issue 34)
+        main(["sweep", "--dims", "64", "--tokens", "-1"])
+    assert "--tokens: -1 is outside 1 to 1,048,576" in capsys.readouterr().err
 
 
 def test_existing_plot_needs_force(tmp_path, capsys):

@@ -157,6 +157,16 @@ def test_cli_refuses_another_sweeps_directory(tmp_path, capsys):
     assert code == 2 and "not a sweep's directory" in err
 
 
+def test_ray_options_with_serial_are_refused(tmp_path, capsys):
+    """Were ignored (issue 34's fuzzer: ``--serial --workers 10^12``, ``--address x``)."""
+    path = _write(tmp_path, TINY.format(bad="aim-16ch"))
+    for extra in (["--workers", "3"], ["--address", "x", "--workers", "2"]):
+        code, _, err = run_cli(capsys, "sweep-run", str(path), "--serial", *extra)
+        named = " and ".join(e for e in extra if e.startswith("--"))
+        assert code == 2 and f"{named} set up Ray; --serial runs without it" in err, err
+    assert not (tmp_path / "out").exists()
+
+
 def test_unreachable_ray_address_is_refused_at_once(tmp_path, capsys):
     path = _write(tmp_path, TINY.format(bad="aim-16ch"))
     out = str(tmp_path / "out")

@@ -301,3 +301,20 @@ def test_an_unstamped_vcd_cut_mid_line_is_refused(tmp_path):
     path.write_bytes(path.read_bytes()[:-2])  # "0!\n" cut to "0"
     with pytest.raises(WaveformError, match="truncated \\(its last line is unfinished"):
         summarize_vcd(path, CFG)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [  # the fuzzer's (issue 34): ignored, the recording ran on
+        (("--tokens", "-1"), "--tokens does not apply to --kernel gemv (it takes --dout and"),
+        (("--dh", "64", "--tokens", "9"), "--tokens and --dh do not apply to --kernel gemv"),
+    ],
+)
+def test_record_refuses_the_other_kernels_options(capsys, tmp_path, extra, message):
+    rc, _, err = run_cli(capsys, "wave", "record", "--kernel", "gemv", "--dout", "64", "--din",
+                         "64", "--out-dir", tmp_path, *extra)  # fmt: skip
+    assert rc == 2 and message in err, err
+    rc, _, err = run_cli(capsys, "wave", "record", "--kernel", "qk", "--tokens", "64", "--dh",
+                         "64", "--dout", "8", "--out-dir", tmp_path)  # fmt: skip
+    assert rc == 2 and "--dout does not apply to --kernel qk (it takes --tokens and --dh)" in err
+    assert list(tmp_path.iterdir()) == []

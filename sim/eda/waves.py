@@ -426,6 +426,14 @@ def _shape(args: argparse.Namespace) -> dict:
     missing = [flags[k] for k, v in need.items() if v is None]
     if missing:
         raise CompileError(f"--kernel {args.kernel} needs {' and '.join(missing)}")
+    others = {"--tokens": args.tokens, "--dh": args.dh, "--dout": args.dout, "--din": args.din}
+    extra = [f for f, v in others.items() if v is not None and f not in flags.values()]
+    if extra:
+        raise CompileError(
+            f"{' and '.join(extra)} {'does' if len(extra) == 1 else 'do'} not apply to "
+            f"--kernel {args.kernel} (it takes "
+            f"{' and '.join(flags.values())})"
+        )
     return need
 
 

@@ -30,6 +30,7 @@ from pimphony.models.channel import (
     run_channels,
 )
 from pimphony.models.config import CONFIG_DIR, load_preset
+from pimphony.sim.cli import bounded_int
 from pimphony.sim.verify.streams import repeated_gemv_chunks
 
 __all__ = [
@@ -493,9 +494,10 @@ def _table(head: str, lines: Iterable[str]) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``pimphony bench``."""
-    parser.add_argument("--dim", type=int, default=16384, help="GEMV dimension (d x d)")
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--rtl-dim", type=int, default=2048, help="GEMV dimension for RTL speed")
+    dim = bounded_int(1, 1 << 16)
+    parser.add_argument("--dim", type=dim, default=16384, help="GEMV dimension (d x d)")
+    parser.add_argument("--repeat", type=bounded_int(1, 100), default=3, help="best of how many")
+    parser.add_argument("--rtl-dim", type=dim, default=2048, help="GEMV dimension for RTL speed")
     parser.add_argument("--no-rtl", action="store_true", help="skip the RTL simulation speed")
     parser.add_argument(
         "--no-memory", action="store_true", help="skip the 10^6-10^8-command memory runs"

@@ -39,9 +39,9 @@ from pimphony.sim.analysis.dcc_shapes import (
     sample_contexts,
 )
 from pimphony.sim.analysis.dcc_table import add_search_options
-from pimphony.sim.cli import positive_ints
+from pimphony.sim.cli import bounded_int, bounded_ints
 from pimphony.sim.provenance import provenance
-from pimphony.sim.report import user_output, user_plot
+from pimphony.sim.report import parse_list, user_output, user_plot
 from pimphony.sim.systems.attacc_gpu import (
     ENERGY_NOT_MODELLED,
     FIG8_BUDGET,
@@ -321,12 +321,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``pimphony dcc-fig8``."""
     p.add_argument("--models", default=",".join(FIG8_MODELS),
                    help="comma-separated model presets")  # fmt: skip
-    p.add_argument("--batches", type=positive_ints, default=FIG8_BATCHES, help="e.g. 1,4")
+    p.add_argument("--batches", type=bounded_ints(1, 4096), default=FIG8_BATCHES, help="e.g. 1,4")
     p.add_argument("--runs", type=_runs, default=FIG8_RUNS,
                    help="Lin:Lout pairs, e.g. 128:2048,2048:128")  # fmt: skip
     p.add_argument("--backend", default=FIG8_BACKEND, help="PIM back end (with a softmax unit)")
-    p.add_argument("--points", type=int, default=SAMPLE_POINTS,
-                   help="contexts each phase is costed at over a run")  # fmt: skip
+    p.add_argument("--points", type=bounded_int(2, 10_000), default=SAMPLE_POINTS,
+                   help="contexts each phase is costed at over a run (>= 2: its ends)")  # fmt: skip
     add_search_options(p, FIG8_BUDGET, FIG8_VERIFY)
     p.add_argument("--table", type=Path, default=None,
                    help="DCC's lookup table filled offline (pimphony dcc-lut): shapes it "
@@ -343,8 +343,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the Fig. 8 sweep; write the JSON report and the plot."""
-    if args.points < 2:
-        raise DecodeError(f"--points {args.points}: must be >= 2 (the ends of a run)")
     report_path = user_output(args.report, FIG8_DIR / "fig8.json", args.force)
     plot_path = user_plot(args.plot, FIG8_DIR / "fig8.png", args.force)
     say = None if args.json else functools.partial(print, flush=True)
@@ -359,8 +357,8 @@ def run(args: argparse.Namespace) -> int:
     elif energy is not None:
         pim = PimTimes(load_backend(args.backend), args.budget, args.verify, energy=energy)
     rows = fig8(
-        tuple(m for m in args.models.split(",") if m), args.batches, args.runs, args.backend,
-        args.points, args.budget, args.verify, progress=say, pim=pim, energy=energy,
+        tuple(parse_list("--models", args.models, str, DecodeError)), args.batches, args.runs,
+        args.backend, args.points, args.budget, args.verify, progress=say, pim=pim, energy=energy,
     )  # fmt: skip
     summ = summary(rows)
     if args.table is not None:

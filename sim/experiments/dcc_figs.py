@@ -164,6 +164,8 @@ def figure_cases(
     if panels is not None:
         have = list(dict.fromkeys(panel(c[4]) for c in cases))
         bad = [p for p in panels if p not in have]
+        if not panels:
+            raise FigureError(f"--panels is empty; figure {fig} has panels {', '.join(have)}")
         if bad:
             raise FigureError(
                 f"--panels {','.join(panels)}: figure {fig} has panels {', '.join(have)}; "

@@ -47,7 +47,7 @@ from pimphony.models.backends import load_backend
 from pimphony.models.errors import PimphonyError
 from pimphony.models.fileio import BUILD_DIR, check_writable, pyplot, write_atomic, write_figure
 from pimphony.sim.analysis.dcc_shapes import split_configs
-from pimphony.sim.cli import add_seed_option, bounded_int, choice_names
+from pimphony.sim.cli import add_seed_option, bounded_int, bounded_ints, choice_names
 from pimphony.sim.provenance import provenance
 from tqdm import tqdm
 
@@ -410,16 +410,6 @@ def sweep_plot(points: Sequence[dict[str, Any]], path: Path) -> Path:
     )
 
 
-def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        values = ()
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated integers >= 1")
-    return values
-
-
 def _rows(text: str) -> tuple[Table2Row, ...]:
     names = [x.strip().lower() for x in text.split(",") if x.strip()]
     allowed = choice_names(Table2Row)
@@ -440,7 +430,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--per-shape", type=bounded_int(1, 100_000), default=1000,
                    help="labelled pruned drafts per training configuration (the paper gives "
                    "no count; docs/dcc.md sweeps it)")  # fmt: skip
-    p.add_argument("--sweep-per-shape", type=_int_list, default=None,
+    p.add_argument("--sweep-per-shape", type=bounded_ints(1, 100_000), default=None,
                    help="comma-separated --per-shape values: run each and plot the "
                    "sensitivity instead of one table")  # fmt: skip
     p.add_argument("--predictor", choices=choice_names(PredictorScope), default="joint",

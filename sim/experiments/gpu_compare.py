@@ -53,6 +53,7 @@ __all__ = [
     "CompareError",
     "GPU_COMPARE_DIR",
     "GPU_NODE_GB",
+    "MAX_CAPACITY_GB",
     "MODULE_GB",
     "PAPER",
     "SERIES",
@@ -69,6 +70,8 @@ GPU_COMPARE_DIR = BUILD_DIR / "gpu-compare"
 CAPACITIES_GB = (128, 256, 512, 1024)
 WORKLOADS = ("qmsum", "hotpotqa", "musique")
 MODULE_GB = 8  # one AiMX module: 8 x 1 GB AiM chips (LoL-PIM 8.1)
+#: The largest system compared: 1,024 modules, the bound of every system size (``--tp``).
+MAX_CAPACITY_GB = 1024 * MODULE_GB
 #: The JSON report and the figure, their default paths.
 _FILES = ReportFiles.named(GPU_COMPARE_DIR, "fig9", FORCE_REPORT_PLOT)
 GPU_NODE_GB = 64  # one AiMX node = 8 modules = one GPU (Table 7's 64 GB columns)
@@ -193,6 +196,18 @@ def gpu_compare(
 ) -> list[dict[str, Any]]:
     """One row per (workload, capacity, system): the admitted batch, the best split (PIM) and
     tokens/s; each row also holds the ratios to the other systems at that point."""
+    for cap in capacities:  # every point checked before the first is run
+        if not 0 < cap <= MAX_CAPACITY_GB:
+            raise CompareError(
+                f"capacity {cap} GB is outside 1 to {MAX_CAPACITY_GB:,} GB "
+                f"({MAX_CAPACITY_GB // MODULE_GB:,} modules of {MODULE_GB} GB)"
+            )
+        for s in SERIES:
+            if cap % s.per_device_gb:
+                raise CompareError(
+                    f"capacity {cap} GB is not a whole number of {s.per_device_gb} GB "
+                    f"devices ({s.label})"
+                )
     spec = load_model(model)
     caches = KernelCaches()
     rows = []
@@ -201,11 +216,6 @@ def gpu_compare(
         for cap in capacities:
             point: dict[str, dict[str, Any]] = {}
             for s in SERIES:
-                if cap % s.per_device_gb:
-                    raise CompareError(
-                        f"capacity {cap} GB is not a whole number of {s.per_device_gb} GB "
-                        f"devices ({s.label})"
-                    )
                 devices = cap // s.per_device_gb
                 started = time.perf_counter()
                 res = _POINTS[s.kind](s, spec, pool, devices, caches)

@@ -52,13 +52,14 @@ from pimphony.models.energy import (
     dynamic_energy,
     load_energy,
 )
+from pimphony.models.errors import PimphonyError
 from pimphony.models.fileio import pyplot, write_figure
 from pimphony.models.hub import SOFTMAX_FLOPS_PER_SCORE
 from pimphony.models.xpu_config import XpuConfig, XpuEnergy, load_xpu
 from pimphony.sim.analysis.librapim_grid import LIBRAPIM_CONTEXTS, LIBRAPIM_DIR
-from pimphony.sim.cli import positive_ints
+from pimphony.sim.cli import bounded_int, bounded_ints, positive_ints
 from pimphony.sim.provenance import provenance
-from pimphony.sim.report import ReportFiles, publish_json
+from pimphony.sim.report import ReportFiles, parse_list, publish_json
 from pimphony.sim.systems.base import SystemKind
 from pimphony.sim.systems.costs import OpCosts, layer_costs
 from pimphony.sim.systems.energy import xpu_energy
@@ -420,10 +421,14 @@ _FILES = ReportFiles.named(LIBRAPIM_DIR, "fig22")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``librapim-energy`` subcommand's options."""
     p.add_argument("--models", default=FIG22_MODEL, help="comma-separated model presets")
-    p.add_argument("--batches", type=positive_ints, default=(FIG22_BATCH,), help="e.g. 128")
+    p.add_argument("--batches", type=bounded_ints(1, 4096), default=(FIG22_BATCH,), help="e.g. 128")
     p.add_argument("--contexts", type=positive_ints, default=LIBRAPIM_CONTEXTS, help="e.g. 16,4096")
-    p.add_argument("--groups", type=int, default=2, help="batch groups (NeuPIMs, LibraPIM)")
-    p.add_argument("--tp", type=int, default=DEFAULT_TP, help="devices sharing every layer")
+    p.add_argument(
+        "--groups", type=bounded_int(1, 4096), default=2, help="batch groups (NeuPIMs, LibraPIM)"
+    )
+    p.add_argument(
+        "--tp", type=bounded_int(1, 1024), default=DEFAULT_TP, help="devices sharing every layer"
+    )
     p.add_argument("--energy", default="hbm-pim", help="kind = hbm energy preset or .toml")
     _FILES.add_options(p)
 
@@ -432,7 +437,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``pimphony librapim-energy``."""
     report, plot = _FILES.paths(args)
     progress = None if args.json else (lambda m: print(f"  {m}", flush=True))
-    models = tuple(m for m in args.models.split(",") if m)
+    models = tuple(parse_list("--models", args.models, str, PimphonyError))
     rows = fig22(
         models, args.batches, args.contexts, args.groups, args.tp, args.energy, progress=progress
     )

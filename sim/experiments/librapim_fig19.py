@@ -19,6 +19,7 @@ from typing import Any
 
 from pimphony.compiler.llm import load_model
 from pimphony.models.config import load_preset
+from pimphony.models.errors import PimphonyError
 from pimphony.models.fileio import pyplot, write_atomic, write_figure
 from pimphony.models.xpu_config import load_xpu
 from pimphony.sim.analysis.librapim_grid import (
@@ -27,9 +28,9 @@ from pimphony.sim.analysis.librapim_grid import (
     LIBRAPIM_DIR,
     LIBRAPIM_MODELS,
 )
-from pimphony.sim.cli import positive_ints
+from pimphony.sim.cli import bounded_int, bounded_ints, positive_ints
 from pimphony.sim.provenance import provenance
-from pimphony.sim.report import OutputFile, ReportFiles, publish_json, user_output
+from pimphony.sim.report import OutputFile, ReportFiles, parse_list, publish_json, user_output
 from pimphony.sim.systems.base import SystemKind
 from pimphony.sim.systems.librapim import DEFAULT_TP, LIBRAPIM_PRESET, LIBRAPIM_XPU, run_librapim
 from pimphony.sim.systems.setup import DecodeError
@@ -204,10 +205,16 @@ _FILES = ReportFiles(
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``librapim-fig19`` subcommand's options."""
     p.add_argument("--models", default=",".join(LIBRAPIM_MODELS), help="comma-separated presets")
-    p.add_argument("--batches", type=positive_ints, default=LIBRAPIM_BATCHES, help="e.g. 32,64")
+    p.add_argument(
+        "--batches", type=bounded_ints(1, 4096), default=LIBRAPIM_BATCHES, help="e.g. 32,64"
+    )
     p.add_argument("--contexts", type=positive_ints, default=LIBRAPIM_CONTEXTS, help="e.g. 16,4096")
-    p.add_argument("--groups", type=int, default=2, help="batch groups (NeuPIMs, LibraPIM)")
-    p.add_argument("--tp", type=int, default=DEFAULT_TP, help="devices sharing every layer")
+    p.add_argument(
+        "--groups", type=bounded_int(1, 4096), default=2, help="batch groups (NeuPIMs, LibraPIM)"
+    )
+    p.add_argument(
+        "--tp", type=bounded_int(1, 1024), default=DEFAULT_TP, help="devices sharing every layer"
+    )
     _FILES.add_options(p)
 
 
@@ -216,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
     report, plot = _FILES.paths(args)
     table = user_output(args.csv, _CSV, args.force)
     progress = None if args.json else (lambda m: print(f"  {m}", flush=True))
-    models = tuple(m for m in args.models.split(",") if m)
+    models = tuple(parse_list("--models", args.models, str, PimphonyError))
     rows = fig19(models, args.batches, args.contexts, args.groups, args.tp, progress=progress)
     path = plot_fig19(rows, plot)
     block = provenance(args, load_preset(LIBRAPIM_PRESET), models=list(models))

@@ -524,7 +524,7 @@ def run(args: argparse.Namespace) -> int:
         list(result["strategies"]) if args.sl is not None else [],
     )  # fmt: skip
     wants_energy = args.energy is not None or args.energy_plot is not None
-    if args.sl is None and (args.out_len or args.plot or args.timeline or wants_energy):
+    if args.sl is None and (args.out_len is not None or args.plot or args.timeline or wants_energy):
         raise SherpaError(
             "--out-len, --plot, --timeline, --energy and --energy-plot need --sl (the input "
             "lengths)"
@@ -539,7 +539,11 @@ def run(args: argparse.Namespace) -> int:
     timed = None
     if args.sl is not None:
         sls = parse_list("--sl", args.sl, int, SherpaError)
-        outs = parse_list("--out-len", args.out_len, int, SherpaError) if args.out_len else sls
+        outs = (
+            parse_list("--out-len", args.out_len, int, SherpaError)
+            if args.out_len is not None
+            else sls
+        )
         chosen = [Strategy(s) for s in dict.fromkeys(args.strategy or [])] or None
         timed = timing(spec, args.host, sls, outs, chosen)
         if "plot" in plots:

@@ -18,7 +18,7 @@ from pimphony.models.energy import (
     run_energy,
 )
 from pimphony.models.fileio import BUILD_DIR, pyplot, write_figure
-from pimphony.sim.cli import choice_names
+from pimphony.sim.cli import bounded_int, choice_names
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import parse_list, user_plot
 
@@ -135,7 +135,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dims", default=",".join(str(d) for d in DEFAULT_DIMS), help="comma-separated dimensions"
     )
-    p.add_argument("--tokens", type=int, default=4096, help="tokens for --kernel qk")
+    p.add_argument(
+        "--tokens", type=bounded_int(1, 1 << 20), default=4096, help="tokens for --kernel qk"
+    )
     p.add_argument("--preset", default=DEFAULT_PRESET)
     p.add_argument(
         "--energy",

@@ -78,15 +78,22 @@ def fig4_rows(
 
 
 def _line(r: dict[str, Any]) -> str:
+    """The row's markdown line; ``n/a`` where a run never saturated (no request waited)."""
     st, lz = r["static"], r["lazy"]
+    s_sat, l_sat = st["saturated_batch"], lz["saturated_batch"]
+    gain = "n/a" if None in (s_sat, l_sat) else f"{100 * (l_sat / s_sat - 1):+.0f}%"
     return (
         f"| {r['workload']} | {r['capacity_gib']:.0f} GiB ({r['modules']} x 16) | {r['requests']} "
-        f"| {st['saturated_batch']:.2f} | {lz['saturated_batch']:.2f} | {r['ideal_batch']:.1f} "
-        f"| {100 * (lz['saturated_batch'] / st['saturated_batch'] - 1):+.0f}% "
+        f"| {_batch(s_sat)} | {_batch(l_sat)} | {r['ideal_batch']:.1f} "
+        f"| {gain} "
         f"| {st['mean_batch']:.2f} | {lz['mean_batch']:.2f} "
         f"| {st['tokens_per_s']:,.0f} | {lz['tokens_per_s']:,.0f} "
         f"| {lz['tokens_per_s'] / st['tokens_per_s']:.2f}x |"
     )
+
+
+def _batch(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -86,6 +86,7 @@ __all__ = [
     "kernel_shape",
     "pipelined",
     "record_field",
+    "record_preset",
     "record_pattern",
     "replay",
     "repro_stem",
@@ -699,6 +700,16 @@ def record_field(record: dict, path: Path, name: str, kind: type | tuple[type, .
     return value
 
 
+def record_preset(record: dict, path: Path) -> HardwareConfig:
+    """The hardware preset field ``preset`` of reproducer ``record`` (read from ``path``)
+    names, loaded."""
+    preset = record_field(record, path, "preset", str)
+    try:
+        return load_preset(preset)
+    except PimphonyError as exc:
+        raise ReplayError(f"{path}: field 'preset': {exc}") from None
+
+
 def record_pattern(record: dict, path: Path, name: str) -> tuple[int, ...] | None:
     """Field ``name`` of reproducer ``record``: ``None`` or a list of integers."""
     value = record.get(name)
@@ -734,10 +745,13 @@ def _replay_record(path: Path, record: dict) -> tuple[CampaignStream, str, str |
             f"{path}: block = {block!r} is not a scheduler block; allowed: "
             f"{', '.join(SCHEDULER_OF_BLOCK)}"
         )
-    preset = record_field(record, path, "preset", str)
     index = record_field(record, path, "index", int)
-    cfg = load_preset(preset)
-    commands, _ = load_stream(path.parent / record_field(record, path, "stream", str), cfg)
+    cfg = record_preset(record, path)
+    stream_file = path.parent / record_field(record, path, "stream", str)
+    try:
+        commands, _ = load_stream(stream_file, cfg)
+    except (PimphonyError, OSError) as exc:
+        raise ReplayError(f"{path}: field 'stream': {exc}") from None
     stream = RtlStream(
         path.stem,
         commands,

@@ -59,7 +59,7 @@ from pimphony.models.bank_slice import (
     empty_host_reads,
     run_bank_slice,
 )
-from pimphony.models.config import HardwareConfig, load_preset
+from pimphony.models.config import HardwareConfig
 from pimphony.models.dpa.format import (
     Command,
     DpaError,
@@ -1000,8 +1000,7 @@ def replay_item(path: Path, record: dict) -> Replayed:
         A field is missing, of the wrong type or out of range, or the TLM refuses the item.
     """
     block = sched_campaign.record_field(record, path, "block", str)
-    preset = sched_campaign.record_field(record, path, "preset", str)
-    cfg = load_preset(preset)
+    cfg = sched_campaign.record_preset(record, path)
     item = _item_of(block, cfg, record, path)
     res, _ = _simulate(block, cfg, [item])
     msg = _check(block, cfg, item, res[item.name])

@@ -30,7 +30,7 @@ from typing import Any
 
 from pimphony.models.config import load_preset
 from pimphony.sim.analysis.librapim_grid import LIBRAPIM_DIR
-from pimphony.sim.cli import choice_names, positive_ints
+from pimphony.sim.cli import bounded_int, bounded_ints, choice_names, positive_ints
 from pimphony.sim.experiments.librapim_figs import dbo, fig21, utilisation
 from pimphony.sim.experiments.librapim_figs.utilisation import sweep
 from pimphony.sim.provenance import provenance
@@ -161,12 +161,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``librapim-figs`` subcommand's options."""
     p.add_argument("--figure", required=True, choices=choice_names(Figure), help="which figure")
     p.add_argument("--model", default="gpt3-175b-4k", help="model preset (default GPT3-175B)")
-    p.add_argument("--batches", type=positive_ints, help="e.g. 32,256 (default: the figure's)")
+    p.add_argument(
+        "--batches", type=bounded_ints(1, 4096), help="e.g. 32,256 (default: the figure's)"
+    )
     p.add_argument("--contexts", type=positive_ints, help="input lengths (default: the figure's)")
     p.add_argument("--systems", type=_systems, help="comma-separated (default: the figure's)")
     p.add_argument(
         "--sizes",
-        type=positive_ints,
+        type=bounded_ints(1, 4096),
         default=(32, 64, 128, 256),
         help="fig21: systolic array sizes",
     )
@@ -176,8 +178,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="width",
         help="fig21: vector lanes scale with the array width (default) or stay Table 2's",
     )
-    p.add_argument("--groups", type=int, default=2, help="batch groups of pipelined systems")
-    p.add_argument("--tp", type=int, default=DEFAULT_TP, help="devices sharing every layer")
+    p.add_argument(
+        "--groups", type=bounded_int(1, 4096), default=2, help="batch groups of pipelined systems"
+    )
+    p.add_argument(
+        "--tp", type=bounded_int(1, 1024), default=DEFAULT_TP, help="devices sharing every layer"
+    )
     ReportFiles(f"{LIBRAPIM_DIR}/<figure>.json", f"{LIBRAPIM_DIR}/<figure>.png").add_options(p)
 
 
