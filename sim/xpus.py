@@ -14,7 +14,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print each device's kind, peak, DRAM, arrays and caps."""
+    """Print each device's kind, peak, DRAM, arrays, caps and per-kernel costs."""
     for name in available_xpus():
         dev = load_xpu(name)
         sa = dev.systolic
@@ -24,5 +24,11 @@ def run(args: argparse.Namespace) -> int:
             f"{arrays}, {dev.memory.type} {dev.memory.bandwidth_gbps:g} GB/s "
             f"{dev.memory.capacity_gib:g} GiB, caps {dev.compute.efficiency:g}/"
             f"{dev.memory.efficiency:g}"
+            + (
+                f", per kernel {dev.kernel.launch_us:g} us launch + "
+                f"{dev.kernel.dram_latency_ns:g} ns DRAM latency"
+                if dev.kernel
+                else ""
+            )
         )
     return 0

@@ -51,7 +51,8 @@ SHERPA = XPU_DIR / "pimsherpa-cpu.toml"
 
 @pytest.fixture(scope="module")
 def a100() -> XpuConfig:
-    return load_xpu("a100-80gb")
+    """The A100's roofline (its ``[kernel]`` costs are tested at the end of the file)."""
+    return load_xpu("a100-80gb").roofline()
 
 
 @pytest.fixture(scope="module")
@@ -585,3 +586,14 @@ def test_kernel_table_is_ranged_and_the_switch_drops_it(tmp_path, monkeypatch):
     assert off.kernel is None and off.launch_seconds == off.dram_latency_seconds == 0.0
     assert off.to_dict() == load_xpu_config(write_toml(tmp_path, base, "base.toml")).to_dict()
     assert "kernel" not in off.to_dict()
+
+
+def test_pimphony_xpus_shows_kernel_costs_unless_switched_off(capsys, monkeypatch):
+    monkeypatch.setenv(KERNEL_COSTS_ENV, "1")  # restored after main() sets it
+    lines = dict(line.split(":", 1) for line in run_cli(capsys, "xpus")[1].splitlines())
+    assert lines["a100-80gb"].endswith(", per kernel 0.58 us launch + 405.5 ns DRAM latency")
+    assert "per kernel" not in lines["neupims-npu"]
+    lines = dict(
+        line.split(":", 1) for line in run_cli(capsys, "--no-kernel-costs", "xpus")[1].splitlines()
+    )
+    assert "per kernel" not in lines["a100-80gb"]
