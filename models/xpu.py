@@ -11,6 +11,7 @@ tiles. ``docs/xpu.md`` states every formula with a worked example.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ __all__ = [
     "XpuError",
     "attention_combine_cost",
     "attention_cost",
+    "batched_cost",
     "gemm_cost",
     "gemm_traffic",
     "gemv_cost",
@@ -390,6 +392,33 @@ def vector_cost(
     vector = _issued_vector(device, elements, spec.flops_per_element)
     traffic = Traffic(activations=(spec.reads + spec.writes) * elements * b)
     return _cost(device, flops, 0, vector, traffic, precision, on_vector=True)
+
+
+def batched_cost(device: XpuConfig, cost: XpuCost, count: int) -> XpuCost:
+    """``count`` independent copies of the operation ``cost`` (on ``device``) run as one
+    kernel, as a batched matmul runs one GEMV per head: work, traffic and both roofs times
+    ``count``, one launch and one DRAM latency (``docs/xpu.md``, Per-kernel costs). Without
+    ``[kernel]`` it is ``count x cost.seconds`` exactly."""
+    _positive("batched", count=count)
+    compute = count * cost.compute_seconds
+    memory = count * (cost.traffic.total / (device.bandwidth * device.memory.efficiency))
+    if cost.traffic.total:
+        memory = device.dram_latency_seconds + memory
+    launch = device.launch_seconds
+    seconds = launch + max(compute, memory)
+    t = cost.traffic
+    return dataclasses.replace(
+        cost,
+        seconds=seconds,
+        flops=count * cost.flops,
+        issued_flops=count * cost.issued_flops,
+        traffic=Traffic(count * t.weights, count * t.activations, count * t.kv),
+        compute_seconds=compute,
+        memory_seconds=memory,
+        bound=Bound.COMPUTE if compute >= memory else Bound.MEMORY,
+        utilisation=cost.utilisation * count * cost.seconds / seconds if seconds else 0.0,
+        launch_seconds=launch,
+    )
 
 
 def ring_allreduce_seconds(device: XpuConfig, nbytes: int, n: int) -> float:

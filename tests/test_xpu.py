@@ -21,6 +21,7 @@ from pimphony.models.xpu import (
     XpuError,
     attention_combine_cost,
     attention_cost,
+    batched_cost,
     gemm_cost,
     gemm_traffic,
     gemv_cost,
@@ -597,3 +598,16 @@ def test_pimphony_xpus_shows_kernel_costs_unless_switched_off(capsys, monkeypatc
         line.split(":", 1) for line in run_cli(capsys, "--no-kernel-costs", "xpus")[1].splitlines()
     )
     assert "per kernel" not in lines["a100-80gb"]
+
+
+def test_batched_kernel_pays_one_launch_for_all_copies(a100):
+    """32 heads' GEMVs (K of 512 x 128 times q) in one batched kernel: 32 x the roofline's
+    time exactly without per-kernel costs; with them, one launch and one DRAM latency on top
+    of 32 x the stream (not 32 of each)."""
+    one = gemv_cost(a100, 1, 128, 512)
+    assert batched_cost(a100, one, 32).seconds == 32 * one.seconds
+    dev = _with_kernel(a100, 1.0, 400.0)
+    c = batched_cost(dev, gemv_cost(dev, 1, 128, 512), 32)
+    stream = 32 * one.bytes / (2039e9 * 0.85)
+    assert c.bytes == 32 * one.bytes and c.flops == 32 * one.flops
+    assert c.seconds == pytest.approx(1e-6 + 400e-9 + stream, rel=1e-12)
