@@ -3,12 +3,15 @@
 Pure functions of a device (:class:`models.xpu_config.XpuConfig`) and an operation's shape:
 GEMM and GEMV (a GEMM whose M is the batch), decode attention (flash-decoding over a paged KV
 cache) and element-wise vector operations (softmax, RMSNorm, activations, residual adds). Each
-is a roofline with efficiency caps, and on a device with systolic arrays the matrix work is
-charged in whole weight tiles. ``docs/xpu.md`` states every formula with a worked example.
+is one kernel: a roofline with efficiency caps, plus what the preset's ``[kernel]`` table
+charges every kernel (launch and synchronisation, and the DRAM latency before its first
+bytes arrive), and on a device with systolic arrays the matrix work is charged in whole weight
+tiles. ``docs/xpu.md`` states every formula with a worked example.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +37,7 @@ __all__ = [
     "XpuError",
     "attention_combine_cost",
     "attention_cost",
+    "batched_cost",
     "gemm_cost",
     "gemm_traffic",
     "gemv_cost",
@@ -106,7 +110,7 @@ class XpuCost:
     Attributes
     ----------
     seconds : float
-        ``max(compute_seconds, memory_seconds)``.
+        ``launch_seconds + max(compute_seconds, memory_seconds)``.
     flops : int
         Useful floating-point operations (a multiply-accumulate counts 2).
     issued_flops : int
@@ -114,13 +118,16 @@ class XpuCost:
     traffic : Traffic
         DRAM bytes by kind.
     compute_seconds, memory_seconds : float
-        The two roofs: issued work at capped peak, traffic at capped bandwidth.
+        The two roofs: issued work at capped peak; the DRAM latency (if the operation moves
+        bytes) plus its traffic at capped bandwidth.
     bound : Bound
         ``COMPUTE`` if ``compute_seconds >= memory_seconds``, else ``MEMORY``.
     utilisation : float
         ``flops / (peak * seconds)``: achieved fraction of the uncapped peak of the engine the
         operation runs on (the matrix engine at its precision; the vector units for vector
         operations).
+    launch_seconds : float
+        The kernel's launch and synchronisation time (``[kernel] launch_us``; 0 without it).
     """
 
     seconds: float
@@ -131,6 +138,7 @@ class XpuCost:
     memory_seconds: float
     bound: Bound
     utilisation: float
+    launch_seconds: float = 0.0
 
     @property
     def bytes(self) -> int:
@@ -196,7 +204,10 @@ def _cost(
     if vector:
         compute += vector / (device.vector_flops * eff)
     memory = traffic.total / (device.bandwidth * device.memory.efficiency)
-    seconds = max(compute, memory)
+    if traffic.total:  # Little's law: the first bytes arrive one DRAM latency after the ask
+        memory = device.dram_latency_seconds + memory
+    launch = device.launch_seconds
+    seconds = launch + max(compute, memory)
     peak = device.vector_flops if on_vector else device.peak_flops(precision)
     return XpuCost(
         seconds=seconds,
@@ -207,6 +218,7 @@ def _cost(
         memory_seconds=memory,
         bound=Bound.COMPUTE if compute >= memory else Bound.MEMORY,
         utilisation=flops / (peak * seconds) if seconds else 0.0,
+        launch_seconds=launch,
     )
 
 
@@ -382,14 +394,42 @@ def vector_cost(
     return _cost(device, flops, 0, vector, traffic, precision, on_vector=True)
 
 
+def batched_cost(device: XpuConfig, cost: XpuCost, count: int) -> XpuCost:
+    """``count`` independent copies of the operation ``cost`` (on ``device``) run as one
+    kernel, as a batched matmul runs one GEMV per head: work, traffic and both roofs times
+    ``count``, one launch and one DRAM latency (``docs/xpu.md``, Per-kernel costs). Without
+    ``[kernel]`` it is ``count x cost.seconds`` exactly."""
+    _positive("batched", count=count)
+    compute = count * cost.compute_seconds
+    memory = count * (cost.traffic.total / (device.bandwidth * device.memory.efficiency))
+    if cost.traffic.total:
+        memory = device.dram_latency_seconds + memory
+    launch = device.launch_seconds
+    seconds = launch + max(compute, memory)
+    t = cost.traffic
+    return dataclasses.replace(
+        cost,
+        seconds=seconds,
+        flops=count * cost.flops,
+        issued_flops=count * cost.issued_flops,
+        traffic=Traffic(count * t.weights, count * t.activations, count * t.kv),
+        compute_seconds=compute,
+        memory_seconds=memory,
+        bound=Bound.COMPUTE if compute >= memory else Bound.MEMORY,
+        utilisation=cost.utilisation * count * cost.seconds / seconds if seconds else 0.0,
+        launch_seconds=launch,
+    )
+
+
 def ring_allreduce_seconds(device: XpuConfig, nbytes: int, n: int) -> float:
     """A ring all-reduce of ``nbytes`` over ``n`` devices on the device links (``docs/xpu.md``).
 
-    ``2 (n - 1) / n x nbytes / device_link_bandwidth``: a reduce-scatter and an all-gather of
-    ``n - 1`` steps each, every step moving ``nbytes / n`` per device over its link
-    (``[links] device_gbps``; NVLink on a GPU). 0 for one device. The presets state no
-    per-step latency, so none is charged (an NCCL ring on NVLink adds a few microseconds per
-    call, below the model's resolution at long context).
+    ``launch + 2 (n - 1) / n x nbytes / device_link_bandwidth``: one kernel (``[kernel]
+    launch_us``) running a reduce-scatter and an all-gather of ``n - 1`` steps each, every
+    step moving ``nbytes / n`` per device over its link (``[links] device_gbps``; NVLink on a
+    GPU). 0 for one device. The collective's own protocol latency is not charged (measured
+    NCCL all-reduces of small vectors take about 6 us on 2 and 20-25 us on 8 H100s;
+    ``docs/xpu.md``, Per-kernel costs).
 
     Parameters
     ----------
@@ -411,4 +451,4 @@ def ring_allreduce_seconds(device: XpuConfig, nbytes: int, n: int) -> float:
         raise XpuError(
             f"all-reduce over {n} x {device.name}: [links] device_gbps = 0 (no device link)"
         )
-    return 2 * (n - 1) / n * nbytes / link
+    return device.launch_seconds + 2 * (n - 1) / n * nbytes / link

@@ -3,16 +3,18 @@
 A device preset is a TOML file in ``configs/xpu/`` with the top-level keys ``name``, ``kind``
 and ``source`` and the sections ``[compute]``, ``[peak_tflops]``, ``[memory]`` and
 ``[links]``; a device with systolic arrays adds ``[systolic]``, one with vector units
-``[vector]`` (all keys of a section present are then required). Every key is typed and
-ranged; errors name the file, the section, the key, the value and what is allowed. A preset
-may ``extends = "other"`` another and state only what differs. Loading shares the strict
+``[vector]``, one that pays per kernel ``[kernel]`` (all keys of a section present are then
+required). Every key is typed and ranged; errors name the file, the section, the key, the
+value and what is allowed. A preset may ``extends = "other"`` another and state only what
+differs. Loading shares the strict
 helpers of :mod:`models.config`. The cost model is :mod:`models.xpu`; ``docs/xpu.md``
 documents both.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import os
+from dataclasses import asdict, dataclass, fields, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,9 @@ __all__ = [
     "PRECISION_BYTES",
     "XPU_DIR",
     "XPU_FIELD_RANGES",
+    "KERNEL_COSTS_ENV",
     "DeviceKind",
+    "KernelCosts",
     "MemoryType",
     "PeakTflops",
     "Precision",
@@ -44,11 +48,17 @@ __all__ = [
     "XpuLinks",
     "XpuMemory",
     "available_xpus",
+    "kernel_costs_enabled",
     "load_xpu",
     "load_xpu_config",
 ]
 
 XPU_DIR = CONFIG_DIR / "xpu"
+
+#: Environment variable that, set to ``0``, loads every preset without its ``[kernel]`` table
+#: (the roofline of before per-kernel costs; ``pimphony --no-kernel-costs`` sets it). An
+#: environment variable rather than a module flag so Ray workers and subprocesses inherit it.
+KERNEL_COSTS_ENV = "PIMPHONY_KERNEL_COSTS"
 
 
 class XpuConfigError(ConfigError):
@@ -190,6 +200,25 @@ class XpuEnergy:
 
 
 @dataclass(frozen=True)
+class KernelCosts:
+    """What every kernel pays beyond the roofline (``docs/xpu.md``, Per-kernel costs).
+
+    Attributes
+    ----------
+    launch_us : float
+        Launch and synchronisation time of one kernel after the one it depends on, us: the
+        time a chain of dependent kernels adds per kernel beyond their work (0: none).
+    dram_latency_ns : float
+        Latency of one DRAM access as a dependent load sees it, ns: a kernel that reads from
+        DRAM waits this long for its first bytes, then streams at the capped bandwidth
+        (Little's law; 0: none).
+    """
+
+    launch_us: float
+    dram_latency_ns: float
+
+
+@dataclass(frozen=True)
 class XpuConfig:
     """A validated device preset (``docs/xpu.md``)."""
 
@@ -203,6 +232,7 @@ class XpuConfig:
     systolic: SystolicArrays | None = None
     vector: VectorUnits | None = None
     energy: XpuEnergy | None = None
+    kernel: KernelCosts | None = None
 
     def peak_flops(self, precision: Precision | None = None) -> float:
         """Matrix-engine peak at ``precision`` (default: the device's), FLOP/s; refuses 0."""
@@ -236,6 +266,28 @@ class XpuConfig:
         """On-chip buffer, bytes."""
         return self.memory.buffer_kib * 1024
 
+    @property
+    def launch_seconds(self) -> float:
+        """Launch and synchronisation time of one kernel, s (0 without ``[kernel]``)."""
+        return self.kernel.launch_us * 1e-6 if self.kernel else 0.0
+
+    @property
+    def dram_latency_seconds(self) -> float:
+        """DRAM access latency, s (0 without ``[kernel]``)."""
+        return self.kernel.dram_latency_ns * 1e-9 if self.kernel else 0.0
+
+    def roofline(self) -> XpuConfig:
+        """This device without per-kernel costs (``kernel = None``): the pure roofline."""
+        return replace(self, kernel=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every value as a dict (``dataclasses.asdict``); ``kernel`` only when set, so a
+        preset without per-kernel costs records what it recorded before they existed."""
+        values = asdict(self)
+        if self.kernel is None:
+            del values["kernel"]
+        return values
+
 
 _SECTIONS: dict[str, type] = {
     "compute": XpuCompute,
@@ -247,6 +299,7 @@ _OPTIONAL: dict[str, type] = {
     "systolic": SystolicArrays,
     "vector": VectorUnits,
     "energy": XpuEnergy,
+    "kernel": KernelCosts,
 }
 _TOP = ("name", "kind", "source")
 #: Fields that take a choice from an enum: (section, key) -> the enum.
@@ -276,6 +329,7 @@ XPU_FIELD_RANGES: dict[str, dict[str, tuple[float, float, str]]] = {
     "systolic": {"arrays": _COUNT, "rows": (1, 1 << 16, "PEs"), "cols": (1, 1 << 16, "PEs")},
     "vector": {"units": _COUNT, "lanes": (1, 1 << 20, "lanes")},
     "energy": {"pj_per_flop": (1e-4, 1e3, "pJ/FLOP"), "pj_per_dram_byte": (1e-3, 1e4, "pJ/B")},
+    "kernel": {"launch_us": (0, 1e4, "us"), "dram_latency_ns": (0, 1e5, "ns")},
 }
 
 
@@ -289,10 +343,17 @@ def load_xpu(name: str | Path) -> XpuConfig:
     return load_xpu_config(find_toml(str(name), XPU_DIR, XpuConfigError, "xPU", available_xpus))
 
 
+def kernel_costs_enabled() -> bool:
+    """False when :data:`KERNEL_COSTS_ENV` is ``0`` (presets load as pure rooflines)."""
+    return os.environ.get(KERNEL_COSTS_ENV, "1") != "0"
+
+
 def load_xpu_config(path: str | Path) -> XpuConfig:
-    """Load and validate a device preset file (``extends`` resolved)."""
+    """Load and validate a device preset file (``extends`` resolved); without its
+    ``[kernel]`` table when :func:`kernel_costs_enabled` is False."""
     raw = resolve_extends(Path(path), XPU_DIR, XpuConfigError, "xPU", available_xpus)
-    return _from_raw(raw, str(path))
+    cfg = _from_raw(raw, str(path))
+    return cfg if kernel_costs_enabled() else cfg.roofline()
 
 
 def _choice(where: str, value: Any, enum: type[StrEnum]) -> StrEnum:

@@ -367,6 +367,11 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
         "--version", action=_Version, nargs=0, default=argparse.SUPPRESS,
         help="print the version and exit",
     )  # fmt: skip
+    parser.add_argument(
+        "--no-kernel-costs", action="store_true", default=argparse.SUPPRESS,
+        help="load every device preset without its [kernel] table: no launch or DRAM-latency "
+        "cost per kernel, the pure roofline (docs/xpu.md, Per-kernel costs)",
+    )  # fmt: skip
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_commands(sub, COMMANDS, argv)
     return parser
@@ -387,6 +392,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser(argv).parse_args(argv)
         prog = args._prog
+        # Recorded in provenance only when given; an environment variable: Ray workers see it.
+        if getattr(args, "no_kernel_costs", False):
+            from pimphony.models.xpu_config import KERNEL_COSTS_ENV
+
+            os.environ[KERNEL_COSTS_ENV] = "0"
         from pimphony.sim.outputs import check_command_files
 
         check_command_files(args)

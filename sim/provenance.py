@@ -7,7 +7,6 @@ so a number can be traced to the exact hardware values, model, lengths and optio
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import hashlib
 import json
@@ -77,7 +76,7 @@ def preset_record(cfg: HardwareConfig) -> dict[str, Any]:
 def device_record(device: XpuConfig) -> dict[str, Any]:
     """An xPU or GPU preset as a report's provenance records it: name, digest
     of its values, values."""
-    values = dataclasses.asdict(device)
+    values = device.to_dict()
     return {"name": device.name, "sha256": inputs_digest(values), "values": values}
 
 

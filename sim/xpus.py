@@ -10,7 +10,7 @@ __all__ = ["run"]
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print each device's kind, peak, DRAM, arrays and caps."""
+    """Print each device's kind, peak, DRAM, arrays, caps and per-kernel costs."""
     for name in available_xpus():
         dev = load_xpu(name)
         sa = dev.systolic
@@ -20,5 +20,11 @@ def run(args: argparse.Namespace) -> int:
             f"{arrays}, {dev.memory.type} {dev.memory.bandwidth_gbps:g} GB/s "
             f"{dev.memory.capacity_gib:g} GiB, caps {dev.compute.efficiency:g}/"
             f"{dev.memory.efficiency:g}"
+            + (
+                f", per kernel {dev.kernel.launch_us:g} us launch + "
+                f"{dev.kernel.dram_latency_ns:g} ns DRAM latency"
+                if dev.kernel
+                else ""
+            )
         )
     return 0

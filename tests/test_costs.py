@@ -59,7 +59,8 @@ def test_kv_head_rule_gpu_replicates_pim_refuses():
 
 
 def test_layer_costs_tiny_by_hand():
-    costs = layer_costs(TINY, A100, 3, 2, contexts=(10, 20))
+    # the roofline (per-kernel costs: tests/test_gpu_decode.py and tests/test_xpu.py)
+    costs = layer_costs(TINY, A100.roofline(), 3, 2, contexts=(10, 20))
     assert list(costs) == ["qkv", "proj", "ffn1", "ffn2", ATTENTION, "norm", "residual", "swiglu"]
     counts = {k: n for k, (_, n) in costs.items()}
     assert counts == dict.fromkeys(costs, 1) | {"norm": 2, "residual": 2}

@@ -1,8 +1,8 @@
 """The GPU-only decode step (``sim/systems/gpu.py``, issue 14 deliverable 4).
 
 Every expected time is computed by hand here from the A100 preset's numbers (312 TFLOPS FP16
-at 0.8, 19.5 TFLOPS vector at 0.8, 2039 GB/s at 0.85, 600 GB/s NVLink), not with
-``models.xpu``.
+at 0.8, 19.5 TFLOPS vector at 0.8, 2039 GB/s at 0.85, 600 GB/s NVLink, and per kernel 0.58 us
+launch and 405.5 ns DRAM latency), not with ``models.xpu``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ PEAK = 312e12 * 0.8  # matrix FLOP/s reached
 VEC = 19.5e12 * 0.8  # vector FLOP/s reached
 BW = 2039e9 * 0.85  # DRAM bytes/s reached
 NVLINK = 600e9
+LAUNCH = 0.58e-6  # [kernel] launch_us: every kernel, the all-reduce included
+LATENCY = 405.5e-9  # [kernel] dram_latency_ns: before a kernel's first DRAM bytes
 
 #: 2 layers, 4 query heads in 2 KV groups, d_h 16, hidden 64, SwiGLU 128, FP16.
 TINY = tiny_model(layers=2, heads=4, kv_heads=2, hidden=64, intermediate=128, head_dim=16)
@@ -38,7 +40,8 @@ LENGTHS = (20, 33)  # 2 and 3 blocks: attention reads 32 and 48 tokens
 
 
 def _roof(matrix_flops: int, vector_flops: int, nbytes: int) -> float:
-    return max(matrix_flops / PEAK + vector_flops / VEC, nbytes / BW)
+    """One kernel: launch + max(compute, DRAM latency + bytes at the capped bandwidth)."""
+    return LAUNCH + max(matrix_flops / PEAK + vector_flops / VEC, LATENCY + nbytes / BW)
 
 
 def _hand_step(n: int) -> dict[str, float]:
@@ -56,7 +59,7 @@ def _hand_step(n: int) -> dict[str, float]:
     vector = 2 * _roof(0, 4 * b * h, 2 * b * h * e)  # two RMSNorms: 4 FLOPs, 1 read 1 write
     vector += 2 * _roof(0, 1 * b * h, 3 * b * h * e)  # two residual adds: 2 reads 1 write
     vector += _roof(0, 5 * b * 128 // n, 3 * b * 128 // n * e)  # SwiGLU: 2 reads 1 write
-    allreduce = 2 * (2 * (n - 1) / n * b * h * e / NVLINK)
+    allreduce = 2 * (LAUNCH + 2 * (n - 1) / n * b * h * e / NVLINK) if n > 1 else 0.0
     return {
         "fc": 2 * fc,
         "attention": 2 * attention,
@@ -78,7 +81,8 @@ def test_small_step_by_hand(n):
 
 def test_allreduce_formula():
     assert ring_allreduce_seconds(A100, 1000, 1) == 0
-    assert ring_allreduce_seconds(A100, 1000, 4) == pytest.approx(2 * 3 / 4 * 1000 / NVLINK)
+    want = LAUNCH + 2 * 3 / 4 * 1000 / NVLINK
+    assert ring_allreduce_seconds(A100, 1000, 4) == pytest.approx(want, rel=1e-12)
 
 
 @pytest.mark.parametrize("lengths", [(20, 33), (1, 16, 17, 32768), (4096,) * 3])
@@ -226,3 +230,26 @@ def test_gpu_compare_refuses_partial_device():
     # too large: refused before any point runs (10^12 GB was a MemoryError; issue 34)
     with pytest.raises(CompareError, match="capacity 8200 GB is outside 1 to 8,192 GB"):
         gpu_compare("llm-7b", ["qmsum"], [128, 8200])
+
+
+def test_kernels_per_layer_and_the_switch(capsys, tmp_path, monkeypatch):
+    """One layer launches 10 kernels (4 FC GEMMs, attention, 2 norms, 2 residual adds, the
+    activation; ``docs/xpu.md``, Per-kernel costs) and 2 all-reduces on more than one GPU;
+    ``pimphony --no-kernel-costs`` times the same step on the pure roofline."""
+    from pimphony.models.xpu_config import KERNEL_COSTS_ENV
+    from pimphony.sim.systems.gpu import gpu_op_costs
+
+    monkeypatch.setenv(KERNEL_COSTS_ENV, "1")  # restored after main() sets it
+    spec = load_model("llm-7b")
+    setup = GpuSetup(spec, A100, 2, (4096, 4096))
+    assert sum(count for _, count in gpu_op_costs(setup).values()) == 10
+    with_costs = run_gpu_decode(setup).step_seconds
+    roof = run_gpu_decode(GpuSetup(spec, A100.roofline(), 2, (4096, 4096))).step_seconds
+    assert with_costs > roof
+    argv = ["decode", "--system", "gpu", "--gpus", "2", "--context", "4096", "--batch", "2"]
+    argv += ["--json", "--report", str(tmp_path / "r.json"), "--plot", str(tmp_path / "r.png")]
+    code, out, _ = run_cli(capsys, *argv)
+    assert code == 0 and json.loads(out)["step_seconds"] == pytest.approx(with_costs, rel=1e-12)
+    code, out, _ = run_cli(capsys, "--no-kernel-costs", *argv, "--force")
+    assert code == 0 and json.loads(out)["step_seconds"] == pytest.approx(roof, rel=1e-12)
+    assert "kernel" not in json.loads(out)["provenance"]["gpu"]["values"]

@@ -21,15 +21,19 @@ from pimphony.models.xpu import (
     XpuError,
     attention_combine_cost,
     attention_cost,
+    batched_cost,
     gemm_cost,
     gemm_traffic,
     gemv_cost,
+    ring_allreduce_seconds,
     vector_cost,
 )
 from pimphony.models.xpu_config import (
+    KERNEL_COSTS_ENV,
     PRECISION_BYTES,
     XPU_DIR,
     XPU_FIELD_RANGES,
+    KernelCosts,
     PeakTflops,
     Precision,
     XpuConfig,
@@ -48,7 +52,8 @@ SHERPA = XPU_DIR / "pimsherpa-cpu.toml"
 
 @pytest.fixture(scope="module")
 def a100() -> XpuConfig:
-    return load_xpu("a100-80gb")
+    """The A100's roofline (its ``[kernel]`` costs are tested at the end of the file)."""
+    return load_xpu("a100-80gb").roofline()
 
 
 @pytest.fixture(scope="module")
@@ -504,3 +509,105 @@ def test_energy_section_units_are_refused_when_inconsistent(tmp_path):
     assert "[energy] unknown key 'pj_per_dram_bit'; allowed: pj_per_flop, pj_per_dram_byte" in msg
     msg = error(write_toml(tmp_path, set_key(A100.read_text(), "pj_per_flop", "1282.0")))
     assert "[energy] pj_per_flop = 1282.0: outside the physical range" in msg
+
+
+# ------------------------------------------------------------- per-kernel costs (``[kernel]``)
+
+
+def _with_kernel(device: XpuConfig, launch_us: float, latency_ns: float) -> XpuConfig:
+    return dataclasses.replace(device.roofline(), kernel=KernelCosts(launch_us, latency_ns))
+
+
+def test_kernel_costs_one_small_kernel_by_hand(a100):
+    """A residual add of 1,024 FP16 elements on an A100 paying 2 us per launch and 500 ns of
+    DRAM latency: launch + latency + bytes / (bandwidth x cap), its compute roof far below.
+    bytes = (2 reads + 1 write) x 1,024 x 2 B = 6,144 B; 6,144 / (2,039e9 x 0.85) = 3.545 ns;
+    compute = 1,024 FLOP / (19.5e12 x 0.8) = 0.066 ns; seconds = 2 us + 500 ns + 3.545 ns."""
+    dev = _with_kernel(a100, 2.0, 500.0)
+    c = vector_cost(dev, "residual", 1024)
+    stream = 6144 / (2039e9 * 0.85)
+    assert c.bytes == 6144
+    assert c.compute_seconds == pytest.approx(1024 / (19.5e12 * 0.8), rel=1e-12)
+    assert c.memory_seconds == pytest.approx(500e-9 + stream, rel=1e-12)
+    assert c.launch_seconds == pytest.approx(2e-6, rel=1e-12)
+    assert c.seconds == pytest.approx(2e-6 + 500e-9 + stream, rel=1e-12)
+    assert c.bound is Bound.MEMORY
+    assert vector_cost(a100.roofline(), "residual", 1024).seconds == pytest.approx(stream)
+
+
+def test_zero_kernel_costs_are_the_roofline_exactly(a100):
+    """A ``[kernel]`` table of zeros changes no bit of any cost."""
+    bare, zero = a100.roofline(), _with_kernel(a100, 0.0, 0.0)
+    for make in (
+        lambda d: gemm_cost(d, 3, 4096, 11008),
+        lambda d: gemm_cost(d, 4096, 4096, 4096),
+        lambda d: attention_cost(d, [100, 7000], 32, 8, 128),
+        lambda d: vector_cost(d, "norm", 4096),
+        lambda d: attention_combine_cost(d, 32, 4, 128),
+    ):
+        assert make(zero) == make(bare)
+    assert ring_allreduce_seconds(zero, 8192, 8) == ring_allreduce_seconds(bare, 8192, 8)
+
+
+def test_kernel_costs_add_once_per_kernel_and_once_per_allreduce(a100):
+    """A memory-bound GEMV pays launch + latency on top of its stream; a compute-bound GEMM
+    hides the latency under its compute and pays the launch only; an all-reduce over 8 GPUs
+    is one kernel launch on top of its link time, over 1 GPU nothing."""
+    dev, bare = _with_kernel(a100, 1.0, 400.0), a100.roofline()
+    gemv, gemv0 = gemm_cost(dev, 1, 8192, 28672), gemm_cost(bare, 1, 8192, 28672)
+    assert gemv.seconds - gemv0.seconds == pytest.approx(1.4e-6, rel=1e-6)
+    gemm, gemm0 = gemm_cost(dev, 8192, 8192, 8192), gemm_cost(bare, 8192, 8192, 8192)
+    assert gemm0.bound is Bound.COMPUTE
+    assert gemm.seconds - gemm0.seconds == pytest.approx(1e-6, rel=1e-6)
+    ring, ring0 = ring_allreduce_seconds(dev, 8192, 8), ring_allreduce_seconds(bare, 8192, 8)
+    assert ring - ring0 == pytest.approx(1e-6, rel=1e-6)
+    assert ring_allreduce_seconds(dev, 8192, 1) == 0.0
+
+
+def test_kernel_table_is_ranged_and_the_switch_drops_it(tmp_path, monkeypatch):
+    """``[kernel]`` is validated like every section; with ``PIMPHONY_KERNEL_COSTS=0`` a
+    preset loads without it, and then records exactly what a preset without it records."""
+    monkeypatch.delenv(KERNEL_COSTS_ENV, raising=False)
+    base = A100.read_text().split("\n[kernel]")[0]
+    path = write_toml(tmp_path, base + "\n[kernel]\nlaunch_us = 1.5\ndram_latency_ns = 300.0\n")
+    dev = load_xpu_config(path)
+    assert dev.kernel == KernelCosts(1.5, 300.0)
+    assert dev.launch_seconds == pytest.approx(1.5e-6)
+    assert dev.dram_latency_seconds == pytest.approx(3e-7)
+    assert dev.to_dict()["kernel"] == {"launch_us": 1.5, "dram_latency_ns": 300.0}
+    assert "[kernel] launch_us = -1.0" in error(
+        write_toml(tmp_path, set_key(path.read_text(), "launch_us", "-1.0"), "neg.toml")
+    )
+    assert "[kernel] missing key 'dram_latency_ns'" in error(
+        write_toml(tmp_path, drop_key(path.read_text(), "dram_latency_ns"), "drop.toml")
+    )
+    monkeypatch.setenv(KERNEL_COSTS_ENV, "0")
+    off = load_xpu_config(path)
+    assert off == dev.roofline()
+    assert off.kernel is None and off.launch_seconds == off.dram_latency_seconds == 0.0
+    assert off.to_dict() == load_xpu_config(write_toml(tmp_path, base, "base.toml")).to_dict()
+    assert "kernel" not in off.to_dict()
+
+
+def test_pimphony_xpus_shows_kernel_costs_unless_switched_off(capsys, monkeypatch):
+    monkeypatch.setenv(KERNEL_COSTS_ENV, "1")  # restored after main() sets it
+    lines = dict(line.split(":", 1) for line in run_cli(capsys, "xpus")[1].splitlines())
+    assert lines["a100-80gb"].endswith(", per kernel 0.58 us launch + 405.5 ns DRAM latency")
+    assert "per kernel" not in lines["neupims-npu"]
+    lines = dict(
+        line.split(":", 1) for line in run_cli(capsys, "--no-kernel-costs", "xpus")[1].splitlines()
+    )
+    assert "per kernel" not in lines["a100-80gb"]
+
+
+def test_batched_kernel_pays_one_launch_for_all_copies(a100):
+    """32 heads' GEMVs (K of 512 x 128 times q) in one batched kernel: 32 x the roofline's
+    time exactly without per-kernel costs; with them, one launch and one DRAM latency on top
+    of 32 x the stream (not 32 of each)."""
+    one = gemv_cost(a100, 1, 128, 512)
+    assert batched_cost(a100, one, 32).seconds == 32 * one.seconds
+    dev = _with_kernel(a100, 1.0, 400.0)
+    c = batched_cost(dev, gemv_cost(dev, 1, 128, 512), 32)
+    stream = 32 * one.bytes / (2039e9 * 0.85)
+    assert c.bytes == 32 * one.bytes and c.flops == 32 * one.flops
+    assert c.seconds == pytest.approx(1e-6 + 400e-9 + stream, rel=1e-12)

@@ -53,6 +53,7 @@ from pimphony.models.xpu import (
     XpuCost,
     attention_combine_cost,
     attention_cost,
+    batched_cost,
     gemv_cost,
     vector_cost,
 )
@@ -539,9 +540,9 @@ def _gpu_red(host, rows: int, cols: int) -> float:
 GPU_KERNELS: dict[DccKernel, Callable[..., float]] = {
     DccKernel.GEMV: lambda h, d_out, d_in: gemv_cost(h, 1, d_in, d_out).seconds,
     DccKernel.BATCHED_GEMV: lambda h, b, d_out, d_in: gemv_cost(h, b, d_in, d_out).seconds,
-    # one GEMV per head: K (t x d) times q, or V^T (d x t) times p
-    DccKernel.QK: lambda h, heads, t, d: heads * gemv_cost(h, 1, d, t).seconds,
-    DccKernel.SV: lambda h, heads, t, d: heads * gemv_cost(h, 1, t, d).seconds,
+    # one GEMV per head, all heads in one batched kernel: K (t x d) times q, or V^T (d x t) p
+    DccKernel.QK: lambda h, heads, t, d: batched_cost(h, gemv_cost(h, 1, d, t), heads).seconds,
+    DccKernel.SV: lambda h, heads, t, d: batched_cost(h, gemv_cost(h, 1, t, d), heads).seconds,
     DccKernel.RED: _gpu_red,
     DccKernel.VA: lambda h, n: vector_cost(h, VectorOp.RESIDUAL, n).seconds,
     DccKernel.RELU: lambda h, n: vector_cost(h, VectorOp.RELU, n).seconds,

@@ -497,7 +497,7 @@ def attacc_setup_digest(setup: AttAccSetup) -> str:
             "model": dataclasses.asdict(setup.model),
             "system": str(setup.system),
             "backend": backend_record(setup.backend),
-            "gpu": dataclasses.asdict(setup.backend.host()),
+            "gpu": setup.backend.host().to_dict(),
             "lengths": list(setup.lengths),
             "dcc": setup.dcc,
             "check_capacity": setup.check_capacity,
@@ -710,7 +710,7 @@ class AttAccGpuSystem:
         """The back end (name, digest), the GPU (its host xPU) and DCC's search."""
         from pimphony.sim.analysis.dcc_table import backend_record
 
-        values = dataclasses.asdict(self.host)
+        values = self.host.to_dict()
         out: dict[str, Any] = {
             "backend": backend_record(self.backend),
             "gpu": {"name": self.host.name, "sha256": inputs_digest(values), "values": values},

@@ -12,6 +12,7 @@ import numpy as np
 from pimphony.compiler.llm import LayerOp
 from pimphony.models.config import HardwareConfig
 from pimphony.models.fileio import pyplot, write_figure
+from pimphony.models.xpu_config import XpuConfig
 from pimphony.sim.provenance import inputs_digest
 from pimphony.sim.systems.energy import energy_line
 from pimphony.sim.systems.setup import DecodeSetup
@@ -135,6 +136,8 @@ def digest_inputs(setup: Any, **extra: Any) -> dict[str, Any]:
     for k, v in inputs.items():
         if isinstance(v, HardwareConfig):
             inputs[k] = v.sha256()
+        elif isinstance(v, XpuConfig):
+            inputs[k] = v.to_dict()
         elif dataclasses.is_dataclass(v) and not isinstance(v, type):
             inputs[k] = dataclasses.asdict(v)
     return inputs
