@@ -32,6 +32,9 @@ paper is silent or inconsistent (``docs/librapim.md``, "DBO"):
   side of equation (1) "accounts for the PIM", so we divide by ``F_PIM``.
 * The longer-FFN offload ``m`` is capped at ``Channel_PIM`` (6.2: "up to 64 batches -- the
   number of available PIM channels -- can be offloaded in parallel"); ``m_capped`` says so.
+
+Algorithm 1 prices the offloaded FFN per request; what one pass of the hardware serves is a
+reading of the paper, :class:`OffloadReading` (``docs/librapim.md``, "Offload readings").
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ __all__ = [
     "DboError",
     "DboModel",
     "DboThroughput",
+    "OffloadReading",
     "dynamic_batch_offload",
     "solve_ffn_offload",
     "solve_mha_offload",
@@ -66,6 +70,20 @@ class DboCase(StrEnum):
     LONGER_FFN = "longer-ffn"  # line 14: xPU slower, m requests' FFN to PIM (eq. 1)
     LONGER_MHA = "longer-mha"  # line 21: PIM slower, n requests' attention to the xPU (eq. 2)
     BALANCED = "balanced"  # line 27: equal, nothing moves
+
+
+class OffloadReading(StrEnum):
+    """Where the offloaded requests' FFN runs on PIM: the unit one request occupies.
+
+    ``PER_BANK``: one request per bank, the weight rows the Global Buffer's broadcast operand
+    (4.4, Fig. 14), so a pass serves ``banks`` requests. ``PER_CHANNEL``: one request per
+    channel, each channel running its request's whole FFN alone (6.2: "up to 64 batches --
+    the number of available PIM channels -- can be offloaded in parallel"; 4.5: channels
+    "each of which can independently process a batch"), so a pass serves ``channels``.
+    """
+
+    PER_BANK = "per-bank"
+    PER_CHANNEL = "per-channel"
 
 
 def _positive_int(name: str, value: object, allowed: str = "an integer >= 1") -> int:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from pimphony.compiler.kernels import compile_kernel
 from pimphony.compiler.llm import LayerOp, load_model
-from pimphony.compiler.plan import tp_shapes
+from pimphony.compiler.plan import layer_plan, tp_shapes
 from pimphony.models.channel import run_channel
 from pimphony.models.config import load_preset
 from pimphony.models.dbo import DboCase
@@ -22,12 +22,15 @@ from pimphony.sim.systems.librapim import (
     LIBRAPIM_SPECS,
     BankAccess,
     Offload,
+    OffloadReading,
     _flow,
     _Parts,
     _pipelined,
     dbo_model,
     dbo_throughput,
     format_librapim,
+    measured_throughput,
+    requests_per_pass,
     run_librapim,
 )
 from pimphony.sim.systems.setup import DecodeError, DecodeSetup
@@ -196,6 +199,71 @@ def test_shared_weight_ffn_is_one_pass_per_bank_of_requests(hbm2):
     assert tp_shapes(spec, 1)[LayerOp.FFN1] == (2 * 5504, 2048)
     macs = 172 * 2048 // 16 + 32 * 5504 // 16
     assert 2 * macs <= one <= 1.05 * 2 * macs
+
+
+# llm-1.8b, tp 1: FFN1 11008 x 2048 (SwiGLU), FFN2 2048 x 5504; Table 2: 64 channels of 16
+# banks of 16 MAC lanes, one all-bank MAC per tCCD = 2. All-bank MACs of one request's FFN:
+# d_out x d_in / 16 lanes, over 16 banks.
+_ONE_REQUEST_MACS = (11008 * 2048 + 2048 * 5504) // (16 * 16)  # 132,096
+
+
+def test_offload_readings_price_a_pass_by_hand(hbm2):
+    """The per-pass cost at m = 1, 16, 17, 64 under both readings (docs/librapim.md, "Offload
+    readings"). Per bank: a pass of 16 requests issues every weight element once per
+    channel (d_out x d_in / 16 all-bank MACs in all); per channel: a pass of 64 requests, each
+    channel issuing its request's whole FFN (132,096 all-bank MACs)."""
+    spec, xpu = load_model("llm-1.8b"), load_xpu("librapim-npu")
+    cache = KernelCache(hbm2, "dcs", True)
+    bank = _Parts(spec, hbm2, xpu, 1, cache)
+    chan = _Parts(spec, hbm2, xpu, 1, cache, reading=OffloadReading.PER_CHANNEL)
+    assert requests_per_pass(hbm2, OffloadReading.PER_BANK) == 16
+    assert requests_per_pass(hbm2, OffloadReading.PER_CHANNEL) == 64
+    # MAC commands: passes x one pass's; per channel, m x one request's.
+    per_pass = 11008 * 2048 // 16 + 2048 * 5504 // 16  # 2,113,536
+    for m, passes in ((1, 1), (16, 1), (17, 2), (64, 4)):
+        assert bank.pim_ffn_shared_macs(m) == passes * per_pass
+        assert chan.pim_ffn_shared_macs(m) == m * _ONE_REQUEST_MACS
+    assert bank.pim_ffn_shared_macs(64) == chan.pim_ffn_shared_macs(64)  # same work, 64 requests
+    # Per bank, cycles: the busiest channel holds 172 FFN1 rows and 32 FFN2 rows, each
+    # d_in / 16 MACs at tCCD = 2 per pass.
+    pass_bound = 2 * (172 * 2048 // 16 + 32 * 5504 // 16)  # 66,048
+    one = bank.pim_ffn_shared(1)
+    assert one == bank.pim_ffn_shared(16)
+    assert pass_bound <= one <= 1.05 * pass_bound
+    assert 2 * pass_bound <= bank.pim_ffn_shared(17) <= 1.06 * 2 * pass_bound
+    assert 4 * pass_bound <= bank.pim_ffn_shared(64) <= 1.15 * 4 * pass_bound
+    # Per channel: one pass whatever m <= 64, the AiM GEMV of one request over every channel's
+    # share of the rows in turn (layer_plan's kernels of a batch of 1, summed over channels).
+    whole = chan.pim_ffn_shared(1)
+    assert [chan.pim_ffn_shared(m) for m in (16, 17, 64)] == [whole] * 3
+    plan = layer_plan(spec, hbm2, (1,), 1)
+    jobs = [j for op in (LayerOp.FFN1, LayerOp.FFN2) for js in plan.gemv[op] for j in js]
+    assert whole == sum(cache.run(j).cycles for j in jobs)
+    # MAC bound, plus tRP + tRCD at each all-bank row visit (a 1 KB row: 32 MACs per bank)
+    mac_bound = 2 * _ONE_REQUEST_MACS  # 264,192
+    t = hbm2.timing
+    assert mac_bound + _ONE_REQUEST_MACS // 32 * (t.tRP + t.tRCD_MAC) <= whole <= 2 * mac_bound
+    assert bank.pim_ffn_shared(64) < whole  # the per-channel pass is the dearer even when full
+
+
+def test_per_channel_offload_changes_only_the_offloading_rows(hbm2):
+    spec, xpu = load_model("llm-1.8b"), load_xpu("librapim-npu")
+    lengths = (64,) * 8
+    bank = run_librapim(spec, hbm2, xpu, lengths, groups=2)
+    chan = run_librapim(spec, hbm2, xpu, lengths, groups=2, offload="per-channel")
+    for s, row in LIBRAPIM_SPECS.items():  # librapim-best: m = 0 is fastest either way here
+        assert (chan[s].cycles == bank[s].cycles) == (not row.dbo), s
+    lib = chan["librapim"]  # small batch: both groups' 4 requests on PIM, one pass each
+    assert [(d["case"], d["m"]) for d in lib.decisions] == [(DboCase.SMALL_BATCH, 4)] * 2
+    cache = KernelCache(hbm2, "dcs", True)
+    parts = _Parts(spec, hbm2, xpu, 1, cache, reading=OffloadReading.PER_CHANNEL)
+    ffn = [math.ceil(parts.pim_ffn_shared(4) * d["dex_stretch"]) for d in lib.decisions]
+    assert lib.ops["pim_ffn"] == spec.layers * sum(ffn)
+    # measured rates: PIM's FFN rate is a full pass of 64 requests over its time
+    thr = measured_throughput(parts, lengths)
+    assert thr.pim_ffn_flops == pytest.approx(parts.ffn_flops(64) * 1e9 / parts.pim_ffn_shared(64))
+    with pytest.raises(DecodeError, match=r"offload reading 'per-row' is unknown; allowed: "):
+        run_librapim(spec, hbm2, xpu, lengths, offload="per-row")
 
 
 def test_attacc_coprocessing_split_is_the_best_integer(hbm2):

@@ -112,3 +112,19 @@ def test_librapim_energy_option_equals_fig22(capsys, rows):
     assert rc == 0 and "energy" not in json.loads(plain)
     rc, _, err = run_cli(capsys, *args, "--energy", "aim-cent")
     assert rc == 2 and "not of kind 'hbm'" in err and "Traceback" not in err
+
+
+def test_per_channel_offload_charges_its_own_kernels(rows):
+    """``offload=per-channel``: LibraPIM's offloaded FFN issues one request's whole FFN per
+    request (llm-1.8b: (11008 x 2048 + 2048 x 5504) / 256 = 132,096 all-bank MACs) instead
+    of a Fig. 14 pass per group (11008 x 2048 / 16 + 2048 x 5504 / 16 = 2,113,536); every
+    other system's energy is unchanged."""
+    (chan,) = fig22(models=("llm-1.8b",), batches=(8,), contexts=(64,), tp=1, offload="per-channel")
+    (bank,) = rows
+    layers = load_model("llm-1.8b").layers
+    assert [d["m"] for d in chan["dbo"]] == [d["m"] for d in bank["dbo"]] == [4, 4]
+    macs = {k: r["systems"]["librapim"]["pim_counts_per_device"]["MAC"] for k, r in
+            (("bank", bank), ("chan", chan))}  # fmt: skip
+    assert macs["bank"] - macs["chan"] == layers * 2 * (2_113_536 - 4 * 132_096)
+    for s in ("npu+aim", "attacc", "neupims", "librapim-no-dbo"):
+        assert chan["systems"][s]["parts_j"] == bank["systems"][s]["parts_j"], s

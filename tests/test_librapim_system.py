@@ -16,8 +16,15 @@ from pimphony.models.xpu_config import load_xpu
 from pimphony.sim.systems import librapim_system
 from pimphony.sim.systems.base import Command, SystemConfig, SystemKind
 from pimphony.sim.systems.costs import xpu_prefill_seconds
-from pimphony.sim.systems.librapim import DEFAULT_TP, LIBRAPIM_PRESET, LIBRAPIM_XPU
-from pimphony.sim.systems.librapim_system import plot_librapim_report
+from pimphony.sim.systems.librapim import (
+    DEFAULT_TP,
+    LIBRAPIM_PRESET,
+    LIBRAPIM_SPECS,
+    LIBRAPIM_XPU,
+    Offload,
+    OffloadReading,
+)
+from pimphony.sim.systems.librapim_system import librapim_report_stem, plot_librapim_report
 from pimphony.sim.systems.registry import LIBRAPIM_ROWS
 from pimphony.sim.systems.setup import DecodeError
 
@@ -76,9 +83,35 @@ def test_each_row_reads_the_options_its_system_has():
         assert ("groups" in reads) != serial, kind
         dex = kind.startswith("librapim")
         assert ("no_dex" in reads) == dex, kind
+        assert ("offload" in reads) == (LIBRAPIM_SPECS[kind].offload != Offload.NONE), kind
         assert set(row.defaults) <= set(reads)
         assert row.defaults["preset"] == LIBRAPIM_PRESET and row.defaults["tp"] == DEFAULT_TP
         assert set(row.options[Command.SERVE]) - set(reads) == {"memory", "max_context"}
+
+
+def test_offload_reading_reaches_the_step_and_names_the_report(tmp_path, capsys):
+    """``--offload per-channel`` on ``decode --system librapim`` times what ``librapim
+    --offload per-channel`` does and is stated in the report and its name; per bank (the
+    default) leaves both as they were; a row without an FFN offload refuses the option."""
+    common = ("--model", MODEL, "--context", "300", "--batch", "4", "--offload", "per-channel")
+    files = ("--report", tmp_path / "r.json", "--plot", tmp_path / "r.png")
+    rc, out, err = run_cli(capsys, "decode", "--system", "librapim", *common, "--json", *files)
+    assert rc == 0, err
+    report = json.loads(out)
+    rc, out, err = run_cli(capsys, "librapim", "--system", "librapim", *common, "--json")
+    assert rc == 0, err
+    step = json.loads(out)["systems"]["librapim"]
+    assert _text({k: report[k] for k in step}) == _text(step)
+    assert report["offload"] == "per-channel"
+    system = _system(SystemKind.LIBRAPIM)
+    default = system.setup((300,) * 4)
+    chan = dataclasses.replace(default, offload=OffloadReading.PER_CHANNEL)
+    assert librapim_report_stem(chan) != librapim_report_stem(default)
+    assert "offload" not in librapim_system.LibrapimReport(default, system._run(default)).to_dict()
+    rc, out, err = run_cli(capsys, "decode", "--system", "neupims", *common, *files, "--force")
+    assert rc != 0 and "--system neupims does not use --offload" in err
+    with pytest.raises(DecodeError, match="offload reading 'per-row' is unknown"):
+        dataclasses.replace(default, offload="per-row")
 
 
 def test_groups_are_capped_at_the_batch_and_inputs_checked():

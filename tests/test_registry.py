@@ -52,6 +52,7 @@ OTHER_VALUE: dict[str, tuple[str, ...]] = {
     "sub_batches": ("--sub-batches", "2"),
     "groups": ("--groups", "3"),
     "no_dex": ("--no-dex",),
+    "offload": ("--offload", "per-channel"),
     "backend": ("--backend", "hbm-pim"),
     "table": ("--table", "lut.json"),
     "budget": ("--budget", "50"),

@@ -24,6 +24,9 @@ from pimphony.sim.systems.librapim import (
     LIBRAPIM_PRESET,
     LIBRAPIM_SPECS,
     LIBRAPIM_XPU,
+    OFFLOAD_READINGS,
+    OffloadReading,
+    add_offload_argument,
     format_inputs,
     format_librapim,
     librapim_cache,
@@ -69,6 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="LibraPIM's banks exclusive (plain AiM) instead of sliced (bank-slice TLM)",
     )
+    add_offload_argument(parser)
     parser.add_argument("--sched", choices=choice_names(SCHEDULERS), default="dcs")
     parser.add_argument(
         "--energy",
@@ -100,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
     hw, dev = load_preset(args.preset), load_xpu(args.xpu)
     params = hbm_energy(args.energy) if args.energy else None
     cache = librapim_cache(hw, args.sched, lengths)
+    reading = OffloadReading(args.offload)
     systems = run_librapim(
         spec,
         hw,
@@ -111,11 +116,12 @@ def run(args: argparse.Namespace) -> int:
         tuple(args.system) if args.system else None,
         slicing=not args.no_dex,
         cache=cache,
+        offload=reading,
     )
     energy = None
     if params is not None:  # the kernels run_librapim timed, from its cache
         energy = {
-            s: system_energy(spec, hw, dev, args.tp, lengths, r, params, cache)
+            s: system_energy(spec, hw, dev, args.tp, lengths, r, params, cache, reading)
             for s, r in systems.items()
         }
     if args.json:
@@ -130,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
         print()
         return 0
     print(format_inputs(spec, args.preset, args.xpu, lengths, args.tp))
+    if reading != OffloadReading.PER_BANK:
+        print(f"DBO's offloaded FFN: {reading} ({OFFLOAD_READINGS[reading].summary})")
     print(format_librapim(systems))
     if energy is not None:
         print(format_energy(energy, params.name))

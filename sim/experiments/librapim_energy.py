@@ -31,16 +31,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pimphony.compiler.kernels import gemv_max_batch
 from pimphony.compiler.llm import LayerOp, ModelSpec, load_model
 from pimphony.compiler.plan import (
     DecodeMappingError,
-    GemvJob,
     PartitionError,
     layer_plan,
     micro_batches,
-    split_evenly,
-    tp_shapes,
 )
 from pimphony.models.config import HardwareConfig, load_preset
 from pimphony.models.energy import (
@@ -71,7 +67,11 @@ from pimphony.sim.systems.librapim import (
     LIBRAPIM_SPECS,
     LIBRAPIM_XPU,
     LibrapimStep,
+    OffloadReading,
+    add_offload_argument,
     librapim_cache,
+    offload_jobs,
+    offload_reading,
     run_librapim,
 )
 from pimphony.sim.systems.setup import DecodeError, DecodeSetup
@@ -175,21 +175,21 @@ def _ffn_gemv_activity(
 
 
 def _ffn_shared_activity(
-    spec: ModelSpec, hw: HardwareConfig, tp: int, m: int, cache: KernelCache
+    spec: ModelSpec,
+    hw: HardwareConfig,
+    tp: int,
+    m: int,
+    cache: KernelCache,
+    offload: OffloadReading = OffloadReading.PER_BANK,
 ) -> ChannelActivity:
-    """LibraPIM's offloaded FFN of ``m`` requests (Fig. 14 mode) on one device: per channel
-    GEMVs whose matrix is the inputs and whose vectors are the channel's weight rows, as
-    ``sim.systems.librapim`` times them; all channels."""
+    """LibraPIM's offloaded FFN of ``m`` requests on one device under ``offload``: the
+    channel kernels ``sim.systems.librapim`` times (:func:`~sim.systems.librapim.offload_jobs`;
+    per bank, the Fig. 14 mode), all channels."""
     act = ChannelActivity.zero()
-    if not m:
-        return act
-    for op in (LayerOp.FFN1, LayerOp.FFN2):
-        d_out, d_in = tp_shapes(spec, tp)[op]
-        most = max(1, gemv_max_batch(hw, m, d_in))
-        for rows in split_evenly(d_out, hw.module.channels, 1):
-            sizes = [most] * (rows // most) + ([rows % most] if rows % most else [])
-            for k in sizes:
-                act += cache.run(GemvJob(m, d_in, k)).activity
+    for per_channel in offload_jobs(spec, hw, tp, m, offload).values():
+        for jobs in per_channel:
+            for j in jobs:
+                act += cache.run(j).activity
     return act
 
 
@@ -222,9 +222,11 @@ def system_energy(
     result: LibrapimStep,
     params: HbmEnergyParams,
     cache: KernelCache,
+    offload: OffloadReading = OffloadReading.PER_BANK,
 ) -> dict[str, Any]:
     """Energy of one system's step (``result``) on ``tp`` devices: parts in J, J per token,
-    the PIM activity's counts. ``cache`` must time kernels as ``run_librapim``'s does."""
+    the PIM activity's counts. ``cache`` must time kernels as ``run_librapim``'s does, and
+    ``offload`` be the reading it ran with."""
     e_bytes = spec.element_bytes
     npu = dataclasses.replace(xpu, energy=npu_energy_params(params))
     pim = ChannelActivity.zero()
@@ -250,7 +252,7 @@ def system_energy(
             on_pim = tuple(mb[r] for r in order[n:])
             if on_pim:
                 pim += _attention_activity(spec, hw, tp, on_pim, cache)[0]
-            pim += _ffn_shared_activity(spec, hw, tp, m, cache)
+            pim += _ffn_shared_activity(spec, hw, tp, m, cache, offload)
             softmax_scores += sum(on_pim)
             group = layer_costs(spec, xpu, len(mb), tp, ffn_batch=len(mb) - m, contexts=on_xpu)
             costs.update({f"{k}.{i}": c for k, c in group.items()})
@@ -301,10 +303,13 @@ def fig22(
     preset: str = LIBRAPIM_PRESET,
     xpu: str = LIBRAPIM_XPU,
     progress: Callable[[str], None] | None = None,
+    offload: OffloadReading = OffloadReading.PER_BANK,
 ) -> list[dict[str, Any]]:
-    """One row per (model, batch, context): each paper system's energy by part."""
+    """One row per (model, batch, context): each paper system's energy by part; LibraPIM's
+    offloaded FFN under ``offload``."""
     hw, dev = load_preset(preset), load_xpu(xpu)
     params = hbm_energy(energy)
+    offload = offload_reading(offload)
     stacks = params.chips(hw)
     names = list(FIG22_SYSTEMS)
     rows = []
@@ -315,12 +320,13 @@ def fig22(
                 lengths = (ctx,) * b
                 cache = librapim_cache(hw, "dcs", lengths)
                 systems = run_librapim(
-                    spec, hw, dev, lengths, min(groups, b), "dcs", tp, names, cache=cache
-                )
+                    spec, hw, dev, lengths, min(groups, b), "dcs", tp, names, cache=cache,
+                    offload=offload,
+                )  # fmt: skip
                 row: dict[str, Any] = {
                     "model": spec.name, "batch": b, "context": ctx, "stacks_per_device": stacks,
                     "systems": {
-                        s: system_energy(spec, hw, dev, tp, lengths, r, params, cache)
+                        s: system_energy(spec, hw, dev, tp, lengths, r, params, cache, offload)
                         for s, r in systems.items()
                     },
                     "dbo": [
@@ -430,6 +436,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--tp", type=bounded_int(1, 1024), default=DEFAULT_TP, help="devices sharing every layer"
     )
     p.add_argument("--energy", default="hbm-pim", help="kind = hbm energy preset or .toml")
+    add_offload_argument(p)
     _FILES.add_options(p)
 
 
@@ -439,8 +446,9 @@ def run(args: argparse.Namespace) -> int:
     progress = None if args.json else (lambda m: print(f"  {m}", flush=True))
     models = tuple(parse_list("--models", args.models, str, PimphonyError))
     rows = fig22(
-        models, args.batches, args.contexts, args.groups, args.tp, args.energy, progress=progress
-    )
+        models, args.batches, args.contexts, args.groups, args.tp, args.energy,
+        progress=progress, offload=OffloadReading(args.offload),
+    )  # fmt: skip
     path = plot_fig22(rows, plot)
     block = provenance(args, load_preset(LIBRAPIM_PRESET), models=list(models))
     doc = {

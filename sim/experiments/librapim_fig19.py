@@ -32,7 +32,14 @@ from pimphony.sim.cli import bounded_int, bounded_ints, positive_ints
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import OutputFile, ReportFiles, parse_list, publish_json, user_output
 from pimphony.sim.systems.base import SystemKind
-from pimphony.sim.systems.librapim import DEFAULT_TP, LIBRAPIM_PRESET, LIBRAPIM_XPU, run_librapim
+from pimphony.sim.systems.librapim import (
+    DEFAULT_TP,
+    LIBRAPIM_PRESET,
+    LIBRAPIM_XPU,
+    OffloadReading,
+    add_offload_argument,
+    run_librapim,
+)
 from pimphony.sim.systems.setup import DecodeError
 
 __all__ = [
@@ -73,8 +80,10 @@ def fig19(
     preset: str = LIBRAPIM_PRESET,
     xpu: str = LIBRAPIM_XPU,
     progress: Callable[[str], None] | None = None,
+    offload: OffloadReading = OffloadReading.PER_BANK,
 ) -> list[dict[str, Any]]:
-    """One row per (model, batch, context): every system's step ms and speedup over NPU+AiM."""
+    """One row per (model, batch, context): every system's step ms and speedup over NPU+AiM;
+    DBO's offloaded FFN under ``offload``."""
     hw, dev = load_preset(preset), load_xpu(xpu)
     rows = []
     for name in models:
@@ -87,8 +96,9 @@ def fig19(
         for b in batches:
             for ctx in contexts:
                 systems = run_librapim(
-                    spec, hw, dev, (ctx,) * b, min(groups, b), "dcs", tp, FIG19_SYSTEMS
-                )
+                    spec, hw, dev, (ctx,) * b, min(groups, b), "dcs", tp, FIG19_SYSTEMS,
+                    offload=offload,
+                )  # fmt: skip
                 base = systems[SystemKind.NPU_AIM].step_seconds
                 row: dict[str, Any] = {"model": spec.name, "batch": b, "context": ctx}
                 for s, r in systems.items():
@@ -215,6 +225,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tp", type=bounded_int(1, 1024), default=DEFAULT_TP, help="devices sharing every layer"
     )
+    add_offload_argument(p)
     _FILES.add_options(p)
 
 
@@ -224,7 +235,10 @@ def run(args: argparse.Namespace) -> int:
     table = user_output(args.csv, _CSV, args.force)
     progress = None if args.json else (lambda m: print(f"  {m}", flush=True))
     models = tuple(parse_list("--models", args.models, str, PimphonyError))
-    rows = fig19(models, args.batches, args.contexts, args.groups, args.tp, progress=progress)
+    rows = fig19(
+        models, args.batches, args.contexts, args.groups, args.tp, progress=progress,
+        offload=OffloadReading(args.offload),
+    )  # fmt: skip
     path = plot_fig19(rows, plot)
     block = provenance(args, load_preset(LIBRAPIM_PRESET), models=list(models))
     doc = {"rows": rows, "means": means(rows), "paper": PAPER_SPEEDUP, "plot": str(path)}

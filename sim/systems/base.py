@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pimphony.compiler.llm import ModelSpec
 from pimphony.models.config import HardwareConfig
+from pimphony.models.dbo import OffloadReading
 from pimphony.models.energy import EnergyParams
 from pimphony.models.memory import MemoryPolicy
 from pimphony.models.xpu_config import XpuConfig
@@ -69,8 +70,9 @@ class SystemConfig:
     ``memory``, ``micro_batches``, ``max_context``, ``sub_batches`` and ``mapping`` mean what
     they mean for ``pimphony decode`` (``docs/decode.md``); ``check_capacity`` off times a
     batch that does not fit; ``energy`` is the PIM energy preset (``None``: the default).
-    ``groups`` (``None``: the system's default) and ``slicing`` are LibraPIM's batch groups and
-    DEX bank slicing (``--groups``, ``--no-dex``).
+    ``groups`` (``None``: the system's default), ``slicing`` and ``offload`` are LibraPIM's
+    batch groups, DEX bank slicing and DBO's offload reading (``--groups``, ``--no-dex``,
+    ``--offload``).
     ``backend``, ``table``, ``budget`` and ``verify`` are the AttAcc systems' PIM back end and
     DCC's lookup table and search effort (``None``: DCC Fig. 8's).
     A system reads only its own fields; all but ``model`` and ``hw`` are keyword-only.
@@ -96,6 +98,7 @@ class SystemConfig:
     energy: EnergyParams | None = None
     groups: int | None = None
     slicing: bool = True
+    offload: OffloadReading = OffloadReading.PER_BANK
     backend: str | None = None
     table: Path | None = None
     budget: int | None = None

@@ -24,6 +24,7 @@ from pimphony.sim.provenance import provenance
 from pimphony.sim.report import publish_json, user_output, user_plot
 from pimphony.sim.systems import attacc_gpu
 from pimphony.sim.systems.hetero import SUB_BATCHES_AUTO
+from pimphony.sim.systems.librapim import add_offload_argument
 from pimphony.sim.systems.registry import (
     SYSTEMS,
     Command,
@@ -244,6 +245,7 @@ def add_row_arguments(p: argparse.ArgumentParser) -> None:
         default=argparse.SUPPRESS,
         help="LibraPIM's DEX rows: banks exclusive (plain AiM) instead of sliced",
     )
+    add_offload_argument(p, argparse.SUPPRESS)
 
 
 def row_options(

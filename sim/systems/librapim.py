@@ -37,8 +37,10 @@ GPT3-175B (``n_tp = 8``); the step of one device is reported.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -50,6 +52,7 @@ from pimphony.compiler.plan import (
     DecodeMappingError,
     GemvJob,
     PartitionError,
+    batch_jobs,
     kv_heads_per_device,
     layer_plan,
     micro_batches,
@@ -63,7 +66,13 @@ from pimphony.models.bank_slice import (
     run_bank_slice,
 )
 from pimphony.models.config import HardwareConfig
-from pimphony.models.dbo import DboDecision, DboModel, DboThroughput, dynamic_batch_offload
+from pimphony.models.dbo import (
+    DboDecision,
+    DboModel,
+    DboThroughput,
+    OffloadReading,
+    dynamic_batch_offload,
+)
 from pimphony.models.hub import link_cycles
 from pimphony.models.xpu import VectorOp
 from pimphony.models.xpu_config import XpuConfig
@@ -81,11 +90,15 @@ __all__ = [
     "LIBRAPIM_PRESET",
     "LIBRAPIM_XPU",
     "LIBRAPIM_SPECS",
+    "OFFLOAD_READINGS",
     "BankAccess",
     "LibrapimStep",
     "librapim_cache",
     "Offload",
+    "OffloadReading",
+    "OffloadReadingSpec",
     "LibrapimSpec",
+    "add_offload_argument",
     "dbo_model",
     "dbo_throughput",
     "check_step",
@@ -93,6 +106,9 @@ __all__ = [
     "format_librapim",
     "step_inputs",
     "measured_throughput",
+    "offload_jobs",
+    "offload_reading",
+    "requests_per_pass",
     "run_librapim",
     "weights_per_device",
 ]
@@ -235,6 +251,104 @@ def dbo_throughput(
     )
 
 
+#: What each channel runs, per FFN op, for ``m`` offloaded requests' FFN of one layer.
+ChannelJobs = dict[LayerOp, list[list[GemvJob]]]
+
+
+def _per_bank_jobs(spec: ModelSpec, hw: HardwareConfig, tp: int, m: int) -> ChannelJobs:
+    """Fig. 14 mode: every channel holds the ``m`` inputs (one per bank) and streams its own
+    share of the weight rows as the GEMV's vectors (as many per kernel as the GPR holds)."""
+    jobs: ChannelJobs = {}
+    for op in (LayerOp.FFN1, LayerOp.FFN2):
+        d_out, d_in = tp_shapes(spec, tp)[op]
+        most = max(1, gemv_max_batch(hw, m, d_in))
+        sizes = [
+            [most] * (rows // most) + ([rows % most] if rows % most else [])
+            for rows in split_evenly(d_out, hw.module.channels, 1)
+        ]
+        jobs[op] = [[GemvJob(m, d_in, k) for k in ks] for ks in sizes]
+    return jobs
+
+
+def _per_channel_jobs(spec: ModelSpec, hw: HardwareConfig, tp: int, m: int) -> ChannelJobs:
+    """Request ``i`` on channel ``i mod channels``, which runs every weight row of the op
+    for its requests alone: AiM's GEMV (its banks read the weight rows, the inputs are the
+    broadcast operand) over every channel's share of the rows in turn."""
+    ch = hw.module.channels
+    jobs: ChannelJobs = {}
+    for op in (LayerOp.FFN1, LayerOp.FFN2):
+        d_out, d_in = tp_shapes(spec, tp)[op]
+        shares = [s for s in split_evenly(d_out, ch, hw.channel.banks) if s]
+        whole = {  # a channel's requests: m // ch or one more
+            r: [j for s in shares for j in batch_jobs(hw, s, d_in, r)]
+            for r in {m // ch, -(-m // ch)}
+            if r
+        }
+        jobs[op] = [whole.get(len(range(c, m, ch)), []) for c in range(ch)]
+    return jobs
+
+
+@dataclass(frozen=True)
+class OffloadReadingSpec:
+    """One reading of the offloaded FFN: requests one pass serves on ``hw``, what each
+    channel runs for ``m`` requests, and the paper's words (``docs/librapim.md``)."""
+
+    per_pass: Callable[[HardwareConfig], int]
+    jobs: Callable[[ModelSpec, HardwareConfig, int, int], ChannelJobs]
+    summary: str
+
+
+#: The readings (``--offload``); ``docs/librapim.md``, "Offload readings", derives both.
+OFFLOAD_READINGS: dict[OffloadReading, OffloadReadingSpec] = {
+    OffloadReading.PER_BANK: OffloadReadingSpec(
+        lambda hw: hw.channel.banks,
+        _per_bank_jobs,
+        "one request per bank, the weight rows broadcast from the Global Buffer (4.4, Fig. 14)",
+    ),
+    OffloadReading.PER_CHANNEL: OffloadReadingSpec(
+        lambda hw: hw.module.channels,
+        _per_channel_jobs,
+        "one request per channel, each channel running its request's whole FFN alone (6.2)",
+    ),
+}
+
+
+def offload_reading(value: OffloadReading | str) -> OffloadReading:
+    """``value`` as an :class:`OffloadReading`; :class:`DecodeError` naming the allowed ones."""
+    try:
+        return OffloadReading(value)
+    except ValueError:
+        allowed = ", ".join(OFFLOAD_READINGS)
+        raise DecodeError(f"offload reading {value!r} is unknown; allowed: {allowed}") from None
+
+
+def add_offload_argument(
+    p: argparse.ArgumentParser, default: Any = OffloadReading.PER_BANK
+) -> None:
+    """The ``--offload`` option of the LibraPIM commands and rows (``default``: the option's
+    default, ``argparse.SUPPRESS`` where only some rows read it)."""
+    p.add_argument(
+        "--offload",
+        choices=[str(r) for r in OFFLOAD_READINGS],
+        default=default if default == argparse.SUPPRESS else str(default),
+        help="LibraPIM's DBO offload: per-bank (16 requests per pass, Fig. 14; default) or "
+        "per-channel (one request per channel, 64 in parallel, 6.2) (docs/librapim.md)",
+    )
+
+
+def requests_per_pass(hw: HardwareConfig, reading: OffloadReading) -> int:
+    """Requests one pass of the offloaded FFN serves on ``hw`` under ``reading``."""
+    return OFFLOAD_READINGS[reading].per_pass(hw)
+
+
+def offload_jobs(
+    spec: ModelSpec, hw: HardwareConfig, tp: int, m: int, reading: OffloadReading
+) -> ChannelJobs:
+    """The channel kernels of ``m`` requests' offloaded FFN of one layer on one of ``tp``
+    devices under ``reading``: per FFN op, each channel's list (none for ``m = 0``)."""
+    return OFFLOAD_READINGS[reading].jobs(spec, hw, tp, m) if m else {}
+
+
 def weights_per_device(spec: ModelSpec, tp: int, pp: int = 1) -> float:
     """Bytes of weights one device holds when ``tp x pp`` devices share the model."""
     return spec.resident_weight_bytes / (tp * pp)
@@ -250,6 +364,7 @@ class _Parts:
     tp: int
     cache: KernelCache
     partitions: tuple[str, ...] = ATTENTION_PARTITIONS
+    reading: OffloadReading = OffloadReading.PER_BANK
     _att: dict = field(default_factory=dict)
     _att_part: dict = field(default_factory=dict)
     _att_macs: dict = field(default_factory=dict)
@@ -357,11 +472,11 @@ class _Parts:
         return self._ffn[m]
 
     def pim_ffn_shared(self, m: int) -> int:
-        """PIM cycles of one layer's FFN for ``m`` requests in LibraPIM's DBO mode (4.4,
+        """PIM cycles of one layer's FFN for ``m`` requests offloaded by DBO under
+        ``reading`` (:func:`offload_jobs`); per op the busiest channel's sum. Per bank (4.4,
         Fig. 14): the weight rows stream through the Global Buffer to every bank's MAC unit,
-        the banks hold the requests' input vectors. On the channel TLM this is a GEMV whose
-        matrix is the ``m x d_in`` inputs and whose vectors are the channel's weight rows
-        (as many per kernel as the GPR holds); the busiest channel's sum."""
+        the banks hold the requests' input vectors; on the channel TLM a GEMV whose matrix is
+        the ``m x d_in`` inputs and whose vectors are the channel's weight rows."""
         return self._pim_ffn_shared(m)[0]
 
     def pim_ffn_shared_macs(self, m: int) -> int:
@@ -374,16 +489,10 @@ class _Parts:
         key = ("shared", m)
         if key not in self._ffn:
             total = macs = 0
-            for op in (LayerOp.FFN1, LayerOp.FFN2):
-                d_out, d_in = tp_shapes(self.spec, self.tp)[op]
-                most = max(1, gemv_max_batch(self.hw, m, d_in))
-                busiest = 0
-                for rows in split_evenly(d_out, self.hw.module.channels, 1):
-                    sizes = [most] * (rows // most) + ([rows % most] if rows % most else [])
-                    runs = [self.cache.run(GemvJob(m, d_in, k)) for k in sizes]
-                    busiest = max(busiest, sum(r.cycles for r in runs))
-                    macs += sum(r.macs for r in runs)
-                total += busiest
+            for per_channel in offload_jobs(self.spec, self.hw, self.tp, m, self.reading).values():
+                runs = [[self.cache.run(j) for j in jobs] for jobs in per_channel]
+                total += max((sum(r.cycles for r in rs) for rs in runs), default=0)
+                macs += sum(r.macs for rs in runs for r in rs)
             self._ffn[key] = (total, macs)
         return self._ffn[key]
 
@@ -538,22 +647,23 @@ def measured_throughput(parts: _Parts, lengths: tuple[int, ...]) -> DboThroughpu
     * ``FLOPS_xPU_GEMV``: the group's attention FLOPs over the xPU's attention time;
     * ``FLOPS_PIM``: the group's attention FLOPs over its PIM time (channel TLM, no DEX
       stretch: sliced banks cost about 1%);
-    * PIM's FFN rate: the FFN FLOPs of one full Fig. 14 pass (``banks`` requests) over its
-      channel-TLM time (in that mode PIM's FFN time steps every ``banks`` requests, so a
-      full pass is its best per-request rate).
+    * PIM's FFN rate: the FFN FLOPs of one full pass of the offload reading
+      (:func:`requests_per_pass`: ``banks`` requests per bank, ``channels`` per channel) over
+      its channel-TLM time (PIM's FFN time steps every pass, so a full pass is its best
+      per-request rate).
     """
     b, hz, tp = len(lengths), parts.freq * 1e9, parts.tp
     fc = (LayerOp.QKV, LayerOp.PROJ, LayerOp.FFN1, LayerOp.FFN2)
     x_flops = sum(parts.gemm_flops(op, b) for op in fc)
     x_cycles = sum(parts.gemm(op, b) for op in fc)
     a_flops = parts.attention_flops(lengths)
-    banks = parts.hw.channel.banks
+    full = requests_per_pass(parts.hw, parts.reading)
     return DboThroughput(
         xpu_flops=tp * x_flops * hz / x_cycles,
         xpu_gemv_flops=tp * a_flops * hz / parts.xpu_attention(lengths),
         pim_flops=tp * a_flops * hz / sum(parts.attention(lengths).values()),
         pim_channels=parts.hw.module.channels,
-        pim_ffn_flops=tp * parts.ffn_flops(banks) * hz / parts.pim_ffn_shared(banks),
+        pim_ffn_flops=tp * parts.ffn_flops(full) * hz / parts.pim_ffn_shared(full),
     )
 
 
@@ -661,11 +771,11 @@ def _best_offload(
     name: str, parts: _Parts, lengths: tuple[int, ...], groups: int, dex: bool | None
 ) -> LibrapimStep:
     """LibraPIM with the FFN offload chosen by simulation: every ``m`` in multiples of the
-    banks up to ``Channel_PIM`` (in the Fig. 14 mode PIM's FFN time changes only at those
-    steps while the xPU's falls with every request), and ``m = 0``; the fastest step."""
-    banks, cap = parts.hw.channel.banks, parts.hw.module.channels
+    pass (:func:`requests_per_pass`) up to ``Channel_PIM`` (PIM's FFN time changes only at
+    those steps while the xPU's falls with every request), and ``m = 0``; the fastest step."""
+    full, cap = requests_per_pass(parts.hw, parts.reading), parts.hw.module.channels
     top = min(cap, max(len(g) for g in micro_batches(lengths, groups)))
-    ms = sorted({0, top, *range(banks, top + 1, banks)})
+    ms = sorted({0, top, *range(full, top + 1, full)})
     runs = [_pipelined(name, parts, lengths, groups, Offload.NONE, m, dex) for m in ms]
     best = min(range(len(ms)), key=lambda i: (runs[i].cycles, ms[i]))
     for d in runs[best].decisions:
@@ -808,23 +918,26 @@ def run_librapim(
     partitions: tuple[str, ...] = ATTENTION_PARTITIONS,
     slicing: bool = True,
     cache: KernelCache | None = None,
+    offload: OffloadReading | str = OffloadReading.PER_BANK,
 ) -> dict[str, LibrapimStep]:
     """Time one decode step of ``lengths`` on each of ``systems`` (default all of
     :data:`LIBRAPIM_SPECS`), ``tp`` devices sharing every layer; keys are the system names.
     PIM attention uses the fastest of ``partitions`` that maps. ``slicing``: the DEX systems'
     banks are sliced (default) or, for the comparison, exclusive as in plain AiM
-    (``aim-pipelined`` is exclusive either way).
+    (``aim-pipelined`` is exclusive either way). ``offload``: where DBO's offloaded FFN runs
+    (:data:`OFFLOAD_READINGS`; AttAcc's co-processing is AiM's GEMV either way).
 
     Capacity is not checked (the paper's 16 GB does not hold the KV of its large points).
     """
     check_step(spec, lengths, groups, tp)
+    reading = offload_reading(offload)
     chosen = []
     for name in systems or tuple(LIBRAPIM_SPECS):
         if name not in LIBRAPIM_SPECS:
             raise DecodeError(f"system {name!r} is unknown; allowed: {', '.join(LIBRAPIM_SPECS)}")
         chosen.append(SystemKind(name))
     cache = cache or librapim_cache(hw, sched, lengths)
-    parts = _Parts(spec, hw, xpu, tp, cache, partitions)
+    parts = _Parts(spec, hw, xpu, tp, cache, partitions, reading)
     out: dict[str, LibrapimStep] = {}
     for s in chosen:
         row = LIBRAPIM_SPECS[s]

@@ -37,11 +37,14 @@ from pimphony.sim.systems.librapim import (
     DEFAULT_GROUPS,
     DEFAULT_TP,
     LIBRAPIM_SPECS,
+    OFFLOAD_READINGS,
     LibrapimStep,
+    OffloadReading,
     check_step,
     format_inputs,
     format_librapim,
     librapim_cache,
+    offload_reading,
     run_librapim,
     step_inputs,
 )
@@ -63,7 +66,8 @@ __all__ = [
 class LibrapimSetup:
     """One step of LibraPIM system ``kind``: ``lengths`` on ``tp`` devices of PIM ``hw`` and
     NPU ``xpu``, ``groups`` batch groups (at most the batch), ``sched`` the PIM scheduler,
-    ``slicing`` the DEX banks sliced (else exclusive); checked on construction."""
+    ``slicing`` the DEX banks sliced (else exclusive), ``offload`` where DBO's offloaded FFN
+    runs (``OFFLOAD_READINGS``); checked on construction."""
 
     kind: SystemKind
     model: ModelSpec
@@ -74,11 +78,13 @@ class LibrapimSetup:
     groups: int = DEFAULT_GROUPS
     sched: str = "dcs"
     slicing: bool = True
+    offload: OffloadReading = OffloadReading.PER_BANK
 
     def __post_init__(self) -> None:
         if self.kind not in LIBRAPIM_SPECS:
             raise DecodeError(f"{self.kind} is not a LibraPIM system")
         check_step(self.model, self.lengths, self.groups, self.tp)
+        object.__setattr__(self, "offload", offload_reading(self.offload))
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,7 @@ class LibrapimReport:
             **step_inputs(s.model, s.hw.name, s.xpu.name, s.lengths, s.tp),
             "sched": s.sched,
             "slicing": s.slicing,
+            **({} if s.offload == OffloadReading.PER_BANK else {"offload": str(s.offload)}),
             **dataclasses.asdict(self.result),
             "provenance": self.provenance,
         }
@@ -116,7 +123,10 @@ class LibrapimReport:
 
 def librapim_setup_digest(setup: LibrapimSetup) -> str:
     """SHA-256 of everything a LibraPIM step depends on."""
-    return inputs_digest(digest_inputs(setup))
+    inputs = digest_inputs(setup)
+    if inputs["offload"] == OffloadReading.PER_BANK:  # added later: digests stay as they were
+        del inputs["offload"]
+    return inputs_digest(inputs)
 
 
 def librapim_report_stem(setup: LibrapimSetup) -> str:
@@ -131,12 +141,10 @@ def librapim_report_stem(setup: LibrapimSetup) -> str:
 def format_librapim_report(report: LibrapimReport) -> str:
     """The step as text: its inputs, then :func:`format_librapim` of the one system."""
     s = report.setup
-    return "\n".join(
-        (
-            format_inputs(s.model, s.hw.name, s.xpu.name, s.lengths, s.tp),
-            format_librapim({str(s.kind): report.result}),
-        )
-    )
+    lines = [format_inputs(s.model, s.hw.name, s.xpu.name, s.lengths, s.tp)]
+    if s.offload != OffloadReading.PER_BANK:
+        lines.append(f"DBO's offloaded FFN: {s.offload} ({OFFLOAD_READINGS[s.offload].summary})")
+    return "\n".join([*lines, format_librapim({str(s.kind): report.result})])
 
 
 #: The bars of :func:`plot_librapim_report`: (label, "busy" or "utilisation", key).
@@ -204,8 +212,9 @@ class LibrapimRowSystem:
         c = self.config
         groups = min(c.groups or DEFAULT_GROUPS, len(lengths)) if lengths else 1
         return LibrapimSetup(
-            self.kind, c.model, self.hw, self.xpu, tuple(lengths), c.tp, groups, c.sched, c.slicing
-        )
+            self.kind, c.model, self.hw, self.xpu, tuple(lengths), c.tp, groups, c.sched,
+            c.slicing, c.offload,
+        )  # fmt: skip
 
     def _run(self, setup: LibrapimSetup) -> LibrapimStep:
         if setup.lengths not in self._steps:
@@ -215,7 +224,7 @@ class LibrapimRowSystem:
             s = setup
             self._steps[s.lengths] = run_librapim(
                 s.model, s.hw, s.xpu, s.lengths, s.groups, s.sched, s.tp, (s.kind,),
-                slicing=s.slicing, cache=self._caches[longest],
+                slicing=s.slicing, cache=self._caches[longest], offload=s.offload,
             )[s.kind]  # fmt: skip
         return self._steps[setup.lengths]
 

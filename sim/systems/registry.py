@@ -100,6 +100,8 @@ from pimphony.sim.systems.librapim import (
     LIBRAPIM_SPECS,
     LIBRAPIM_XPU,
     BankAccess,
+    Offload,
+    OffloadReading,
 )
 from pimphony.sim.systems.librapim_system import (
     LibrapimRowSystem,
@@ -556,8 +558,10 @@ def _librapim_row(kind: SystemKind) -> SystemRow:
     reads = _LIBRAPIM_READS + (() if spec.serial else ("groups",))
     if not spec.serial and spec.banks == BankAccess.SLICED:
         reads += ("no_dex",)
+    if spec.offload != Offload.NONE:  # DBO's FFN offload (or the best one) runs on PIM
+        reads += ("offload",)
     defaults: dict[str, Any] = {"preset": LIBRAPIM_PRESET, "xpu": LIBRAPIM_XPU, "tp": DEFAULT_TP}
-    defaults |= {"groups": DEFAULT_GROUPS, "no_dex": False}
+    defaults |= {"groups": DEFAULT_GROUPS, "no_dex": False}  # --offload unset: per bank
     return SystemRow(
         f"LibraPIM 6.1: {spec.summary} (docs/librapim.md)",
         lambda config: LibrapimRowSystem(kind, config),
@@ -728,6 +732,7 @@ def system_config(args: argparse.Namespace, kind: SystemKind, command: Command) 
         energy=energy,
         groups=getattr(args, "groups", None),
         slicing=not getattr(args, "no_dex", False),
+        offload=OffloadReading(getattr(args, "offload", OffloadReading.PER_BANK)),
         **{
             k: getattr(args, k, None)
             for k in ("backend", "table", "budget", "verify")

@@ -36,7 +36,13 @@ from pimphony.sim.experiments.librapim_figs.utilisation import sweep
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import ReportFiles, publish_json
 from pimphony.sim.systems.base import SystemKind
-from pimphony.sim.systems.librapim import DEFAULT_TP, LIBRAPIM_PRESET, LIBRAPIM_SPECS
+from pimphony.sim.systems.librapim import (
+    DEFAULT_TP,
+    LIBRAPIM_PRESET,
+    LIBRAPIM_SPECS,
+    OffloadReading,
+    add_offload_argument,
+)
 
 __all__ = ["FIGURES", "Figure", "FigureSpec", "add_arguments", "run"]
 
@@ -82,6 +88,7 @@ def _sweep_args(
         groups=args.groups,
         tp=args.tp,
         progress=progress,
+        offload=OffloadReading(args.offload),
     )
 
 
@@ -184,6 +191,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tp", type=bounded_int(1, 1024), default=DEFAULT_TP, help="devices sharing every layer"
     )
+    add_offload_argument(p)
     ReportFiles(f"{LIBRAPIM_DIR}/<figure>.json", f"{LIBRAPIM_DIR}/<figure>.png").add_options(p)
 
 

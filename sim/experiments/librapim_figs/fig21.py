@@ -21,6 +21,7 @@ from pimphony.models.fileio import write_figure
 from pimphony.models.xpu_config import XpuConfig, load_xpu
 from pimphony.sim.experiments.librapim_figs.utilisation import batch_panels, sweep
 from pimphony.sim.systems.base import SystemKind
+from pimphony.sim.systems.librapim import OffloadReading
 from pimphony.sim.systems.setup import DecodeError
 
 __all__ = [
@@ -77,7 +78,8 @@ def run_fig21(
 ) -> list[dict[str, Any]]:
     """The sweep over ``args.sizes`` NPUs; each row gains ``array`` and ``normalised``:
     tokens/s over that of the first of ``args.systems`` (by default ``librapim-no-dbo``) on
-    the smallest array at the same batch and input."""
+    the smallest array at the same batch and input. DBO's offloaded FFN runs under
+    ``args.offload`` (an :class:`OffloadReading`; absent: per bank)."""
     base = load_xpu("librapim-npu")
     npus = {s: scaled_npu(base, s, args.vector_scaling) for s in args.sizes}
     rows = sweep(
@@ -89,6 +91,7 @@ def run_fig21(
         groups=args.groups,
         tp=args.tp,
         progress=progress,
+        offload=OffloadReading(getattr(args, "offload", OffloadReading.PER_BANK)),
     )
     size_of = {npu.name: s for s, npu in npus.items()}
     for r in rows:

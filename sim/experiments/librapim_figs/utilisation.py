@@ -18,7 +18,7 @@ from pimphony.models.config import load_preset
 from pimphony.models.fileio import pyplot, write_figure
 from pimphony.models.xpu_config import XpuConfig, load_xpu
 from pimphony.sim.systems.base import SystemKind
-from pimphony.sim.systems.librapim import DEFAULT_TP, run_librapim
+from pimphony.sim.systems.librapim import DEFAULT_TP, OffloadReading, run_librapim
 from pimphony.sim.systems.setup import DecodeError
 
 __all__ = [
@@ -77,8 +77,10 @@ def sweep(
     tp: int = DEFAULT_TP,
     preset: str = "librapim-hbm2",
     progress: Callable[[str], None] | None = None,
+    offload: OffloadReading = OffloadReading.PER_BANK,
 ) -> list[Row]:
-    """One :func:`step_row` per (xPU, batch, context, system); default xPU ``librapim-npu``."""
+    """One :func:`step_row` per (xPU, batch, context, system); default xPU ``librapim-npu``;
+    DBO's offloaded FFN under ``offload``."""
     spec, hw = load_model(model), load_preset(preset)
     for ctx in contexts:
         if not 1 <= ctx <= spec.context_window:
@@ -90,8 +92,9 @@ def sweep(
         for b in batches:
             for ctx in contexts:
                 out = run_librapim(
-                    spec, hw, dev, (ctx,) * b, min(groups, b), "dcs", tp, tuple(systems)
-                )
+                    spec, hw, dev, (ctx,) * b, min(groups, b), "dcs", tp, tuple(systems),
+                    offload=offload,
+                )  # fmt: skip
                 rows.extend(step_row(spec.name, dev.name, b, ctx, r) for r in out.values())
                 if progress:
                     progress(
