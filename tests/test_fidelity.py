@@ -200,9 +200,13 @@ def test_dcc_over_gpu_names_the_kernels_the_gpu_wins():
 
     values = {"best": 12.0, "best_point": "GEMV [1]", "geomean": 2.5, "points": 3,
               "per_kernel": {"ATTN": 9.0, "RED": 0.1}}  # fmt: skip
-    m = _dcc_over_gpu_judged(values, 13.17, 5.75)
+    paper = {"ATTN": 10.4, "RED": 1.78}
+    m = _dcc_over_gpu_judged(values, 13.17, 5.75, paper)
     assert m.verdict == Verdict.DIRECTION_ONLY  # the geomean 1.5 / 4.75 gain: 3.2x off
-    assert m.mechanism.startswith("RED slower than our GPU")
+    assert m.mechanism.startswith(
+        "per kernel, ours (paper's geomean): ATTN 9.00x (10.40x), RED 0.10x (1.78x); "
+        "RED slower than our GPU"
+    )
     assert m.worst.label == "geomean"
-    m = _dcc_over_gpu_judged({**values, "geomean": 0.5}, 13.17, 5.75)
+    m = _dcc_over_gpu_judged({**values, "geomean": 0.5}, 13.17, 5.75, paper)
     assert m.verdict == Verdict.DIFFERS
