@@ -108,6 +108,27 @@ def _obuf_expiry(d, op, issue, tv, is_mac):
     return issue[d] + tv[TV_RD_OUT]
 
 
+_PAYS_NONE, _PAYS_IO, _PAYS_COMPUTE = range(3)
+
+
+@njit(cache=True, inline="always")
+def _mode_rule(mode, ti, tc):
+    """``(ti, tc, pays)`` under the mode rule: the current mode's head competes while its
+    cycle is finite, else the other head, which pays the mode switch (``pays``: none, the
+    I/O or the compute head; the caller applies :func:`models.dram.mode_switch`)."""
+    if mode == MODE_COMPUTE:
+        if tc < INF:
+            return INF, tc, _PAYS_NONE
+        if ti < INF:
+            return ti, tc, _PAYS_IO
+        return ti, tc, _PAYS_NONE
+    if ti < INF:
+        return ti, INF, _PAYS_NONE
+    if tc < INF:
+        return ti, tc, _PAYS_COMPUTE
+    return ti, tc, _PAYS_NONE
+
+
 @njit(cache=True)
 def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_start, sw_end):
     """Issue and acceptance cycle of every command under DCS.
@@ -203,14 +224,10 @@ def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_s
         xi = ti
         xc = tc
         if tv[TV_MOD] > 0:
-            if mode == MODE_COMPUTE:
-                if tc < INF:
-                    ti = INF
-                elif ti < INF:
-                    ti, xi = mode_switch(ti, ti, tv)
-            elif ti < INF:
-                tc = INF
-            elif tc < INF:
+            ti, tc, pays = _mode_rule(mode, ti, tc)
+            if pays == _PAYS_IO:
+                ti, xi = mode_switch(ti, ti, tv)
+            elif pays == _PAYS_COMPUTE:
                 tc, xc = mode_switch(tc, tc_no_row, tv)
         t = min(ta, ti, tc)
         if t >= INF:
@@ -453,14 +470,10 @@ def dcs_run(
         xi = ti
         xc = tc
         if tmod > 0:
-            if mode == MODE_COMPUTE:
-                if tc < INF:
-                    ti = INF
-                elif ti < INF:
-                    ti, xi = mode_switch(ti, ti, tv)
-            elif ti < INF:
-                tc = INF
-            elif tc < INF:
+            ti, tc, pays = _mode_rule(mode, ti, tc)
+            if pays == _PAYS_IO:
+                ti, xi = mode_switch(ti, ti, tv)
+            elif pays == _PAYS_COMPUTE:
                 tc, xc = mode_switch(tc, tc_no_row, tv)
         t = min(ta, ti, tc)
         if t >= INF:
