@@ -108,6 +108,27 @@ def _obuf_expiry(d, op, issue, tv, is_mac):
     return issue[d] + tv[TV_RD_OUT]
 
 
+_PAYS_NONE, _PAYS_IO, _PAYS_COMPUTE = range(3)
+
+
+@njit(cache=True, inline="always")
+def _mode_rule(mode, ti, tc):
+    """``(ti, tc, pays)`` under the mode rule: the current mode's head competes while its
+    cycle is finite, else the other head, which pays the mode switch (``pays``: none, the
+    I/O or the compute head; the caller applies :func:`models.dram.mode_switch`)."""
+    if mode == MODE_COMPUTE:
+        if tc < INF:
+            return INF, tc, _PAYS_NONE
+        if ti < INF:
+            return ti, tc, _PAYS_IO
+        return ti, tc, _PAYS_NONE
+    if ti < INF:
+        return ti, INF, _PAYS_NONE
+    if tc < INF:
+        return ti, tc, _PAYS_COMPUTE
+    return ti, tc, _PAYS_NONE
+
+
 @njit(cache=True)
 def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_start, sw_end):
     """Issue and acceptance cycle of every command under DCS.
@@ -203,14 +224,10 @@ def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_s
         xi = ti
         xc = tc
         if tv[TV_MOD] > 0:
-            if mode == MODE_COMPUTE:
-                if tc < INF:
-                    ti = INF
-                elif ti < INF:
-                    ti, xi = mode_switch(ti, ti, tv)
-            elif ti < INF:
-                tc = INF
-            elif tc < INF:
+            ti, tc, pays = _mode_rule(mode, ti, tc)
+            if pays == _PAYS_IO:
+                ti, xi = mode_switch(ti, ti, tv)
+            elif pays == _PAYS_COMPUTE:
                 tc, xc = mode_switch(tc, tc_no_row, tv)
         t = min(ta, ti, tc)
         if t >= INF:
@@ -301,6 +318,18 @@ def _at(slot, col):
     return np.uint64(slot * _Q_LEN + col)
 
 
+@njit(cache=True, inline="always")
+def _mac_slot(ta, c_n, c_h, depth, tail_issue):
+    """``(acceptance candidate, full)`` of a MAC offered at ``ta`` to a compute queue that
+    has accepted ``c_n`` and issued ``c_h`` (``tail_issue``: issue cycle of the MAC in the
+    tail slot): while the queue is full, INF."""
+    if c_n < depth:
+        return ta, False
+    if c_n - depth >= c_h:
+        return INF, True
+    return max(ta, tail_issue + 1), False
+
+
 @njit(cache=True)
 def dcs_run(
     st, queues, d_table, s_table, held_io, n_gbuf, tl, op, gbuf, row, out, valid_gaps, tv,
@@ -324,7 +353,10 @@ def dcs_run(
     waits for the dependant). A MAC's dependency on an earlier MAC is left out: that MAC has
     issued, and expires (tCCD after its issue) no later than the MAC pipeline frees (tCCD
     after the last MAC); so for MACs the S-Table holds what a WR_INP or RD_OUT waits for.
-    While the I/O queue is empty and MACs arrive, a shorter loop takes the same steps.
+    While no WR_INP or RD_OUT is queued and MACs arrive, a shorter loop takes the same steps
+    (a MAC is issued and accepted in one place, which both loops reach); a MAC that waits
+    for a full queue's slot, no WR_INP or RD_OUT queued, is accepted in the step that
+    frees it. The tally counts MACs in batches, at the next WR_INP or RD_OUT and at the end.
 
     The tally takes a row switch when it is recorded, after every command it has taken: each
     started before the cycle being decided. A WR_INP or RD_OUT that pays a mode switch
@@ -359,142 +391,29 @@ def dcs_run(
     c_hs = c_h % depth
     c_ns = c_n % depth
     n_held = st[_D_HELD]
+    # The MACs issued before ``c_cnt`` are counted in the tally (:func:`tally.t_macs_counted`):
+    # the count waits for the next WR_INP or RD_OUT, which changes the class, or the end.
+    c_cnt = c_h
     tt = tally.tally_open(tl)
     status = 0
     while True:
-        # A stretch of MACs: while the I/O queue is empty and the next command is a MAC (and
-        # no mode switch is due), each step below takes the same decisions as the general
-        # step after it, whose I/O parts would stay idle. It hands over at anything else:
-        # an I/O command to accept, a head whose row must be opened, the chunk's end.
-        if io_h == io_n and n_held == 0 and (tmod == 0 or mode == MODE_COMPUTE):
-            c_h0 = c_h
-            while n_acc < end and op[uix(n_acc - base)] == OP_MAC:
-                if c_h < c_n and prepared == 0:
-                    if qc[_at(c_hs, _Q_FIELDS)] >> 32 != cur_row:
-                        break
-                    prepared = 1
-                # The queue full, its head unblocked: nothing is accepted before the head
-                # issues, and the next MAC takes its slot as soon as that allows. So issue,
-                # then accept, in turn, while the next head needs no row and nothing blocks.
-                while c_n - c_h == depth and prepared == 1 and qc[_at(c_hs, _Q_ID)] & 3 == 0:
-                    h = c_hs
-                    t = max(qc[_at(h, _Q_ACC)] + 1, last_issue + 1, t_last_mac + tccd, row_ready)
-                    qc[_at(h, _Q_ISS)] = t
-                    f = qc[_at(h, _Q_FIELDS)]
-                    s_table[uix(f & _LOW16)] = t + tccd
-                    s_table[uix(n_gbuf + ((f >> 16) & _LOW16))] = t + tmac
-                    if issue_out is not None:
-                        issue_out[uix(qc[_at(h, _Q_ID)] >> 2)] = t
-                    t_last_mac = t
-                    last_issue = t
-                    mode = MODE_COMPUTE
-                    c_h += 1
-                    c_hs = 0 if c_hs + 1 == depth else c_hs + 1
-                    tt = tally.t_mac_interval(tt, t, tccd)
-                    j = n_acc - base
-                    ta = max(a_prev + 1, t + 1)
-                    if valid_gaps is not None:
-                        ta = max(a_prev + 1 + valid_gaps[uix(j)], t + 1)
-                    g = np.int64(gbuf[uix(j)])
-                    o = np.int64(out[uix(j)])
-                    blocked = 0
-                    d = d_table[uix(g)]
-                    if d >= 0 and d & 1 == 0:
-                        blocked = 1
-                        qc[_at(h, _Q_DG)] = d >> 1
-                    d = d_table[uix(n_gbuf + o)]
-                    if d >= 0 and d & 1 == 0:
-                        blocked |= 2
-                        qc[_at(h, _Q_DO)] = d >> 1
-                    qc[_at(h, _Q_ID)] = n_acc << 2 | blocked
-                    qc[_at(h, _Q_FIELDS)] = np.int64(row[uix(j)]) << 32 | o << 16 | g
-                    qc[_at(h, _Q_ACC)] = ta
-                    d_table[uix(g)] = 2 * c_n + 1
-                    d_table[uix(n_gbuf + o)] = 2 * c_n + 1
-                    c_n += 1
-                    c_ns = 0 if c_ns + 1 == depth else c_ns + 1
-                    a_prev = ta
-                    n_acc += 1
-                    prepared = 1 if qc[_at(c_hs, _Q_FIELDS)] >> 32 == cur_row else 0
-                    if n_acc == end or op[uix(n_acc - base)] != OP_MAC:
-                        break
-                if n_acc == end or op[uix(n_acc - base)] != OP_MAC or prepared == 0:
-                    break
-                ta = a_prev + 1
-                if valid_gaps is not None:
-                    ta += valid_gaps[uix(n_acc - base)]
-                if c_n >= depth:  # full: the tail slot's MAC must have issued
-                    if c_n - depth >= c_h:
-                        ta = INF
-                    elif c_n - depth == c_h - 1:
-                        ta = max(ta, t_last_mac + 1)
-                    else:
-                        ta = max(ta, qc[_at(c_ns, _Q_ISS)] + 1)
-                tc = INF
-                if c_h < c_n:
-                    h = c_hs
-                    tc = max(qc[_at(h, _Q_ACC)] + 1, last_issue + 1, t_last_mac + tccd, row_ready)
-                    blocked = qc[_at(h, _Q_ID)] & 3
-                    if blocked:  # by a WR_INP or RD_OUT: all have issued (queue empty)
-                        f = qc[_at(h, _Q_FIELDS)]
-                        if blocked & 1:
-                            tc = max(tc, s_table[uix(f & _LOW16)])
-                        if blocked & 2:
-                            tc = max(tc, s_table[uix(n_gbuf + ((f >> 16) & _LOW16))])
-                t = min(ta, tc)
-                if t >= INF:
-                    break
-                if ta == t:
-                    j = n_acc - base
-                    g = np.int64(gbuf[uix(j)])
-                    o = np.int64(out[uix(j)])
-                    h = c_ns
-                    blocked = 0
-                    d = d_table[uix(g)]
-                    if d >= 0 and d & 1 == 0:
-                        blocked = 1
-                        qc[_at(h, _Q_DG)] = d >> 1
-                    d = d_table[uix(n_gbuf + o)]
-                    if d >= 0 and d & 1 == 0:
-                        blocked |= 2
-                        qc[_at(h, _Q_DO)] = d >> 1
-                    qc[_at(h, _Q_ID)] = n_acc << 2 | blocked
-                    qc[_at(h, _Q_FIELDS)] = np.int64(row[uix(j)]) << 32 | o << 16 | g
-                    qc[_at(h, _Q_ACC)] = t
-                    d_table[uix(g)] = 2 * c_n + 1
-                    d_table[uix(n_gbuf + o)] = 2 * c_n + 1
-                    c_n += 1
-                    c_ns = 0 if c_ns + 1 == depth else c_ns + 1
-                    a_prev = t
-                    n_acc += 1
-                if tc == t:
-                    h = c_hs
-                    qc[_at(h, _Q_ISS)] = t
-                    f = qc[_at(h, _Q_FIELDS)]
-                    s_table[uix(f & _LOW16)] = t + tccd
-                    s_table[uix(n_gbuf + ((f >> 16) & _LOW16))] = t + tmac
-                    t_last_mac = t
-                    last_issue = t
-                    mode = MODE_COMPUTE
-                    c_h += 1
-                    c_hs = 0 if c_hs + 1 == depth else c_hs + 1
-                    prepared = 0
-                    tt = tally.t_mac_interval(tt, t, tccd)
-                    if issue_out is not None:
-                        issue_out[uix(qc[_at(h, _Q_ID)] >> 2)] = t
-            tt = tally.t_macs_counted(tt, c_h - c_h0, t_last_mac, tmac)
-        # Dispatch candidate: the next command in program order.
+        # Dispatch candidate: the next command in program order (``ta0``: offered).
         ta = INF
+        ta0 = INF
+        full = False  # it is a MAC and the compute queue is full
+        mac_next = False
         if n_acc < end:
             j = n_acc - base
-            ta = a_prev + 1
+            ta0 = a_prev + 1
             if valid_gaps is not None:
-                ta += valid_gaps[uix(j)]
+                ta0 += valid_gaps[uix(j)]
             if op[uix(j)] == OP_MAC:
-                if c_n >= depth:
-                    ta = INF if c_n - depth >= c_h else max(ta, qc[_at(c_ns, _Q_ISS)] + 1)
+                mac_next = True
+                ta, full = _mac_slot(ta0, c_n, c_h, depth, qc[_at(c_ns, _Q_ISS)])
             elif io_n >= depth:
-                ta = INF if io_n - depth >= io_h else max(ta, qio[_at(io_ns, _Q_ISS)] + 1)
+                ta = INF if io_n - depth >= io_h else max(ta0, qio[_at(io_ns, _Q_ISS)] + 1)
+            else:
+                ta = ta0
         elif not final or (io_h == io_n and c_h == c_n):
             break
         # I/O queue head.
@@ -551,73 +470,22 @@ def dcs_run(
         xi = ti
         xc = tc
         if tmod > 0:
-            if mode == MODE_COMPUTE:
-                if tc < INF:
-                    ti = INF
-                elif ti < INF:
-                    ti, xi = mode_switch(ti, ti, tv)
-            elif ti < INF:
-                tc = INF
-            elif tc < INF:
+            ti, tc, pays = _mode_rule(mode, ti, tc)
+            if pays == _PAYS_IO:
+                ti, xi = mode_switch(ti, ti, tv)
+            elif pays == _PAYS_COMPUTE:
                 tc, xc = mode_switch(tc, tc_no_row, tv)
         t = min(ta, ti, tc)
         if t >= INF:
             status = DCS_DEADLOCK
             break
-        if ta == t:
-            j = n_acc - base
-            o = np.int64(op[uix(j)])
-            g = np.int64(gbuf[uix(j)])
-            oe = np.int64(out[uix(j)])
-            if o == OP_MAC:
-                h = c_ns
-                blocked = 0
-                d = d_table[uix(g)]
-                if d >= 0 and d & 1 == 0:  # only a WR_INP/RD_OUT can block a MAC
-                    blocked = 1
-                    qc[_at(h, _Q_DG)] = d >> 1
-                d = d_table[uix(n_gbuf + oe)]
-                if d >= 0 and d & 1 == 0:
-                    blocked |= 2
-                    qc[_at(h, _Q_DO)] = d >> 1
-                qc[_at(h, _Q_ID)] = n_acc << 2 | blocked
-                qc[_at(h, _Q_FIELDS)] = np.int64(row[uix(j)]) << 32 | oe << 16 | g
-                qc[_at(h, _Q_ACC)] = t
-                d_table[uix(g)] = 2 * c_n + 1
-                d_table[uix(n_gbuf + oe)] = 2 * c_n + 1
-                c_n += 1
-                c_ns = 0 if c_ns + 1 == depth else c_ns + 1
-            else:
-                h = io_ns
-                e = g if o == OP_WR_INP else n_gbuf + oe
-                d = d_table[uix(e)]
-                qio[_at(h, _Q_ID)] = n_acc << 2 | (1 if d >= 0 else 0)
-                qio[_at(h, _Q_FIELDS)] = o << 32 | e
-                qio[_at(h, _Q_ACC)] = t
-                qio[_at(h, _Q_DG)] = d
-                d_table[uix(e)] = 2 * io_n
-                io_n += 1
-                io_ns = 0 if io_ns + 1 == depth else io_ns + 1
-            a_prev = t
-            n_acc += 1
+        # The issue goes first (a command accepted in the same cycle takes another slot); a
+        # MAC's issue and acceptance are below.
+        accept = ta == t
         if tc == t:
-            h = c_hs
-            qc[_at(h, _Q_ISS)] = xc
-            f = qc[_at(h, _Q_FIELDS)]
-            s_table[uix(f & _LOW16)] = xc + tccd
-            s_table[uix(n_gbuf + ((f >> 16) & _LOW16))] = xc + tmac
             for k in range(n_held):
                 tt = tally.t_io_interval(tt, held_io[k, 0], held_io[k, 1])
             n_held = 0
-            t_last_mac = xc
-            last_issue = xc
-            mode = MODE_COMPUTE
-            c_h += 1
-            c_hs = 0 if c_hs + 1 == depth else c_hs + 1
-            prepared = 0
-            tt = tally.t_mac(tt, xc, tccd, tmac)
-            if issue_out is not None:
-                issue_out[uix(qc[_at(h, _Q_ID)] >> 2)] = xc
         elif ti == t:
             h = io_hs
             qio[_at(h, _Q_ISS)] = xi
@@ -630,6 +498,8 @@ def dcs_run(
             mode = MODE_REGISTER
             io_h += 1
             io_hs = 0 if io_hs + 1 == depth else io_hs + 1
+            tt = tally.t_macs_counted(tt, c_h - c_cnt, t_last_mac, tmac)
+            c_cnt = c_h
             tt = tally.t_io_count(tt, o, xi, ex)
             if n_held > 0 or (xi > t and not (c_h < c_n and prepared == 1)):
                 held_io[n_held, 0] = xi
@@ -639,6 +509,98 @@ def dcs_run(
                 tt = tally.t_io_interval(tt, xi, xi + tccd)
             if issue_out is not None:
                 issue_out[uix(qio[_at(h, _Q_ID)] >> 2)] = xi
+        if accept and not mac_next:
+            j = n_acc - base
+            o = np.int64(op[uix(j)])
+            e = np.int64(gbuf[uix(j)]) if o == OP_WR_INP else n_gbuf + np.int64(out[uix(j)])
+            d = d_table[uix(e)]
+            h = io_ns
+            qio[_at(h, _Q_ID)] = n_acc << 2 | (1 if d >= 0 else 0)
+            qio[_at(h, _Q_FIELDS)] = o << 32 | e
+            qio[_at(h, _Q_ACC)] = ta
+            qio[_at(h, _Q_DG)] = d
+            d_table[uix(e)] = 2 * io_n
+            io_n += 1
+            io_ns = 0 if io_ns + 1 == depth else io_ns + 1
+            a_prev = ta
+            n_acc += 1
+            accept = False
+        # With no WR_INP or RD_OUT queued or held and no mode switch due, the MACs' steps
+        # (issue, acceptance) go on here while the next command is a MAC and the head's row
+        # is open: the general step's other parts would stay idle.
+        quiet = io_h == io_n and n_held == 0 and (tmod == 0 or mode == MODE_COMPUTE or tc == t)
+        late = full and io_h == io_n
+        while True:
+            if tc == t:
+                h = c_hs
+                qc[_at(h, _Q_ISS)] = xc
+                f = qc[_at(h, _Q_FIELDS)]
+                s_table[uix(f & _LOW16)] = xc + tccd
+                s_table[uix(n_gbuf + ((f >> 16) & _LOW16))] = xc + tmac
+                t_last_mac = xc
+                last_issue = xc
+                mode = MODE_COMPUTE
+                c_h += 1
+                c_hs = 0 if c_hs + 1 == depth else c_hs + 1
+                prepared = 0
+                tt = tally.t_mac_interval(tt, xc, tccd)
+                if issue_out is not None:
+                    issue_out[uix(qc[_at(h, _Q_ID)] >> 2)] = xc
+                if late:
+                    # The next MAC waited for this slot, and no WR_INP or RD_OUT is queued
+                    # that could issue before it is accepted: it is accepted now, as soon as
+                    # the slot allows (the steps between would take no other decision).
+                    ta = max(ta0, xc + 1)
+                    accept = True
+            if accept:
+                j = n_acc - base
+                g = np.int64(gbuf[uix(j)])
+                oe = np.int64(out[uix(j)])
+                h = c_ns
+                blocked = 0
+                d = d_table[uix(g)]
+                if d >= 0 and d & 1 == 0:  # only a WR_INP/RD_OUT can block a MAC
+                    blocked = 1
+                    qc[_at(h, _Q_DG)] = d >> 1
+                d = d_table[uix(n_gbuf + oe)]
+                if d >= 0 and d & 1 == 0:
+                    blocked |= 2
+                    qc[_at(h, _Q_DO)] = d >> 1
+                qc[_at(h, _Q_ID)] = n_acc << 2 | blocked
+                qc[_at(h, _Q_FIELDS)] = np.int64(row[uix(j)]) << 32 | oe << 16 | g
+                qc[_at(h, _Q_ACC)] = ta
+                d_table[uix(g)] = 2 * c_n + 1
+                d_table[uix(n_gbuf + oe)] = 2 * c_n + 1
+                c_n += 1
+                c_ns = 0 if c_ns + 1 == depth else c_ns + 1
+                a_prev = ta
+                n_acc += 1
+            if not quiet or n_acc == end or op[uix(n_acc - base)] != OP_MAC:
+                break
+            if c_h < c_n and prepared == 0:
+                if qc[_at(c_hs, _Q_FIELDS)] >> 32 != cur_row:
+                    break
+                prepared = 1
+            # The next step: every WR_INP and RD_OUT has issued, the head's row is open.
+            ta0 = a_prev + 1
+            if valid_gaps is not None:
+                ta0 += valid_gaps[uix(n_acc - base)]
+            ta, late = _mac_slot(ta0, c_n, c_h, depth, qc[_at(c_ns, _Q_ISS)])
+            tc = INF
+            if c_h < c_n:
+                h = c_hs
+                tc = max(qc[_at(h, _Q_ACC)] + 1, last_issue + 1, t_last_mac + tccd, row_ready)
+                blocked = qc[_at(h, _Q_ID)] & 3
+                if blocked:
+                    f = qc[_at(h, _Q_FIELDS)]
+                    if blocked & 1:
+                        tc = max(tc, s_table[uix(f & _LOW16)])
+                    if blocked & 2:
+                        tc = max(tc, s_table[uix(n_gbuf + ((f >> 16) & _LOW16))])
+            xc = tc
+            t = min(ta, tc)
+            accept = ta == t
+    tt = tally.t_macs_counted(tt, c_h - c_cnt, t_last_mac, tmac)
     if final and status == 0:
         for k in range(n_held):
             tt = tally.t_io_interval(tt, held_io[k, 0], held_io[k, 1])
