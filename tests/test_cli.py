@@ -445,6 +445,18 @@ def _choice(value: str, allowed: str) -> str:
         pytest.param(["capacity", "--requests", "0"], "--requests: 0 is outside 1 to 100,000",
                      id="capacity-requests"),
         pytest.param(["dex", "--seed", "x"], "--seed: 'x' is not an integer", id="dex-seed"),
+        # dcc-fig8 (the fuzzer's, issue 34: a ValueError, a MemoryError, three endless runs)
+        pytest.param(["dcc-fig8", "--models", ""], "--models is empty", id="dcc-fig8-models"),
+        pytest.param(["dcc-fig8", "--batches", "1000000000000"],
+                     "--batches: 1000000000000 is outside 1 to 4,096", id="dcc-fig8-batches"),
+        pytest.param(["dcc-fig8", "--points", "1000000000000"],
+                     "--points: 1000000000000 is outside 2 to 10,000", id="dcc-fig8-points"),
+        pytest.param(["dcc-fig8", "--points", "1"], "--points: 1 is outside 2 to 10,000",
+                     id="dcc-fig8-one-point"),
+        pytest.param(["dcc-fig8", "--budget", "1000000000000"],
+                     "--budget: 1000000000000 is outside 1 to 1,000,000", id="dcc-fig8-budget"),
+        pytest.param(["dcc-fig8", "--verify", "1000000000000"],
+                     "--verify: 1000000000000 is outside 1 to 1,000,000", id="dcc-fig8-verify"),
     ],
 )  # fmt: skip
 def test_a_bad_option_value_exits_2_saying_what_is_allowed(capsys, argv, says):
