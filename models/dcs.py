@@ -42,9 +42,10 @@ from pimphony.models.dram import (
     TV_CCD,
     TV_MAC,
     TV_MOD,
+    TV_MOD_OVERLAP,
     TV_RD_OUT,
     TV_WR_INP,
-    mode_switch,
+    mode_switch_at,
     open_row,
     uix,
 )
@@ -108,25 +109,25 @@ def _obuf_expiry(d, op, issue, tv, is_mac):
     return issue[d] + tv[TV_RD_OUT]
 
 
-_PAYS_NONE, _PAYS_IO, _PAYS_COMPUTE = range(3)
-
-
 @njit(cache=True, inline="always")
-def _mode_rule(mode, ti, tc):
-    """``(ti, tc, pays)`` under the mode rule: the current mode's head competes while its
-    cycle is finite, else the other head, which pays the mode switch (``pays``: none, the
-    I/O or the compute head; the caller applies :func:`models.dram.mode_switch`)."""
+def _mode_rule(mode, ti, tc, tc_no_row, t_mod, overlaps):
+    """``(ti, xi, tc, xc)`` under the mode rule: ``ti``/``tc`` the cycle the controller commits
+    to the I/O / compute head (INF: it does not compete), ``xi``/``xc`` its issue cycle. The
+    current mode's head competes while its cycle is finite, else the other head, which pays
+    the mode switch (:func:`models.dram.mode_switch_at`)."""
+    xi = ti
+    xc = tc
     if mode == MODE_COMPUTE:
         if tc < INF:
-            return INF, tc, _PAYS_NONE
+            return INF, xi, tc, xc
         if ti < INF:
-            return ti, tc, _PAYS_IO
-        return ti, tc, _PAYS_NONE
+            ti, xi = mode_switch_at(ti, ti, t_mod, overlaps)
+        return ti, xi, tc, xc
     if ti < INF:
-        return ti, INF, _PAYS_NONE
+        return ti, xi, INF, xc
     if tc < INF:
-        return ti, tc, _PAYS_COMPUTE
-    return ti, tc, _PAYS_NONE
+        tc, xc = mode_switch_at(tc, tc_no_row, t_mod, overlaps)
+    return ti, xi, tc, xc
 
 
 @njit(cache=True)
@@ -221,14 +222,9 @@ def dcs_schedule(op, gbuf, row, out, valid_gaps, tv, depth, n_gbuf, n_obuf, sw_s
         # the current mode's while its cycle is finite (its queue has an accepted head whose
         # predecessors have issued; INF marks an unissued one, of the other class), else the
         # other head, which pays the TMOD.
-        xi = ti
-        xc = tc
+        xi, xc = ti, tc
         if tv[TV_MOD] > 0:
-            ti, tc, pays = _mode_rule(mode, ti, tc)
-            if pays == _PAYS_IO:
-                ti, xi = mode_switch(ti, ti, tv)
-            elif pays == _PAYS_COMPUTE:
-                tc, xc = mode_switch(tc, tc_no_row, tv)
+            ti, xi, tc, xc = _mode_rule(mode, ti, tc, tc_no_row, tv[TV_MOD], tv[TV_MOD_OVERLAP])
         t = min(ta, ti, tc)
         if t >= INF:
             raise RuntimeError(DCS_STUCK)
@@ -366,6 +362,7 @@ def dcs_run(
     """
     depth = queues.shape[1]
     tccd, twr, tmac, trd, tmod = tv[TV_CCD], tv[TV_WR_INP], tv[TV_MAC], tv[TV_RD_OUT], tv[TV_MOD]
+    overlaps = tv[TV_MOD_OVERLAP]
     # The rings flat, indexed by _at (unsigned, as ``uix``).
     qio = queues[0].reshape(depth * _Q_LEN)
     qc = queues[1].reshape(depth * _Q_LEN)
@@ -467,14 +464,9 @@ def dcs_run(
             tc_no_row = tc
             tc = max(tc_no_row, row_ready)
         # Mode rule (see dcs_schedule).
-        xi = ti
-        xc = tc
+        xi, xc = ti, tc
         if tmod > 0:
-            ti, tc, pays = _mode_rule(mode, ti, tc)
-            if pays == _PAYS_IO:
-                ti, xi = mode_switch(ti, ti, tv)
-            elif pays == _PAYS_COMPUTE:
-                tc, xc = mode_switch(tc, tc_no_row, tv)
+            ti, xi, tc, xc = _mode_rule(mode, ti, tc, tc_no_row, tmod, overlaps)
         t = min(ta, ti, tc)
         if t >= INF:
             status = DCS_DEADLOCK

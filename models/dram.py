@@ -44,6 +44,7 @@ __all__ = [
     "mode_class",
     "mode_gate",
     "mode_switch",
+    "mode_switch_at",
     "open_row",
     "precharge_done",
     "timing_vector",
@@ -140,8 +141,15 @@ def mode_switch(t_ready: int, t_no_row: int, tv: np.ndarray):
     ``mod_overlaps_row``; the command issues ``t_MOD`` after the TMOD at the earliest, and no
     other command issues in between (``docs/scheduling.md``).
     """
-    tmod = t_no_row if tv[TV_MOD_OVERLAP] != 0 else t_ready
-    return tmod, max(t_ready, tmod + tv[TV_MOD])
+    return mode_switch_at(t_ready, t_no_row, tv[TV_MOD], tv[TV_MOD_OVERLAP])
+
+
+@njit(cache=True, inline="always")
+def mode_switch_at(t_ready: int, t_no_row: int, t_mod: int, overlaps: int):
+    """:func:`mode_switch` with the timing vector's ``t_MOD`` and ``mod_overlaps_row`` given
+    as scalars (for the schedulers' hot loops)."""
+    tmod = t_no_row if overlaps != 0 else t_ready
+    return tmod, max(t_ready, tmod + t_mod)
 
 
 @njit(cache=True)
