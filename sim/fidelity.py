@@ -1225,9 +1225,10 @@ def _dcc_fig7_elementwise() -> Measured:
 
 
 def _dcc_fig6() -> Measured:
-    from pimphony.sim.experiments.dcc_figs import PAPER, Figure, summary
+    from pimphony.sim.experiments.dcc_figs import PAPER, Figure, panel, summary
 
-    got = summary(Figure.FIG6, _dcc_rows(Figure.FIG6))
+    rows = _dcc_rows(Figure.FIG6)
+    got = summary(Figure.FIG6, rows)
     paper = PAPER[Figure.FIG6]
     names = {"ATTN": "ATTN_", "GEMV": "", "RED": "RED_"}
     key = "{}dcc_over_default_geomean"
@@ -1244,15 +1245,18 @@ def _dcc_fig6() -> Measured:
         values,
         all(_within(got[key.format(k)], paper[key.format(k)], 0.15) for k in names.values()),
         all(got[key.format(k)] > 1.005 for k in names.values()),
-        "DCC beats the default on average on every kernel, ATTN and GEMV near the paper's "
-        "averages but not its shape: at batch 1 the default leaves 48 of 80 channels idle "
-        "and DCC spreads a head's outputs (GEMV) or tokens (ATTN, the split softmax combined "
-        "by the host) over them, up to 2.0-2.1x at 4,096 outputs where the paper gains "
-        "1.05x; where every channel works the all-bank MACs leave only the bank split "
-        "(1.00-1.13x, paper up to 1.73x at 512 outputs); the predicted search at budget 300 "
-        "misses the default's draft on 64 heads (0.88-0.98x). RED spreads a row's N over 64 "
-        "channels against the default's one channel of 64 banks, mostly saving "
-        "rearrangement (2.6-4.3x) (docs/dcc.md, Fig. 6)",
+        "DCC beats the default on average on every kernel, by less than the paper (per point "
+        + ", ".join(
+            f"{p} {_spread([r for r in rows if panel(r) == p], 'dcc_over_default')}" for p in names
+        )
+        + "): at batch 1 the default leaves 48 of 80 channels idle and DCC spreads a head's "
+        "outputs (GEMV) or tokens (ATTN, the split softmax combined by the host) over them; "
+        "where every channel works the all-bank MACs leave only the bank split, and the "
+        "predicted search at budget 300 can miss the default's draft; RED spreads a row's N "
+        "over 64 channels against the default's one channel of 64 banks. Both mappings' host "
+        "steps pay the GPU's launch and DRAM latency per kernel (docs/xpu.md), a fixed cost "
+        "that dilutes every gain (compare `pimphony --no-kernel-costs dcc-figs --figure "
+        "fig6`; docs/dcc.md, Fig. 6)",
         tuple(Gap(p, got[key.format(k)], paper[key.format(k)]) for p, k in names.items()),
     )
 
@@ -1280,10 +1284,12 @@ def _dcc_fig2_attacc() -> Measured:
         got["speedup_geomean"] > 1 and got["rearrangement_share_T"] > 0.5,
         "rearrangement dominates the compute-centric choice and the end-to-end choice beats "
         "it, as in the paper, but on GEMV only: at batch 16 the fastest compute splits the "
-        "batch over 8 channels and so copies W 8 times (3.6-3.7x), while every RED draft "
-        "moves its one input once over all channels (1.00x; the paper's 1.04-1.62x is not "
-        "explained by its text); AttAcc's compute is ~4% of RED's time, so rearrangement "
-        "is a larger share than the paper's (docs/dcc.md, Fig. 2 on AttAcc)",
+        "batch over 8 channels and so copies W 8 times (per point "
+        f"{_spread(rows, 'dcc_over_compute_centric', kernel='GEMV')}), while every RED draft "
+        "moves its one input once over all channels (per point "
+        f"{_spread(rows, 'dcc_over_compute_centric', kernel='RED')}; the paper's 1.04-1.62x "
+        "is not explained by its text); AttAcc's compute is a small part of RED's time, so "
+        "rearrangement is a larger share than the paper's (docs/dcc.md, Fig. 2 on AttAcc)",
         (
             Gap("B over T", got["speedup_geomean"], paper["speedup_geomean"]),
             Gap(
@@ -1298,6 +1304,12 @@ def _dcc_fig2_attacc() -> Measured:
 
 def _geomean_of(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def _spread(rows: list[dict[str, Any]], key: str, **match: Any) -> str:
+    """``lo-hi x``: the range of ``key`` over the rows whose fields equal ``match``."""
+    xs = [r[key] for r in rows if all(r.get(k) == v for k, v in match.items()) and r[key]]
+    return f"{min(xs):.2f}-{max(xs):.2f}x"
 
 
 def _dcc_over_gpu(figure: str, rows: list[dict[str, Any]], best: float, mean: float) -> Measured:
@@ -1369,7 +1381,8 @@ def _dcc_over_gpu_attacc() -> Measured:
 def _dcc_fig9_attacc() -> Measured:
     from pimphony.sim.experiments.dcc_figs import PAPER, Figure, figure_rows, summary
 
-    got = summary(Figure.FIG9, figure_rows(Figure.FIG9, backend="attacc"))
+    rows = figure_rows(Figure.FIG9, backend="attacc")
+    got = summary(Figure.FIG9, rows)
     paper = PAPER[Figure.FIG9]
     keys = [f"attacc_b{b}" for b in (1, 2, 4, 8)]
     ours = (
@@ -1385,11 +1398,13 @@ def _dcc_fig9_attacc() -> Measured:
         got[keys[-1]] > got[keys[0]] and all(got[k] > 1 for k in keys),
         "our gain is largest at batch 1, where the default puts 32 heads on 32 of 80 "
         "channels and DCC spreads the outputs over the idle ones; at batch 2 (64 heads) the "
-        "predicted search misses the default's draft (0.85-0.98x at 512-2,048 outputs); from "
-        "batch 4 every channel works under both and the gain is the bank split's "
-        "(1.00-1.22x); the paper's grows with the batch and falls with the outputs: its "
-        "bars fit 1 + c/T within 0.023 with c = 151 -> 378 token-equivalents from batch 1 "
-        "to 8, a fixed per-head cost of its default that ours (28) does not have "
+        "predicted search can miss the default's draft (per point "
+        f"{_spread(rows, 'dcc_over_default', batch=2)}); from batch 4 every channel works "
+        "under both and the gain is the bank split's (per point "
+        f"{_spread(rows, 'dcc_over_default', batch=4)} at batch 4, "
+        f"{_spread(rows, 'dcc_over_default', batch=8)} at 8); the paper's grows with the "
+        "batch and falls with the outputs: its bars fit 1 + c/T within 0.023 with c = 151 -> "
+        "378 token-equivalents from batch 1 to 8, a fixed per-head cost of its default "
         "(docs/dcc.md, Fig. 9)",
         tuple(Gap(f"batch {k[-1]}", got[k], paper[k]) for k in keys),
     )
