@@ -43,6 +43,10 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO)}
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _sigterm_caught(pid: int) -> bool:
     """Whether ``pid`` has installed a SIGTERM handler (``SigCgt`` in ``/proc``)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -66,6 +70,9 @@ def test_a_signal_mid_run_prints_one_line_and_writes_nothing(signum, word, tmp_p
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        # a foreground command's Ctrl-C: a test run started in the background (``make test
+        # &``) ignores SIGINT, and a child would inherit that
+        preexec_fn=_default_sigint,
     )
     deadline = time.monotonic() + 120
     while not _sigterm_caught(proc.pid):
