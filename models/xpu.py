@@ -188,6 +188,19 @@ def _issued_vector(device: XpuConfig, elements: int, flops_per_element: int) -> 
     return elements * flops_per_element
 
 
+def _kernel_seconds(device: XpuConfig, compute: float, stream: float) -> tuple[float, float]:
+    """``(memory_seconds, seconds)`` of one kernel doing ``compute`` seconds of work and
+    ``stream`` seconds of DRAM traffic at capped bandwidth: the traffic waits one DRAM latency
+    for its first bytes (Little's law), and the kernel pays its launch once."""
+    memory = device.dram_latency_seconds + stream if stream else stream
+    return memory, device.launch_seconds + max(compute, memory)
+
+
+def _stream_seconds(device: XpuConfig, nbytes: int) -> float:
+    """Seconds to move ``nbytes`` of DRAM traffic at the capped bandwidth."""
+    return nbytes / (device.bandwidth * device.memory.efficiency)
+
+
 def _cost(
     device: XpuConfig,
     flops: int,
@@ -203,11 +216,7 @@ def _cost(
         compute += matrix / (device.peak_flops(precision) * eff)
     if vector:
         compute += vector / (device.vector_flops * eff)
-    memory = traffic.total / (device.bandwidth * device.memory.efficiency)
-    if traffic.total:  # Little's law: the first bytes arrive one DRAM latency after the ask
-        memory = device.dram_latency_seconds + memory
-    launch = device.launch_seconds
-    seconds = launch + max(compute, memory)
+    memory, seconds = _kernel_seconds(device, compute, _stream_seconds(device, traffic.total))
     peak = device.vector_flops if on_vector else device.peak_flops(precision)
     return XpuCost(
         seconds=seconds,
@@ -218,7 +227,7 @@ def _cost(
         memory_seconds=memory,
         bound=Bound.COMPUTE if compute >= memory else Bound.MEMORY,
         utilisation=flops / (peak * seconds) if seconds else 0.0,
-        launch_seconds=launch,
+        launch_seconds=device.launch_seconds,
     )
 
 
@@ -401,11 +410,9 @@ def batched_cost(device: XpuConfig, cost: XpuCost, count: int) -> XpuCost:
     ``[kernel]`` it is ``count x cost.seconds`` exactly."""
     _positive("batched", count=count)
     compute = count * cost.compute_seconds
-    memory = count * (cost.traffic.total / (device.bandwidth * device.memory.efficiency))
-    if cost.traffic.total:
-        memory = device.dram_latency_seconds + memory
-    launch = device.launch_seconds
-    seconds = launch + max(compute, memory)
+    memory, seconds = _kernel_seconds(
+        device, compute, count * _stream_seconds(device, cost.traffic.total)
+    )
     t = cost.traffic
     return dataclasses.replace(
         cost,
@@ -417,7 +424,7 @@ def batched_cost(device: XpuConfig, cost: XpuCost, count: int) -> XpuCost:
         memory_seconds=memory,
         bound=Bound.COMPUTE if compute >= memory else Bound.MEMORY,
         utilisation=cost.utilisation * count * cost.seconds / seconds if seconds else 0.0,
-        launch_seconds=launch,
+        launch_seconds=device.launch_seconds,
     )
 
 
