@@ -546,9 +546,7 @@ def run(args: argparse.Namespace) -> int:
     ray = {"--address": args.address, "--workers": args.workers}
     ray_only = [flag for flag, value in ray.items() if value is not None]
     if args.serial and ray_only:
-        raise SweepError(
-            f"{' and '.join(ray_only)} set up Ray; --serial runs without it: drop one"
-        )
+        raise SweepError(f"{' and '.join(ray_only)} set up Ray; --serial runs without it: drop one")
     out = args.out or BUILD_DIR / "sweeps" / sweep.name
     _check_out(out, sweep, args.force)
     bars = []  # the progress bar, opened at the first finished point (after Ray has started)

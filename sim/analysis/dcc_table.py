@@ -38,23 +38,18 @@ __all__ = [
 SEARCH_EFFORT = bounded_int(1, 10**6)
 
 
-def add_search_options(
-    p: argparse.ArgumentParser,
-    budget: int = SEARCH_BUDGET,
-    verify: int = SEARCH_VERIFY,
-    *,
-    only: str = "",
-) -> None:
-    """``--budget`` and ``--verify``: DCC's search effort (IV-D), defaults ``budget`` and
-    ``verify``. With ``only`` (the ``--system`` rows that read them), the help starts with it
+def add_search_options(p: argparse.ArgumentParser, *, only: str = "") -> None:
+    """``--budget`` and ``--verify``: DCC's search effort (IV-D), defaults
+    :data:`~compiler.dcc.predictor.SEARCH_BUDGET` and ``SEARCH_VERIFY``. With ``only`` (the
+    ``--system`` rows that read them), the help starts with it
     and an option not given is absent from the parsed options (``argparse.SUPPRESS``)."""
     for flag, default, what in (
         (
             "--budget",
-            budget,
+            SEARCH_BUDGET,
             "drafts simulated to train the predictor when more survive pruning (DCC IV-D)",
         ),
-        ("--verify", verify, "best predicted drafts simulated before choosing"),
+        ("--verify", SEARCH_VERIFY, "best predicted drafts simulated before choosing"),
     ):
         p.add_argument(
             flag,

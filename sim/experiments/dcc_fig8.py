@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pimphony.compiler.dcc.predictor import SEARCH_BUDGET, SEARCH_VERIFY
 from pimphony.compiler.llm import ModelSpec, load_model
 from pimphony.models.backends import load_backend
 from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
@@ -44,9 +45,7 @@ from pimphony.sim.provenance import provenance
 from pimphony.sim.report import parse_list, user_output, user_plot
 from pimphony.sim.systems.attacc_gpu import (
     ENERGY_NOT_MODELLED,
-    FIG8_BUDGET,
     FIG8_SPECS,
-    FIG8_VERIFY,
     PHASE_COLOURS,
     Fig8Spec,
     Fig8Step,
@@ -126,8 +125,8 @@ def fig8(
     runs: Sequence[tuple[int, int]] = FIG8_RUNS,
     backend: str = FIG8_BACKEND,
     points: int = SAMPLE_POINTS,
-    budget: int = FIG8_BUDGET,
-    verify: int = FIG8_VERIFY,
+    budget: int = SEARCH_BUDGET,
+    verify: int = SEARCH_VERIFY,
     progress: Callable[[str], None] | None = None,
     pim: PimTimes | None = None,
     energy: str | None = None,
@@ -327,7 +326,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default=FIG8_BACKEND, help="PIM back end (with a softmax unit)")
     p.add_argument("--points", type=bounded_int(2, 10_000), default=SAMPLE_POINTS,
                    help="contexts each phase is costed at over a run (>= 2: its ends)")  # fmt: skip
-    add_search_options(p, FIG8_BUDGET, FIG8_VERIFY)
+    add_search_options(p)
     p.add_argument("--table", type=Path, default=None,
                    help="DCC's lookup table filled offline (pimphony dcc-lut): shapes it "
                    "holds are not searched")  # fmt: skip

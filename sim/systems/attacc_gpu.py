@@ -43,8 +43,9 @@ system", :func:`sim.systems.costs.xpu_prefill_seconds`), then the prompts' KV is
 PIM at the rate a step writes its new token's (:func:`kv_write_seconds`). Their options
 (:func:`add_arguments`) are absent from the parsed options unless given, so that other rows'
 reports stay as they were; unset, they are Fig. 8's: back end
-:data:`~sim.analysis.dcc_shapes.FIG8_BACKEND`, DCC budget :data:`FIG8_BUDGET` and
-:data:`FIG8_VERIFY`, no lookup table. DCC's search takes 15-30 s per new kernel shape on a
+:data:`~sim.analysis.dcc_shapes.FIG8_BACKEND`, DCC's default search effort
+(:data:`~compiler.dcc.predictor.SEARCH_BUDGET`, ``SEARCH_VERIFY``), no lookup table.
+DCC's search takes 15-30 s per new kernel shape on a
 shared machine (GPT3-13B, batch 1: three shapes, 90 s for ``attacc-base+dcc``); about half of
 that does not depend on ``--budget`` (enumerating, pruning and predicting the drafts), so a
 lookup table holding the shapes (``--table``, filled by ``pimphony dcc-lut``) is what makes a
@@ -96,9 +97,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENERGY_NOT_MODELLED",
-    "FIG8_BUDGET",
     "FIG8_SPECS",
-    "FIG8_VERIFY",
     "PHASE_COLOURS",
     "AttAccGpuSystem",
     "AttAccReport",
@@ -119,11 +118,6 @@ __all__ = [
     "step_energy",
     "step_phases",
 ]
-
-#: DCC's search effort in Fig. 8 (``pimphony dcc-fig8 --budget --verify``): drafts the
-#: predictor labels by simulation, best predicted drafts simulated.
-FIG8_BUDGET = SEARCH_BUDGET
-FIG8_VERIFY = SEARCH_VERIFY
 
 
 class Phase(StrEnum):
@@ -198,8 +192,8 @@ class PimTimes:
     def __init__(
         self,
         cfg: BackendConfig,
-        budget: int = FIG8_BUDGET,
-        verify: int = FIG8_VERIFY,
+        budget: int = SEARCH_BUDGET,
+        verify: int = SEARCH_VERIFY,
         table: LookupTable | None = None,
         energy: str | None = None,
     ) -> None:
@@ -436,7 +430,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="--system attacc-*+dcc: DCC's lookup table filled offline (pimphony dcc-lut): "
         "shapes it holds are not searched",
     )
-    add_search_options(p, FIG8_BUDGET, FIG8_VERIFY, only="--system attacc-*+dcc")
+    add_search_options(p, only="--system attacc-*+dcc")
 
 
 def kv_geometry(cfg: BackendConfig) -> ChunkGeometry:
@@ -554,7 +548,7 @@ class AttAccGpuSystem:
         table = None
         self.dcc: dict[str, Any] | None = None
         if self.spec.dcc:
-            budget, verify = config.budget or FIG8_BUDGET, config.verify or FIG8_VERIFY
+            budget, verify = config.budget or SEARCH_BUDGET, config.verify or SEARCH_VERIFY
             self.dcc = {"budget": budget, "verify": verify, "table": None}
             if config.table is not None:
                 from pimphony.sim.analysis.dcc_table import read_table, table_digest
@@ -565,7 +559,7 @@ class AttAccGpuSystem:
                     "sha256": table_digest(config.table),
                 }
         else:
-            budget, verify = FIG8_BUDGET, FIG8_VERIFY
+            budget, verify = SEARCH_BUDGET, SEARCH_VERIFY
         self.times = PimTimes(self.backend, budget, verify, table, energy="")
         self._seconds: dict[tuple[int, int], dict[Phase, float]] = {}
 
