@@ -1314,25 +1314,23 @@ def _spread(rows: list[dict[str, Any]], key: str, **match: Any) -> str:
 
 def _dcc_over_gpu(figure: str, rows: list[dict[str, Any]], best: float, mean: float) -> Measured:
     """DCC's headline over the GPU on one back end: the best point and the geomean over every
-    point of its figure (the paper's 'average': its figure's bars give it)."""
-    from pimphony.sim.experiments.dcc_figs import PAPER, Figure, panel
+    point of its figure (the paper's 'average': its figure's bars give it); per kernel, the
+    figure's own summary and the paper's."""
+    from pimphony.sim.experiments.dcc_figs import PAPER, Figure, panel, summary
 
+    fig = Figure(figure)
+    got = summary(fig, rows)
     top = max(rows, key=lambda r: r["dcc_over_gpu"])
+    kernels = list(dict.fromkeys(panel(r) for r in rows))
+    key = {p: f"{'' if p == 'GEMV' else p + '_'}dcc_over_gpu_geomean" for p in kernels}
     values = {
         "best": top["dcc_over_gpu"],
         "best_point": f"{panel(top)} {top['shape']}",
         "geomean": _geomean_of([r["dcc_over_gpu"] for r in rows]),
         "points": len(rows),
-        "per_kernel": {
-            p: _geomean_of([r["dcc_over_gpu"] for r in rows if panel(r) == p])
-            for p in dict.fromkeys(panel(r) for r in rows)
-        },  # fmt: skip
+        "per_kernel": {p: got[key[p]] for p in kernels},
     }
-    paper = {
-        p: PAPER[Figure(figure)][f"{'' if p == 'GEMV' else p + '_'}dcc_over_gpu_geomean"]
-        for p in values["per_kernel"]
-    }
-    return _dcc_over_gpu_judged(values, best, mean, paper)
+    return _dcc_over_gpu_judged(values, best, mean, {p: PAPER[fig][key[p]] for p in kernels})
 
 
 def _dcc_over_gpu_judged(
