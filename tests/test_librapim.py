@@ -32,6 +32,7 @@ from pimphony.sim.systems.librapim import (
     measured_throughput,
     requests_per_pass,
     run_librapim,
+    run_librapim_readings,
 )
 from pimphony.sim.systems.setup import DecodeError, DecodeSetup
 from pimphony.sim.systems.step import attention_cycles
@@ -253,6 +254,13 @@ def test_per_channel_offload_changes_only_the_offloading_rows(hbm2):
     chan = run_librapim(spec, hbm2, xpu, lengths, groups=2, offload="per-channel")
     for s, row in LIBRAPIM_SPECS.items():  # librapim-best: m = 0 is fastest either way here
         assert (chan[s].cycles == bank[s].cycles) == (not row.dbo), s
+    # Both readings in one call share the simulated parts, not the offload's price.
+    both = run_librapim_readings(spec, hbm2, xpu, lengths, tuple(OffloadReading), groups=2)
+    for reading, alone in ((OffloadReading.PER_BANK, bank), (OffloadReading.PER_CHANNEL, chan)):
+        for s in LIBRAPIM_SPECS:
+            assert (both[reading][s].cycles, both[reading][s].ops) == (
+                alone[s].cycles, alone[s].ops,
+            ), (reading, s)  # fmt: skip
     lib = chan["librapim"]  # small batch: both groups' 4 requests on PIM, one pass each
     assert [(d["case"], d["m"]) for d in lib.decisions] == [(DboCase.SMALL_BATCH, 4)] * 2
     cache = KernelCache(hbm2, "dcs", True)

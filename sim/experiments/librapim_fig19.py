@@ -38,7 +38,7 @@ from pimphony.sim.systems.librapim import (
     LIBRAPIM_XPU,
     OffloadReading,
     add_offload_argument,
-    run_librapim,
+    run_librapim_readings,
 )
 from pimphony.sim.systems.setup import DecodeError
 
@@ -47,6 +47,7 @@ __all__ = [
     "PAPER_SPEEDUP",
     "add_arguments",
     "fig19",
+    "fig19_readings",
     "format_fig19",
     "means",
     "plot_fig19",
@@ -84,8 +85,24 @@ def fig19(
 ) -> list[dict[str, Any]]:
     """One row per (model, batch, context): every system's step ms and speedup over NPU+AiM;
     DBO's offloaded FFN under ``offload``."""
+    rows = fig19_readings((offload,), models, batches, contexts, groups, tp, preset, xpu, progress)
+    return rows[offload]
+
+
+def fig19_readings(
+    readings: Sequence[OffloadReading],
+    models: Sequence[str] = LIBRAPIM_MODELS,
+    batches: Sequence[int] = LIBRAPIM_BATCHES,
+    contexts: Sequence[int] = LIBRAPIM_CONTEXTS,
+    groups: int = 2,
+    tp: int = DEFAULT_TP,
+    preset: str = LIBRAPIM_PRESET,
+    xpu: str = LIBRAPIM_XPU,
+    progress: Callable[[str], None] | None = None,
+) -> dict[OffloadReading, list[dict[str, Any]]]:
+    """:func:`fig19` under each of ``readings``, each point's attention simulated once."""
     hw, dev = load_preset(preset), load_xpu(xpu)
-    rows = []
+    out: dict[OffloadReading, list[dict[str, Any]]] = {r: [] for r in readings}
     for name in models:
         spec = load_model(name)
         for ctx in contexts:
@@ -95,25 +112,28 @@ def fig19(
                 )
         for b in batches:
             for ctx in contexts:
-                systems = run_librapim(
-                    spec, hw, dev, (ctx,) * b, min(groups, b), "dcs", tp, FIG19_SYSTEMS,
-                    offload=offload,
+                steps = run_librapim_readings(
+                    spec, hw, dev, (ctx,) * b, tuple(readings), min(groups, b), "dcs", tp,
+                    FIG19_SYSTEMS,
                 )  # fmt: skip
-                base = systems[SystemKind.NPU_AIM].step_seconds
-                row: dict[str, Any] = {"model": spec.name, "batch": b, "context": ctx}
-                for s, r in systems.items():
-                    row[f"{s}_ms"] = r.step_seconds * 1e3
-                    row[f"{s}_speedup"] = base / r.step_seconds
-                row["dbo_case"] = systems[SystemKind.LIBRAPIM].decisions[0]["case"]
-                row["dbo_m"] = systems[SystemKind.LIBRAPIM].decisions[0]["m"]
-                row["dbo_n"] = systems[SystemKind.LIBRAPIM].decisions[0]["n"]
-                rows.append(row)
-                if progress:
-                    progress(
-                        f"{spec.name} B={b} L={ctx}: "
-                        + " ".join(f"{s} {row[f'{s}_speedup']:.2f}x" for s in systems)
-                    )
-    return rows
+                for reading, systems in steps.items():
+                    base = systems[SystemKind.NPU_AIM].step_seconds
+                    row: dict[str, Any] = {"model": spec.name, "batch": b, "context": ctx}
+                    for s, r in systems.items():
+                        row[f"{s}_ms"] = r.step_seconds * 1e3
+                        row[f"{s}_speedup"] = base / r.step_seconds
+                    row["dbo_case"] = systems[SystemKind.LIBRAPIM].decisions[0]["case"]
+                    row["dbo_m"] = systems[SystemKind.LIBRAPIM].decisions[0]["m"]
+                    row["dbo_n"] = systems[SystemKind.LIBRAPIM].decisions[0]["n"]
+                    out[reading].append(row)
+                    if progress:
+                        progress(
+                            f"{spec.name} B={b} L={ctx}"
+                            + (f" ({reading})" if len(readings) > 1 else "")
+                            + ": "
+                            + " ".join(f"{s} {row[f'{s}_speedup']:.2f}x" for s in systems)
+                        )
+    return out
 
 
 def means(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:

@@ -110,6 +110,7 @@ __all__ = [
     "offload_reading",
     "requests_per_pass",
     "run_librapim",
+    "run_librapim_readings",
     "weights_per_device",
 ]
 
@@ -486,7 +487,7 @@ class _Parts:
     def _pim_ffn_shared(self, m: int) -> tuple[int, int]:
         if not m:
             return 0, 0
-        key = ("shared", m)
+        key = ("shared", self.reading, m)
         if key not in self._ffn:
             total = macs = 0
             for per_channel in offload_jobs(self.spec, self.hw, self.tp, m, self.reading).values():
@@ -929,30 +930,58 @@ def run_librapim(
 
     Capacity is not checked (the paper's 16 GB does not hold the KV of its large points).
     """
-    check_step(spec, lengths, groups, tp)
     reading = offload_reading(offload)
+    return run_librapim_readings(
+        spec, hw, xpu, lengths, (reading,), groups, sched, tp, systems, partitions, slicing,
+        cache,
+    )[reading]  # fmt: skip
+
+
+def run_librapim_readings(
+    spec: ModelSpec,
+    hw: HardwareConfig,
+    xpu: XpuConfig,
+    lengths: tuple[int, ...],
+    readings: tuple[OffloadReading | str, ...],
+    groups: int = DEFAULT_GROUPS,
+    sched: str = "dcs",
+    tp: int = 1,
+    systems: tuple[str, ...] | None = None,
+    partitions: tuple[str, ...] = ATTENTION_PARTITIONS,
+    slicing: bool = True,
+    cache: KernelCache | None = None,
+) -> dict[OffloadReading, dict[str, LibrapimStep]]:
+    """:func:`run_librapim` under each of ``readings``; the parts no reading changes
+    (attention, the xPU's ops, DEX) are simulated once for all of them."""
+    check_step(spec, lengths, groups, tp)
     chosen = []
     for name in systems or tuple(LIBRAPIM_SPECS):
         if name not in LIBRAPIM_SPECS:
             raise DecodeError(f"system {name!r} is unknown; allowed: {', '.join(LIBRAPIM_SPECS)}")
         chosen.append(SystemKind(name))
     cache = cache or librapim_cache(hw, sched, lengths)
-    parts = _Parts(spec, hw, xpu, tp, cache, partitions, reading)
-    out: dict[str, LibrapimStep] = {}
-    for s in chosen:
-        row = LIBRAPIM_SPECS[s]
-        banks = row.banks
-        if banks == BankAccess.SLICED and not slicing:
-            banks = BankAccess.EXCLUSIVE
-        dex = None if row.serial else _SLICE_MODE[banks]  # serial: reads and PIM never overlap
-        if row.head_pipelining:
-            out[s] = _attacc(str(s), parts, lengths)
-        elif row.offload == Offload.BEST:
-            out[s] = _best_offload(str(s), parts, lengths, groups, dex)
-        else:
-            groups_s = 1 if row.serial else groups
-            out[s] = _pipelined(str(s), parts, lengths, groups_s, row.offload, None, dex)
+    shared = _Parts(spec, hw, xpu, tp, cache, partitions)
+    out: dict[OffloadReading, dict[str, LibrapimStep]] = {}
+    for reading in map(offload_reading, readings):
+        parts = dataclasses.replace(shared, reading=reading)  # the memo dicts stay shared
+        out[reading] = {s: _run_row(s, parts, lengths, groups, slicing) for s in chosen}
     return out
+
+
+def _run_row(
+    s: SystemKind, parts: _Parts, lengths: tuple[int, ...], groups: int, slicing: bool
+) -> LibrapimStep:
+    """One registry row's step on ``parts``."""
+    row = LIBRAPIM_SPECS[s]
+    banks = row.banks
+    if banks == BankAccess.SLICED and not slicing:
+        banks = BankAccess.EXCLUSIVE
+    dex = None if row.serial else _SLICE_MODE[banks]  # serial: reads and PIM never overlap
+    if row.head_pipelining:
+        return _attacc(str(s), parts, lengths)
+    if row.offload == Offload.BEST:
+        return _best_offload(str(s), parts, lengths, groups, dex)
+    return _pipelined(str(s), parts, lengths, 1 if row.serial else groups, row.offload, None, dex)
 
 
 def format_librapim(systems: dict[str, LibrapimStep]) -> str:
