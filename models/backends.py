@@ -36,7 +36,7 @@ from pimphony.models.config import (
     require_key,
     resolve_extends,
 )
-from pimphony.models.xpu_config import XpuConfig, load_xpu
+from pimphony.models.xpu_config import XpuConfig, kernel_costs_enabled, load_xpu
 
 __all__ = [
     "BACKEND_DIR",
@@ -279,8 +279,9 @@ class BackendConfig:
         return self.group.bus_gbps * self.groups
 
     def host(self) -> XpuConfig:
-        """The host xPU preset (read once per name: a search asks for it per draft)."""
-        return _host_xpu(self.system.host_xpu)
+        """The host xPU preset (read once per name and cost model: a search asks for it per
+        draft; :func:`~models.xpu_config.kernel_costs_enabled` may change between runs)."""
+        return _host_xpu(self.system.host_xpu, kernel_costs_enabled())
 
     @property
     def host_gbps(self) -> float:
@@ -290,8 +291,8 @@ class BackendConfig:
 
 
 @cache
-def _host_xpu(name: str) -> XpuConfig:
-    return load_xpu(name)
+def _host_xpu(name: str, kernel_costs: bool) -> XpuConfig:
+    return load_xpu(name)  # kernel_costs: the cache key of what load_xpu reads
 
 
 #: Sections a back end of each kind states (an ``aim`` back end takes group and core from

@@ -25,11 +25,13 @@ A speed-up or ratio (:attr:`Unit.TIMES`) is sized by its gain over 1: 1.087x aga
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import json
 import math
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -43,6 +45,7 @@ from pimphony.models.config import load_preset
 from pimphony.models.dbo import OffloadReading
 from pimphony.models.fileio import write_atomic
 from pimphony.models.memory import MemoryPolicy
+from pimphony.models.xpu_config import KERNEL_COSTS_ENV, kernel_costs_enabled
 from pimphony.sim.provenance import tool_record
 from pimphony.sim.report import user_output
 
@@ -57,6 +60,9 @@ __all__ = [
     "add_arguments",
     "format_fidelity",
     "measure_all",
+    "measure_claim",
+    "ours_text",
+    "roofline_xpus",
     "run",
     "sized_verdict",
     "tally",
@@ -148,6 +154,9 @@ class Measured:
     mechanism: str = ""
     values: dict[str, Any] | None = None
     gaps: tuple[Gap, ...] = ()
+    #: a row that rests on an xPU's cost model: ``ours`` with every preset a pure roofline
+    #: (``pimphony --no-kernel-costs``), so the per-kernel costs' share is on the row
+    roofline: str = ""
 
     @property
     def worst(self) -> Gap | None:
@@ -169,6 +178,24 @@ class Claim:
     #: minutes to measure (a figure run): ``tests/test_fidelity.py`` measures it in a test
     #: marked slow, out of ``make test``
     slow: bool = False
+    #: the row compares with a GPU (or another xPU preset with per-kernel costs):
+    #: :func:`measure_claim` measures it a second time on the roofline
+    gpu: bool = False
+
+
+def _per_cost_model(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``functools.cache`` of ``fn`` keyed also by whether xPU presets carry per-kernel costs
+    (:func:`roofline_xpus` measures a row again without them)."""
+
+    @functools.cache
+    def keyed(kernel_costs: bool, *args: Any) -> Any:
+        return fn(*args)
+
+    @functools.wraps(fn)
+    def cached(*args: Any) -> Any:
+        return keyed(kernel_costs_enabled(), *args)
+
+    return cached
 
 
 def _within(ours: float, paper: float, rel: float) -> bool:
@@ -590,7 +617,7 @@ def _fig14b() -> Measured:
     )
 
 
-@functools.cache
+@_per_cost_model
 def _fig20_rows() -> list[dict[str, Any]]:
     from pimphony.sim.experiments.gpu_fig20 import fig20
 
@@ -1219,7 +1246,7 @@ def _lp_fig22() -> Measured:
     )
 
 
-@functools.cache
+@_per_cost_model
 def _dcc_rows(figure: str, panels: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
     """``pimphony dcc-figs`` rows of one figure (its default back end), run once."""
     from pimphony.sim.experiments.dcc_figs import Figure, figure_rows
@@ -1623,7 +1650,7 @@ CLAIMS: tuple[Claim, ...] = (
         "most on non-GQA models; the GPU's FC advantage narrows the gain at 72B; GQA still gains",
         "LLM-7B/72B with and without GQA, 128 / 512 GB, memory-matched A100s",
         "pimphony gpu-fig20  (PIM: 8 / 32 x pimphony-cent, auto + DCS + DPA, best --tp x --pp; "
-        "GPU: 2 / 8 x a100-80gb using 64 GB each; QMSum / multifieldqa)", _fig20,
+        "GPU: 2 / 8 x a100-80gb using 64 GB each; QMSum / multifieldqa)", _fig20, gpu=True,
     ),
     Claim(
         "L-fig4", "LoL-PIM", "Fig. 4",
@@ -1647,7 +1674,7 @@ CLAIMS: tuple[Claim, ...] = (
         "Qwen1.5-7B on QMSum, HotpotQA, Musique; 128-1024 GB; GPUs of Table 7",
         "pimphony gpu-compare --capacities 128,1024  (PIM: lolpim-aimx hfp static | "
         "lolpim-aimx-io itpp pingpong lazy, best --tp x --pp; GPUs: lolpim-gpu-hbm | "
-        "lolpim-gpu-gddr6, one per 64 GB)", _fig9,
+        "lolpim-gpu-gddr6, one per 64 GB)", _fig9, gpu=True,
     ),
     Claim(
         "L-fig9-72b", "LoL-PIM", "Fig. 9(b) / 8.1",
@@ -1655,7 +1682,7 @@ CLAIMS: tuple[Claim, ...] = (
         "PIM-only by 2.65x (the abstract's 'up to 8.54x over multi-GPU')",
         "LLM-72B, qmsum / hotpotqa / musique, 256 / 512 / 1024 GB",
         "pimphony gpu-compare --model llm-72b --capacities 256,512,1024",
-        _fig9_72b, slow=True,
+        _fig9_72b, slow=True, gpu=True,
     ),
     Claim(
         "L-fig7a", "LoL-PIM", "Fig. 7a",
@@ -1741,7 +1768,7 @@ CLAIMS: tuple[Claim, ...] = (
         "HBM-PIM, Fig. 7's GEMV (32/64 x 512/4096, batch 1/4) and RED / VA / ReLU (1024-4096, "
         "batch 1-4); the paper's 2.7x is the geomean over every point (its bars give 2.70)",
         "pimphony dcc-figs --figure fig7  (every panel; dcc_over_gpu)",
-        _dcc_over_gpu_hbm_pim, slow=True,
+        _dcc_over_gpu_hbm_pim, slow=True, gpu=True,
     ),
     Claim(
         "D-over-gpu-attacc", "DCC", "abstract / Fig. 6",
@@ -1749,7 +1776,7 @@ CLAIMS: tuple[Claim, ...] = (
         "AttAcc, Fig. 6's ATTN / GEMV / RED points; the paper's 5.75x is the geomean over "
         "every point (its panel geomeans 10.40 / 7.65 / 1.78 over 8 / 8 / 6 points give 5.75)",
         "pimphony dcc-figs --figure fig6  (dcc_over_gpu)",
-        _dcc_over_gpu_attacc, slow=True,
+        _dcc_over_gpu_attacc, slow=True, gpu=True,
     ),
     Claim(
         "D-fig2-attacc", "DCC", "Fig. 2 / II",
@@ -1779,6 +1806,30 @@ CLAIMS: tuple[Claim, ...] = (
 )  # fmt: skip
 
 
+@contextlib.contextmanager
+def roofline_xpus() -> Iterator[None]:
+    """Within: every xPU preset loads without its per-kernel costs (``--no-kernel-costs``)."""
+    before = os.environ.get(KERNEL_COSTS_ENV)
+    os.environ[KERNEL_COSTS_ENV] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[KERNEL_COSTS_ENV]
+        else:
+            os.environ[KERNEL_COSTS_ENV] = before
+
+
+def measure_claim(claim: Claim) -> Measured:
+    """``claim`` measured; a :attr:`Claim.gpu` row again on the roofline, in ``roofline``."""
+    measured = claim.measure()
+    if not claim.gpu:
+        return measured
+    with roofline_xpus():
+        roofline = claim.measure()
+    return dataclasses.replace(measured, roofline=roofline.ours)
+
+
 def measure_all(
     claims: tuple[Claim, ...] = CLAIMS, progress: Callable[[str], None] | None = None
 ) -> list[tuple[Claim, Measured]]:
@@ -1787,12 +1838,19 @@ def measure_all(
     for claim in claims:
         if progress:
             progress(f"{claim.key}: {claim.paper} {claim.where}")
-        out.append((claim, claim.measure()))
+        out.append((claim, measure_claim(claim)))
     return out
 
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+def ours_text(m: Measured) -> str:
+    """The ours cell: our numbers and, for a row on an xPU's costs, those on the roofline."""
+    if not m.roofline:
+        return m.ours
+    return f"{m.ours}. Without per-kernel costs (`--no-kernel-costs`): {m.roofline}"
 
 
 def verdict_text(m: Measured) -> str:
@@ -1845,7 +1903,7 @@ def format_fidelity(results: list[tuple[Claim, Measured]]) -> str:
     for c, m in results:
         lines.append(
             f"| {_cell(c.claim)} | {c.paper} {c.where} | {_cell(c.workload)} | "
-            f"`{_cell(c.command)}` | {_cell(m.ours)} | {_cell(verdict_text(m))} | "
+            f"`{_cell(c.command)}` | {_cell(ours_text(m))} | {_cell(verdict_text(m))} | "
             f"{_cell(m.mechanism)} |"
         )
     return "\n".join(lines) + "\n"

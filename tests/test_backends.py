@@ -169,3 +169,18 @@ def test_bad_backends_name_the_field(tmp_path: Path, base: str, edit, message: s
 def test_unknown_backend_name() -> None:
     with pytest.raises(BackendConfigError, match="unknown back end 'hbm9'; available: aim"):
         load_backend("hbm9")
+
+
+def test_host_gpu_follows_the_cost_model(monkeypatch):
+    """The host preset is cached per name *and* cost model: a run without per-kernel costs in
+    the same process times the GPU on the roofline (a GEMV 4096^2 loses its launch and DRAM
+    latency, 0.58 us + 405.5 ns on the A100)."""
+    from pimphony.compiler.dcc.cost import gpu_seconds
+    from pimphony.models.xpu_config import KERNEL_COSTS_ENV
+
+    monkeypatch.delenv(KERNEL_COSTS_ENV, raising=False)
+    backend = load_backend("hbm-pim")
+    with_costs = gpu_seconds(backend, "gemv", (4096, 4096))
+    monkeypatch.setenv(KERNEL_COSTS_ENV, "0")
+    roofline = gpu_seconds(backend, "gemv", (4096, 4096))
+    assert with_costs - roofline == pytest.approx((0.58 + 0.4055) * 1e-6, rel=1e-6)

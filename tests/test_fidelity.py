@@ -9,6 +9,7 @@ updated on purpose (``pimphony fidelity --write --force``).
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -210,3 +211,25 @@ def test_dcc_over_gpu_names_the_kernels_the_gpu_wins():
     assert m.worst.label == "geomean"
     m = _dcc_over_gpu_judged({**values, "geomean": 0.5}, 13.17, 5.75, paper)
     assert m.verdict == Verdict.DIFFERS
+
+
+def test_gpu_rows_are_measured_again_on_the_roofline(monkeypatch):
+    """A ``gpu`` row is measured with and without per-kernel costs (the environment restored
+    after); the cell shows both; other rows once."""
+    from pimphony.models.xpu_config import KERNEL_COSTS_ENV, kernel_costs_enabled
+    from pimphony.sim.fidelity import measure_claim, ours_text
+
+    monkeypatch.delenv(KERNEL_COSTS_ENV, raising=False)
+
+    def measure() -> Measured:
+        return Measured(f"costs {kernel_costs_enabled()}", Verdict.CLOSE, "m")
+
+    row = Claim("K", "P", "Fig. 0", "c", "w", "cmd", measure, gpu=True)
+    m = measure_claim(row)
+    assert (m.ours, m.roofline) == ("costs True", "costs False")
+    assert ours_text(m) == "costs True. Without per-kernel costs (`--no-kernel-costs`): costs False"
+    assert kernel_costs_enabled() and KERNEL_COSTS_ENV not in os.environ
+    plain = measure_claim(Claim("K", "P", "Fig. 0", "c", "w", "cmd", measure))
+    assert (plain.roofline, ours_text(plain)) == ("", "costs True")
+    gpu_rows = {c.key for c in CLAIMS if c.gpu}
+    assert {"P-fig20", "L-fig9", "D-over-gpu-hbm-pim", "D-over-gpu-attacc"} <= gpu_rows
