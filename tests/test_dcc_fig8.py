@@ -185,7 +185,6 @@ def test_full_moves_ffn_energy_from_gpu_to_pim(energy_rows):
 def test_cli_energy_leaves_the_report_without_it_unchanged(capsys, tmp_path):
     import json
 
-
     path = _tiny_table().save(tmp_path / "t.json")
     base = ("dcc-fig8", "--models", "gpt3-13b-4k", "--batches", "1", "--runs", "128:2",
             "--points", "2", "--table", path, "--plot", tmp_path / "p.png", "--force")  # fmt: skip
