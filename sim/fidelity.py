@@ -31,6 +31,7 @@ import functools
 import json
 import math
 import os
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
@@ -46,6 +47,7 @@ from pimphony.models.dbo import OffloadReading
 from pimphony.models.fileio import write_atomic
 from pimphony.models.memory import MemoryPolicy
 from pimphony.models.xpu_config import KERNEL_COSTS_ENV, kernel_costs_enabled
+from pimphony.sim.fidelity_figures import FIGURE_DIR, figure_path, write_figures
 from pimphony.sim.provenance import tool_record
 from pimphony.sim.report import user_output
 
@@ -1846,6 +1848,14 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _plot_link(claim: Claim, m: Measured, doc: Path, figures: Path) -> str:
+    """`` ([plot](...))`` for a row with gaps to plot, relative to ``doc``; else empty."""
+    if not m.gaps:
+        return ""
+    rel = os.path.relpath(figure_path(claim.key, figures), doc.parent)
+    return f" ([plot]({Path(rel).as_posix()}))"
+
+
 def ours_text(m: Measured) -> str:
     """The ours cell: our numbers and, for a row on an xPU's costs, those on the roofline."""
     if not m.roofline:
@@ -1878,8 +1888,13 @@ def tally(results: list[tuple[Claim, Measured]]) -> list[str]:
     return lines
 
 
-def format_fidelity(results: list[tuple[Claim, Measured]]) -> str:
-    """``docs/fidelity.md``: the tally by paper and verdict, then one row per claim."""
+def format_fidelity(
+    results: list[tuple[Claim, Measured]],
+    doc: Path = FIDELITY_DOC,
+    figures: Path = FIGURE_DIR,
+) -> str:
+    """``docs/fidelity.md``: the tally by paper and verdict, then one row per claim; a row
+    with numbers to plot links its plot in ``figures`` (relative to ``doc``)."""
     tool = tool_record()
     lines = [
         "# Fidelity: the papers' claims beside pimphony's numbers",
@@ -1903,7 +1918,8 @@ def format_fidelity(results: list[tuple[Claim, Measured]]) -> str:
     for c, m in results:
         lines.append(
             f"| {_cell(c.claim)} | {c.paper} {c.where} | {_cell(c.workload)} | "
-            f"`{_cell(c.command)}` | {_cell(ours_text(m))} | {_cell(verdict_text(m))} | "
+            f"`{_cell(c.command)}` | {_cell(ours_text(m))}{_plot_link(c, m, doc, figures)} | "
+            f"{_cell(verdict_text(m))} | "
             f"{_cell(m.mechanism)} |"
         )
     return "\n".join(lines) + "\n"
@@ -1918,7 +1934,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=Path,
         help=f"write the table to this file (default {FIDELITY_DOC}) instead of printing it",
     )
-    p.add_argument("--force", action="store_true", help="replace an existing --write file")
+    p.add_argument(
+        "--figures",
+        nargs="?",
+        const=FIGURE_DIR,
+        type=Path,
+        help=f"write one plot per row, the paper's numbers beside ours, to this folder "
+        f"(default {FIGURE_DIR}); --write writes them beside its file (img/fidelity/)",
+    )
+    p.add_argument("--force", action="store_true", help="replace an existing --write file or plots")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -1926,8 +1950,16 @@ def run(args: argparse.Namespace) -> int:
     """Measure every claim; print the table, its JSON, or write it."""
     if args.write is not None:
         args.write = user_output(args.write, FIDELITY_DOC, args.force)
-    say = functools.partial(print, flush=True) if args.write else None
+    # --write puts the plots beside the table (docs/fidelity.md: docs/img/fidelity)
+    beside = args.write.parent / FIGURE_DIR.relative_to(FIDELITY_DOC.parent) if args.write else None
+    figures = args.figures or beside
+    if figures is not None:
+        _check_figures(figures, args.force)
+    say = functools.partial(print, file=sys.stderr, flush=True) if args.write or figures else None
     results = measure_all(progress=(lambda m: say(f"  {m}")) if say else None)
+    if figures is not None:
+        written = write_figures(results, figures, overwrite=args.force)
+        print(f"wrote {len(written)} plots to {figures}", file=sys.stderr if args.json else None)
     if args.json:
         print(
             json.dumps(
@@ -1940,6 +1972,7 @@ def run(args: argparse.Namespace) -> int:
                             "claim": c.claim,
                             "command": c.command,
                             "ours": m.ours,
+                            "roofline": m.roofline,
                             "verdict": str(m.verdict),
                             "gaps": [
                                 {**dataclasses.asdict(g), "factor": g.factor, "close": g.close}
@@ -1956,10 +1989,24 @@ def run(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    text = format_fidelity(results)
+    text = format_fidelity(results, args.write or FIDELITY_DOC, figures or FIGURE_DIR)
     if args.write is not None:
         write_atomic(args.write, text.encode())
         print(f"wrote {args.write}")
-    else:
+    elif figures is None:
         print(text, end="")
     return 0
+
+
+def _check_figures(directory: Path, force: bool) -> None:
+    """Refuse, before measuring, plots that exist in ``directory`` unless ``force``; and a
+    ``directory`` that is a file."""
+    if directory.exists() and not directory.is_dir():
+        raise NotADirectoryError(f"--figures {directory}: is a file; give a folder")
+    existing = [figure_path(c.key, directory) for c in CLAIMS]
+    existing = [p for p in existing if p.exists()]
+    if existing and not force:
+        raise FileExistsError(
+            f"{existing[0]} exists ({len(existing)} plots in {directory}); pass --force to "
+            "replace them"
+        )

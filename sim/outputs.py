@@ -21,7 +21,7 @@ __all__ = ["OUTPUT_OPTIONS", "check_command_files", "command_files"]
 
 OUTPUT_OPTIONS: frozenset[str] = frozenset(
     {"output", "write", "report", "plot", "csv", "timeline", "energy_plot", "out", "out_dir",
-     "repro_dir"}
+     "repro_dir", "figures"}
 )  # fmt: skip
 """argparse destinations of the options that name an output file or folder."""
 
