@@ -1908,7 +1908,9 @@ def format_fidelity(
         "a number is further off: the cell gives the worst); differs (the direction does not "
         "hold); derived (taken from the paper's number; not a check); not reproducible "
         "(vendor tool or silicon). A speed-up is sized by its gain over 1: 1.09x against "
-        "1.4x is 4.6x off. Presets: `docs/presets.md`.",
+        "1.4x is 4.6x off. A row with the paper's numbers links a plot of them beside ours "
+        "(`pimphony fidelity --figures`); a row that compares with a GPU also gives ours "
+        "without per-kernel costs (`docs/xpu.md`). Presets: `docs/presets.md`.",
         "",
         *tally(results),
         "",
