@@ -63,6 +63,7 @@ EXPECTED = {
     "D-fig6": Verdict.DIRECTION_ONLY,
     "D-over-gpu-hbm-pim": Verdict.DIRECTION_ONLY,
     "D-over-gpu-attacc": Verdict.CLOSE,
+    "D-fig8": Verdict.DIRECTION_ONLY,
     "D-fig2-attacc": Verdict.DIRECTION_ONLY,
     "D-fig9-attacc": Verdict.DIFFERS,
     "S-fig9": Verdict.REPRODUCED,
