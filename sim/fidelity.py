@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import dataclasses
 import functools
+import itertools
 import json
 import math
 import os
@@ -1523,6 +1524,114 @@ def _dcc_fig9_attacc() -> Measured:
     )
 
 
+#: PIM-SHERPA's host and input lengths of Figs. 10 and 12 (the grid of Fig. 12: input and
+#: output 64-192).
+_SHERPA_HOST = "galaxy-s24plus"
+_SHERPA_SLS = (64, 96, 128, 160, 192)
+_SHERPA_OUTS = (64, 128, 192)
+
+
+@functools.cache
+def _sherpa_timing(model: str, outs: tuple[int, ...] = (1,)) -> dict[str, Any]:
+    """``pimphony sherpa --model MODEL --sl 64,96,128,160,192 --out-len OUTS`` (seconds)."""
+    from pimphony.compiler.llm import load_model
+    from pimphony.sim.experiments.sherpa import timing
+
+    return timing(load_model(model), _SHERPA_HOST, list(_SHERPA_SLS), list(outs))
+
+
+def _sherpa_fig10() -> Measured:
+    ratio = {}  # (model, strategy, SL) -> TTFT over FACIL-O's
+    for model in ("llama-3.2-1b", "llama-3.2-3b"):
+        for row in _sherpa_timing(model)["rows"]:
+            st = row["strategies"]
+            for k in ("ddb", "owr"):
+                ratio[(model, k, row["sl"])] = st[k]["ttft_s"] / st["facil"]["ttft_s"]
+    tps = 192 / _sherpa_timing("llama-3.2-3b")["rows"][-1]["strategies"]["owr"]["ttft_s"]
+    ddb_long = max(ratio[(m, "ddb", sl)] for m, _, sl in ratio if sl >= 128)
+    owr = {
+        m: [ratio[(m, "owr", sl)] for sl in _SHERPA_SLS] for m in ("llama-3.2-1b", "llama-3.2-3b")
+    }
+    ours = (
+        f"S-DDB / FACIL-O TTFT at SL 128-192: at most {ddb_long:.3f} (1B and 3B); S-OWR / "
+        "FACIL-O over SL 64-192: "
+        + "; ".join(f"{m} " + " -> ".join(f"{x:.2f}" for x in xs) for m, xs in owr.items())
+        + f"; 3B S-OWR at SL 192 {tps:.1f} TPS"
+    )
+    falling = all(a > b for xs in owr.values() for a, b in itertools.pairwise(xs))
+    return _judged(
+        ours,
+        {f"{m} {k} {sl}": v for (m, k, sl), v in ratio.items()} | {"owr_tps_3b_192": tps},
+        ddb_long <= 1.02 and falling and _within(tps, 16.7, 0.15),
+        ddb_long <= 1.05 and falling,
+        "S-DDB within 2% of FACIL-O from SL 128 and S-OWR approaching as SL grows are the "
+        "paper's; the absolute TTFT is faster than measured (our GEMM at 80% of the four "
+        "threads' peak, the paper's at 84-107 GFLOP/s; SMC 0.34 s against the measured 0.89 "
+        "s for 1B), hence S-OWR's 3B rate above 16.7 TPS (docs/sherpa.md, TTFT)",
+        (Gap("3B S-OWR tokens/s at SL 192", tps, 16.7, Unit.VALUE),),
+    )
+
+
+def _sherpa_fig12() -> Measured:
+    t = _sherpa_timing("llama-3.2-1b", _SHERPA_OUTS)["end_to_end"]
+    owr_best = max(c["owr"]["speedup"] for c in t)
+    gap = {  # S-DDB below FACIL-O, percent, by input length
+        sl: max(100 * (1 - c["ddb"]["speedup"] / c["facil"]["speedup"]) for c in t if c["sl"] == sl)
+        for sl in _SHERPA_SLS
+    }
+    long_gap = max(v for sl, v in gap.items() if sl > 128)
+    short = (min(gap[64], gap[96]), max(gap[64], gap[96]))
+    ours = (
+        f"S-OWR up to {owr_best:.2f}x over host-only; S-DDB below FACIL-O by at most "
+        f"{long_gap:.1f}% for input > 128 and {short[0]:.1f}-{short[1]:.1f}% at input 64-96 "
+        "(Llama 3.2 1B, output 64-192)"
+    )
+    return _judged(
+        ours,
+        {"owr_best": owr_best, "ddb_below_facil_pct": {str(k): v for k, v in gap.items()}},
+        _within(owr_best, 3.3, 0.15) and long_gap <= 1.0 and _within(short[1], 19, 0.5),
+        owr_best > 1 and long_gap <= 1.0 and short[1] > long_gap,
+        "the shape is the paper's (nearly identical for input > 128, S-DDB's gap larger at "
+        "64-96, S-OWR's gap narrowing); S-DDB's short-input gap is smaller because our SMC "
+        "is 2.6x faster than measured, and the speed-ups higher because our PIM decode is "
+        "5.5x the host's (docs/sherpa.md, Fig. 12)",
+        (
+            Gap("S-OWR up to", owr_best, 3.3),
+            Gap("S-DDB below FACIL-O at input 64-96, up to", short[1], 19.0, Unit.PERCENT),
+        ),
+    )
+
+
+def _sherpa_fig13() -> Measured:
+    rows = _sherpa_timing("llama-3.2-3b")["rows"]
+    nc = {r["sl"]: r["fig13"] for r in rows if r["fig13"]["paper_nc_gemm_s"]}
+    tps = {sl: sl / f["nc_gemm_s"] for sl, f in nc.items()}
+    ours = (
+        ", ".join(
+            f"SL {sl}: NC-GEMM {f['nc_gemm_s']:.1f} s ({f['paper_nc_gemm_s']:.0f} s), C-GEMM "
+            f"{f['c_gemm_s']:.2f} s"
+            for sl, f in nc.items()
+        )
+        + f"; NC-GEMM {min(tps.values()):.1f}-{max(tps.values()):.1f} TPS (paper about 0.4)"
+    )
+    steady = max(tps.values()) / min(tps.values()) <= 1.1
+    slower = all(f["nc_gemm_s"] > f["c_gemm_s"] for f in nc.values())
+    return _judged(
+        ours,
+        {str(sl): f for sl, f in nc.items()},
+        all(_within(f["nc_gemm_s"], f["paper_nc_gemm_s"], 0.15) for f in nc.values()),
+        steady and slower,
+        "NC-GEMM's time proportional to SL at a constant rate, far above C-GEMM, is the "
+        "paper's; the level is 14x off: the paper's NC-GEMM reads 2.2-2.4 GB/s, latency-bound "
+        "uncached loads, while our copy-speed model describes streaming copies (the core's "
+        "outstanding misses and load latency are not given; docs/sherpa.md, Fig. 13)",
+        tuple(
+            Gap(f"NC-GEMM s at SL {sl}", f["nc_gemm_s"], f["paper_nc_gemm_s"], Unit.VALUE)
+            for sl, f in nc.items()
+        ),
+    )
+
+
 def _sherpa_fig9() -> Measured:
     from pimphony.compiler.llm import load_model
     from pimphony.models.layout import load_layout
@@ -1858,6 +1967,30 @@ CLAIMS: tuple[Claim, ...] = (
         "S-OWR 48.5%; 3B S-DDB 49.4%, S-OWR 49.7%",
         "Llama 3.2 1B / 3B, BF16, LPDDR5X-PIM (4 channels x 16 banks)",
         "pimphony sherpa --model llama-3.2-1b|llama-3.2-3b", _sherpa_fig9,
+    ),
+    Claim(
+        "S-fig10", "PIM-SHERPA", "Fig. 10 / 7 / conclusion",
+        "S-DDB's TTFT is comparable to FACIL-O for input SL 128-192; S-OWR gradually "
+        "approaches it (16.7 TPS at SL 192 on 3B, nearly matching)",
+        "Llama 3.2 1B / 3B on the Galaxy S24+ (LPDDR5X-PIM), input SL 64-192",
+        "pimphony sherpa --model llama-3.2-1b|llama-3.2-3b --sl 64,96,128,160,192 --out-len 1",
+        _sherpa_fig10,
+    ),
+    Claim(
+        "S-fig12", "PIM-SHERPA", "Fig. 12 / 7",
+        "S-DDB and FACIL-O nearly identical end to end for input SL > 128, 2.5-19% apart at "
+        "64-96; S-OWR up to 3.3x over the non-PIM baseline",
+        "Llama 3.2 1B, input and output SL 64-192, Galaxy S24+",
+        "pimphony sherpa --model llama-3.2-1b --sl 64,96,128,160,192 --out-len 64,128,192",
+        _sherpa_fig12,
+    ),
+    Claim(
+        "S-fig13", "PIM-SHERPA", "Fig. 13 / 7",
+        "with one weight copy, NC-GEMM's prefill grows with SL: 148 / 332 / 458 s at SL 64 / "
+        "128 / 192, about 0.4 TPS",
+        "Llama 3.2 3B on the Galaxy S24+, C-GEMM vs NC-GEMM",
+        "pimphony sherpa --model llama-3.2-3b --sl 64,96,128,160,192 --out-len 1  (fig13)",
+        _sherpa_fig13,
     ),
 )  # fmt: skip
 

@@ -67,6 +67,9 @@ EXPECTED = {
     "D-fig2-attacc": Verdict.DIRECTION_ONLY,
     "D-fig9-attacc": Verdict.DIFFERS,
     "S-fig9": Verdict.REPRODUCED,
+    "S-fig10": Verdict.CLOSE,
+    "S-fig12": Verdict.DIRECTION_ONLY,
+    "S-fig13": Verdict.DIRECTION_ONLY,
 }
 
 
