@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -237,3 +238,50 @@ def test_gpu_rows_are_measured_again_on_the_roofline(monkeypatch):
     assert (plain.roofline, ours_text(plain)) == ("", "costs True")
     gpu_rows = {c.key for c in CLAIMS if c.gpu}
     assert {"P-fig20", "L-fig9", "D-over-gpu-hbm-pim", "D-over-gpu-attacc"} <= gpu_rows
+
+
+#: One concrete run of a row's printed command (several when the row names alternatives),
+#: for the rows whose command runs in seconds.
+ROW_RUNS = {
+    "P-fig8": [["sweep", "--kernel", "qk", "--preset", "pimphony-cent", "--dims",
+                "32,64,128,256,512"]],
+    "P-fig18": [["buffer-sweep"]],
+    "P-fig18-small": [["buffer-sweep"]],
+    "P-fig19": [["capacity", "--requests", "256"]],
+    "S-fig9": [["sherpa", "--model", "llama-3.2-1b"], ["sherpa", "--model", "llama-3.2-3b"]],
+    "S-fig13": [["sherpa", "--model", "llama-3.2-3b", "--sl", "64,96,128,160,192",
+                 "--out-len", "1"]],
+}  # fmt: skip
+
+
+def _own_numbers(ours: str) -> list[str]:
+    """The decimals of a row's ``ours`` outside parentheses (there: the paper's numbers or
+    ones derived from ours)."""
+    depth, kept = 0, []
+    for ch in ours:
+        depth += ch == "("
+        kept.append(ch if depth == 0 else " ")
+        depth -= ch == ")" and depth > 0
+    return re.findall(r"\d[\d,]*\.\d+", "".join(kept))
+
+
+@pytest.mark.parametrize("key", list(ROW_RUNS))
+def test_a_rows_command_prints_its_numbers(key, capsys, tmp_path, monkeypatch):
+    """Each of our numbers in the row appears, as printed, in its command's output."""
+    from pimphony.sim.cli import main
+
+    measured = next(c for c in CLAIMS if c.key == key).measure()
+    monkeypatch.chdir(tmp_path)  # the commands' plots go to build/ here
+    printed = ""
+    for argv in ROW_RUNS[key]:
+        assert main(argv) == 0
+        printed += capsys.readouterr().out
+    numbers = _own_numbers(measured.ours)
+    assert numbers, measured.ours
+    assert [n for n in numbers if n not in printed] == [], (measured.ours, printed)
+
+
+def test_own_numbers_skip_parentheses():
+    assert _own_numbers("a 1.5x (paper 2.0x), b 3.25% (4.1 (5.2)) c 6.0") == [
+        "1.5", "3.25", "6.0",
+    ]  # fmt: skip
