@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXPECTED = {
     "P-fig7": Verdict.CLOSE,
     "P-fig8": Verdict.REPRODUCED,
+    "P-fig4": Verdict.CLOSE,
     "P-fig18": Verdict.DIRECTION_ONLY,
     "P-fig18-small": Verdict.REPRODUCED,
     "P-tcp-thresholds": Verdict.DIRECTION_ONLY,
