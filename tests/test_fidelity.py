@@ -56,6 +56,7 @@ EXPECTED = {
     "L-fig9": Verdict.DIRECTION_ONLY,
     "L-fig9-72b": Verdict.DIRECTION_ONLY,
     "L-fig7a": Verdict.DIRECTION_ONLY,
+    "L-fig7a-dt": Verdict.CLOSE,
     "L-table8": Verdict.CLOSE,
     "LP-fig19": Verdict.DIFFERS,
     "LP-fig20": Verdict.DIFFERS,
