@@ -1563,6 +1563,35 @@ def _dcc_fig8() -> Measured:
     )
 
 
+def _dcc_table2() -> Measured:
+    from pimphony.sim.experiments.dcc_table2 import PAPER_OVERALL, Table2Row, evaluate, overall
+
+    results, _ = evaluate(tuple(Table2Row), progress=False)
+    total = overall(results)
+    acc = 100 * total["accuracy"]
+    sub = 100 * (total["suboptimal"] or 1.0)
+    tested = sum(r.total for r in results)
+    ours = (
+        f"the predictor picks the best draft in {acc:.1f}% of {tested} test configurations; "
+        f"its other picks run at {sub:.2f}% of the best (geomean)"
+    )
+    p_acc, p_sub = 100 * PAPER_OVERALL["accuracy"], 100 * PAPER_OVERALL["suboptimal"]
+    return _judged(
+        ours,
+        {"accuracy": acc, "suboptimal": sub, "rows": [r.to_json() for r in results]},
+        abs(acc - p_acc) <= 5 and abs(sub - p_sub) <= 2,
+        acc >= 50 and sub >= 90,
+        "8 test configurations per row (56) where the paper has 167-304, so one near-tie is "
+        "12.5 points of a row; the reference is the best pruned draft, not the exhaustive "
+        "best; most misses are within 1% of the best (drafts a regressor with a 1.5-5% error "
+        "cannot rank); the training-draft count is swept in docs/dcc.md (Table II shape)",
+        (
+            Gap("picks the best", acc, p_acc, Unit.PERCENT),
+            Gap("suboptimal picks, of the best", sub, p_sub, Unit.PERCENT),
+        ),
+    )
+
+
 def _dcc_fig9_attacc() -> Measured:
     from pimphony.sim.experiments.dcc_figs import PAPER, Figure, figure_rows, summary
 
@@ -2033,6 +2062,15 @@ CLAIMS: tuple[Claim, ...] = (
         "pimphony dcc-fig8  (both models, batches 1,4, the three runs, 5 contexts per run; "
         "DCC's drafts searched per shape; attacc-full+dcc over gpu)",
         _dcc_fig8, slow=True, gpu=True,
+    ),
+    Claim(
+        "D-table2", "DCC", "Table II / V-D",
+        "the coupled predictor picks the true best draft in 89.28% of configurations; when it "
+        "does not, its pick reaches 96.25% of the best",
+        "AttAcc + ATTN / GEMV / RED, HBM-PIM + GEMV / RED / VA / RELU; 167-304 configurations "
+        "per row (1,548)",
+        "pimphony dcc-table2 --test 8 --per-shape 1000  (one predictor across rows, seed 0)",
+        _dcc_table2, slow=True,
     ),
     Claim(
         "D-fig2-attacc", "DCC", "Fig. 2 / II",
