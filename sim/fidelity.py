@@ -45,6 +45,7 @@ from pimphony.compiler.plan import partition_attention
 from pimphony.models.channel import run_channel
 from pimphony.models.config import load_preset
 from pimphony.models.dbo import OffloadReading
+from pimphony.models.errors import PimphonyError
 from pimphony.models.fileio import write_atomic
 from pimphony.models.memory import MemoryPolicy
 from pimphony.models.xpu_config import KERNEL_COSTS_ENV, kernel_costs_enabled
@@ -55,18 +56,22 @@ from pimphony.sim.report import user_output
 __all__ = [
     "CLAIMS",
     "FIDELITY_DOC",
+    "FidelityError",
     "Claim",
     "Gap",
     "Measured",
     "Unit",
     "Verdict",
     "add_arguments",
+    "claim_json",
     "format_fidelity",
     "measure_all",
     "measure_claim",
+    "measured_from_json",
     "ours_text",
     "roofline_xpus",
     "run",
+    "select_claims",
     "sized_verdict",
     "tally",
     "verdict_text",
@@ -76,6 +81,10 @@ FIDELITY_DOC = Path("docs") / "fidelity.md"
 PIMPHONY_PRESET = "pimphony-cent"  # PIMphony on CENT (docs/presets.md)
 LOLPIM_PRESET = "lolpim-aimx"
 LOLPIM_IO_PRESET = "lolpim-aimx-io"  # with the extra GB of I/O-aware buffering, (3)
+
+
+class FidelityError(PimphonyError, ValueError):
+    """An option of ``pimphony fidelity`` is out of range (the message names it)."""
 
 
 class Verdict(StrEnum):
@@ -184,6 +193,9 @@ class Claim:
     #: the row compares with a GPU (or another xPU preset with per-kernel costs):
     #: :func:`measure_claim` measures it a second time on the roofline
     gpu: bool = False
+    #: rows of one group share a figure run (a cached helper) and are measured in one task
+    #: by ``pimphony fidelity --write`` (``sim.fidelity_sweep``); empty: a group of its own
+    group: str = ""
 
 
 def _per_cost_model(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -1566,7 +1578,12 @@ def _dcc_fig8() -> Measured:
 def _dcc_fig10() -> Measured:
     from pimphony.sim.experiments.dcc_figs import Figure, panel
 
-    rows = [*_dcc_rows(Figure.FIG6), *_dcc_rows(Figure.FIG7)]
+    # the same runs as the D-fig6, D-fig7 and D-over-gpu rows (cached)
+    rows = [
+        *_dcc_rows(Figure.FIG6),
+        *_dcc_rows(Figure.FIG7, ("GEMV",)),
+        *_dcc_rows(Figure.FIG7, _FIG7_ELEMENTWISE),
+    ]
     gain = {}
     for label, kernels in (
         ("VA / RED / RELU", ("VA", "RED", "RELU")),
@@ -1873,6 +1890,7 @@ CLAIMS: tuple[Claim, ...] = (
         "2.1-4.5x throughput with TCP + DCS + DPA over the baseline (non-GQA models)",
         "LLM-7B-32K / 72B-32K, LongBench, 128 / 512 GB, optimal TP/PP",
         "pimphony ablation --requests 32  (LLM-7B-32K, QMSum, 8 x 16 GB)", _fig13a,
+        group="ablation",
     ),
     Claim(
         "P-fig13b", "PIMphony", "Fig. 13b",
@@ -1880,6 +1898,7 @@ CLAIMS: tuple[Claim, ...] = (
         "LLM-7B-128K (g 4) and LLM-72B-128K (g 8), multifieldqa and Loogle-SD, 128 / 512 GB",
         "pimphony ablation --model llama-3.1-8b|llama-3.1-70b --workload multifieldqa|loogle-sd "
         "--modules 8|32 --requests 16|8", _fig13b,
+        group="ablation",
     ),
     Claim(
         "P-dcs-gqa", "PIMphony", "VIII-B",
@@ -1889,6 +1908,7 @@ CLAIMS: tuple[Claim, ...] = (
         "pimphony ablation --model llm-7b|llama-3.1-8b --workload qmsum|multifieldqa|loogle-sd "
         "--modules 8 --requests 32|16  (+DCS over +TCP)",
         _dcs_gqa,
+        group="ablation",
     ),
     Claim(
         "P-fig14a", "PIMphony", "Fig. 14a",
@@ -1896,6 +1916,7 @@ CLAIMS: tuple[Claim, ...] = (
         "NeuPIMs (NPU + 32 GB PIM per device), LLM-7B-32K / 72B-32K, LongBench, 128 / 512 GB",
         "pimphony ablation --system xpu+pim --fig14  (llm-7b / llm-72b, QMSum, 4 / 16 x "
         "(neupims-npu + pimphony-neupims), 32 requests)", _fig14a,
+        group="fig14",
     ),
     Claim(
         "P-fig14b", "PIMphony", "Fig. 14b",
@@ -1903,6 +1924,7 @@ CLAIMS: tuple[Claim, ...] = (
         "NeuPIMs, LLM-7B-128K (g 4) / 72B-128K (g 8), multifieldqa and Loogle-SD, 128 / 512 GB",
         "pimphony ablation --system xpu+pim --fig14  (llama-3.1-8b multifieldqa|loogle-sd on "
         "4 devices, 48 requests; llama-3.1-70b multifieldqa on 8, 16 requests)", _fig14b,
+        group="fig14",
     ),
     Claim(
         "P-fig17-1m", "PIMphony", "Fig. 17b",
@@ -1926,6 +1948,7 @@ CLAIMS: tuple[Claim, ...] = (
         "CENT, 128 GB; (a) LLM-7B-32K QMSum, (b) LLM-7B-128K-GQA multifieldqa",
         "pimphony ablation (as Fig. 13a/13b rows): the +DPA step's best split vs TP only",
         _fig15,
+        group="ablation",
     ),
     Claim(
         "P-fig17a", "PIMphony", "Fig. 17a",
@@ -2058,6 +2081,7 @@ CLAIMS: tuple[Claim, ...] = (
         "pimphony dcc-figs --figure fig7 --panels RED,VA,RELU  (batched-red (B, 1, N), "
         "batched-va / batched-relu (B, N) on hbm-pim; DCC's predicted search)",
         _dcc_fig7_elementwise,
+        group="dcc-figs",
     ),
     Claim(
         "D-fig6", "DCC", "Fig. 6 / V-A",
@@ -2068,6 +2092,7 @@ CLAIMS: tuple[Claim, ...] = (
         "pimphony dcc-figs --figure fig6  (attn (B x H, T, 128), qk (B x H, T, 128) with K/V "
         "resident; batched-red (B, 1, N) rearranged per call; DCC's predicted search)",
         _dcc_fig6, slow=True,
+        group="dcc-figs",
     ),
     Claim(
         "D-over-gpu-hbm-pim", "DCC", "abstract / Fig. 7",
@@ -2076,6 +2101,7 @@ CLAIMS: tuple[Claim, ...] = (
         "batch 1-4); the paper's 2.7x is the geomean over every point (its bars give 2.70)",
         "pimphony dcc-figs --figure fig7  (every panel; dcc_over_gpu)",
         _dcc_over_gpu_hbm_pim, slow=True, gpu=True,
+        group="dcc-figs",
     ),
     Claim(
         "D-over-gpu-attacc", "DCC", "abstract / Fig. 6",
@@ -2084,6 +2110,7 @@ CLAIMS: tuple[Claim, ...] = (
         "every point (its panel geomeans 10.40 / 7.65 / 1.78 over 8 / 8 / 6 points give 5.75)",
         "pimphony dcc-figs --figure fig6  (dcc_over_gpu)",
         _dcc_over_gpu_attacc, slow=True, gpu=True,
+        group="dcc-figs",
     ),
     Claim(
         "D-fig8", "DCC", "abstract / Fig. 8",
@@ -2103,6 +2130,7 @@ CLAIMS: tuple[Claim, ...] = (
         "pimphony dcc-figs --figure fig6 and --figure fig7  (dcc_over_default, geomean by "
         "kernel class)",
         _dcc_fig10, slow=True,
+        group="dcc-figs",
     ),
     Claim(
         "D-table2", "DCC", "Table II / V-D",
@@ -2199,6 +2227,50 @@ def measure_all(
             progress(f"{claim.key}: {claim.paper} {claim.where}")
         out.append((claim, measure_claim(claim)))
     return out
+
+
+def claim_json(c: Claim, m: Measured) -> dict[str, Any]:
+    """One row of ``pimphony fidelity --json``: the claim and its measurement."""
+    return {
+        "key": c.key,
+        "paper": c.paper,
+        "where": c.where,
+        "claim": c.claim,
+        "command": c.command,
+        "ours": m.ours,
+        "roofline": m.roofline,
+        "verdict": str(m.verdict),
+        "gaps": [{**dataclasses.asdict(g), "factor": g.factor, "close": g.close} for g in m.gaps],
+        "mechanism": m.mechanism,
+        "values": m.values,
+    }
+
+
+def measured_from_json(row: dict[str, Any]) -> Measured:
+    """The :class:`Measured` of a :func:`claim_json` row (its ``values`` as JSON gives them)."""
+    return Measured(
+        row["ours"],
+        Verdict(row["verdict"]),
+        row["mechanism"],
+        row["values"],
+        tuple(Gap(g["label"], g["ours"], g["paper"], Unit(g["unit"])) for g in row["gaps"]),
+        row["roofline"],
+    )
+
+
+def select_claims(keys: str | None) -> tuple[Claim, ...]:
+    """The rows named in ``keys`` (comma-separated, in the table's order); every row if None."""
+    if keys is None:
+        return CLAIMS
+    wanted = [k.strip() for k in keys.split(",") if k.strip()]
+    known = {c.key for c in CLAIMS}
+    unknown = [k for k in wanted if k not in known]
+    if unknown or not wanted:
+        raise FidelityError(
+            f"--rows {keys!r}: unknown row {', '.join(unknown) or '(none given)'}; allowed: "
+            + ", ".join(c.key for c in CLAIMS)
+        )
+    return tuple(c for c in CLAIMS if c.key in wanted)
 
 
 def _cell(text: str) -> str:
@@ -2303,6 +2375,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--force", action="store_true", help="replace an existing --write file or plots")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--rows", default=None, help="measure only these rows (comma-separated keys, e.g. P-fig7)"
+    )
+    p.add_argument(
+        "--serial",
+        action="store_true",
+        help="measure in this process; default with --write / --figures: the rows' groups as "
+        "Ray tasks through the sweep runner (cached per row group under build/fidelity, resumed)",
+    )
+    p.add_argument("--address", default=None, help="an existing Ray cluster (default: a local Ray)")
+    p.add_argument("--workers", type=int, default=None, help="local Ray CPUs (default: all cores)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -2314,39 +2397,26 @@ def run(args: argparse.Namespace) -> int:
     figures = args.figures or beside
     if figures is not None:
         _check_figures(figures, args.force)
+    claims = select_claims(args.rows)
+    if args.rows is not None and args.write is not None:
+        raise FidelityError("--rows measures part of the table; --write writes all of it: drop one")
+    if args.workers is not None and args.workers < 1:
+        raise FidelityError(f"--workers {args.workers}: must be at least 1")
     say = functools.partial(print, file=sys.stderr, flush=True) if args.write or figures else None
-    results = measure_all(progress=(lambda m: say(f"  {m}")) if say else None)
+    if say and not args.serial:
+        from pimphony.sim.fidelity_sweep import measure_by_sweep
+
+        results = measure_by_sweep(claims, address=args.address, workers=args.workers)
+    else:
+        if args.address is not None or args.workers is not None:
+            raise FidelityError("--address and --workers set up Ray; measuring here runs without")
+        results = measure_all(claims, progress=(lambda m: say(f"  {m}")) if say else None)
     if figures is not None:
         written = write_figures(results, figures, overwrite=args.force)
         print(f"wrote {len(written)} plots to {figures}", file=sys.stderr if args.json else None)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "claims": [
-                        {
-                            "key": c.key,
-                            "paper": c.paper,
-                            "where": c.where,
-                            "claim": c.claim,
-                            "command": c.command,
-                            "ours": m.ours,
-                            "roofline": m.roofline,
-                            "verdict": str(m.verdict),
-                            "gaps": [
-                                {**dataclasses.asdict(g), "factor": g.factor, "close": g.close}
-                                for g in m.gaps
-                            ],
-                            "mechanism": m.mechanism,
-                            "values": m.values,
-                        }
-                        for c, m in results
-                    ],
-                    "provenance": tool_record(),
-                },
-                indent=2,
-            )
-        )
+        claims_json = [claim_json(c, m) for c, m in results]
+        print(json.dumps({"claims": claims_json, "provenance": tool_record()}, indent=2))
         return 0
     text = format_fidelity(results, args.write or FIDELITY_DOC, figures or FIGURE_DIR)
     if args.write is not None:
