@@ -32,6 +32,7 @@ import itertools
 import json
 import math
 import os
+import statistics
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -910,7 +911,7 @@ def _fig9_72b() -> Measured:
     ratio = {
         base: [t["lol-pim"] / t[base] for t in tps.values()] for base in ("gpu-gddr6", "pim-aimx")
     }
-    mean = {base: _geomean_of(v) for base, v in ratio.items()}
+    mean = {base: statistics.geometric_mean(v) for base, v in ratio.items()}
     paper = {"gpu-gddr6": 8.54, "pim-aimx": 2.65}
     ours = (
         "; ".join(
@@ -1422,8 +1423,12 @@ def _dcc_fig2_attacc() -> Measured:
     rows = figure_rows(Figure.FIG2, backend="attacc")
     got = summary(Figure.FIG2, rows)
     paper = PAPER[Figure.FIG2]
-    per = {k: _geomean_of([r["dcc_over_compute_centric"] for r in rows if r["kernel"] == k])
-           for k in ("RED", "GEMV")}  # fmt: skip
+    per = {
+        k: statistics.geometric_mean(
+            [r["dcc_over_compute_centric"] for r in rows if r["kernel"] == k]
+        )
+        for k in ("RED", "GEMV")
+    }
     ours = (
         f"B over T {got['speedup_geomean']:.2f}x ({paper['speedup_geomean']:.2f}x), "
         f"rearrangement {got['rearrangement_share_T']:.1%} of T's time "
@@ -1457,10 +1462,6 @@ def _dcc_fig2_attacc() -> Measured:
     )
 
 
-def _geomean_of(xs: list[float]) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))
-
-
 def _spread(rows: list[dict[str, Any]], key: str, **match: Any) -> str:
     """``lo-hi x``: the range of ``key`` over the rows whose fields equal ``match``."""
     xs = [r[key] for r in rows if all(r.get(k) == v for k, v in match.items()) and r[key]]
@@ -1481,7 +1482,7 @@ def _dcc_over_gpu(figure: str, rows: list[dict[str, Any]], best: float, mean: fl
     values = {
         "best": top["dcc_over_gpu"],
         "best_point": f"{panel(top)} {top['shape']}",
-        "geomean": _geomean_of([r["dcc_over_gpu"] for r in rows]),
+        "geomean": statistics.geometric_mean([r["dcc_over_gpu"] for r in rows]),
         "points": len(rows),
         "per_kernel": {p: got[key[p]] for p in kernels},
     }
@@ -1550,7 +1551,7 @@ def _dcc_fig8() -> Measured:
     rows = fig8(pim=_fig8_pim())
     full = [r["systems"][SystemKind.ATTACC_FULL_DCC]["speedup_over_gpu"] for r in rows]
     paper_full = [p[3] for p in PAPER.values()]
-    best, mean = max(full), _geomean_of(full)
+    best, mean = max(full), statistics.geometric_mean(full)
     means = summary(rows)["speedup_over_gpu"]
     lowest = min(r["systems"][s]["speedup_over_gpu"] for r in rows for s in list(means))
     ours = (
@@ -1590,7 +1591,7 @@ def _dcc_fig10() -> Measured:
         ("GEMV / ATTN", ("GEMV", "ATTN")),
     ):
         xs = [r["dcc_over_default"] for r in rows if panel(r) in kernels and r["dcc_over_default"]]
-        gain[label] = _geomean_of(xs)
+        gain[label] = statistics.geometric_mean(xs)
     heavy, light = gain["VA / RED / RELU"], gain["GEMV / ATTN"]
     ours = (
         f"DCC over the default: VA / RED / RELU {heavy:.2f}x, GEMV / ATTN {light:.2f}x "
