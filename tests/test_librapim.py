@@ -255,7 +255,7 @@ def test_per_channel_offload_changes_only_the_offloading_rows(hbm2):
     for s, row in LIBRAPIM_SPECS.items():  # librapim-best: m = 0 is fastest either way here
         assert (chan[s].cycles == bank[s].cycles) == (not row.dbo), s
     # Both readings in one call share the simulated parts, not the offload's price.
-    both = run_librapim_readings(spec, hbm2, xpu, lengths, tuple(OffloadReading), groups=2)
+    both = run_librapim_readings(spec, hbm2, xpu, lengths, 2, readings=tuple(OffloadReading))
     for reading, alone in ((OffloadReading.PER_BANK, bank), (OffloadReading.PER_CHANNEL, chan)):
         for s in LIBRAPIM_SPECS:
             assert (both[reading][s].cycles, both[reading][s].ops) == (

@@ -73,20 +73,11 @@ PAPER_SPEEDUP: dict[str, float] = {
 
 
 def fig19(
-    models: Sequence[str] = LIBRAPIM_MODELS,
-    batches: Sequence[int] = LIBRAPIM_BATCHES,
-    contexts: Sequence[int] = LIBRAPIM_CONTEXTS,
-    groups: int = 2,
-    tp: int = DEFAULT_TP,
-    preset: str = LIBRAPIM_PRESET,
-    xpu: str = LIBRAPIM_XPU,
-    progress: Callable[[str], None] | None = None,
-    offload: OffloadReading = OffloadReading.PER_BANK,
+    *args: Any, offload: OffloadReading = OffloadReading.PER_BANK, **kwargs: Any
 ) -> list[dict[str, Any]]:
     """One row per (model, batch, context): every system's step ms and speedup over NPU+AiM;
-    DBO's offloaded FFN under ``offload``."""
-    rows = fig19_readings((offload,), models, batches, contexts, groups, tp, preset, xpu, progress)
-    return rows[offload]
+    DBO's offloaded FFN under ``offload`` (the arguments of :func:`fig19_readings`)."""
+    return fig19_readings((offload,), *args, **kwargs)[offload]
 
 
 def fig19_readings(
@@ -113,8 +104,8 @@ def fig19_readings(
         for b in batches:
             for ctx in contexts:
                 steps = run_librapim_readings(
-                    spec, hw, dev, (ctx,) * b, tuple(readings), min(groups, b), "dcs", tp,
-                    FIG19_SYSTEMS,
+                    spec, hw, dev, (ctx,) * b, min(groups, b), "dcs", tp, FIG19_SYSTEMS,
+                    readings=tuple(readings),
                 )  # fmt: skip
                 for reading, systems in steps.items():
                     base = systems[SystemKind.NPU_AIM].step_seconds

@@ -908,33 +908,13 @@ def format_inputs(spec: ModelSpec, preset: str, xpu: str, lengths: tuple[int, ..
 
 
 def run_librapim(
-    spec: ModelSpec,
-    hw: HardwareConfig,
-    xpu: XpuConfig,
-    lengths: tuple[int, ...],
-    groups: int = DEFAULT_GROUPS,
-    sched: str = "dcs",
-    tp: int = 1,
-    systems: tuple[str, ...] | None = None,
-    partitions: tuple[str, ...] = ATTENTION_PARTITIONS,
-    slicing: bool = True,
-    cache: KernelCache | None = None,
-    offload: OffloadReading | str = OffloadReading.PER_BANK,
+    *args: Any, offload: OffloadReading | str = OffloadReading.PER_BANK, **kwargs: Any
 ) -> dict[str, LibrapimStep]:
-    """Time one decode step of ``lengths`` on each of ``systems`` (default all of
-    :data:`LIBRAPIM_SPECS`), ``tp`` devices sharing every layer; keys are the system names.
-    PIM attention uses the fastest of ``partitions`` that maps. ``slicing``: the DEX systems'
-    banks are sliced (default) or, for the comparison, exclusive as in plain AiM
-    (``aim-pipelined`` is exclusive either way). ``offload``: where DBO's offloaded FFN runs
-    (:data:`OFFLOAD_READINGS`; AttAcc's co-processing is AiM's GEMV either way).
-
-    Capacity is not checked (the paper's 16 GB does not hold the KV of its large points).
-    """
+    """Time one decode step of ``lengths`` on each of ``systems``: :func:`run_librapim_readings`
+    (its arguments) under the one reading ``offload``, where DBO's offloaded FFN runs
+    (:data:`OFFLOAD_READINGS`; AttAcc's co-processing is AiM's GEMV either way)."""
     reading = offload_reading(offload)
-    return run_librapim_readings(
-        spec, hw, xpu, lengths, (reading,), groups, sched, tp, systems, partitions, slicing,
-        cache,
-    )[reading]  # fmt: skip
+    return run_librapim_readings(*args, readings=(reading,), **kwargs)[reading]
 
 
 def run_librapim_readings(
@@ -942,7 +922,6 @@ def run_librapim_readings(
     hw: HardwareConfig,
     xpu: XpuConfig,
     lengths: tuple[int, ...],
-    readings: tuple[OffloadReading | str, ...],
     groups: int = DEFAULT_GROUPS,
     sched: str = "dcs",
     tp: int = 1,
@@ -950,9 +929,18 @@ def run_librapim_readings(
     partitions: tuple[str, ...] = ATTENTION_PARTITIONS,
     slicing: bool = True,
     cache: KernelCache | None = None,
+    *,
+    readings: tuple[OffloadReading | str, ...] = (OffloadReading.PER_BANK,),
 ) -> dict[OffloadReading, dict[str, LibrapimStep]]:
-    """:func:`run_librapim` under each of ``readings``; the parts no reading changes
-    (attention, the xPU's ops, DEX) are simulated once for all of them."""
+    """Time one decode step of ``lengths`` on each of ``systems`` (default all of
+    :data:`LIBRAPIM_SPECS`) under each of ``readings`` (keys: the readings, then the system
+    names), ``tp`` devices sharing every layer. PIM attention uses the fastest of
+    ``partitions`` that maps. ``slicing``: the DEX systems' banks are sliced (default) or, for
+    the comparison, exclusive as in plain AiM (``aim-pipelined`` is exclusive either way).
+    The parts no reading changes (attention, the xPU's ops, DEX) are simulated once.
+
+    Capacity is not checked (the paper's 16 GB does not hold the KV of its large points).
+    """
     check_step(spec, lengths, groups, tp)
     chosen = []
     for name in systems or tuple(LIBRAPIM_SPECS):
