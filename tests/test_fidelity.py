@@ -42,6 +42,7 @@ EXPECTED = {
     "P-fig19": Verdict.REPRODUCED,
     "P-fig13a": Verdict.REPRODUCED,
     "P-fig13b": Verdict.DIRECTION_ONLY,
+    "P-fig9": Verdict.DIRECTION_ONLY,
     "P-dcs-gqa": Verdict.DIFFERS,
     "P-fig14a": Verdict.CLOSE,
     "P-fig14b": Verdict.REPRODUCED,
