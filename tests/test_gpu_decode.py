@@ -222,6 +222,31 @@ def test_gpu_compare_one_point(capsys, tmp_path):
     assert "J/token per system" in format_compare(rows)
 
 
+def test_gpu_compare_hetero_halves_pim_capacity():
+    """``--hetero`` at 128 GB: LoL-PIM 8.1's "halving PIM capacity", 8 modules of 8 GB hold the
+    KV cache and one 64 GB GPU-GDDR6 the weights; GPU+LoL-PIM below standalone LoL-PIM and
+    above GPU+PIM; a model whose weights exceed the GPUs is left out."""
+    from pimphony.compiler.llm import load_model
+    from pimphony.sim.experiments.gpu_compare import (
+        HETERO_SERIES,
+        _hetero_point,
+        format_compare,
+        gpu_compare,
+    )
+
+    rows = gpu_compare("llm-7b", ["qmsum"], [128], hetero=True)
+    by = {r["system"]: r for r in rows}
+    for s in HETERO_SERIES:
+        assert (by[s.label]["devices"], by[s.label]["gpus"]) == (8, 1)
+    assert by["gpu+lol-pim"]["tp"] * by["gpu+lol-pim"]["pp"] == 8
+    lol, hybrid, base = (by[x]["tokens_per_s"] for x in ("lol-pim", "gpu+lol-pim", "gpu+pim"))
+    assert lol > hybrid > base
+    assert "LoL/G+L" in format_compare(rows) and "LoL/G+L" not in format_compare(rows[:5])
+    out = _hetero_point(HETERO_SERIES[1], load_model("llm-72b"), [1024], 16, None)
+    assert (out["gpus"], out["tokens_per_s"]) == (2, None)
+    assert out["why"] == "the weights exceed 2 x lolpim-gpu-gddr6"
+
+
 def test_gpu_compare_refuses_partial_device():
     from pimphony.sim.experiments.gpu_compare import CompareError, gpu_compare
 

@@ -10,11 +10,14 @@ import math
 import pytest
 from pimphony.compiler.llm import load_model
 from pimphony.models.config import load_preset
-from pimphony.models.xpu import gemm_cost
+from pimphony.models.xpu import VectorOp, gemm_cost, ring_allreduce_seconds, vector_cost
 from pimphony.models.xpu_config import load_xpu
+from pimphony.sim.provenance import inputs_digest
+from pimphony.sim.systems import report as step_report
 from pimphony.sim.systems.admission import fill_batch
 from pimphony.sim.systems.hetero import (
     HeteroSetup,
+    hetero_setup_digest,
     pipeline_schedule,
     run_hetero_decode,
     sub_batch_candidates,
@@ -208,8 +211,8 @@ def test_cli_json(capsys, tmp_path):
         (("--sub-batches", "1.5"), "--sub-batches '1.5': must be a positive integer"),
         (("--sub-batches", "two"), "--sub-batches 'two': must be a positive integer (1: serial)"),
         (("--sub-batches", "Auto"), "up to the batch, or 'auto'"),
-        (("--pp", "2"), "--system xpu+pim does not use --pp (--system pim)"),
-        (("--gpus", "2"), "--system xpu+pim does not use --gpus (--system gpu)"),
+        (("--micro-batches", "2"), "--system xpu+pim does not use --micro-batches"),
+        (("--gpu-memory-fraction", "0.5"), "does not use --gpu-memory-fraction (--system gpu)"),
         (("--model", "llm-72b", "--tp", "8"), "the weights do not fit the xPU"),
     ],
 )
@@ -242,7 +245,7 @@ def test_cli_modules_must_equal_tp(capsys, tmp_path):
         *("decode", "--system", "xpu+pim", "--context", "1024", "--modules", "2"),
         *("--report", tmp_path / "r.json", "--plot", tmp_path / "r.png"),
     )
-    assert code != 0 and "--modules 2 must equal --tp = 1" in err
+    assert code != 0 and "--modules 2 must equal --tp x --pp = 1 x 1 = 1" in err
 
 
 def test_timeline_plot_labels(reports, tmp_path, monkeypatch):
@@ -280,3 +283,81 @@ def test_static_memory_sends_the_attention_commands():
     r = run_hetero_decode(HeteroSetup(setup, NPU, 1))
     assert r.ops["cmd_transfer"] == LLM7B.layers * commands
     assert r.cycles == sum(d["busy_cycles"] for d in r.devices.values())
+
+
+# ---- several xPUs, pipeline stages on PIM (LoL-PIM 8.1's GPU+PIM) ----------------------------
+
+GDDR6_GPU = load_xpu("lolpim-gpu-gddr6")
+LOLPIM_IO = load_preset("lolpim-aimx-io")
+SMALL = (2048, 1024)
+
+
+def _gpu_pim(pp: int, **kw) -> HeteroSetup:
+    pim = DecodeSetup(
+        LLM7B, LOLPIM_IO, SMALL, tp=4, pp=pp, partition="itpp", sched="pingpong", memory="lazy"
+    )
+    return HeteroSetup(pim, GDDR6_GPU, 1, **kw)
+
+
+def test_gpu_pim_step_by_hand():
+    """Serial GPU+PIM step, 2 GPUs and 4 x 2 LoL-PIM modules: the GPU FC and vector time of
+    one of 2 tensor-parallel GPUs (each op ceil(seconds x 1 GHz) cycles) plus the two ring
+    all-reduces, plus the PIM attention of 4 modules, plus the Q/K/V and output transfers
+    (each module's share over its 64 GB/s host link at 1 GHz), all times the layers."""
+    setup = _gpu_pim(2, xpus=2)
+    r = run_hetero_decode(setup)
+    f, n, b, e = 1e9 * LOLPIM_IO.module.freq_ghz, 2, len(SMALL), LLM7B.element_bytes
+    assert f == 1e9 and LOLPIM_IO.module.host_link_gbps == 64
+
+    def cyc(seconds: float) -> int:
+        return math.ceil(seconds * f)
+
+    h, hd, i = LLM7B.hidden, LLM7B.head_dim, LLM7B.intermediate
+    fc = sum(
+        cyc(gemm_cost(GDDR6_GPU, b, d_in, d_out).seconds)
+        for d_in, d_out in (
+            (h, LLM7B.qkv_dim // n),
+            (h // n, h),
+            (h, LLM7B.ffn1_dim // n),
+            (i // n, h),
+        )
+    )
+    vec = 2 * cyc(vector_cost(GDDR6_GPU, VectorOp.NORM, b * h).seconds)
+    vec += 2 * cyc(vector_cost(GDDR6_GPU, VectorOp.RESIDUAL, b * h).seconds)
+    vec += cyc(vector_cost(GDDR6_GPU, LLM7B.activation, b * i // n).seconds)
+    reduce = 2 * cyc(ring_allreduce_seconds(GDDR6_GPU, b * h * e, n))
+    cache = KernelCache(LOLPIM_IO, "pingpong", True, dpa=True, dpa_max_tokens=max(SMALL))
+    _, att, commands = attention_cycles(setup.pim, SMALL, cache)
+    assert commands == 0  # lazy memory: DPA sends no attention commands
+    to_pim = math.ceil(b * (LLM7B.heads + 2 * LLM7B.kv_heads) * hd * e / 4 / 64)
+    to_xpu = math.ceil(b * LLM7B.heads * hd * e / 4 / 64)
+    layer = fc + vec + reduce + sum(att.values()) + to_pim + to_xpu
+    assert r.cycles == r.serial_cycles == LLM7B.layers * layer
+    assert r.ops["allreduce"] == LLM7B.layers * reduce
+    assert (r.xpus, r.tp, r.pp) == (2, 4, 2)
+
+
+def test_pim_stages_hold_more_kv_and_time_attention_on_tp():
+    """pp 2 spreads the KV cache over twice the modules; each layer's attention still runs on
+    ``tp`` of them, so the step's cycles are pp 1's."""
+    one, two = run_hetero_decode(_gpu_pim(1)), run_hetero_decode(_gpu_pim(2))
+    assert two.cycles == one.cycles
+    kv = {r.pp: r.memory_detail["kv_capacity_bytes"] for r in (one, two)}
+    assert kv[2] == 2 * kv[1]
+    assert one.ops["allreduce"] == 0
+
+
+def test_one_xpu_keeps_its_digest():
+    """xpus 1 leaves the digest (and so the report names) as before xpus existed."""
+    one = hetero_setup_digest(_gpu_pim(1))
+    assert one == inputs_digest(
+        step_report.digest_inputs(_gpu_pim(1).pim, xpu=GDDR6_GPU, sub_batches=1)
+    )
+    assert hetero_setup_digest(_gpu_pim(1, xpus=2)) != one
+
+
+def test_refuses_weights_beyond_the_xpus():
+    pim = DecodeSetup(load_model("llm-72b"), LOLPIM_IO, (1024,), tp=8)
+    with pytest.raises(DecodeError, match="> 2 x lolpim-gpu-gddr6 memory 64 GiB; .* more xPUs"):
+        HeteroSetup(pim, GDDR6_GPU, 1, xpus=2)
+    assert HeteroSetup(pim, GDDR6_GPU, 1, xpus=3).xpus == 3

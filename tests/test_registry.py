@@ -192,3 +192,32 @@ def test_other_rows_options_are_refused_from_the_table(kind, command, tmp_path, 
         flag = OTHER_VALUE[dest][0]
         assert rc != 0
         assert f"--system {kind} does not use {flag} (--system {first})" in err, err
+
+
+def test_gpu_lolpim_row_is_xpu_pim_with_lolpim_choices(tmp_path, capsys):
+    """``gpu+lolpim``: LoL-PIM's GPU and modules by default and its techniques always; the
+    same step as ``xpu+pim`` given them, on 2 GPUs and 2 x 2 modules."""
+    common = ("--model", MODEL, "--context", CONTEXT, "--batch", BATCH, "--json")
+    split = ("--gpus", "2", "--tp", "2", "--pp", "2")
+    rc, out, err = run_cli(
+        capsys, "decode", "--system", "gpu+lolpim", *common, *split,
+        "--report", tmp_path / "a.json", "--plot", tmp_path / "a.png",
+    )  # fmt: skip
+    assert rc == 0, err
+    lol = json.loads(out)
+    assert (lol["xpu"], lol["preset"]) == ("lolpim-gpu-gddr6", "lolpim-aimx-io")
+    assert (lol["partition"], lol["sched"], lol["memory"]) == ("itpp", "pingpong", "lazy")
+    assert (lol["xpus"], lol["tp"], lol["pp"]) == (2, 2, 2)
+    rc, out, err = run_cli(
+        capsys, "decode", "--system", "xpu+pim", *common, *split,
+        "--xpu", "lolpim-gpu-gddr6", "--preset", "lolpim-aimx-io", "--partition", "itpp",
+        "--sched", "pingpong", "--memory", "lazy",
+        "--report", tmp_path / "b.json", "--plot", tmp_path / "b.png",
+    )  # fmt: skip
+    assert rc == 0, err
+    assert json.loads(out)["cycles"] == lol["cycles"]
+    rc, _, err = run_cli(
+        capsys, "decode", "--system", "gpu+lolpim", *common, "--partition", "hfp",
+        "--report", tmp_path / "c.json", "--plot", tmp_path / "c.png",
+    )  # fmt: skip
+    assert rc != 0 and "--system gpu+lolpim does not use --partition" in err

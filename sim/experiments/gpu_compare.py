@@ -19,12 +19,22 @@ The PIM systems take the fastest (TP, PP) of :func:`sim.systems.search.valid_spl
 all-reduces on the 10 GB/s link LoL-PIM 8.1 states for multi-node communication ("matched
 across systems"). Throughput is ``batch / step time`` of the one batch. ``docs/results.md``
 puts the numbers beside the paper's.
+
+``--hetero`` adds LoL-PIM's heterogeneous systems (Figs. 9b / 10b, :data:`HETERO_SERIES`):
+``gpu+pim`` (GPU-GDDR6s running the FC layers, the AiMX baseline's modules the attention:
+HFP, static scheduling, static memory) and ``gpu+lol-pim`` (the same GPUs with LoL-PIM's
+modules and techniques, the ``gpu+lolpim`` system). LoL-PIM 8.1 sizes them by "the hybrid
+configuration halving PIM capacity": at capacity C, C / 2 GB of modules (``C / 16`` modules)
+hold the KV cache and C / 2 GB of GPUs (``C / 128`` GPU-GDDR6s of 64 GB, so the external
+bandwidth stays matched) hold the weights; a point whose weights exceed the GPUs is left out.
+The modules take the fastest (TP, PP) split and the fastest sub-batch count (``auto``).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,8 +50,10 @@ from pimphony.sim.cli import add_seed_option
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import FORCE_REPORT_PLOT, ReportFiles, parse_list, publish_json
 from pimphony.sim.systems.admission import fill_batch
+from pimphony.sim.systems.base import SystemConfig
 from pimphony.sim.systems.gpu import GpuSetup, gpu_fill_batch, run_gpu_decode
-from pimphony.sim.systems.registry import SystemKind
+from pimphony.sim.systems.hetero import SUB_BATCHES_AUTO, HeteroReport, run_hetero_decode
+from pimphony.sim.systems.registry import LOLPIM_GPU, SystemKind, make_system
 from pimphony.sim.systems.report import DecodeReport
 from pimphony.sim.systems.search import best_split, valid_splits
 from pimphony.sim.systems.setup import DecodeSetup
@@ -53,6 +65,8 @@ __all__ = [
     "CompareError",
     "GPU_COMPARE_DIR",
     "GPU_NODE_GB",
+    "HETERO_SERIES",
+    "HYBRID_PIM_SHARE",
     "MAX_CAPACITY_GB",
     "MODULE_GB",
     "PAPER",
@@ -77,6 +91,9 @@ _FILES = ReportFiles.named(GPU_COMPARE_DIR, "fig9", FORCE_REPORT_PLOT)
 GPU_NODE_GB = 64  # one AiMX node = 8 modules = one GPU (Table 7's 64 GB columns)
 _POOL = 4096  # candidate requests per workload; every system admits a prefix of the same pool
 _SLOW_LINK_GBPS = 10.0  # LoL-PIM 8.1: "Multi-node communication ... 10GB/s ... matched"
+#: LoL-PIM 8.1: "the hybrid configuration halving PIM capacity": the share of a GPU+PIM
+#: system's capacity in PIM modules; the GPUs hold the rest.
+HYBRID_PIM_SHARE = 0.5
 
 #: LoL-PIM 8.2, Qwen1.5-7B (Fig. 9(a)): the ratios the text states.
 PAPER = {
@@ -98,6 +115,7 @@ class CompareSeries:
     sched: str = ""
     memory: str = ""
     link_gbps: float | None = None  # GPU: override the device link (None: the preset's)
+    gpu: str = ""  # GPU+PIM: the GPUs' preset (one per GPU_NODE_GB of their capacity share)
 
 
 SERIES: tuple[CompareSeries, ...] = (
@@ -110,6 +128,19 @@ SERIES: tuple[CompareSeries, ...] = (
     CompareSeries(
         "gpu-gddr6-10g", SystemKind.GPU, "lolpim-gpu-gddr6", GPU_NODE_GB, link_gbps=_SLOW_LINK_GBPS
     ),
+)
+
+
+#: ``--hetero``: LoL-PIM's GPU+PIM and GPU+LoL-PIM (module docstring); one module per
+#: ``MODULE_GB / HYBRID_PIM_SHARE`` GB of system capacity.
+HETERO_SERIES: tuple[CompareSeries, ...] = tuple(
+    CompareSeries(
+        label, kind, preset, round(MODULE_GB / HYBRID_PIM_SHARE), *choices, gpu=LOLPIM_GPU
+    )
+    for label, kind, preset, choices in (
+        ("gpu+pim", SystemKind.XPU_PIM, "lolpim-aimx", ("hfp", "static", "static")),
+        ("gpu+lol-pim", SystemKind.GPU_LOLPIM, "lolpim-aimx-io", ("itpp", "pingpong", "lazy")),
+    )
 )
 
 
@@ -180,10 +211,50 @@ def _gpu_point(
     }
 
 
+def _hetero_point(
+    sys_: CompareSeries, spec: ModelSpec, pool: Sequence[int], devices: int, caches: KernelCaches
+) -> dict[str, Any]:
+    """A GPU+PIM point: ``devices`` modules hold the KV cache, the GPUs of the other half of
+    the capacity the weights (``tokens_per_s`` None when they do not fit)."""
+    hw, gpu = load_preset(sys_.preset), load_xpu(sys_.gpu)
+    gpus = round(devices * MODULE_GB * (1 - HYBRID_PIM_SHARE) / HYBRID_PIM_SHARE / GPU_NODE_GB)
+    head = {"devices": devices, "gpus": gpus}
+    if spec.resident_weight_bytes > gpus * gpu.capacity_bytes:
+        why = f"the weights exceed {gpus} x {gpu.name}"
+        return {**head, "batch": 0, "tokens_per_s": None, "step_seconds": None, "why": why}
+    batch = fill_batch(spec, hw, devices, sys_.memory, pool, weights=False)
+
+    def step(tp: int, pp: int) -> HeteroReport:
+        config = SystemConfig(
+            spec, hw, tp=tp, pp=pp, partition=sys_.partition, sched=sys_.sched,
+            memory=sys_.memory, xpu=gpu, gpus=gpus, sub_batches=SUB_BATCHES_AUTO,
+        )  # fmt: skip
+        setup = make_system(sys_.kind, config).setup(batch)
+        return run_hetero_decode(setup, caches.for_setup(setup.pim))
+
+    search = best_split(step, valid_splits(spec, devices))
+    r = search.best
+    return {
+        **head,
+        "batch": len(batch),
+        "tokens_per_s": r.tokens_per_s,
+        "step_seconds": r.step_seconds,
+        "tp": r.tp,
+        "pp": r.pp,
+        "sub_batches": r.sub_batches,
+        "capacity_utilization": r.memory_detail["capacity_utilization"],
+        "busy": {d: v["utilization"] for d, v in r.devices.items()},
+        "splits": {f"{tp}x{pp}": x.tokens_per_s for (tp, pp), x in search.tried},
+        **_energy(r.energy),
+    }
+
+
 #: How a point of each kind of system is measured.
 _POINTS: dict[SystemKind, Callable[..., dict[str, Any]]] = {
     SystemKind.PIM: _pim_point,
     SystemKind.GPU: _gpu_point,
+    SystemKind.XPU_PIM: _hetero_point,
+    SystemKind.GPU_LOLPIM: _hetero_point,
 }
 
 
@@ -193,20 +264,24 @@ def gpu_compare(
     capacities: Sequence[int] = CAPACITIES_GB,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    hetero: bool = False,
 ) -> list[dict[str, Any]]:
     """One row per (workload, capacity, system): the admitted batch, the best split (PIM) and
-    tokens/s; each row also holds the ratios to the other systems at that point."""
+    tokens/s; each row also holds the ratios to the other systems at that point.
+    ``hetero`` adds :data:`HETERO_SERIES`."""
+    series = compared_series(hetero)
     for cap in capacities:  # every point checked before the first is run
         if not 0 < cap <= MAX_CAPACITY_GB:
             raise CompareError(
                 f"capacity {cap} GB is outside 1 to {MAX_CAPACITY_GB:,} GB "
                 f"({MAX_CAPACITY_GB // MODULE_GB:,} modules of {MODULE_GB} GB)"
             )
-        for s in SERIES:
-            if cap % s.per_device_gb:
+        for s in series:
+            unit = s.per_device_gb * (GPU_NODE_GB // MODULE_GB if s.gpu else 1)
+            if cap % unit:
                 raise CompareError(
-                    f"capacity {cap} GB is not a whole number of {s.per_device_gb} GB "
-                    f"devices ({s.label})"
+                    f"capacity {cap} GB is not a whole number of {unit} GB "
+                    f"({s.label}: {s.per_device_gb} GB per device)"
                 )
     spec = load_model(model)
     caches = KernelCaches()
@@ -215,19 +290,25 @@ def gpu_compare(
         pool = [int(t) for t in sample_context_lengths(load_workload(wl), _POOL, seed)]
         for cap in capacities:
             point: dict[str, dict[str, Any]] = {}
-            for s in SERIES:
+            for s in series:
                 devices = cap // s.per_device_gb
                 started = time.perf_counter()
                 res = _POINTS[s.kind](s, spec, pool, devices, caches)
                 point[s.label] = res
                 rows.append({"workload": wl, "capacity_gb": cap, "system": s.label, **res})
                 if progress:
+                    tps = res["tokens_per_s"]
                     progress(
                         f"{wl} {cap} GB {s.label}: {devices} devices, batch {res['batch']}, "
-                        f"{res['tokens_per_s']:,.0f} tokens/s "
-                        f"({time.perf_counter() - started:.1f} s)"
+                        + (res["why"] if tps is None else f"{tps:,.0f} tokens/s")
+                        + f" ({time.perf_counter() - started:.1f} s)"
                     )
     return rows
+
+
+def compared_series(hetero: bool = False) -> tuple[CompareSeries, ...]:
+    """:data:`SERIES`, and :data:`HETERO_SERIES` with ``hetero``."""
+    return SERIES + (HETERO_SERIES if hetero else ())
 
 
 def _series(rows: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, float]]:
@@ -237,28 +318,60 @@ def _series(rows: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, float
     return out
 
 
+def _has_hetero(rows: list[dict[str, Any]]) -> bool:
+    return any(r["system"] == HETERO_SERIES[0].label for r in rows)
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{'n/a':>10}" if a is None or b is None else f"{a / b:>9.2f}x"
+
+
+#: ``--hetero``'s extra ratio columns: (head, numerator, denominator).
+_HETERO_RATIOS = (
+    ("LoL/G+P", "lol-pim", "gpu+pim"),
+    ("LoL/G+L", "lol-pim", "gpu+lol-pim"),
+    ("G+L/G+P", "gpu+lol-pim", "gpu+pim"),
+)
+
+
 def format_compare(rows: list[dict[str, Any]]) -> str:
     """The comparison as a text table: tokens/s per system and LoL-PIM's ratios."""
-    labels = [s.label for s in SERIES]
+    hetero = _has_hetero(rows)
+    labels = [s.label for s in compared_series(hetero)]
     head = f"{'workload':<10}{'GB':>6}" + "".join(f"{x:>15}" for x in labels)
     head += f"{'LoL/GDDR':>10}{'LoL/AiMX':>10}{'AiMX/GPU':>10}"
+    if hetero:
+        head += "".join(f"{h:>10}" for h, _, _ in _HETERO_RATIOS)
     lines = ["tokens/s (batch) per system; ratios of LoL-PIM and of the PIM baseline", head]
     lines.append("-" * len(head))
     batch = {(r["workload"], r["capacity_gb"], r["system"]): r["batch"] for r in rows}
     for (wl, cap), tps in _series(rows).items():
         cells = "".join(
-            f"{tps[x]:>9,.0f} ({batch[(wl, cap, x)]:>3})" if x in tps else f"{'-':>15}"
+            f"{'n/a':>15}"
+            if x in tps and tps[x] is None
+            else f"{tps[x]:>9,.0f} ({batch[(wl, cap, x)]:>3})"
+            if x in tps
+            else f"{'-':>15}"
             for x in labels
         )
         best_gpu = max(tps["gpu-hbm"], tps["gpu-gddr6"])
-        lines.append(
+        line = (
             f"{wl:<10}{cap:>6}{cells}{tps['lol-pim'] / tps['gpu-gddr6']:>9.2f}x"
             f"{tps['lol-pim'] / tps['pim-aimx']:>9.2f}x{tps['pim-aimx'] / best_gpu:>9.2f}x"
         )
+        if hetero:
+            line += "".join(_ratio(tps[a], tps[b]) for _, a, b in _HETERO_RATIOS)
+        lines.append(line)
     lines.append(
         "paper (LoL-PIM 8.2, Qwen1.5-7B): at 1024 GB LoL-PIM 3.53x GPU-GDDR, 4.74x PIM-only; "
         "PIM-only above GPU-only at 128 GB"
     )
+    if hetero:
+        lines.append(
+            "paper (LoL-PIM abstract, 8.2): up to 16.0x over GPU-PIM; GPU+LoL-PIM below "
+            "LoL-PIM by less than 2x. GPU+PIM: C / 2 in modules, C / 2 in GPU-GDDR6s "
+            "('halving PIM capacity')"
+        )
     jpt = {(r["workload"], r["capacity_gb"], r["system"]): r.get("joules_per_token") for r in rows}
     lines.append("J/token per system (PIM: aim-cent; GPUs: activity model, no static power)")
     for wl, cap in _series(rows):
@@ -276,6 +389,8 @@ _STYLE = {
     "gpu-hbm": ("GPU-HBM (A100, 80 GB)", "#219ebc", "^"),
     "gpu-gddr6": ("GPU-GDDR6 (64 GB)", "#023047", "v"),
     "gpu-gddr6-10g": ("GPU-GDDR6, 10 GB/s link", "#8ecae6", "x"),
+    "gpu+pim": ("GPU + PIM (AiMX baseline, half capacity)", "#6c757d", "D"),
+    "gpu+lol-pim": ("GPU + LoL-PIM (half capacity)", "#f4a261", "P"),
 }
 
 
@@ -288,11 +403,12 @@ def plot_compare(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
     axes = list(axes) if len(workloads) > 1 else [axes]
     for ax, wl in zip(axes, workloads, strict=True):
         caps = sorted(c for w, c in series if w == wl)
-        for s in SERIES:
+        for s in compared_series(_has_hetero(rows)):
             label, color, marker = _STYLE[s.label]
+            values = [series[(wl, c)][s.label] for c in caps]
             ax.plot(
                 caps,
-                [series[(wl, c)][s.label] for c in caps],
+                [math.nan if v is None else v for v in values],
                 marker=marker,
                 color=color,
                 label=label,
@@ -321,6 +437,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=",".join(map(str, CAPACITIES_GB)),
         help="comma-separated system capacities, GB (multiples of 64)",
     )
+    p.add_argument(
+        "--hetero",
+        action="store_true",
+        help="add LoL-PIM's GPU+PIM and GPU+LoL-PIM (Figs. 9b / 10b; half the capacity in "
+        "modules, half in GPU-GDDR6s)",
+    )
     add_seed_option(p, "seed of the context-length draws")
     _FILES.add_options(p)
 
@@ -331,10 +453,13 @@ def run(args: argparse.Namespace) -> int:
     workloads = parse_list("--workloads", args.workloads, str, CompareError)
     capacities = parse_list("--capacities", args.capacities, int, CompareError)
     progress = None if args.json else (lambda m: print(f"  {m}", flush=True))
-    rows = gpu_compare(args.model, workloads, capacities, args.seed, progress)
+    rows = gpu_compare(args.model, workloads, capacities, args.seed, progress, args.hetero)
     title = (
         f"{args.model}: PIM-only vs GPU-only decode throughput as capacity grows "
         "(LoL-PIM Fig. 9(a) shape)"
+        if not args.hetero
+        else f"{args.model}: standalone and GPU+PIM decode throughput as capacity grows "
+        "(LoL-PIM Figs. 9 / 10)"
     )
     path = plot_compare(rows, plot, title)
     block = provenance(args, None, model=dataclasses.asdict(load_model(args.model)), seed=args.seed)

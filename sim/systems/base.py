@@ -44,6 +44,8 @@ class SystemKind(StrEnum):
     PIM = "pim"
     GPU = "gpu"
     XPU_PIM = "xpu+pim"
+    # LoL-PIM 8.1's GPU+LoL-PIM: xpu+pim with LoL-PIM's GPU, modules and techniques
+    GPU_LOLPIM = "gpu+lolpim"
     # LibraPIM 6.1's four systems and its analysis rows (sim/systems/librapim.py)
     NPU_AIM = "npu+aim"
     ATTACC = "attacc"
@@ -66,7 +68,8 @@ class SystemConfig:
     """Everything a system depends on besides the batch's lengths.
 
     ``hw`` is the PIM preset (PIM, xPU+PIM); ``xpu`` the xPU of xPU+PIM; ``gpu``, ``gpus``
-    and ``gpu_memory_fraction`` the GPU system. ``tp``, ``pp``, ``partition``, ``sched``,
+    and ``gpu_memory_fraction`` the GPU system; ``gpus`` is also the count of xPU+PIM's
+    tensor-parallel xPUs. ``tp``, ``pp``, ``partition``, ``sched``,
     ``memory``, ``micro_batches``, ``max_context``, ``sub_batches`` and ``mapping`` mean what
     they mean for ``pimphony decode`` (``docs/decode.md``); ``check_capacity`` off times a
     batch that does not fit; ``energy`` is the PIM energy preset (``None``: the default).

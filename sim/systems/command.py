@@ -169,7 +169,10 @@ def add_system_arguments(p: argparse.ArgumentParser, docs: str) -> None:
         "--gpu", default=DECODE_GPU, help=f"--system gpu: GPU preset (default {DECODE_GPU})"
     )
     p.add_argument(
-        "--gpus", type=bounded_int(1, 1024), default=1, help="--system gpu: tensor-parallel GPUs"
+        "--gpus",
+        type=bounded_int(1, 1024),
+        default=1,
+        help="--system gpu: tensor-parallel GPUs; xpu+pim, gpu+lolpim: tensor-parallel xPUs",
     )
     p.add_argument(
         "--gpu-memory-fraction",

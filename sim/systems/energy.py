@@ -136,6 +136,7 @@ def hetero_energy(
     (``link_bytes``) and static-memory commands (``cmd_cycles`` of host link) over the host
     link."""
     from pimphony.compiler.llm import GEMV_OPS
+    from pimphony.compiler.plan import KvHeads
     from pimphony.models.energy import load_energy
     from pimphony.models.hub import SOFTMAX_FLOPS_PER_SCORE
     from pimphony.sim.systems.costs import layer_costs
@@ -150,12 +151,13 @@ def hetero_energy(
     fc: dict[str, tuple[XpuCost, int]] = {}
     vec: dict[str, tuple[XpuCost, int]] = {}
     for i, mb in enumerate(setup.batches):
-        # the one xPU's ops of a layer (sim.systems.costs), every layer: GEMMs to fc
-        for key, (cost, count) in layer_costs(spec, dev, len(mb)).items():
-            (fc if key in GEMV_OPS else vec)[f"{key}.{i}"] = (cost, count * spec.layers)
+        # each xPU's ops of a layer (sim.systems.costs), every layer and xPU: GEMMs to fc
+        n = setup.xpus
+        for key, (cost, count) in layer_costs(spec, dev, len(mb), n, kv=KvHeads.REPLICATE).items():
+            (fc if key in GEMV_OPS else vec)[f"{key}.{i}"] = (cost, count * spec.layers * n)
     softmax_flops = SOFTMAX_FLOPS_PER_SCORE * spec.heads * sum(pim.lengths) * spec.layers
     att_cc = pim.tp * n_ch * pim_busy
-    all_cc = pim.tp * n_ch * cycles
+    all_cc = pim.modules * n_ch * cycles
     xfc = xpu_energy(dev, fc)
     xvec = xpu_energy(dev, vec)
     assert xfc is not None and xvec is not None

@@ -22,6 +22,18 @@ layer. Four resources (the xPU, the link to PIM, PIM, the link back) each run th
 (:func:`pipeline_schedule`). ``K = 1`` is the serial mode: the step is exactly the sum of all
 xPU, transfer and PIM cycles. ``K = "auto"`` times every candidate of
 :func:`sub_batch_candidates` and keeps the fastest (the report lists every candidate's cycles).
+
+**Several xPUs** (``xpus``, LoL-PIM 8.1's GPU+PIM): the FC layers run tensor parallel over
+the xPUs as the GPU-only system splits them (:func:`~sim.systems.costs.layer_costs` of one of
+``xpus`` devices, KV heads replicated beyond ``kv_heads``), and each layer pays the GPU
+system's two ring all-reduces over the xPUs' device link (``allreduce``, on the xPU).
+
+**Pipeline stages on PIM** (``pp``): the modules are ``pp`` stages of ``tp``; layer ``l``'s KV
+cache and attention live on stage ``l x pp // L``, so the KV cache spreads over ``tp x pp``
+modules while each layer's attention runs on ``tp`` of them, timed as with ``pp`` 1. The
+stages share one PIM resource (and one link resource) in the schedule: exact in the serial
+mode; with sub-batches it leaves out only the overlap of two stages at the ``pp - 1`` stage
+boundaries of a step.
 """
 
 from __future__ import annotations
@@ -34,11 +46,11 @@ from pathlib import Path
 from typing import Any
 
 from pimphony.compiler.llm import LayerOp
-from pimphony.compiler.plan import micro_batches
+from pimphony.compiler.plan import KvHeads, micro_batches
 from pimphony.models.energy import ChannelActivity, EnergyParams
 from pimphony.models.fileio import pyplot, write_figure
 from pimphony.models.hub import link_cycles
-from pimphony.models.xpu import VectorOp
+from pimphony.models.xpu import VectorOp, ring_allreduce_seconds
 from pimphony.models.xpu_config import XpuConfig
 from pimphony.sim.provenance import inputs_digest
 from pimphony.sim.systems import report as step_report
@@ -113,6 +125,7 @@ OP_STYLE: dict[str, tuple[str, str]] = {
     "ffn1": ("FFN1 GEMM", "#8ecae6"),
     "ffn2": ("FFN2 GEMM", "#126782"),
     "vector": ("norm/act/residual", "#f4a261"),
+    "allreduce": ("xPU all-reduce", "#6c757d"),
     "cmd_transfer": ("attention cmds to PIM (static memory)", "#9d0208"),
     "qkv_transfer": ("Q/K/V to PIM", "#9d4edd"),
     "qk": ("QK^T (PIM)", "#2a9d8f"),
@@ -129,18 +142,22 @@ class HeteroSetup:
     Parameters
     ----------
     pim : DecodeSetup
-        The PIM side: model, module preset, batch, ``tp`` modules (``pp`` must be 1), the
-        attention partition, scheduler and memory policy. The modules hold the KV cache only.
+        The PIM side: model, module preset, batch, ``tp x pp`` modules (``pp`` stages of
+        ``tp``), the attention partition, scheduler and memory policy. The modules hold the
+        KV cache only.
     xpu : XpuConfig
-        The xPU preset; it holds every weight in its memory.
+        The xPU preset; the ``xpus`` of them hold every weight in their memory.
     sub_batches : int or "auto"
         ``K``: 1 is the serial mode, more pipeline the xPU and PIM over sub-batches;
         ``"auto"`` times every K of :func:`sub_batch_candidates` and keeps the fastest.
+    xpus : int
+        xPUs running the FC layers tensor parallel (module docstring).
     """
 
     pim: DecodeSetup
     xpu: XpuConfig
     sub_batches: int | str = 1
+    xpus: int = 1
 
     def __post_init__(self) -> None:
         k, b = self.sub_batches, len(self.pim.lengths)
@@ -156,17 +173,16 @@ class HeteroSetup:
                 f"--sub-batches {k} exceeds the batch of {b} request(s): every sub-batch needs "
                 f"at least one request (allowed: 1 to {b}, or '{SUB_BATCHES_AUTO}')"
             )
-        if self.pim.pp != 1:
-            raise DecodeError(
-                f"--pp {self.pim.pp}: the xPU+PIM system runs every layer on one xPU and the "
-                "PIM modules as one tensor-parallel group; use --tp for more modules"
-            )
+        x = self.xpus
+        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+            raise DecodeError(f"xpus = {x!r}: must be a positive integer")
         weights = self.pim.model.resident_weight_bytes
-        if self.pim.check_capacity and weights > self.xpu.capacity_bytes:
+        if self.pim.check_capacity and weights > x * self.xpu.capacity_bytes:
             raise DecodeError(
                 f"the weights do not fit the xPU: {self.pim.model.name} weights "
-                f"{weights / 2**30:.1f} GiB > {self.xpu.name} memory "
+                f"{weights / 2**30:.1f} GiB > {x} x {self.xpu.name} memory "
                 f"{self.xpu.memory.capacity_gib:g} GiB; use an xPU with more memory"
+                + ("" if x == 1 else " or more xPUs")
             )
 
     @property
@@ -234,9 +250,11 @@ def pipeline_schedule(
 
 def _xpu_ops(setup: HeteroSetup, batch: int) -> tuple[dict[str, int], dict[str, int]]:
     """Cycles of the pre-attention (norm + QKV) and post-attention ops of one layer for a
-    sub-batch of ``batch`` requests (:func:`~sim.systems.costs.layer_costs` on the one xPU)."""
-    spec = setup.pim.model
-    c = op_cycles(layer_costs(spec, setup.xpu, batch), setup.pim.hw.module.freq_ghz)
+    sub-batch of ``batch`` requests (:func:`~sim.systems.costs.layer_costs` on one of the
+    ``xpus``; with more than one, the two all-reduces of the GPU system after the projection
+    and FFN2)."""
+    spec, n, freq = setup.pim.model, setup.xpus, setup.pim.hw.module.freq_ghz
+    c = op_cycles(layer_costs(spec, setup.xpu, batch, n, kv=KvHeads.REPLICATE), freq)
     norm = c[VectorOp.NORM]
     pre = {"vector": norm, "qkv": c[LayerOp.QKV]}
     post = {
@@ -245,6 +263,9 @@ def _xpu_ops(setup: HeteroSetup, batch: int) -> tuple[dict[str, int], dict[str, 
         "ffn1": c[LayerOp.FFN1],
         "ffn2": c[LayerOp.FFN2],
     }
+    if n > 1:
+        reduce = ring_allreduce_seconds(setup.xpu, batch * spec.hidden * spec.element_bytes, n)
+        post["allreduce"] = 2 * math.ceil(reduce * freq * 1e9)
     return pre, post
 
 
@@ -258,6 +279,8 @@ class HeteroReport:
     batch: int
     context_lengths: dict[str, Any]
     tp: int
+    pp: int
+    xpus: int
     sub_batches: int
     sub_batch_sizes: list[int]
     partition: str
@@ -371,6 +394,8 @@ def _run_fixed(
         batch=b,
         context_lengths=step_report.context_stats(pim_setup.lengths),
         tp=tp,
+        pp=pim_setup.pp,
+        xpus=setup.xpus,
         sub_batches=len(setup.batches),
         sub_batch_sizes=[len(mb) for mb in setup.batches],
         partition=pim_setup.partition,
@@ -400,7 +425,7 @@ def _run_fixed(
         memory_detail={
             **memory,
             "xpu_weight_bytes": spec.resident_weight_bytes,
-            "xpu_capacity_bytes": setup.xpu.capacity_bytes,
+            "xpu_capacity_bytes": setup.xpus * setup.xpu.capacity_bytes,
         },
         energy=hetero_energy(
             setup,
@@ -425,17 +450,21 @@ def _run_fixed(
 
 def hetero_setup_digest(setup: HeteroSetup) -> str:
     """SHA-256 of everything an xPU+PIM decode step depends on."""
+    # one xPU's digest leaves ``xpus`` out, so that its reports keep their names
+    more = {"xpus": setup.xpus} if setup.xpus > 1 else {}
     return inputs_digest(
-        step_report.digest_inputs(setup.pim, xpu=setup.xpu, sub_batches=setup.sub_batches)
+        step_report.digest_inputs(setup.pim, xpu=setup.xpu, sub_batches=setup.sub_batches, **more)
     )
 
 
 def hetero_report_stem(setup: HeteroSetup) -> str:
     """File stem naming an xPU+PIM step, ending in a short hash of every input."""
     p = setup.pim
+    xpus = f"{setup.xpus}x" if setup.xpus > 1 else ""
+    stages = f"{p.pp}x" if p.pp > 1 else ""
     return (
-        f"{p.model.name}-B{len(p.lengths)}-T{max(p.lengths)}-{setup.xpu.name}+{p.tp}x"
-        f"{p.hw.name}-K{setup.sub_batches}-{hetero_setup_digest(setup)[:8]}"
+        f"{p.model.name}-B{len(p.lengths)}-T{max(p.lengths)}-{xpus}{setup.xpu.name}+{p.tp}x"
+        f"{stages}{p.hw.name}-K{setup.sub_batches}-{hetero_setup_digest(setup)[:8]}"
     )
 
 
@@ -448,8 +477,11 @@ def format_hetero_report(report: HeteroReport) -> str:
     if search:
         mode += " (chosen by --sub-batches auto)"
     sizes = "/".join(str(n) for n in r["sub_batch_sizes"])
+    xpus = f"{r['xpus']} x " if r["xpus"] > 1 else ""
+    stages = f" x {r['pp']} stages" if r["pp"] > 1 else ""
     lines = [
-        f"{r['model']} decode step on {r['xpu']} (FC) + {r['tp']} x {r['preset']} (attention, "
+        f"{r['model']} decode step on {xpus}{r['xpu']} (FC) + {r['tp']}{stages} x {r['preset']} "
+        "(attention, "
         f"{r['partition'].upper()}, {r['sched']}, {r['memory']}), {mode}",
         f"batch {r['batch']} (sub-batch sizes {sizes}), "
         + step_report.context_text(r["context_lengths"]),

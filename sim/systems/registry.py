@@ -10,8 +10,12 @@ other than their default) from this table. ``pimphony decode --system K`` and
   (:func:`sim.systems.step.run_decode`; its fast path :class:`sim.systems.cycles.StepCycles`).
 * **gpu** (:class:`GpuSystem`): N GPUs, tensor parallel, on the xPU cost model
   (:func:`sim.systems.gpu.run_gpu_decode`); paged KV (:class:`BlockPool`).
-* **xpu+pim** (:class:`XpuPimSystem`): FC layers on an xPU, attention on ``tp`` PIM modules
-  (:func:`sim.systems.hetero.run_hetero_decode`).
+* **xpu+pim** (:class:`XpuPimSystem`): FC layers on ``--gpus`` xPUs (tensor parallel),
+  attention on ``tp x pp`` PIM modules (:func:`sim.systems.hetero.run_hetero_decode`).
+* **gpu+lolpim** (:class:`GpuLolpimSystem`): LoL-PIM 8.1's GPU+LoL-PIM, xpu+pim with
+  LoL-PIM's techniques (ITPP, ping-pong I/O buffering, DPA) and its defaults
+  (``lolpim-gpu-gddr6`` GPUs, ``lolpim-aimx-io`` modules). LoL-PIM's GPU+PIM baseline is
+  xpu+pim with ``--preset lolpim-aimx --partition hfp --sched static --memory static``.
 
 * **npu+aim**, **attacc**, **neupims**, **librapim**, **librapim-best**, **aim-pipelined**,
   **librapim-no-dbo**, **librapim-measured** (:data:`LIBRAPIM_ROWS`,
@@ -123,9 +127,13 @@ from pimphony.sim.systems.step import KernelCaches, epu_other_flops, run_decode
 __all__ = [
     "FIG8_ROWS",
     "LIBRAPIM_ROWS",
+    "LOLPIM_GPU",
+    "LOLPIM_HETERO_CHOICES",
+    "LOLPIM_IO_PRESET",
     "SYSTEMS",
     "Command",
     "BlockPool",
+    "GpuLolpimSystem",
     "GpuSystem",
     "PimSystem",
     "ServingCaches",
@@ -406,8 +414,8 @@ class PimSystem:
 
 
 class XpuPimSystem(PimSystem):
-    """xPU + PIM: :func:`run_hetero_decode`; the modules hold the KV cache only; prefill on
-    the xPU, then the prompts' KV to the modules."""
+    """xPU + PIM: :func:`run_hetero_decode`; ``gpus`` xPUs hold the weights, ``tp x pp``
+    modules the KV cache only; prefill on the xPUs, then the prompts' KV to the modules."""
 
     kind = SystemKind.XPU_PIM
 
@@ -423,7 +431,7 @@ class XpuPimSystem(PimSystem):
         pim = dataclasses.replace(
             super().setup(lengths), micro_batches=None, mapping=Mapping.FIXED.value
         )
-        return HeteroSetup(pim, self.xpu, self.config.sub_batches)
+        return HeteroSetup(pim, self.xpu, self.config.sub_batches, self.config.gpus)
 
     def step(
         self, lengths: Sequence[int], progress: Callable[[str], None] | None = None
@@ -447,27 +455,49 @@ class XpuPimSystem(PimSystem):
         return StepTime(r.cycles / self.freq_hz, r.cycles)
 
     def pool(self) -> Any:
-        """The KV allocator of ``tp`` modules holding no weights."""
+        """The KV allocator of ``tp x pp`` modules holding no weights."""
         c = self.config
-        return kv_allocator(c.model, self.hw, c.tp, c.memory, c.reservation, weights=False)
+        return kv_allocator(c.model, self.hw, c.tp * c.pp, c.memory, c.reservation, weights=False)
 
     def fill_batch(self, candidates: Sequence[int]) -> tuple[int, ...]:
-        """:func:`sim.systems.admission.fill_batch` on ``tp`` modules without weights."""
+        """:func:`sim.systems.admission.fill_batch` on ``tp x pp`` modules without weights."""
         c = self.config
         return fill_batch(
-            c.model, self.hw, c.tp, c.memory, candidates, c.max_context, weights=False
+            c.model, self.hw, c.tp * c.pp, c.memory, candidates, c.max_context, weights=False
         )
 
     def prefill(self, prompts: Sequence[int]) -> float:
-        """The prompts on the xPU, then every module's share of their KV over its link."""
+        """The prompts on the xPUs, then every module's share of their KV over its link."""
         c = self.config
-        seconds = xpu_prefill_seconds(self.xpu, c.model, prompts)
+        seconds = xpu_prefill_seconds(self.xpu, c.model, prompts, c.gpus)
         kv = int(sum(prompts)) * c.model.kv_bytes_per_token
-        return seconds + link_cycles(self.hw, math.ceil(kv / c.tp), "host") / self.freq_hz
+        share = math.ceil(kv / (c.tp * c.pp))
+        return seconds + link_cycles(self.hw, share, "host") / self.freq_hz
 
     def provenance_inputs(self) -> dict[str, Any]:
         """The xPU."""
         return {"xpu": _device_record(self.xpu)}
+
+
+#: LoL-PIM 8.1's GPU+PIM GPU: Table 7's GPU-GDDR6 (64 GB at the PIM node's 4,096 GB/s).
+LOLPIM_GPU = "lolpim-gpu-gddr6"
+#: LoL-PIM's modules with the extra GB of I/O-aware buffering, (3).
+LOLPIM_IO_PRESET = "lolpim-aimx-io"
+#: LoL-PIM's techniques on the PIM side (partition, scheduler, memory): ITPP (1), DPA's lazy
+#: memory (2), ping-pong I/O-aware buffering (3).
+LOLPIM_HETERO_CHOICES = {"partition": "itpp", "sched": "pingpong", "memory": "lazy"}
+
+
+class GpuLolpimSystem(XpuPimSystem):
+    """LoL-PIM 8.1's GPU+LoL-PIM: :class:`XpuPimSystem` with LoL-PIM's techniques
+    (:data:`LOLPIM_HETERO_CHOICES`) whatever the configuration says; GPUs run the FC layers,
+    LoL-PIM modules the attention. LoL-PIM sizes it by "halving PIM capacity" (8.1): at a
+    system capacity C, C / 2 of LoL-PIM modules (``pimphony gpu-compare --hetero``)."""
+
+    kind = SystemKind.GPU_LOLPIM
+
+    def __init__(self, config: SystemConfig):
+        super().__init__(dataclasses.replace(config, **LOLPIM_HETERO_CHOICES))
 
 
 class GpuSystem:
@@ -644,20 +674,35 @@ SYSTEMS: dict[SystemKind, SystemRow] = {
         gpu_report_stem, gpu_setup_digest, format_gpu_report, plot_gpu_report,
     ),
     SystemKind.XPU_PIM: SystemRow(
-        "FC layers on an xPU, attention on PIM modules",
+        "FC layers on xPUs (--gpus of them, tensor parallel), attention on PIM modules",
         XpuPimSystem,
         {
             Command.DECODE: (
-                "modules", "tp", "partition", "sched", "memory", "max_context", "preset",
-                "ignore_capacity", "xpu", "sub_batches", "energy",
+                "modules", "tp", "pp", "partition", "sched", "memory", "max_context", "preset",
+                "ignore_capacity", "xpu", "gpus", "sub_batches", "energy",
             ),
             Command.SERVE: (
-                "tp", "partition", "sched", "memory", "max_context", "preset", "xpu",
-                "sub_batches",
+                "tp", "pp", "partition", "sched", "memory", "max_context", "preset", "xpu",
+                "gpus", "sub_batches",
             ),
         },
-        ("gpu", "gpus", "gpu_memory_fraction"),
+        ("gpu", "gpu_memory_fraction"),
         hetero_report_stem, hetero_setup_digest, format_hetero_report, plot_hetero_report,
+    ),
+    SystemKind.GPU_LOLPIM: SystemRow(
+        "LoL-PIM 8.1's GPU+LoL-PIM: xpu+pim with ITPP, ping-pong and DPA "
+        f"(default {LOLPIM_GPU} GPUs, {LOLPIM_IO_PRESET} modules)",
+        GpuLolpimSystem,
+        {
+            Command.DECODE: (
+                "modules", "tp", "pp", "preset", "ignore_capacity", "xpu", "gpus",
+                "sub_batches", "energy",
+            ),
+            Command.SERVE: ("tp", "pp", "preset", "xpu", "gpus", "sub_batches"),
+        },
+        ("gpu", "gpu_memory_fraction", "partition", "sched", "memory", "max_context"),
+        hetero_report_stem, hetero_setup_digest, format_hetero_report, plot_hetero_report,
+        {"preset": LOLPIM_IO_PRESET, "xpu": LOLPIM_GPU},
     ),
     **LIBRAPIM_ROWS,
     **FIG8_ROWS,
