@@ -1062,7 +1062,7 @@ def _fig9_72b() -> Measured:
 _HETERO_CAPACITIES = {"llm-7b": (128, 256, 512, 1024), "llm-72b": (512, 1024)}
 
 
-@functools.cache
+@_per_cost_model
 def _hetero_tps() -> dict[str, dict[str, float]]:
     """``pimphony gpu-compare --hetero`` for 7B and 72B: per system, ``model workload C GB``
     -> tokens/s (points where a system cannot run left out)."""
@@ -1093,7 +1093,7 @@ def _gpu_pim() -> Measured:
     GPU+PIM baseline (GPU-GDDR6s + AiMX-baseline modules, half the capacity in each)."""
     over = _hetero_ratio("lol-pim", "gpu+pim")
     hybrid = _hetero_ratio("gpu+lol-pim", "gpu+pim")
-    best, mean = max(over.values()), _geomean_of(list(over.values()))
+    best, mean = max(over.values()), statistics.geometric_mean(list(over.values()))
     ours = (
         f"LoL-PIM over GPU+PIM up to {_extreme(over)}, geomean {mean:.2f}x "
         f"over {len(over)} points, least {_extreme(over, min)}; the other reading, GPU+LoL-PIM "
@@ -1121,7 +1121,7 @@ def _hetero_gap() -> Measured:
     worst = max(gap.values())
     ours = (
         f"LoL-PIM over GPU+LoL-PIM {_extreme(gap, min)} to {_extreme(gap)}, geomean "
-        f"{_geomean_of(list(gap.values())):.2f}x over {len(gap)} points"
+        f"{statistics.geometric_mean(list(gap.values())):.2f}x over {len(gap)} points"
     )
     below = all(v > 1 for v in gap.values())
     return _judged(
@@ -2245,7 +2245,7 @@ CLAIMS: tuple[Claim, ...] = (
         "pimphony gpu-compare --hetero  (and --model llm-72b --capacities 512,1024; gpu+pim: "
         "xpu+pim with lolpim-gpu-gddr6 GPUs and lolpim-aimx modules, hfp static static; best "
         "--tp x --pp, --sub-batches auto)",
-        _gpu_pim, slow=True,
+        _gpu_pim, slow=True, gpu=True, group="lolpim-hetero",
     ),
     Claim(
         "L-hetero", "LoL-PIM", "8.2 / Figs. 9b, 10b",
@@ -2254,7 +2254,7 @@ CLAIMS: tuple[Claim, ...] = (
         "as L-gpu-pim; GPU+LoL-PIM = GPU-GDDR6s + C / 2 of LoL-PIM modules (ITPP, ping-pong, "
         "DPA)",
         "pimphony gpu-compare --hetero  (as L-gpu-pim; gpu+lol-pim is --system gpu+lolpim)",
-        _hetero_gap, slow=True,
+        _hetero_gap, slow=True, gpu=True, group="lolpim-hetero",
     ),
     Claim(
         "L-fig7a", "LoL-PIM", "Fig. 7a",
