@@ -3,6 +3,7 @@ table's links to them, and refusals before any measuring."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,11 @@ def test_cli_refuses_before_measuring(tmp_path, capsys):
     file.write_text("x")
     assert main(["fidelity", "--figures", str(file)]) != 0
     assert "is a file; give a folder" in capsys.readouterr().err
+
+
+def test_every_plot_the_table_links_exists():
+    root = Path(__file__).resolve().parent.parent
+    doc = (root / "docs" / "fidelity.md").read_text()
+    links = re.findall(r"\[plot\]\((img/fidelity/[^)]+\.png)\)", doc)
+    assert links, "docs/fidelity.md links no plot"
+    assert [p for p in links if not (root / "docs" / p).is_file()] == []
