@@ -53,10 +53,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from pimphony.compiler.kernels import gemv_max_batch
+from pimphony.compiler.kernels import gemv_max_batch, row_switch_estimate
 from pimphony.compiler.llm import GEMV_OPS, LayerOp, ModelSpec, gemv_shapes
 from pimphony.models.config import HardwareConfig
-from pimphony.models.dram import activation_offsets
 from pimphony.models.errors import PimphonyError
 from pimphony.models.isa import gpr_tiles
 
@@ -319,11 +318,9 @@ class ScoreSpill:
 
     def cycles(self, cfg: HardwareConfig) -> int:
         """Channel cycles of the traffic: a column per ``tCCD`` on the data bus, and per row a
-        precharge, the all-bank activation (``models.dram.activation_offsets``) and
-        ``tRCD``, paid in series with the job's kernel."""
-        tm = cfg.timing
-        row = tm.tRP + activation_offsets(tm, cfg.channel.banks)[-1] + tm.tRCD_MAC
-        return self.columns * tm.tCCD + self.rows * row
+        precharge, the all-bank activation and ``tRCD``
+        (``compiler.kernels.row_switch_estimate``), paid in series with the job's kernel."""
+        return self.columns * cfg.timing.tCCD + self.rows * row_switch_estimate(cfg)
 
 
 def score_spill(cfg: HardwareConfig, job: ChannelJob) -> ScoreSpill:
