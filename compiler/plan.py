@@ -37,6 +37,12 @@ EPU). One rule for every partition: the GPR is shared by the units of work in fl
 per stream (the tile whose QK^T is written and the tile whose SV reads, software
 pipelining); HFP runs one stream per channel, TCP and ITPP one per module.
 
+**Scores beyond the GPR** (:class:`ScoreOverflow`, :data:`SCORE_OVERFLOWS`): the papers do
+not say what a baseline does with a pair whose scores overflow its GPR slot. ``gpr-tiles``
+(the default) cuts it into the score tiles above; ``bank-spill`` keeps the pair one unit, its
+QK^T writing the scores to DRAM rows of the channel and its SV reading them back
+(:func:`score_spill`), with no query re-send and no EPU combination.
+
 All TP modules of a stage run identical plans; all layers of a stage are identical.
 """
 
@@ -44,10 +50,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from pimphony.compiler.kernels import gemv_max_batch
+from pimphony.compiler.kernels import gemv_max_batch, row_switch_estimate
 from pimphony.compiler.llm import GEMV_OPS, LayerOp, ModelSpec, gemv_shapes
 from pimphony.models.config import HardwareConfig
 from pimphony.models.errors import PimphonyError
@@ -68,6 +74,10 @@ __all__ = [
     "Partition",
     "PartitionError",
     "PartitionSpec",
+    "SCORE_OVERFLOWS",
+    "ScoreOverflow",
+    "ScoreOverflowSpec",
+    "ScoreSpill",
     "attention_units",
     "batch_jobs",
     "candidates",
@@ -75,7 +85,9 @@ __all__ = [
     "layer_plan",
     "micro_batches",
     "partition_attention",
+    "score_spill",
     "score_tile_tokens",
+    "spill_staging",
     "split_evenly",
     "stage_layers",
     "tp_shapes",
@@ -208,6 +220,13 @@ class Parallelism:
                 )
 
 
+class ScoreOverflow(StrEnum):
+    """What a pair whose scores do not fit its GPR slot does (``--score-overflow``)."""
+
+    GPR_TILES = "gpr-tiles"  # online softmax over GPR-sized score tiles
+    BANK_SPILL = "bank-spill"  # scores written to the bank array and read back
+
+
 @dataclass(frozen=True)
 class LayerPlan:
     """Per-channel jobs of one layer on one TP module for one micro-batch."""
@@ -222,6 +241,7 @@ class LayerPlan:
     partition: str = "tcp"
     units: tuple[AttentionUnit, ...] = ()  # score tiles of every pair (empty: one per pair)
     sv_reduction: bool = True  # SV parts of a unit on several channels are summed on the EPU
+    score_overflow: str = ScoreOverflow.GPR_TILES.value  # pairs beyond the GPR: tiled, spilled
 
 
 class PartitionError(PimphonyError, ValueError):
@@ -239,6 +259,7 @@ class ChannelJob:
     request: int
     kv_head: int
     tile: int = 0  # score tile of the (request, KV head) pair (GPR tiling)
+    spill: bool = False  # its scores go to (qk) or come from (sv) the bank array
 
     @property
     def shape(self) -> dict:
@@ -249,13 +270,96 @@ class ChannelJob:
 @dataclass(frozen=True)
 class AttentionUnit:
     """One score tile of one (request, KV head) pair: QK^T, softmax and SV over ``tokens``
-    contiguous tokens. ``pair`` numbers the module's pairs (request-major)."""
+    contiguous tokens. ``pair`` numbers the module's pairs (request-major); ``spilled``: a
+    whole pair beyond the GPR whose scores pass through the bank array (``bank-spill``)."""
 
     request: int
     kv_head: int
     tile: int
     tokens: int
     pair: int
+    spilled: bool = False
+
+
+@dataclass(frozen=True)
+class ScoreOverflowSpec:
+    """One row of :data:`SCORE_OVERFLOWS`: ``tiled``, such a pair runs as several units (score
+    tiles, each re-sending its queries, combined on the EPU); otherwise it stays one unit whose
+    kernels spill its scores (:func:`score_spill`)."""
+
+    tiled: bool
+
+
+#: The readings of scores beyond the GPR (``docs/decode.md``). The papers do not say which
+#: CENT uses; ``gpr-tiles`` is the default.
+SCORE_OVERFLOWS: dict[ScoreOverflow, ScoreOverflowSpec] = {
+    ScoreOverflow.GPR_TILES: ScoreOverflowSpec(tiled=True),
+    ScoreOverflow.BANK_SPILL: ScoreOverflowSpec(tiled=False),
+}
+
+
+def _overflow(reading: str) -> ScoreOverflow:
+    """``reading`` as a :class:`ScoreOverflow`, or a :class:`PartitionError` listing the
+    allowed."""
+    if not isinstance(reading, str) or reading not in SCORE_OVERFLOWS:
+        raise PartitionError(
+            f"score overflow {reading!r} is unknown; allowed: {', '.join(SCORE_OVERFLOWS)}"
+        )
+    return ScoreOverflow(reading)
+
+
+@dataclass(frozen=True)
+class ScoreSpill:
+    """One channel job's bank-array traffic under ``bank-spill``: ``columns`` 32 B column
+    commands (WR of QK^T's scores, RD of SV's) over ``rows`` all-bank score rows."""
+
+    columns: int
+    rows: int
+
+    def cycles(self, cfg: HardwareConfig) -> int:
+        """Channel cycles of the traffic: a column per ``tCCD`` on the data bus, and per row a
+        precharge, the all-bank activation and ``tRCD``
+        (``compiler.kernels.row_switch_estimate``), paid in series with the job's kernel."""
+        return self.columns * cfg.timing.tCCD + self.rows * row_switch_estimate(cfg)
+
+
+def score_spill(cfg: HardwareConfig, job: ChannelJob) -> ScoreSpill:
+    """The bank-array traffic of ``job`` (:class:`ScoreSpill`; zero unless ``job.spill``).
+
+    Its ``G x tokens`` scores fill ``G * ceil(tokens / s)`` 32 B columns, ``s`` scores per
+    column (``column_bytes / element_bytes``), written after QK^T and read before SV, over
+    ``ceil(columns / (banks * columns_per_row))`` all-bank rows.
+
+    >>> from pimphony.models.config import load_preset
+    >>> job = ChannelJob("qk", 1 << 20, 128, 4, 0, 0, spill=True)
+    >>> score_spill(load_preset("pimphony-cent"), job)
+    ScoreSpill(columns=262144, rows=256)
+    """
+    if not job.spill:
+        return ScoreSpill(0, 0)
+    ch = cfg.channel
+    columns = job.gqa_group * math.ceil(job.tokens / (ch.column_bytes // ch.element_bytes))
+    return ScoreSpill(columns, math.ceil(columns / (ch.banks * ch.columns_per_row)))
+
+
+def spill_staging(cfg: HardwareConfig, job: ChannelJob) -> HardwareConfig:
+    """The hardware ``job``'s kernel is lowered for: ``cfg``, or for a spilled job ``cfg``
+    with a GPR that holds its scores. A spilled kernel's scores pass through the GPR on their
+    way to or from the bank array, so its GPR addresses wrap; they are functional only (the
+    channel TLM's timing does not read them), so the kernel is lowered as if they fit."""
+    if not job.spill:
+        return cfg
+    ch = cfg.channel
+    tiles = job.gqa_group * (
+        math.ceil(job.d_h / ch.mac_elements)
+        + math.ceil(job.d_h / ch.banks)
+        + math.ceil(job.tokens / ch.mac_elements)
+        + math.ceil(job.tokens / ch.banks)
+    )
+    need = tiles * ch.column_bytes
+    if need <= cfg.module.gpr_bytes:
+        return cfg
+    return replace(cfg, module=replace(cfg.module, gpr_bytes=need))
 
 
 def split_evenly(n: int, parts: int, unit: int) -> list[int]:
@@ -305,19 +409,26 @@ def attention_units(
     d_h: int,
     gqa_group: int = 1,
     scheme: str = "tcp",
+    overflow: str = ScoreOverflow.GPR_TILES,
 ) -> list[AttentionUnit]:
     """Every (request, KV head) pair of a micro-batch cut into GPR-sized score tiles.
 
     A pair of ``T`` tokens becomes ``n = ceil(T / cap)`` contiguous tiles
     (:func:`score_tile_tokens` gives ``cap``), split as evenly as possible in whole groups of
-    ``banks`` tokens; ``n = 1`` (no tiling) when its scores fit.
+    ``banks`` tokens; ``n = 1`` (no tiling) when its scores fit. Under an ``overflow``
+    reading that does not tile (:data:`SCORE_OVERFLOWS`), a pair with ``n > 1`` is one
+    spilled unit instead.
     """
     cap = score_tile_tokens(cfg, scheme, d_h, gqa_group)
+    tiled = SCORE_OVERFLOWS[_overflow(overflow)].tiled
     units = []
     for r, t in enumerate(context_lengths):
         tiles = split_evenly(t, math.ceil(t / cap), cfg.channel.banks)
         for h in range(kv_heads):
             pair = r * kv_heads + h
+            if not tiled and len(tiles) > 1:
+                units.append(AttentionUnit(r, h, 0, t, pair, spilled=True))
+                continue
             units += [AttentionUnit(r, h, k, n, pair) for k, n in enumerate(tiles) if n]
     return units
 
@@ -330,9 +441,11 @@ def partition_attention(
     d_h: int,
     gqa_group: int = 1,
     scheme: str = "tcp",
+    overflow: str = ScoreOverflow.GPR_TILES,
 ) -> list[list[ChannelJob]]:
     """Per channel, the ``kind`` (``qk`` or ``sv``) jobs of one layer for a batch of requests
-    (every pair cut into GPR score tiles, :func:`attention_units`)."""
+    (every pair beyond the GPR tiled or spilled as ``overflow`` says,
+    :func:`attention_units`)."""
     _partition(scheme)
     if kind not in ("qk", "sv"):
         raise PartitionError(f"attention kernel {kind!r} is unknown; allowed: qk, sv")
@@ -342,7 +455,7 @@ def partition_attention(
     if kv_heads <= 0:
         raise PartitionError(f"kv_heads = {kv_heads}: must be positive")
     scheme = _concrete(scheme)
-    units = attention_units(cfg, context_lengths, kv_heads, d_h, gqa_group, scheme)
+    units = attention_units(cfg, context_lengths, kv_heads, d_h, gqa_group, scheme, overflow)
     return _attention_jobs(cfg, kind, units, d_h, gqa_group, scheme)
 
 
@@ -356,7 +469,7 @@ def _attention_jobs(
 
 
 def _job(kind: str, tokens: int, d_h: int, g: int, u: AttentionUnit) -> ChannelJob:
-    return ChannelJob(kind, tokens, d_h, g, u.request, u.kv_head, u.tile)
+    return ChannelJob(kind, tokens, d_h, g, u.request, u.kv_head, u.tile, u.spilled)
 
 
 def _hfp(cfg, kind, units, d_h, gqa_group, jobs) -> None:
@@ -485,8 +598,10 @@ def layer_plan(
     lengths: Sequence[int],
     tp: int = 1,
     partition: str = "tcp",
+    overflow: str = ScoreOverflow.GPR_TILES,
 ) -> LayerPlan:
-    """What each channel of one TP module runs for one layer of micro-batch ``lengths``."""
+    """What each channel of one TP module runs for one layer of micro-batch ``lengths``
+    (pairs beyond the GPR tiled or spilled as ``overflow`` says)."""
     Parallelism(tp, 1).check(spec)
     lengths = tuple(int(t) for t in lengths)
     b = len(lengths)
@@ -496,11 +611,12 @@ def layer_plan(
     gemv = {op: _gemv_jobs(cfg, *shape, b) for op, shape in tp_shapes(spec, tp).items()}
     g = spec.gqa_group
     try:
-        scheme = _concrete(partition)
+        scheme, reading = _concrete(partition), _overflow(overflow)
     except PartitionError as exc:
         raise DecodeMappingError(str(exc)) from None
-    units = tuple(attention_units(cfg, lengths, kvh, d_h, g, scheme))
+    units = tuple(attention_units(cfg, lengths, kvh, d_h, g, scheme, reading))
     qk, sv = (_attention_jobs(cfg, kind, units, d_h, g, scheme) for kind in ("qk", "sv"))
     return LayerPlan(
-        gemv, qk, sv, kvh, g, d_h, lengths, scheme.value, units, PARTITIONS[scheme].sv_reduction
-    )
+        gemv, qk, sv, kvh, g, d_h, lengths, scheme.value, units,
+        PARTITIONS[scheme].sv_reduction, reading.value,
+    )  # fmt: skip

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pimphony.compiler.llm import load_model
 from pimphony.models.config import load_preset
@@ -11,6 +13,8 @@ from pimphony.sim.systems.setup import DecodeSetup, micro_batch_candidates
 from pimphony.sim.systems.step import run_decode
 from pimphony.sim.systems.techniques import STEPS
 from pimphony.sim.workloads import load_workload, sample_context_lengths
+
+from tests.helpers import run_cli
 
 
 @pytest.fixture(scope="module")
@@ -89,3 +93,27 @@ def test_micro_batch_candidates_and_auto_picks_the_fastest():
     assert auto.micro_batches == max(sweep, key=lambda s: s["tokens_per_s"])["micro_batches"]
     # One micro-batch over 4 stages leaves three quarters of the stages idle: not a candidate.
     assert step(1).tokens_per_s < 0.5 * auto.tokens_per_s
+
+
+def test_score_overflow_option(tmp_path, capsys):
+    """``--score-overflow`` reaches every step (as ``ablation(score_overflow=...)``), is recorded
+    in the provenance only when given, and belongs to ``--system pim``."""
+    argv = ("ablation", "--model", "llama-3.1-8b", "--workload", "multifieldqa", "--requests", "2")
+    spill = ablation("llama-3.1-8b", "multifieldqa", requests=2, score_overflow="bank-spill")
+    tiles = ablation("llama-3.1-8b", "multifieldqa", requests=2)
+    assert [r["tokens_per_s"] for r in spill] != [r["tokens_per_s"] for r in tiles]
+    for extra, rows, recorded in (
+        (("--score-overflow", "bank-spill"), spill, True),
+        ((), tiles, False),
+    ):
+        rc, out, err = run_cli(
+            capsys, *argv, *extra, "--json", "--plot", tmp_path / "a.png", "--force"
+        )
+        assert rc == 0, err
+        report = json.loads(out)
+        assert [r["tokens_per_s"] for r in report["rows"]] == [r["tokens_per_s"] for r in rows]
+        assert ("score_overflow" in report["provenance"]["options"]) == recorded
+    rc, _, err = run_cli(
+        capsys, "ablation", "--system", "xpu+pim", "--score-overflow", "bank-spill"
+    )
+    assert rc != 0 and "--score-overflow is an option of --system pim" in err

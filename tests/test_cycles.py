@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 import pytest
-from pimphony.compiler.plan import PARTITIONS, Partition, layer_plan
+from pimphony.compiler.plan import PARTITIONS, Partition, ScoreOverflow, layer_plan
 from pimphony.sim.systems.cycles import (
     PAIR_KEY,
     AttentionBlock,
@@ -66,6 +66,20 @@ def test_step_cycles_equal_run_decode(request, model, hw, partition, memory, tp,
         assert steps.cycles(lengths) == run_decode(setup).cycles, lengths
 
 
+@pytest.mark.parametrize("partition", ["hfp", "tcp", "itpp", "auto"])
+def test_bank_spill_cycles_equal_run_decode(tiled, partition):
+    """Pairs beyond the (tiled) GPR spilled: the fast path equals ``run_decode`` with caches
+    shared by both readings of scores beyond the GPR, and the readings differ."""
+    lengths, caches, cycles = (4000, 33, 2048), ServingCaches(), {}
+    for reading in ScoreOverflow:
+        setup = DecodeSetup(TINY, tiled, lengths, 1, 2, partition, score_overflow=reading.value)
+        cycles[reading] = StepCycles(setup, caches).cycles(lengths)
+        assert cycles[reading] == run_decode(setup).cycles, reading
+    assert cycles[ScoreOverflow.GPR_TILES] != cycles[ScoreOverflow.BANK_SPILL]
+    with pytest.raises(DecodeError, match="score_overflow 'host' is unknown"):
+        DecodeSetup(TINY, tiled, lengths, partition=partition, score_overflow="host")
+
+
 def test_decode_cycles_is_run_decode(cfg):
     setup = DecodeSetup(TINY, cfg, (700, 33, 2048), tp=2, partition="auto")
     assert decode_cycles(setup) == run_decode(setup).cycles
@@ -117,7 +131,8 @@ def test_blocks_are_reused_by_token_count(cfg):
     hfp.cycles((500,) * 5)  # 4 KV heads each: first pairs 0, 4, 8, 12, 16 on 16 channels
     keys = {k for k in hfp.kernel_cache(500).blocks if k[0] == "request"}
     heads = (TINY.kv_heads, TINY.head_dim, TINY.gqa_group)
-    assert keys == {("request", Partition.HFP, 500, p, *heads) for p in (0, 4, 8, 12)}
+    tiles = ScoreOverflow.GPR_TILES
+    assert keys == {("request", Partition.HFP, 500, p, *heads, tiles) for p in (0, 4, 8, 12)}
 
 
 @pytest.mark.parametrize("scheme", [Partition.TCP, Partition.HFP, Partition.ITPP])

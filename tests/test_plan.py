@@ -1,5 +1,5 @@
-"""Attention partitioning on one module (HFP, TCP, ITPP, auto), GPR score tiling, and exact
-memoisation."""
+"""Attention partitioning on one module (HFP, TCP, ITPP, auto), GPR score tiling, the
+bank-spill reading of scores beyond the GPR, and exact memoisation."""
 
 from __future__ import annotations
 
@@ -7,16 +7,24 @@ from dataclasses import dataclass
 
 import pytest
 from pimphony.compiler.kernels import compile_kernel
+from pimphony.compiler.llm import load_model
 from pimphony.compiler.plan import (
     PARTITIONS,
+    ChannelJob,
+    DecodeMappingError,
     LayerPlan,
     Partition,
     PartitionError,
+    ScoreOverflow,
+    ScoreSpill,
     _gemv_jobs,
     attention_units,
     candidates,
+    layer_plan,
     partition_attention,
+    score_spill,
     score_tile_tokens,
+    spill_staging,
     split_evenly,
 )
 from pimphony.models.channel import run_channel
@@ -186,6 +194,70 @@ def test_tiling_cost_by_hand(cfg):
         1, 1, 16, (64,), "hfp", tuple(attention_units(big, [64], 1, 16, 1, "hfp")),
     )  # fmt: skip
     assert attention_schedule(whole, big, stub).cycles == 212
+
+
+def test_bank_spill_by_hand(cfg):
+    # The 64-token pair of test_tiling_cost_by_hand (GPR 4096 B: 32-token HFP tiles) under
+    # bank-spill: one unit, its scores through the bank array, no tile.
+    small = cfg.replace(**{"module.gpr_bytes": 4096, "module.epu_flops_per_cycle": 16})
+    spill = ScoreOverflow.BANK_SPILL
+    units = attention_units(small, [64], 1, 16, 1, "hfp", spill)
+    assert [(u.tile, u.tokens, u.spilled) for u in units] == [(0, 64, True)]
+    qk = partition_attention(small, "qk", [64], 1, 16, scheme="hfp", overflow=spill)
+    sv = partition_attention(small, "sv", [64], 1, 16, scheme="hfp", overflow=spill)
+    assert [(j.tokens, j.tile, j.spill) for j in qk[0] + sv[0]] == [(64, 0, True)] * 2
+
+    # Commands: the untiled kernels (QK^T 1 WR_INP: the query once; SV 1 RD_OUT: no partial
+    # output to combine), plus 64 scores / 16 per 32 B column = 4 WR after QK^T and 4 RD
+    # before SV, in one all-bank row (16 banks x 64 columns). aim-16ch: 4 ACT4s 6 cycles
+    # apart, so a row costs tRP 16 + 18 + tRCD 28 = 62 cycles; 4 columns at tCCD 1: 66.
+    def counts(j):
+        return compile_kernel(spill_staging(small, j), j.kind, **j.shape).counts
+
+    assert counts(qk[0][0]) == {"WR_INP": 1, "MAC": 4, "RD_OUT": 4}
+    assert counts(sv[0][0]) == {"WR_INP": 4, "MAC": 4, "RD_OUT": 1}
+    for j in (qk[0][0], sv[0][0]):
+        assert score_spill(small, j) == ScoreSpill(columns=4, rows=1)
+        assert score_spill(small, j).cycles(small) == 66
+    # A 1M-token head at G = 4: 4 x 65,536 columns over 256 rows (1,024 columns each).
+    head = ChannelJob("qk", 1 << 20, 128, 4, 0, 0, spill=True)
+    assert score_spill(cfg, head) == ScoreSpill(columns=262144, rows=256)
+    assert score_spill(cfg, head).cycles(cfg) == 262144 + 256 * 62
+    assert score_spill(cfg, ChannelJob("qk", 1 << 20, 128, 4, 0, 0)) == ScoreSpill(0, 0)
+
+    # The channel kernel's cycles are the TLM's plus the spill's; its commands likewise.
+    cache = KernelCache(small, "static")
+    for j in (qk[0][0], sv[0][0]):
+        prog = compile_kernel(spill_staging(small, j), j.kind, **j.shape)
+        tlm = run_channel(prog.commands, small, "static")
+        assert cache.run(j).cycles == tlm.cycles + 66
+        assert cache.run(j).commands == prog.commands.shape[0] + 4
+
+    # Task graph (stub parts as in test_tiling_cost_by_hand): the untiled one, QK 0-64,
+    # softmax 64-84, SV 84-212, and no combination (212, against 195 tiled).
+    plan = LayerPlan(
+        {}, qk, sv, 1, 1, 16, (64,), "hfp", tuple(units), score_overflow=spill.value
+    )  # fmt: skip
+    stub = lambda j: _Stats(j.tokens * (1 if j.kind == "qk" else 2))  # noqa: E731
+    spilled = attention_schedule(plan, small, stub)
+    assert (spilled.cycles, spilled.softmax_busy, spilled.combine_busy) == (212, 20, 0)
+
+
+def test_readings_agree_when_the_scores_fit(cfg):
+    # 1792 tokens fit one HFP tile at G = 4 on aim-16ch: the readings give the same plan.
+    model = load_model("llama-3.1-8b")  # G = 4, d_h = 128
+    plans = {
+        o: layer_plan(model, cfg, [1792, 500], 4, "hfp", o) for o in ScoreOverflow
+    }  # fmt: skip
+    tiles, spill = plans.values()
+    assert (tiles.qk, tiles.sv, tiles.units) == (spill.qk, spill.sv, spill.units)
+    assert not any(u.spilled for u in spill.units)
+    # One token more than the cap and they part: per KV head (8 / TP 4 = 2 on the module)
+    # two tiles against one spilled unit.
+    longer = {o: layer_plan(model, cfg, [1793], 4, "hfp", o).units for o in ScoreOverflow}
+    assert [len(u) for u in longer.values()] == [4, 2]
+    with pytest.raises(DecodeMappingError, match="score overflow 'host' is unknown"):
+        layer_plan(model, cfg, [64], 4, "hfp", "host")
 
 
 def test_too_small_a_gpr_is_a_clear_error(cfg):

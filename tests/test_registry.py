@@ -53,6 +53,7 @@ OTHER_VALUE: dict[str, tuple[str, ...]] = {
     "groups": ("--groups", "3"),
     "no_dex": ("--no-dex",),
     "offload": ("--offload", "per-channel"),
+    "score_overflow": ("--score-overflow", "bank-spill"),
     "backend": ("--backend", "hbm-pim"),
     "table": ("--table", "lut.json"),
     "budget": ("--budget", "50"),

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from pimphony.compiler.llm import load_model
+from pimphony.compiler.plan import ScoreOverflow
 from pimphony.models.config import load_preset
 from pimphony.models.fileio import BUILD_DIR, pyplot, write_figure
 from pimphony.models.xpu import ring_allreduce_seconds
@@ -55,7 +56,11 @@ from pimphony.sim.cli import add_seed_option, bounded_int
 from pimphony.sim.provenance import provenance
 from pimphony.sim.report import user_plot
 from pimphony.sim.systems.admission import queue_batches
-from pimphony.sim.systems.command import add_micro_batches_option
+from pimphony.sim.systems.command import (
+    add_micro_batches_option,
+    add_score_overflow_option,
+    score_overflow_of,
+)
 from pimphony.sim.systems.hetero import SUB_BATCHES_AUTO, HeteroSetup, run_hetero_decode
 from pimphony.sim.systems.kernels import KernelCache
 from pimphony.sim.systems.search import best_split, valid_splits
@@ -100,9 +105,11 @@ def ablation(
     seed: int = 0,
     progress: Any = None,
     micro_batches: int | str = MICRO_BATCHES_AUTO,
+    score_overflow: str = ScoreOverflow.GPR_TILES.value,
 ) -> list[dict[str, Any]]:
     """One row per step: its batches, tokens/s over the whole queue, the split most batches
-    used and, per batch, every split tried."""
+    used and, per batch, every split tried (pairs beyond the GPR as ``score_overflow`` says,
+    ``compiler.plan.SCORE_OVERFLOWS``)."""
     spec, hw = load_model(model), load_preset(preset)
     queue = [int(t) for t in sample_context_lengths(load_workload(workload), requests, seed)]
     splits = valid_splits(spec, modules)
@@ -114,7 +121,7 @@ def ablation(
         def step_of(batch: tuple[int, ...], tp: int, pp: int, p=partition, s=sched, m=memory):
             setup = DecodeSetup(
                 spec, hw, batch, tp=tp, pp=pp, partition=p, sched=s, memory=m,
-                micro_batches=micro_batches,
+                micro_batches=micro_batches, score_overflow=score_overflow,
             )  # fmt: skip
             return run_decode(setup, caches=caches)
 
@@ -463,6 +470,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_requests_option(p, 128, "requests drawn from the workload; every step serves all of them")
     add_micro_batches_option(p, MICRO_BATCHES_AUTO)
+    add_score_overflow_option(p)
     add_seed_option(p, "seed of the context-length draws")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", type=Path, default=None, help=f"PNG (default {ABLATION_PLOT})")
@@ -476,6 +484,7 @@ def run(args: argparse.Namespace) -> int:
     for opt in ("xpu", "fig14"):
         if getattr(args, opt):
             raise DecodeError(f"--{opt} is an option of --system xpu+pim; drop it")
+    overflow = score_overflow_of(args)
     args.preset = args.preset or SYSTEM_DEFAULTS["pim"][0]
     args.modules = args.modules or SYSTEM_DEFAULTS["pim"][1]
     # The PIM-only report's provenance stays what it was before --system existed.
@@ -493,6 +502,7 @@ def run(args: argparse.Namespace) -> int:
         args.seed,
         progress,
         args.micro_batches,
+        overflow,
     )
     title = (
         f"{args.model}, {args.workload}, {args.modules} x {args.preset}: "
@@ -521,6 +531,8 @@ def _run_hetero(args: argparse.Namespace) -> int:
             "--micro-batches is an option of --system pim (pipeline stages); --system xpu+pim "
             "chooses its sub-batches per batch (--sub-batches auto); drop it"
         )
+    if score_overflow_of(args) != ScoreOverflow.GPR_TILES:
+        raise DecodeError("--score-overflow is an option of --system pim; drop it")
     preset = args.preset or SYSTEM_DEFAULTS["xpu+pim"][0]
     xpu = args.xpu or HETERO_XPU
     if args.fig14:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from pimphony.compiler.llm import ModelSpec
+from pimphony.compiler.plan import ScoreOverflow
 from pimphony.models.config import HardwareConfig
 from pimphony.models.dbo import OffloadReading
 from pimphony.models.energy import EnergyParams
@@ -75,7 +76,8 @@ class SystemConfig:
     batch that does not fit; ``energy`` is the PIM energy preset (``None``: the default).
     ``groups`` (``None``: the system's default), ``slicing`` and ``offload`` are LibraPIM's
     batch groups, DEX bank slicing and DBO's offload reading (``--groups``, ``--no-dex``,
-    ``--offload``).
+    ``--offload``). ``score_overflow`` is what the PIM system does with scores beyond the
+    GPR (``--score-overflow``, ``compiler.plan.SCORE_OVERFLOWS``).
     ``backend``, ``table``, ``budget`` and ``verify`` are the AttAcc systems' PIM back end and
     DCC's lookup table and search effort (``None``: DCC Fig. 8's).
     A system reads only its own fields; all but ``model`` and ``hw`` are keyword-only.
@@ -102,6 +104,7 @@ class SystemConfig:
     groups: int | None = None
     slicing: bool = True
     offload: OffloadReading = OffloadReading.PER_BANK
+    score_overflow: str = ScoreOverflow.GPR_TILES.value
     backend: str | None = None
     table: Path | None = None
     budget: int | None = None

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pimphony.compiler.plan import PARTITIONS
+from pimphony.compiler.plan import PARTITIONS, SCORE_OVERFLOWS, ScoreOverflow
 from pimphony.models.channel import SCHEDULERS
 from pimphony.models.energy import DEFAULT_ENERGY, available_energy_presets
 from pimphony.models.fileio import BUILD_DIR
@@ -43,6 +43,8 @@ __all__ = [
     "SHARED_DEFAULTS",
     "add_arguments",
     "add_micro_batches_option",
+    "add_score_overflow_option",
+    "score_overflow_of",
     "add_row_arguments",
     "add_system_arguments",
     "micro_batches_arg",
@@ -92,6 +94,25 @@ def add_micro_batches_option(p: argparse.ArgumentParser, default: int | str | No
         help="pipeline micro-batches per decode step, or 'auto' (try pp, 2pp, 4pp; keep the "
         "fastest)" + ("; default min(pp, batch)" if default is None else ""),
     )
+
+
+def add_score_overflow_option(p: argparse.ArgumentParser) -> None:
+    """``--score-overflow``: what a (request, KV head) pair whose scores overflow the GPR does
+    (``compiler.plan.SCORE_OVERFLOWS``, ``docs/decode.md``); unset unless given (read it with
+    :func:`score_overflow_of`), so that reports at the default record it as before it
+    existed."""
+    p.add_argument(
+        "--score-overflow",
+        choices=choice_names(SCORE_OVERFLOWS),
+        default=argparse.SUPPRESS,
+        help="scores beyond the GPR: gpr-tiles (default; online softmax over GPR-sized tiles) "
+        "or bank-spill (written to the bank array after QK^T, read back for SV)",
+    )
+
+
+def score_overflow_of(args: argparse.Namespace) -> str:
+    """``--score-overflow`` as given, else the default (``gpr-tiles``)."""
+    return getattr(args, "score_overflow", ScoreOverflow.GPR_TILES.value)
 
 
 def sub_batches_arg(value: str) -> int | str:
@@ -154,6 +175,7 @@ def add_system_arguments(p: argparse.ArgumentParser, docs: str) -> None:
         default="auto",
         help="attention partitioning; auto (PIMphony): per layer the faster of tcp and hfp",
     )
+    add_score_overflow_option(p)
     p.add_argument("--sched", choices=choice_names(SCHEDULERS), default="dcs")
     p.add_argument(
         "--memory", choices=choice_names(MEMORY_POLICIES), default="lazy", help="lazy = DPA"

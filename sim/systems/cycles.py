@@ -483,35 +483,33 @@ class StepCycles:
         its units as ``compiler.plan.attention_units`` cuts them, one row each."""
         channels = self.setup.hw.module.channels
         pair_key = PAIR_KEY.get(scheme, _exact_pair)
-        key = ("request", scheme, tokens, pair_key(first_pair, channels), *self._heads)
+        overflow = self.setup.score_overflow
+        key = ("request", scheme, tokens, pair_key(first_pair, channels), *self._heads, overflow)
         block = cache.blocks.get(key)
         if block is None:
             spec, cfg = self.setup.model, self.setup.hw
             units = attention_units(
-                cfg, (tokens,), self._kv_heads, spec.head_dim, spec.gqa_group, scheme
+                cfg, (tokens,), self._kv_heads, spec.head_dim, spec.gqa_group, scheme, overflow
             )
-            rows = [
-                self._unit(cache, scheme, u.kv_head, u.tile, u.tokens, first_pair + u.pair)
-                for u in units
-            ]
+            rows = [self._unit(cache, scheme, u, first_pair + u.pair) for u in units]
             block = _RequestBlock.of(_unpack(_joined(rows), cfg.module.channels), self._static)
             cache.blocks[key] = block
         return block
 
     def _unit(
-        self, cache: KernelCache, scheme: Partition, kv_head: int, tile: int, tokens: int, pair: int
+        self, cache: KernelCache, scheme: Partition, u: AttentionUnit, pair: int
     ) -> np.ndarray:
-        """The (packed) row of one unit (score tile ``tile`` of ``tokens`` tokens of pair ``pair``):
-        built once per ``(tokens, PAIR_KEY(pair), tile > 0)``, all a unit's jobs and EPU
-        costs depend on (``compiler.plan``'s partitions deal each unit on its own;
-        :func:`models.module.attention_tasks` costs a unit from its tokens, its SV parts and
-        whether it is a pair's first tile)."""
+        """The (packed) row of unit ``u`` (score tile ``u.tile`` of ``u.tokens`` tokens, or a
+        spilled pair) as pair ``pair``: built once per ``(tokens, PAIR_KEY(pair), tile > 0,
+        spilled)``, all a unit's jobs and EPU costs depend on (``compiler.plan``'s partitions
+        deal each unit on its own; :func:`models.module.attention_tasks` costs a unit from its
+        tokens, its SV parts and whether it is a pair's first tile)."""
         channels = self.setup.hw.module.channels
         pair_key = PAIR_KEY.get(scheme, _exact_pair)(pair, channels)
-        key = ("unit", scheme, tokens, pair_key, tile > 0, *self._heads)
+        key = ("unit", scheme, u.tokens, pair_key, u.tile > 0, u.spilled, *self._heads)
         row = cache.blocks.get(key)
         if row is None:
-            unit = AttentionUnit(0, kv_head, tile, tokens, pair)
+            unit = AttentionUnit(0, u.kv_head, u.tile, u.tokens, pair, u.spilled)
             row = _pack(self._build_unit(cache, scheme, unit))
             cache.blocks[key] = row
         return row
@@ -536,7 +534,7 @@ class StepCycles:
         stats: dict[tuple, KernelStats] = {}
 
         def run(job: ChannelJob) -> KernelStats:  # cache.run by the job's kind and shape
-            shape = (job.kind, job.tokens, job.d_h, job.gqa_group)
+            shape = (job.kind, job.tokens, job.d_h, job.gqa_group, job.spill)
             if shape not in stats:
                 stats[shape] = cache.run(job)
             return stats[shape]

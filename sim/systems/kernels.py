@@ -15,7 +15,7 @@ import numpy as np
 from pimphony.compiler.dpa import encode_kernel
 from pimphony.compiler.hub import run_count
 from pimphony.compiler.kernels import CompileError, attention_max_tokens, compile_kernel
-from pimphony.compiler.plan import ChannelJob
+from pimphony.compiler.plan import ChannelJob, ScoreSpill, score_spill, spill_staging
 from pimphony.models.channel import run_channel
 from pimphony.models.config import HardwareConfig
 from pimphony.models.dpa.dispatcher import gaps_from_times
@@ -36,8 +36,14 @@ __all__ = [
 
 
 def job_key(job) -> tuple:
-    """What makes two channel jobs the same kernel: kind and shape."""
-    return (job.kind, tuple(sorted(job.shape.items())))
+    """What makes two channel jobs the same kernel: kind and shape (and a spill of scores)."""
+    key = (job.kind, tuple(sorted(job.shape.items())))
+    return (*key, "spill") if _spilled(job) else key
+
+
+def _spilled(job) -> bool:
+    """Whether ``job`` is an attention job whose scores pass through the bank array."""
+    return isinstance(job, ChannelJob) and job.spill
 
 
 @dataclass(frozen=True)
@@ -103,8 +109,10 @@ class KernelCache:
         key = job_key(job)
         if self.memoize and key in self._memo:
             return self._memo[key]
+        spilled = _spilled(job)
         try:
-            prog = compile_kernel(self.cfg, job.kind, **job.shape)
+            cfg = spill_staging(self.cfg, job) if spilled else self.cfg
+            prog = compile_kernel(cfg, job.kind, **job.shape)
         except CompileError as exc:
             shape = ", ".join(f"{k}={v}" for k, v in job.shape.items())
             raise CompileError(f"{job.kind} kernel ({shape}) on one channel: {exc}") from None
@@ -119,10 +127,11 @@ class KernelCache:
             prog.commands, self.cfg, self.sched, valid_gaps=gaps, validate=False, record=False
         )
         self.simulated += 1
+        spill = score_spill(self.cfg, job) if spilled else ScoreSpill(0, 0)
         stats = KernelStats(
-            result.cycles,
+            result.cycles + spill.cycles(self.cfg),
             result.counts["MAC"],
-            int(prog.commands.shape[0]),
+            int(prog.commands.shape[0]) + spill.columns,
             run_count(prog.commands),
             startup,
             channel_activity(result.to_dict(), self.cfg),

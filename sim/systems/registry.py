@@ -44,7 +44,14 @@ from typing import Any
 
 from pimphony.compiler.kernels import gemv_max_batch
 from pimphony.compiler.llm import ModelSpec, load_model
-from pimphony.compiler.plan import GemvJob, KvHeads, kv_heads_per_device, split_evenly, tp_shapes
+from pimphony.compiler.plan import (
+    GemvJob,
+    KvHeads,
+    ScoreOverflow,
+    kv_heads_per_device,
+    split_evenly,
+    tp_shapes,
+)
 from pimphony.models.config import HardwareConfig, load_preset
 from pimphony.models.energy import load_energy
 from pimphony.models.hub import epu_cycles, link_cycles
@@ -362,6 +369,7 @@ class PimSystem:
             max_context=c.max_context,
             check_capacity=c.check_capacity,
             mapping=c.mapping,
+            score_overflow=c.score_overflow,
         )
 
     def step(
@@ -654,10 +662,11 @@ SYSTEMS: dict[SystemKind, SystemRow] = {
             Command.DECODE: (
                 "modules", "tp", "pp", "micro_batches", "partition", "sched", "memory",
                 "max_context", "preset", "ignore_capacity", "energy", "mapping",
+                "score_overflow",
             ),
             Command.SERVE: (
                 "tp", "pp", "micro_batches", "partition", "sched", "memory", "max_context",
-                "preset",
+                "preset", "score_overflow",
             ),
         },
         ("system", "gpu", "gpus", "gpu_memory_fraction", "xpu", "sub_batches"),
@@ -778,6 +787,7 @@ def system_config(args: argparse.Namespace, kind: SystemKind, command: Command) 
         groups=getattr(args, "groups", None),
         slicing=not getattr(args, "no_dex", False),
         offload=OffloadReading(getattr(args, "offload", OffloadReading.PER_BANK)),
+        score_overflow=getattr(args, "score_overflow", ScoreOverflow.GPR_TILES.value),
         **{
             k: getattr(args, k, None)
             for k in ("backend", "table", "budget", "verify")

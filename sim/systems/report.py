@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 from pimphony.compiler.llm import LayerOp
+from pimphony.compiler.plan import ScoreOverflow
 from pimphony.models.config import HardwareConfig
 from pimphony.models.fileio import pyplot, write_figure
 from pimphony.models.xpu_config import XpuConfig
@@ -18,6 +19,7 @@ from pimphony.sim.systems.energy import energy_line
 from pimphony.sim.systems.setup import DecodeSetup
 
 __all__ = [
+    "LATER_FIELDS",
     "OP_KEYS",
     "OP_STYLE",
     "DecodeReport",
@@ -129,10 +131,18 @@ def table_lines(columns: Sequence[tuple[str, int]], rows: Iterable[Sequence[str]
     return [line([name for name, _ in columns]), *(line(cells) for cells in rows)]
 
 
+#: Setup fields added after digests were first published, each with the value at which a
+#: digest leaves it out (so that digests at the default stay what they were).
+LATER_FIELDS: dict[str, Any] = {"score_overflow": ScoreOverflow.GPR_TILES.value}
+
+
 def digest_inputs(setup: Any, **extra: Any) -> dict[str, Any]:
     """A step setup's fields and ``extra`` as digest inputs: a PIM preset by its hash, the
-    model and other devices in full."""
+    model and other devices in full; a :data:`LATER_FIELDS` field at its default left out."""
     inputs = {f.name: getattr(setup, f.name) for f in dataclasses.fields(setup)} | extra
+    for k, default in LATER_FIELDS.items():
+        if k in inputs and inputs[k] == default:
+            del inputs[k]
     for k, v in inputs.items():
         if isinstance(v, HardwareConfig):
             inputs[k] = v.sha256()

@@ -8,7 +8,13 @@ from enum import StrEnum
 
 import numpy as np
 from pimphony.compiler.llm import ModelSpec
-from pimphony.compiler.plan import PARTITIONS, DecodeMappingError, Parallelism
+from pimphony.compiler.plan import (
+    PARTITIONS,
+    SCORE_OVERFLOWS,
+    DecodeMappingError,
+    Parallelism,
+    ScoreOverflow,
+)
 from pimphony.models.channel import SCHEDULERS
 from pimphony.models.config import HardwareConfig
 from pimphony.models.errors import PimphonyError
@@ -86,6 +92,8 @@ class DecodeSetup:
         Refuse batches that do not fit (default); off only for timing studies.
     mapping : {"fixed", "tuned"}
         The weight GEMVs' mapping (:class:`Mapping`, ``sim.systems.tuned``).
+    score_overflow : {"gpr-tiles", "bank-spill"}
+        What a pair whose scores overflow the GPR does (``compiler.plan.SCORE_OVERFLOWS``).
     """
 
     model: ModelSpec
@@ -100,6 +108,7 @@ class DecodeSetup:
     max_context: int | None = None
     check_capacity: bool = True
     mapping: str = Mapping.FIXED.value
+    score_overflow: str = ScoreOverflow.GPR_TILES.value
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "lengths", checked_lengths(self.lengths))
@@ -112,6 +121,7 @@ class DecodeSetup:
             ("sched", self.sched, SCHEDULERS),
             ("memory", self.memory, MEMORY_POLICIES),
             ("mapping", self.mapping, list(Mapping)),
+            ("score_overflow", self.score_overflow, SCORE_OVERFLOWS),
         ):
             if value not in allowed:
                 raise DecodeError(f"{name} {value!r} is unknown; allowed: {', '.join(allowed)}")

@@ -164,7 +164,7 @@ def attention_step(
     candidate with the fewest attention cycles (ties: the first)."""
     best: tuple[LayerPlan, Callable[[Any], Any], dict[str, int], int] | None = None
     for partition in candidates(setup.partition):
-        plan = layer_plan(setup.model, setup.hw, lengths, setup.tp, partition)
+        plan = layer_plan(setup.model, setup.hw, lengths, setup.tp, partition, setup.score_overflow)
         run = _once(cache.run)
         split = _attention_split(plan, setup.hw, run)[0]
         sent = 0
@@ -202,7 +202,7 @@ def _layer_timing(
     setup: DecodeSetup, lengths: tuple[int, ...], cache: KernelCache, partition: str
 ) -> LayerTiming:
     spec, cfg = setup.model, setup.hw
-    plan = layer_plan(spec, cfg, lengths, setup.tp, partition)
+    plan = layer_plan(spec, cfg, lengths, setup.tp, partition, setup.score_overflow)
     run = _once(cache.run)
     tuning = tuned_module().tune_gemvs(cfg, plan, run) if setup.mapping == Mapping.TUNED else None
     gemv = tuning.jobs if tuning else plan.gemv
