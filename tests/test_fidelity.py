@@ -71,7 +71,7 @@ EXPECTED = {
     "D-over-gpu-hbm-pim": Verdict.DIRECTION_ONLY,
     "D-over-gpu-attacc": Verdict.CLOSE,
     "D-fig8": Verdict.DIRECTION_ONLY,
-    "D-fig10": Verdict.CLOSE,
+    "D-fig10": Verdict.DIRECTION_ONLY,
     "D-table2": Verdict.CLOSE,
     "D-fig2-attacc": Verdict.DIRECTION_ONLY,
     "D-fig9-attacc": Verdict.DIFFERS,
