@@ -201,7 +201,7 @@ def test_tally_by_paper():
 def test_every_sized_verdict_has_its_numbers(results):
     """A close verdict rests on gaps; a direction-only one without gaps is a claim whose
     paper gives no number (named here, so a row that forgot its gaps fails)."""
-    unsized = {"P-fig20", "LP-fig21"}
+    unsized = {"P-fig9", "P-fig20", "LP-fig21"}
     for claim, m in results:
         if m.verdict == Verdict.CLOSE:
             assert m.gaps and all(g.close for g in m.gaps), claim.key
