@@ -17,11 +17,11 @@ setup: $(STAMP)  ## create .venv and install everything from PyPI
 sim: $(STAMP)  ## default demo: QK^T, SV and FC GEMV under static, ping-pong and DCS
 	$(BIN)/pimphony demo
 
-test: $(STAMP)  ## the test suite CI runs (slow cases excluded); per-test times in build/test-report.xml
-	$(BIN)/python -m pytest -q -m "not slow" --durations=25 --junitxml=build/test-report.xml
+test: $(STAMP)  ## the test suite CI runs (slow cases excluded), one worker per core (a test file per worker); per-test times in build/test-report.xml
+	$(BIN)/python -m pytest -q -m "not slow" -n auto --dist loadfile --durations=25 --junitxml=build/test-report.xml
 
 test-all: $(STAMP)  ## every test, including the slow ones
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 bench: $(STAMP)  ## CLI start-up, TLM speed per scheduler, decode-step and RTL simulation speed
 	$(BIN)/pimphony bench
