@@ -164,3 +164,29 @@ def test_pingpong_mode_policy_under_verilator(overrides):
             ),
         ]
     _assert_mode_policy("pingpong", cfg, streams)
+
+
+def test_runs_of_one_build_hold_its_lock(tmp_path, monkeypatch):
+    """While one run uses a build directory no other process can (pytest-xdist workers
+    running the same block wait for each other); the lock is released after the run."""
+    import fcntl
+
+    from pimphony.sim.verify import runner
+
+    seen = {}
+
+    def locked(top, verilog_text, test_module, job, simulator, waves, build_dir):
+        with open(build_dir / ".lock") as other:
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                seen["held"] = False
+            except BlockingIOError:
+                seen["held"] = True
+        return "ran"
+
+    monkeypatch.setattr(runner, "_run_locked", locked)
+    assert runner.run_cocotb("top", "module top; endmodule", "tb", {}, build_root=tmp_path) == "ran"
+    assert seen == {"held": True}
+    (lock_file,) = tmp_path.glob("top-verilator-*/.lock")
+    with open(lock_file) as after:
+        fcntl.flock(after, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free again

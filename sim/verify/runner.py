@@ -10,6 +10,7 @@ testbenches drive and read. The block-specific harnesses are ``sim.verify.schedu
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -211,17 +212,35 @@ def run_cocotb(
     The testbench reads ``job`` (written there as ``job.json``, path in ``PIMPHONY_JOB``) and
     writes its results to ``PIMPHONY_RESULT`` (``result.json``), returned parsed. With
     ``waves`` the waveform the simulator wrote in this run is returned too (``dump.vcd`` for
-    Verilator, ``<top>.fst`` for Icarus). Runs sharing a build directory must not overlap.
+    Verilator, ``<top>.fst`` for Icarus). Runs sharing a build directory wait for each other
+    (a file lock), so parallel processes may run the same block.
 
     Raises
     ------
     CosimError
         The build or the run failed, the test failed or wrote no result, or no waveform.
     """
-    from cocotb_tools.runner import get_runner
-
     build_dir = _build_dir(top, verilog_text, simulator, waves, build_root).resolve()
     build_dir.mkdir(parents=True, exist_ok=True)
+    # Runs of one build share its files (job, result, logs): one at a time across processes
+    # (pytest-xdist workers, parallel campaigns); the lock is released when the file closes.
+    with open(build_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _run_locked(top, verilog_text, test_module, job, simulator, waves, build_dir)
+
+
+def _run_locked(
+    top: str,
+    verilog_text: str,
+    test_module: str,
+    job: dict,
+    simulator: str,
+    waves: bool,
+    build_dir: Path,
+) -> CocotbRun:
+    """:func:`run_cocotb` in ``build_dir``, which no other run uses meanwhile."""
+    from cocotb_tools.runner import get_runner
+
     src = build_dir / f"{top}.v"
     if not src.exists() or src.read_text() != verilog_text:
         src.write_text(verilog_text)
