@@ -43,6 +43,7 @@ __all__ = [
     "compile_qk",
     "compile_sv",
     "gemv_max_batch",
+    "gpr_tiles_needed",
     "gemv_pass_size",
     "row_switch_estimate",
 ]
@@ -215,18 +216,19 @@ def _plan(
         )
     gpr_size = gpr_tiles(cfg)
     gpr_out_base = heads * tiles
-    if gpr_out_base + heads * groups > gpr_size:
+    need = gpr_tiles_needed(cfg, n_out, n_in, heads)
+    if need > gpr_size:
         if what == "batch":
             fits = gemv_max_batch(cfg, n_out, n_in)
             raise CompileError(
                 f"batch {heads}: inputs ({heads}x{n_in}) and outputs ({heads}x{n_out}) of the "
-                f"whole batch need {gpr_out_base + heads * groups} GPR tiles of "
+                f"whole batch need {need} GPR tiles of "
                 f"{ch.column_bytes} B; the GPR holds {gpr_size}; use a batch <= {fits} per "
                 "GEMV (run the rest as another GEMV) or split d_in/d_out over more channels"
             )
         raise CompileError(
             f"inputs ({heads}x{n_in}) and outputs ({heads}x{n_out}) need "
-            f"{gpr_out_base + heads * groups} GPR tiles of {ch.column_bytes} B; the GPR holds "
+            f"{need} GPR tiles of {ch.column_bytes} B; the GPR holds "
             f"{gpr_size}"
         )
     return GemvPlan(
@@ -425,10 +427,15 @@ def gemv_pass_size(cfg: HardwareConfig, d_out: int, d_in: int, batch: int) -> in
 
 def gemv_max_batch(cfg: HardwareConfig, d_out: int, d_in: int) -> int:
     """Largest batch whose inputs and outputs fit the GPR for a ``d_out x d_in`` GEMV."""
+    return gpr_tiles(cfg) // gpr_tiles_needed(cfg, positive("d_out", d_out), positive("d_in", d_in))
+
+
+def gpr_tiles_needed(cfg: HardwareConfig, n_out: int, n_in: int, heads: int = 1) -> int:
+    """GPR tiles (``column_bytes`` each) a kernel's vectors occupy: per head its input
+    (``ceil(n_in / mac_elements)`` tiles) and its output (``ceil(n_out / banks)``, one value
+    per bank per RD_OUT)."""
     ch = cfg.channel
-    groups = math.ceil(positive("d_out", d_out) / ch.banks)
-    tiles = math.ceil(positive("d_in", d_in) / ch.mac_elements)
-    return gpr_tiles(cfg) // (tiles + groups)
+    return heads * (math.ceil(n_in / ch.mac_elements) + math.ceil(n_out / ch.banks))
 
 
 def attention_plan(

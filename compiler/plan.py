@@ -53,7 +53,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from pimphony.compiler.kernels import gemv_max_batch, row_switch_estimate
+from pimphony.compiler.kernels import gemv_max_batch, gpr_tiles_needed, row_switch_estimate
 from pimphony.compiler.llm import GEMV_OPS, LayerOp, ModelSpec, gemv_shapes
 from pimphony.models.config import HardwareConfig
 from pimphony.models.errors import PimphonyError
@@ -349,14 +349,8 @@ def spill_staging(cfg: HardwareConfig, job: ChannelJob) -> HardwareConfig:
     channel TLM's timing does not read them), so the kernel is lowered as if they fit."""
     if not job.spill:
         return cfg
-    ch = cfg.channel
-    tiles = job.gqa_group * (
-        math.ceil(job.d_h / ch.mac_elements)
-        + math.ceil(job.d_h / ch.banks)
-        + math.ceil(job.tokens / ch.mac_elements)
-        + math.ceil(job.tokens / ch.banks)
-    )
-    need = tiles * ch.column_bytes
+    n_out, n_in = (job.tokens, job.d_h) if job.kind == "qk" else (job.d_h, job.tokens)
+    need = gpr_tiles_needed(cfg, n_out, n_in, job.gqa_group) * cfg.channel.column_bytes
     if need <= cfg.module.gpr_bytes:
         return cfg
     return replace(cfg, module=replace(cfg.module, gpr_bytes=need))
