@@ -1426,7 +1426,7 @@ _LP_FIG19_BATCHES = (32, 128, 384)
 _LP_FIG19_CONTEXTS = (16, 256, 4096)
 #: Both readings of DBO's offloaded FFN (``--offload``); rows judge the default, per bank,
 #: and state the other.
-_OFFLOAD_READINGS = (OffloadReading.PER_BANK, OffloadReading.PER_CHANNEL)
+_OFFLOAD_READINGS = tuple(OffloadReading)
 #: Fig. 20 and 21's model (6.1's GPT3-175B; the paper does not name Fig. 20's) and the array
 #: sides of the Fig. 21 row (256 x 256 behaves as 128 x 128: the NPU is memory-bound there).
 _LP_FIG20_MODEL = "gpt3-175b-4k"
