@@ -50,7 +50,6 @@ from pimphony.compiler.llm import load_model
 from pimphony.compiler.plan import ScoreOverflow
 from pimphony.models.config import load_preset
 from pimphony.models.fileio import BUILD_DIR, pyplot, write_figure
-from pimphony.models.xpu import ring_allreduce_seconds
 from pimphony.models.xpu_config import XpuConfig, load_xpu
 from pimphony.sim.cli import add_seed_option, bounded_int
 from pimphony.sim.provenance import provenance
@@ -61,6 +60,7 @@ from pimphony.sim.systems.command import (
     add_score_overflow_option,
     score_overflow_of,
 )
+from pimphony.sim.systems.costs import hidden_allreduce_seconds
 from pimphony.sim.systems.hetero import SUB_BATCHES_AUTO, HeteroSetup, run_hetero_decode
 from pimphony.sim.systems.kernels import KernelCache
 from pimphony.sim.systems.search import best_split, valid_splits
@@ -324,9 +324,7 @@ def hetero_ablation(
                 )
         seconds = sum(st.step_seconds for st in steps)
         allreduce = sum(
-            2
-            * spec.layers
-            * ring_allreduce_seconds(device, len(b) * spec.hidden * spec.element_bytes, modules)
+            2 * spec.layers * hidden_allreduce_seconds(spec, device, len(b), modules)
             for b in batches
         )
 

@@ -32,13 +32,26 @@ from pimphony.models.xpu import (
 )
 from pimphony.models.xpu_config import XpuConfig
 
-__all__ = ["ATTENTION", "OpCosts", "layer_costs", "op_cycles", "xpu_prefill_seconds"]
+__all__ = [
+    "ATTENTION",
+    "OpCosts",
+    "hidden_allreduce_seconds",
+    "layer_costs",
+    "op_cycles",
+    "xpu_prefill_seconds",
+]
 
 #: An op's name -> (its cost on one device, how many times one layer runs it).
 OpCosts = dict[str, tuple[XpuCost, int]]
 
 #: The table's key of decode attention on the device.
 ATTENTION = "attention"
+
+
+def hidden_allreduce_seconds(spec: ModelSpec, device: XpuConfig, rows: int, shards: int) -> float:
+    """One ring all-reduce of ``rows`` hidden vectors over ``shards`` devices (tensor
+    parallelism's reduce after the projection and after FFN2: a layer pays two)."""
+    return ring_allreduce_seconds(device, rows * spec.hidden * spec.element_bytes, shards)
 
 
 def layer_costs(
@@ -117,5 +130,5 @@ def xpu_prefill_seconds(
             gemm_cost(device, t, d_h, t).seconds + gemm_cost(device, t, t, d_h).seconds
         )
     if shards > 1:
-        layer += 2 * ring_allreduce_seconds(device, n * spec.hidden * spec.element_bytes, shards)
+        layer += 2 * hidden_allreduce_seconds(spec, device, n, shards)
     return spec.layers * layer

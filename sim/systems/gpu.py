@@ -31,11 +31,11 @@ from typing import Any
 from pimphony.compiler.llm import GEMV_OPS, ModelSpec
 from pimphony.compiler.plan import DecodeMappingError, KvHeads, kv_heads_per_device
 from pimphony.models.fileio import pyplot, write_figure
-from pimphony.models.xpu import XpuCost, ring_allreduce_seconds
+from pimphony.models.xpu import XpuCost
 from pimphony.models.xpu_config import DeviceKind, XpuConfig
 from pimphony.sim.provenance import inputs_digest
 from pimphony.sim.systems import report as step_report
-from pimphony.sim.systems.costs import ATTENTION, OpCosts, layer_costs
+from pimphony.sim.systems.costs import ATTENTION, OpCosts, hidden_allreduce_seconds, layer_costs
 from pimphony.sim.systems.energy import energy_line, gpu_energy
 from pimphony.sim.systems.setup import DecodeError, checked_lengths
 
@@ -302,8 +302,8 @@ def run_gpu_decode(setup: GpuSetup) -> GpuReport:
     memory = gpu_memory(setup)
     b = len(setup.lengths)
     costs = gpu_op_costs(setup)
-    vector_bytes = b * spec.hidden * spec.element_bytes
-    one_reduce = ring_allreduce_seconds(gpu, vector_bytes, n)
+    vector_bytes = b * spec.hidden * spec.element_bytes  # reported beside the reduce
+    one_reduce = hidden_allreduce_seconds(spec, gpu, b, n)
     part_of = {str(op): GpuPart.FC for op in GEMV_OPS} | {ATTENTION: GpuPart.ATTENTION}
     layer = dict.fromkeys(GPU_PARTS, 0.0)
     flops = traffic = 0

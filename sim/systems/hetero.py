@@ -50,12 +50,12 @@ from pimphony.compiler.plan import KvHeads, micro_batches
 from pimphony.models.energy import ChannelActivity, EnergyParams
 from pimphony.models.fileio import pyplot, write_figure
 from pimphony.models.hub import link_cycles
-from pimphony.models.xpu import VectorOp, ring_allreduce_seconds
+from pimphony.models.xpu import VectorOp
 from pimphony.models.xpu_config import XpuConfig
 from pimphony.sim.provenance import inputs_digest
 from pimphony.sim.systems import report as step_report
 from pimphony.sim.systems.admission import admit
-from pimphony.sim.systems.costs import layer_costs, op_cycles
+from pimphony.sim.systems.costs import hidden_allreduce_seconds, layer_costs, op_cycles
 from pimphony.sim.systems.energy import energy_line, hetero_energy
 from pimphony.sim.systems.kernels import KernelCache
 from pimphony.sim.systems.setup import DecodeError, DecodeSetup
@@ -264,7 +264,7 @@ def _xpu_ops(setup: HeteroSetup, batch: int) -> tuple[dict[str, int], dict[str, 
         "ffn2": c[LayerOp.FFN2],
     }
     if n > 1:
-        reduce = ring_allreduce_seconds(setup.xpu, batch * spec.hidden * spec.element_bytes, n)
+        reduce = hidden_allreduce_seconds(spec, setup.xpu, batch, n)
         post["allreduce"] = 2 * math.ceil(reduce * freq * 1e9)
     return pre, post
 
