@@ -289,28 +289,27 @@ def _layout(p: GemvPlan) -> Iterator[tuple[int, int, int, int, int, list]]:
 
 
 def _lower(cfg: HardwareConfig, p: GemvPlan) -> np.ndarray:
-    """Emit the command stream for plan ``p`` (loop nest in ``docs/mapping.md``)."""
+    """Emit the command stream for plan ``p`` (loop nest in ``docs/mapping.md``).
+
+    The loop nest lists *blocks* (:data:`_BLOCK_FIELDS`), one per pass's heads at a time;
+    :func:`_expand_blocks` writes their commands.
+    """
     ch = cfg.channel
     half_g, half_o, cols = ch.gbuf_entries // 2, ch.obuf_entries // 2, ch.columns_per_row
     per_pass = p.pass_size
-    passes = [list(range(h0, min(h0 + per_pass, p.heads))) for h0 in range(0, p.heads, per_pass)]
     n_chunks = math.ceil(p.tiles / p.chunk_tiles)
-    n_blocks = math.ceil(p.groups / p.block_groups)
-    n_w = p.heads * p.tiles * (1 if p.resident else n_blocks)
-    n_mac = p.heads * p.groups * p.tiles
-    n_r = p.heads * p.groups
-    cmds = np.zeros(n_w + n_mac + n_r, dtype=COMMAND_DTYPE)
-    i = 0
+    slot = p.tiles if p.resident else p.chunk_tiles  # GBuf entries per head
+    blocks: list[tuple[int, ...]] = []
+    add = blocks.append
+    wr, mac, rd = int(Op.WR_INP), int(Op.MAC), int(Op.RD_OUT)
     fill = 0  # GBuf fills so far: alternates the GBuf half
     block_count = 0  # output blocks so far: alternates the OBuf half
-    for heads in passes:
+    for h0 in range(0, p.heads, per_pass):
+        m = min(per_pass, p.heads - h0)  # the pass's heads h0 .. h0 + m - 1
         if p.resident:
             resident_half = (fill % 2) * half_g
             fill += 1
-            for j, h in enumerate(heads):
-                for k in range(p.tiles):
-                    cmds[i] = (Op.WR_INP, resident_half + j * p.tiles + k, 0, 0, 0, h * p.tiles + k)
-                    i += 1
+            add((wr, m, p.tiles, resident_half, 1, slot, 0, 0, 0, 0, h0 * p.tiles, 1, p.tiles))
         for b0, _g_hi, c, k0, k1, runs in _layout(p):  # column addresses restart per pass
             if c == 0:
                 oh = (block_count % 2) * half_o
@@ -319,12 +318,9 @@ def _lower(cfg: HardwareConfig, p: GemvPlan) -> np.ndarray:
             if not p.resident:
                 gh = (fill % 2) * half_g
                 fill += 1
-                for j, h in enumerate(heads):
-                    for k in range(k0, k1):
-                        gb = gh + j * p.chunk_tiles + (k - k0)
-                        cmds[i] = (Op.WR_INP, gb, 0, 0, 0, h * p.tiles + k)
-                        i += 1
+                add((wr, m, k1 - k0, gh, 1, slot, 0, 0, 0, 0, h0 * p.tiles + k0, 1, p.tiles))
             for g, lo, hi, first, last in runs:
+                out = oh + (g - b0) * per_pass
                 # Split the run at DRAM-row boundaries: every head finishes a row segment before
                 # the next row opens (row reuse across the GQA group). With the row-aligned layout
                 # of attention runs this never splits (docs/mapping.md).
@@ -332,21 +328,50 @@ def _lower(cfg: HardwareConfig, p: GemvPlan) -> np.ndarray:
                 while seg_lo < hi:
                     a_lo = first + (seg_lo - lo)
                     seg_hi = min(hi, seg_lo + cols - a_lo % cols)
-                    for j in range(len(heads)):
-                        out = oh + (g - b0) * per_pass + j
-                        slot = gh + j * (p.tiles if p.resident else p.chunk_tiles)
-                        for k in range(seg_lo, seg_hi):
-                            a = first + (k - lo)
-                            gb = slot + (k if p.resident else k - k0)
-                            cmds[i] = (Op.MAC, gb, a // cols, a % cols, out, 0)
-                            i += 1
+                    gb = gh + (seg_lo if p.resident else seg_lo - k0)
+                    add((mac, m, seg_hi - seg_lo, gb, 1, slot, a_lo, 1, out, 1, 0, 0, 0))
                     seg_lo = seg_hi
                 if c == n_chunks - 1 and last:
-                    for j, h in enumerate(heads):
-                        out = oh + (g - b0) * per_pass + j
-                        cmds[i] = (Op.RD_OUT, 0, 0, 0, out, p.gpr_out_base + h * p.groups + g)
-                        i += 1
-    assert i == cmds.shape[0], (i, cmds.shape)
+                    gpr = p.gpr_out_base + h0 * p.groups + g
+                    add((rd, m, 1, 0, 0, 0, 0, 0, out, 1, gpr, 0, p.groups))
+    return _expand_blocks(blocks, cols)
+
+
+#: A block of :func:`_lower`: ``heads`` runs of ``n`` commands of one opcode, one run per
+#: head of a pass. Within a run the GBuf entry, column address (row x columns + column) and
+#: GPR tile step by their ``_step``; from one head's run to the next, GBuf entry, OBuf entry
+#: and GPR tile step by their ``_head``.
+_BLOCK_FIELDS = (
+    "op", "heads", "n", "gbuf", "gbuf_step", "gbuf_head", "addr", "addr_step", "out",
+    "out_head", "gpr", "gpr_step", "gpr_head",
+)  # fmt: skip
+
+
+def _expand_blocks(blocks: list[tuple[int, ...]], cols: int) -> np.ndarray:
+    """The commands of :func:`_lower`'s blocks, in order."""
+    b = np.array(blocks, dtype=np.int64).reshape(-1, len(_BLOCK_FIELDS))
+    heads = b[:, 1]
+    j = np.arange(int(heads.sum()), dtype=np.int64) - np.repeat(np.cumsum(heads) - heads, heads)
+    b = np.repeat(b, heads, axis=0)  # one row per head's run
+    op, _, n, gbuf, gbuf_step, gbuf_head, addr, addr_step, out, out_head, gpr, gpr_step = b.T[:12]
+    gpr_head = b[:, 12]
+    gbuf, out, gpr = gbuf + j * gbuf_head, out + j * out_head, gpr + j * gpr_head
+    total = int(n.sum())
+    k = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
+    a = np.repeat(addr, n) + k * np.repeat(addr_step, n)
+    fields = {
+        "op": np.repeat(op, n),
+        "gbuf": np.repeat(gbuf, n) + k * np.repeat(gbuf_step, n),
+        "row": a // cols,
+        "col": a % cols,
+        "out": np.repeat(out, n),
+        "gpr": np.repeat(gpr, n) + k * np.repeat(gpr_step, n),
+    }
+    cmds = np.zeros(total, dtype=COMMAND_DTYPE)
+    for name, values in fields.items():
+        if total and values.max() > np.iinfo(COMMAND_DTYPE[name]).max:
+            raise OverflowError(f"command field {name} exceeds its width")
+        cmds[name] = values
     return cmds
 
 
