@@ -8,7 +8,8 @@ job gives, which ``tests/test_plan.py`` checks with memoisation off.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,13 +33,31 @@ __all__ = [
     "job_key",
     "kernel_cache",
     "run_module",
+    "summed_activity",
 ]
 
 
 def job_key(job) -> tuple:
     """What makes two channel jobs the same kernel: kind and shape (and a spill of scores)."""
+    if type(job) is ChannelJob:  # the shape's items in sorted order, without building it
+        key = (job.kind, (("d_h", job.d_h), ("gqa_group", job.gqa_group), ("tokens", job.tokens)))
+        return (*key, "spill") if job.spill else key
     key = (job.kind, tuple(sorted(job.shape.items())))
     return (*key, "spill") if _spilled(job) else key
+
+
+def summed_activity(stats: Iterable[KernelStats]) -> ChannelActivity:
+    """The activities of ``stats`` added up, each distinct result once times its count (a
+    memoised kernel's runs share one :class:`KernelStats`); equal to adding them one by one."""
+    seen: dict[int, KernelStats] = {}
+    count: Counter[int] = Counter()
+    for st in stats:
+        seen[id(st)] = st
+        count[id(st)] += 1
+    total = ChannelActivity.zero()
+    for key, st in seen.items():
+        total += st.activity if count[key] == 1 else st.activity.scaled(count[key])
+    return total
 
 
 def _spilled(job) -> bool:

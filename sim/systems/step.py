@@ -47,7 +47,7 @@ from pimphony.sim.systems.cycles import (
     tuned_module,
 )
 from pimphony.sim.systems.energy import energy_report, pim_phase_energy
-from pimphony.sim.systems.kernels import KernelCache, KernelCaches
+from pimphony.sim.systems.kernels import KernelCache, KernelCaches, summed_activity
 from pimphony.sim.systems.report import OP_KEYS, DecodeReport, context_stats
 from pimphony.sim.systems.setup import MICRO_BATCHES_AUTO, DecodeSetup, Mapping
 
@@ -175,10 +175,7 @@ def attention_step(
             best = (plan, run, split, sent)
     assert best is not None
     plan, run, split, sent = best
-    activity = ChannelActivity.zero()
-    for jobs in (*plan.qk, *plan.sv):
-        for j in jobs:
-            activity += run(j).activity
+    activity = summed_activity(run(j) for jobs in (*plan.qk, *plan.sv) for j in jobs)
     return AttentionStep(plan.partition, split, sent, activity)
 
 
@@ -210,15 +207,15 @@ def _layer_timing(
     macs: dict[str, int] = dict.fromkeys(OP_KEYS, 0)
     hub: dict[str, int] = {}
     busy = commands = 0
-    activity = {"fc": ChannelActivity.zero(), "attention": ChannelActivity.zero()}
     for op in GEMV_OPS:
         c, m, b, n, h = gemv_op(gemv[op], run)
         cycles[op], macs[op], hub[op] = c + (tuning.reduce_cycles[op] if tuning else 0), m, h
         busy += b
         commands += n
-        for channel_jobs in gemv[op]:
-            for j in channel_jobs:
-                activity["fc"] += run(j).activity
+    activity = {
+        "fc": summed_activity(run(j) for op in GEMV_OPS for jobs in gemv[op] for j in jobs),
+        "attention": summed_activity(run(j) for jobs in (*plan.qk, *plan.sv) for j in jobs),
+    }
     split, tasks, att = _attention_split(plan, cfg, run)
     cycles.update(split)
     for kind, jobs in (("qk", plan.qk), ("sv", plan.sv)):
@@ -227,7 +224,6 @@ def _layer_timing(
                 st = run(j)
                 macs[kind] += st.macs
                 commands += st.commands
-                activity["attention"] += st.activity
         hub[kind] = hub_count(jobs, run)
     busy += int(att.channel_busy.sum())
     b = len(lengths)
