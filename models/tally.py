@@ -67,6 +67,7 @@ __all__ = [
     "tally_close",
     "tally_in_order",
     "tally_lengths",
+    "tally_macs_in_order",
     "tally_open",
     "tally_row_in_order",
 ]
@@ -133,6 +134,23 @@ def tally_in_order(tl, op, t, tv):
         _union_add(tl, _U_M, t, e)
         _union_add(tl, _U_MR, t, e)
     _union_add(tl, _U_MRI, t, e)
+
+
+@njit(cache=True, inline="always")
+def tally_macs_in_order(tl, k, t_first, t_last, tv):
+    """``k`` MACs issued tCCD apart from ``t_first`` to ``t_last`` by an in-order kernel:
+    :func:`tally_in_order` of each at once (their intervals join into one)."""
+    tl[TL_COUNTS + OP_MAC] += k
+    done = t_last + exec_time(OP_MAC, tv)
+    if done > tl[TL_CYCLES]:
+        tl[TL_CYCLES] = done
+    if tl[TL_CLASS] != MODE_COMPUTE:
+        tl[TL_MODE_SWITCHES] += 1
+        tl[TL_CLASS] = MODE_COMPUTE
+    e = t_last + tv[TV_CCD]
+    _union_add(tl, _U_M, t_first, e)
+    _union_add(tl, _U_MR, t_first, e)
+    _union_add(tl, _U_MRI, t_first, e)
 
 
 @njit(cache=True, inline="always")
