@@ -62,6 +62,7 @@ __all__ = [
     "t_io_interval",
     "t_mac",
     "t_mac_interval",
+    "t_macs_interval",
     "t_macs_counted",
     "t_row",
     "tally_close",
@@ -237,6 +238,17 @@ def t_mac_interval(tt, t, tccd):
     if sg == NONE:
         sg = t
     return cy, sw, msw, cls, n0, n1, n2, p0, p1, m0, t + tccd, m2, r0, r1, r2, a0, a1, a2, sg
+
+
+@njit(cache=True, inline="always")
+def t_macs_interval(tt, t_first, t_last, tccd):
+    """The intervals of MACs issued tCCD apart from ``t_first`` to ``t_last``:
+    :func:`t_mac_interval` of each at once (they join into one)."""
+    cy, sw, msw, cls, n0, n1, n2, p0, p1, m0, m1, m2, r0, r1, r2, a0, a1, a2, sg = t_mac_interval(
+        tt, t_first, tccd
+    )
+    m1 = t_last + tccd
+    return cy, sw, msw, cls, n0, n1, n2, p0, p1, m0, m1, m2, r0, r1, r2, a0, a1, a2, sg
 
 
 @njit(cache=True, inline="always")
