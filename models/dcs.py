@@ -385,7 +385,10 @@ def dcs_run(
     While no WR_INP or RD_OUT is queued and MACs arrive, a shorter loop takes the same steps
     (a MAC is issued and accepted in one place, which both loops reach); a MAC that waits
     for a full queue's slot, no WR_INP or RD_OUT queued, is accepted in the step that
-    frees it. The tally counts MACs in batches, at the next WR_INP or RD_OUT and at the end.
+    frees it. In it, a run of MACs on the open row is taken in closed form: while the head
+    needs nothing but the MAC pipeline, each issues tCCD after the one before, after the
+    acceptances due by then. The tally counts MACs in batches, at the next WR_INP or RD_OUT
+    and at the end.
 
     The tally takes a row switch when it is recorded, after every command it has taken: each
     started before the cycle being decided. A WR_INP or RD_OUT that pays a mode switch
