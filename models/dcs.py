@@ -327,12 +327,23 @@ def _mac_slot(ta, c_n, c_h, depth, tail_issue):
 
 
 @njit(cache=True, inline="always")
-def _accept_mac(qc, d_table, n_gbuf, h, n_acc, c_n, g, oe, r, ta):
-    """MAC ``n_acc`` (GBuf entry ``g``, OBuf entry ``oe``, row ``r``) accepted at ``ta`` into
-    ring slot ``h`` of the compute queue, position ``c_n``: its dependencies from the D-Table
-    (only a WR_INP or RD_OUT can block a MAC), which then names it."""
-    g = np.int64(g)
-    oe = np.int64(oe)
+def _offered(a_prev, valid_gaps, j):
+    """The cycle command ``j`` of the chunk is offered, the previous one accepted at
+    ``a_prev`` (``valid_gaps`` None: no gaps)."""
+    if valid_gaps is None:
+        return a_prev + 1
+    return a_prev + 1 + valid_gaps[uix(j)]
+
+
+@njit(cache=True, inline="always")
+def _accept_mac(qc, d_table, n_gbuf, depth, c_ns, c_n, n_acc, j, gbuf, out, row, ta):
+    """The next command, MAC ``n_acc`` (``j`` in the chunk), accepted at ``ta`` into ring
+    slot ``c_ns`` of the compute queue, position ``c_n``: its dependencies from the D-Table
+    (only a WR_INP or RD_OUT can block a MAC), which then names it. Returns the queue's new
+    ``(c_ns, c_n, n_acc)``."""
+    g = np.int64(gbuf[uix(j)])
+    oe = np.int64(out[uix(j)])
+    h = c_ns
     blocked = 0
     d = d_table[uix(g)]
     if d >= 0 and d & 1 == 0:
@@ -343,10 +354,11 @@ def _accept_mac(qc, d_table, n_gbuf, h, n_acc, c_n, g, oe, r, ta):
         blocked |= 2
         qc[_at(h, _Q_DO)] = d >> 1
     qc[_at(h, _Q_ID)] = n_acc << 2 | blocked
-    qc[_at(h, _Q_FIELDS)] = np.int64(r) << 32 | oe << 16 | g
+    qc[_at(h, _Q_FIELDS)] = np.int64(row[uix(j)]) << 32 | oe << 16 | g
     qc[_at(h, _Q_ACC)] = ta
     d_table[uix(g)] = 2 * c_n + 1
     d_table[uix(n_gbuf + oe)] = 2 * c_n + 1
+    return (0 if c_ns + 1 == depth else c_ns + 1), c_n + 1, n_acc + 1
 
 
 @njit(cache=True, inline="always")
@@ -437,9 +449,7 @@ def dcs_run(
         mac_next = False
         if n_acc < end:
             j = n_acc - base
-            ta0 = a_prev + 1
-            if valid_gaps is not None:
-                ta0 += valid_gaps[uix(j)]
+            ta0 = _offered(a_prev, valid_gaps, j)
             if op[uix(j)] == OP_MAC:
                 mac_next = True
                 ta, full = _mac_slot(ta0, c_n, c_h, depth, qc[_at(c_ns, _Q_ISS)])
@@ -578,23 +588,10 @@ def dcs_run(
                     ta = max(ta0, xc + 1)
                     accept = True
             if accept:
-                j = n_acc - base
-                _accept_mac(
-                    qc,
-                    d_table,
-                    n_gbuf,
-                    c_ns,
-                    n_acc,
-                    c_n,
-                    gbuf[uix(j)],
-                    out[uix(j)],
-                    row[uix(j)],
-                    ta,
+                c_ns, c_n, n_acc = _accept_mac(
+                    qc, d_table, n_gbuf, depth, c_ns, c_n, n_acc, n_acc - base, gbuf, out, row, ta
                 )
-                c_n += 1
-                c_ns = 0 if c_ns + 1 == depth else c_ns + 1
                 a_prev = ta
-                n_acc += 1
             if not quiet or n_acc == end or op[uix(n_acc - base)] != OP_MAC:
                 break
             if c_h < c_n and prepared == 0:
@@ -608,14 +605,13 @@ def dcs_run(
             # WR_INP, RD_OUT or the chunk's end due next).
             if c_h < c_n and last_issue == t_last_mac and row_ready <= t_last_mac + tccd:
                 t_first = t_last_mac + tccd
+                ta_first = a_prev
                 while True:
                     t = t_last_mac + tccd
                     stop = False
                     while n_acc < end:
                         j = n_acc - base
-                        ta = a_prev + 1
-                        if valid_gaps is not None:
-                            ta += valid_gaps[uix(j)]
+                        ta = _offered(a_prev, valid_gaps, j)
                         if op[uix(j)] != OP_MAC:
                             stop = ta <= t
                             break
@@ -625,22 +621,10 @@ def dcs_run(
                             ta = max(ta, qc[_at(c_ns, _Q_ISS)] + 1)
                         if ta > t:
                             break
-                        _accept_mac(
-                            qc,
-                            d_table,
-                            n_gbuf,
-                            c_ns,
-                            n_acc,
-                            c_n,
-                            gbuf[uix(j)],
-                            out[uix(j)],
-                            row[uix(j)],
-                            ta,
+                        c_ns, c_n, n_acc = _accept_mac(
+                            qc, d_table, n_gbuf, depth, c_ns, c_n, n_acc, j, gbuf, out, row, ta
                         )
-                        c_n += 1
-                        c_ns = 0 if c_ns + 1 == depth else c_ns + 1
                         a_prev = ta
-                        n_acc += 1
                     h = c_hs
                     if stop or n_acc == end or c_h == c_n or qc[_at(h, _Q_ACC)] >= t:
                         break
@@ -653,20 +637,16 @@ def dcs_run(
                     last_issue = t
                     c_h += 1
                     c_hs = 0 if c_hs + 1 == depth else c_hs + 1
-                if t_last_mac >= t_first:
-                    tt = tally.t_macs_interval(tt, t_first, t_last_mac, tccd)
-                    mode = MODE_COMPUTE
-                    prepared = 0
-                if n_acc == end or op[uix(n_acc - base)] != OP_MAC:
-                    break
-                if c_h < c_n and prepared == 0:
-                    if qc[_at(c_hs, _Q_FIELDS)] >> 32 != cur_row:
-                        break
-                    prepared = 1
+                if a_prev != ta_first or t_last_mac >= t_first:
+                    if t_last_mac >= t_first:
+                        tt = tally.t_macs_interval(tt, t_first, t_last_mac, tccd)
+                        mode = MODE_COMPUTE
+                        prepared = 0
+                    tc = INF  # nothing left of the step before: the checks above again
+                    accept = False
+                    continue
             # The next step: every WR_INP and RD_OUT has issued, the head's row is open.
-            ta0 = a_prev + 1
-            if valid_gaps is not None:
-                ta0 += valid_gaps[uix(n_acc - base)]
+            ta0 = _offered(a_prev, valid_gaps, n_acc - base)
             ta, late = _mac_slot(ta0, c_n, c_h, depth, qc[_at(c_ns, _Q_ISS)])
             tc = INF
             if c_h < c_n:

@@ -738,12 +738,7 @@ def pingpong_feed(
                     tt = t_mac_interval(tt, t, tccd)
                     last_mac = t
                     last_issue = t
-                    if base + pc < later:
-                        done_before = max(done_before, t + tmac)
-                    else:
-                        win[_W_ISS, uix(pc)] = t
-                    if issue_out is not None:
-                        issue_out[uix(base + pc)] = t
+                    done_before = _mac_issued(win, pc, t, base, later, done_before, tmac, issue_out)
                     n_mac += 1
                     pc += 1
                     while pc < end_w and win[_W_KIND, uix(pc)] & 3 != OP_MAC:
@@ -762,12 +757,9 @@ def pingpong_feed(
                         if win[_W_KIND, uix(w)] & 3 != OP_MAC:
                             continue
                         tk += tccd
-                        if base + w < later:
-                            done_before = max(done_before, tk + tmac)
-                        else:
-                            win[_W_ISS, uix(w)] = tk
-                        if issue_out is not None:
-                            issue_out[uix(base + w)] = tk
+                        done_before = _mac_issued(
+                            win, w, tk, base, later, done_before, tmac, issue_out
+                        )
                     tt = t_macs_interval(tt, t + tccd, tk, tccd)
                     t = tk
                     last_mac = t
@@ -912,6 +904,20 @@ def pingpong_feed(
         st[_P_NREG] = nreg - r0
         st[_P_REG_BASE] = keep_reg
     return 0
+
+
+@njit(cache=True, inline="always")
+def _mac_issued(win, w, t, base, later, done_before, tmac, issue_out):
+    """The MAC at window position ``w`` issued at ``t`` in a stretch: its issue cycle kept
+    where the hand-off check reads it (after ``later``; before it, only the latest
+    completion), and recorded if ``issue_out`` is given. Returns the new ``done_before``."""
+    if base + w < later:
+        done_before = max(done_before, t + tmac)
+    else:
+        win[_W_ISS, uix(w)] = t
+    if issue_out is not None:
+        issue_out[uix(base + w)] = t
+    return done_before
 
 
 @njit(cache=True, inline="always")
