@@ -801,7 +801,8 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"\nRTL simulation speed: FC GEMV {args.rtl_dim}x{args.rtl_dim}, the same stream in all "
         "three (cocotb: Verilator + cocotb testbench; compiled: Verilator + C++ testbench, "
-        "sim/verify/compiled.py; build and start-up excluded)",
+        "sim/verify/compiled.py, by the testbench's CPU time (target 1M cycles/s); build and "
+        "start-up excluded)",
         flush=True,
     )
     rows = bench_rtl(args.rtl_dim)
