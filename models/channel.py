@@ -117,8 +117,6 @@ class _StaticEngine:
         self.state, self.history = new_static_state(cfg.dcs.queue_depth)
 
     def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray | None) -> None:
-        if gaps is None:
-            gaps = np.zeros(chunk.shape[0], dtype=np.int64)
         static_run(
             self.state, self.history, run.tally, chunk["op"], chunk["row"], gaps, run.tv,
             run.issue_out, run.sw_out,

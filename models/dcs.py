@@ -326,6 +326,51 @@ def _mac_slot(ta, c_n, c_h, depth, tail_issue):
     return max(ta, tail_issue + 1), False
 
 
+@njit(cache=True, inline="always")
+def _offered(a_prev, valid_gaps, j):
+    """The cycle command ``j`` of the chunk is offered, the previous one accepted at
+    ``a_prev`` (``valid_gaps`` None: no gaps)."""
+    if valid_gaps is None:
+        return a_prev + 1
+    return a_prev + 1 + valid_gaps[uix(j)]
+
+
+@njit(cache=True, inline="always")
+def _accept_mac(qc, d_table, n_gbuf, depth, c_ns, c_n, n_acc, j, gbuf, out, row, ta):
+    """The next command, MAC ``n_acc`` (``j`` in the chunk), accepted at ``ta`` into ring
+    slot ``c_ns`` of the compute queue, position ``c_n``: its dependencies from the D-Table
+    (only a WR_INP or RD_OUT can block a MAC), which then names it. Returns the queue's new
+    ``(c_ns, c_n, n_acc)``."""
+    g = np.int64(gbuf[uix(j)])
+    oe = np.int64(out[uix(j)])
+    h = c_ns
+    blocked = 0
+    d = d_table[uix(g)]
+    if d >= 0 and d & 1 == 0:
+        blocked = 1
+        qc[_at(h, _Q_DG)] = d >> 1
+    d = d_table[uix(n_gbuf + oe)]
+    if d >= 0 and d & 1 == 0:
+        blocked |= 2
+        qc[_at(h, _Q_DO)] = d >> 1
+    qc[_at(h, _Q_ID)] = n_acc << 2 | blocked
+    qc[_at(h, _Q_FIELDS)] = np.int64(row[uix(j)]) << 32 | oe << 16 | g
+    qc[_at(h, _Q_ACC)] = ta
+    d_table[uix(g)] = 2 * c_n + 1
+    d_table[uix(n_gbuf + oe)] = 2 * c_n + 1
+    return (0 if c_ns + 1 == depth else c_ns + 1), c_n + 1, n_acc + 1
+
+
+@njit(cache=True, inline="always")
+def _issue_mac(qc, s_table, n_gbuf, h, xc, tccd, tmac):
+    """The compute queue's head (ring slot ``h``) issued at ``xc``: its issue cycle, and its
+    entries' S-Table expiries."""
+    qc[_at(h, _Q_ISS)] = xc
+    f = qc[_at(h, _Q_FIELDS)]
+    s_table[uix(f & _LOW16)] = xc + tccd
+    s_table[uix(n_gbuf + ((f >> 16) & _LOW16))] = xc + tmac
+
+
 @njit(cache=True)
 def dcs_run(
     st, queues, d_table, s_table, held_io, n_gbuf, tl, op, gbuf, row, out, valid_gaps, tv,
@@ -352,7 +397,10 @@ def dcs_run(
     While no WR_INP or RD_OUT is queued and MACs arrive, a shorter loop takes the same steps
     (a MAC is issued and accepted in one place, which both loops reach); a MAC that waits
     for a full queue's slot, no WR_INP or RD_OUT queued, is accepted in the step that
-    frees it. The tally counts MACs in batches, at the next WR_INP or RD_OUT and at the end.
+    frees it. In it, a run of MACs on the open row is taken in closed form: while the head
+    needs nothing but the MAC pipeline, each issues tCCD after the one before, after the
+    acceptances due by then. The tally counts MACs in batches, at the next WR_INP or RD_OUT
+    and at the end.
 
     The tally takes a row switch when it is recorded, after every command it has taken: each
     started before the cycle being decided. A WR_INP or RD_OUT that pays a mode switch
@@ -401,9 +449,7 @@ def dcs_run(
         mac_next = False
         if n_acc < end:
             j = n_acc - base
-            ta0 = a_prev + 1
-            if valid_gaps is not None:
-                ta0 += valid_gaps[uix(j)]
+            ta0 = _offered(a_prev, valid_gaps, j)
             if op[uix(j)] == OP_MAC:
                 mac_next = True
                 ta, full = _mac_slot(ta0, c_n, c_h, depth, qc[_at(c_ns, _Q_ISS)])
@@ -525,10 +571,7 @@ def dcs_run(
         while True:
             if tc == t:
                 h = c_hs
-                qc[_at(h, _Q_ISS)] = xc
-                f = qc[_at(h, _Q_FIELDS)]
-                s_table[uix(f & _LOW16)] = xc + tccd
-                s_table[uix(n_gbuf + ((f >> 16) & _LOW16))] = xc + tmac
+                _issue_mac(qc, s_table, n_gbuf, h, xc, tccd, tmac)
                 t_last_mac = xc
                 last_issue = xc
                 mode = MODE_COMPUTE
@@ -545,38 +588,65 @@ def dcs_run(
                     ta = max(ta0, xc + 1)
                     accept = True
             if accept:
-                j = n_acc - base
-                g = np.int64(gbuf[uix(j)])
-                oe = np.int64(out[uix(j)])
-                h = c_ns
-                blocked = 0
-                d = d_table[uix(g)]
-                if d >= 0 and d & 1 == 0:  # only a WR_INP/RD_OUT can block a MAC
-                    blocked = 1
-                    qc[_at(h, _Q_DG)] = d >> 1
-                d = d_table[uix(n_gbuf + oe)]
-                if d >= 0 and d & 1 == 0:
-                    blocked |= 2
-                    qc[_at(h, _Q_DO)] = d >> 1
-                qc[_at(h, _Q_ID)] = n_acc << 2 | blocked
-                qc[_at(h, _Q_FIELDS)] = np.int64(row[uix(j)]) << 32 | oe << 16 | g
-                qc[_at(h, _Q_ACC)] = ta
-                d_table[uix(g)] = 2 * c_n + 1
-                d_table[uix(n_gbuf + oe)] = 2 * c_n + 1
-                c_n += 1
-                c_ns = 0 if c_ns + 1 == depth else c_ns + 1
+                c_ns, c_n, n_acc = _accept_mac(
+                    qc, d_table, n_gbuf, depth, c_ns, c_n, n_acc, n_acc - base, gbuf, out, row, ta
+                )
                 a_prev = ta
-                n_acc += 1
             if not quiet or n_acc == end or op[uix(n_acc - base)] != OP_MAC:
                 break
             if c_h < c_n and prepared == 0:
                 if qc[_at(c_hs, _Q_FIELDS)] >> 32 != cur_row:
                     break
                 prepared = 1
+            # A run of MACs on the open row, in closed form: while the head needs nothing but
+            # the MAC pipeline it issues tCCD after the MAC before it, after the acceptances
+            # due by then (_mac_slot's, in program order); it stops where a step could
+            # decide otherwise (the head's acceptance, row or an S-Table dependency, or a
+            # WR_INP, RD_OUT or the chunk's end due next).
+            if c_h < c_n and last_issue == t_last_mac and row_ready <= t_last_mac + tccd:
+                t_first = t_last_mac + tccd
+                ta_first = a_prev
+                while True:
+                    t = t_last_mac + tccd
+                    stop = False
+                    while n_acc < end:
+                        j = n_acc - base
+                        ta = _offered(a_prev, valid_gaps, j)
+                        if op[uix(j)] != OP_MAC:
+                            stop = ta <= t
+                            break
+                        if c_n >= depth:
+                            if c_n - depth >= c_h:
+                                break
+                            ta = max(ta, qc[_at(c_ns, _Q_ISS)] + 1)
+                        if ta > t:
+                            break
+                        c_ns, c_n, n_acc = _accept_mac(
+                            qc, d_table, n_gbuf, depth, c_ns, c_n, n_acc, j, gbuf, out, row, ta
+                        )
+                        a_prev = ta
+                    h = c_hs
+                    if stop or n_acc == end or c_h == c_n or qc[_at(h, _Q_ACC)] >= t:
+                        break
+                    if qc[_at(h, _Q_ID)] & 3 or qc[_at(h, _Q_FIELDS)] >> 32 != cur_row:
+                        break
+                    _issue_mac(qc, s_table, n_gbuf, h, t, tccd, tmac)
+                    if issue_out is not None:
+                        issue_out[uix(qc[_at(h, _Q_ID)] >> 2)] = t
+                    t_last_mac = t
+                    last_issue = t
+                    c_h += 1
+                    c_hs = 0 if c_hs + 1 == depth else c_hs + 1
+                if a_prev != ta_first or t_last_mac >= t_first:
+                    if t_last_mac >= t_first:
+                        tt = tally.t_macs_interval(tt, t_first, t_last_mac, tccd)
+                        mode = MODE_COMPUTE
+                        prepared = 0
+                    tc = INF  # nothing left of the step before: the checks above again
+                    accept = False
+                    continue
             # The next step: every WR_INP and RD_OUT has issued, the head's row is open.
-            ta0 = a_prev + 1
-            if valid_gaps is not None:
-                ta0 += valid_gaps[uix(n_acc - base)]
+            ta0 = _offered(a_prev, valid_gaps, n_acc - base)
             ta, late = _mac_slot(ta0, c_n, c_h, depth, qc[_at(c_ns, _Q_ISS)])
             tc = INF
             if c_h < c_n:

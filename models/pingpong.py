@@ -65,6 +65,7 @@ from pimphony.models.tally import (
     t_mac,
     t_mac_interval,
     t_macs_counted,
+    t_macs_interval,
     t_row,
     tally_close,
     tally_open,
@@ -737,14 +738,34 @@ def pingpong_feed(
                     tt = t_mac_interval(tt, t, tccd)
                     last_mac = t
                     last_issue = t
-                    if base + pc < later:
-                        done_before = max(done_before, t + tmac)
-                    else:
-                        win[_W_ISS, uix(pc)] = t
-                    if issue_out is not None:
-                        issue_out[uix(base + pc)] = t
+                    done_before = _mac_issued(win, pc, t, base, later, done_before, tmac, issue_out)
                     n_mac += 1
                     pc += 1
+                    while pc < end_w and win[_W_KIND, uix(pc)] & 3 != OP_MAC:
+                        pc += 1
+                    if pc >= end_w or win[_W_ROW, uix(pc)] != cur_row:
+                        break
+                    prepared = pc
+                    # The MACs from here on the open row, each tCCD after the one before:
+                    # taken at once while no later than their acceptance allows and, with
+                    # tCCD > 1, than the I/O head (_mac_stretch).
+                    w_end, k = _mac_stretch(win, pc, end_w, cur_row, t, tccd, ti_fixed)
+                    if k == 0:
+                        continue
+                    tk = t
+                    for w in range(pc, w_end):
+                        if win[_W_KIND, uix(w)] & 3 != OP_MAC:
+                            continue
+                        tk += tccd
+                        done_before = _mac_issued(
+                            win, w, tk, base, later, done_before, tmac, issue_out
+                        )
+                    tt = t_macs_interval(tt, t + tccd, tk, tccd)
+                    t = tk
+                    last_mac = t
+                    last_issue = t
+                    n_mac += k
+                    pc = w_end
                     while pc < end_w and win[_W_KIND, uix(pc)] & 3 != OP_MAC:
                         pc += 1
                     if pc >= end_w or win[_W_ROW, uix(pc)] != cur_row:
@@ -883,6 +904,46 @@ def pingpong_feed(
         st[_P_NREG] = nreg - r0
         st[_P_REG_BASE] = keep_reg
     return 0
+
+
+@njit(cache=True, inline="always")
+def _mac_issued(win, w, t, base, later, done_before, tmac, issue_out):
+    """The MAC at window position ``w`` issued at ``t`` in a stretch: its issue cycle kept
+    where the hand-off check reads it (after ``later``; before it, only the latest
+    completion), and recorded if ``issue_out`` is given. Returns the new ``done_before``."""
+    if base + w < later:
+        done_before = max(done_before, t + tmac)
+    else:
+        win[_W_ISS, uix(w)] = t
+    if issue_out is not None:
+        issue_out[uix(base + w)] = t
+    return done_before
+
+
+@njit(cache=True, inline="always")
+def _mac_stretch(win, pc, end_w, cur_row, t, tccd, ti_fixed):
+    """``(end, k)``: the ``k`` MACs of window positions ``[pc, end)`` (the others I/O,
+    skipped) that follow a MAC issued at ``t`` on ``cur_row``, no mode rule, in a stretch.
+
+    The ``m``-th issues at ``t + m tCCD``: its slot's barrier and its row are no later than
+    ``t`` and the last issue is ``t + (m - 1) tCCD``, so only its acceptance could hold it
+    later, and with tCCD > 1 the I/O head could go first (``pingpong_feed``'s stretch).
+    """
+    w = pc
+    k = 0
+    tk = t
+    while w < end_w:
+        if win[_W_KIND, uix(w)] & 3 != OP_MAC:
+            w += 1
+            continue
+        if win[_W_ROW, uix(w)] != cur_row:
+            break
+        tk += tccd
+        if win[_W_ACC, uix(w)] + 1 > tk or (tccd > 1 and tk > ti_fixed):
+            break
+        k += 1
+        w += 1
+    return w, k
 
 
 def first_illegal(state: tuple) -> tuple[int, int, int, int, int]:

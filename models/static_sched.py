@@ -27,7 +27,12 @@ from pimphony.models.dram import (
     open_row,
 )
 from pimphony.models.isa import OP_MAC
-from pimphony.models.tally import TL_SWITCHES, tally_in_order, tally_row_in_order
+from pimphony.models.tally import (
+    TL_SWITCHES,
+    tally_in_order,
+    tally_macs_in_order,
+    tally_row_in_order,
+)
 
 __all__ = ["new_static_state", "static_gap", "static_run", "static_schedule"]
 
@@ -106,15 +111,17 @@ def new_static_state(depth: int) -> tuple[np.ndarray, np.ndarray]:
 
 @njit(cache=True)
 def static_run(st, hist, tl, op, row, valid_gaps, tv, issue_out, sw_out):
-    """Schedule the next chunk of commands (``op``, ``row``, ``valid_gaps``), carrying on from
-    ``st``/``hist`` and adding to the tally ``tl`` (:mod:`models.tally`; in program order
-    every interval comes in start order, so none is held back).
+    """Schedule the next chunk of commands (``op``, ``row``, ``valid_gaps``; None: no gaps),
+    carrying on from ``st``/``hist`` and adding to the tally ``tl`` (:mod:`models.tally`; in
+    program order every interval comes in start order, so none is held back).
 
-    :func:`static_schedule`'s rules, one command at a time. If ``issue_out`` has an entry per
-    command of the whole stream, issue cycles are written there (by global index), and row
-    switches to ``sw_out`` likewise.
+    :func:`static_schedule`'s rules, one command at a time but for runs of MACs on the open
+    row, taken at once where the rules fix them (:func:`_mac_run`). If ``issue_out`` has an
+    entry per command of the whole stream, issue cycles are written there (by global index),
+    and row switches to ``sw_out`` likewise.
     """
     depth = hist.shape[0]
+    tccd = tv[TV_CCD]
     record = issue_out.shape[0] > 0
     i = st[_S_NEXT]
     a_prev = st[_S_ACCEPT]
@@ -126,9 +133,13 @@ def static_run(st, hist, tl, op, row, valid_gaps, tv, issue_out, sw_out):
     prev_op = st[_S_OP]
     prev_issue = st[_S_ISSUE]
     slot = i % depth  # ring slot of command i - depth
-    for j in range(op.shape[0]):
+    n = op.shape[0]
+    j = 0
+    while j < n:
         o = np.int64(op[j])
-        a = a_prev + 1 + valid_gaps[j]
+        a = a_prev + 1
+        if valid_gaps is not None:
+            a += valid_gaps[j]
         if i >= depth:
             a = max(a, hist[slot] + 1)
         a_prev = a
@@ -162,6 +173,29 @@ def static_run(st, hist, tl, op, row, valid_gaps, tv, issue_out, sw_out):
         prev_op = o
         prev_issue = t
         i += 1
+        j += 1
+        if o == OP_MAC and depth + tccd >= 3 and a + 2 <= t + tccd:
+            k = _mac_run(op, row, valid_gaps, j, cur_row)
+            if k > 0:
+                # Each issues tCCD after the one before (see _mac_run): the last at t_last.
+                t_last = t + k * tccd
+                last = i + k - 1  # its index; its acceptance waits for command last - depth
+                a_prev = a + k
+                if last >= depth:
+                    w = last - depth
+                    t_w = t + (w - i + 1) * tccd if w >= i else hist[last % depth]
+                    a_prev = max(a_prev, t_w + 1)
+                tally_macs_in_order(tl, k, t + tccd, t_last, tv)
+                if record:
+                    for m in range(k):
+                        issue_out[i + m] = t + (m + 1) * tccd
+                for m in range(max(0, k - depth), k):
+                    hist[(i + m) % depth] = t + (m + 1) * tccd
+                i += k
+                j += k
+                slot = i % depth
+                t_last_mac = t_last
+                prev_issue = t_last
     st[_S_NEXT] = i
     st[_S_ACCEPT] = a_prev
     st[_S_ROW] = cur_row
@@ -171,3 +205,21 @@ def static_run(st, hist, tl, op, row, valid_gaps, tv, issue_out, sw_out):
     st[_S_MODE] = mode
     st[_S_OP] = prev_op
     st[_S_ISSUE] = prev_issue
+
+
+@njit(cache=True, inline="always")
+def _mac_run(op, row, valid_gaps, j, cur_row):
+    """MACs on ``cur_row`` from command ``j`` on, offered without a gap: how many in a row.
+
+    Taken at once after a MAC issued at ``t`` on that row, accepted at ``a`` with
+    ``a + 2 <= t + tCCD``: the ``m``-th of them is accepted at ``max(a + m, issue(m - depth)
+    + 1)`` (issue cycles rise by one or more per command), so with ``depth + tCCD >= 3`` it
+    reaches the head by ``t + (m - 1) tCCD + 1`` and issues at ``t + m tCCD``: its row is
+    open, its mode is the MAC's, and the gap after a MAC is tCCD.
+    """
+    k = j
+    while k < op.shape[0] and op[k] == OP_MAC and np.int64(row[k]) == cur_row:
+        if valid_gaps is not None and valid_gaps[k] != 0:
+            break
+        k += 1
+    return k - j

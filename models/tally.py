@@ -62,11 +62,13 @@ __all__ = [
     "t_io_interval",
     "t_mac",
     "t_mac_interval",
+    "t_macs_interval",
     "t_macs_counted",
     "t_row",
     "tally_close",
     "tally_in_order",
     "tally_lengths",
+    "tally_macs_in_order",
     "tally_open",
     "tally_row_in_order",
 ]
@@ -133,6 +135,23 @@ def tally_in_order(tl, op, t, tv):
         _union_add(tl, _U_M, t, e)
         _union_add(tl, _U_MR, t, e)
     _union_add(tl, _U_MRI, t, e)
+
+
+@njit(cache=True, inline="always")
+def tally_macs_in_order(tl, k, t_first, t_last, tv):
+    """``k`` MACs issued tCCD apart from ``t_first`` to ``t_last`` by an in-order kernel:
+    :func:`tally_in_order` of each at once (their intervals join into one)."""
+    tl[TL_COUNTS + OP_MAC] += k
+    done = t_last + exec_time(OP_MAC, tv)
+    if done > tl[TL_CYCLES]:
+        tl[TL_CYCLES] = done
+    if tl[TL_CLASS] != MODE_COMPUTE:
+        tl[TL_MODE_SWITCHES] += 1
+        tl[TL_CLASS] = MODE_COMPUTE
+    e = t_last + tv[TV_CCD]
+    _union_add(tl, _U_M, t_first, e)
+    _union_add(tl, _U_MR, t_first, e)
+    _union_add(tl, _U_MRI, t_first, e)
 
 
 @njit(cache=True, inline="always")
@@ -219,6 +238,17 @@ def t_mac_interval(tt, t, tccd):
     if sg == NONE:
         sg = t
     return cy, sw, msw, cls, n0, n1, n2, p0, p1, m0, t + tccd, m2, r0, r1, r2, a0, a1, a2, sg
+
+
+@njit(cache=True, inline="always")
+def t_macs_interval(tt, t_first, t_last, tccd):
+    """The intervals of MACs issued tCCD apart from ``t_first`` to ``t_last``:
+    :func:`t_mac_interval` of each at once (they join into one)."""
+    cy, sw, msw, cls, n0, n1, n2, p0, p1, m0, m1, m2, r0, r1, r2, a0, a1, a2, sg = t_mac_interval(
+        tt, t_first, tccd
+    )
+    m1 = t_last + tccd
+    return cy, sw, msw, cls, n0, n1, n2, p0, p1, m0, m1, m2, r0, r1, r2, a0, a1, a2, sg
 
 
 @njit(cache=True, inline="always")

@@ -4,6 +4,7 @@ wherever the chunks end."""
 
 from __future__ import annotations
 
+import dataclasses
 import tracemalloc
 
 import numpy as np
@@ -140,6 +141,28 @@ def test_dcs_deadlock_and_bad_fields_are_errors():
         run.feed(bad)  # the index names the command in the whole stream
     with pytest.raises(ValueError, match="valid_gaps must be 2"):
         run_channel(make_stream([(Op.WR_INP, 0)] * 2), cfg, "dcs", valid_gaps=[0])
+
+
+@pytest.mark.parametrize("sched", list(SCHEDULERS))
+@pytest.mark.parametrize(("depth", "tccd"), [(1, 1), (1, 2), (2, 1), (3, 4), (64, 2)])
+def test_mac_runs_in_closed_form_under_other_timing(sched, depth, tccd):
+    """Runs of MACs on one row, taken in closed form by every kernel, under queue depths and
+    tCCDs the presets do not have (the closed forms' conditions depend on both), with and
+    without input gaps, cut into chunks: equal to the reference."""
+    base = load_preset("aim-16ch")
+    cfg = dataclasses.replace(
+        base,
+        dcs=dataclasses.replace(base.dcs, queue_depth=depth),
+        timing=dataclasses.replace(base.timing, tCCD=tccd),
+    )
+    streams = [compile_gemv(cfg, 128, 256).commands, compile_qk(cfg, 256, 128).commands]
+    for k, stream in enumerate(streams):
+        n = stream.shape[0]
+        rng = np.random.default_rng(k)
+        for gaps in (None, rng.integers(0, 3, n) * (rng.random(n) < 0.2)):
+            ref = run_channel_reference(stream, cfg, sched, valid_gaps=gaps)
+            _same(run_channel(stream, cfg, sched, valid_gaps=gaps), ref)
+            _same(_chunked(stream, cfg, sched, [n // 3, n // 3 + 1, 2 * n // 3], gaps), ref)
 
 
 def test_run_channels_equals_one_call_per_channel():

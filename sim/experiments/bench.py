@@ -4,23 +4,31 @@ stream length; decode-step speed; RTL simulation speed under the cocotb testbenc
 compiled Verilator harness.
 
 Prints the start-up time of light commands (target < 0.3 s), then per scheduler the
-commands/s of the streaming TLM beside the whole-stream reference measured in the same run
-(and the figure issue 13 started from). JIT compilation is excluded (a small warm-up run
-comes first); each figure is the best of ``--repeat`` runs.
+commands/s of the streaming TLM by CPU time (median of ``--repeat`` runs with min-max, the
+machine's load beside it, target 100M/s), without the stream checks, which are timed apart,
+beside the whole-stream reference measured in the same run (and the figure issue 13 started
+from); then the CPU time of ``pimphony run --stream`` end to end on a 148k-command attention
+stream (target 0.5 s). JIT compilation is excluded (a small warm-up run comes first).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import math
+import os
+import resource
+import statistics
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
-from pimphony.compiler.kernels import compile_gemv
+import numpy as np
+from pimphony.compiler.kernels import compile_gemv, compile_kernel
 from pimphony.models.channel import (
     DEFAULT_CHUNK,
     SCHEDULERS,
@@ -30,10 +38,13 @@ from pimphony.models.channel import (
     run_channels,
 )
 from pimphony.models.config import CONFIG_DIR, load_preset
+from pimphony.models.isa import gpr_tiles, save_stream, validate_stream
 from pimphony.sim.cli import bounded_int
 from pimphony.sim.verify.streams import repeated_gemv_chunks
 
 __all__ = [
+    "CpuTimes",
+    "RUN_STREAM_TARGET_CPU_S",
     "STARTUP_COMMANDS",
     "TARGET_COMMANDS_PER_S",
     "ISSUE_BASELINE_COMMANDS_PER_S",
@@ -44,6 +55,7 @@ __all__ = [
     "bench_hetero_decode",
     "bench_memory",
     "bench_rtl",
+    "bench_run_stream",
     "bench_serving",
     "bench_serving_target",
     "bench_startup",
@@ -52,7 +64,11 @@ __all__ = [
     "run",
 ]
 
-TARGET_COMMANDS_PER_S = 1_000_000
+TARGET_COMMANDS_PER_S = 100_000_000
+"""Issue 32's goal for the channel TLM: commands/s of CPU time per scheduler on a quiet core."""
+RUN_STREAM_TARGET_CPU_S = 0.5
+"""Issue 32's goal for ``pimphony run --stream`` of :func:`bench_run_stream`'s stream: CPU
+seconds end to end, start-up included."""
 
 
 ISSUE_BASELINE_COMMANDS_PER_S = {"static": 9.1e6, "pingpong": 7.2e6, "dcs": 7.7e6}
@@ -72,45 +88,149 @@ def _best_time(fn, repeat: int) -> tuple[float, object]:
     return best, out
 
 
-def bench_tlm(d: int = 16384, repeat: int = 3, preset: str = "aim-16ch") -> list[dict]:
-    """Time every scheduler on an FC GEMV ``d x d`` stream; one row per scheduler.
+@dataclasses.dataclass(frozen=True)
+class CpuTimes:
+    """CPU seconds of repeated runs: their median, fastest and slowest."""
 
-    Three ways: the whole-stream reference (:func:`models.channel.run_channel_reference`,
-    the TLM before streaming), the streaming TLM keeping statistics only, and the streaming
-    TLM recording every command's issue cycle (``run_channel``'s default).
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, seconds: list[float]) -> CpuTimes:
+        """The summary of ``seconds``."""
+        return cls(statistics.median(seconds), min(seconds), max(seconds))
+
+    def rate(self, n: int) -> str:
+        """``n`` per CPU second: ``median (slowest-fastest)``, in millions."""
+        lo, mid, hi = (n / x / 1e6 for x in (self.high, self.median, self.low))
+        return f"{mid:,.0f}M ({lo:,.0f}-{hi:,.0f})"
+
+
+def _cpu_times(fn, repeat: int) -> tuple[CpuTimes, object]:
+    """CPU time (this process, ``time.process_time``) of ``repeat`` calls of ``fn``, and its
+    last result."""
+    seconds, out = [], None
+    for _ in range(repeat):
+        t0 = time.process_time()
+        out = fn()
+        seconds.append(time.process_time() - t0)
+    return CpuTimes.of(seconds), out
+
+
+def bench_tlm(d: int = 16384, repeat: int = 5, preset: str = "aim-16ch") -> dict:
+    """Time every scheduler on an FC GEMV ``d x d`` stream by CPU time (median of ``repeat``
+    runs, with min-max), and the stream checks apart.
+
+    Per scheduler three ways: the streaming TLM keeping statistics only, without validation
+    (``validate=False``; the headline figure), the same recording every command's issue
+    cycle, and the whole-stream reference (:func:`models.channel.run_channel_reference`, the
+    TLM before streaming; it validates). The checks, once per stream: validation, SHA-256 (the
+    provenance hash) and CRC-32 (a stream file's checksum). ``load`` is ``os.getloadavg()``
+    before and after.
     """
     cfg = load_preset(preset)
     warm = compile_gemv(cfg, 256, 256).commands
     for s in SCHEDULERS:
-        run_channel(warm, cfg, s)
-        run_channel(warm, cfg, s, record=False)
+        run_channel(warm, cfg, s, validate=False)
+        run_channel(warm, cfg, s, validate=False, record=False)
         run_channel_reference(warm, cfg, s)
+    validate_stream(warm, cfg.channel, gpr_tiles(cfg))
     t0 = time.perf_counter()
     stream = compile_gemv(cfg, d, d).commands
     compile_s = time.perf_counter() - t0
     n = int(stream.shape[0])
+    load_before = os.getloadavg()
+    checks = {
+        "validation": _cpu_times(
+            lambda: validate_stream(stream, cfg.channel, gpr_tiles(cfg)), repeat
+        )[0],
+        "sha256": _cpu_times(lambda: hashlib.sha256(stream.tobytes()).digest(), repeat)[0],
+        "crc32": _cpu_times(lambda: zlib.crc32(stream.tobytes()), repeat)[0],
+    }
     rows = []
     for s in SCHEDULERS:
-        ref_s, ref = _best_time(lambda s=s: run_channel_reference(stream, cfg, s), repeat)
-        stats_s, stats = _best_time(lambda s=s: run_channel(stream, cfg, s, record=False), repeat)
-        rec_s, _ = _best_time(lambda s=s: run_channel(stream, cfg, s), repeat)
+        ref_t, ref = _cpu_times(lambda s=s: run_channel_reference(stream, cfg, s), repeat)
+        tlm_t, stats = _cpu_times(
+            lambda s=s: run_channel(stream, cfg, s, validate=False, record=False), repeat
+        )
+        rec_t, _ = _cpu_times(lambda s=s: run_channel(stream, cfg, s, validate=False), repeat)
         if stats.to_dict() != ref.to_dict():
             raise AssertionError(f"{s}: the streaming TLM differs from the reference")
         rows.append(
             {
                 "scheduler": s,
-                "commands": n,
                 "simulated_cycles": stats.cycles,
-                "seconds": stats_s,
-                "commands_per_s": n / stats_s,
-                "record_commands_per_s": n / rec_s,
-                "reference_commands_per_s": n / ref_s,
-                "vs_reference": ref_s / stats_s,
-                "vs_issue_baseline": n / stats_s / ISSUE_BASELINE_COMMANDS_PER_S[s],
-                "compile_seconds": compile_s,
+                "tlm": tlm_t,
+                "commands_per_s": n / tlm_t.median,
+                "record_commands_per_s": n / rec_t.median,
+                "reference_commands_per_s": n / ref_t.median,
+                "vs_reference": ref_t.median / tlm_t.median,
+                "vs_issue_baseline": n / tlm_t.median / ISSUE_BASELINE_COMMANDS_PER_S[s],
             }
         )
-    return rows
+    return {
+        "commands": n,
+        "compile_seconds": compile_s,
+        "repeat": repeat,
+        "load": (load_before, os.getloadavg()),
+        "checks": checks,
+        "schedulers": rows,
+    }
+
+
+#: ``pimphony run --stream``'s stream in :func:`bench_run_stream`: layers of QK^T then SV at
+#: T tokens, d_h (one head, one channel of aim-16ch; issue 32's 148k-command stream).
+RUN_STREAM_LAYERS, RUN_STREAM_TOKENS, RUN_STREAM_DH = 32, 4096, 128
+#: The schedulers :func:`bench_run_stream` times (ping-pong refuses the stream: the SV's
+#: first WR_INP falls in a slot whose MACs read the same GBuf half).
+RUN_STREAM_SCHEDULERS = ("static", "dcs")
+
+
+def _child_cpu(cmd: list[str], cwd: str) -> float:
+    """CPU seconds (user + system) of the command ``cmd`` run to the end."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(cmd, capture_output=True, check=True, cwd=cwd)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def bench_run_stream(repeat: int = 5, preset: str = "aim-16ch") -> dict:
+    """CPU time of ``pimphony run --stream`` end to end (a fresh interpreter, start-up
+    included; median of ``repeat`` with min-max) on :data:`RUN_STREAM_LAYERS` layers of
+    QK^T + SV saved to a file, per scheduler of :data:`RUN_STREAM_SCHEDULERS`; and the
+    same command's CPU time run in this process once warm (the work without start-up)."""
+    import contextlib
+    import io
+    import tempfile
+
+    from pimphony.sim.cli import main
+
+    cfg = load_preset(preset)
+    layer = [
+        compile_kernel(cfg, k, tokens=RUN_STREAM_TOKENS, d_h=RUN_STREAM_DH).commands
+        for k in ("qk", "sv")
+    ]
+    stream = np.concatenate(layer * RUN_STREAM_LAYERS)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="pimphony-bench-") as tmp:
+        path = Path(tmp) / "attention.npz"
+        save_stream(path, stream, cfg)
+        load = os.getloadavg()
+        for s in RUN_STREAM_SCHEDULERS:
+            argv = ["run", "--stream", str(path), "--sched", s, "--preset", preset]
+            cmd = [sys.executable, "-m", "pimphony.sim.cli", *argv]
+            _child_cpu(cmd, tmp)  # numba's on-disk cache filled
+            total = CpuTimes.of([_child_cpu(cmd, tmp) for _ in range(repeat)])
+
+            def quiet(argv=argv) -> None:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    main(argv)
+
+            quiet()
+            work = _cpu_times(quiet, repeat)[0]
+            rows.append({"scheduler": s, "total": total, "work": work})
+    return {"commands": int(stream.shape[0]), "load": load, "schedulers": rows}
 
 
 MEMORY_LENGTHS = (10**6, 10**7, 10**8)
@@ -492,11 +612,77 @@ def _table(head: str, lines: Iterable[str]) -> None:
         print(line)
 
 
+def _load(load: tuple[float, float, float]) -> str:
+    """``os.getloadavg()`` as text."""
+    return "load " + "/".join(f"{x:.2f}" for x in load) + " (1/5/15 min)"
+
+
+def _print_tlm(tlm: dict, dim: int) -> None:
+    """:func:`bench_tlm`'s table."""
+    n, target = tlm["commands"], TARGET_COMMANDS_PER_S
+    print(
+        f"TLM speed: FC GEMV {dim}x{dim} on one aim-16ch channel, {n:,} commands (compiled in "
+        f"{tlm['compile_seconds']:.2f} s); commands per CPU second, median of {tlm['repeat']} "
+        f"(slowest-fastest), JIT warm;\n{_load(tlm['load'][0])} before, "
+        f"{_load(tlm['load'][1])} after",
+        flush=True,
+    )
+    print(
+        "TLM = statistics only, stream checks apart (run_channel(validate=False, "
+        "record=False)); record = also every issue cycle; reference = the whole-stream TLM "
+        "before streaming, validating, same run; issue = the figure issue 13 started from"
+    )
+    _table(
+        f"{'scheduler':<10}{'sim cycles':>12}{'TLM cmd/s':>22}{'target':>8}{'record/s':>10}"
+        f"{'reference/s':>13}{'vs ref':>8}{'vs issue':>10}",
+        (
+            f"{r['scheduler']:<10}{r['simulated_cycles']:>12,}{r['tlm'].rate(n):>22}"
+            f"{target / 1e6:>7.0f}M{r['record_commands_per_s'] / 1e6:>9.0f}M"
+            f"{r['reference_commands_per_s'] / 1e6:>12.0f}M"
+            f"{r['vs_reference']:>7.2f}x{r['vs_issue_baseline']:>9.2f}x"
+            for r in tlm["schedulers"]
+        ),
+    )
+    print(
+        "stream checks, once per stream: "
+        + "; ".join(f"{k} {t.rate(n)} cmd/s" for k, t in tlm["checks"].items())
+        + "\n",
+        flush=True,
+    )
+
+
+def _span(t: CpuTimes) -> str:
+    """``min-max`` seconds of ``t``."""
+    return f"{t.low:.3f}-{t.high:.3f}"
+
+
+def _print_run_stream(res: dict) -> None:
+    """:func:`bench_run_stream`'s table."""
+    print(
+        f"pimphony run --stream: {RUN_STREAM_LAYERS} layers of QK^T + SV (T = "
+        f"{RUN_STREAM_TOKENS}, d_h = {RUN_STREAM_DH}, one head, one channel), {res['commands']:,} "
+        "commands; CPU seconds of a fresh interpreter end to end (start-up included), median "
+        f"(min-max); work = the same command in-process once warm; {_load(res['load'])}",
+        flush=True,
+    )
+    _table(
+        f"{'scheduler':<10}{'CPU s':>8}{'min-max':>14}{'target':>8}{'work s':>8}",
+        (
+            f"{r['scheduler']:<10}{r['total'].median:>8.3f}"
+            f"{_span(r['total']):>14}"
+            f"{RUN_STREAM_TARGET_CPU_S:>8.2f}{r['work'].median:>8.3f}"
+            for r in res["schedulers"]
+        ),
+    )
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``pimphony bench``."""
     dim = bounded_int(1, 1 << 16)
     parser.add_argument("--dim", type=dim, default=16384, help="GEMV dimension (d x d)")
-    parser.add_argument("--repeat", type=bounded_int(1, 100), default=3, help="best of how many")
+    parser.add_argument(
+        "--repeat", type=bounded_int(1, 100), default=5, help="TLM runs per figure (median)"
+    )
     parser.add_argument("--rtl-dim", type=dim, default=2048, help="GEMV dimension for RTL speed")
     parser.add_argument("--no-rtl", action="store_true", help="skip the RTL simulation speed")
     parser.add_argument(
@@ -521,27 +707,8 @@ def run(args: argparse.Namespace) -> int:
         ),
     )
     print(flush=True)
-    print(
-        f"TLM speed: FC GEMV {args.dim}x{args.dim} on one aim-16ch channel "
-        f"(best of {args.repeat}, JIT warm)",
-        flush=True,
-    )
-    rows = bench_tlm(args.dim, args.repeat)
-    print(
-        f"stream: {rows[0]['commands']:,} commands, compiled in {rows[0]['compile_seconds']:.2f} s;"
-        " streaming = statistics only (record = also every issue cycle); reference = the "
-        "whole-stream TLM before streaming, same run; issue = the figure issue 13 started from"
-    )
-    _table(
-        f"{'scheduler':<10}{'sim cycles':>12}{'streaming/s':>13}{'record/s':>12}"
-        f"{'reference/s':>13}{'vs ref':>8}{'vs issue':>10}",
-        (
-            f"{r['scheduler']:<10}{r['simulated_cycles']:>12,}{r['commands_per_s']:>13,.0f}"
-            f"{r['record_commands_per_s']:>12,.0f}{r['reference_commands_per_s']:>13,.0f}"
-            f"{r['vs_reference']:>7.2f}x{r['vs_issue_baseline']:>9.2f}x"
-            for r in rows
-        ),
-    )
+    _print_tlm(bench_tlm(args.dim, args.repeat), args.dim)
+    _print_run_stream(bench_run_stream(args.repeat))
     print(
         "\nMulti-channel entry: 64 GEMV streams (256 x 256-304), run_channels in one call vs "
         "one run_channel per channel",
@@ -634,7 +801,8 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"\nRTL simulation speed: FC GEMV {args.rtl_dim}x{args.rtl_dim}, the same stream in all "
         "three (cocotb: Verilator + cocotb testbench; compiled: Verilator + C++ testbench, "
-        "sim/verify/compiled.py; build and start-up excluded)",
+        "sim/verify/compiled.py, by the testbench's CPU time (target 1M cycles/s); build and "
+        "start-up excluded)",
         flush=True,
     )
     rows = bench_rtl(args.rtl_dim)

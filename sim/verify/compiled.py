@@ -31,7 +31,7 @@ below and handed to the C++ as the generated header ``harness_format.h`` (:func:
   :func:`rtl.common.command_layout`), the gaps (:data:`GAP`, if any) and the ready pattern
   (:data:`READY`);
 - results file: :data:`RESULT_HEADER` (magic :data:`RESULT_MAGIC`, version, number of streams,
-  seconds spent simulating), then per stream :data:`RESULT_RECORD` (commands, cycles
+  CPU seconds spent simulating), then per stream :data:`RESULT_RECORD` (commands, cycles
   simulated) followed by the issue cycle of every command in program order (:data:`ISSUE`).
 """
 
@@ -313,8 +313,8 @@ class CompiledRun:
     """Results of one run of the compiled testbench.
 
     ``issue`` maps each stream name to the issue cycle of every command (program order),
-    ``cycles`` to the cycles simulated after reset; ``sim_seconds`` is the testbench's time
-    spent simulating, ``seconds`` the wall time of the whole run (files and process included).
+    ``cycles`` to the cycles simulated after reset; ``sim_seconds`` is the testbench's CPU
+    time spent simulating, ``seconds`` the wall time of the whole run (files and process included).
     """
 
     issue: dict[str, np.ndarray]
