@@ -27,6 +27,7 @@ from pimphony.models.dcs import (
 )
 from pimphony.models.dram import execution_times, timing_vector
 from pimphony.models.isa import DEFAULT_CHUNK, Op, describe_command, empty_stream, validate_stream
+from pimphony.models.jit import Widened
 from pimphony.models.pingpong import (
     PP_FLIP,
     PP_HANDOFF,
@@ -110,6 +111,13 @@ class ScheduleResult:
         }
 
 
+#: The schedulers' chunk kernels, one specialisation per pattern of ``None`` arguments
+#: whatever the layout of the command fields (:class:`models.jit.Widened`).
+_STATIC_RUN = Widened(static_run, ("op", "row"))
+_DCS_RUN = Widened(dcs_run, ("op", "gbuf", "row", "out"))
+_PINGPONG_FEED = Widened(pingpong_feed, ("op", "gbuf", "row", "out"))
+
+
 class _StaticEngine:
     """The static scheduler's state across chunks (:func:`models.static_sched.static_run`)."""
 
@@ -117,7 +125,7 @@ class _StaticEngine:
         self.state, self.history = new_static_state(cfg.dcs.queue_depth)
 
     def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray | None) -> None:
-        static_run(
+        _STATIC_RUN(
             self.state, self.history, run.tally, chunk["op"], chunk["row"], gaps, run.tv,
             run.issue_out, run.sw_out,
         )  # fmt: skip
@@ -139,7 +147,7 @@ class _DcsEngine:
         self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray | None, final: bool
     ) -> None:
         self.state = dcs_room(self.state, int(chunk.shape[0]))
-        status = dcs_run(
+        status = _DCS_RUN(
             *self.state, self.n_gbuf, run.tally, chunk["op"], chunk["gbuf"], chunk["row"],
             chunk["out"], gaps, run.tv, final, *run.recording,
         )  # fmt: skip
@@ -197,7 +205,7 @@ class _PingPongEngine:
         self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray | None, final: bool
     ) -> None:
         self.state = pingpong_room(self.state, int(chunk.shape[0]))
-        status = pingpong_feed(
+        status = _PINGPONG_FEED(
             *self.state, self.n_gbuf, self.n_obuf, run.tally, chunk["op"], chunk["gbuf"],
             chunk["row"], chunk["out"], gaps, run.tv, final, *run.recording,
         )  # fmt: skip

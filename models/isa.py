@@ -33,6 +33,7 @@ from numba import njit
 from pimphony.models.config import ChannelGeometry, HardwareConfig
 from pimphony.models.errors import PimphonyError
 from pimphony.models.fileio import check_writable, write_atomic
+from pimphony.models.jit import Widened
 
 __all__ = [
     "DEFAULT_CHUNK",
@@ -184,7 +185,7 @@ def validate_stream(
     bound = np.array(
         [[limits[f] if f in OPERAND_FIELDS[o] else 1 for f in limits] for o in Op], dtype=np.int64
     )
-    if _first_invalid(*(stream[f] for f in FIELDS), bound) < 0:
+    if _FIRST_INVALID(*(stream[f] for f in FIELDS), bound) < 0:
         return
     op = stream["op"].astype(np.int64)
     bad = np.flatnonzero((op < 0) | (op >= len(Op)))
@@ -231,6 +232,10 @@ def _first_invalid(op, gbuf, row, col, out, gpr, bound):
         ):
             return i
     return -1
+
+
+#: :func:`_first_invalid` compiled once whatever the fields' layout or writability.
+_FIRST_INVALID = Widened(_first_invalid, FIELDS)
 
 
 def _header(cfg: HardwareConfig | None, extra: dict | None) -> dict:
