@@ -350,7 +350,7 @@ class StepCycles:
         setup's (default ``min(pp, batch)``), or with ``"auto"`` every count of
         :func:`sim.systems.setup.micro_batch_candidates`, in that order."""
         lengths = tuple(lengths)
-        self._check(lengths)
+        self.check(lengths)
         setup = self.setup
         cache = self.kernel_cache(max(lengths))
         if setup.micro_batches == MICRO_BATCHES_AUTO:
@@ -361,7 +361,9 @@ class StepCycles:
         with decode_errors():
             return tuple(self._timing(cache, lengths, m, layer_memo) for m in counts)
 
-    def _check(self, lengths: tuple[int, ...]) -> None:
+    def check(self, lengths: tuple[int, ...]) -> None:
+        """:class:`DecodeError` unless ``lengths`` is a batch of positive lengths within the
+        model's window (and a static reservation)."""
         if not lengths:
             raise DecodeError("the batch is empty: give at least one context length")
         if min(lengths) < 1:
@@ -420,13 +422,21 @@ class StepCycles:
         partition: with several candidates the fastest (ties: the first)."""
         if len(mb) not in self._fixed:
             self._fixed[len(mb)] = self._fixed_cycles(cache, mb)
-        best: tuple[int, Partition] | None = None
+        attention, transfer, partition = self.attention(cache, mb)
+        return self._fixed[len(mb)] + attention + transfer, partition
+
+    def attention(self, cache: KernelCache, mb: tuple[int, ...]) -> tuple[int, int, Partition]:
+        """One layer's attention of micro-batch ``mb`` on one TP module, as
+        :func:`sim.systems.step.attention_step` times it: its cycles (``qk + sv + softmax``),
+        the command transfer (static memory; else 0) and the partition, with several
+        candidates the one of the fewest cycles and transfer (ties: the first)."""
+        best: tuple[int, int, Partition] | None = None
         for p in self._candidates:
-            attention = self._attention(cache, p, mb)
-            if best is None or attention < best[0]:
-                best = (attention, p)
+            cycles, transfer = self._attention(cache, p, mb)
+            if best is None or cycles + transfer < best[0] + best[1]:
+                best = (cycles, transfer, p)
         assert best is not None
-        return self._fixed[len(mb)] + best[0], best[1]
+        return best
 
     def _fixed_cycles(self, cache: KernelCache, mb: tuple[int, ...]) -> int:
         """The weight GEMVs (slowest channel each; tuned: DCC's drafts where faster, with
@@ -445,9 +455,11 @@ class StepCycles:
         allreduce = 2 * allreduce_cycles(setup.hw, b * self._token_bytes, setup.tp)
         return gemv + other + allreduce
 
-    def _attention(self, cache: KernelCache, scheme: Partition, mb: tuple[int, ...]) -> int:
+    def _attention(
+        self, cache: KernelCache, scheme: Partition, mb: tuple[int, ...]
+    ) -> tuple[int, int]:
         """One layer's attention cycles (``qk + sv + softmax`` of ``LayerTiming``) and, with
-        static memory, its command transfer, under ``scheme``."""
+        static memory, its command transfer (else 0), under ``scheme``."""
         kvh = self._kv_heads
         channels = self.setup.hw.module.channels
         pair_key, known = PAIR_KEY.get(scheme, _exact_pair), cache.blocks
@@ -467,14 +479,14 @@ class StepCycles:
         # DPA: the first attention program of each channel is decoded before its first
         # command (the largest of those start-ups is exposed).
         cycles += _first_startup(blocks)
-        if self._static:
-            hub = _joined([b.hub for b in blocks])  # static: every block keeps its hub rows
-            count = _hub_instructions(hub[:, :channels], hub[:, 2 * channels : 3 * channels])
-            count += _hub_instructions(
-                hub[:, channels : 2 * channels], hub[:, 3 * channels : 4 * channels]
-            )
-            cycles += link_cycles(self.setup.hw, count * self._hub_bytes, "host")
-        return cycles
+        if not self._static:
+            return cycles, 0
+        hub = _joined([b.hub for b in blocks])  # static: every block keeps its hub rows
+        count = _hub_instructions(hub[:, :channels], hub[:, 2 * channels : 3 * channels])
+        count += _hub_instructions(
+            hub[:, channels : 2 * channels], hub[:, 3 * channels : 4 * channels]
+        )
+        return cycles, link_cycles(self.setup.hw, count * self._hub_bytes, "host")
 
     def _block(
         self, cache: KernelCache, scheme: Partition, tokens: int, first_pair: int
