@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -80,6 +81,8 @@ __all__ = [
     "AttentionBlock",
     "StepCycles",
     "StepTiming",
+    "attention_makespan",
+    "channel_bound_makespan",
     "decode_cycles",
     "decode_errors",
     "epu_other_flops",
@@ -232,6 +235,89 @@ def _unpack(packed: np.ndarray, channels: int) -> AttentionBlock:
 def _joined(packed: Sequence[np.ndarray]) -> np.ndarray:
     """Packed rows as one array (rows in order)."""
     return packed[0] if len(packed) == 1 else np.concatenate(packed)
+
+
+def attention_makespan(tasks: np.ndarray, channels: int) -> int:
+    """:func:`models.module.makespan_arrays` of packed task rows (``qk``, ``sv`` per channel,
+    then ``softmax``, ``post``, ``after_sv``): :func:`channel_bound_makespan` where it
+    applies, else the event simulation."""
+    fast = channel_bound_makespan(tasks, channels)
+    if fast is not None:
+        return fast
+    return makespan_arrays(
+        tasks[:, :channels],
+        tasks[:, channels : 2 * channels],
+        tasks[:, 2 * channels],
+        tasks[:, 2 * channels + 1],
+        tasks[:, 2 * channels + 2],
+    )
+
+
+def channel_bound_makespan(tasks: np.ndarray, channels: int) -> int | None:
+    """The makespan of packed task rows when no channel waits but for the last unit's
+    softmax, else ``None``.
+
+    Every unit with a QK^T and an SV part on every channel gives each channel the one order
+    QK(0), QK(1), SV(0), QK(2), SV(1), ..., SV(n-1); while no SV part waits for its softmax,
+    a channel's task ends are the prefix sums of that order, each EPU task is ready when its
+    unit's last part ends, and the EPU, with every ready time distinct, serves its tasks in
+    the order they become ready (:func:`models.module.makespan` pops the earliest). The
+    last unit's SV parts start when their channel is free and its softmax done; every other
+    unit's softmax end is checked against its SV starts (at the same cycle is no wait: the
+    event simulation unblocks the channel at once). A wait, a missing part or two EPU tasks
+    ready at one cycle (the simulation's event order would decide) give ``None``. Exact
+    where it answers (``tests/test_cycles.py`` checks it against the simulation)."""
+    qk, sv = tasks[:, :channels], tasks[:, channels : 2 * channels]
+    if qk.min() < 0 or sv.min() < 0:
+        return None
+    n = len(tasks)
+    order = np.empty((2 * n, channels), dtype=np.int64)
+    order[0] = qk[0]
+    order[1 : 2 * n - 2 : 2] = qk[1:]
+    order[2 : 2 * n - 1 : 2] = sv[:-1]
+    order[2 * n - 1] = sv[n - 1]
+    ends = np.cumsum(order, axis=0)
+    qk_pos, sv_pos = _channel_positions(n)
+    sv_end = ends[sv_pos]
+    after = tasks[:, 2 * channels + 2] != 0
+    softmax = ends[qk_pos].max(axis=1)
+    cost = np.concatenate([tasks[:, 2 * channels], tasks[after, 2 * channels + 1]])
+    served = _epu_ends(np.concatenate([softmax, sv_end.max(axis=1)[after]]), cost)
+    if served is None:
+        return None
+    # The last unit's SV parts wait for its softmax (nothing follows them on a channel);
+    # its reduction is then ready later, which may reorder the EPU's later tasks.
+    last = np.maximum(sv_end[n - 1] - sv[n - 1], served[n - 1]) + sv[n - 1]
+    if (last != sv_end[n - 1]).any():
+        sv_end[n - 1] = last
+        served = _epu_ends(np.concatenate([softmax, sv_end.max(axis=1)[after]]), cost)
+        if served is None:
+            return None
+    if n > 1 and (served[: n - 1] > (sv_end[:-1] - sv[:-1]).min(axis=1)).any():
+        return None
+    return int(max(sv_end.max(), served.max()))
+
+
+def _epu_ends(ready: np.ndarray, cost: np.ndarray) -> np.ndarray | None:
+    """End of each EPU task served in order of ``ready`` (``e_i = max(e_(i-1), r_i) + c_i``);
+    ``None`` if two are ready at one cycle."""
+    order = np.argsort(ready, kind="stable")
+    r, c = ready[order], cost[order]
+    if len(r) > 1 and not (r[1:] != r[:-1]).all():
+        return None
+    total = np.cumsum(c)
+    ends = np.empty_like(total)
+    ends[order] = total + np.maximum.accumulate(r - (total - c))
+    return ends
+
+
+@functools.cache
+def _channel_positions(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where QK(u) and SV(u) of ``n`` units stand in a channel's order (QK(0), QK(1), SV(0),
+    QK(2), SV(1), ..., SV(n-2), SV(n-1))."""
+    qk = np.maximum(2 * np.arange(n) - 1, 0)
+    sv = np.minimum(2 * np.arange(n) + 2, 2 * n - 1)
+    return qk, sv
 
 
 @dataclass(frozen=True)
@@ -468,14 +554,7 @@ class StepCycles:
             or self._block(cache, scheme, t, r * kvh)
             for r, t in enumerate(mb)
         ]
-        tasks = _joined([b.tasks for b in blocks])
-        cycles = makespan_arrays(
-            tasks[:, :channels],
-            tasks[:, channels : 2 * channels],
-            tasks[:, 2 * channels],
-            tasks[:, 2 * channels + 1],
-            tasks[:, 2 * channels + 2],
-        )
+        cycles = attention_makespan(_joined([b.tasks for b in blocks]), channels)
         # DPA: the first attention program of each channel is decoded before its first
         # command (the largest of those start-ups is exposed).
         cycles += _first_startup(blocks)
