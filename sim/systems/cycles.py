@@ -420,6 +420,8 @@ class StepCycles:
         # What blocks depend on besides the cache's hardware, scheduler and memory (a cache
         # may be shared by steps of other models and TP splits): the module's heads.
         self._heads = (self._kv_heads, spec.head_dim, spec.gqa_group)
+        # A request block's key after its scheme, tokens and pair key (also the overflow).
+        self._key_tail = (*self._heads, setup.score_overflow)
         self._candidates = candidates(setup.partition)
         self._static = setup.memory == MemoryPolicy.STATIC
         self._hub_bytes = hub_instruction_bytes(cfg)
@@ -548,9 +550,9 @@ class StepCycles:
         static memory, its command transfer (else 0), under ``scheme``."""
         kvh = self._kv_heads
         channels = self.setup.hw.module.channels
-        pair_key, known = PAIR_KEY.get(scheme, _exact_pair), cache.blocks
+        pair_key, known, tail = PAIR_KEY.get(scheme, _exact_pair), cache.blocks, self._key_tail
         blocks = [
-            known.get(("request", scheme, t, pair_key(r * kvh, channels), *self._heads))
+            known.get(("request", scheme, t, pair_key(r * kvh, channels), *tail))
             or self._block(cache, scheme, t, r * kvh)
             for r, t in enumerate(mb)
         ]
@@ -574,14 +576,14 @@ class StepCycles:
         its units as ``compiler.plan.attention_units`` cuts them, one row each."""
         channels = self.setup.hw.module.channels
         pair_key = PAIR_KEY.get(scheme, _exact_pair)
-        overflow = self.setup.score_overflow
-        key = ("request", scheme, tokens, pair_key(first_pair, channels), *self._heads, overflow)
+        key = ("request", scheme, tokens, pair_key(first_pair, channels), *self._key_tail)
         block = cache.blocks.get(key)
         if block is None:
             spec, cfg = self.setup.model, self.setup.hw
             units = attention_units(
-                cfg, (tokens,), self._kv_heads, spec.head_dim, spec.gqa_group, scheme, overflow
-            )
+                cfg, (tokens,), self._kv_heads, spec.head_dim, spec.gqa_group, scheme,
+                self.setup.score_overflow,
+            )  # fmt: skip
             rows = [self._unit(cache, scheme, u, first_pair + u.pair) for u in units]
             block = _RequestBlock.of(_unpack(_joined(rows), cfg.module.channels), self._static)
             cache.blocks[key] = block
