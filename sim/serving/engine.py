@@ -209,10 +209,12 @@ def serve(
                     emit(r)
                     done += 1
             events.append(("prefill", start, dt, None, len(new), done, *mem(), len(waiting)))
-        # Requests that prefill already finished (one output token) leave before the step.
-        _release_done(running, requests, generated, finished, pool, now)
-        if not running:
-            continue
+        if new:
+            # Requests that prefill already finished (one output token) leave before the
+            # step; only those admitted now can have (the others stayed, short of tokens).
+            _release_done(running, requests, generated, finished, pool, now)
+            if not running:
+                continue
         lengths = tuple(kv[r] for r in running)
         if lengths not in steps:
             steps[lengths] = system.cycles(lengths)
@@ -222,7 +224,9 @@ def serve(
         start = now
         now += dt
         for r in running:
-            emit(r)
+            generated[r] += 1
+            if generated[r] == 1:  # its first token (the one emit() records)
+                first[r] = now
         used, reserved = mem()
         events.append(
             ("decode", start, dt, cycles, len(running), len(running), used, reserved, len(waiting))

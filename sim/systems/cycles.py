@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numba import njit
 from pimphony.compiler.hub import instruction_count, multicast_first
 from pimphony.compiler.kernels import CompileError
 from pimphony.compiler.llm import GEMV_OPS, ModelSpec
@@ -267,57 +267,90 @@ def channel_bound_makespan(tasks: np.ndarray, channels: int) -> int | None:
     event simulation unblocks the channel at once). A wait, a missing part or two EPU tasks
     ready at one cycle (the simulation's event order would decide) give ``None``. Exact
     where it answers (``tests/test_cycles.py`` checks it against the simulation)."""
-    qk, sv = tasks[:, :channels], tasks[:, channels : 2 * channels]
-    if qk.min() < 0 or sv.min() < 0:
-        return None
-    n = len(tasks)
-    order = np.empty((2 * n, channels), dtype=np.int64)
-    order[0] = qk[0]
-    order[1 : 2 * n - 2 : 2] = qk[1:]
-    order[2 : 2 * n - 1 : 2] = sv[:-1]
-    order[2 * n - 1] = sv[n - 1]
-    ends = np.cumsum(order, axis=0)
-    qk_pos, sv_pos = _channel_positions(n)
-    sv_end = ends[sv_pos]
-    after = tasks[:, 2 * channels + 2] != 0
-    softmax = ends[qk_pos].max(axis=1)
-    cost = np.concatenate([tasks[:, 2 * channels], tasks[after, 2 * channels + 1]])
-    served = _epu_ends(np.concatenate([softmax, sv_end.max(axis=1)[after]]), cost)
-    if served is None:
-        return None
+    end = _channel_bound_kernel(np.ascontiguousarray(tasks, dtype=np.int64), channels)
+    return None if end < 0 else int(end)
+
+
+@njit(cache=True)
+def _channel_bound_kernel(tasks: np.ndarray, channels: int) -> int:  # noqa: C901, PLR0912
+    """:func:`channel_bound_makespan` compiled; -1 for ``None``."""
+    n = tasks.shape[0]
+    for p in range(n):
+        for c in range(2 * channels):
+            if tasks[p, c] < 0:
+                return -1
+    qk_ready = np.zeros(n, dtype=np.int64)  # the last QK^T part of each unit ends
+    sv_ready = np.zeros(n, dtype=np.int64)  # the last SV part ends
+    sv_first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)  # the first SV starts
+    last_start = np.zeros(channels, dtype=np.int64)  # each channel's SV(n-1) starts
+    for c in range(channels):
+        t = tasks[0, c]
+        qk_ready[0] = max(qk_ready[0], t)
+        for k in range(n):
+            if k + 1 < n:
+                t += tasks[k + 1, c]
+                qk_ready[k + 1] = max(qk_ready[k + 1], t)
+            sv_first[k] = min(sv_first[k], t)
+            if k == n - 1:
+                last_start[c] = t
+            t += tasks[k, channels + c]
+            sv_ready[k] = max(sv_ready[k], t)
+    softmax_done = _epu_pass(tasks, channels, qk_ready, sv_ready)
+    if softmax_done[0] < 0:
+        return -1
     # The last unit's SV parts wait for its softmax (nothing follows them on a channel);
     # its reduction is then ready later, which may reorder the EPU's later tasks.
-    last = np.maximum(sv_end[n - 1] - sv[n - 1], served[n - 1]) + sv[n - 1]
-    if (last != sv_end[n - 1]).any():
-        sv_end[n - 1] = last
-        served = _epu_ends(np.concatenate([softmax, sv_end.max(axis=1)[after]]), cost)
-        if served is None:
-            return None
-    if n > 1 and (served[: n - 1] > (sv_end[:-1] - sv[:-1]).min(axis=1)).any():
-        return None
-    return int(max(sv_end.max(), served.max()))
+    waited = False
+    end = 0
+    for c in range(channels):
+        start = max(last_start[c], softmax_done[n - 1])
+        waited = waited or start > last_start[c]
+        end = max(end, start + tasks[n - 1, channels + c])
+    if waited:
+        sv_ready[n - 1] = end
+        softmax_done = _epu_pass(tasks, channels, qk_ready, sv_ready)
+        if softmax_done[0] < 0:
+            return -1
+    for p in range(n - 1):
+        if softmax_done[p] > sv_first[p]:
+            return -1
+    return max(end, softmax_done[n])
 
 
-def _epu_ends(ready: np.ndarray, cost: np.ndarray) -> np.ndarray | None:
-    """End of each EPU task served in order of ``ready`` (``e_i = max(e_(i-1), r_i) + c_i``);
-    ``None`` if two are ready at one cycle."""
-    order = np.argsort(ready, kind="stable")
-    r, c = ready[order], cost[order]
-    if len(r) > 1 and not (r[1:] != r[:-1]).all():
-        return None
-    total = np.cumsum(c)
-    ends = np.empty_like(total)
-    ends[order] = total + np.maximum.accumulate(r - (total - c))
-    return ends
-
-
-@functools.cache
-def _channel_positions(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Where QK(u) and SV(u) of ``n`` units stand in a channel's order (QK(0), QK(1), SV(0),
-    QK(2), SV(1), ..., SV(n-2), SV(n-1))."""
-    qk = np.maximum(2 * np.arange(n) - 1, 0)
-    sv = np.minimum(2 * np.arange(n) + 2, 2 * n - 1)
-    return qk, sv
+@njit(cache=True)
+def _epu_pass(
+    tasks: np.ndarray, channels: int, qk_ready: np.ndarray, sv_ready: np.ndarray
+) -> np.ndarray:
+    """The EPU's tasks served in order of readiness (``e_i = max(e_(i-1), r_i) + c_i``):
+    each unit's softmax end, then (entry ``n``) the EPU's last end; entry 0 is -1 if two
+    tasks are ready at one cycle."""
+    n = tasks.shape[0]
+    count = n
+    for p in range(n):
+        if tasks[p, 2 * channels + 2] != 0:
+            count += 1
+    ready = np.empty(count, dtype=np.int64)
+    cost = np.empty(count, dtype=np.int64)
+    ready[:n] = qk_ready
+    cost[:n] = tasks[:, 2 * channels]
+    k = n
+    for p in range(n):
+        if tasks[p, 2 * channels + 2] != 0:
+            ready[k], cost[k] = sv_ready[p], tasks[p, 2 * channels + 1]
+            k += 1
+    order = np.argsort(ready)
+    out = np.empty(n + 1, dtype=np.int64)
+    e = 0
+    for i in range(count):
+        j = order[i]
+        if i and ready[j] == ready[order[i - 1]]:
+            out[0] = -1
+            return out
+        e = max(e, ready[j]) + cost[j]
+        if j < n:
+            out[j] = e
+    out[n] = e
+    return out
 
 
 @dataclass(frozen=True)
@@ -426,7 +459,8 @@ class StepCycles:
         self._static = setup.memory == MemoryPolicy.STATIC
         self._hub_bytes = hub_instruction_bytes(cfg)
         self._token_bytes = spec.hidden * spec.element_bytes
-        self._cache_of: dict[int, KernelCache] = {}
+        self._cache_of: dict[int, KernelCache] = {}  # keeps each cache (and its id) alive
+        self._known: dict[tuple[int, Partition], dict[tuple[int, int], _RequestBlock]] = {}
         self._fixed: dict[int, int] = {}
 
     def cycles(self, lengths: Sequence[int]) -> int:
@@ -550,12 +584,17 @@ class StepCycles:
         static memory, its command transfer (else 0), under ``scheme``."""
         kvh = self._kv_heads
         channels = self.setup.hw.module.channels
-        pair_key, known, tail = PAIR_KEY.get(scheme, _exact_pair), cache.blocks, self._key_tail
-        blocks = [
-            known.get(("request", scheme, t, pair_key(r * kvh, channels), *tail))
-            or self._block(cache, scheme, t, r * kvh)
-            for r, t in enumerate(mb)
-        ]
+        pair_key = PAIR_KEY.get(scheme, _exact_pair)
+        # This configuration's blocks of ``cache`` by (tokens, pair key): the look-up of
+        # every request of every step (the cache's keys also name the heads and overflow).
+        known = self._known.setdefault((id(cache), scheme), {})
+        blocks = []
+        for r, t in enumerate(mb):
+            key = (t, pair_key(r * kvh, channels))
+            block = known.get(key)
+            if block is None:
+                block = known[key] = self._block(cache, scheme, t, r * kvh)
+            blocks.append(block)
         cycles = attention_makespan(_joined([b.tasks for b in blocks]), channels)
         # DPA: the first attention program of each channel is decoded before its first
         # command (the largest of those start-ups is exposed).
