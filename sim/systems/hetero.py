@@ -262,6 +262,9 @@ def pipeline_cycles(
     tasks' cycles ``(first, middle, last)`` (``X(0)``, every ``X(l)`` between layers,
     ``X(L)``) and, the same every layer, its transfer to PIM, attention and transfer back."""
     k = len(xpu)
+    if k == 1:  # serial: one chain, every task after the one before
+        (first, middle, last), task = xpu[0], to_pim[0] + pim[0] + to_xpu[0]
+        return first + (layers - 1) * middle + last + layers * task
     done = [0] * k
     x_free = in_free = pim_free = out_free = 0
     for layer in range(layers + 1):
