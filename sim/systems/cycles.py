@@ -462,6 +462,7 @@ class StepCycles:
         self._cache_of: dict[int, KernelCache] = {}  # keeps each cache (and its id) alive
         self._known: dict[tuple[int, Partition], dict[tuple[int, int], _RequestBlock]] = {}
         self._fixed: dict[int, int] = {}
+        self._hops: dict[int, list[int]] = {}
 
     def cycles(self, lengths: Sequence[int]) -> int:
         """Cycles of one decode step of the batch ``lengths`` (context tokens per request)."""
@@ -526,10 +527,14 @@ class StepCycles:
         for i, mb in enumerate(batches):
             if mb not in layer_memo:
                 layer_memo[mb] = self._layer(cache, mb)
-            vector = len(mb) * self._token_bytes
-            for s, n_layers in enumerate(self._layers):
-                stage[i, s] = n_layers * layer_memo[mb][0]
-                link[i, s] = stage_hop_cycles(setup.hw, vector, s, setup.pp, setup.tp)
+            if len(mb) not in self._hops:  # each stage's hand-off of len(mb) vectors
+                vector = len(mb) * self._token_bytes
+                self._hops[len(mb)] = [
+                    stage_hop_cycles(setup.hw, vector, s, setup.pp, setup.tp)
+                    for s in range(setup.pp)
+                ]
+            stage[i] = [n_layers * layer_memo[mb][0] for n_layers in self._layers]
+            link[i] = self._hops[len(mb)]
         return StepTiming(
             batches,
             tuple(layer_memo[mb][1] for mb in batches),
