@@ -589,6 +589,8 @@ class LazyAllocator(_Allocator):
         """A new chunk whenever the KV crosses into an unmapped one."""
         self._check_window(request_id, new_tokens)
         need = self.chunks_for(new_tokens) - len(live.chunks)
+        if not need:  # within its last chunk (most tokens)
+            return ()
         if need > len(self._free):
             raise self._oom(
                 request_id, f"(growing {live.tokens} -> {new_tokens} tokens)", need, len(self._free)

@@ -1,4 +1,5 @@
-"""The cycles-only decode step (sim/systems/cycles.py) equals ``run_decode``'s cycles."""
+"""The cycles-only decode step (sim/systems/cycles.py) equals ``run_decode``'s cycles, and
+every row of the system registry's fast path equals its full step."""
 
 from __future__ import annotations
 
@@ -8,15 +9,19 @@ import random
 import numpy as np
 import pytest
 from pimphony.compiler.plan import PARTITIONS, Partition, ScoreOverflow, layer_plan
+from pimphony.models.module import makespan_arrays
+from pimphony.sim.systems.base import SystemKind
 from pimphony.sim.systems.cycles import (
     PAIR_KEY,
     AttentionBlock,
     StepCycles,
     _first_startup,
     _RequestBlock,
+    attention_makespan,
+    channel_bound_makespan,
     decode_cycles,
 )
-from pimphony.sim.systems.registry import ServingCaches
+from pimphony.sim.systems.registry import FIG8_ROWS, ServingCaches, make_system
 from pimphony.sim.systems.setup import DecodeError, DecodeSetup
 from pimphony.sim.systems.step import KernelCaches, run_decode
 
@@ -199,3 +204,65 @@ def test_first_startup_is_each_channels_first_qk_job():
             if (qk[:, c] >= 0).any()
         ]
         assert _first_startup(blocks) == max(firsts, default=0)
+
+
+# --- every row of the registry: its fast path (``System.cycles``) is its full step
+
+
+@pytest.fixture(scope="module")
+def fig8_options(tmp_path_factory) -> dict:
+    """The ``+dcc`` rows' drafts from a lookup table (no search)."""
+    from pimphony.sim.systems.attacc_gpu import FIG8_SPECS
+    from pimphony.sim.systems.registry import FIG8_ROWS
+
+    from tests.test_attacc_gpu import fig8_table
+
+    table = fig8_table(tmp_path_factory.mktemp("lut") / "lut.json")
+    return {k: {"table": table} for k in FIG8_ROWS if FIG8_SPECS[k].dcc}
+
+
+@pytest.mark.parametrize("kind", list(SystemKind))
+def test_every_rows_cycles_are_its_step(kind, fig8_options):
+    """Random batches on one system's ``cycles`` (its memos shared by every batch) against
+    a fresh system's full ``step`` each: equal seconds and cycles (``==``). Fig. 8's rows
+    take batches of 1 to 3 with a longest context of 256 or 512 (the lookup table's)."""
+    from tests.test_registry import _config
+
+    config = _config(kind, fig8_options.get(kind, {}))
+    fast = make_system(kind, config)
+    rng = random.Random(f"rows-{kind}")
+    for _ in range(4):
+        if kind in FIG8_ROWS:
+            rest = (rng.randint(1, 256) for _ in range(rng.randint(0, 2)))
+            lengths = (rng.choice((256, 512)), *rest)
+        else:
+            lengths = tuple(rng.randint(1, 1500) for _ in range(rng.randint(1, 6)))
+        time = fast.cycles(lengths)
+        step = make_system(kind, config).step(lengths)
+        assert (time.seconds, time.cycles) == (step.seconds, step.cycles), lengths
+
+
+def test_channel_bound_makespan_is_the_simulation():
+    """Random task rows (every part present, or some missing): where the closed form answers
+    it equals the event simulation, and ``attention_makespan`` always does; the closed form
+    answers often (a last unit that waits included) and declines waits, gaps and ties."""
+    rng = np.random.default_rng(11)
+    answered = declined = 0
+    for _ in range(3000):
+        n, channels = int(rng.integers(1, 8)), int(rng.integers(1, 5))
+        hi = int(rng.choice([3, 20, 1000]))
+        qk, sv = rng.integers(0, hi, (n, channels)), rng.integers(0, hi, (n, channels))
+        if rng.random() < 0.1:
+            qk[rng.integers(n), rng.integers(channels)] = -1
+        sm = rng.integers(0, int(rng.choice([2, 10, hi])), n)
+        post, after = rng.integers(0, 20, n), rng.integers(0, 2, n)
+        tasks = np.hstack([qk, sv, sm[:, None], post[:, None], after[:, None]])
+        simulated = makespan_arrays(qk, sv, sm, post, after)
+        fast = channel_bound_makespan(tasks, channels)
+        if fast is None:
+            declined += 1
+        else:
+            answered += 1
+            assert fast == simulated, tasks
+        assert attention_makespan(tasks, channels) == simulated
+    assert answered > 500 and declined > 500

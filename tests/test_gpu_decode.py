@@ -7,8 +7,10 @@ launch and 405.5 ns DRAM latency), not with ``models.xpu``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import random
 
 import pytest
 from pimphony.compiler.llm import load_model
@@ -16,6 +18,7 @@ from pimphony.models.xpu import ring_allreduce_seconds
 from pimphony.models.xpu_config import load_xpu
 from pimphony.sim.systems.gpu import (
     KV_BLOCK_TOKENS,
+    GpuCycles,
     GpuSetup,
     gpu_fill_batch,
     gpu_memory,
@@ -278,3 +281,16 @@ def test_kernels_per_layer_and_the_switch(capsys, tmp_path, monkeypatch):
     code, out, _ = run_cli(capsys, "--no-kernel-costs", *argv, "--force")
     assert code == 0 and json.loads(out)["step_seconds"] == pytest.approx(roof, rel=1e-12)
     assert "kernel" not in json.loads(out)["provenance"]["gpu"]["values"]
+
+
+@pytest.mark.parametrize(("model", "n"), [(TINY, 1), (TINY, 2), (load_model("llm-7b"), 8)])
+def test_gpu_cycles_equal_run_gpu_decode(model, n):
+    """Random batches on one :class:`GpuCycles` (per-batch-size costs memoised) against a
+    fresh ``run_gpu_decode`` each: the same seconds (``==``)."""
+    base = GpuSetup(model, A100, n, (1,), check_capacity=False)
+    fast = GpuCycles(base)
+    rng = random.Random(f"gpu-{model.name}-{n}")
+    for _ in range(8):
+        lengths = tuple(rng.randint(1, 3000) for _ in range(rng.choice((1, 2, 3, 40))))
+        step = run_gpu_decode(dataclasses.replace(base, lengths=lengths))
+        assert fast.seconds(lengths) == step.step_seconds, lengths

@@ -4,8 +4,10 @@ attention model, and refusals."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import random
 
 import pytest
 from pimphony.compiler.llm import load_model
@@ -16,13 +18,16 @@ from pimphony.sim.provenance import inputs_digest
 from pimphony.sim.systems import report as step_report
 from pimphony.sim.systems.admission import fill_batch
 from pimphony.sim.systems.hetero import (
+    HeteroCycles,
     HeteroSetup,
     hetero_setup_digest,
+    pipeline_cycles,
     pipeline_schedule,
     run_hetero_decode,
     sub_batch_candidates,
 )
 from pimphony.sim.systems.kernels import KernelCache
+from pimphony.sim.systems.registry import ServingCaches
 from pimphony.sim.systems.setup import DecodeError, DecodeSetup
 from pimphony.sim.systems.step import attention_cycles, layer_timing
 
@@ -361,3 +366,50 @@ def test_refuses_weights_beyond_the_xpus():
     with pytest.raises(DecodeError, match="> 2 x lolpim-gpu-gddr6 memory 64 GiB; .* more xPUs"):
         HeteroSetup(pim, GDDR6_GPU, 1, xpus=2)
     assert HeteroSetup(pim, GDDR6_GPU, 1, xpus=3).xpus == 3
+
+
+def test_pipeline_cycles_is_the_schedules():
+    """Random task lengths: :func:`pipeline_cycles` ends where :func:`pipeline_schedule`
+    does."""
+    rng = random.Random(7)
+    for _ in range(300):
+        k, layers = rng.randint(1, 4), rng.randint(1, 4)
+        pre = [rng.randint(0, 9) for _ in range(k)]
+        post = [rng.randint(0, 9) for _ in range(k)]
+        into, att, out = ([rng.randint(0, 9) for _ in range(k)] for _ in range(3))
+        x = [
+            [[("qkv", pre[s])]] + [[("proj", post[s]), ("qkv", pre[s])]] * (layers - 1)
+            + [[("ffn2", post[s])]]
+            for s in range(k)
+        ]  # fmt: skip
+        tl = pipeline_schedule(
+            x,
+            [[[("qkv_transfer", into[s])]] * layers for s in range(k)],
+            [[[("qk", att[s])]] * layers for s in range(k)],
+            [[out[s]] * layers for s in range(k)],
+        )
+        xpu = [(pre[s], post[s] + pre[s], post[s]) for s in range(k)]
+        assert pipeline_cycles(xpu, into, att, out, layers) == tl.cycles
+
+
+@pytest.mark.parametrize(
+    ("k", "options"),
+    [
+        (1, {"partition": "auto"}),
+        (2, {"partition": "tcp", "memory": "static", "max_context": 4096}),
+        ("auto", {"partition": "hfp", "pp": 2}),
+    ],
+)
+def test_hetero_cycles_equal_run_hetero_decode(k, options):
+    """Random batches on one :class:`HeteroCycles` (kernels shared through ServingCaches)
+    against a fresh ``run_hetero_decode`` each: the same cycles."""
+    base = _setup(k, (4096, 4096), **options)
+    fast = HeteroCycles(base, ServingCaches())
+    rng = random.Random(f"hetero-{k}")
+    for _ in range(3):
+        lengths = tuple(rng.randint(1, 4096) for _ in range(rng.randint(2, 5)))
+        setup = dataclasses.replace(base, pim=dataclasses.replace(base.pim, lengths=lengths))
+        assert fast.cycles(lengths) == run_hetero_decode(setup).cycles, lengths
+    if k == 2:
+        with pytest.raises(DecodeError, match="--sub-batches 2 exceeds the batch of 1 request"):
+            fast.cycles((100,))

@@ -353,6 +353,30 @@ def test_bench_serving_row():
         assert r["full_step_seconds"] > 0
 
 
+def test_bench_serving_systems_rows():
+    """Each system of the targets serves its requests (two here, three outputs each); the
+    target beside it is the issue's size in 60 s."""
+    from pimphony.sim.experiments.bench import SERVING_TARGETS, bench_serving_systems
+
+    rows = bench_serving_systems(dict.fromkeys(SERVING_TARGETS, 2), outputs=3)
+    assert [r["system"] for r in rows] == ["pim", "xpu+pim", "gpu"]
+    for r in rows:
+        assert r["decode_tokens"] == 6 and r["decode_steps"] >= 3
+        assert r["tokens_per_s"] == pytest.approx(6 / r["cpu_seconds"])
+    assert [r["target_tokens"] for r in rows] == [10**7, 10**6, 10**6]
+    assert [r["target_tokens_per_s"] for r in rows] == pytest.approx([1e7 / 60, 1e6 / 60, 1e6 / 60])
+
+
+def test_long_context_requests_are_the_shipped_target_trace():
+    from pimphony.models.config import CONFIG_DIR
+    from pimphony.sim.serving.trace import long_context_requests
+
+    assert long_context_requests(1000) == read_trace(CONFIG_DIR / "traces" / "long32k-1000.jsonl")
+    assert long_context_requests(20, 50)[0].output_tokens == 50
+    with pytest.raises(TraceError, match="requests 0: must be an integer >= 1"):
+        long_context_requests(0)
+
+
 def test_fig17_serving_shape_small():
     """PIMphony Fig. 17 as serving runs, on a small slice: (a) throughput rises with the
     capacity, the queue is twice what the memory admits; (b) PIMphony beats CENT more at the

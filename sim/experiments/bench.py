@@ -26,6 +26,7 @@ import time
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from pimphony.compiler.kernels import compile_gemv, compile_kernel
@@ -37,10 +38,14 @@ from pimphony.models.channel import (
     run_channel_reference,
     run_channels,
 )
-from pimphony.models.config import CONFIG_DIR, load_preset
+from pimphony.models.config import load_preset
 from pimphony.models.isa import gpr_tiles, save_stream, validate_stream
 from pimphony.sim.cli import bounded_int
+from pimphony.sim.systems.base import SystemKind
 from pimphony.sim.verify.streams import repeated_gemv_chunks
+
+if TYPE_CHECKING:
+    from pimphony.sim.serving.engine import ServeConfig
 
 __all__ = [
     "CpuTimes",
@@ -57,7 +62,7 @@ __all__ = [
     "bench_rtl",
     "bench_run_stream",
     "bench_serving",
-    "bench_serving_target",
+    "bench_serving_systems",
     "bench_startup",
     "bench_sweep",
     "bench_tlm",
@@ -544,27 +549,66 @@ def bench_serving(
     return rows
 
 
-SERVING_TARGET_TRACE = CONFIG_DIR / "traces" / "long32k-1000.jsonl"
-"""Issue 19's target: 1,000 requests of 30,000-31,768 prompt tokens x 1,000 outputs."""
+#: Issue 32's serving targets per system: requests of
+#: :func:`sim.serving.trace.long_context_requests` (~32K prompts, 1,000 outputs each: 10^7
+#: decode tokens for PIM only, 10^6 for xPU+PIM and GPU) and the CPU seconds allowed.
+SERVING_TARGETS = {
+    SystemKind.PIM: (10_000, 60.0),
+    SystemKind.XPU_PIM: (1_000, 60.0),
+    SystemKind.GPU: (1_000, 60.0),
+}
 
 
-def bench_serving_target(partition: str = "tcp") -> dict:
-    """Issue 19's target run itself (``SERVING_TARGET_TRACE`` on 8 x aim-32ch-32g, TP 8,
-    lazy, no prefill): wall seconds, decode steps and output tokens."""
+def _serving_config(system: SystemKind) -> ServeConfig:
+    """LLM-7B, lazy memory, no prefill: PIM on 8 x aim-32ch-32g (TP 8, TCP); xPU+PIM the
+    same modules (KV only) with the neupims-npu xPU; GPU one a100-80gb."""
     from pimphony.compiler.llm import load_model
-    from pimphony.sim.serving.engine import ServeConfig, serve
-    from pimphony.sim.serving.trace import read_trace
+    from pimphony.models.xpu_config import load_xpu
+    from pimphony.sim.serving.engine import ServeConfig
 
     spec, hw = load_model("llm-7b"), load_preset("aim-32ch-32g")
-    reqs = read_trace(SERVING_TARGET_TRACE)
-    res = serve(ServeConfig("pim", spec, hw, tp=8, partition=partition, prefill=False), reqs)
-    return {
-        "partition": partition,
-        "requests": len(reqs),
-        "output_tokens": sum(r.output_tokens for r in reqs),
-        "decode_steps": sum(1 for e in res.events if e[0] == "decode"),
-        "wall_seconds": res.wall_seconds,
-    }
+    if system == SystemKind.GPU:
+        return ServeConfig(system, spec, gpu=load_xpu("a100-80gb"), prefill=False)
+    xpu = load_xpu("neupims-npu") if system == SystemKind.XPU_PIM else None
+    return ServeConfig(system, spec, hw, tp=8, partition="tcp", xpu=xpu, prefill=False)
+
+
+#: Output tokens of every request of the serving targets.
+SERVING_TARGET_OUTPUTS = 1000
+
+
+def bench_serving_systems(
+    requests: dict[SystemKind, int] | None = None, outputs: int = SERVING_TARGET_OUTPUTS
+) -> list[dict]:
+    """Per system of :data:`SERVING_TARGETS`, a ``pimphony serve`` run of its target size
+    (``requests``: other counts per system) on the cycles-only step: decode tokens, steps,
+    CPU seconds of the run and decode tokens/s, beside the target's tokens/s."""
+    from pimphony.sim.serving.engine import serve
+    from pimphony.sim.serving.trace import long_context_requests
+
+    rows = []
+    for system, (target_requests, seconds) in SERVING_TARGETS.items():
+        n = (requests or {}).get(system, target_requests)
+        cfg = _serving_config(system)
+        started = time.process_time()
+        res = serve(cfg, long_context_requests(n, outputs))
+        cpu = time.process_time() - started
+        decode = [e for e in res.events if e[0] == "decode"]
+        tokens = sum(e[5] for e in decode)
+        rows.append(
+            {
+                "system": str(system),
+                "requests": n,
+                "decode_tokens": tokens,
+                "decode_steps": len(decode),
+                "cpu_seconds": cpu,
+                "tokens_per_s": tokens / cpu,
+                "target_tokens": target_requests * SERVING_TARGET_OUTPUTS,
+                "target_seconds": seconds,
+                "target_tokens_per_s": target_requests * SERVING_TARGET_OUTPUTS / seconds,
+            }
+        )
+    return rows
 
 
 def _best_wall(cmd: list[str], repeat: int, cwd: str) -> tuple[float, str]:
@@ -788,13 +832,23 @@ def run(args: argparse.Namespace) -> int:
             for r in bench_serving()
         ),
     )
-    t = bench_serving_target()
     print(
-        f"issue 19's target ({SERVING_TARGET_TRACE.name}: {t['requests']:,} requests, "
-        f"{t['output_tokens']:,} output tokens, {t['decode_steps']:,} steps, TCP): "
-        f"{t['wall_seconds']:.1f} s wall "
-        "(target: under 60 s on one core)",
+        "\nServing speed per system (pimphony serve, cycles-only steps, CPU time): LLM-7B, "
+        "~32K prompts x 1,000 outputs, lazy, no prefill; PIM 8 x aim-32ch-32g (TP 8, TCP), "
+        "xPU+PIM neupims-npu + the same modules, GPU 1 x a100-80gb",
         flush=True,
+    )
+    _table(
+        f"{'system':<9}{'requests':>9}{'tokens':>12}{'steps':>9}{'CPU s':>8}{'tokens/s':>10}"
+        f"  target",
+        (
+            f"{r['system']:<9}{r['requests']:>9,}{r['decode_tokens']:>12,}"
+            f"{r['decode_steps']:>9,}{r['cpu_seconds']:>8.1f}{r['tokens_per_s']:>10,.0f}"
+            f"  {r['target_tokens']:.0e} tokens in {r['target_seconds']:.0f} s = "
+            f"{r['target_tokens_per_s']:,.0f}/s "
+            f"({'met' if r['tokens_per_s'] >= r['target_tokens_per_s'] else 'not met'})"
+            for r in bench_serving_systems()
+        ),
     )
     if args.no_rtl:
         return 0

@@ -160,6 +160,7 @@ def serve(
     preempt = [0] * n
     generated = [0] * n
     kv = [r.input_tokens for r in requests]  # KV tokens held (or to rebuild on admission)
+    outputs = [r.output_tokens for r in requests]
     waiting: deque[int] = deque()
     running: list[int] = []
     events: list = []
@@ -209,25 +210,30 @@ def serve(
                     emit(r)
                     done += 1
             events.append(("prefill", start, dt, None, len(new), done, *mem(), len(waiting)))
-        # Requests that prefill already finished (one output token) leave before the step.
-        _release_done(running, requests, generated, finished, pool, now)
-        if not running:
-            continue
-        lengths = tuple(kv[r] for r in running)
-        if lengths not in steps:
-            steps[lengths] = system.cycles(lengths)
-        dt, cycles = steps[lengths].seconds, steps[lengths].cycles
+        if new:
+            # Requests that prefill already finished (one output token) leave before the
+            # step; only those admitted now can have (the others stayed, short of tokens).
+            _release_done(running, outputs, generated, finished, pool, now)
+            if not running:
+                continue
+        lengths = tuple([kv[r] for r in running])
+        step = steps.get(lengths)
+        if step is None:
+            step = steps[lengths] = system.cycles(lengths)
+        dt, cycles = step.seconds, step.cycles
         if record_lengths:
             lengths_log.append(lengths)
         start = now
         now += dt
         for r in running:
-            emit(r)
+            generated[r] += 1
+            if generated[r] == 1:  # its first token (the one emit() records)
+                first[r] = now
         used, reserved = mem()
         events.append(
             ("decode", start, dt, cycles, len(running), len(running), used, reserved, len(waiting))
         )
-        _release_done(running, requests, generated, finished, pool, now)
+        _release_done(running, outputs, generated, finished, pool, now)
         # Grow every remaining request's KV by the token just decoded, oldest first; when
         # lazy memory runs out, preempt the most recently admitted request (recompute).
         i = 0
@@ -263,20 +269,20 @@ def serve(
 
 def _release_done(
     running: list[int],
-    requests: Sequence[Request],
+    outputs: Sequence[int],
     generated: list[int],
     finished: list[float],
     pool: Any,
     now: float,
 ) -> None:
-    keep = []
-    for r in running:
-        if generated[r] >= requests[r].output_tokens:
-            pool.release(r)
-            finished[r] = now
-        else:
-            keep.append(r)
-    running[:] = keep
+    """Release, in running order, the requests that have all ``outputs`` tokens."""
+    done = [r for r in running if generated[r] >= outputs[r]]
+    if not done:
+        return
+    for r in done:
+        pool.release(r)
+        finished[r] = now
+    running[:] = [r for r in running if generated[r] < outputs[r]]
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float | None]:

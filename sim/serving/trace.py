@@ -23,10 +23,12 @@ from pimphony.models.fileio import read_utf8
 from pimphony.sim.workloads import load_workload, sample_context_lengths
 
 __all__ = [
+    "LONG_PROMPTS",
     "MAX_ARRIVAL_S",
     "TRACE_COLUMNS",
     "Request",
     "TraceError",
+    "long_context_requests",
     "read_trace",
     "workload_requests",
 ]
@@ -193,3 +195,19 @@ def workload_requests(
                 f"serving horizon of {MAX_ARRIVAL_S:g} s; raise --rate or lower --requests"
             )
     return [Request(i, float(arrivals[i]), int(inputs[i]), output_tokens) for i in range(n)]
+
+
+#: The prompt lengths of :func:`long_context_requests` (inclusive): with 1,000 outputs a
+#: request stays within a 32K window.
+LONG_PROMPTS = (30_000, 31_768)
+
+
+def long_context_requests(n: int, output_tokens: int = 1000, seed: int = 0) -> list[Request]:
+    """``n`` requests at t = 0 with prompts drawn uniformly from :data:`LONG_PROMPTS`
+    (``numpy.random.default_rng(seed)``), each generating ``output_tokens`` tokens: the
+    serving speed targets (``configs/traces/long32k-1000.jsonl`` is ``n = 1000``, seed 0)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise TraceError(f"requests {n!r}: must be an integer >= 1")
+    low, high = LONG_PROMPTS
+    prompts = np.random.default_rng(seed).integers(low, high + 1, n)
+    return [Request(k, 0.0, int(t), output_tokens) for k, t in enumerate(prompts)]

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numba import njit
 from pimphony.compiler.hub import instruction_count, multicast_first
 from pimphony.compiler.kernels import CompileError
 from pimphony.compiler.llm import GEMV_OPS, ModelSpec
@@ -80,6 +81,8 @@ __all__ = [
     "AttentionBlock",
     "StepCycles",
     "StepTiming",
+    "attention_makespan",
+    "channel_bound_makespan",
     "decode_cycles",
     "decode_errors",
     "epu_other_flops",
@@ -234,6 +237,122 @@ def _joined(packed: Sequence[np.ndarray]) -> np.ndarray:
     return packed[0] if len(packed) == 1 else np.concatenate(packed)
 
 
+def attention_makespan(tasks: np.ndarray, channels: int) -> int:
+    """:func:`models.module.makespan_arrays` of packed task rows (``qk``, ``sv`` per channel,
+    then ``softmax``, ``post``, ``after_sv``): :func:`channel_bound_makespan` where it
+    applies, else the event simulation."""
+    fast = channel_bound_makespan(tasks, channels)
+    if fast is not None:
+        return fast
+    return makespan_arrays(
+        tasks[:, :channels],
+        tasks[:, channels : 2 * channels],
+        tasks[:, 2 * channels],
+        tasks[:, 2 * channels + 1],
+        tasks[:, 2 * channels + 2],
+    )
+
+
+def channel_bound_makespan(tasks: np.ndarray, channels: int) -> int | None:
+    """The makespan of packed task rows when no channel waits but for the last unit's
+    softmax, else ``None``.
+
+    Every unit with a QK^T and an SV part on every channel gives each channel the one order
+    QK(0), QK(1), SV(0), QK(2), SV(1), ..., SV(n-1); while no SV part waits for its softmax,
+    a channel's task ends are the prefix sums of that order, each EPU task is ready when its
+    unit's last part ends, and the EPU, with every ready time distinct, serves its tasks in
+    the order they become ready (:func:`models.module.makespan` pops the earliest). The
+    last unit's SV parts start when their channel is free and its softmax done; every other
+    unit's softmax end is checked against its SV starts (at the same cycle is no wait: the
+    event simulation unblocks the channel at once). A wait, a missing part or two EPU tasks
+    ready at one cycle (the simulation's event order would decide) give ``None``. Exact
+    where it answers (``tests/test_cycles.py`` checks it against the simulation)."""
+    end = _channel_bound_kernel(np.ascontiguousarray(tasks, dtype=np.int64), channels)
+    return None if end < 0 else int(end)
+
+
+@njit(cache=True)
+def _channel_bound_kernel(tasks: np.ndarray, channels: int) -> int:  # noqa: C901, PLR0912
+    """:func:`channel_bound_makespan` compiled; -1 for ``None``."""
+    n = tasks.shape[0]
+    for p in range(n):
+        for c in range(2 * channels):
+            if tasks[p, c] < 0:
+                return -1
+    qk_ready = np.zeros(n, dtype=np.int64)  # the last QK^T part of each unit ends
+    sv_ready = np.zeros(n, dtype=np.int64)  # the last SV part ends
+    sv_first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)  # the first SV starts
+    last_start = np.zeros(channels, dtype=np.int64)  # each channel's SV(n-1) starts
+    for c in range(channels):
+        t = tasks[0, c]
+        qk_ready[0] = max(qk_ready[0], t)
+        for k in range(n):
+            if k + 1 < n:
+                t += tasks[k + 1, c]
+                qk_ready[k + 1] = max(qk_ready[k + 1], t)
+            sv_first[k] = min(sv_first[k], t)
+            if k == n - 1:
+                last_start[c] = t
+            t += tasks[k, channels + c]
+            sv_ready[k] = max(sv_ready[k], t)
+    softmax_done = _epu_pass(tasks, channels, qk_ready, sv_ready)
+    if softmax_done[0] < 0:
+        return -1
+    # The last unit's SV parts wait for its softmax (nothing follows them on a channel);
+    # its reduction is then ready later, which may reorder the EPU's later tasks.
+    waited = False
+    end = 0
+    for c in range(channels):
+        start = max(last_start[c], softmax_done[n - 1])
+        waited = waited or start > last_start[c]
+        end = max(end, start + tasks[n - 1, channels + c])
+    if waited:
+        sv_ready[n - 1] = end
+        softmax_done = _epu_pass(tasks, channels, qk_ready, sv_ready)
+        if softmax_done[0] < 0:
+            return -1
+    for p in range(n - 1):
+        if softmax_done[p] > sv_first[p]:
+            return -1
+    return max(end, softmax_done[n])
+
+
+@njit(cache=True)
+def _epu_pass(
+    tasks: np.ndarray, channels: int, qk_ready: np.ndarray, sv_ready: np.ndarray
+) -> np.ndarray:
+    """The EPU's tasks served in order of readiness (``e_i = max(e_(i-1), r_i) + c_i``):
+    each unit's softmax end, then (entry ``n``) the EPU's last end; entry 0 is -1 if two
+    tasks are ready at one cycle."""
+    n = tasks.shape[0]
+    count = n
+    for p in range(n):
+        if tasks[p, 2 * channels + 2] != 0:
+            count += 1
+    ready = np.empty(count, dtype=np.int64)
+    cost = np.empty(count, dtype=np.int64)
+    ready[:n] = qk_ready
+    cost[:n] = tasks[:, 2 * channels]
+    k = n
+    for p in range(n):
+        if tasks[p, 2 * channels + 2] != 0:
+            ready[k], cost[k] = sv_ready[p], tasks[p, 2 * channels + 1]
+            k += 1
+    order = np.argsort(ready)
+    out = np.empty(n + 1, dtype=np.int64)
+    e = 0
+    for i in range(count):
+        j = order[i]
+        if i and ready[j] == ready[order[i - 1]]:
+            out[0] = -1
+            return out
+        e = max(e, ready[j]) + cost[j]
+        if j < n:
+            out[j] = e
+    out[n] = e
+    return out
+
+
 @dataclass(frozen=True)
 class _RequestBlock:
     """What a step reads of a request's block: ``tasks``, the rows the makespan reads
@@ -334,12 +453,16 @@ class StepCycles:
         # What blocks depend on besides the cache's hardware, scheduler and memory (a cache
         # may be shared by steps of other models and TP splits): the module's heads.
         self._heads = (self._kv_heads, spec.head_dim, spec.gqa_group)
+        # A request block's key after its scheme, tokens and pair key (also the overflow).
+        self._key_tail = (*self._heads, setup.score_overflow)
         self._candidates = candidates(setup.partition)
         self._static = setup.memory == MemoryPolicy.STATIC
         self._hub_bytes = hub_instruction_bytes(cfg)
         self._token_bytes = spec.hidden * spec.element_bytes
-        self._cache_of: dict[int, KernelCache] = {}
+        self._cache_of: dict[int, KernelCache] = {}  # keeps each cache (and its id) alive
+        self._known: dict[tuple[int, Partition], dict[tuple[int, int], _RequestBlock]] = {}
         self._fixed: dict[int, int] = {}
+        self._hops: dict[int, list[int]] = {}
 
     def cycles(self, lengths: Sequence[int]) -> int:
         """Cycles of one decode step of the batch ``lengths`` (context tokens per request)."""
@@ -350,7 +473,7 @@ class StepCycles:
         setup's (default ``min(pp, batch)``), or with ``"auto"`` every count of
         :func:`sim.systems.setup.micro_batch_candidates`, in that order."""
         lengths = tuple(lengths)
-        self._check(lengths)
+        self.check(lengths)
         setup = self.setup
         cache = self.kernel_cache(max(lengths))
         if setup.micro_batches == MICRO_BATCHES_AUTO:
@@ -361,7 +484,9 @@ class StepCycles:
         with decode_errors():
             return tuple(self._timing(cache, lengths, m, layer_memo) for m in counts)
 
-    def _check(self, lengths: tuple[int, ...]) -> None:
+    def check(self, lengths: tuple[int, ...]) -> None:
+        """:class:`DecodeError` unless ``lengths`` is a batch of positive lengths within the
+        model's window (and a static reservation)."""
         if not lengths:
             raise DecodeError("the batch is empty: give at least one context length")
         if min(lengths) < 1:
@@ -402,10 +527,14 @@ class StepCycles:
         for i, mb in enumerate(batches):
             if mb not in layer_memo:
                 layer_memo[mb] = self._layer(cache, mb)
-            vector = len(mb) * self._token_bytes
-            for s, n_layers in enumerate(self._layers):
-                stage[i, s] = n_layers * layer_memo[mb][0]
-                link[i, s] = stage_hop_cycles(setup.hw, vector, s, setup.pp, setup.tp)
+            if len(mb) not in self._hops:  # each stage's hand-off of len(mb) vectors
+                vector = len(mb) * self._token_bytes
+                self._hops[len(mb)] = [
+                    stage_hop_cycles(setup.hw, vector, s, setup.pp, setup.tp)
+                    for s in range(setup.pp)
+                ]
+            stage[i] = [n_layers * layer_memo[mb][0] for n_layers in self._layers]
+            link[i] = self._hops[len(mb)]
         return StepTiming(
             batches,
             tuple(layer_memo[mb][1] for mb in batches),
@@ -420,13 +549,21 @@ class StepCycles:
         partition: with several candidates the fastest (ties: the first)."""
         if len(mb) not in self._fixed:
             self._fixed[len(mb)] = self._fixed_cycles(cache, mb)
-        best: tuple[int, Partition] | None = None
+        attention, transfer, partition = self.attention(cache, mb)
+        return self._fixed[len(mb)] + attention + transfer, partition
+
+    def attention(self, cache: KernelCache, mb: tuple[int, ...]) -> tuple[int, int, Partition]:
+        """One layer's attention of micro-batch ``mb`` on one TP module, as
+        :func:`sim.systems.step.attention_step` times it: its cycles (``qk + sv + softmax``),
+        the command transfer (static memory; else 0) and the partition, with several
+        candidates the one of the fewest cycles and transfer (ties: the first)."""
+        best: tuple[int, int, Partition] | None = None
         for p in self._candidates:
-            attention = self._attention(cache, p, mb)
-            if best is None or attention < best[0]:
-                best = (attention, p)
+            cycles, transfer = self._attention(cache, p, mb)
+            if best is None or cycles + transfer < best[0] + best[1]:
+                best = (cycles, transfer, p)
         assert best is not None
-        return self._fixed[len(mb)] + best[0], best[1]
+        return best
 
     def _fixed_cycles(self, cache: KernelCache, mb: tuple[int, ...]) -> int:
         """The weight GEMVs (slowest channel each; tuned: DCC's drafts where faster, with
@@ -445,36 +582,36 @@ class StepCycles:
         allreduce = 2 * allreduce_cycles(setup.hw, b * self._token_bytes, setup.tp)
         return gemv + other + allreduce
 
-    def _attention(self, cache: KernelCache, scheme: Partition, mb: tuple[int, ...]) -> int:
+    def _attention(
+        self, cache: KernelCache, scheme: Partition, mb: tuple[int, ...]
+    ) -> tuple[int, int]:
         """One layer's attention cycles (``qk + sv + softmax`` of ``LayerTiming``) and, with
-        static memory, its command transfer, under ``scheme``."""
+        static memory, its command transfer (else 0), under ``scheme``."""
         kvh = self._kv_heads
         channels = self.setup.hw.module.channels
-        pair_key, known = PAIR_KEY.get(scheme, _exact_pair), cache.blocks
-        blocks = [
-            known.get(("request", scheme, t, pair_key(r * kvh, channels), *self._heads))
-            or self._block(cache, scheme, t, r * kvh)
-            for r, t in enumerate(mb)
-        ]
-        tasks = _joined([b.tasks for b in blocks])
-        cycles = makespan_arrays(
-            tasks[:, :channels],
-            tasks[:, channels : 2 * channels],
-            tasks[:, 2 * channels],
-            tasks[:, 2 * channels + 1],
-            tasks[:, 2 * channels + 2],
-        )
+        pair_key = PAIR_KEY.get(scheme, _exact_pair)
+        # This configuration's blocks of ``cache`` by (tokens, pair key): the look-up of
+        # every request of every step (the cache's keys also name the heads and overflow).
+        known = self._known.setdefault((id(cache), scheme), {})
+        blocks = []
+        for r, t in enumerate(mb):
+            key = (t, pair_key(r * kvh, channels))
+            block = known.get(key)
+            if block is None:
+                block = known[key] = self._block(cache, scheme, t, r * kvh)
+            blocks.append(block)
+        cycles = attention_makespan(_joined([b.tasks for b in blocks]), channels)
         # DPA: the first attention program of each channel is decoded before its first
         # command (the largest of those start-ups is exposed).
         cycles += _first_startup(blocks)
-        if self._static:
-            hub = _joined([b.hub for b in blocks])  # static: every block keeps its hub rows
-            count = _hub_instructions(hub[:, :channels], hub[:, 2 * channels : 3 * channels])
-            count += _hub_instructions(
-                hub[:, channels : 2 * channels], hub[:, 3 * channels : 4 * channels]
-            )
-            cycles += link_cycles(self.setup.hw, count * self._hub_bytes, "host")
-        return cycles
+        if not self._static:
+            return cycles, 0
+        hub = _joined([b.hub for b in blocks])  # static: every block keeps its hub rows
+        count = _hub_instructions(hub[:, :channels], hub[:, 2 * channels : 3 * channels])
+        count += _hub_instructions(
+            hub[:, channels : 2 * channels], hub[:, 3 * channels : 4 * channels]
+        )
+        return cycles, link_cycles(self.setup.hw, count * self._hub_bytes, "host")
 
     def _block(
         self, cache: KernelCache, scheme: Partition, tokens: int, first_pair: int
@@ -483,14 +620,14 @@ class StepCycles:
         its units as ``compiler.plan.attention_units`` cuts them, one row each."""
         channels = self.setup.hw.module.channels
         pair_key = PAIR_KEY.get(scheme, _exact_pair)
-        overflow = self.setup.score_overflow
-        key = ("request", scheme, tokens, pair_key(first_pair, channels), *self._heads, overflow)
+        key = ("request", scheme, tokens, pair_key(first_pair, channels), *self._key_tail)
         block = cache.blocks.get(key)
         if block is None:
             spec, cfg = self.setup.model, self.setup.hw
             units = attention_units(
-                cfg, (tokens,), self._kv_heads, spec.head_dim, spec.gqa_group, scheme, overflow
-            )
+                cfg, (tokens,), self._kv_heads, spec.head_dim, spec.gqa_group, scheme,
+                self.setup.score_overflow,
+            )  # fmt: skip
             rows = [self._unit(cache, scheme, u, first_pair + u.pair) for u in units]
             block = _RequestBlock.of(_unpack(_joined(rows), cfg.module.channels), self._static)
             cache.blocks[key] = block

@@ -31,7 +31,7 @@ from typing import Any
 from pimphony.compiler.llm import GEMV_OPS, ModelSpec
 from pimphony.compiler.plan import DecodeMappingError, KvHeads, kv_heads_per_device
 from pimphony.models.fileio import pyplot, write_figure
-from pimphony.models.xpu import XpuCost
+from pimphony.models.xpu import XpuCost, attention_cost
 from pimphony.models.xpu_config import DeviceKind, XpuConfig
 from pimphony.sim.provenance import inputs_digest
 from pimphony.sim.systems import report as step_report
@@ -44,6 +44,7 @@ __all__ = [
     "PART_STYLE",
     "KV_BLOCK_TOKENS",
     "GpuPart",
+    "GpuCycles",
     "GpuReport",
     "GpuSetup",
     "format_gpu_report",
@@ -296,6 +297,27 @@ def gpu_op_costs(setup: GpuSetup) -> OpCosts:
     return layer_costs(spec, setup.gpu, batch, n, contexts=padded, kv=KvHeads.REPLICATE)
 
 
+#: The part of the step each op of :func:`gpu_op_costs` belongs to (the rest: vector).
+_PART_OF = {str(op): GpuPart.FC for op in GEMV_OPS} | {ATTENTION: GpuPart.ATTENTION}
+
+
+def _layer_parts(costs: OpCosts, one_reduce: float) -> dict[GpuPart, float]:
+    """Seconds of each part of one layer: its ops' costs summed in table order, and the two
+    all-reduces."""
+    layer = dict.fromkeys(GPU_PARTS, 0.0)
+    for key, (cost, count) in costs.items():
+        layer[_PART_OF.get(key, GpuPart.VECTOR)] += count * cost.seconds
+    layer[GpuPart.ALLREDUCE] = 2 * one_reduce
+    return layer
+
+
+def _step_parts(layer: dict[GpuPart, float], layers: int) -> tuple[dict[GpuPart, float], float]:
+    """Serial composition: each part of the step is ``layers`` x the layer's, the step their
+    sum."""
+    parts = {p: layers * layer[p] for p in GPU_PARTS}
+    return parts, sum(parts.values())
+
+
 def run_gpu_decode(setup: GpuSetup) -> GpuReport:
     """Cost one decode step of ``setup`` (``docs/decode.md``, GPU-only baseline)."""
     spec, gpu, n = setup.model, setup.gpu, setup.gpus
@@ -304,17 +326,11 @@ def run_gpu_decode(setup: GpuSetup) -> GpuReport:
     costs = gpu_op_costs(setup)
     vector_bytes = b * spec.hidden * spec.element_bytes  # reported beside the reduce
     one_reduce = hidden_allreduce_seconds(spec, gpu, b, n)
-    part_of = {str(op): GpuPart.FC for op in GEMV_OPS} | {ATTENTION: GpuPart.ATTENTION}
-    layer = dict.fromkeys(GPU_PARTS, 0.0)
     flops = traffic = 0
-    for key, (cost, count) in costs.items():
-        layer[part_of.get(key, GpuPart.VECTOR)] += count * cost.seconds
+    for cost, count in costs.values():
         flops += count * cost.flops
         traffic += count * cost.bytes
-    layer[GpuPart.ALLREDUCE] = 2 * one_reduce
-    # Serial composition: the step is layers x the sum of a layer's parts.
-    parts = {p: spec.layers * layer[p] for p in GPU_PARTS}
-    step = sum(parts.values())
+    parts, step = _step_parts(_layer_parts(costs, one_reduce), spec.layers)
     flops *= spec.layers
     traffic *= spec.layers
     return GpuReport(
@@ -345,11 +361,35 @@ def run_gpu_decode(setup: GpuSetup) -> GpuReport:
         energy=gpu_energy(
             gpu,
             costs,
-            {key: "fc" if p == GpuPart.FC else "attention" for key, p in part_of.items()},
+            {key: "fc" if p == GpuPart.FC else "attention" for key, p in _PART_OF.items()},
             spec.layers * n,  # every layer, on each of the n GPUs (costs are per GPU)
             b,
         ),
     )
+
+
+class GpuCycles:
+    """The seconds of :func:`run_gpu_decode` for any batch, without its report or admission
+    (the serving fast path): one layer's FC, vector and all-reduce seconds are functions of
+    the batch size alone and memoised on it; attention is costed per batch over its paged
+    (whole-block) contexts. ``setup`` gives everything but the batch."""
+
+    def __init__(self, setup: GpuSetup):
+        self.setup = setup
+        self._fixed: dict[int, dict[GpuPart, float]] = {}
+        self._heads, self._kv_heads = setup.model.heads // setup.gpus, setup.kv_heads_per_gpu
+
+    def seconds(self, lengths: Sequence[int]) -> float:
+        """``run_gpu_decode(dataclasses.replace(setup, lengths=lengths)).step_seconds``."""
+        s = self.setup
+        spec, b = s.model, len(lengths)
+        if b not in self._fixed:
+            costs = layer_costs(spec, s.gpu, b, s.gpus, kv=KvHeads.REPLICATE)
+            self._fixed[b] = _layer_parts(costs, hidden_allreduce_seconds(spec, s.gpu, b, s.gpus))
+        padded = [kv_blocks(t) * KV_BLOCK_TOKENS for t in lengths]
+        attention = attention_cost(s.gpu, padded, self._heads, self._kv_heads, spec.head_dim)
+        layer = {**self._fixed[b], GpuPart.ATTENTION: 0.0 + attention.seconds}
+        return _step_parts(layer, spec.layers)[1]
 
 
 def gpu_setup_digest(setup: GpuSetup) -> str:

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pimphony.compiler.llm import LayerOp
+from pimphony.compiler.llm import LayerOp, ModelSpec
 from pimphony.compiler.plan import KvHeads, micro_batches
 from pimphony.models.energy import ChannelActivity, EnergyParams
 from pimphony.models.fileio import pyplot, write_figure
@@ -56,14 +56,16 @@ from pimphony.sim.provenance import inputs_digest
 from pimphony.sim.systems import report as step_report
 from pimphony.sim.systems.admission import admit
 from pimphony.sim.systems.costs import hidden_allreduce_seconds, layer_costs, op_cycles
+from pimphony.sim.systems.cycles import StepCycles, decode_errors
 from pimphony.sim.systems.energy import energy_line, hetero_energy
-from pimphony.sim.systems.kernels import KernelCache
+from pimphony.sim.systems.kernels import KernelCache, KernelCaches
 from pimphony.sim.systems.setup import DecodeError, DecodeSetup
 from pimphony.sim.systems.step import attention_step
 
 __all__ = [
     "DEVICES",
     "OP_STYLE",
+    "HeteroCycles",
     "HeteroReport",
     "HeteroSetup",
     "SUB_BATCHES_AUTO",
@@ -72,6 +74,7 @@ __all__ = [
     "format_hetero_report",
     "hetero_report_stem",
     "hetero_setup_digest",
+    "pipeline_cycles",
     "pipeline_schedule",
     "plot_hetero_report",
     "run_hetero_decode",
@@ -248,6 +251,35 @@ def pipeline_schedule(
     return Timeline(max(free.values()), tasks)
 
 
+def pipeline_cycles(
+    xpu: Sequence[Sequence[int]],
+    to_pim: Sequence[int],
+    pim: Sequence[int],
+    to_xpu: Sequence[int],
+    layers: int,
+) -> int:
+    """:func:`pipeline_schedule`'s cycles from task lengths alone: per sub-batch its xPU
+    tasks' cycles ``(first, middle, last)`` (``X(0)``, every ``X(l)`` between layers,
+    ``X(L)``) and, the same every layer, its transfer to PIM, attention and transfer back."""
+    k = len(xpu)
+    if k == 1:  # serial: one chain, every task after the one before
+        (first, middle, last), task = xpu[0], to_pim[0] + pim[0] + to_xpu[0]
+        return first + (layers - 1) * middle + last + layers * task
+    done = [0] * k
+    x_free = in_free = pim_free = out_free = 0
+    for layer in range(layers + 1):
+        which = 0 if layer == 0 else 2 if layer == layers else 1
+        for s in range(k):
+            x_free = done[s] = max(x_free, done[s]) + xpu[s][which]
+        if layer == layers:
+            break
+        for s in range(k):
+            in_free = max(in_free, done[s]) + to_pim[s]
+            pim_free = max(pim_free, in_free) + pim[s]
+            out_free = done[s] = max(out_free, pim_free) + to_xpu[s]
+    return max(x_free, in_free, pim_free, out_free)
+
+
 def _xpu_ops(setup: HeteroSetup, batch: int) -> tuple[dict[str, int], dict[str, int]]:
     """Cycles of the pre-attention (norm + QKV) and post-attention ops of one layer for a
     sub-batch of ``batch`` requests (:func:`~sim.systems.costs.layer_costs` on one of the
@@ -267,6 +299,70 @@ def _xpu_ops(setup: HeteroSetup, batch: int) -> tuple[dict[str, int], dict[str, 
         reduce = hidden_allreduce_seconds(spec, setup.xpu, batch, n)
         post["allreduce"] = 2 * math.ceil(reduce * freq * 1e9)
     return pre, post
+
+
+def _transfer_bytes(spec: ModelSpec, batch: int) -> tuple[int, int]:
+    """Bytes of one layer's Q/K/V vectors to PIM and attention outputs back, for a sub-batch
+    of ``batch`` requests (all ``tp`` modules together)."""
+    e = spec.element_bytes
+    qkv = batch * (spec.heads + 2 * spec.kv_heads) * spec.head_dim * e
+    return qkv, batch * spec.heads * spec.head_dim * e
+
+
+class HeteroCycles:
+    """The cycles of :func:`run_hetero_decode` for any batch, without its report, admission
+    or energy (the serving fast path). A sub-batch's xPU ops and transfers are functions of
+    its size alone, memoised on it; its attention is :meth:`StepCycles.attention
+    <sim.systems.cycles.StepCycles.attention>` (blocks shared through ``caches``); the
+    schedule is :func:`pipeline_cycles`. ``setup`` gives everything but the batch."""
+
+    def __init__(self, setup: HeteroSetup, caches: KernelCaches | None = None):
+        self.setup = setup
+        self.steps = StepCycles(setup.pim, caches)
+        self._sizes: dict[int, tuple[int, int, int, int]] = {}
+
+    def cycles(self, lengths: Sequence[int]) -> int:
+        """``run_hetero_decode`` of ``lengths``' cycles (with ``"auto"`` sub-batches, the
+        fewest of every candidate K)."""
+        lengths = tuple(lengths)
+        self.steps.check(lengths)
+        k = self.setup.sub_batches
+        if k == SUB_BATCHES_AUTO:
+            counts = sub_batch_candidates(len(lengths))
+        else:
+            if k > len(lengths):  # the setup's own error
+                pim = dataclasses.replace(self.setup.pim, lengths=lengths)
+                dataclasses.replace(self.setup, pim=pim)
+            counts = [k]
+        cache = self.steps.kernel_cache(max(lengths))
+        with decode_errors():
+            return min(self._cycles(cache, micro_batches(lengths, k)) for k in counts)
+
+    def _cycles(self, cache: KernelCache, batches: list[tuple[int, ...]]) -> int:
+        xpu, to_pim, pim, to_xpu = [], [], [], []
+        for mb in batches:
+            pre, post, qkv, out = self._size(len(mb))
+            attention, transfer, _ = self.steps.attention(cache, mb)
+            xpu.append((pre, post + pre, post))
+            to_pim.append(transfer + qkv)
+            pim.append(attention)
+            to_xpu.append(out)
+        return pipeline_cycles(xpu, to_pim, pim, to_xpu, self.setup.pim.model.layers)
+
+    def _size(self, b: int) -> tuple[int, int, int, int]:
+        """A sub-batch of ``b``: the xPU's cycles before and after attention, the Q/K/V
+        transfer to a module and the outputs' back."""
+        if b not in self._sizes:
+            pre, post = _xpu_ops(self.setup, b)
+            cfg, tp = self.setup.pim.hw, self.setup.pim.tp
+            qkv, out = _transfer_bytes(self.setup.pim.model, b)
+            self._sizes[b] = (
+                sum(pre.values()),
+                sum(post.values()),
+                link_cycles(cfg, math.ceil(qkv / tp), "host"),
+                link_cycles(cfg, math.ceil(out / tp), "host"),
+            )
+        return self._sizes[b]
 
 
 @dataclass(frozen=True)
@@ -353,7 +449,7 @@ def _run_fixed(
     cfg = pim_setup.hw
     memory = admit(pim_setup, weights=False)
     cache = cache or _cache(pim_setup)
-    layers, tp, e = spec.layers, pim_setup.tp, spec.element_bytes
+    layers, tp = spec.layers, pim_setup.tp
     xpu_tasks, in_tasks, pim_tasks, out_tasks = [], [], [], []
     chosen: dict[str, int] = {}
     in_bytes = out_bytes = 0
@@ -366,8 +462,7 @@ def _run_fixed(
         chosen[partition] = chosen.get(partition, 0) + layers
         # Each of the tp modules receives its heads' Q/K/V and returns their outputs over its
         # own host link.
-        qkv_b = len(mb) * (spec.heads + 2 * spec.kv_heads) * spec.head_dim * e
-        out_b = len(mb) * spec.heads * spec.head_dim * e
+        qkv_b, out_b = _transfer_bytes(spec, len(mb))
         in_bytes += layers * qkv_b
         out_bytes += layers * out_b
         to_pim = link_cycles(cfg, math.ceil(qkv_b / tp), "host")

@@ -82,6 +82,7 @@ from pimphony.sim.systems.costs import xpu_prefill_seconds
 from pimphony.sim.systems.cycles import StepCycles
 from pimphony.sim.systems.gpu import (
     KV_BLOCK_TOKENS,
+    GpuCycles,
     GpuReport,
     GpuSetup,
     _block_bytes,
@@ -95,6 +96,7 @@ from pimphony.sim.systems.gpu import (
     run_gpu_decode,
 )
 from pimphony.sim.systems.hetero import (
+    HeteroCycles,
     HeteroReport,
     HeteroSetup,
     format_hetero_report,
@@ -432,6 +434,7 @@ class XpuPimSystem(PimSystem):
         if config.xpu is None:
             raise DecodeError(f"the {self.kind} system needs an xPU preset")
         self.xpu: XpuConfig = config.xpu
+        self._hetero_cycles: HeteroCycles | None = None
 
     def setup(self, lengths: Sequence[int]) -> HeteroSetup:  # type: ignore[override]
         """The :class:`HeteroSetup` of one step of ``lengths`` (no micro-batches, no tuned
@@ -457,10 +460,12 @@ class XpuPimSystem(PimSystem):
         )
 
     def cycles(self, lengths: Sequence[int]) -> StepTime:
-        """:func:`run_hetero_decode`'s cycles, its kernels shared across calls."""
-        setup = self.setup(lengths)
-        r = run_hetero_decode(setup, self.caches.for_setup(setup.pim))
-        return StepTime(r.cycles / self.freq_hz, r.cycles)
+        """:class:`HeteroCycles`: exactly :func:`run_hetero_decode`'s cycles, without its
+        report, its kernels shared across calls."""
+        if self._hetero_cycles is None:
+            self._hetero_cycles = HeteroCycles(self.setup(lengths), self.caches)
+        cycles = self._hetero_cycles.cycles(lengths)
+        return StepTime(cycles / self.freq_hz, cycles)
 
     def pool(self) -> Any:
         """The KV allocator of ``tp x pp`` modules holding no weights."""
@@ -520,6 +525,7 @@ class GpuSystem:
         self.config = config
         self.gpu: XpuConfig = config.gpu
         self.hw = None
+        self._gpu_cycles: GpuCycles | None = None
 
     def setup(self, lengths: Sequence[int]) -> GpuSetup:
         """The :class:`GpuSetup` of one step of ``lengths``."""
@@ -553,8 +559,11 @@ class GpuSystem:
         )
 
     def cycles(self, lengths: Sequence[int]) -> StepTime:
-        """:func:`run_gpu_decode`'s seconds (no PIM clock)."""
-        return StepTime(run_gpu_decode(self.setup(lengths)).step_seconds, None)
+        """:class:`GpuCycles`: exactly :func:`run_gpu_decode`'s seconds, without its report
+        (no PIM clock)."""
+        if self._gpu_cycles is None:
+            self._gpu_cycles = GpuCycles(self.setup(lengths))
+        return StepTime(self._gpu_cycles.seconds(lengths), None)
 
     def pool(self) -> BlockPool:
         """Paged KV blocks on every GPU."""
