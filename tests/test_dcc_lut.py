@@ -101,6 +101,22 @@ def test_the_fill_writes_a_table_with_provenance_and_the_held_out_error(filled) 
         assert pred.best(cfg, k, sizes) == (e.draft, pytest.approx(e.predicted_s), e.drafts)
 
 
+def test_workers_fill_the_same_table(filled, tmp_path) -> None:
+    """Two processes labelling the shapes give the entries and the predictor one gives."""
+    backend, out = filled
+    again = tmp_path / "table.json"
+    assert main(["dcc-lut", "--backend", str(backend), *[a for s in SHAPES for a in
+                 ("--shape", s)], "--per-shape", "20", "--rounds", "50", "--out",
+                 str(again), "--workers", "2"]) == 0  # fmt: skip
+    assert LookupTable.load(again).entries == LookupTable.load(out).entries
+    raw, one = json.loads(again.read_text()), json.loads(out.read_text())
+    held, held_one = raw["predictor"]["holdout"], one["predictor"]["holdout"]
+    for key in ("mape", "per_kernel_mape", "test_shapes", "test_samples"):
+        assert held[key] == held_one[key]
+    assert raw["model"]["sha256"] == one["model"]["sha256"]
+    assert raw["provenance"]["options"]["workers"] == 2
+
+
 def test_a_table_is_not_overwritten_without_force(capsys, table) -> None:
     backend, out = table
     before = out.read_text()

@@ -32,9 +32,12 @@ layout is refused with one line. A table written before the predictor was saved 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import multiprocessing
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -182,17 +185,25 @@ def fill_table(
     seed: int = 0,
     label: Callable[..., float] = simulated_seconds,
     progress: bool = True,
+    workers: int = 1,
 ) -> tuple[LookupTable, dict[str, Any]]:
-    """Label, measure the held-out error, train on everything and fill (module docstring).
-    The table's ``predictor`` record holds the training and the held-out error, its
+    """Label, measure the held-out error, train on everything and fill (module docstring);
+    ``workers`` processes label the shapes (the same samples as one: each shape has its own
+    seed). The table's ``predictor`` record holds the training and the held-out error, its
     ``offline`` the trained predictor (:meth:`~compiler.dcc.predictor.LookupTable.save` with
     it writes both); the second value is what the fill took (seconds per stage)."""
     _check_shapes(cfg, shapes)
     t0 = time.perf_counter()
-    samples: dict[Shape, Samples] = {}
-    bar = tqdm(shapes, desc=f"dcc-lut {cfg.name}: labelling", unit="shape", disable=not progress)
-    for i, (k, sizes) in enumerate(bar):
-        samples[k, sizes] = collect(cfg, k, [sizes], label, per_shape, seed + i)
+    tasks = [(cfg, k, sizes, label, per_shape, seed + i) for i, (k, sizes) in enumerate(shapes)]
+    with contextlib.ExitStack() as stack:
+        labelled: Iterator[Samples] = map(_label_shape, tasks)
+        if workers > 1:  # fresh interpreters (spawn): no state forked from this process
+            spawn = multiprocessing.get_context("spawn")
+            pool = stack.enter_context(ProcessPoolExecutor(workers, mp_context=spawn))
+            labelled = pool.map(_label_shape, tasks)
+        bar = tqdm(labelled, desc=f"dcc-lut {cfg.name}: labelling", unit="shape",
+                   total=len(tasks), disable=not progress)  # fmt: skip
+        samples: dict[Shape, Samples] = dict(zip(shapes, bar, strict=True))
     t1 = time.perf_counter()
     held = _held_out(samples, holdout_share, n_estimators, seed)
     t2 = time.perf_counter()
@@ -214,6 +225,12 @@ def fill_table(
     timing = {"label_s": t1 - t0, "holdout_s": t2 - t1, "train_s": t3 - t2, "fill_s": t4 - t3,
               "total_s": t4 - t0}  # fmt: skip
     return table, timing
+
+
+def _label_shape(task: tuple[Any, ...]) -> Samples:
+    """One shape's labelled drafts (:func:`compiler.dcc.predictor.collect`)."""
+    cfg, kernel, sizes, label, per_shape, seed = task
+    return collect(cfg, kernel, [sizes], label, per_shape, seed)
 
 
 def _shape_arg(text: str) -> Shape:
@@ -253,6 +270,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="XGBoost rounds (DCC V: 5000)")  # fmt: skip
     p.add_argument("--holdout", type=float, default=0.2,
                    help="share of each kernel's shapes held out to measure the error")  # fmt: skip
+    p.add_argument("--workers", type=bounded_int(1, 256), default=1,
+                   help="processes labelling shapes at once (the same table as one)")  # fmt: skip
     add_seed_option(p, "sampling and hold-out seed")
 
 
@@ -269,7 +288,9 @@ def run(args: argparse.Namespace) -> int:
         cfg.name, args.sources or tuple(ShapeSource),
         None if args.kernels is None else [DccKernel(k) for k in args.kernels],
     )  # fmt: skip
-    table, timing = fill_table(cfg, shapes, args.per_shape, args.rounds, args.holdout, args.seed)
+    table, timing = fill_table(
+        cfg, shapes, args.per_shape, args.rounds, args.holdout, args.seed, workers=args.workers
+    )
     table.provenance = provenance(args, backend=backend_record(cfg), timing=timing)
     path = table.save(args.out, overwrite=args.force, predictor=table.offline)
     print(f"dcc-lut {cfg.name}: {len(table)} shapes, {args.per_shape} labelled drafts each, "
