@@ -29,23 +29,3 @@ A leaf: imports nothing else of pimphony. Modules:
 - ``fileio`` ``BUILD_DIR``, atomic writes, the plot preamble; ``errors`` ``PimphonyError``,
   the base of every deliberate error (``docs/errors.md``).
 """
-
-import sys as _sys
-
-
-def _import_numba_without_scipy() -> None:
-    """Import numba's array functions with SciPy hidden: numba checks for a BLAS when it
-    loads them (at the first kernel) by importing ``scipy.linalg``, 0.15-0.35 s of every
-    command's start-up (SciPy is installed beside XGBoost), and no kernel of this package
-    calls a BLAS routine. Nothing changes when numba or SciPy is already imported; SciPy
-    imports as usual afterwards."""
-    if "numba" in _sys.modules or "scipy" in _sys.modules:
-        return
-    _sys.modules["scipy"] = None  # type: ignore[assignment]  # import scipy -> ImportError
-    try:
-        import numba.np.arraymath  # noqa: F401
-    finally:
-        del _sys.modules["scipy"]
-
-
-_import_numba_without_scipy()

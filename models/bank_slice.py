@@ -26,7 +26,6 @@ import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 from pimphony.models.channel import static_gap_violations
 from pimphony.models.config import HardwareConfig
 from pimphony.models.dram import (
@@ -40,6 +39,7 @@ from pimphony.models.dram import (
 )
 from pimphony.models.errors import PimphonyError
 from pimphony.models.isa import OP_MAC, Op, StreamError, validate_stream
+from pimphony.models.jit import njit
 from pimphony.models.static_sched import static_gap
 
 __all__ = [

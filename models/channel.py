@@ -14,7 +14,6 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 import numpy as np
-from numba import njit
 from pimphony.models.config import HardwareConfig, Timing
 from pimphony.models.dcs import (
     DCS_DEADLOCK,
@@ -27,7 +26,7 @@ from pimphony.models.dcs import (
 )
 from pimphony.models.dram import execution_times, timing_vector
 from pimphony.models.isa import DEFAULT_CHUNK, Op, describe_command, empty_stream, validate_stream
-from pimphony.models.jit import Widened
+from pimphony.models.jit import Widened, njit
 from pimphony.models.pingpong import (
     PP_FLIP,
     PP_HANDOFF,

@@ -32,7 +32,6 @@ its DID" is "that predecessor has issued": exactly what the RTL's wrap-around ta
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 from pimphony.models import tally
 from pimphony.models.dram import (
     INF,
@@ -50,6 +49,7 @@ from pimphony.models.dram import (
     uix,
 )
 from pimphony.models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP
+from pimphony.models.jit import njit
 
 __all__ = [
     "DCS_DEADLOCK",

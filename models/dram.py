@@ -18,9 +18,9 @@ t_MAC) and the mode switch ``t_MOD`` between the compute class (MAC) and the reg
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 from pimphony.models.config import HardwareConfig, Timing
 from pimphony.models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP, Op
+from pimphony.models.jit import njit
 
 __all__ = [
     "INF",

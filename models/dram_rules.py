@@ -34,8 +34,8 @@ from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 from pimphony.models.errors import PimphonyError
+from pimphony.models.jit import njit
 
 __all__ = [
     "NEVER",

@@ -11,10 +11,10 @@ produces a wrong number, not just wrong timing.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 from pimphony.models.channel import ScheduleResult
 from pimphony.models.config import HardwareConfig
 from pimphony.models.isa import OP_MAC, OP_WR_INP, Op, StreamError, describe_command, empty_stream
+from pimphony.models.jit import njit
 
 __all__ = ["DataflowCheck", "check_dataflow", "execute"]
 

@@ -25,7 +25,6 @@ from enum import IntEnum
 from functools import lru_cache
 
 import numpy as np
-from numba import njit
 from pimphony.models import dram_rules
 from pimphony.models.backends import BackendConfig, BackendKind, GroupSpec, PimDtype, PimTiming
 from pimphony.models.dram_rules import (
@@ -39,6 +38,7 @@ from pimphony.models.dram_rules import (
     node_table,
 )
 from pimphony.models.errors import PimphonyError
+from pimphony.models.jit import njit
 
 __all__ = [
     "AB_ENTRY_BANKS",

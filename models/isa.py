@@ -29,11 +29,10 @@ from enum import IntEnum
 from pathlib import Path
 
 import numpy as np
-from numba import njit
 from pimphony.models.config import ChannelGeometry, HardwareConfig
 from pimphony.models.errors import PimphonyError
 from pimphony.models.fileio import check_writable, write_atomic
-from pimphony.models.jit import Widened
+from pimphony.models.jit import Widened, njit
 
 __all__ = [
     "DEFAULT_CHUNK",

@@ -1,4 +1,8 @@
-"""Compiled kernels called with one specialisation per pattern of arguments.
+"""numba, imported once for the package, and kernels called with one specialisation per
+pattern of arguments.
+
+Every kernel module takes :func:`njit` from here: numba's array functions are loaded with
+SciPy hidden (:func:`_import_numba_without_scipy`).
 
 numba compiles a kernel once per exact argument type: a command field read from a
 structured stream is a strided array, the same field of a one-command or empty chunk is
@@ -12,13 +16,32 @@ every call to it (a contiguous or writable array converts to that type safely).
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Sequence
 from typing import Any
 
-import numba
-from numba.core import types
 
-__all__ = ["Widened"]
+def _import_numba_without_scipy() -> None:
+    """Import numba's array functions with SciPy hidden: numba checks for a BLAS when it
+    loads them by importing ``scipy.linalg``, 0.15-0.35 s of every command's start-up (SciPy
+    is installed beside XGBoost), and no kernel of this package calls a BLAS routine. Nothing
+    changes when numba or SciPy is already imported; SciPy imports as usual afterwards."""
+    if "numba" in sys.modules or "scipy" in sys.modules:
+        return
+    sys.modules["scipy"] = None  # type: ignore[assignment]  # import scipy -> ImportError
+    try:
+        import numba.np.arraymath  # noqa: F401
+    finally:
+        del sys.modules["scipy"]
+
+
+_import_numba_without_scipy()
+
+import numba  # noqa: E402
+from numba import njit  # noqa: E402
+from numba.core import types  # noqa: E402
+
+__all__ = ["Widened", "njit"]
 
 
 def _widen(t: types.Type) -> types.Type:

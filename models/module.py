@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 from pimphony.models.config import HardwareConfig
 from pimphony.models.hub import SOFTMAX_FLOPS_PER_SCORE, TILE_COMBINE_FLOPS_PER_ELEMENT, epu_cycles
+from pimphony.models.jit import njit
 
 __all__ = [
     "AttentionSchedule",

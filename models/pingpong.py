@@ -42,7 +42,6 @@ GBuf and OBuf are each split into a low and a high half. Contract (``docs/schedu
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 from pimphony.models.dram import (
     INF,
     MODE_COMPUTE,
@@ -57,6 +56,7 @@ from pimphony.models.dram import (
 )
 from pimphony.models.errors import PimphonyError
 from pimphony.models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP
+from pimphony.models.jit import njit
 from pimphony.models.static_sched import static_gap
 from pimphony.models.tally import (
     TL_SWITCHES,

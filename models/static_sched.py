@@ -16,7 +16,6 @@ Command ``i`` issues at the earliest cycle that satisfies all of:
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 from pimphony.models.dram import (
     MODE_COMPUTE,
     NEVER,
@@ -27,6 +26,7 @@ from pimphony.models.dram import (
     open_row,
 )
 from pimphony.models.isa import OP_MAC
+from pimphony.models.jit import njit
 from pimphony.models.tally import (
     TL_SWITCHES,
     tally_in_order,

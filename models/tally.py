@@ -43,9 +43,9 @@ union can reach past ``cycles``: :func:`tally_lengths` clips it.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 from pimphony.models.dram import MODE_COMPUTE, MODE_REGISTER, TV_CCD, exec_time, mode_class
 from pimphony.models.isa import OP_MAC, OP_RD_OUT, OP_WR_INP
+from pimphony.models.jit import njit
 
 __all__ = [
     "NONE",

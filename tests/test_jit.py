@@ -1,5 +1,5 @@
 """models.jit.Widened: one compiled specialisation per pattern of None arguments; and numba
-loaded without SciPy (models/__init__.py)."""
+loaded without SciPy."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def test_unknown_parameter_is_refused():
 def test_numba_loads_without_scipy():
     pytest.importorskip("scipy")
     code = (
-        "import sys, pimphony.models, numba.np.arraymath;"
+        "import sys, pimphony.models.jit, numba.np.arraymath;"
         "print('scipy' in sys.modules);"
         "import scipy.linalg; print('ok')"
     )

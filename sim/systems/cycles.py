@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numba import njit
 from pimphony.compiler.hub import instruction_count, multicast_first
 from pimphony.compiler.kernels import CompileError
 from pimphony.compiler.llm import GEMV_OPS, ModelSpec
@@ -58,6 +57,7 @@ from pimphony.models.hub import (
     hub_instruction_bytes,
     link_cycles,
 )
+from pimphony.models.jit import njit
 from pimphony.models.memory import MemoryPolicy
 from pimphony.models.module import AttentionTasks, attention_tasks, makespan_arrays, task_arrays
 from pimphony.models.system import (
