@@ -26,6 +26,8 @@ A leaf: imports nothing else of pimphony. Modules:
   and ``hbm_pim`` the command-level AttAcc and HBM-PIM back ends (``docs/dcc.md``), whose
   DRAM bank rules are tables run by one engine, ``dram_rules`` (one ``Timeline``).
 - ``reference`` the plain-Python oracles the numba kernels are tested against.
+- ``jit`` numba, imported once (without SciPy), and ``Widened``: a kernel compiled once per
+  pattern of ``None`` arguments whatever its command fields' layout.
 - ``fileio`` ``BUILD_DIR``, atomic writes, the plot preamble; ``errors`` ``PimphonyError``,
   the base of every deliberate error (``docs/errors.md``).
 """
