@@ -262,7 +262,8 @@ def test_campaign_command():
     """The bounded CI sample: every scheduler block, compiler streams mixed in (~20 s); the
     cocotb blocks' samples are ``tests/test_campaign_blocks.py``."""
     blocks = list(SCHEDULER_OF_BLOCK)
-    proc = _cli("--block", *blocks, "--streams", "400", "--seed", "5", "--kernels", "0.2", "--json")
+    args = ("--block", *blocks, "--streams", "400", "--seed", "5", "--kernels", "0.2", "--json")
+    proc = _cli(*args, "--workers", "2")
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     assert [r["block"] for r in out["blocks"]] == list(SCHEDULER_OF_BLOCK)
@@ -271,6 +272,18 @@ def test_campaign_command():
         assert r["streams"] == 400 and r["mismatches"] == 0 and r["streams_per_s"] > 0
         assert r["exact"] + r["rules_only"] == 400 and r["rules_only"] > 0
         assert 50 <= r["kernels"] <= 110  # 20% of 400
+
+
+def test_campaign_workers_give_the_serial_results():
+    """``--workers 2`` runs the blocks at once: the same counts, in block order."""
+    args = ("--block", "pingpong", "dcs", "--streams", "60", "--seed", "3", "--json")
+    counts = ("block", "streams", "exact", "rules_only", "kernels", "commands", "cycles")
+    runs = []
+    for extra in ((), ("--workers", "2")):
+        proc = _cli(*args, *extra)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        runs.append([{k: r[k] for k in counts} for r in json.loads(proc.stdout)["blocks"]])
+    assert runs[0] == runs[1] and [r["block"] for r in runs[0]] == ["pingpong", "dcs"]
 
 
 def test_campaign_streams_are_reproducible():

@@ -36,12 +36,15 @@ ready pattern, the mismatch and the command that replays it: ``--replay``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import multiprocessing
 import shlex
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -954,10 +957,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="JSON",
         help="run a reproducer (the .json a failing campaign wrote) again; exit 1 if it fails",
     )
+    parser.add_argument(
+        "--workers",
+        type=bounded_int(1, 64),
+        default=1,
+        help="blocks run at once in separate processes (with several --block or all; the "
+        "same results and output, without the progress line)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "--quiet", action="store_true", help="no progress line on stderr (shown on a terminal)"
     )
+
+
+def _run_block(task: tuple[Block, HardwareConfig, int, int, Any]) -> CampaignResult:
+    """One block's campaign, in a worker process of ``--workers``."""
+    from pimphony.sim.verify.campaign_blocks import CAMPAIGNS
+
+    block, cfg, streams, seed, options = task
+    return CAMPAIGNS[block].run(block, cfg, streams, seed, options, None)
 
 
 def _read_record(path: Path) -> dict:
@@ -1067,13 +1085,21 @@ def run(args: argparse.Namespace) -> int:
             )
 
     results: list[CampaignResult] = []
-    for b in blocks:
-        r = CAMPAIGNS[b].run(b, cfg, args.streams, args.seed, options(b), progress)
-        results.append(r)
-        if not args.json:
-            print("\n".join(CAMPAIGNS[b].summary(r)), flush=True)
-        if r.mismatches and not args.keep_going:
-            break
+    with contextlib.ExitStack() as stack:
+        if args.workers > 1 and len(blocks) > 1:  # blocks at once, in fresh interpreters
+            spawn = multiprocessing.get_context("spawn")
+            pool = stack.enter_context(ProcessPoolExecutor(args.workers, mp_context=spawn))
+            tasks = [(b, cfg, args.streams, args.seed, options(b)) for b in blocks]
+            done: Iterator[CampaignResult] = pool.map(_run_block, tasks)
+        else:
+            done = (CAMPAIGNS[b].run(b, cfg, args.streams, args.seed, options(b), progress)
+                    for b in blocks)  # fmt: skip
+        for b, r in zip(blocks, done, strict=False):  # in block order, as one worker gives them
+            results.append(r)
+            if not args.json:
+                print("\n".join(CAMPAIGNS[b].summary(r)), flush=True)
+            if r.mismatches and not args.keep_going:
+                break
     failed = next((r for r in results if r.mismatches), None)
     repro: Reproduction | None = None
     if failed is not None and not args.keep_going:
