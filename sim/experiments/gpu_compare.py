@@ -33,7 +33,6 @@ The modules take the fastest (TP, PP) split and the fastest sub-batch count (``a
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
 import math
 import time
@@ -55,10 +54,9 @@ from pimphony.sim.systems.base import SystemConfig
 from pimphony.sim.systems.gpu import GpuSetup, gpu_fill_batch, run_gpu_decode
 from pimphony.sim.systems.hetero import SUB_BATCHES_AUTO, HeteroReport, run_hetero_decode
 from pimphony.sim.systems.registry import LOLPIM_GPU, SystemKind, make_system
-from pimphony.sim.systems.report import DecodeReport
 from pimphony.sim.systems.search import best_split, valid_splits
 from pimphony.sim.systems.setup import DecodeSetup
-from pimphony.sim.systems.step import KernelCaches, run_decode
+from pimphony.sim.systems.step import KernelCaches, best_decode_split
 from pimphony.sim.workloads import load_workload, sample_context_lengths
 
 __all__ = [
@@ -149,35 +147,16 @@ class CompareError(PimphonyError, ValueError):
     """The comparison cannot run as asked (a capacity that gives no whole device)."""
 
 
-#: PIM-only points already measured in this process: they read no xPU or GPU preset, so a
-#: comparison run again under the other GPU cost model (``docs/fidelity.md``'s GPU rows)
-#: measures them once.
-_PIM_POINTS: dict[tuple[Any, ...], dict[str, Any]] = {}
-
-
 def _pim_point(
-    sys_: CompareSeries, spec: ModelSpec, pool: Sequence[int], devices: int, caches: KernelCaches
-) -> dict[str, Any]:
-    key = (sys_, spec, tuple(pool), devices)
-    if key not in _PIM_POINTS:
-        _PIM_POINTS[key] = _measure_pim_point(sys_, spec, pool, devices, caches)
-    return copy.deepcopy(_PIM_POINTS[key])
-
-
-def _measure_pim_point(
     sys_: CompareSeries, spec: ModelSpec, pool: Sequence[int], devices: int, caches: KernelCaches
 ) -> dict[str, Any]:
     hw = load_preset(sys_.preset)
     batch = fill_batch(spec, hw, devices, sys_.memory, pool)
-
-    def step(tp: int, pp: int) -> DecodeReport:
-        setup = DecodeSetup(
-            spec, hw, batch, tp=tp, pp=pp, partition=sys_.partition, sched=sys_.sched,
-            memory=sys_.memory, micro_batches="auto",
-        )  # fmt: skip
-        return run_decode(setup, caches=caches)
-
-    search = best_split(step, valid_splits(spec, devices))
+    setup = DecodeSetup(
+        spec, hw, batch, partition=sys_.partition, sched=sys_.sched, memory=sys_.memory,
+        micro_batches="auto",
+    )  # fmt: skip
+    search = best_decode_split(setup, devices, caches)
     r = search.best
     return {
         "devices": devices,

@@ -34,10 +34,8 @@ from pimphony.sim.provenance import provenance
 from pimphony.sim.report import FORCE_REPORT_PLOT, ReportFiles, publish_json
 from pimphony.sim.systems.admission import fill_batch
 from pimphony.sim.systems.gpu import GpuSetup, gpu_fill_batch, run_gpu_decode
-from pimphony.sim.systems.report import DecodeReport
-from pimphony.sim.systems.search import best_split, valid_splits
 from pimphony.sim.systems.setup import DecodeSetup
-from pimphony.sim.systems.step import KernelCaches, run_decode
+from pimphony.sim.systems.step import KernelCaches, best_decode_split
 from pimphony.sim.workloads import load_workload, sample_context_lengths
 
 __all__ = [
@@ -77,15 +75,10 @@ _POOL = 4096
 def _pim(spec: ModelSpec, pool: Sequence[int], modules: int, caches: KernelCaches) -> dict:
     hw = load_preset(PIM_PRESET)
     batch = fill_batch(spec, hw, modules, "lazy", pool)
-
-    def step(tp: int, pp: int) -> DecodeReport:
-        setup = DecodeSetup(
-            spec, hw, batch, tp=tp, pp=pp, partition="auto", sched="dcs", memory="lazy",
-            micro_batches="auto",
-        )  # fmt: skip
-        return run_decode(setup, caches=caches)
-
-    best = best_split(step, valid_splits(spec, modules)).best
+    setup = DecodeSetup(
+        spec, hw, batch, partition="auto", sched="dcs", memory="lazy", micro_batches="auto"
+    )
+    best = best_decode_split(setup, modules, caches).best
     return {
         "devices": modules,
         "batch": len(batch),

@@ -49,6 +49,7 @@ from pimphony.sim.systems.cycles import (
 from pimphony.sim.systems.energy import energy_report, pim_phase_energy
 from pimphony.sim.systems.kernels import KernelCache, KernelCaches, summed_activity
 from pimphony.sim.systems.report import OP_KEYS, DecodeReport, context_stats
+from pimphony.sim.systems.search import SplitSearch, best_split, valid_splits
 from pimphony.sim.systems.setup import MICRO_BATCHES_AUTO, DecodeSetup, Mapping
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "attention_cycles",
     "attention_schedule",
     "attention_step",
+    "best_decode_split",
     "decode_errors",
     "epu_other_flops",
     "layer_timing",
@@ -535,3 +537,25 @@ def run_decode(
         for t in timings
     ]
     return dataclasses.replace(report, pipeline={**report.pipeline, "micro_batch_sweep": sweep})
+
+
+#: :func:`best_decode_split`'s searches in this process, by their inputs.
+_SPLIT_SEARCHES: dict[tuple[Any, ...], SplitSearch[DecodeReport]] = {}
+
+
+def best_decode_split(
+    setup: DecodeSetup, modules: int, caches: KernelCaches
+) -> SplitSearch[DecodeReport]:
+    """The best (TP, PP) split of ``modules`` for ``setup``'s step (its ``tp`` and ``pp``
+    replaced by each of :func:`~sim.systems.search.valid_splits`), by tokens/s. Searched once
+    per process for the same setup and module count: a PIM-only step reads no xPU or GPU
+    preset, so an experiment run again under the other GPU cost model (the fidelity table's
+    GPU rows) reuses it."""
+    key = (setup, modules)
+    if key not in _SPLIT_SEARCHES:
+
+        def step(tp: int, pp: int) -> DecodeReport:
+            return run_decode(dataclasses.replace(setup, tp=tp, pp=pp), caches=caches)
+
+        _SPLIT_SEARCHES[key] = best_split(step, valid_splits(setup.model, modules))
+    return _SPLIT_SEARCHES[key]
