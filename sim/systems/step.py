@@ -113,9 +113,13 @@ class LayerTiming:
         return sum(self.cycles.values())
 
 
-def _once(run: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``run`` called at most once per job object of a layer plan (equal jobs on different
-    channels are different objects, so with memoisation off each is still simulated)."""
+def _once(cache: KernelCache) -> Callable[[Any], Any]:
+    """``cache.run`` called at most once per job object of a layer plan (equal jobs on
+    different channels are different objects, so with memoisation off each is still
+    simulated); with memoisation on, ``cache.run`` itself (it returns a job's one result)."""
+    if cache.memoize:
+        return cache.run
+    run = cache.run
     done: dict[int, tuple[Any, Any]] = {}
 
     def once(job: Any) -> Any:
@@ -167,7 +171,7 @@ def attention_step(
     best: tuple[LayerPlan, Callable[[Any], Any], dict[str, int], int] | None = None
     for partition in candidates(setup.partition):
         plan = layer_plan(setup.model, setup.hw, lengths, setup.tp, partition, setup.score_overflow)
-        run = _once(cache.run)
+        run = _once(cache)
         split = _attention_split(plan, setup.hw, run)[0]
         sent = 0
         if setup.memory == MemoryPolicy.STATIC:
@@ -202,7 +206,7 @@ def _layer_timing(
 ) -> LayerTiming:
     spec, cfg = setup.model, setup.hw
     plan = layer_plan(spec, cfg, lengths, setup.tp, partition, setup.score_overflow)
-    run = _once(cache.run)
+    run = _once(cache)
     tuning = tuned_module().tune_gemvs(cfg, plan, run) if setup.mapping == Mapping.TUNED else None
     gemv = tuning.jobs if tuning else plan.gemv
     cycles: dict[str, int] = dict.fromkeys(OP_KEYS, 0)
