@@ -32,12 +32,9 @@ layout is refused with one line. A table written before the predictor was saved 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import multiprocessing
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -67,6 +64,7 @@ from pimphony.sim.analysis.dcc_shapes import (
 )
 from pimphony.sim.analysis.dcc_table import backend_digest, backend_record
 from pimphony.sim.cli import add_seed_option, bounded_int, choice_names
+from pimphony.sim.parallel import ordered_map
 from pimphony.sim.provenance import provenance
 from tqdm import tqdm
 
@@ -195,12 +193,7 @@ def fill_table(
     _check_shapes(cfg, shapes)
     t0 = time.perf_counter()
     tasks = [(cfg, k, sizes, label, per_shape, seed + i) for i, (k, sizes) in enumerate(shapes)]
-    with contextlib.ExitStack() as stack:
-        labelled: Iterator[Samples] = map(_label_shape, tasks)
-        if workers > 1:  # fresh interpreters (spawn): no state forked from this process
-            spawn = multiprocessing.get_context("spawn")
-            pool = stack.enter_context(ProcessPoolExecutor(workers, mp_context=spawn))
-            labelled = pool.map(_label_shape, tasks)
+    with ordered_map(_label_shape, tasks, workers) as labelled:
         bar = tqdm(labelled, desc=f"dcc-lut {cfg.name}: labelling", unit="shape",
                    total=len(tasks), disable=not progress)  # fmt: skip
         samples: dict[Shape, Samples] = dict(zip(shapes, bar, strict=True))

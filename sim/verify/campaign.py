@@ -36,15 +36,12 @@ ready pattern, the mismatch and the command that replays it: ``--replay``).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
-import multiprocessing
 import shlex
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -60,6 +57,7 @@ from pimphony.models.pingpong import PingPongError
 from pimphony.rtl import Block
 from pimphony.rtl.blocks import SCHEDULER_OF_BLOCK
 from pimphony.sim.cli import add_seed_option, bounded_int, choice_names
+from pimphony.sim.parallel import ordered_map
 from pimphony.sim.provenance import provenance
 from pimphony.sim.verify.compiled import CompiledHarness, CompiledRun, build_harness, encode_streams
 from pimphony.sim.verify.runner import CosimError
@@ -1085,15 +1083,13 @@ def run(args: argparse.Namespace) -> int:
             )
 
     results: list[CampaignResult] = []
-    with contextlib.ExitStack() as stack:
-        if args.workers > 1 and len(blocks) > 1:  # blocks at once, in fresh interpreters
-            spawn = multiprocessing.get_context("spawn")
-            pool = stack.enter_context(ProcessPoolExecutor(args.workers, mp_context=spawn))
-            tasks = [(b, cfg, args.streams, args.seed, options(b)) for b in blocks]
-            done: Iterator[CampaignResult] = pool.map(_run_block, tasks)
-        else:
-            done = (CAMPAIGNS[b].run(b, cfg, args.streams, args.seed, options(b), progress)
-                    for b in blocks)  # fmt: skip
+    tasks = [(b, cfg, args.streams, args.seed, options(b)) for b in blocks]
+
+    def here(task: tuple[Block, HardwareConfig, int, int, Any]) -> CampaignResult:
+        b, *_ = task
+        return CAMPAIGNS[b].run(b, cfg, args.streams, args.seed, options(b), progress)
+
+    with ordered_map(_run_block, tasks, args.workers, local=here) as done:
         for b, r in zip(blocks, done, strict=False):  # in block order, as one worker gives them
             results.append(r)
             if not args.json:
