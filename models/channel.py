@@ -110,11 +110,15 @@ class ScheduleResult:
         }
 
 
-#: The schedulers' chunk kernels, one specialisation per pattern of ``None`` arguments
-#: whatever the layout of the command fields (:class:`models.jit.Widened`).
-_STATIC_RUN = Widened(static_run, ("op", "row"))
-_DCS_RUN = Widened(dcs_run, ("op", "gbuf", "row", "out"))
-_PINGPONG_FEED = Widened(pingpong_feed, ("op", "gbuf", "row", "out"))
+#: The schedulers' chunk kernels, compiled once per pattern of ``None`` arguments (recording
+#: or not) whatever the layout of the command fields and input gaps
+#: (:class:`models.jit.Widened`): no input gaps is an empty array, not ``None``, so the
+#: many-channel kernels below call the same specialisation as a run without recording.
+_STATIC_RUN = Widened(static_run, ("op", "row", "valid_gaps"))
+_DCS_RUN = Widened(dcs_run, ("op", "gbuf", "row", "out", "valid_gaps"))
+_PINGPONG_FEED = Widened(pingpong_feed, ("op", "gbuf", "row", "out", "valid_gaps"))
+_NO_GAPS = np.zeros(0, dtype=np.int64)
+"""``valid_gaps`` of a chunk offered without input gaps."""
 
 
 class _StaticEngine:
@@ -123,7 +127,7 @@ class _StaticEngine:
     def __init__(self, cfg: HardwareConfig) -> None:
         self.state, self.history = new_static_state(cfg.dcs.queue_depth)
 
-    def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray | None) -> None:
+    def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray) -> None:
         _STATIC_RUN(
             self.state, self.history, run.tally, chunk["op"], chunk["row"], gaps, run.tv,
             run.issue_out, run.sw_out,
@@ -142,9 +146,7 @@ class _DcsEngine:
         self.depth = cfg.dcs.queue_depth
         self.state = new_dcs_state(self.depth, ch.gbuf_entries, ch.obuf_entries)
 
-    def _run(
-        self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray | None, final: bool
-    ) -> None:
+    def _run(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray, final: bool) -> None:
         self.state = dcs_room(self.state, int(chunk.shape[0]))
         status = _DCS_RUN(
             *self.state, self.n_gbuf, run.tally, chunk["op"], chunk["gbuf"], chunk["row"],
@@ -153,11 +155,11 @@ class _DcsEngine:
         if status == DCS_DEADLOCK:
             raise RuntimeError(DCS_STUCK)
 
-    def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray | None) -> None:
+    def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray) -> None:
         self._run(run, chunk, gaps, False)
 
     def finish(self, run: ChannelRun) -> dict[str, int]:
-        self._run(run, empty_stream(0), None, True)
+        self._run(run, empty_stream(0), _NO_GAPS, True)
         return {}
 
 
@@ -200,9 +202,7 @@ class _PingPongEngine:
         self.n_gbuf, self.n_obuf = ch.gbuf_entries, ch.obuf_entries
         self.state = new_pingpong_state(ch.gbuf_entries, ch.obuf_entries)
 
-    def _feed(
-        self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray | None, final: bool
-    ) -> None:
+    def _feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray, final: bool) -> None:
         self.state = pingpong_room(self.state, int(chunk.shape[0]))
         status = _PINGPONG_FEED(
             *self.state, self.n_gbuf, self.n_obuf, run.tally, chunk["op"], chunk["gbuf"],
@@ -211,13 +211,13 @@ class _PingPongEngine:
         if status:
             raise _illegal_for_pingpong(*first_illegal(self.state))
 
-    def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray | None) -> None:
+    def feed(self, run: ChannelRun, chunk: np.ndarray, gaps: np.ndarray) -> None:
         self._feed(run, chunk, gaps, False)
 
     def finish(self, run: ChannelRun) -> dict[str, int]:
         if run.commands == 0:
             return {}
-        self._feed(run, empty_stream(0), None, True)
+        self._feed(run, empty_stream(0), _NO_GAPS, True)
         st = self.state[0]
         if st[PP_LATE] >= 0:
             raise late_command_error(int(st[PP_LATE]), int(st[PP_LATE_ACC]), int(st[PP_FLIP]))
@@ -270,7 +270,7 @@ class ChannelRun:
         n = int(chunk.shape[0])
         if self._record and self.commands + n > self.issue_out.shape[0]:
             raise ValueError(f"more than the {self.issue_out.shape[0]} commands to record")
-        gaps = None  # no input gaps
+        gaps = _NO_GAPS
         if valid_gaps is not None:
             gaps = np.ascontiguousarray(valid_gaps, dtype=np.int64)
             if gaps.shape != (n,) or (gaps < 0).any():
@@ -356,8 +356,8 @@ def _many_static(op, row, gaps, offsets, tv, depth, out):
 
 
 @njit(cache=True)
-def _many_dcs(op, gbuf, row, out_e, gaps, offsets, tv, depth, n_gbuf, n_obuf, out):
-    """Statistics of every channel's slice under DCS (status 1: deadlock)."""
+def _many_dcs(op, gbuf, row, out_e, gaps, offsets, tv, depth, n_gbuf, n_obuf, final, out):
+    """Statistics of every channel's slice under DCS (status 1: deadlock; ``final`` true)."""
     for c in range(offsets.shape[0] - 1):
         lo, hi = offsets[c], offsets[c + 1]
         st, queues, d_table, s_table, held = new_dcs_state(
@@ -366,15 +366,15 @@ def _many_dcs(op, gbuf, row, out_e, gaps, offsets, tv, depth, n_gbuf, n_obuf, ou
         tl = new_tally()
         status = dcs_run(
             st, queues, d_table, s_table, held, n_gbuf, tl, op[lo:hi], gbuf[lo:hi], row[lo:hi],
-            out_e[lo:hi], gaps[lo:hi], tv, True, None, None,
+            out_e[lo:hi], gaps[lo:hi], tv, final, None, None,
         )  # fmt: skip
         _stats_row(tl, out, c, status)
 
 
 @njit(cache=True)
-def _many_pingpong(op, gbuf, row, out_e, gaps, offsets, tv, n_gbuf, n_obuf, out, extra):
+def _many_pingpong(op, gbuf, row, out_e, gaps, offsets, tv, n_gbuf, n_obuf, final, out, extra):
     """Statistics of every channel's slice under ping-pong (status 1: illegal stream, 2: a
-    late command; ``extra[c]``: hand-off stall and phases)."""
+    late command; ``extra[c]``: hand-off stall and phases; ``final`` true)."""
     for c in range(offsets.shape[0] - 1):
         lo, hi = offsets[c], offsets[c + 1]
         tl = new_tally()
@@ -384,7 +384,7 @@ def _many_pingpong(op, gbuf, row, out_e, gaps, offsets, tv, n_gbuf, n_obuf, out,
         state = new_pingpong_state(n_gbuf, n_obuf, hi - lo + 1)
         status = pingpong_feed(
             *state, n_gbuf, n_obuf, tl, op[lo:hi], gbuf[lo:hi], row[lo:hi], out_e[lo:hi],
-            gaps[lo:hi], tv, True, None, None,
+            gaps[lo:hi], tv, final, None, None,
         )  # fmt: skip
         st = state[0]
         _stats_row(tl, out, c, 1 if status else (2 if st[PP_LATE] >= 0 else 0))
@@ -393,6 +393,11 @@ def _many_pingpong(op, gbuf, row, out_e, gaps, offsets, tv, n_gbuf, n_obuf, out,
 
 
 _MANY_COLS = TL_LEN + 5
+#: The many-channel kernels with their command fields and gaps typed as the chunk kernels'
+#: (:data:`_DCS_RUN` and its twins), so each chunk kernel is compiled once for both callers.
+_MANY_STATIC = Widened(_many_static, ("op", "row", "gaps"))
+_MANY_DCS = Widened(_many_dcs, ("op", "gbuf", "row", "out_e", "gaps"))
+_MANY_PINGPONG = Widened(_many_pingpong, ("op", "gbuf", "row", "out_e", "gaps"))
 
 
 def run_channels(
@@ -424,16 +429,16 @@ def run_channels(
     extra = np.zeros((len(sizes), 2), dtype=np.int64)
     f = {k: whole[k] for k in ("op", "gbuf", "row", "out")}
     if scheduler == Scheduler.STATIC:
-        _many_static(f["op"], f["row"], gaps, offsets, tv, cfg.dcs.queue_depth, out)
+        _MANY_STATIC(f["op"], f["row"], gaps, offsets, tv, cfg.dcs.queue_depth, out)
     elif scheduler == Scheduler.DCS:
-        _many_dcs(
+        _MANY_DCS(
             f["op"], f["gbuf"], f["row"], f["out"], gaps, offsets, tv, cfg.dcs.queue_depth,
-            ch.gbuf_entries, ch.obuf_entries, out,
+            ch.gbuf_entries, ch.obuf_entries, True, out,
         )  # fmt: skip
     else:
-        _many_pingpong(
+        _MANY_PINGPONG(
             f["op"], f["gbuf"], f["row"], f["out"], gaps, offsets, tv, ch.gbuf_entries,
-            ch.obuf_entries, out, extra,
+            ch.obuf_entries, True, out, extra,
         )  # fmt: skip
     results = []
     for c, n in enumerate(sizes):

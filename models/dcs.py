@@ -327,10 +327,10 @@ def _mac_slot(ta, c_n, c_h, depth, tail_issue):
 
 
 @njit(cache=True, inline="always")
-def _offered(a_prev, valid_gaps, j):
+def _offered(a_prev, gaps, valid_gaps, j):
     """The cycle command ``j`` of the chunk is offered, the previous one accepted at
-    ``a_prev`` (``valid_gaps`` None: no gaps)."""
-    if valid_gaps is None:
+    ``a_prev`` (``valid_gaps`` read only if ``gaps``)."""
+    if not gaps:
         return a_prev + 1
     return a_prev + 1 + valid_gaps[uix(j)]
 
@@ -382,7 +382,7 @@ def dcs_run(
     :func:`dcs_schedule`'s rules, with the queues, D-Table and S-Table the RTL holds instead
     of whole-stream arrays (rows ``n_gbuf`` and on of the tables are the OBuf entries). The
     run stops when it needs the next chunk's first command
-    (``final`` false) or when every command has issued. ``valid_gaps`` may be None (no
+    (``final`` false) or when every command has issued. ``valid_gaps`` may be empty (no
     gaps). Unless ``issue_out`` and ``sw_out`` are None (compiled apart), the issue cycle of
     every command of the whole stream is written to ``issue_out`` and the row switches to
     ``sw_out``. Returns 0, or :data:`DCS_DEADLOCK`.
@@ -411,6 +411,7 @@ def dcs_run(
     depth = queues.shape[1]
     tccd, twr, tmac, trd, tmod = tv[TV_CCD], tv[TV_WR_INP], tv[TV_MAC], tv[TV_RD_OUT], tv[TV_MOD]
     overlaps = tv[TV_MOD_OVERLAP]
+    gaps = valid_gaps.shape[0] > 0  # fixed for the call: a check on a local
     # The rings flat, indexed by _at (unsigned, as ``uix``).
     qio = queues[0].reshape(depth * _Q_LEN)
     qc = queues[1].reshape(depth * _Q_LEN)
@@ -449,7 +450,7 @@ def dcs_run(
         mac_next = False
         if n_acc < end:
             j = n_acc - base
-            ta0 = _offered(a_prev, valid_gaps, j)
+            ta0 = _offered(a_prev, gaps, valid_gaps, j)
             if op[uix(j)] == OP_MAC:
                 mac_next = True
                 ta, full = _mac_slot(ta0, c_n, c_h, depth, qc[_at(c_ns, _Q_ISS)])
@@ -611,7 +612,7 @@ def dcs_run(
                     stop = False
                     while n_acc < end:
                         j = n_acc - base
-                        ta = _offered(a_prev, valid_gaps, j)
+                        ta = _offered(a_prev, gaps, valid_gaps, j)
                         if op[uix(j)] != OP_MAC:
                             stop = ta <= t
                             break
@@ -646,7 +647,7 @@ def dcs_run(
                     accept = False
                     continue
             # The next step: every WR_INP and RD_OUT has issued, the head's row is open.
-            ta0 = _offered(a_prev, valid_gaps, n_acc - base)
+            ta0 = _offered(a_prev, gaps, valid_gaps, n_acc - base)
             ta, late = _mac_slot(ta0, c_n, c_h, depth, qc[_at(c_ns, _Q_ISS)])
             tc = INF
             if c_h < c_n:

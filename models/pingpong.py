@@ -491,7 +491,7 @@ def pingpong_feed(
     An illegal command is known once two phases have started after it (its next MAC can
     come no later); the first one's program index and rule are left in the state and 1 is
     returned, before anything runs. With ``final`` the stream has ended: everything runs,
-    through the epilogue. ``valid_gaps`` may be None (no gaps). Unless ``issue_out`` and
+    through the epilogue. ``valid_gaps`` may be empty (no gaps). Unless ``issue_out`` and
     ``sw_out`` are None (compiled apart), the issue cycle of every command of the whole stream
     is written to ``issue_out`` and the row switches to ``sw_out``. :func:`pingpong_room` makes room
     for the chunk first.
@@ -504,6 +504,7 @@ def pingpong_feed(
     """
     tccd, tmod = tv[TV_CCD], tv[TV_MOD]
     twr, tmac, trd = exec_time(OP_WR_INP, tv), exec_time(OP_MAC, tv), exec_time(OP_RD_OUT, tv)
+    gaps = valid_gaps.shape[0] > 0  # fixed for the call: the checks below are on a local
     half_g = n_gbuf // 2
     half_o = n_obuf // 2
     c = st[_P_PHASE]
@@ -539,7 +540,7 @@ def pingpong_feed(
                 if track_g[_G_REG, uix(ge)] != NEVER or track_o[_O_REG, uix(oe)] != NEVER:
                     break
                 a_prev += 1
-                if valid_gaps is not None:
+                if gaps:
                     a_prev += valid_gaps[uix(j)]
                 w = g0 + j - base
                 win[_W_KIND, uix(w)] = kind
@@ -555,7 +556,7 @@ def pingpong_feed(
         ge = np.int64(gbuf[uix(j)])
         oe = np.int64(out[uix(j)])
         a_prev += 1
-        if valid_gaps is not None:
+        if gaps:
             a_prev += valid_gaps[uix(j)]
         if o == OP_MAC:
             gh = 1 if ge >= half_g else 0

@@ -111,7 +111,7 @@ def new_static_state(depth: int) -> tuple[np.ndarray, np.ndarray]:
 
 @njit(cache=True)
 def static_run(st, hist, tl, op, row, valid_gaps, tv, issue_out, sw_out):
-    """Schedule the next chunk of commands (``op``, ``row``, ``valid_gaps``; None: no gaps),
+    """Schedule the next chunk of commands (``op``, ``row``, ``valid_gaps``; empty: no gaps),
     carrying on from ``st``/``hist`` and adding to the tally ``tl`` (:mod:`models.tally`; in
     program order every interval comes in start order, so none is held back).
 
@@ -138,7 +138,7 @@ def static_run(st, hist, tl, op, row, valid_gaps, tv, issue_out, sw_out):
     while j < n:
         o = np.int64(op[j])
         a = a_prev + 1
-        if valid_gaps is not None:
+        if valid_gaps.shape[0] > 0:
             a += valid_gaps[j]
         if i >= depth:
             a = max(a, hist[slot] + 1)
@@ -219,7 +219,7 @@ def _mac_run(op, row, valid_gaps, j, cur_row):
     """
     k = j
     while k < op.shape[0] and op[k] == OP_MAC and np.int64(row[k]) == cur_row:
-        if valid_gaps is not None and valid_gaps[k] != 0:
+        if valid_gaps.shape[0] > 0 and valid_gaps[k] != 0:
             break
         k += 1
     return k - j
