@@ -10,9 +10,10 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pimphony.sim.precompile
 	touch $(STAMP)
 
-setup: $(STAMP)  ## create .venv and install everything from PyPI
+setup: $(STAMP)  ## create .venv, install everything from PyPI, compile the numba kernels once
 
 sim: $(STAMP)  ## default demo: QK^T, SV and FC GEMV under static, ping-pong and DCS
 	$(BIN)/pimphony demo
