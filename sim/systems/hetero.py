@@ -324,6 +324,14 @@ class HeteroCycles:
     def cycles(self, lengths: Sequence[int]) -> int:
         """``run_hetero_decode`` of ``lengths``' cycles (with ``"auto"`` sub-batches, the
         fewest of every candidate K)."""
+        return min(self.by_sub_batches(lengths).values())
+
+    def by_sub_batches(
+        self, lengths: Sequence[int], cache: KernelCache | None = None
+    ) -> dict[int, int]:
+        """The cycles of ``lengths`` with each sub-batch count K the setup tries (every
+        candidate with ``"auto"``), by K; ``cache`` as ``run_hetero_decode``'s (default: the
+        one :class:`StepCycles` keeps for the batch's longest context)."""
         lengths = tuple(lengths)
         self.steps.check(lengths)
         k = self.setup.sub_batches
@@ -334,9 +342,9 @@ class HeteroCycles:
                 pim = dataclasses.replace(self.setup.pim, lengths=lengths)
                 dataclasses.replace(self.setup, pim=pim)
             counts = [k]
-        cache = self.steps.kernel_cache(max(lengths))
+        cache = cache or self.steps.kernel_cache(max(lengths))
         with decode_errors():
-            return min(self._cycles(cache, micro_batches(lengths, k)) for k in counts)
+            return {k: self._cycles(cache, micro_batches(lengths, k)) for k in counts}
 
     def _cycles(self, cache: KernelCache, batches: list[tuple[int, ...]]) -> int:
         xpu, to_pim, pim, to_xpu = [], [], [], []
@@ -416,18 +424,18 @@ def run_hetero_decode(
         return _run_fixed(setup, cache, params=params)
     pim = setup.pim
     cache = cache or _cache(pim)
-    # Candidates are timed without their energy; only the chosen K's is reported.
-    reports = {
-        k: _run_fixed(dataclasses.replace(setup, sub_batches=k), cache, energy=False)
-        for k in sub_batch_candidates(len(pim.lengths))
-    }
-    best = min(reports, key=lambda k: (reports[k].cycles, k))
+    # Candidates are timed by the cycles-only step (equal to the full step's cycles, tested);
+    # only the chosen K is run in full, with its energy.
+    admit(pim, weights=False)  # the full step's refusals first
+    cycles = HeteroCycles(setup).by_sub_batches(pim.lengths, cache)
+    best = min(cycles, key=lambda k: (cycles[k], k))
     chosen = _run_fixed(dataclasses.replace(setup, sub_batches=best), cache, params=params)
+    b, hz = len(pim.lengths), pim.hw.module.freq_ghz * 1e9
     search = {
         "rule": f"every K from 1 to {SUB_BATCHES_EXHAUSTIVE}, then powers of two and the batch",
         "chosen": best,
-        "cycles": {str(k): r.cycles for k, r in reports.items()},
-        "tokens_per_s": {str(k): r.tokens_per_s for k, r in reports.items()},
+        "cycles": {str(k): c for k, c in cycles.items()},
+        "tokens_per_s": {str(k): b / (c / hz) for k, c in cycles.items()},
     }
     return dataclasses.replace(chosen, sub_batch_search=search)
 
