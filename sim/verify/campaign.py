@@ -320,7 +320,8 @@ class CampaignResult:
     ``exact`` streams were compared with the TLM's cycles, ``rules_only`` ones with the
     scheduler's rules, ``kernels`` of them were compiler streams, ``redrawn`` counts streams
     drawn again (:func:`campaign_stream`); ``mismatches`` holds one message per failing
-    stream and ``failure`` the first failing stream. ``sim_seconds`` is the testbench's
+    stream and ``failure`` the first failing stream; ``cycles`` are those the testbench
+    simulated for the checked streams. ``sim_seconds`` is the testbench's
     simulation time, ``seconds`` the whole campaign's (drawing streams and running the TLM
     included, the build excluded).
     """
@@ -426,9 +427,9 @@ def run_campaign(
             msg = _check(cfg, sched, cs, run.issue[cs.stream.name])
             n = int(cs.stream.commands.shape[0])
             result.count(cs, msg, cs.tlm_issue is not None, cs.source, cs.redrawn, n)
+            result.cycles += run.cycles[cs.stream.name]
             if result.stopped(options.keep_going):
                 break
-        result.cycles += run.total_cycles
         result.sim_seconds += run.sim_seconds
         result.seconds = time.perf_counter() - started
         if progress:
