@@ -214,7 +214,9 @@ def _apply(fn: Callable[[T], R], task: T) -> R:
 
 
 def _ray_is_up() -> bool:
-    return "ray" in sys.modules and sys.modules["ray"].is_initialized()
+    """Whether this process has a Ray initialised (without importing Ray)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
 
 
 @contextlib.contextmanager
