@@ -42,7 +42,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -434,6 +434,21 @@ def _scheduler(block: str) -> str:
     return SCHEDULER_OF_BLOCK[block]
 
 
+_HARNESSES: dict[tuple[str, HardwareConfig], CompiledHarness] = {}
+"""The harnesses :func:`_harness` found, by block and configuration."""
+
+
+def _harness(block: str, cfg: HardwareConfig) -> CompiledHarness:
+    """:func:`~sim.verify.compiled.build_harness`, looked up once per process (generating
+    the Verilog that names the build takes most of a second; every range of a ``--workers``
+    campaign needs it); a build removed since is built again."""
+    known = _HARNESSES.get((block, cfg))
+    if known is not None and known.binary.exists():
+        return replace(known, build_seconds=0.0)
+    harness = _HARNESSES[block, cfg] = build_harness(block, cfg)
+    return harness
+
+
 def run_campaign(
     block: str,
     cfg: HardwareConfig,
@@ -458,7 +473,7 @@ def run_campaign(
         failed (a stream that never completed).
     """
     sched = _scheduler(block)
-    harness = build_harness(block, cfg)
+    harness = _harness(block, cfg)
     result = CampaignResult(block, cfg.name, seed, build_seconds=harness.build_seconds)
     started = time.perf_counter()
 
@@ -638,7 +653,7 @@ def shrink_stream(block: str, cfg: HardwareConfig, cs: CampaignStream, message: 
     makes the mismatch go away. The candidates of one round run in one testbench process.
     """
     sched = _scheduler(block)
-    harness = build_harness(block, cfg)
+    harness = _harness(block, cfg)
     counter = [0, 0]
     original = int(cs.stream.commands.shape[0])
     cur, msg = cs, message
