@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import math
 import time
 from collections.abc import Callable, Sequence
 from enum import StrEnum
@@ -199,12 +200,13 @@ def fill_table(
     _check_shapes(cfg, shapes)
     with shared_ray():  # one Ray for both stages
         t0 = time.perf_counter()
-        tasks = [(cfg, k, sizes, label, per_shape, seed + i)
-                 for i, (k, sizes) in enumerate(shapes)]  # fmt: skip
+        order = _largest_first(shapes)  # the workers' last tasks are short ones
+        tasks = [(cfg, *shapes[i], label, per_shape, seed + i) for i in order]
         with ordered_map(_label_shape, tasks, workers, address=address) as labelled:
             bar = tqdm(labelled, desc=f"dcc-lut {cfg.name}: labelling", unit="shape",
                        total=len(tasks), disable=not progress)  # fmt: skip
-            samples: dict[Shape, Samples] = dict(zip(shapes, bar, strict=True))
+            got = dict(zip(order, bar, strict=True))
+        samples: dict[Shape, Samples] = {shapes[i]: got[i] for i in range(len(shapes))}
         t1 = time.perf_counter()
         held = _held_out(samples, holdout_share, n_estimators, seed)
         t2 = time.perf_counter()
@@ -216,15 +218,22 @@ def fill_table(
         table = LookupTable(predictor=record)
         table.offline = pred
         fill = functools.partial(_fill_shape, cfg, pred, label, record)
-        with ordered_map(fill, shapes, workers, address=address) as filled:
+        with ordered_map(fill, [shapes[i] for i in order], workers, address=address) as filled:
             bar = tqdm(filled, desc=f"dcc-lut {cfg.name}: filling", unit="shape",
                        total=len(shapes), disable=not progress)  # fmt: skip
-            for (k, sizes), entry in zip(shapes, bar, strict=True):
-                table.entries[cfg.name, k, sizes] = entry
+            entries = dict(zip(order, bar, strict=True))
+        for i, (k, sizes) in enumerate(shapes):  # in the shapes' order
+            table.entries[cfg.name, k, sizes] = entries[i]
         t4 = time.perf_counter()
     timing = {"label_s": t1 - t0, "holdout_s": t2 - t1, "train_s": t3 - t2, "fill_s": t4 - t3,
               "total_s": t4 - t0}  # fmt: skip
     return table, timing
+
+
+def _largest_first(shapes: Sequence[Shape]) -> list[int]:
+    """The indices of ``shapes``, largest (product of the sizes: the longest to label and
+    fill) first."""
+    return sorted(range(len(shapes)), key=lambda i: -math.prod(shapes[i][1]))
 
 
 def _label_shape(task: tuple[Any, ...]) -> Samples:
