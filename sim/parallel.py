@@ -3,8 +3,9 @@
 
 Ray is started only when it can help (:func:`uses_ray`: more than one task, and more than
 one worker or a cluster's ``address``); otherwise the tasks run here one by one. A local Ray
-takes several seconds to start: meanwhile this process runs the first tasks itself (one at a
-time, in a thread), and hands the rest to Ray once it is up. A task whose Ray worker dies
+takes several seconds to start, and its workers seconds more to import the task's modules:
+meanwhile this process runs the first tasks itself (one at a time, in a thread), until Ray's
+first result. A task whose Ray worker dies
 (killed, out of memory) is retried on another (:data:`WORKER_RETRIES`); one that still fails
 is reported (:class:`TaskFailed`) or, for the ordered map, raised. Ray's own messages go to
 stderr: stdout is the command's.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 import queue
 import sys
 import threading
@@ -118,6 +120,9 @@ def _start_ray(workers: int | None, address: str | None) -> Any:
             include_dashboard=False,
             log_to_driver=False,
             configure_logging=False,
+            # A local Ray's workers run at this process's priority (Ray's default, niceness
+            # 15, starves them on a shared machine: a task took twice as long as here).
+            _system_config=None if address else {"worker_niceness": 0},
         )
     except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError, ...
         where = f"the Ray cluster at {address!r}" if address else "a local Ray"
@@ -125,41 +130,48 @@ def _start_ray(workers: int | None, address: str | None) -> Any:
     return ray
 
 
-class _StartupHelper:
-    """Runs ``fn`` over the front of ``todo`` in a thread of this process until
-    :meth:`stop`; each result (or the exception raised) goes to ``finished``."""
+class _Queue:
+    """The indices of the tasks not yet taken, shared by Ray's submissions and this
+    process's :class:`_StartupHelper`."""
 
-    def __init__(self, fn: Callable[[Any], Any], tasks: Sequence[Any], todo: deque[int]):
+    def __init__(self, n: int) -> None:
+        self.todo = deque(range(n))
+        self.lock = threading.Lock()
+
+    def take(self) -> int | None:
+        """The next task's index, or ``None`` when every task is taken."""
+        with self.lock:
+            return self.todo.popleft() if self.todo else None
+
+
+class _StartupHelper:
+    """Runs ``fn`` over the tasks it takes from ``todo``, one at a time in a thread of this
+    process, until :meth:`stop`; each result (or the exception raised) goes to
+    ``finished``."""
+
+    def __init__(self, fn: Callable[[Any], Any], tasks: Sequence[Any], todo: _Queue) -> None:
         self.fn, self.tasks, self.todo = fn, tasks, todo
         self.finished: queue.Queue[tuple[int, Any]] = queue.Queue()
-        self.lock = threading.Lock()
-        self.stopped = False
+        self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._work, name="parallel-startup", daemon=True)
         self.thread.start()
 
     def _work(self) -> None:
-        while True:
-            with self.lock:
-                if self.stopped or not self.todo:
-                    return
-                i = self.todo.popleft()
+        while not self.stopped.is_set() and (i := self.todo.take()) is not None:
             try:
                 out: Any = self.fn(self.tasks[i])
             except Exception as exc:  # reported as a Ray worker's failure would be
                 out = TaskFailed(exc)
             self.finished.put((i, out))
 
-    def stop(self) -> list[int]:
-        """Take no further task; the tasks left to others."""
-        with self.lock:
-            self.stopped = True
-            rest = list(self.todo)
-            self.todo.clear()
-        return rest
+    def stop(self) -> None:
+        """Take no further task (the one running is finished)."""
+        self.stopped.set()
 
     @property
-    def running(self) -> bool:
-        return self.thread.is_alive()
+    def busy(self) -> bool:
+        """Running a task, or holding results not yet collected."""
+        return self.thread.is_alive() or not self.finished.empty()
 
 
 def _ray_results(
@@ -169,32 +181,40 @@ def _ray_results(
     address: str | None,
     overlap: bool,
 ) -> Iterator[tuple[int, R | TaskFailed]]:
-    """``(index, result)`` of every task as it finishes: with ``overlap``, this process runs
-    tasks while a local Ray starts; Ray runs the rest."""
+    """``(index, result)`` of every task as it finishes. With ``overlap`` (a local Ray),
+    this process runs tasks from the front until Ray's workers give their first result
+    (Ray's start-up and its workers' imports take seconds), and Ray is handed tasks a few
+    at a time; else every task goes to Ray at once."""
+    todo = _Queue(len(tasks))
     helper = None
     if overlap and address is None and not (_SHARED and _ray_is_up()):
-        helper = _StartupHelper(fn, tasks, deque(range(len(tasks))))
+        helper = _StartupHelper(fn, tasks, todo)
+    in_ray = len(tasks) if helper is None else 2 * (workers or os.cpu_count() or 1)
     ray = None
     try:
         ray = _start_ray(workers, address)
-        rest = helper.stop() if helper is not None else list(range(len(tasks)))
         # A task whose worker dies (killed, out of memory) is retried on another.
         task = ray.remote(num_cpus=1, max_retries=WORKER_RETRIES)
         if inspect.isfunction(fn):  # the task is named after it (``ray::run_point``)
-            pending = {task(fn).remote(tasks[i]): i for i in rest}
+            remote, head = task(fn), ()
         else:  # a partial (or another callable): stored once, not with every task
-            stored = ray.put(fn)
-            pending = {task(_apply).remote(stored, tasks[i]): i for i in rest}
-        while pending or (helper is not None and (helper.running or not helper.finished.empty())):
+            remote, head = task(_apply), (ray.put(fn),)
+        pending: dict[Any, int] = {}
+        while True:
+            while len(pending) < in_ray and (i := todo.take()) is not None:
+                pending[remote.remote(*head, tasks[i])] = i
             while helper is not None and not helper.finished.empty():
                 yield helper.finished.get()
+            local = helper is not None and helper.busy
             if not pending:
-                if helper is not None and helper.running:
-                    helper.thread.join(_POLL_S)
+                if not local:
+                    return
+                helper.thread.join(_POLL_S)
                 continue
-            local = helper is not None and (helper.running or not helper.finished.empty())
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=_POLL_S if local else None)
             for ref in ready:
+                if helper is not None:  # Ray's workers are up: they take the rest
+                    helper.stop()
                 i = pending.pop(ref)
                 try:
                     out: Any = ray.get(ref)

@@ -9,13 +9,13 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections import deque
 
 import pytest
 from pimphony.sim.parallel import (
     ParallelError,
     TaskFailed,
     _in_order,
+    _Queue,
     _StartupHelper,
     check_reachable,
     ordered_map,
@@ -77,7 +77,9 @@ def test_results_come_in_task_order_and_failures_are_raised():
         next(raised_here)
 
 
-def test_this_process_runs_the_first_tasks_until_ray_is_up():
+def test_this_process_runs_the_first_tasks_until_stopped():
+    """While Ray starts, this process takes tasks from the front of the shared queue; once
+    stopped it finishes the one it runs and takes no other (the rest are Ray's)."""
     release = threading.Event()
 
     def slow(x: int) -> int:
@@ -86,16 +88,18 @@ def test_this_process_runs_the_first_tasks_until_ray_is_up():
             raise ValueError("task 1")
         return 10 * x
 
-    todo = deque(range(6))
+    todo = _Queue(6)
     helper = _StartupHelper(slow, list(range(6)), todo)
-    time.sleep(0.05)
     release.set()
     while helper.finished.qsize() < 2:
         time.sleep(0.01)
-    rest = helper.stop()  # Ray is up: the rest are Ray's
+    helper.stop()
     helper.thread.join(5)
-    assert not helper.running
+    rest = []
+    while (i := todo.take()) is not None:
+        rest.append(i)
     done = dict(helper.finished.get() for _ in range(helper.finished.qsize()))
+    assert not helper.busy
     assert sorted([*done, *rest]) == list(range(6)) and not set(done) & set(rest)
     assert list(done)[:2] == [0, 1] and done[0] == 0 and rest == list(range(len(done), 6))
     assert isinstance(done[1], TaskFailed) and done[1].message == "ValueError: task 1"
