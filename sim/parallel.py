@@ -5,10 +5,10 @@ Ray is started only when it can help (:func:`uses_ray`: more than one task, and 
 one worker or a cluster's ``address``); otherwise the tasks run here one by one. A local Ray
 takes several seconds to start, and its workers seconds more to import the task's modules:
 meanwhile this process runs the first tasks itself (one at a time, in a thread), until Ray's
-first result. A task whose Ray worker dies
-(killed, out of memory) is retried on another (:data:`WORKER_RETRIES`); one that still fails
-is reported (:class:`TaskFailed`) or, for the ordered map, raised. Ray's own messages go to
-stderr: stdout is the command's.
+first result. A local Ray's workers run at this process's priority. A task whose Ray worker
+dies (killed, out of memory) is retried on another (:data:`WORKER_RETRIES`); one that still
+fails is reported (:class:`TaskFailed`) or, for the ordered map, raised. Ray's own messages
+go to stderr: stdout is the command's.
 """
 
 from __future__ import annotations
@@ -252,8 +252,9 @@ def unordered_map(
     :func:`uses_ray` (``fn`` and the tasks picklable; a task that raised or whose worker
     died gives :class:`TaskFailed`), else computed here in order as they are read, by
     ``local`` if given (e.g. with progress; what it raises propagates). With ``overlap``
-    (and a local Ray), this process runs the first tasks in a thread while Ray starts
-    (``fn`` must then be safe in a thread)."""
+    (and a local Ray), this process runs the first tasks in a thread until Ray's first
+    result (``fn`` must then be safe in a thread: not one that redirects this process's
+    output, as ``sweep-run``'s points do)."""
     if not uses_ray(len(tasks), workers, address):
         here = local or fn
         yield ((i, here(t)) for i, t in enumerate(tasks))
@@ -283,6 +284,8 @@ def ordered_map(
 
 
 def _in_order(done: Iterator[tuple[int, Any]], n: int) -> Iterator[Any]:
+    """The results of ``done`` (``(index, result)`` of ``n`` tasks in any order) in task
+    order; a failed task raises (:func:`ordered_map`)."""
     held: dict[int, Any] = {}
     for want in range(n):
         while want not in held:
@@ -300,4 +303,5 @@ def _in_order(done: Iterator[tuple[int, Any]], n: int) -> Iterator[Any]:
 
 
 def _is_ray_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is Ray's own (a worker that died), not one a task raised."""
     return type(exc).__module__.startswith("ray")

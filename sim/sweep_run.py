@@ -7,12 +7,13 @@ headline outputs to tabulate (``[outputs]``: column = dotted path into the point
 report) and an optional plot.
 Every point is checked with the command's own parser before anything runs.
 
-Each point runs ``pimphony COMMAND OPTIONS --json`` in a Ray task (a local Ray on this
-machine's cores by default, or the cluster at ``--address``; ``--serial`` runs in this
-process). Its report is cached under ``OUT/points/KEY.json``, ``KEY`` a hash of its fully
-resolved inputs: the command and options, the contents of any file an option names, of
-``configs/`` and of pimphony's source, so an edited input or a code change reruns the point and
-nothing else does.
+Each point runs ``pimphony COMMAND OPTIONS --json`` in a Ray task through
+:mod:`sim.parallel` (a local Ray on this machine's cores by default, or the cluster at
+``--address``; ``--serial``, or a single point to run, runs in this process). Its report is
+cached under ``OUT/points/KEY.json``, ``KEY`` a hash of its fully resolved inputs: the
+command and options, the contents of any file an option names, of ``configs/`` and of
+pimphony's source, so an edited input or a code change reruns the point and nothing else
+does.
 A rerun or an interrupted sweep therefore resumes without recomputing. A failing point is
 recorded with its error and does not stop the sweep (failures are not cached: a rerun tries
 them again), but the command exits non-zero (:data:`EXIT_POINTS_FAILED`) unless
