@@ -111,18 +111,18 @@ def _start_ray(workers: int | None, address: str | None) -> Any:
 
     if _SHARED and ray.is_initialized():
         return ray
-    if address and address != "auto":
+    if address is not None and address != "auto":  # "" too: not a local Ray's address
         check_reachable(address)
     try:
         ray.init(
             address=address,
-            num_cpus=None if address else workers,
+            num_cpus=None if address is not None else workers,
             include_dashboard=False,
             log_to_driver=False,
             configure_logging=False,
             # A local Ray's workers run at this process's priority (Ray's default, niceness
             # 15, starves them on a shared machine: a task took twice as long as here).
-            _system_config=None if address else {"worker_niceness": 0},
+            _system_config=None if address is not None else {"worker_niceness": 0},
         )
     except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError, ...
         where = f"the Ray cluster at {address!r}" if address else "a local Ray"

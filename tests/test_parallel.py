@@ -106,10 +106,14 @@ def test_this_process_runs_the_first_tasks_until_stopped():
 
 
 def test_a_ray_address_nothing_answers_at_is_refused_at_once():
-    with pytest.raises(ParallelError, match=r"expected \[ray://\]HOST:PORT or 'auto'"):
-        check_reachable("nonsense")
+    for bad in ("nonsense", ""):
+        with pytest.raises(ParallelError, match=r"expected \[ray://\]HOST:PORT or 'auto'"):
+            check_reachable(bad)
     with pytest.raises(ParallelError, match="no Ray cluster answers at 127.0.0.1:1"):
         check_reachable("ray://127.0.0.1:1", timeout_s=1.0)
     refused = pytest.raises(ParallelError, match="no Ray cluster answers")
     with refused, ordered_map(_square, [1, 2], 2, address="127.0.0.1:1") as out:
+        list(out)
+    refused = pytest.raises(ParallelError, match="expected")  # not a local Ray
+    with refused, ordered_map(_square, [1, 2], 2, address="") as out:
         list(out)
