@@ -43,13 +43,13 @@ wave: $(STAMP)  ## VCD + GTKWave save file under build/waves/, then its summary
 	$(BIN)/pimphony wave record --kernel $(KERNEL) --tokens $(TOKENS) --dh $(DH) \
 	    --dout $(DOUT) --din $(DIN) --sched $(SCHED) $(if $(BLOCK),--block $(BLOCK))
 
-# make cosim-campaign N=10000 SEED=0 [PRESET=aim-ramulator] [BLOCK=dcs]
+# make cosim-campaign N=10000 SEED=0 [PRESET=aim-ramulator] [BLOCK=dcs] [WORKERS=2]
 N      ?= 1000
 SEED   ?= 0
 PRESET ?=
 cosim-campaign: $(STAMP)  ## N random + compiler streams (items) per RTL block, RTL vs TLM
 	$(BIN)/pimphony verify campaign --block $(or $(BLOCK),all) --streams $(N) --seed $(SEED) \
-	    $(if $(PRESET),--preset $(PRESET))
+	    $(if $(PRESET),--preset $(PRESET)) $(if $(WORKERS),--workers $(WORKERS))
 
 area: $(STAMP)  ## Yosys synth + stat of every block at the papers' parameters
 	$(BIN)/pimphony area

@@ -7,12 +7,13 @@ headline outputs to tabulate (``[outputs]``: column = dotted path into the point
 report) and an optional plot.
 Every point is checked with the command's own parser before anything runs.
 
-Each point runs ``pimphony COMMAND OPTIONS --json`` in a Ray task (a local Ray on this
-machine's cores by default, or the cluster at ``--address``; ``--serial`` runs in this
-process). Its report is cached under ``OUT/points/KEY.json``, ``KEY`` a hash of its fully
-resolved inputs: the command and options, the contents of any file an option names, of
-``configs/`` and of pimphony's source, so an edited input or a code change reruns the point and
-nothing else does.
+Each point runs ``pimphony COMMAND OPTIONS --json`` in a Ray task through
+:mod:`sim.parallel` (a local Ray on this machine's cores by default, or the cluster at
+``--address``; ``--serial``, or a single point to run, runs in this process). Its report is
+cached under ``OUT/points/KEY.json``, ``KEY`` a hash of its fully resolved inputs: the
+command and options, the contents of any file an option names, of ``configs/`` and of
+pimphony's source, so an edited input or a code change reruns the point and nothing else
+does.
 A rerun or an interrupted sweep therefore resumes without recomputing. A failing point is
 recorded with its error and does not stop the sweep (failures are not cached: a rerun tries
 them again), but the command exits non-zero (:data:`EXIT_POINTS_FAILED`) unless
@@ -48,6 +49,7 @@ from pimphony.models.config import (
 )
 from pimphony.models.errors import PimphonyError
 from pimphony.models.fileio import BUILD_DIR, pyplot, write_atomic, write_figure
+from pimphony.sim.parallel import WORKER_RETRIES, TaskFailed, unordered_map
 from pimphony.sim.provenance import provenance
 
 __all__ = [
@@ -70,8 +72,6 @@ __all__ = [
 ROOT = CONFIG_DIR.parent  # the repository, or the installed pimphony package
 _SOURCE_PACKAGES = ("models", "compiler", "sim", "rtl")
 _SCALAR = (str, int, float, bool)
-#: Times Ray reruns a point whose worker died (Ray's own default for tasks is 3).
-WORKER_RETRIES = 3
 #: Exit status when points failed (``--allow-failures`` makes it 0 unless all failed).
 EXIT_POINTS_FAILED = 3
 
@@ -360,24 +360,6 @@ def _marker_owner(marker: Path) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """Refuse a Ray address (``[ray://]HOST:PORT``) nothing answers at within ``timeout_s``,
-    instead of letting Ray retry for minutes."""
-    import socket
-
-    hostport = address.removeprefix("ray://")
-    host, _, port = hostport.rpartition(":")
-    if not host or not port.isdigit():
-        raise SweepError(f"--address {address!r}: expected [ray://]HOST:PORT or 'auto'")
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s):
-            pass
-    except OSError as exc:
-        raise SweepError(
-            f"--address {address!r}: no Ray cluster answers at {host}:{port} ({exc})"
-        ) from None
-
-
 def run_sweep(
     sweep: SweepFile,
     out: Path,
@@ -421,43 +403,17 @@ def run_sweep(
         if progress:
             progress(counts, time.perf_counter() - t0)
 
-    if serial or not todo:
-        for key, argv in todo.items():
-            record(key, run_point(argv))
-    else:
-        import ray
-
-        # Ray's own messages (a worker died, a retry) go to stderr: stdout is the report's.
-        with contextlib.redirect_stdout(sys.stderr):
-            if address and address != "auto":
-                _check_reachable(address)
-            try:
-                ray.init(
-                    address=address,
-                    num_cpus=None if address else workers,
-                    include_dashboard=False,
-                    log_to_driver=False,
-                    configure_logging=False,
-                )
-            except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError, ...
-                where = f"the Ray cluster at {address!r}" if address else "a local Ray"
-                raise SweepError(f"cannot start {where}: {type(exc).__name__}: {exc}") from None
-            try:
-                # A task whose worker dies (killed, out of memory) is retried on another.
-                task = ray.remote(num_cpus=1, max_retries=WORKER_RETRIES)(run_point)
-                pending = {task.remote(argv): key for key, argv in todo.items()}
-                while pending:
-                    ready, _ = ray.wait(list(pending), num_returns=1)
-                    for ref in ready:
-                        key = pending.pop(ref)
-                        try:
-                            result = ray.get(ref)
-                        except Exception as exc:  # a worker that died: the point failed
-                            result = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
-                                      "seconds": 0.0}  # fmt: skip
-                        record(key, result)
-            finally:
-                ray.shutdown()
+    argvs = list(todo.items())
+    # Ray only when it helps (sim.parallel.uses_ray); --serial: in this process. A point
+    # redirects this process's output, so none runs here in a thread while Ray starts.
+    with unordered_map(
+        run_point, [argv for _, argv in argvs], workers=1 if serial else workers,
+        address=None if serial else address, overlap=False,
+    ) as done:  # fmt: skip
+        for i, result in done:
+            if isinstance(result, TaskFailed):  # a worker that died: the point failed
+                result = {"ok": False, "error": result.message, "seconds": 0.0}
+            record(argvs[i][0], result)
     import pyarrow.parquet as pq
 
     reports = {k: _cached_report(out / "points" / f"{k}.json", k) for k in keys}

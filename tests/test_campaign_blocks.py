@@ -23,6 +23,7 @@ from pimphony.sim.verify import dpa as dpa_harness
 from pimphony.sim.verify.campaign_blocks import (
     CAMPAIGNS,
     COCOTB_BLOCKS,
+    BlockResult,
     CampaignOptions,
     ShrunkItem,
     dpa_item,
@@ -111,6 +112,28 @@ def test_small_campaign(block, items, kernels):
         assert r.details["dex"] + r.details["baseline"] == items and r.details["host_reads"] > 0
     if block == "dpa_pipeline":
         assert r.rules_only == 0
+
+
+def test_parts_of_a_campaign_absorb_in_order():
+    """``--workers``: the results of consecutive ranges of items add up as one run counts
+    them: counts and the kinds of items summed (new kinds after the known ones), mismatches
+    in order, the first failure kept."""
+    first = BlockResult("bank_slice", "aim-16ch", 1, streams=3, exact=2, rules_only=1,
+                        commands=40, cycles=900, details={"dex": 3, "host_reads": 7})  # fmt: skip
+    later = BlockResult("bank_slice", "aim-16ch", 1, streams=2, exact=2, kernels=1, redrawn=1,
+                        commands=10, cycles=100, mismatches=["#4 differs"], failure="#4",
+                        details={"baseline": 2, "host_reads": 1})  # fmt: skip
+    last = BlockResult("bank_slice", "aim-16ch", 1, streams=1, exact=1, mismatches=["#5"],
+                       failure="#5", details={"dex": 1})  # fmt: skip
+    first.absorb(later)
+    assert not first.stopped(keep_going=True) and first.stopped(keep_going=False)
+    first.absorb(last)
+    assert (first.streams, first.exact, first.rules_only, first.kernels, first.redrawn) == (
+        6, 5, 1, 1, 1
+    )  # fmt: skip
+    assert (first.commands, first.cycles) == (50, 1000)
+    assert first.mismatches == ["#4 differs", "#5"] and first.failure == "#4"
+    assert list(first.details.items()) == [("dex", 4), ("host_reads", 8), ("baseline", 2)]
 
 
 def test_cli_refusals(tmp_path, capsys):

@@ -14,6 +14,7 @@ reproducer, ``--replay`` and the refusals; the longer random campaigns are ``slo
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -24,9 +25,16 @@ from pimphony.models.config import load_preset
 from pimphony.models.isa import Op, StreamError, load_stream
 from pimphony.rtl.blocks import SCHEDULER_OF_BLOCK
 from pimphony.rtl.common import command_layout
+from pimphony.sim import parallel
 from pimphony.sim.cli import main as cli_main
 from pimphony.sim.verify import campaign, compiled
-from pimphony.sim.verify.campaign import CampaignOptions, campaign_stream, run_campaign
+from pimphony.sim.verify.campaign import (
+    PARTS_PER_WORKER,
+    CampaignOptions,
+    campaign_parts,
+    campaign_stream,
+    run_campaign,
+)
 from pimphony.sim.verify.compiled import (
     RECORD_HEADER,
     STREAM_HEADER,
@@ -44,6 +52,8 @@ from pimphony.sim.verify.streams import (
     random_pingpong_stream,
     random_stream,
 )
+
+from tests.helpers import ROOT
 
 BLOCKS = sorted(SCHEDULER_OF_BLOCK)
 CFG = load_preset("aim-16ch")
@@ -255,6 +265,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         check=False,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled"},
     )
 
 
@@ -263,7 +274,7 @@ def test_campaign_command():
     cocotb blocks' samples are ``tests/test_campaign_blocks.py``."""
     blocks = list(SCHEDULER_OF_BLOCK)
     args = ("--block", *blocks, "--streams", "400", "--seed", "5", "--kernels", "0.2", "--json")
-    proc = _cli(*args, "--workers", "2")
+    proc = _cli(*args)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     assert [r["block"] for r in out["blocks"]] == list(SCHEDULER_OF_BLOCK)
@@ -274,16 +285,106 @@ def test_campaign_command():
         assert 50 <= r["kernels"] <= 110  # 20% of 400
 
 
+TIMES = ("sim_seconds", "seconds", "build_seconds", "cycles_per_s", "streams_per_s")
+"""The fields of a campaign's result that are times, not results."""
+
+
 def test_campaign_workers_give_the_serial_results():
-    """``--workers 2`` runs the blocks at once: the same counts, in block order."""
+    """``--workers 2`` (a local Ray) runs each block's streams as tasks: the same results
+    (every field but the times), in block order."""
     args = ("--block", "pingpong", "dcs", "--streams", "60", "--seed", "3", "--json")
-    counts = ("block", "streams", "exact", "rules_only", "kernels", "commands", "cycles")
     runs = []
     for extra in ((), ("--workers", "2")):
         proc = _cli(*args, *extra)
         assert proc.returncode == 0, proc.stderr[-2000:]
-        runs.append([{k: r[k] for k in counts} for r in json.loads(proc.stdout)["blocks"]])
+        blocks = json.loads(proc.stdout)["blocks"]
+        runs.append([{k: v for k, v in r.items() if k not in TIMES} for r in blocks])
     assert runs[0] == runs[1] and [r["block"] for r in runs[0]] == ["pingpong", "dcs"]
+    assert all(r["streams"] == 60 and r["cycles"] > 0 for r in runs[1])
+
+
+def test_campaign_parts_split_the_streams_evenly():
+    assert campaign_parts(10, 1) == [range(10)]
+    parts = campaign_parts(1001, 2)
+    assert len(parts) == 2 * PARTS_PER_WORKER and parts[0].start == 0 and parts[-1].stop == 1001
+    assert all(a.stop == b.start for a, b in zip(parts, parts[1:], strict=False))
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1
+    assert campaign_parts(3, 4) == [range(0, 1), range(1, 2), range(2, 3)]
+
+
+BAD_STREAMS = (13, 27)
+"""The injected bug of the parts tests: these streams mismatch."""
+
+
+@pytest.fixture()
+def bad_streams(monkeypatch):
+    real = campaign._check
+
+    def broken(cfg, sched, cs, rtl):
+        if cs.index in BAD_STREAMS:
+            return f"stream {cs.describe()}: injected mismatch"
+        return real(cfg, sched, cs, rtl)
+
+    monkeypatch.setattr(campaign, "_check", broken)
+
+
+def _same_result(a, b) -> None:
+    """Campaign results ``a`` and ``b`` are equal but for their times."""
+    skip = {*TIMES, "failure"}
+    assert {k: v for k, v in a.to_dict().items() if k not in skip} == {
+        k: v for k, v in b.to_dict().items() if k not in skip
+    }
+    assert a.mismatches == b.mismatches and a.failure.index == b.failure.index
+    assert np.array_equal(a.failure.stream.commands, b.failure.stream.commands)
+
+
+@pytest.mark.parametrize("keep_going", [False, True])
+def test_campaign_parts_merge_to_the_serial_result(bad_streams, keep_going):
+    """The parts of a campaign, run apart and absorbed in order up to the first mismatch
+    (every part with ``keep_going``), count what one run counts: the same streams, cycles,
+    mismatches and first failing stream."""
+    opts = CampaignOptions(max_length=60, chunk=8, keep_going=keep_going)
+    whole = run_campaign("static_sched", CFG, 40, 2, opts)
+    assert whole.streams == (40 if keep_going else BAD_STREAMS[0] + 1)
+    merged = None
+    for part in campaign_parts(40, 2):  # 4 parts of 10: the first mismatch is in the second
+        r = run_campaign("static_sched", CFG, part, 2, opts)
+        assert r.streams <= len(part)
+        if merged is None:
+            merged = r
+        elif not merged.stopped(keep_going):
+            merged.absorb(r)
+    _same_result(merged, whole)
+
+
+def test_campaign_workers_stop_at_the_serial_first_mismatch(bad_streams, tmp_path, capsys,
+                                                            monkeypatch):  # fmt: skip
+    """``--workers 2`` with Ray's tasks run here instead (the injected bug does not reach
+    Ray's workers): the output and the reproducer of a serial run, but for the times."""
+    opts = ["--block", "static_sched", "dcs", "--streams", "40", "--seed", "2"]
+    opts += ["--max-length", "60", "--quiet"]
+    status, serial, err = _main(capsys, *opts, "--repro-dir", str(tmp_path / "serial"))
+    assert status == 1 and "injected mismatch" in err
+    monkeypatch.setattr(parallel, "uses_ray", lambda *a: False)
+    status, parts, err_parts = _main(
+        capsys, *opts, "--repro-dir", str(tmp_path / "parts"), "--workers", "2"
+    )
+    assert status == 1 and err_parts.replace("parts", "serial") == err
+
+    def results(out: str, where: str) -> list[str]:  # the times: on the ``mismatches:`` line
+        out = out.replace(str(tmp_path / where), "REPRO_DIR")
+        return [x.split(";")[0] if x.startswith("mismatches:") else x for x in out.splitlines()]
+
+    assert results(parts, "parts") == results(serial, "serial")
+    assert f"static_sched at aim-16ch, seed 2: {BAD_STREAMS[0] + 1} streams" in serial
+    assert "dcs at" not in serial  # stopped at the first block's mismatch
+    (a,) = (tmp_path / "serial").glob("*.json")
+    (b,) = (tmp_path / "parts").glob("*.json")
+    assert a.name == b.name and a.name.endswith(f"stream{BAD_STREAMS[0]}.json")
+    ra, rb = json.loads(a.read_text()), json.loads(b.read_text())
+    assert {k: v for k, v in ra.items() if k != "replay"} == {
+        k: v for k, v in rb.items() if k != "replay"
+    }
 
 
 def test_campaign_streams_are_reproducible():

@@ -102,7 +102,8 @@ def test_the_fill_writes_a_table_with_provenance_and_the_held_out_error(filled) 
 
 
 def test_workers_fill_the_same_table(filled, tmp_path) -> None:
-    """Two processes labelling the shapes give the entries and the predictor one gives."""
+    """A local Ray of two workers labelling, then filling, the shapes (``sim.parallel``;
+    this test starts Ray) gives the entries and the predictor one worker gives."""
     backend, out = filled
     again = tmp_path / "table.json"
     assert main(["dcc-lut", "--backend", str(backend), *[a for s in SHAPES for a in

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
+import math
 import time
 from collections.abc import Callable, Sequence
 from enum import StrEnum
@@ -43,8 +45,10 @@ import numpy as np
 from pimphony.compiler.dcc.cost import Placement, check_lowered
 from pimphony.compiler.dcc.predictor import (
     DEFAULT_N_ESTIMATORS,
+    Entry,
     LookupTable,
     LookupTableError,
+    Predictor,
     Samples,
     collect,
     kernel_nest,
@@ -64,7 +68,7 @@ from pimphony.sim.analysis.dcc_shapes import (
 )
 from pimphony.sim.analysis.dcc_table import backend_digest, backend_record
 from pimphony.sim.cli import add_seed_option, bounded_int, choice_names
-from pimphony.sim.parallel import ordered_map
+from pimphony.sim.parallel import ordered_map, shared_ray
 from pimphony.sim.provenance import provenance
 from tqdm import tqdm
 
@@ -184,46 +188,74 @@ def fill_table(
     label: Callable[..., float] = simulated_seconds,
     progress: bool = True,
     workers: int = 1,
+    address: str | None = None,
 ) -> tuple[LookupTable, dict[str, Any]]:
     """Label, measure the held-out error, train on everything and fill (module docstring);
-    ``workers`` processes label the shapes (the same samples as one: each shape has its own
-    seed). The table's ``predictor`` record holds the training and the held-out error, its
-    ``offline`` the trained predictor (:meth:`~compiler.dcc.predictor.LookupTable.save` with
-    it writes both); the second value is what the fill took (seconds per stage)."""
+    with ``workers`` > 1 (or a Ray cluster's ``address``) the shapes are labelled, and then
+    filled, as Ray tasks (:mod:`sim.parallel`; the same table as one worker: each shape has
+    its own seed). The table's ``predictor`` record holds the training and the held-out
+    error, its ``offline`` the trained predictor
+    (:meth:`~compiler.dcc.predictor.LookupTable.save` with it writes both); the second value
+    is what the fill took (seconds per stage)."""
     _check_shapes(cfg, shapes)
-    t0 = time.perf_counter()
-    tasks = [(cfg, k, sizes, label, per_shape, seed + i) for i, (k, sizes) in enumerate(shapes)]
-    with ordered_map(_label_shape, tasks, workers) as labelled:
-        bar = tqdm(labelled, desc=f"dcc-lut {cfg.name}: labelling", unit="shape",
-                   total=len(tasks), disable=not progress)  # fmt: skip
-        samples: dict[Shape, Samples] = dict(zip(shapes, bar, strict=True))
-    t1 = time.perf_counter()
-    held = _held_out(samples, holdout_share, n_estimators, seed)
-    t2 = time.perf_counter()
-    every = list(samples.values())
-    pred = train_predictor(sum(every[1:], every[0]), n_estimators, seed=seed)
-    t3 = time.perf_counter()
-    record = {**pred.info, "per_shape": per_shape, "holdout": held,
-              "label": "compiler.dcc_predictor.simulated_seconds"}  # fmt: skip
-    table = LookupTable(predictor=record)
-    table.offline = pred
-    bar = tqdm(shapes, desc=f"dcc-lut {cfg.name}: filling", unit="shape", disable=not progress)
-    for k, sizes in bar:
-        table.fill(pred, cfg, k, [sizes])
-        key = (cfg.name, k, sizes)
-        entry = table.entries[key]
-        sim = label(cfg, k, sizes, entry.draft)
-        table.entries[key] = dataclasses.replace(entry, simulated_s=sim)
-    t4 = time.perf_counter()
+    with shared_ray():  # one Ray for both stages
+        t0 = time.perf_counter()
+        order = _largest_first(shapes)  # the workers' last tasks are short ones
+        tasks = [(cfg, *shapes[i], label, per_shape, seed + i) for i in order]
+        with ordered_map(_label_shape, tasks, workers, address=address) as labelled:
+            bar = tqdm(labelled, desc=f"dcc-lut {cfg.name}: labelling", unit="shape",
+                       total=len(tasks), disable=not progress)  # fmt: skip
+            got = dict(zip(order, bar, strict=True))
+        samples: dict[Shape, Samples] = {shapes[i]: got[i] for i in range(len(shapes))}
+        t1 = time.perf_counter()
+        held = _held_out(samples, holdout_share, n_estimators, seed)
+        t2 = time.perf_counter()
+        every = list(samples.values())
+        pred = train_predictor(sum(every[1:], every[0]), n_estimators, seed=seed)
+        t3 = time.perf_counter()
+        record = {**pred.info, "per_shape": per_shape, "holdout": held,
+                  "label": "compiler.dcc_predictor.simulated_seconds"}  # fmt: skip
+        table = LookupTable(predictor=record)
+        table.offline = pred
+        fill = functools.partial(_fill_shape, cfg, pred, label, record)
+        with ordered_map(fill, [shapes[i] for i in order], workers, address=address) as filled:
+            bar = tqdm(filled, desc=f"dcc-lut {cfg.name}: filling", unit="shape",
+                       total=len(shapes), disable=not progress)  # fmt: skip
+            entries = dict(zip(order, bar, strict=True))
+        for i, (k, sizes) in enumerate(shapes):  # in the shapes' order
+            table.entries[cfg.name, k, sizes] = entries[i]
+        t4 = time.perf_counter()
     timing = {"label_s": t1 - t0, "holdout_s": t2 - t1, "train_s": t3 - t2, "fill_s": t4 - t3,
               "total_s": t4 - t0}  # fmt: skip
     return table, timing
+
+
+def _largest_first(shapes: Sequence[Shape]) -> list[int]:
+    """The indices of ``shapes``, largest (product of the sizes: the longest to label and
+    fill) first."""
+    return sorted(range(len(shapes)), key=lambda i: -math.prod(shapes[i][1]))
 
 
 def _label_shape(task: tuple[Any, ...]) -> Samples:
     """One shape's labelled drafts (:func:`compiler.dcc.predictor.collect`)."""
     cfg, kernel, sizes, label, per_shape, seed = task
     return collect(cfg, kernel, [sizes], label, per_shape, seed)
+
+
+def _fill_shape(
+    cfg: BackendConfig,
+    pred: Predictor,
+    label: Callable[..., float],
+    record: dict[str, Any],
+    shape: Shape,
+) -> Entry:
+    """The table entry of one shape: the best draft ``pred`` predicts
+    (:meth:`~compiler.dcc.predictor.LookupTable.fill`), with its time by ``label``."""
+    k, sizes = shape
+    one = LookupTable(predictor=record)
+    one.fill(pred, cfg, k, [sizes])
+    entry = one.entries[cfg.name, k, sizes]
+    return dataclasses.replace(entry, simulated_s=label(cfg, k, sizes, entry.draft))
 
 
 def _shape_arg(text: str) -> Shape:
@@ -264,7 +296,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--holdout", type=float, default=0.2,
                    help="share of each kernel's shapes held out to measure the error")  # fmt: skip
     p.add_argument("--workers", type=bounded_int(1, 256), default=1,
-                   help="processes labelling shapes at once (the same table as one)")  # fmt: skip
+                   help="local Ray CPUs labelling and filling shapes at once (the same table as "
+                   "one; 1: no Ray)")  # fmt: skip
+    p.add_argument("--address", default=None,
+                   help="an existing Ray cluster to label and fill on (default: a local Ray "
+                   "when --workers > 1)")  # fmt: skip
     add_seed_option(p, "sampling and hold-out seed")
 
 
@@ -282,8 +318,9 @@ def run(args: argparse.Namespace) -> int:
         None if args.kernels is None else [DccKernel(k) for k in args.kernels],
     )  # fmt: skip
     table, timing = fill_table(
-        cfg, shapes, args.per_shape, args.rounds, args.holdout, args.seed, workers=args.workers
-    )
+        cfg, shapes, args.per_shape, args.rounds, args.holdout, args.seed, workers=args.workers,
+        address=args.address,
+    )  # fmt: skip
     table.provenance = provenance(args, backend=backend_record(cfg), timing=timing)
     path = table.save(args.out, overwrite=args.force, predictor=table.offline)
     print(f"dcc-lut {cfg.name}: {len(table)} shapes, {args.per_shape} labelled drafts each, "

@@ -42,7 +42,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -67,6 +67,7 @@ from pimphony.sim.verify.streams import random_pingpong_stream, random_stream
 __all__ = [
     "ALL_BLOCKS",
     "KERNEL_KINDS",
+    "PARTS_PER_WORKER",
     "REPRO_DIR",
     "CampaignOptions",
     "CampaignResult",
@@ -77,6 +78,7 @@ __all__ = [
     "ReproTarget",
     "Shrunk",
     "add_arguments",
+    "campaign_parts",
     "campaign_stream",
     "chunk_ranges",
     "compiler_item",
@@ -84,6 +86,7 @@ __all__ = [
     "draw_gaps",
     "draw_ready",
     "format_rate",
+    "indices_of",
     "kernel_shape",
     "pipelined",
     "record_field",
@@ -121,6 +124,9 @@ REPRO_DIR = BUILD_DIR / "campaign"
 ALL_BLOCKS = "all"
 """``--block`` value that runs every block's campaign
 (:data:`sim.verify.campaign_blocks.CAMPAIGNS`), one after the other."""
+PARTS_PER_WORKER = 2
+"""Tasks per worker a block's campaign is split into with ``--workers`` (the blocks' items
+differ in cost: smaller tasks balance the workers)."""
 SHRINK_BATCH_COMMANDS = 200_000
 """Commands per testbench run while shrinking (the candidates of a round are run together)."""
 
@@ -320,7 +326,8 @@ class CampaignResult:
     ``exact`` streams were compared with the TLM's cycles, ``rules_only`` ones with the
     scheduler's rules, ``kernels`` of them were compiler streams, ``redrawn`` counts streams
     drawn again (:func:`campaign_stream`); ``mismatches`` holds one message per failing
-    stream and ``failure`` the first failing stream. ``sim_seconds`` is the testbench's
+    stream and ``failure`` the first failing stream; ``cycles`` are those the testbench
+    simulated for the checked streams. ``sim_seconds`` is the testbench's
     simulation time, ``seconds`` the whole campaign's (drawing streams and running the TLM
     included, the build excluded).
     """
@@ -357,6 +364,18 @@ class CampaignResult:
             if self.failure is None:
                 self.failure = item
 
+    def absorb(self, later: CampaignResult) -> None:
+        """Add ``later``, the result of the items right after this one's (the same campaign,
+        the next range of indices), as one run over both counts them: counts, cycles and
+        times summed, mismatches in order, the first failure kept (``build_seconds``: the
+        longer)."""
+        for name in _SUMMED:
+            setattr(self, name, getattr(self, name) + getattr(later, name))
+        self.build_seconds = max(self.build_seconds, later.build_seconds)
+        self.mismatches.extend(later.mismatches)
+        if self.failure is None:
+            self.failure = later.failure
+
     def stopped(self, keep_going: bool) -> bool:
         """Whether the campaign stops: it has a mismatch and does not ``keep_going``."""
         return self.failure is not None and not keep_going
@@ -381,9 +400,30 @@ class CampaignResult:
         return d
 
 
-def chunk_ranges(total: int, size: int) -> Iterator[range]:
-    for start in range(0, total, size):
-        yield range(start, min(start + size, total))
+_SUMMED = ("streams", "exact", "rules_only", "kernels", "redrawn", "commands", "cycles",
+           "sim_seconds", "seconds")  # fmt: skip
+"""The fields of :class:`CampaignResult` that :meth:`~CampaignResult.absorb` adds up."""
+
+
+def indices_of(items: int | range) -> range:
+    """The item indices of ``items``: a count (``0`` to ``items - 1``) or a range."""
+    return items if isinstance(items, range) else range(items)
+
+
+def chunk_ranges(total: int | range, size: int) -> Iterator[range]:
+    """``total`` (a count or a range of indices) in consecutive ranges of ``size``."""
+    indices = indices_of(total)
+    for start in range(indices.start, indices.stop, size):
+        yield range(start, min(start + size, indices.stop))
+
+
+def campaign_parts(items: int, workers: int) -> list[range]:
+    """The ranges of item indices a campaign of ``items`` runs as separate tasks on
+    ``workers`` workers: the whole campaign on one, else :data:`PARTS_PER_WORKER` parts per
+    worker of about equal length (each item is drawn from its own seed, so any split gives
+    the items of one run)."""
+    parts = min(items, 1 if workers <= 1 else PARTS_PER_WORKER * workers)
+    return [range(items * k // parts, items * (k + 1) // parts) for k in range(parts)]
 
 
 def _scheduler(block: str) -> str:
@@ -394,15 +434,31 @@ def _scheduler(block: str) -> str:
     return SCHEDULER_OF_BLOCK[block]
 
 
+_HARNESSES: dict[tuple[str, HardwareConfig], CompiledHarness] = {}
+"""The harnesses :func:`_harness` found, by block and configuration."""
+
+
+def _harness(block: str, cfg: HardwareConfig) -> CompiledHarness:
+    """:func:`~sim.verify.compiled.build_harness`, looked up once per process (generating
+    the Verilog that names the build takes most of a second; every range of a ``--workers``
+    campaign needs it); a build removed since is built again."""
+    known = _HARNESSES.get((block, cfg))
+    if known is not None and known.binary.exists():
+        return replace(known, build_seconds=0.0)
+    harness = _HARNESSES[block, cfg] = build_harness(block, cfg)
+    return harness
+
+
 def run_campaign(
     block: str,
     cfg: HardwareConfig,
-    streams: int,
+    streams: int | range,
     seed: int,
     options: CampaignOptions = CampaignOptions(),
     progress: Callable[[CampaignResult], None] | None = None,
 ) -> CampaignResult:
-    """Run ``streams`` random streams on scheduler ``block``'s compiled harness at ``cfg``.
+    """Run ``streams`` random streams (a count, or a range of stream indices) on scheduler
+    ``block``'s compiled harness at ``cfg``.
 
     ``options.gaps`` and ``options.ready`` are the fractions of streams with input gaps and
     with an output ready pattern, ``options.kernels`` the fraction of compiler streams;
@@ -417,7 +473,7 @@ def run_campaign(
         failed (a stream that never completed).
     """
     sched = _scheduler(block)
-    harness = build_harness(block, cfg)
+    harness = _harness(block, cfg)
     result = CampaignResult(block, cfg.name, seed, build_seconds=harness.build_seconds)
     started = time.perf_counter()
 
@@ -426,9 +482,9 @@ def run_campaign(
             msg = _check(cfg, sched, cs, run.issue[cs.stream.name])
             n = int(cs.stream.commands.shape[0])
             result.count(cs, msg, cs.tlm_issue is not None, cs.source, cs.redrawn, n)
+            result.cycles += run.cycles[cs.stream.name]
             if result.stopped(options.keep_going):
                 break
-        result.cycles += run.total_cycles
         result.sim_seconds += run.sim_seconds
         result.seconds = time.perf_counter() - started
         if progress:
@@ -597,7 +653,7 @@ def shrink_stream(block: str, cfg: HardwareConfig, cs: CampaignStream, message: 
     makes the mismatch go away. The candidates of one round run in one testbench process.
     """
     sched = _scheduler(block)
-    harness = build_harness(block, cfg)
+    harness = _harness(block, cfg)
     counter = [0, 0]
     original = int(cs.stream.commands.shape[0])
     cur, msg = cs, message
@@ -959,8 +1015,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers",
         type=bounded_int(1, 64),
         default=1,
-        help="blocks run at once in separate processes (with several --block or all; the "
-        "same results and output, without the progress line)",
+        help="local Ray CPUs (with --address: the workers to split for): each block's "
+        "streams run as tasks at once (the same results and output, without the progress "
+        "line; 1: no Ray)",
+    )
+    parser.add_argument(
+        "--address", default=None, help="an existing Ray cluster to run the tasks on"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
@@ -968,12 +1028,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _run_block(task: tuple[Block, HardwareConfig, int, int, Any]) -> CampaignResult:
-    """One block's campaign, in a worker process of ``--workers``."""
+def _run_part(task: tuple[Block, HardwareConfig, range, int, Any]) -> CampaignResult:
+    """One range of a block's campaign (:func:`campaign_parts`), a task of ``--workers``."""
     from pimphony.sim.verify.campaign_blocks import CAMPAIGNS
 
-    block, cfg, streams, seed, options = task
-    return CAMPAIGNS[block].run(block, cfg, streams, seed, options, None)
+    block, cfg, part, seed, options = task
+    return CAMPAIGNS[block].run(block, cfg, part, seed, options, None)
 
 
 def _read_record(path: Path) -> dict:
@@ -1083,14 +1143,20 @@ def run(args: argparse.Namespace) -> int:
             )
 
     results: list[CampaignResult] = []
-    tasks = [(b, cfg, args.streams, args.seed, options(b)) for b in blocks]
+    parts = campaign_parts(args.streams, args.workers)
+    tasks = [(b, cfg, part, args.seed, options(b)) for b in blocks for part in parts]
 
-    def here(task: tuple[Block, HardwareConfig, int, int, Any]) -> CampaignResult:
-        b, *_ = task
-        return CAMPAIGNS[b].run(b, cfg, args.streams, args.seed, options(b), progress)
+    def here(task: tuple[Block, HardwareConfig, range, int, Any]) -> CampaignResult:
+        b, _, part, *_ = task
+        return CAMPAIGNS[b].run(b, cfg, part, args.seed, options(b), progress)
 
-    with ordered_map(_run_block, tasks, args.workers, local=here) as done:
-        for b, r in zip(blocks, done, strict=False):  # in block order, as one worker gives them
+    with ordered_map(_run_part, tasks, args.workers, local=here, address=args.address) as done:
+        for b in blocks:  # in block order, each block's parts in index order
+            r = next(done)
+            for _ in parts[1:]:
+                if r.stopped(args.keep_going):
+                    break
+                r.absorb(next(done))
             results.append(r)
             if not args.json:
                 print("\n".join(CAMPAIGNS[b].summary(r)), flush=True)

@@ -146,6 +146,12 @@ class BlockResult(CampaignResult):
 
     details: dict[str, int] = field(default_factory=dict)
 
+    def absorb(self, later: CampaignResult) -> None:
+        """:meth:`CampaignResult.absorb`, the kinds of items added up too."""
+        super().absorb(later)
+        for kind, n in (later.details if isinstance(later, BlockResult) else {}).items():
+            self.details[kind] = self.details.get(kind, 0) + n
+
 
 # -- DPA items ------------------------------------------------------------------------------
 
@@ -605,13 +611,14 @@ def _tally(r: BlockResult, item: Item) -> None:
 def run_block_campaign(
     block: str,
     cfg: HardwareConfig,
-    items: int,
+    items: int | range,
     seed: int,
     options: CampaignOptions | None = None,
     progress: Callable[[CampaignResult], None] | None = None,
 ) -> BlockResult:
-    """Run ``items`` random items on ``block``'s cocotb harness (``dpa``, ``dpa_pipeline`` or
-    ``bank_slice``) at ``cfg``; stop at the first mismatch unless ``options.keep_going``.
+    """Run ``items`` random items (a count, or a range of item indices) on ``block``'s
+    cocotb harness (``dpa``, ``dpa_pipeline`` or ``bank_slice``) at ``cfg``; stop at the
+    first mismatch unless ``options.keep_going``.
 
     ``options.chunk`` items go to one simulator process; the next chunk is drawn while it
     runs. ``progress(result)`` is called after every chunk. ``sim_seconds`` is the time spent
@@ -1024,16 +1031,19 @@ class BlockCampaign:
 
     ``harness`` names the simulator flow, ``unit`` what one random input is (``stream``,
     ``item``), ``kernels`` the default fraction of compiler inputs. ``run(block, cfg, n, seed,
-    options, progress)`` runs the campaign, ``summary(result)`` gives its printed lines,
-    ``reproduce(result, target)`` shrinks the first mismatch and writes it where
-    :class:`ReproTarget` says, ``replay(path, record)`` runs a reproducer again.
+    options, progress)`` runs the campaign (``n`` items, or a range of item indices),
+    ``summary(result)`` gives its printed lines, ``reproduce(result, target)`` shrinks the
+    first mismatch and writes it where :class:`ReproTarget` says, ``replay(path, record)``
+    runs a reproducer again.
     """
 
     block: Block
     harness: str
     unit: str
     kernels: float
-    run: Callable[[str, HardwareConfig, int, int, CampaignOptions, Progress | None], object]
+    run: Callable[
+        [str, HardwareConfig, int | range, int, CampaignOptions, Progress | None], object
+    ]
     summary: Callable[[CampaignResult], list[str]]
     reproduce: Callable[[CampaignResult, ReproTarget], Reproduction]
     replay: Callable[[Path, dict], Replayed]
