@@ -12,10 +12,12 @@ compiles is what a real run of that function compiles (the same argument types).
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 
 __all__ = ["TASKS", "main", "precompile"]
 
@@ -66,11 +68,14 @@ def _run_task(name: str) -> tuple[str, float]:
 
 
 def precompile(workers: int) -> list[tuple[str, float]]:
-    """Run every task of :data:`TASKS` on ``workers`` processes; ``(task, CPU seconds)``."""
-    from pimphony.sim.parallel import ordered_map
-
-    with ordered_map(_run_task, list(TASKS), workers) as done:
-        return list(done)
+    """Run every task of :data:`TASKS` on ``workers`` spawned processes (here with one);
+    ``(task, CPU seconds)``. A plain process pool, not Ray: Ray's start-up (seconds) and its
+    workers' imports would cost more than the smaller tasks."""
+    if workers <= 1:
+        return [_run_task(name) for name in TASKS]
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=spawn) as pool:
+        return list(pool.map(_run_task, TASKS))
 
 
 def main(argv: list[str] | None = None) -> int:
