@@ -15,6 +15,7 @@ split evenly over the modules by tensor parallelism, so pooling the counts is ex
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -279,6 +280,7 @@ class MemoryStats:
 class _Live:
     tokens: int
     chunks: list[int] | range = field(default_factory=list)  # VA2PA: virtual -> physical
+    room: int = 0  # tokens it may reach before a growth maps memory or fails
 
 
 class _Allocator:
@@ -423,7 +425,7 @@ class _Allocator:
         chunks = self._map(request_id, context_len, raise_on_oom)
         if chunks is None:
             return False
-        self._live[request_id] = _Live(int(context_len), chunks)
+        self._live[request_id] = _Live(int(context_len), chunks, self._room(len(chunks)))
         self._used_bytes += int(context_len) * self.kv_bytes_per_token
         return True
 
@@ -433,12 +435,40 @@ class _Allocator:
             raise ValueError(f"tokens must be an integer >= 1, got {tokens!r}")
         live = self._get(request_id)
         new_tokens = live.tokens + int(tokens)
-        new = self._map_more(request_id, live, new_tokens)
+        new = self._map_more(request_id, live, new_tokens) if new_tokens > live.room else ()
         live.tokens = new_tokens
         self._used_bytes += int(tokens) * self.kv_bytes_per_token
         return new
 
+    def grow_each(self, request_ids: Iterable[Any]) -> int:
+        """Append one token to each request of ``request_ids`` in order, as :meth:`grow`
+        would, stopping before the first that does not fit; the count grown.
+
+        The serving loop's step: a request within its mapped memory costs a counter."""
+        live_of = self._live
+        grown = 0
+        try:
+            for rid in request_ids:
+                live = live_of[rid]
+                tokens = live.tokens + 1
+                if tokens > live.room:
+                    self._map_more(rid, live, tokens)
+                live.tokens = tokens
+                grown += 1
+        except OutOfMemory:
+            pass
+        except KeyError:
+            self._get(rid)
+            raise
+        finally:
+            self._used_bytes += grown * self.kv_bytes_per_token
+        return grown
+
     # -- what a policy decides
+    def _room(self, chunks: int) -> int:
+        """Tokens a request holding ``chunks`` chunks may reach before growing maps more."""
+        raise NotImplementedError
+
     def _map(
         self, request_id: Any, context_len: int, raise_on_oom: bool
     ) -> list[int] | range | None:
@@ -481,6 +511,10 @@ class StaticAllocator(_Allocator):
         self.slots = self.chunks_total // self.chunks_per_request
         self._free_slots = list(range(self.slots - 1, -1, -1))  # stack, lowest on top
         self._slot_of: dict[Any, int] = {}
+
+    def _room(self, chunks: int) -> int:
+        """The reservation: ``max_context`` tokens."""
+        return self.max_context
 
     def _map(self, request_id: Any, context_len: int, raise_on_oom: bool) -> range | None:
         """One ``max_context`` slot, the lowest free one."""
@@ -556,6 +590,11 @@ class LazyAllocator(_Allocator):
         self.max_context = max_context
         self._free = list(range(self.chunks_total - 1, -1, -1))  # stack, chunk 0 on top
 
+    def _room(self, chunks: int) -> int:
+        """What ``chunks`` chunks hold, at most ``max_context``."""
+        room = chunks * self.chunk_bytes // self.kv_bytes_per_token
+        return room if self.max_context is None else min(room, self.max_context)
+
     def free_chunks(self) -> tuple[int, ...]:
         """The free list, next-allocated first."""
         return tuple(reversed(self._free))
@@ -597,6 +636,7 @@ class LazyAllocator(_Allocator):
             )
         new = self._take(need)
         live.chunks.extend(new)
+        live.room = self._room(len(live.chunks))
         return tuple(new)
 
     def _unmap(self, request_id: Any, live: _Live) -> None:

@@ -28,7 +28,7 @@ import numpy as np
 from pimphony.compiler.llm import ModelSpec
 from pimphony.models.config import HardwareConfig
 from pimphony.models.errors import PimphonyError
-from pimphony.models.memory import MemoryPolicy, OutOfMemory
+from pimphony.models.memory import MemoryPolicy
 from pimphony.sim.serving.trace import Request
 from pimphony.sim.systems.base import StepTime, System, SystemConfig
 from pimphony.sim.systems.registry import SYSTEMS, SystemKind, make_system
@@ -236,21 +236,17 @@ def serve(
         _release_done(running, outputs, generated, finished, pool, now)
         # Grow every remaining request's KV by the token just decoded, oldest first; when
         # lazy memory runs out, preempt the most recently admitted request (recompute).
-        i = 0
-        while i < len(running):
-            r = running[i]
-            try:
-                pool.grow(r)
-                kv[r] += 1
-                i += 1
-            except OutOfMemory:
-                victim = running.pop()
-                pool.release(victim)
-                kv[victim] += 1  # not grown yet: its KV is rebuilt with the new token
-                preempt[victim] += 1
-                waiting.appendleft(victim)
-                if victim == r:
-                    break
+        i = pool.grow_each(running)
+        while i < len(running):  # running[i] does not fit
+            victim = running.pop()
+            pool.release(victim)
+            kv[victim] += 1  # not grown yet: its KV is rebuilt with the new token
+            preempt[victim] += 1
+            waiting.appendleft(victim)
+            if i < len(running):
+                i += pool.grow_each(running[i:])
+        for r in running:
+            kv[r] += 1
         if progress and len(events) % 1000 == 0:
             progress(f"t = {now:.3f} s: {nxt}/{n} arrived, {len(running)} running")
     return ServeResult(

@@ -10,7 +10,7 @@ prompts (:meth:`System.prefill`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -178,6 +178,11 @@ class KvPool(Protocol):
 
     def grow(self, rid: Any, tokens: int = 1) -> tuple[int, ...]:
         """``tokens`` more tokens (``OutOfMemory`` if full)."""
+        ...
+
+    def grow_each(self, rids: Iterable[Any]) -> int:
+        """One more token for each of ``rids`` in order, as :meth:`grow` would, stopping
+        before the first that does not fit (nothing grown for it); the count grown."""
         ...
 
     def release(self, rid: Any) -> tuple[int, ...]:

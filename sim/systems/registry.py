@@ -37,7 +37,7 @@ import argparse
 import dataclasses
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -274,6 +274,22 @@ class BlockPool:
         self.blocks[rid] += extra
         self.used_blocks += extra
         return tuple(range(extra))
+
+    def grow_each(self, rids: Iterable[Any]) -> int:
+        """One more token for each of ``rids`` in order, as :meth:`grow` would, stopping
+        before the first that does not fit; the count grown."""
+        tokens, blocks, need = self.tokens, self.blocks, self._need
+        grown = 0
+        for rid in rids:
+            new = tokens[rid] + 1
+            extra = need(new) - blocks[rid]
+            if self.used_blocks + extra > self.budget:
+                break
+            tokens[rid] = new
+            blocks[rid] += extra
+            self.used_blocks += extra
+            grown += 1
+        return grown
 
     def release(self, rid: Any) -> tuple[int, ...]:
         """Free a request's blocks."""
