@@ -639,6 +639,38 @@ class LazyAllocator(_Allocator):
         live.room = self._room(len(live.chunks))
         return tuple(new)
 
+    def grow_each(self, request_ids: Iterable[Any]) -> int:
+        """:meth:`_Allocator.grow_each` with :meth:`_map_more` inline (a request crosses
+        into a new chunk as often as every token)."""
+        live_of, free = self._live, self._free
+        kv, chunk, window = self.kv_bytes_per_token, self.chunk_bytes, self.max_context
+        grown = taken = 0
+        try:
+            for rid in request_ids:
+                live = live_of[rid]
+                tokens = live.tokens + 1
+                if tokens > live.room:
+                    if window is not None and tokens > window:
+                        self._check_window(rid, tokens)
+                    chunks = live.chunks
+                    need = -(-tokens * kv // chunk) - len(chunks)
+                    if need > len(free):
+                        break
+                    for _ in range(need):  # as _take: the top of the free list first
+                        chunks.append(free.pop())
+                    taken += need
+                    room = len(chunks) * chunk // kv
+                    live.room = room if window is None or room < window else window
+                live.tokens = tokens
+                grown += 1
+        except KeyError:
+            self._get(rid)
+            raise
+        finally:
+            self._used_bytes += grown * kv
+            self._chunks_used += taken
+        return grown
+
     def _unmap(self, request_id: Any, live: _Live) -> None:
         # push the chunks on the free list (first chunk on top)
         self._free.extend(reversed(live.chunks))
