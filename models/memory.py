@@ -397,6 +397,11 @@ class _Allocator:
         self._used_bytes -= live.tokens * self.kv_bytes_per_token
         return live
 
+    def usage(self) -> tuple[int, int]:
+        """KV bytes of live tokens and of held chunks (``stats()``'s ``used_bytes`` and
+        ``reserved_bytes``)."""
+        return self._used_bytes, self._chunks_used * self.geometry.chunk_bytes
+
     def stats(self) -> MemoryStats:
         """Current capacity, reservation and use."""
         return MemoryStats(

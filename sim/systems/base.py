@@ -194,6 +194,10 @@ class KvPool(Protocol):
         ``capacity_bytes``)."""
         ...
 
+    def usage(self) -> tuple[int, int]:
+        """``stats()``'s ``used_bytes`` and ``reserved_bytes``, fast (every serving step)."""
+        ...
+
 
 @runtime_checkable
 class System(Protocol):
