@@ -15,6 +15,7 @@ split evenly over the modules by tensor parallelism, so pooling the counts is ex
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -276,7 +277,7 @@ class MemoryStats:
         return self.chunks_free * self.chunk_bytes
 
 
-@dataclass
+@dataclass(slots=True)
 class _Live:
     tokens: int
     chunks: list[int] | range = field(default_factory=list)  # VA2PA: virtual -> physical
@@ -648,24 +649,26 @@ class LazyAllocator(_Allocator):
         """:meth:`_Allocator.grow_each` with :meth:`_map_more` inline (a request crosses
         into a new chunk as often as every token)."""
         live_of, free = self._live, self._free
-        kv, chunk, window = self.kv_bytes_per_token, self.chunk_bytes, self.max_context
+        kv, chunk = self.kv_bytes_per_token, self.chunk_bytes
+        window = sys.maxsize if self.max_context is None else self.max_context
+        one = kv <= chunk  # a token crosses into one chunk at most
         grown = taken = 0
         try:
             for rid in request_ids:
                 live = live_of[rid]
                 tokens = live.tokens + 1
                 if tokens > live.room:
-                    if window is not None and tokens > window:
+                    if tokens > window:
                         self._check_window(rid, tokens)
                     chunks = live.chunks
-                    need = -(-tokens * kv // chunk) - len(chunks)
+                    need = 1 if one else -(-tokens * kv // chunk) - len(chunks)
                     if need > len(free):
                         break
                     for _ in range(need):  # as _take: the top of the free list first
                         chunks.append(free.pop())
                     taken += need
                     room = len(chunks) * chunk // kv
-                    live.room = room if window is None or room < window else window
+                    live.room = room if room < window else window
                 live.tokens = tokens
                 grown += 1
         except KeyError:
