@@ -281,8 +281,8 @@ class _Batch:
         self.ids: list[int] = []
         self.kv, self.generated, self.outputs = kv, generated, outputs
         self.steps = 0
-        self._kv: dict[int, int] = {}  # request -> KV tokens - steps
-        self._generated: dict[int, int] = {}  # request -> generated tokens - steps
+        self._kv = [0] * len(kv)  # a running request's KV tokens - steps
+        self._generated = [0] * len(kv)  # its generated tokens - steps
         self._ends: dict[int, list[int]] = {}  # step -> requests it finishes
         self._fresh: list[int] = []  # joined without a token yet
 
@@ -326,8 +326,8 @@ class _Batch:
         return r
 
     def _leave(self, r: int) -> None:
-        self.kv[r] = self._kv.pop(r) + self.steps
-        self.generated[r] = self._generated.pop(r) + self.steps
+        self.kv[r] = self._kv[r] + self.steps
+        self.generated[r] = self._generated[r] + self.steps
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float | None]:
