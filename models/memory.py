@@ -15,6 +15,8 @@ split evenly over the modules by tensor parallelism, so pooling the counts is ex
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -275,10 +277,11 @@ class MemoryStats:
         return self.chunks_free * self.chunk_bytes
 
 
-@dataclass
+@dataclass(slots=True)
 class _Live:
     tokens: int
     chunks: list[int] | range = field(default_factory=list)  # VA2PA: virtual -> physical
+    room: int = 0  # tokens it may reach before a growth maps memory or fails
 
 
 class _Allocator:
@@ -395,6 +398,11 @@ class _Allocator:
         self._used_bytes -= live.tokens * self.kv_bytes_per_token
         return live
 
+    def usage(self) -> tuple[int, int]:
+        """KV bytes of live tokens and of held chunks (``stats()``'s ``used_bytes`` and
+        ``reserved_bytes``)."""
+        return self._used_bytes, self._chunks_used * self.geometry.chunk_bytes
+
     def stats(self) -> MemoryStats:
         """Current capacity, reservation and use."""
         return MemoryStats(
@@ -423,7 +431,7 @@ class _Allocator:
         chunks = self._map(request_id, context_len, raise_on_oom)
         if chunks is None:
             return False
-        self._live[request_id] = _Live(int(context_len), chunks)
+        self._live[request_id] = _Live(int(context_len), chunks, self._room(len(chunks)))
         self._used_bytes += int(context_len) * self.kv_bytes_per_token
         return True
 
@@ -433,12 +441,40 @@ class _Allocator:
             raise ValueError(f"tokens must be an integer >= 1, got {tokens!r}")
         live = self._get(request_id)
         new_tokens = live.tokens + int(tokens)
-        new = self._map_more(request_id, live, new_tokens)
+        new = self._map_more(request_id, live, new_tokens) if new_tokens > live.room else ()
         live.tokens = new_tokens
         self._used_bytes += int(tokens) * self.kv_bytes_per_token
         return new
 
+    def grow_each(self, request_ids: Iterable[Any]) -> int:
+        """Append one token to each request of ``request_ids`` in order, as :meth:`grow`
+        would, stopping before the first that does not fit; the count grown.
+
+        The serving loop's step: a request within its mapped memory costs a counter."""
+        live_of = self._live
+        grown = 0
+        try:
+            for rid in request_ids:
+                live = live_of[rid]
+                tokens = live.tokens + 1
+                if tokens > live.room:
+                    self._map_more(rid, live, tokens)
+                live.tokens = tokens
+                grown += 1
+        except OutOfMemory:
+            pass
+        except KeyError:
+            self._get(rid)
+            raise
+        finally:
+            self._used_bytes += grown * self.kv_bytes_per_token
+        return grown
+
     # -- what a policy decides
+    def _room(self, chunks: int) -> int:
+        """Tokens a request holding ``chunks`` chunks may reach before growing maps more."""
+        raise NotImplementedError
+
     def _map(
         self, request_id: Any, context_len: int, raise_on_oom: bool
     ) -> list[int] | range | None:
@@ -481,6 +517,10 @@ class StaticAllocator(_Allocator):
         self.slots = self.chunks_total // self.chunks_per_request
         self._free_slots = list(range(self.slots - 1, -1, -1))  # stack, lowest on top
         self._slot_of: dict[Any, int] = {}
+
+    def _room(self, chunks: int) -> int:
+        """The reservation: ``max_context`` tokens."""
+        return self.max_context
 
     def _map(self, request_id: Any, context_len: int, raise_on_oom: bool) -> range | None:
         """One ``max_context`` slot, the lowest free one."""
@@ -556,6 +596,11 @@ class LazyAllocator(_Allocator):
         self.max_context = max_context
         self._free = list(range(self.chunks_total - 1, -1, -1))  # stack, chunk 0 on top
 
+    def _room(self, chunks: int) -> int:
+        """What ``chunks`` chunks hold, at most ``max_context``."""
+        room = chunks * self.chunk_bytes // self.kv_bytes_per_token
+        return room if self.max_context is None else min(room, self.max_context)
+
     def free_chunks(self) -> tuple[int, ...]:
         """The free list, next-allocated first."""
         return tuple(reversed(self._free))
@@ -597,7 +642,42 @@ class LazyAllocator(_Allocator):
             )
         new = self._take(need)
         live.chunks.extend(new)
+        live.room = self._room(len(live.chunks))
         return tuple(new)
+
+    def grow_each(self, request_ids: Iterable[Any]) -> int:
+        """:meth:`_Allocator.grow_each` with :meth:`_map_more` inline (a request crosses
+        into a new chunk as often as every token)."""
+        live_of, free = self._live, self._free
+        kv, chunk = self.kv_bytes_per_token, self.chunk_bytes
+        window = sys.maxsize if self.max_context is None else self.max_context
+        one = kv <= chunk  # a token crosses into one chunk at most
+        grown = taken = 0
+        try:
+            for rid in request_ids:
+                live = live_of[rid]
+                tokens = live.tokens + 1
+                if tokens > live.room:
+                    if tokens > window:
+                        self._check_window(rid, tokens)
+                    chunks = live.chunks
+                    need = 1 if one else -(-tokens * kv // chunk) - len(chunks)
+                    if need > len(free):
+                        break
+                    for _ in range(need):  # as _take: the top of the free list first
+                        chunks.append(free.pop())
+                    taken += need
+                    room = len(chunks) * chunk // kv
+                    live.room = room if room < window else window
+                live.tokens = tokens
+                grown += 1
+        except KeyError:
+            self._get(rid)
+            raise
+        finally:
+            self._used_bytes += grown * kv
+            self._chunks_used += taken
+        return grown
 
     def _unmap(self, request_id: Any, live: _Live) -> None:
         # push the chunks on the free list (first chunk on top)

@@ -242,6 +242,66 @@ def test_lazy_weights_and_window():
         alloc.admit("a", 1001)
 
 
+def _allocator_state(alloc) -> tuple:
+    """Everything an allocator holds: stats, each live request, the free list (lazy)."""
+    free = alloc.free_chunks() if isinstance(alloc, LazyAllocator) else tuple(alloc._free_slots)
+    return alloc.stats(), [alloc.request(r) for r in alloc.requests], free
+
+
+def _grow_one_by_one(alloc, rids) -> int:
+    """The reference of ``grow_each``: ``grow`` per request, stopping at the first OOM (on an
+    allocator without room, every growth asks its policy)."""
+    for k, rid in enumerate(rids):
+        try:
+            alloc.grow(rid)
+        except OutOfMemory:
+            return k
+    return len(rids)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("kv", [300_000, 1_500_000])
+@pytest.mark.parametrize("policy", ["lazy", "static"])
+def test_grow_each_is_grow_per_request(policy, kv, seed):
+    # 300,000 B/token straddles chunks (3 or 4 tokens each) of the 16, 1,500,000 B spans one
+    # or two: growths meet boundaries, run out of chunks and (lazy) reach the window.
+    rng = np.random.default_rng(seed)
+    # lazy: a window of 30 or 8 tokens; static: slots of 12 or 3 tokens (4 or 3 slots)
+    limit = {300_000: {"lazy": 30, "static": 12}, 1_500_000: {"lazy": 8, "static": 3}}[kv]
+
+    def make(cls):
+        return cls(small_geometry(), kv, max_context=limit[policy])
+
+    cls = LazyAllocator if policy == "lazy" else StaticAllocator
+    fast = make(cls)
+    ref = make(type("NoRoom", (cls,), {"_room": lambda self, chunks: 0}))
+    next_id, stops = 0, 0
+    for _ in range(400):
+        live = fast.requests
+        op = rng.integers(8)
+        if op == 0 or not live:
+            tokens = int(rng.integers(1, min(12, limit[policy] + 1)))
+            assert fast.admit(next_id, tokens, raise_on_oom=False) == ref.admit(
+                next_id, tokens, raise_on_oom=False
+            )
+            next_id += 1
+        elif op == 1:
+            rid = live[rng.integers(len(live))]
+            assert fast.release(rid) == ref.release(rid)
+        else:
+            rids = [live[k] for k in rng.permutation(len(live))]
+            outcome = []
+            for grow in (fast.grow_each, lambda r: _grow_one_by_one(ref, r)):
+                try:
+                    outcome.append(grow(rids))
+                except ValueError as exc:  # past the lazy window, after the ones before
+                    outcome.append(str(exc))
+            assert outcome[0] == outcome[1]
+            stops += outcome[0] != len(rids)
+        assert _allocator_state(fast) == _allocator_state(ref)
+    assert stops >= 3  # the growths did run out
+
+
 def test_allocator_argument_errors():
     g = small_geometry()
     alloc = LazyAllocator(g, KV4K)

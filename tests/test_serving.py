@@ -3,6 +3,7 @@ step, latencies computed by hand, the ``pimphony serve`` command."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import numpy as np
@@ -10,13 +11,14 @@ import pytest
 from pimphony.compiler.plan import layer_plan
 from pimphony.models.errors import PimphonyError
 from pimphony.models.hub import epu_cycles
+from pimphony.models.memory import OutOfMemory
 from pimphony.models.system import stage_hop_cycles
 from pimphony.sim.serving.engine import ServeConfig, ServeError, serve
 from pimphony.sim.serving.report import metrics
 from pimphony.sim.serving.trace import Request, TraceError, read_trace, workload_requests
 from pimphony.sim.systems.cycles import gemv_op
 from pimphony.sim.systems.kernels import KernelCache
-from pimphony.sim.systems.registry import pim_prefill_cycles
+from pimphony.sim.systems.registry import make_system, pim_prefill_cycles
 from pimphony.sim.systems.setup import DecodeSetup
 from pimphony.sim.systems.step import epu_other_flops, run_decode
 
@@ -266,6 +268,76 @@ def test_steps_equal_independent_decode_runs(cfg, memory):
     for lengths, e in zip(res.step_lengths, decode, strict=True):
         fresh = run_decode(DecodeSetup(TINY, cfg, lengths, tp=2, partition="auto", memory=memory))
         assert e[3] == fresh.cycles
+
+
+class _OneByOne:
+    """A system whose pool grows requests one ``grow`` at a time (the serving loop's former
+    path) or, with ``batched``, by its ``grow_each``; ``states`` is the pool after each."""
+
+    def __init__(self, system, batched: bool):
+        self.system, self.batched, self.states = system, batched, []
+
+    def __getattr__(self, name):
+        return getattr(self.system, name)
+
+    def pool(self):
+        pool, states, batched = self.system.pool(), self.states, self.batched
+
+        def grow_each(rids):
+            rids = list(rids)
+            grown = len(rids)
+            if batched:
+                grown = type(pool).grow_each(pool, rids)
+            else:
+                for k, rid in enumerate(rids):
+                    try:
+                        pool.grow(rid)
+                    except OutOfMemory:
+                        grown = k
+                        break
+            states.append(copy.deepcopy({k: v for k, v in vars(pool).items() if k != "grow_each"}))
+            return grown
+
+        pool.grow_each = grow_each
+        return pool
+
+
+def _random_trace(rng, n: int, per: int) -> list[Request]:
+    """``n`` requests arriving 0.2 ms apart on average, prompts just short of one or two
+    ``per`` tokens (where memory runs out), 1-15 outputs."""
+    arrivals = np.cumsum(rng.exponential(2e-4, n)) - 2e-4
+    return [
+        Request(k, max(0.0, float(t)), int(rng.integers(1, 3) * per - rng.integers(6)), int(o))
+        for k, (t, o) in enumerate(zip(arrivals, rng.integers(1, 16, n), strict=True))
+    ]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_batched_growth_serves_as_growth_one_by_one(small, seed):
+    from pimphony.models.xpu_config import load_xpu
+
+    rng = np.random.default_rng(seed)
+    a100 = load_xpu("a100-80gb")
+    # GPU memory for TINY's weights and 30 blocks of 16 tokens (49,152 B each)
+    fraction = (TINY.resident_weight_bytes + 30 * 49_152) / a100.capacity_bytes
+    configs = [  # prompts near 341 tokens: a chunk of `small`
+        (ServeConfig("pim", TINY, small, partition="tcp"), 341),
+        (ServeConfig("pim", TINY, small, partition="tcp", memory="static", max_context=700), 341),
+        (ServeConfig("xpu+pim", TINY, small, partition="tcp", xpu=load_xpu("neupims-npu")), 341),
+        (ServeConfig("gpu", TINY, gpu=a100, gpu_memory_fraction=fraction, prefill=False), 160),
+    ]
+    preempted = []
+    for scfg, per in configs:
+        reqs = _random_trace(rng, 16, per)
+        system = make_system(scfg.system, scfg)
+        runs = []
+        for batched in (False, True):
+            wrapped = _OneByOne(system, batched)
+            res = serve(scfg, reqs, record_lengths=True, system=wrapped)
+            runs.append(({**vars(res), "wall_seconds": 0}, wrapped.states))
+        assert runs[0] == runs[1]
+        preempted.append(sum(res.preemptions))
+    assert preempted[0] and preempted[3]  # lazy growth preempted on PIM and on the GPU
 
 
 # --------------------------------------------------------------------------- command

@@ -28,7 +28,7 @@ import numpy as np
 from pimphony.compiler.llm import ModelSpec
 from pimphony.models.config import HardwareConfig
 from pimphony.models.errors import PimphonyError
-from pimphony.models.memory import MemoryPolicy, OutOfMemory
+from pimphony.models.memory import MemoryPolicy
 from pimphony.sim.serving.trace import Request
 from pimphony.sim.systems.base import StepTime, System, SystemConfig
 from pimphony.sim.systems.registry import SYSTEMS, SystemKind, make_system
@@ -162,20 +162,19 @@ def serve(
     kv = [r.input_tokens for r in requests]  # KV tokens held (or to rebuild on admission)
     outputs = [r.output_tokens for r in requests]
     waiting: deque[int] = deque()
-    running: list[int] = []
+    batch = _Batch(kv, generated, outputs)
+    running = batch.ids
     events: list = []
     lengths_log: list[tuple[int, ...]] = []
     now, nxt = 0.0, 0
     prefill_on = cfg.prefill
+    # The head of the queue did not fit and nothing was released since: it still does not.
+    blocked = False
 
-    def mem() -> tuple[int, int]:
-        st = pool.stats()
-        return st.used_bytes, st.reserved_bytes
-
-    def emit(r: int) -> None:
-        generated[r] += 1
-        if math.isnan(first[r]):
-            first[r] = now
+    def release(r: int) -> None:
+        nonlocal blocked
+        pool.release(r)
+        blocked = False
 
     while nxt < n or waiting or running:
         while nxt < n and requests[nxt].arrival_s <= now:
@@ -185,16 +184,20 @@ def serve(
             now = requests[nxt].arrival_s
             continue
         new: list[int] = []
-        while waiting and (cfg.max_batch is None or len(running) < cfg.max_batch):
+        while (
+            waiting
+            and not blocked
+            and (cfg.max_batch is None or len(running) + len(new) < cfg.max_batch)
+        ):
             r = waiting[0]
             if not pool.admit(r, kv[r], raise_on_oom=False):
+                blocked = True
                 break
             waiting.popleft()
-            running.append(r)
             new.append(r)
             if math.isnan(admitted[r]):
                 admitted[r] = now
-        if not running:
+        if not running and not new:
             r = waiting[0]
             raise ServeError(
                 f"request {r} ({kv[r]} KV tokens) does not fit the empty memory "
@@ -207,16 +210,21 @@ def serve(
             done = 0
             for r in new:
                 if generated[r] == 0:  # a recomputed request does not re-emit its token
-                    emit(r)
+                    generated[r] = 1
+                    if math.isnan(first[r]):
+                        first[r] = now
                     done += 1
-            events.append(("prefill", start, dt, None, len(new), done, *mem(), len(waiting)))
-        if new:
-            # Requests that prefill already finished (one output token) leave before the
-            # step; only those admitted now can have (the others stayed, short of tokens).
-            _release_done(running, outputs, generated, finished, pool, now)
-            if not running:
-                continue
-        lengths = tuple([kv[r] for r in running])
+            events.append(("prefill", start, dt, None, len(new), done, *pool.usage(), len(waiting)))
+        # Requests that prefill already finished (one output token) leave before the step.
+        for r in new:
+            if generated[r] >= outputs[r]:
+                release(r)
+                finished[r] = now
+            else:
+                batch.join(r)
+        if not running:
+            continue
+        lengths = batch.lengths()
         step = steps.get(lengths)
         if step is None:
             step = steps[lengths] = system.cycles(lengths)
@@ -225,32 +233,25 @@ def serve(
             lengths_log.append(lengths)
         start = now
         now += dt
-        for r in running:
-            generated[r] += 1
-            if generated[r] == 1:  # its first token (the one emit() records)
-                first[r] = now
-        used, reserved = mem()
+        for r in batch.advance():  # its first token (a prefill emits the others')
+            first[r] = now
+        used, reserved = pool.usage()
         events.append(
             ("decode", start, dt, cycles, len(running), len(running), used, reserved, len(waiting))
         )
-        _release_done(running, outputs, generated, finished, pool, now)
+        for r in batch.finished():
+            release(r)
+            finished[r] = now
         # Grow every remaining request's KV by the token just decoded, oldest first; when
         # lazy memory runs out, preempt the most recently admitted request (recompute).
-        i = 0
-        while i < len(running):
-            r = running[i]
-            try:
-                pool.grow(r)
-                kv[r] += 1
-                i += 1
-            except OutOfMemory:
-                victim = running.pop()
-                pool.release(victim)
-                kv[victim] += 1  # not grown yet: its KV is rebuilt with the new token
-                preempt[victim] += 1
-                waiting.appendleft(victim)
-                if victim == r:
-                    break
+        i = pool.grow_each(running)
+        while i < len(running):  # running[i] does not fit
+            victim = batch.pop()  # its KV, not grown, is rebuilt with the new token
+            release(victim)
+            preempt[victim] += 1
+            waiting.appendleft(victim)
+            if i < len(running):
+                i += pool.grow_each(running[i:])
         if progress and len(events) % 1000 == 0:
             progress(f"t = {now:.3f} s: {nxt}/{n} arrived, {len(running)} running")
     return ServeResult(
@@ -267,22 +268,66 @@ def serve(
     )
 
 
-def _release_done(
-    running: list[int],
-    outputs: Sequence[int],
-    generated: list[int],
-    finished: list[float],
-    pool: Any,
-    now: float,
-) -> None:
-    """Release, in running order, the requests that have all ``outputs`` tokens."""
-    done = [r for r in running if generated[r] >= outputs[r]]
-    if not done:
-        return
-    for r in done:
-        pool.release(r)
-        finished[r] = now
-    running[:] = [r for r in running if generated[r] < outputs[r]]
+class _Batch:
+    """The running requests (``ids``, in admission order) as the decode steps advance them.
+
+    A step adds one generated token and one KV token to every running request, so each is
+    kept as an offset from the count of steps (``kv`` and ``generated`` hold the others'
+    and are brought up to date when a request leaves): a step touches only the requests it
+    finishes, found by the step they finish at.
+    """
+
+    def __init__(self, kv: list[int], generated: list[int], outputs: Sequence[int]):
+        self.ids: list[int] = []
+        self.kv, self.generated, self.outputs = kv, generated, outputs
+        self.steps = 0
+        self._kv = [0] * len(kv)  # a running request's KV tokens - steps
+        self._generated = [0] * len(kv)  # its generated tokens - steps
+        self._ends: dict[int, list[int]] = {}  # step -> requests it finishes
+        self._fresh: list[int] = []  # joined without a token yet
+
+    def join(self, r: int) -> None:
+        """Request ``r`` runs from the next step (after those running)."""
+        self.ids.append(r)
+        self._kv[r] = self.kv[r] - self.steps
+        g = self._generated[r] = self.generated[r] - self.steps
+        self._ends.setdefault(self.outputs[r] - g, []).append(r)
+        if self.generated[r] == 0:
+            self._fresh.append(r)
+
+    def lengths(self) -> tuple[int, ...]:
+        """Context tokens of each running request."""
+        s, kv = self.steps, self._kv
+        return tuple([kv[r] + s for r in self.ids])
+
+    def advance(self) -> list[int]:
+        """One decode step; the requests that generated their first token."""
+        self.steps += 1
+        fresh, self._fresh = self._fresh, []
+        return fresh
+
+    def finished(self) -> list[int]:
+        """Remove the requests with all their output tokens; them, in running order."""
+        ends = self._ends.pop(self.steps, None)
+        if not ends:
+            return []
+        gone = set(ends)
+        done = [r for r in self.ids if r in gone]
+        self.ids[:] = [r for r in self.ids if r not in gone]
+        for r in done:
+            self._leave(r)
+        return done
+
+    def pop(self) -> int:
+        """Remove the last request (preempted) and return it."""
+        r = self.ids.pop()
+        self._ends[self.outputs[r] - self._generated[r]].remove(r)
+        self._leave(r)
+        return r
+
+    def _leave(self, r: int) -> None:
+        self.kv[r] = self._kv[r] + self.steps
+        self.generated[r] = self._generated[r] + self.steps
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float | None]:

@@ -10,7 +10,7 @@ prompts (:meth:`System.prefill`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -180,6 +180,11 @@ class KvPool(Protocol):
         """``tokens`` more tokens (``OutOfMemory`` if full)."""
         ...
 
+    def grow_each(self, rids: Iterable[Any]) -> int:
+        """One more token for each of ``rids`` in order, as :meth:`grow` would, stopping
+        before the first that does not fit (nothing grown for it); the count grown."""
+        ...
+
     def release(self, rid: Any) -> tuple[int, ...]:
         """Free a request's memory."""
         ...
@@ -187,6 +192,10 @@ class KvPool(Protocol):
     def stats(self) -> Any:
         """Bytes used, held and the capacity (``used_bytes``, ``reserved_bytes``,
         ``capacity_bytes``)."""
+        ...
+
+    def usage(self) -> tuple[int, int]:
+        """``stats()``'s ``used_bytes`` and ``reserved_bytes``, fast (every serving step)."""
         ...
 
 

@@ -37,7 +37,7 @@ import argparse
 import dataclasses
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -237,6 +237,7 @@ class BlockPool:
         self.tokens: dict[Any, int] = {}
         self.blocks: dict[Any, int] = {}
         self.used_blocks = 0
+        self.held_tokens = 0  # sum of tokens
 
     def _need(self, tokens: int) -> int:
         return kv_blocks(self.max_context if self.static else tokens)
@@ -256,6 +257,7 @@ class BlockPool:
             return False
         self.tokens[rid], self.blocks[rid] = tokens, need
         self.used_blocks += need
+        self.held_tokens += tokens
         return True
 
     def grow(self, rid: Any, tokens: int = 1) -> tuple[int, ...]:
@@ -273,21 +275,39 @@ class BlockPool:
         self.tokens[rid] = new
         self.blocks[rid] += extra
         self.used_blocks += extra
+        self.held_tokens += tokens
         return tuple(range(extra))
+
+    def grow_each(self, rids: Iterable[Any]) -> int:
+        """One more token for each of ``rids`` in order, as :meth:`grow` would, stopping
+        before the first that does not fit; the count grown."""
+        tokens, blocks, need = self.tokens, self.blocks, self._need
+        grown = 0
+        for rid in rids:
+            new = tokens[rid] + 1
+            extra = need(new) - blocks[rid]
+            if self.used_blocks + extra > self.budget:
+                break
+            tokens[rid] = new
+            blocks[rid] += extra
+            self.used_blocks += extra
+            grown += 1
+        self.held_tokens += grown
+        return grown
 
     def release(self, rid: Any) -> tuple[int, ...]:
         """Free a request's blocks."""
-        del self.tokens[rid]
+        self.held_tokens -= self.tokens.pop(rid)
         self.used_blocks -= self.blocks.pop(rid)
         return ()
 
+    def usage(self) -> tuple[int, int]:
+        """Bytes per GPU of the tokens and of the blocks held."""
+        return self.held_tokens * self.token_bytes, self.used_blocks * self.block_bytes
+
     def stats(self) -> PoolStats:
         """Bytes per GPU: tokens held, blocks held, the KV budget."""
-        return PoolStats(
-            sum(self.tokens.values()) * self.token_bytes,
-            self.used_blocks * self.block_bytes,
-            self.budget * self.block_bytes,
-        )
+        return PoolStats(*self.usage(), self.budget * self.block_bytes)
 
 
 # --------------------------------------------------------------------------- prefill costs
