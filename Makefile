@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	$(BIN)/python -m pimphony.sim.precompile
+	$(BIN)/pimphony precompile
 	touch $(STAMP)
 
 setup: $(STAMP)  ## create .venv, install everything from PyPI, compile the numba kernels once

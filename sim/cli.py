@@ -75,6 +75,11 @@ COMMANDS: tuple[Command, ...] = (
     _channel("run", "one kernel under one scheduler"),
     _channel("compile", "write a kernel's command stream to a file"),
     Command("presets", "list the hardware presets", "presets", add=""),
+    Command(
+        "precompile",
+        "compile the numba kernels into their on-disk cache, once (make setup runs it)",
+        "precompile",
+    ),
     Command("xpus", "list the compute-device (xPU) presets", "xpus", add=""),
     Command("sweep", "MAC utilisation vs kernel size (PIMphony Fig. 8)", "experiments.sweep"),
     Command(

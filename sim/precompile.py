@@ -3,7 +3,7 @@
 A fresh install compiles each kernel the first time a command uses it: about a minute of
 CPU for the three schedulers' chunk kernels alone, paid again by each process that starts
 while the cache is cold (every worker of a parallel test run or sweep). ``make setup`` runs
-``python -m pimphony.sim.precompile``: each :data:`TASKS` entry runs in its own spawned
+``pimphony precompile``: each :data:`TASKS` entry runs in its own spawned
 process, so the work is shared by the cores and later runs load the kernels from the cache
 (tenths of a second). Each task calls the package's own functions on small inputs; what it
 compiles is what a real run of that function compiles (the same argument types).
@@ -19,7 +19,9 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 
-__all__ = ["TASKS", "main", "precompile"]
+from pimphony.sim.cli import bounded_int
+
+__all__ = ["TASKS", "add_arguments", "precompile", "run"]
 
 
 def _channel(scheduler: str) -> None:
@@ -78,16 +80,16 @@ def precompile(workers: int) -> list[tuple[str, float]]:
         return list(pool.map(_run_task, TASKS))
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m pimphony.sim.precompile [--workers N]``."""
-    parser = argparse.ArgumentParser(prog="python -m pimphony.sim.precompile", description=__doc__)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``precompile`` command's options."""
     parser.add_argument(
-        "--workers", type=int, default=min(os.cpu_count() or 1, len(TASKS)),
+        "--workers", type=bounded_int(1, 64), default=min(os.cpu_count() or 1, len(TASKS)),
         help="processes (default: one per core, at most one per task)",
     )  # fmt: skip
-    args = parser.parse_args(argv)
-    if args.workers < 1:
-        parser.error(f"--workers {args.workers}: must be at least 1")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``pimphony precompile``: every task, a line on stderr before and after."""
     print(
         f"compiling the numba kernels into their cache, once ({args.workers} processes; "
         "about a minute of CPU when the cache is cold, a few seconds when warm) ...",
@@ -96,13 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     started = time.perf_counter()
     done = precompile(args.workers)
-    cpu = ", ".join(f"{name} {s:.0f} s" for name, s in done)
+    cpu = ", ".join(f"{name} {s:.1f} s" for name, s in done)
     print(
         f"compiled in {time.perf_counter() - started:.0f} s (CPU per task: {cpu})",
         file=sys.stderr,
     )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

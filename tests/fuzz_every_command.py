@@ -64,6 +64,7 @@ BASES: dict[str, str] = {
     "run": "--kernel gemv --dout 64 --din 64",
     "compile": "--kernel gemv --dout 64 --din 64 -o out.npz",
     "presets": "",
+    "precompile": "--workers 1",
     "xpus": "",
     "sweep": "--kernel gemv --dims 64 --tokens 64",
     "fidelity": "",

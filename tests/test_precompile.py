@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 from pimphony.models import dcs, jit, pingpong, static_sched
-from pimphony.sim.precompile import TASKS, _run_task, main
+from pimphony.sim.cli import main
+from pimphony.sim.precompile import TASKS, _run_task
 
 
 @pytest.mark.parametrize(
@@ -24,6 +25,7 @@ def test_a_scheduler_task_compiles_every_pattern_of_its_chunk_kernel(task, kerne
 
 def test_every_task_is_named_and_workers_are_checked(capsys):
     assert list(TASKS) == ["pingpong", "dcs", "static", "system"]
-    with pytest.raises(SystemExit):
-        main(["--workers", "0"])
-    assert "--workers 0: must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["precompile", "--workers", "0"])
+    assert exc.value.code == 2
+    assert "--workers: 0 is outside 1 to 64" in capsys.readouterr().err
