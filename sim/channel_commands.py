@@ -206,9 +206,9 @@ def run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-#: Streams up to this many commands are run by ``pimphony run`` as plain Python
-#: (:func:`models.jit.interpreted`) when numba is not loaded yet: loading numba and its
-#: cached kernels takes 0.4-0.5 s of CPU, while plain Python runs 30-50k commands/s under
+#: Streams up to this many commands (a kernel or a stream file) are run by ``pimphony run``
+#: as plain Python (:func:`models.jit.interpreted`) when numba is not loaded yet: loading it
+#: and its cached kernels takes 0.4-0.5 s of CPU, while plain Python runs 30-50k commands/s under
 #: DCS and ping-pong and 120-200k under static (QK^T, SV and GEMV streams, measured), so up to
 #: 8,192 commands (0.2-0.3 s for the scheduler and the static baseline) is the faster way. The
 #: cycles are the same: it is the kernels' own source (``tests/test_jit.py``).
@@ -260,25 +260,27 @@ def _run_stream_file(args: argparse.Namespace, cfg: HardwareConfig):
     dataflow check, the hash and both channel runs carry their state across chunks, so memory
     does not grow with the stream."""
     reader = StreamReader(args.stream, cfg)
-    check = None
-    if not args.no_check:
-        ch = cfg.channel
-        check = DataflowCheck(ch.gbuf_entries, ch.obuf_entries)
-    runs = {s: ChannelRun(cfg, s, validate=False) for s in dict.fromkeys(("static", args.sched))}
     digest = hashlib.sha256()
-    for chunk in reader:
-        digest.update(chunk.tobytes())
+    with interpreted(reader.commands <= INTERPRET_MAX_COMMANDS):
+        check = None
+        if not args.no_check:
+            ch = cfg.channel
+            check = DataflowCheck(ch.gbuf_entries, ch.obuf_entries)
+        schedulers = dict.fromkeys(("static", args.sched))
+        runs = {s: ChannelRun(cfg, s, validate=False) for s in schedulers}
+        for chunk in reader:
+            digest.update(chunk.tobytes())
+            if check is not None:
+                check.feed(chunk)
+            for run in runs.values():
+                run.feed(chunk)
         if check is not None:
-            check.feed(chunk)
-        for run in runs.values():
-            run.feed(chunk)
-    if check is not None:
-        try:
-            check.finish()
-        except StreamError as exc:
-            raise StreamError(f"{args.stream}: {exc} (--no-check runs it anyway)") from None
-    static = runs["static"].finish()
-    result = static if args.sched == "static" else runs[args.sched].finish()
+            try:
+                check.finish()
+            except StreamError as exc:
+                raise StreamError(f"{args.stream}: {exc} (--no-check runs it anyway)") from None
+        static = runs["static"].finish()
+        result = static if args.sched == "static" else runs[args.sched].finish()
     return static, result, reader.header, digest.hexdigest()
 
 

@@ -13,6 +13,7 @@ import pytest
 from pimphony.compiler.kernels import compile_kernel
 from pimphony.models.channel import run_channel
 from pimphony.models.config import load_preset
+from pimphony.models.isa import save_stream
 from pimphony.models.jit import Widened, compiled
 
 
@@ -93,10 +94,15 @@ with interpreted():
     assert second.split() == ["0", "True", "CPUDispatcher"]
 
 
-def test_a_small_run_never_loads_numba():
+def test_a_small_run_never_loads_numba(tmp_path):
+    cfg = load_preset("aim-16ch")
+    stream = save_stream(
+        tmp_path / "qk.npz", compile_kernel(cfg, "qk", tokens=512, d_h=128).commands, cfg
+    )
     code = (
         "import sys; from pimphony.sim.cli import main;"
         "rc = main(['run', '--kernel', 'qk', '--tokens', '256', '--dh', '128', '--sched', 'dcs']);"
+        f"rc += main(['run', '--stream', '{stream}', '--sched', 'pingpong']);"
         "print(rc, 'numba' in sys.modules)"
     )
     assert _python(code).splitlines()[-1].split() == ["0", "False"]
