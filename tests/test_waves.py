@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +14,15 @@ from pimphony.models.channel import run_channel
 from pimphony.models.config import load_preset
 from pimphony.models.isa import Op
 from pimphony.rtl.common import command_layout, issued_layout
-from pimphony.sim.eda.vcd import WaveformError, read_stamp, stamp_vcd, summarize_vcd
-from pimphony.sim.eda.waves import record_waves
+from pimphony.sim.eda.vcd import (
+    WaveformError,
+    read_stamp,
+    signal_width,
+    stamp_vcd,
+    summarize_vcd,
+    vcd_references,
+)
+from pimphony.sim.eda.waves import _gtkw_text, record_waves
 from vcdvcd import VCDVCD
 
 from tests.helpers import run_cli
@@ -58,22 +66,40 @@ def test_summary_matches_tlm(recorded):
     assert (s["runs"], s["notes"]) == (1, [])
 
 
+def _gtkw_lines(text: str) -> list[tuple[int, str]]:
+    """(flags in force, line) of each trace, group or comment line of a save file: a
+    ``@flags`` line holds until the next (GTKWSave writes one only when the flags change)."""
+    flags, out = None, []
+    for line in text.splitlines():
+        if line.startswith("@"):
+            flags = int(line[1:], 16)
+        elif line and line[0] not in "[*":
+            out.append((flags, line))
+    return out
+
+
+def _gtkw_traces(text: str) -> list[tuple[int, str]]:
+    return [(f, line) for f, line in _gtkw_lines(text) if not line.startswith("-")]
+
+
+def _gtkw_groups(text: str) -> set[str]:
+    return {line[1:] for f, line in _gtkw_lines(text) if f == 0x800200 and line[0] == "-"}
+
+
 def test_gtkw_names_signals_in_the_vcd(recorded):
     sched, vcd, gtkw, _ = recorded
     assert gtkw == vcd.with_suffix(".gtkw") and gtkw.exists()
     text = gtkw.read_text()
-    assert f'[dumpfile] "{vcd.resolve()}"' in text
+    # The pair names each other by relative paths only (GTKWave relocates them together).
+    assert f'[dumpfile] "{vcd.name}"' in text and f'[savefile] "{gtkw.name}"' in text
+    assert '"/' not in text and str(ROOT) not in text
     refs = set(VCDVCD(str(vcd), only_sigs=True).references_to_ids)
-    traces = [
-        re.sub(r"^\+\{[^}]*\} ", "", line)
-        for line in text.splitlines()
-        if line and line[0] not in "[@-*"
-    ]
+    traces = [re.sub(r"^\+\{[^}]*\} ", "", line) for _, line in _gtkw_traces(text)]
     assert len(traces) > 20
     for name in traces:
         # GTKWave spells a variable whose name holds a '.' as scope.\var.
         assert name.replace("\\", "") in refs, name
-    groups = set(re.findall(r"^@800200\n-(.*)$", text, re.M))
+    groups = _gtkw_groups(text)
     assert {"stream in", "issue", "queues", "rows"} <= groups
     joined = "\n".join(traces)
     for sig in ("i__valid", "o__payload", "queue.level", "rows.row_ok", "rows.switching"):
@@ -91,6 +117,61 @@ def test_gtkw_names_signals_in_the_vcd(recorded):
         assert "D/S-Table entry under access" in groups
         for table in ("d_table_gbuf", "d_table_obuf", "s_table_gbuf", "s_table_obuf"):
             assert f"+{{{table}.wr.en}}" in text and f"+{{{table}.rd0.addr}}" in text
+
+
+def _gtkw_dumpfile(gtkw: Path) -> Path:
+    """The VCD ``gtkwave FILE.gtkw`` opens: ``[dumpfile]`` taken relative to the recorded
+    ``[savefile]``'s folder and put under ``gtkw``'s real folder (GTKWave's
+    ``src/savefile.c``: ``extract_dumpname_from_save_file`` -> ``find_dumpfile``)."""
+    head = dict(re.findall(r'^\[(dumpfile|savefile)\] "(.*)"$', gtkw.read_text(), re.M))
+    dump, save = Path(head["dumpfile"]), Path(head["savefile"])
+    assert not dump.is_absolute() and not save.is_absolute()
+    return Path(gtkw.resolve().parent, save.parent, dump).resolve()
+
+
+def test_gtkw_pair_opens_after_moving(recorded, tmp_path):
+    sched, vcd, gtkw, _ = recorded
+    assert _gtkw_dumpfile(gtkw) == vcd.resolve()
+    moved = tmp_path / "elsewhere" / "deeper"
+    moved.mkdir(parents=True)
+    for f in (vcd, gtkw):
+        shutil.copy(f, moved / f.name)
+    assert _gtkw_dumpfile(moved / gtkw.name) == (moved / vcd.name).resolve()
+    # Same traces, each shown as before: binary for a bit, hex for a payload or a wide word.
+    refs = vcd_references(moved / vcd.name)
+    by_name = {name: ref for ref, name in refs.items()}
+    traces = _gtkw_traces((moved / gtkw.name).read_text())
+    assert len(traces) > 20
+    for flags, line in traces:
+        ref = by_name[re.sub(r"^\+\{[^}]*\} ", "", line)]
+        if signal_width(ref) == 1:
+            assert flags == 0x28, line
+        else:
+            assert flags in (0x22, 0x24), line
+
+
+def test_gtkw_names_a_vcd_in_another_folder_relatively(tmp_path):
+    layout = issued_layout(CFG)
+    vcd = _vcd(tmp_path / "w.vcd", [(1, 1, 0)], layout.size)
+    refs = vcd_references(vcd)
+    gtkw = tmp_path / "views" / "w.gtkw"
+    gtkw.parent.mkdir()
+    ports = [(r, None) for r in refs if "o__" in r]
+    text = _gtkw_text(vcd, gtkw, refs, [("issue", [(None, "a note"), *ports])], "title")
+    gtkw.write_text(text)
+    assert text.splitlines()[:7] == [
+        "[*] title",
+        "[*] generated by pimphony wave record (make wave); regenerating overwrites this file",
+        '[dumpfile] "../w.vcd"',
+        '[savefile] "w.gtkw"',
+        "[timestart] 0",
+        "[sst_expanded] 1",
+        "[signals_width] 320",
+    ]
+    assert _gtkw_dumpfile(gtkw) == vcd.resolve()
+    assert re.search(r"^@800200\n-issue\n@200\n-a note\n@28\n", text, re.M)
+    assert text.endswith("@1000200\n-issue\n")
+    assert [f for f, _ in _gtkw_traces(text)] == [0x28, 0x28, 0x28, 0x22]
 
 
 def test_cli_wave_summary_json(recorded, capsys):
