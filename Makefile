@@ -40,8 +40,9 @@ DIN    ?= 256
 SCHED  ?= dcs
 BLOCK  ?=
 wave: $(STAMP)  ## VCD + GTKWave save file under build/waves/, then its summary
-	$(BIN)/pimphony wave record --kernel $(KERNEL) --tokens $(TOKENS) --dh $(DH) \
-	    --dout $(DOUT) --din $(DIN) --sched $(SCHED) $(if $(BLOCK),--block $(BLOCK))
+	$(BIN)/pimphony wave record --kernel $(KERNEL) \
+	    $(if $(filter gemv,$(KERNEL)),--dout $(DOUT) --din $(DIN),--tokens $(TOKENS) --dh $(DH)) \
+	    --sched $(SCHED) $(if $(BLOCK),--block $(BLOCK))
 
 # make cosim-campaign N=10000 SEED=0 [PRESET=aim-ramulator] [BLOCK=dcs] [WORKERS=2]
 N      ?= 1000
