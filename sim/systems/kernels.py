@@ -38,10 +38,10 @@ __all__ = [
 
 
 def job_key(job) -> tuple:
-    """What makes two channel jobs the same kernel: kind and shape (and a spill of scores)."""
-    if type(job) is ChannelJob:  # the shape's items in sorted order, without building it
-        key = (job.kind, (("d_h", job.d_h), ("gqa_group", job.gqa_group), ("tokens", job.tokens)))
-        return (*key, "spill") if job.spill else key
+    """What makes two channel jobs the same kernel: kind and shape (and a spill of scores).
+    An attention job's fields as they are (a decode step looks up millions of them)."""
+    if type(job) is ChannelJob:
+        return (job.kind, job.tokens, job.d_h, job.gqa_group, job.spill)
     key = (job.kind, tuple(sorted(job.shape.items())))
     return (*key, "spill") if _spilled(job) else key
 
@@ -103,7 +103,6 @@ class KernelCache:
     dpa_max_tokens: int = 131072
     simulated: int = 0
     _memo: dict = field(default_factory=dict)
-    _attention: dict = field(default_factory=dict)  # ChannelJob's fields -> _memo's entry
     _programs: dict = field(default_factory=dict)
     dpa_refused: dict = field(default_factory=dict)
     #: Per-request attention blocks of the cycles-only step (``sim.systems.cycles``),
@@ -126,15 +125,6 @@ class KernelCache:
 
     def run(self, job) -> KernelStats:
         """Cycles and MACs of ``job`` (a ``ChannelJob`` or a batched ``compiler.plan.GemvJob``)."""
-        if self.memoize and type(job) is ChannelJob:  # a step has millions: a flat key first
-            flat = (job.kind, job.tokens, job.d_h, job.gqa_group, job.spill)
-            if flat in self._attention:
-                return self._attention[flat]
-            self._attention[flat] = stats = self._run(job)
-            return stats
-        return self._run(job)
-
-    def _run(self, job) -> KernelStats:
         key = job_key(job)
         if self.memoize and key in self._memo:
             return self._memo[key]
