@@ -667,8 +667,7 @@ class LazyAllocator(_Allocator):
                     for _ in range(need):  # as _take: the top of the free list first
                         chunks.append(free.pop())
                     taken += need
-                    room = len(chunks) * chunk // kv
-                    live.room = room if room < window else window
+                    live.room = self._room(len(chunks))
                 live.tokens = tokens
                 grown += 1
         except KeyError:
